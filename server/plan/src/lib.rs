@@ -1,0 +1,267 @@
+//! The capacity plan shared by the operator (to plan at apply time) and the
+//! server (to size its KV pool and check the plan against real memory).
+//!
+//! ```text
+//! kv_bytes_per_token = 2 * layers * kv_heads * head_dim * kv_dtype_bytes
+//! block_bytes        = block_size * kv_bytes_per_token
+//! kv_budget          = memory * utilization - weights - activation_reserve - overhead
+//! kv_blocks          = floor(kv_budget / block_bytes)
+//! max_seqs           = min(cap, kv_blocks / ceil(typical_seq_len / block_size))
+//! ```
+//!
+//! Everything here is a pure function of its inputs: no I/O, no clock.
+
+use serde::{Deserialize, Serialize};
+
+/// Element type of the KV cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum KvDtype {
+    /// 4 bytes per element (the CPU server's cache).
+    #[default]
+    F32,
+    /// 2 bytes per element.
+    F16,
+    /// 2 bytes per element.
+    Bf16,
+    /// 1 byte per element.
+    Fp8,
+}
+
+impl KvDtype {
+    /// Bytes one element takes.
+    pub fn bytes(self) -> u64 {
+        match self {
+            KvDtype::F32 => 4,
+            KvDtype::F16 | KvDtype::Bf16 => 2,
+            KvDtype::Fp8 => 1,
+        }
+    }
+}
+
+/// The shape facts of a model that decide its memory use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelGeometry {
+    /// Decoder layers.
+    pub layers: u64,
+    /// Key/value heads per layer (grouped-query attention).
+    pub kv_heads: u64,
+    /// Dimension of one head.
+    pub head_dim: u64,
+    /// Element type of the KV cache.
+    #[serde(default)]
+    pub kv_dtype: KvDtype,
+    /// Bytes of weights resident in memory.
+    pub weight_bytes: u64,
+    /// The model's trained context length, in tokens.
+    pub context_length: u64,
+}
+
+impl ModelGeometry {
+    /// Bytes of K and V one token takes across all layers.
+    pub fn kv_bytes_per_token(&self) -> u64 {
+        2 * self.layers * self.kv_heads * self.head_dim * self.kv_dtype.bytes()
+    }
+}
+
+/// What the plan is asked to fit into.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanConfig {
+    /// Memory the server may use, summed over its devices.
+    pub memory_bytes: u64,
+    /// Fraction of `memory_bytes` the server may take, in (0, 1].
+    pub utilization: f64,
+    /// Held back for activations and scratch of one forward pass.
+    pub activation_reserve_bytes: u64,
+    /// Held back for the runtime itself (CUDA context, allocator slack).
+    pub overhead_bytes: u64,
+    /// Tokens per KV block.
+    pub block_size: u64,
+    /// Longest sequence to serve; `None` means the model's context length.
+    pub max_model_len: Option<u64>,
+    /// Upper bound on concurrent sequences; `None` means [`DEFAULT_MAX_SEQS`].
+    pub max_seqs_cap: Option<u64>,
+    /// Sequence length used to count how many sequences fit; `None` means
+    /// `max_model_len` (every sequence may run to full length).
+    pub typical_seq_len: Option<u64>,
+}
+
+/// The default cap on concurrent sequences (vLLM's `max_num_seqs` default).
+pub const DEFAULT_MAX_SEQS: u64 = 256;
+
+impl Default for PlanConfig {
+    fn default() -> Self {
+        PlanConfig {
+            memory_bytes: 0,
+            utilization: 0.9,
+            activation_reserve_bytes: 512 << 20,
+            overhead_bytes: 256 << 20,
+            block_size: 16,
+            max_model_len: None,
+            max_seqs_cap: None,
+            typical_seq_len: None,
+        }
+    }
+}
+
+/// The decided numbers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    /// KV blocks in the pool.
+    pub kv_blocks: u64,
+    /// Tokens per block.
+    pub block_size: u64,
+    /// Concurrent sequences the server admits.
+    pub max_seqs: u64,
+    /// Bytes of K and V per token.
+    pub kv_bytes_per_token: u64,
+    /// Bytes of one block.
+    pub block_bytes: u64,
+    /// Bytes of weights.
+    pub weight_bytes: u64,
+    /// Bytes given to the KV pool.
+    pub kv_budget_bytes: u64,
+    /// Longest sequence served.
+    pub max_model_len: u64,
+}
+
+/// Why no plan could be made.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlanError {
+    /// One full-length sequence does not fit.
+    #[error(
+        "insufficient memory: weights take {weight_bytes} bytes, one {max_model_len}-token sequence needs \
+         {kv_per_seq_bytes} bytes of KV, but only {available_bytes} bytes are available \
+         ({usable_bytes} usable of {memory_bytes})"
+    )]
+    InsufficientMemory {
+        /// Bytes of weights.
+        weight_bytes: u64,
+        /// KV bytes one full-length sequence needs (whole blocks).
+        kv_per_seq_bytes: u64,
+        /// Bytes left for KV after weights and reserves (0 if none).
+        available_bytes: u64,
+        /// `memory * utilization`.
+        usable_bytes: u64,
+        /// Memory given.
+        memory_bytes: u64,
+        /// Sequence length planned for.
+        max_model_len: u64,
+    },
+    /// An input is out of range.
+    #[error("invalid plan input: {0}")]
+    Invalid(String),
+}
+
+/// Blocks one sequence of `tokens` tokens needs.
+pub fn blocks_for(tokens: u64, block_size: u64) -> u64 {
+    tokens.div_ceil(block_size.max(1))
+}
+
+/// Plans the KV pool and sequence cap for `geometry` in `config`'s memory.
+pub fn plan(geometry: &ModelGeometry, config: &PlanConfig) -> Result<Plan, PlanError> {
+    check_inputs(geometry, config)?;
+    let max_model_len = resolve_max_model_len(geometry, config.max_model_len)?;
+    let usable = (config.memory_bytes as f64 * config.utilization).floor() as u64;
+    let available = usable
+        .saturating_sub(geometry.weight_bytes)
+        .saturating_sub(config.activation_reserve_bytes)
+        .saturating_sub(config.overhead_bytes);
+    let block_bytes = config.block_size * geometry.kv_bytes_per_token();
+    let kv_blocks = available / block_bytes;
+    from_blocks(geometry, config, max_model_len, kv_blocks).map_err(|e| match e {
+        PlanError::InsufficientMemory {
+            kv_per_seq_bytes, ..
+        } => PlanError::InsufficientMemory {
+            weight_bytes: geometry.weight_bytes,
+            kv_per_seq_bytes,
+            available_bytes: available,
+            usable_bytes: usable,
+            memory_bytes: config.memory_bytes,
+            max_model_len,
+        },
+        other => other,
+    })
+}
+
+/// Plans around a pool of exactly `kv_blocks` blocks (the server's `--kv-blocks`).
+/// Memory fields of `config` are ignored.
+pub fn plan_for_blocks(
+    geometry: &ModelGeometry,
+    config: &PlanConfig,
+    kv_blocks: u64,
+) -> Result<Plan, PlanError> {
+    check_inputs(geometry, config)?;
+    let max_model_len = resolve_max_model_len(geometry, config.max_model_len)?;
+    from_blocks(geometry, config, max_model_len, kv_blocks)
+}
+
+fn from_blocks(
+    geometry: &ModelGeometry,
+    config: &PlanConfig,
+    max_model_len: u64,
+    kv_blocks: u64,
+) -> Result<Plan, PlanError> {
+    let block_bytes = config.block_size * geometry.kv_bytes_per_token();
+    let per_full_seq = blocks_for(max_model_len, config.block_size);
+    if kv_blocks < per_full_seq {
+        return Err(PlanError::InsufficientMemory {
+            weight_bytes: geometry.weight_bytes,
+            kv_per_seq_bytes: per_full_seq * block_bytes,
+            available_bytes: kv_blocks * block_bytes,
+            usable_bytes: 0,
+            memory_bytes: 0,
+            max_model_len,
+        });
+    }
+    let typical = config
+        .typical_seq_len
+        .unwrap_or(max_model_len)
+        .clamp(1, max_model_len);
+    let cap = config.max_seqs_cap.unwrap_or(DEFAULT_MAX_SEQS).max(1);
+    let max_seqs = (kv_blocks / blocks_for(typical, config.block_size)).clamp(1, cap);
+    Ok(Plan {
+        kv_blocks,
+        block_size: config.block_size,
+        max_seqs,
+        kv_bytes_per_token: geometry.kv_bytes_per_token(),
+        block_bytes,
+        weight_bytes: geometry.weight_bytes,
+        kv_budget_bytes: kv_blocks * block_bytes,
+        max_model_len,
+    })
+}
+
+fn resolve_max_model_len(geometry: &ModelGeometry, asked: Option<u64>) -> Result<u64, PlanError> {
+    match asked {
+        None => Ok(geometry.context_length),
+        Some(0) => Err(PlanError::Invalid("maxModelLen must be at least 1".into())),
+        Some(n) if n > geometry.context_length => Err(PlanError::Invalid(format!(
+            "maxModelLen {n} exceeds the model's context length {}",
+            geometry.context_length
+        ))),
+        Some(n) => Ok(n),
+    }
+}
+
+fn check_inputs(geometry: &ModelGeometry, config: &PlanConfig) -> Result<(), PlanError> {
+    let invalid = |m: &str| Err(PlanError::Invalid(m.to_string()));
+    if geometry.layers == 0 || geometry.kv_heads == 0 || geometry.head_dim == 0 {
+        return invalid("layers, kvHeads and headDim must be at least 1");
+    }
+    if geometry.context_length == 0 {
+        return invalid("contextLength must be at least 1");
+    }
+    if config.block_size == 0 {
+        return invalid("blockSize must be at least 1");
+    }
+    if !(config.utilization > 0.0 && config.utilization <= 1.0) {
+        return invalid("memoryUtilization must be in (0, 1]");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,1 +1,72 @@
-//! placeholder
+//! CPU kernels for the server's hot paths: quantized matmul over GGML block
+//! formats (Q4_0, Q4_1, Q8_0) and paged attention over an f32 KV cache.
+//!
+//! Every kernel has a portable scalar path; on x86_64 an AVX2+FMA path is
+//! chosen at run time and tested against the scalar one.
+
+mod attention;
+mod dot;
+mod qact;
+mod qmatrix;
+#[cfg(test)]
+mod test_util;
+
+pub use attention::{AttnGeometry, AttnSeq, paged_attention};
+pub use qmatrix::{QK, QMatrix, QuantType};
+
+/// Errors from kernel entry points: all are caller mistakes in shapes or tables.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The number of input features is not a positive multiple of the block size.
+    #[error("cols must be a positive multiple of {QK}, got {cols}")]
+    BadCols {
+        /// The rejected column count.
+        cols: usize,
+    },
+    /// A buffer has the wrong number of elements (or bytes).
+    #[error("{what}: expected length {expected}, got {got}")]
+    Length {
+        /// Which buffer.
+        what: &'static str,
+        /// The length the shapes imply.
+        expected: usize,
+        /// The length passed in.
+        got: usize,
+    },
+    /// A row index is past the end of the matrix.
+    #[error("row {row} out of range for a matrix of {rows} rows")]
+    RowOutOfRange {
+        /// The requested row.
+        row: usize,
+        /// The matrix's row count.
+        rows: usize,
+    },
+    /// The attention geometry is inconsistent.
+    #[error("invalid attention geometry: {0}")]
+    Geometry(&'static str),
+    /// A sequence's block table is too short for its positions.
+    #[error("sequence {seq}: positions up to {last_pos} need {need} blocks, table has {have}")]
+    BlockTable {
+        /// Index of the sequence in the call.
+        seq: usize,
+        /// Its last query position.
+        last_pos: usize,
+        /// Blocks those positions need.
+        need: usize,
+        /// Blocks in its table.
+        have: usize,
+    },
+    /// A block id is past the end of the KV cache.
+    #[error("sequence {seq}: block id {block} out of range, cache has {num_blocks} blocks")]
+    BlockId {
+        /// Index of the sequence in the call.
+        seq: usize,
+        /// The offending block id.
+        block: u32,
+        /// Blocks in the cache.
+        num_blocks: usize,
+    },
+    /// Sizes overflow `usize`.
+    #[error("size overflow: {0}")]
+    Overflow(&'static str),
+}

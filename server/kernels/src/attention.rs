@@ -1,0 +1,216 @@
+//! Causal paged attention over an f32 KV cache, for decode and chunked prefill.
+
+use rayon::prelude::*;
+
+use crate::Error;
+
+/// Shapes shared by queries and the KV cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttnGeometry {
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads; `heads` must be a multiple of it (grouped-query attention).
+    pub kv_heads: usize,
+    /// Elements per head.
+    pub head_dim: usize,
+    /// Positions per KV block.
+    pub block_size: usize,
+}
+
+/// Queries of one sequence: tokens at positions `start_pos..start_pos+n_tokens`;
+/// its KV (already written, including these tokens) lives in `blocks` (block `b`
+/// of the table holds positions `b*block_size..`). Position `p` attends to `0..=p`.
+#[derive(Debug, Clone, Copy)]
+pub struct AttnSeq<'a> {
+    /// The sequence's block table.
+    pub blocks: &'a [u32],
+    /// Position of the first query token.
+    pub start_pos: usize,
+    /// Number of query tokens.
+    pub n_tokens: usize,
+}
+
+/// Causal attention for a batch of sequences over a paged KV cache.
+///
+/// `q`: `[total_tokens, heads, head_dim]`, the sequences' tokens concatenated in
+/// order; `k_cache`, `v_cache`: `[num_blocks*block_size, kv_heads, head_dim]`;
+/// `out`: like `q`. Scale `1/sqrt(head_dim)`; head `h` reads kv head
+/// `h / (heads/kv_heads)`.
+pub fn paged_attention(
+    g: &AttnGeometry,
+    q: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    seqs: &[AttnSeq<'_>],
+    out: &mut [f32],
+) -> Result<(), Error> {
+    let tokens = plan(g, k_cache, v_cache, seqs)?;
+    let expected = tokens.len() * g.heads * g.head_dim;
+    if q.len() != expected {
+        return Err(Error::Length {
+            what: "attention queries",
+            expected,
+            got: q.len(),
+        });
+    }
+    if out.len() != expected {
+        return Err(Error::Length {
+            what: "attention output",
+            expected,
+            got: out.len(),
+        });
+    }
+    let scale = 1.0 / (g.head_dim as f32).sqrt();
+    let group = g.heads / g.kv_heads;
+    let hd = g.head_dim;
+    out.par_chunks_mut(hd)
+        .zip(q.par_chunks(hd))
+        .enumerate()
+        .for_each_init(Vec::new, |scores, (i, (o, qrow))| {
+            let (seq, pos) = tokens[i / g.heads];
+            let kv_head = (i % g.heads) / group;
+            let kv = KvView {
+                g,
+                k: k_cache,
+                v: v_cache,
+                blocks: seqs[seq].blocks,
+                kv_head,
+            };
+            attend(&kv, qrow, pos, scale, scores, o);
+        });
+    Ok(())
+}
+
+/// Checks the geometry and tables; returns `(seq index, position)` per query token.
+fn plan(
+    g: &AttnGeometry,
+    k: &[f32],
+    v: &[f32],
+    seqs: &[AttnSeq<'_>],
+) -> Result<Vec<(usize, usize)>, Error> {
+    if g.heads == 0 || g.kv_heads == 0 || g.head_dim == 0 || g.block_size == 0 {
+        return Err(Error::Geometry("all sizes must be positive"));
+    }
+    if !g.heads.is_multiple_of(g.kv_heads) {
+        return Err(Error::Geometry("heads must be a multiple of kv_heads"));
+    }
+    let block_elems = g.block_size * g.kv_heads * g.head_dim;
+    if !k.len().is_multiple_of(block_elems) {
+        return Err(Error::Geometry("k_cache is not a whole number of blocks"));
+    }
+    if v.len() != k.len() {
+        return Err(Error::Length {
+            what: "v_cache",
+            expected: k.len(),
+            got: v.len(),
+        });
+    }
+    let num_blocks = k.len() / block_elems;
+    let mut tokens = Vec::new();
+    for (si, s) in seqs.iter().enumerate() {
+        if s.n_tokens == 0 {
+            continue;
+        }
+        let last_pos = s
+            .start_pos
+            .checked_add(s.n_tokens - 1)
+            .ok_or(Error::Overflow("start_pos + n_tokens"))?;
+        let need = last_pos / g.block_size + 1;
+        if s.blocks.len() < need {
+            return Err(Error::BlockTable {
+                seq: si,
+                last_pos,
+                need,
+                have: s.blocks.len(),
+            });
+        }
+        if let Some(&block) = s.blocks[..need].iter().find(|&&b| b as usize >= num_blocks) {
+            return Err(Error::BlockId {
+                seq: si,
+                block,
+                num_blocks,
+            });
+        }
+        tokens.extend((s.start_pos..=last_pos).map(|p| (si, p)));
+    }
+    Ok(tokens)
+}
+
+/// One kv head of one sequence, seen through its block table.
+struct KvView<'a> {
+    g: &'a AttnGeometry,
+    k: &'a [f32],
+    v: &'a [f32],
+    blocks: &'a [u32],
+    kv_head: usize,
+}
+
+impl KvView<'_> {
+    /// Calls `f(position, offset of the head's row)` for positions `0..=pos`.
+    fn for_each_row(&self, pos: usize, mut f: impl FnMut(usize, usize)) {
+        let (bs, hd) = (self.g.block_size, self.g.head_dim);
+        let row = self.g.kv_heads * hd;
+        for (bi, &blk) in self.blocks[..=pos / bs].iter().enumerate() {
+            let first = bi * bs;
+            let n = bs.min(pos + 1 - first);
+            let base = blk as usize * bs * row + self.kv_head * hd;
+            for t in 0..n {
+                f(first + t, base + t * row);
+            }
+        }
+    }
+}
+
+/// One (token, head): softmax(q.K^T * scale) . V over positions `0..=pos`.
+fn attend(
+    kv: &KvView<'_>,
+    q: &[f32],
+    pos: usize,
+    scale: f32,
+    scores: &mut Vec<f32>,
+    o: &mut [f32],
+) {
+    let hd = kv.g.head_dim;
+    scores.clear();
+    kv.for_each_row(pos, |_, off| {
+        scores.push(dot(q, &kv.k[off..off + hd]) * scale)
+    });
+    let max = scores.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    let mut sum = 0f32;
+    for s in scores.iter_mut() {
+        *s = (*s - max).exp();
+        sum += *s;
+    }
+    let inv = 1.0 / sum;
+    o.fill(0.0);
+    kv.for_each_row(pos, |p, off| axpy(o, scores[p] * inv, &kv.v[off..off + hd]));
+}
+
+/// Dot product with eight independent accumulators so it vectorises.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// `o += w * v`.
+fn axpy(o: &mut [f32], w: f32, v: &[f32]) {
+    for (o, &v) in o.iter_mut().zip(v) {
+        *o += w * v;
+    }
+}
+
+#[cfg(test)]
+#[path = "attention_tests.rs"]
+mod tests;

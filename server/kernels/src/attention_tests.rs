@@ -1,0 +1,220 @@
+use super::*;
+use crate::test_util::{Rng, rel_err};
+
+/// Naive attention over each sequence's KV gathered into contiguous rows.
+fn reference(g: &AttnGeometry, q: &[f32], k: &[f32], v: &[f32], seqs: &[AttnSeq<'_>]) -> Vec<f32> {
+    let (hd, row) = (g.head_dim, g.kv_heads * g.head_dim);
+    let mut out = Vec::new();
+    let mut t = 0;
+    for s in seqs {
+        for pos in s.start_pos..s.start_pos + s.n_tokens {
+            for h in 0..g.heads {
+                let kvh = h / (g.heads / g.kv_heads);
+                let qr = &q[(t * g.heads + h) * hd..][..hd];
+                let at = |c: &[f32], p: usize| {
+                    let slot =
+                        s.blocks[p / g.block_size] as usize * g.block_size + p % g.block_size;
+                    c[slot * row + kvh * hd..][..hd].to_vec()
+                };
+                let scores: Vec<f64> = (0..=pos)
+                    .map(|p| {
+                        let kr = at(k, p);
+                        qr.iter()
+                            .zip(&kr)
+                            .map(|(a, b)| f64::from(a * b))
+                            .sum::<f64>()
+                            / (hd as f64).sqrt()
+                    })
+                    .collect();
+                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                let sum: f64 = e.iter().sum();
+                let mut o = vec![0f64; hd];
+                for (p, w) in e.iter().enumerate() {
+                    for (o, vv) in o.iter_mut().zip(at(v, p)) {
+                        *o += w / sum * f64::from(vv);
+                    }
+                }
+                out.extend(o.iter().map(|&x| x as f32));
+            }
+            t += 1;
+        }
+    }
+    out
+}
+
+fn check(g: AttnGeometry, num_blocks: usize, seqs: &[AttnSeq<'_>], seed: u64) {
+    let mut rng = Rng::new(seed);
+    let cache = num_blocks * g.block_size * g.kv_heads * g.head_dim;
+    // Scaled keys give peaked softmaxes, which test the max-subtraction.
+    let k: Vec<f32> = rng.vec(cache).iter().map(|x| x * 4.0).collect();
+    let v = rng.vec(cache);
+    let total: usize = seqs.iter().map(|s| s.n_tokens).sum();
+    let q = rng.vec(total * g.heads * g.head_dim);
+    let mut out = vec![f32::NAN; q.len()];
+    paged_attention(&g, &q, &k, &v, seqs, &mut out).unwrap();
+    let want = reference(&g, &q, &k, &v, seqs);
+    let err = rel_err(&out, &want);
+    assert!(err < 1e-5, "{g:?}: rel err {err}");
+}
+
+const fn geo(heads: usize, kv_heads: usize, head_dim: usize, block_size: usize) -> AttnGeometry {
+    AttnGeometry {
+        heads,
+        kv_heads,
+        head_dim,
+        block_size,
+    }
+}
+
+#[test]
+fn decode_at_various_positions() {
+    let table = [5u32, 2, 7, 0, 3];
+    for (i, pos) in [0usize, 1, 15, 16, 17, 40, 79].into_iter().enumerate() {
+        let seqs = [AttnSeq {
+            blocks: &table,
+            start_pos: pos,
+            n_tokens: 1,
+        }];
+        check(geo(9, 3, 64, 16), 8, &seqs, i as u64);
+    }
+}
+
+#[test]
+fn chunked_prefill_mid_block_and_mixed_batch() {
+    let (a, b, c) = ([3u32, 1, 4], [0u32, 2], [6u32, 5, 7, 8]);
+    let cases: [(AttnGeometry, Vec<AttnSeq<'_>>); 4] = [
+        // Whole prompt from position 0 across blocks, MHA.
+        (
+            geo(4, 4, 32, 8),
+            vec![AttnSeq {
+                blocks: &a,
+                start_pos: 0,
+                n_tokens: 20,
+            }],
+        ),
+        // A chunk that starts mid-block, GQA 3:1.
+        (
+            geo(9, 3, 64, 8),
+            vec![AttnSeq {
+                blocks: &c,
+                start_pos: 11,
+                n_tokens: 13,
+            }],
+        ),
+        // Decodes and a prefill chunk in one call; head_dim not a multiple of 8.
+        (
+            geo(4, 2, 12, 4),
+            vec![
+                AttnSeq {
+                    blocks: &b,
+                    start_pos: 5,
+                    n_tokens: 1,
+                },
+                AttnSeq {
+                    blocks: &c,
+                    start_pos: 6,
+                    n_tokens: 7,
+                },
+                AttnSeq {
+                    blocks: &a,
+                    start_pos: 0,
+                    n_tokens: 1,
+                },
+            ],
+        ),
+        // Empty sequences are skipped; MQA.
+        (
+            geo(8, 1, 64, 16),
+            vec![
+                AttnSeq {
+                    blocks: &[],
+                    start_pos: 0,
+                    n_tokens: 0,
+                },
+                AttnSeq {
+                    blocks: &b,
+                    start_pos: 30,
+                    n_tokens: 2,
+                },
+            ],
+        ),
+    ];
+    for (i, (g, seqs)) in cases.into_iter().enumerate() {
+        check(g, 9, &seqs, 100 + i as u64);
+    }
+}
+
+#[test]
+fn rejects_bad_inputs() {
+    let g = geo(4, 2, 8, 4);
+    let cache = vec![0f32; 3 * 4 * 2 * 8];
+    let q = vec![0f32; 4 * 8];
+    let seq = |blocks, start_pos| {
+        [AttnSeq {
+            blocks,
+            start_pos,
+            n_tokens: 1,
+        }]
+    };
+    let run = |g: AttnGeometry, k: &[f32], v: &[f32], s: &[AttnSeq<'_>], q: &[f32], o: usize| {
+        paged_attention(&g, q, k, v, s, &mut vec![0f32; o])
+    };
+    let cases: [(&str, Result<(), Error>, Error); 7] = [
+        (
+            "zero head_dim",
+            run(geo(4, 2, 0, 4), &cache, &cache, &[], &[], 0),
+            Error::Geometry("all sizes must be positive"),
+        ),
+        (
+            "heads not multiple",
+            run(geo(3, 2, 8, 4), &cache, &cache, &[], &[], 0),
+            Error::Geometry("heads must be a multiple of kv_heads"),
+        ),
+        (
+            "partial cache block",
+            run(g, &cache[1..], &cache[1..], &[], &[], 0),
+            Error::Geometry("k_cache is not a whole number of blocks"),
+        ),
+        (
+            "v length",
+            run(g, &cache, &cache[64..], &[], &[], 0),
+            Error::Length {
+                what: "v_cache",
+                expected: 192,
+                got: 128,
+            },
+        ),
+        (
+            "table too short",
+            run(g, &cache, &cache, &seq(&[0], 4), &q, 32),
+            Error::BlockTable {
+                seq: 0,
+                last_pos: 4,
+                need: 2,
+                have: 1,
+            },
+        ),
+        (
+            "block id",
+            run(g, &cache, &cache, &seq(&[0, 3], 4), &q, 32),
+            Error::BlockId {
+                seq: 0,
+                block: 3,
+                num_blocks: 3,
+            },
+        ),
+        (
+            "output length",
+            run(g, &cache, &cache, &seq(&[0, 1], 4), &q, 31),
+            Error::Length {
+                what: "attention output",
+                expected: 32,
+                got: 31,
+            },
+        ),
+    ];
+    for (name, got, want) in cases {
+        assert_eq!(got, Err(want), "{name}");
+    }
+}

@@ -1,0 +1,63 @@
+//! Activation rows quantised to 8-bit blocks, once per matmul call.
+
+use crate::qmatrix::QK;
+
+/// Activations as blocks of 32 i8 with one f32 scale per block.
+pub(crate) struct QActs {
+    /// Quantised values, `batch * cols`.
+    pub(crate) qs: Vec<i8>,
+    /// Per-block scale `max|x| / 127`.
+    pub(crate) d: Vec<f32>,
+    /// Per-block `d * sum(q)`, the factor the weights' offset term multiplies.
+    pub(crate) s: Vec<f32>,
+}
+
+impl QActs {
+    /// Quantises `x` (length a multiple of 32) block by block.
+    pub(crate) fn quantize(x: &[f32]) -> Self {
+        let nb = x.len() / QK;
+        let mut qs = vec![0i8; x.len()];
+        let mut d = Vec::with_capacity(nb);
+        let mut s = Vec::with_capacity(nb);
+        for (blk, q) in x.chunks_exact(QK).zip(qs.chunks_exact_mut(QK)) {
+            let amax = blk.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let scale = amax / 127.0;
+            let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+            let mut sum = 0i32;
+            for (qv, &v) in q.iter_mut().zip(blk) {
+                // `as` saturates and maps NaN to 0, so odd inputs cannot overflow.
+                *qv = (v * inv).round() as i8;
+                sum += i32::from(*qv);
+            }
+            d.push(scale);
+            s.push(scale * sum as f32);
+        }
+        Self { qs, d, s }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantizes_to_max_127_and_sums() {
+        let mut x = vec![0f32; 32];
+        x[0] = 2.54;
+        x[1] = -1.3;
+        x[2] = 0.009;
+        let a = QActs::quantize(&x);
+        assert_eq!(a.qs[0], 127);
+        assert_eq!(a.qs[1], -65);
+        assert_eq!(a.qs[2], 0);
+        assert!((a.d[0] - 0.02).abs() < 1e-7);
+        assert!((a.s[0] - 0.02 * 62.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn zero_block_has_zero_scale() {
+        let a = QActs::quantize(&[0f32; 64]);
+        assert_eq!(a.d, vec![0.0, 0.0]);
+        assert!(a.qs.iter().all(|&q| q == 0));
+    }
+}

@@ -81,18 +81,28 @@ fn matmul_matches_f32_reference_within_activation_quant_error() {
     }
 }
 
+/// Every kernel this CPU can run; the first is the scalar reference.
+fn kernels() -> Vec<Kernel> {
+    #[allow(unused_mut)]
+    let mut ks = vec![Kernel::Scalar];
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        ks.push(Kernel::Avx2);
+        if is_x86_feature_detected!("avxvnni") {
+            ks.push(Kernel::AvxVnni);
+        }
+    }
+    ks
+}
+
+#[test]
+fn detect_picks_the_fastest_kernel() {
+    assert_eq!(Kernel::detect(), *kernels().last().unwrap());
+}
+
 #[test]
 fn simd_agrees_with_scalar() {
     let mut rng = Rng::new(2);
-    let fast = Kernel::detect();
-    #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        assert_eq!(
-            fast,
-            Kernel::Avx2,
-            "the SIMD path must be the one under test"
-        );
-    }
     for ty in TYPES {
         // Odd row counts and every batch remainder exercise each tile shape.
         for (rows, batch) in [
@@ -108,12 +118,14 @@ fn simd_agrees_with_scalar() {
             let cols = 128;
             let w = QMatrix::new(ty, rows, cols, random_blocks(&mut rng, ty, rows, cols)).unwrap();
             let x = rng.vec(batch * cols);
-            let mut a = vec![0f32; batch * rows];
-            let mut b = vec![0f32; batch * rows];
-            w.matmul_with(Kernel::Scalar, &x, batch, &mut a).unwrap();
-            w.matmul_with(fast, &x, batch, &mut b).unwrap();
-            let err = rel_err(&b, &a);
-            assert!(err < 1e-5, "{ty:?} {rows} rows b{batch}: {err}");
+            let mut want = vec![0f32; batch * rows];
+            w.matmul_with(Kernel::Scalar, &x, batch, &mut want).unwrap();
+            for k in kernels() {
+                let mut got = vec![0f32; batch * rows];
+                w.matmul_with(k, &x, batch, &mut got).unwrap();
+                let err = rel_err(&got, &want);
+                assert!(err < 1e-5, "{k:?} {ty:?} {rows} rows b{batch}: {err}");
+            }
         }
     }
 }
@@ -124,11 +136,13 @@ fn q8_extreme_weights_do_not_saturate() {
     let mut data = f16::from_f32(1.0).to_le_bytes().to_vec();
     data.extend([0x80u8; 32]);
     let w = QMatrix::new(QuantType::Q8_0, 1, 32, data).unwrap();
-    for sign in [1.0f32, -1.0] {
-        let x = vec![sign; 32];
+    for (k, sign) in kernels().into_iter().flat_map(|k| [(k, 1.0f32), (k, -1.0)]) {
         let mut out = [0f32];
-        w.matmul(&x, 1, &mut out).unwrap();
-        assert!((out[0] - sign * -128.0 * 32.0).abs() < 1e-2, "{out:?}");
+        w.matmul_with(k, &[sign; 32], 1, &mut out).unwrap();
+        assert!(
+            (out[0] - sign * -128.0 * 32.0).abs() < 1e-2,
+            "{k:?}: {out:?}"
+        );
     }
 }
 

@@ -1,0 +1,147 @@
+//! x86_64 tiles: AVX2 + FMA, and the same with AVX-VNNI's fused u8 x i8 dot.
+
+use std::arch::x86_64::*;
+
+use super::Tile;
+use crate::qact::QActs;
+use crate::qmatrix::{QK, QMatrix, QuantType};
+
+/// Dispatches the runtime tile shape to a monomorphised kernel.
+pub(super) fn tile<const VNNI: bool>(
+    w: &QMatrix,
+    row: usize,
+    rr: usize,
+    acts: &QActs,
+    n0: usize,
+    aa: usize,
+) -> Tile {
+    let q8 = w.quant_type() == QuantType::Q8_0;
+    macro_rules! go {
+        ($r:literal, $a:literal) => {
+            // SAFETY: `Kernel::detect` chose these paths only with the CPU
+            // features present, and `Kernel::tile` checked the operand bounds.
+            unsafe {
+                match (VNNI, q8) {
+                    (true, true) => tile_vnni::<true, $r, $a>(w, row, acts, n0),
+                    (true, false) => tile_vnni::<false, $r, $a>(w, row, acts, n0),
+                    (false, true) => tile_avx2::<true, $r, $a>(w, row, acts, n0),
+                    (false, false) => tile_avx2::<false, $r, $a>(w, row, acts, n0),
+                }
+            }
+        };
+    }
+    match (rr, aa) {
+        (2, 4) => go!(2, 4),
+        (2, 3) => go!(2, 3),
+        (2, 2) => go!(2, 2),
+        (2, 1) => go!(2, 1),
+        (1, 4) => go!(1, 4),
+        (1, 3) => go!(1, 3),
+        (1, 2) => go!(1, 2),
+        _ => go!(1, 1),
+    }
+}
+
+/// Loads weight block `wb` as 32 bytes in activation order: unsigned
+/// nibbles for Q4, raw i8 for Q8.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn load_weights<const Q8: bool>(w: &QMatrix, wb: usize) -> __m256i {
+    // SAFETY: the caller keeps `wb` inside the matrix.
+    unsafe {
+        if Q8 {
+            _mm256_loadu_si256(w.qs.as_ptr().add(wb * QK).cast())
+        } else {
+            let p = _mm_loadu_si128(w.qs.as_ptr().add(wb * 16).cast());
+            let both = _mm256_set_m128i(_mm_srli_epi16(p, 4), p);
+            _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
+        }
+    }
+}
+
+/// Eight i32 lanes of `sum(u8 a * i8 b)` via `maddubs` + `madd`; no pair of
+/// products can saturate i16 because |a| <= 128 and |b| <= 127.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn dot_avx2(a: __m256i, b: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1))
+}
+
+/// The same sum in one `vpdpbusd`.
+#[inline]
+#[target_feature(enable = "avx2,fma,avxvnni")]
+fn dot_vnni(a: __m256i, b: __m256i) -> __m256i {
+    _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), a, b)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    _mm_cvtss_f32(s)
+}
+
+/// Defines an R weight rows x A activation rows tile kernel for one feature
+/// set; each weight block is loaded once and used against all A rows.
+macro_rules! tile_kernel {
+    ($name:ident, $features:literal, $dot:ident) => {
+        // Index loops over the const-size register tiles read clearer than zips.
+        #[allow(clippy::needless_range_loop)]
+        #[target_feature(enable = $features)]
+        unsafe fn $name<const Q8: bool, const R: usize, const A: usize>(
+            w: &QMatrix,
+            row: usize,
+            acts: &QActs,
+            n0: usize,
+        ) -> Tile {
+            let nb = w.blocks_per_row();
+            let mut acc = [[_mm256_setzero_ps(); A]; R];
+            for b in 0..nb {
+                let mut wq = [_mm256_setzero_si256(); R];
+                let mut dw = [_mm256_setzero_ps(); R];
+                for i in 0..R {
+                    let wb = (row + i) * nb + b;
+                    // SAFETY: `Kernel::tile` checked `(row + R) * nb <= blocks`.
+                    unsafe {
+                        wq[i] = load_weights::<Q8>(w, wb);
+                        dw[i] = _mm256_set1_ps(*w.d.get_unchecked(wb));
+                    }
+                }
+                // The u8 x i8 dot needs an unsigned left operand: for signed
+                // Q8 use |w| and move w's sign onto x.
+                let wabs = if Q8 {
+                    wq.map(|v| _mm256_sign_epi8(v, v))
+                } else {
+                    wq
+                };
+                for j in 0..A {
+                    let xb = (n0 + j) * nb + b;
+                    // SAFETY: `Kernel::tile` checked `(n0 + A) * nb <= blocks`.
+                    let (xq, dx) = unsafe {
+                        (
+                            _mm256_loadu_si256(acts.qs.as_ptr().add(xb * QK).cast()),
+                            _mm256_set1_ps(*acts.d.get_unchecked(xb)),
+                        )
+                    };
+                    for i in 0..R {
+                        let x = if Q8 { _mm256_sign_epi8(xq, wq[i]) } else { xq };
+                        let p = _mm256_cvtepi32_ps($dot(wabs[i], x));
+                        acc[i][j] = _mm256_fmadd_ps(p, _mm256_mul_ps(dw[i], dx), acc[i][j]);
+                    }
+                }
+            }
+            let mut res = [[0f32; 4]; 2];
+            for i in 0..R {
+                for j in 0..A {
+                    res[i][j] = hsum(acc[i][j]);
+                }
+            }
+            res
+        }
+    };
+}
+
+tile_kernel!(tile_avx2, "avx2,fma", dot_avx2);
+tile_kernel!(tile_vnni, "avx2,fma,avxvnni", dot_vnni);

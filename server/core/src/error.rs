@@ -16,4 +16,27 @@ pub enum Error {
     /// A model forward pass failed.
     #[error("forward pass failed: {0}")]
     Forward(String),
+    /// The tokenizers library failed (load, build, encode or decode).
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// A GGUF vocabulary names a pre-tokenizer this crate does not know.
+    #[error("unknown GGUF pre-tokenizer {0:?}")]
+    UnknownPreTokenizer(String),
+    /// A GGUF vocabulary is of a model type this crate does not know.
+    #[error("unsupported GGUF tokenizer model {0:?}")]
+    UnsupportedVocab(String),
+    /// A GGUF vocabulary is inconsistent (lengths, ids, merges).
+    #[error("invalid GGUF vocabulary: {0}")]
+    InvalidVocab(String),
+    /// A file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A chat template failed to compile or render, or a config lacks one.
+    #[error("chat template: {0}")]
+    ChatTemplate(String),
 }

@@ -3,11 +3,24 @@
 //! - [`block_pool`]: the KV block pool and the per-sequence lease that returns
 //!   its blocks on drop.
 //! - [`batch_model`]: the interface the batching worker drives a model through.
+//! - [`tokenizer`], [`gguf_vocab`]: text to ids and back, from `tokenizer.json`
+//!   or GGUF metadata; [`detokenizer`]: streaming text; [`chat_template`]: the
+//!   model's Jinja template; [`end_of_generation`]: the model's end set.
 
 pub mod batch_model;
 pub mod block_pool;
+pub mod chat_template;
+pub mod detokenizer;
+pub mod end_of_generation;
 pub mod error;
+pub mod gguf_vocab;
+pub mod tokenizer;
 
 pub use batch_model::{BatchModel, DecodeRow};
 pub use block_pool::{BlockLease, BlockPool};
+pub use chat_template::{ChatMessage, ChatTemplate};
+pub use detokenizer::Detokenizer;
+pub use end_of_generation::EndOfGeneration;
 pub use error::Error;
+pub use gguf_vocab::GgufVocab;
+pub use tokenizer::Tokenizer;

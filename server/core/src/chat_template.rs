@@ -1,0 +1,209 @@
+//! The model's own Jinja chat template, rendered with minijinja.
+
+use std::path::Path;
+
+use minijinja::{Environment, ErrorKind, context};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::Error;
+
+const TEMPLATE_NAME: &str = "chat";
+
+/// One chat message as templates see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChatMessage {
+    /// `system`, `user`, `assistant`, ...
+    pub role: String,
+    /// The message text.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// A message with `role` and `content`.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// A compiled chat template plus the special token strings it may use.
+#[derive(Debug)]
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: Option<String>,
+    eos_token: Option<String>,
+}
+
+fn template_err(e: minijinja::Error) -> Error {
+    // `{:#}` adds the template line and the cause chain.
+    Error::ChatTemplate(format!("{e:#}"))
+}
+
+fn raise_exception(message: String) -> Result<String, minijinja::Error> {
+    Err(minijinja::Error::new(ErrorKind::InvalidOperation, message))
+}
+
+impl ChatTemplate {
+    /// Compiles `source`; `bos_token`/`eos_token` are passed to every render.
+    pub fn new(
+        source: impl Into<String>,
+        bos_token: Option<String>,
+        eos_token: Option<String>,
+    ) -> Result<Self, Error> {
+        let mut env = Environment::new();
+        // Hugging Face renders with trim_blocks and lstrip_blocks on.
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", raise_exception);
+        env.add_template_owned(TEMPLATE_NAME, source.into())
+            .map_err(template_err)?;
+        Ok(Self {
+            env,
+            bos_token,
+            eos_token,
+        })
+    }
+
+    /// Reads `chat_template` (a string, or a list of `{name, template}`) and the
+    /// BOS/EOS strings from a `tokenizer_config.json`.
+    pub fn from_tokenizer_config(path: impl AsRef<Path>) -> Result<Self, Error> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let config: Value = serde_json::from_str(&text)
+            .map_err(|e| Error::ChatTemplate(format!("{}: {e}", path.display())))?;
+        let source = template_source(&config).ok_or_else(|| {
+            Error::ChatTemplate(format!("{} has no chat_template", path.display()))
+        })?;
+        Self::new(
+            source,
+            token_string(&config, "bos_token"),
+            token_string(&config, "eos_token"),
+        )
+    }
+
+    /// Renders `messages`; `add_generation_prompt` opens the assistant's turn.
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, Error> {
+        let template = self.env.get_template(TEMPLATE_NAME).map_err(template_err)?;
+        template
+            .render(context! {
+                messages => messages,
+                add_generation_prompt => add_generation_prompt,
+                bos_token => self.bos_token.as_deref().unwrap_or(""),
+                eos_token => self.eos_token.as_deref().unwrap_or(""),
+            })
+            .map_err(template_err)
+    }
+}
+
+/// The default template of a config: the string, or the list entry named
+/// `default` (else the first).
+fn template_source(config: &Value) -> Option<String> {
+    match config.get("chat_template")? {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(list) => {
+            let named = |n: &Value| n.get("name").and_then(Value::as_str) == Some("default");
+            let entry = list.iter().find(|e| named(e)).or_else(|| list.first())?;
+            entry.get("template")?.as_str().map(str::to_string)
+        }
+        _ => None,
+    }
+}
+
+/// A special token as `tokenizer_config.json` writes it: a string or `{content}`.
+fn token_string(config: &Value, key: &str) -> Option<String> {
+    match config.get(key)? {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(o) => o.get("content")?.as_str().map(str::to_string),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+    #[test]
+    fn renders_chatml_with_and_without_generation_prompt() {
+        let t = ChatTemplate::new(CHATML, None, None).unwrap();
+        let msgs = [ChatMessage::new("user", "Hi")];
+        let cases = [
+            (
+                true,
+                "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+            ),
+            (false, "<|im_start|>user\nHi<|im_end|>\n"),
+        ];
+        for (gen_prompt, want) in cases {
+            assert_eq!(t.render(&msgs, gen_prompt).unwrap(), want);
+        }
+    }
+
+    #[test]
+    fn bos_eos_pycompat_and_trim_blocks() {
+        let src = "{{ bos_token }}\n{% for m in messages %}\n  {{ m.content.strip().upper() }}{{ eos_token }}\n{% endfor %}";
+        let t = ChatTemplate::new(src, Some("<s>".into()), Some("</s>".into())).unwrap();
+        let out = t
+            .render(&[ChatMessage::new("user", "  hi ")], false)
+            .unwrap();
+        assert_eq!(out, "<s>\n  HI</s>\n");
+    }
+
+    #[test]
+    fn errors_are_clear() {
+        let raising = "{% if messages[0].role != 'user' %}{{ raise_exception('first must be user') }}{% endif %}ok";
+        let t = ChatTemplate::new(raising, None, None).unwrap();
+        let err = t
+            .render(&[ChatMessage::new("system", "x")], false)
+            .unwrap_err();
+        assert!(err.to_string().contains("first must be user"), "{err}");
+        assert_eq!(
+            t.render(&[ChatMessage::new("user", "x")], false).unwrap(),
+            "ok"
+        );
+        let err = ChatTemplate::new("{% for %}", None, None).unwrap_err();
+        assert!(matches!(err, Error::ChatTemplate(_)), "{err}");
+    }
+
+    #[test]
+    fn tokenizer_config_forms() {
+        let dir = std::env::temp_dir().join(format!("ferrox-chat-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cases = [
+            (
+                r#"{"chat_template": "{{ bos_token }}A{{ eos_token }}", "bos_token": "<s>", "eos_token": {"content": "</s>"}}"#,
+                Some("<s>A</s>"),
+            ),
+            (
+                r#"{"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]}"#,
+                Some("D"),
+            ),
+            (r#"{"bos_token": "<s>"}"#, None),
+            ("not json", None),
+        ];
+        for (i, (json, want)) in cases.into_iter().enumerate() {
+            let path = dir.join(format!("c{i}.json"));
+            std::fs::write(&path, json).unwrap();
+            let got = ChatTemplate::from_tokenizer_config(&path).and_then(|t| t.render(&[], false));
+            match want {
+                Some(w) => assert_eq!(got.unwrap(), w),
+                None => assert!(matches!(got, Err(Error::ChatTemplate(_))), "{got:?}"),
+            }
+        }
+        let missing = ChatTemplate::from_tokenizer_config(dir.join("none.json"));
+        assert!(matches!(missing, Err(Error::Io { .. })));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

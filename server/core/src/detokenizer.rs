@@ -33,8 +33,17 @@ impl Detokenizer {
     pub fn push(&mut self, tokenizer: &Tokenizer, id: u32) -> Result<String, Error> {
         self.ids.push(id);
         let skip = self.skip_special_tokens;
-        let before = tokenizer.decode(&self.ids[self.prefix..self.read], skip)?;
-        let after = tokenizer.decode(&self.ids[self.prefix..], skip)?;
+        let decoded = tokenizer
+            .decode(&self.ids[self.prefix..self.read], skip)
+            .and_then(|before| Ok((before, tokenizer.decode(&self.ids[self.prefix..], skip)?)));
+        let (before, after) = match decoded {
+            Ok(texts) => texts,
+            Err(e) => {
+                // A bad id must not poison the stream for the ids after it.
+                self.ids.pop();
+                return Err(e);
+            }
+        };
         if after.len() <= before.len() || after.ends_with('\u{FFFD}') {
             return Ok(String::new());
         }
@@ -53,7 +62,7 @@ impl Detokenizer {
         let skip = self.skip_special_tokens;
         let before = tokenizer.decode(&self.ids[self.prefix..self.read], skip)?;
         let after = tokenizer.decode(&self.ids[self.prefix..], skip)?;
-        self.prefix = self.ids.len();
+        // Keep the window's start so that later pushes still have context.
         self.read = self.ids.len();
         Ok(after
             .strip_prefix(before.as_str())
@@ -125,7 +134,9 @@ mod tests {
         let mut d = Detokenizer::new(false);
         assert_eq!(d.push(&tok, id("▁hi")).unwrap(), "hi");
         assert_eq!(d.push(&tok, id("<0xF0>")).unwrap(), "");
-        assert_eq!(d.finish(&tok).unwrap(), "\u{FFFD}");
         assert!(d.push(&tok, 9999).is_err());
+        assert_eq!(d.ids().len(), 2);
+        assert_eq!(d.finish(&tok).unwrap(), "\u{FFFD}");
+        assert_eq!(d.push(&tok, id("▁hi")).unwrap(), " hi");
     }
 }

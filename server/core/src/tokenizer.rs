@@ -259,21 +259,31 @@ pub(crate) mod tests {
     #[test]
     fn tiny_llama_encodes_like_sentencepiece() {
         let tok = Tokenizer::from_gguf(&tiny_llama()).unwrap();
-        let id = |t: &str| tok.token_to_id(t).unwrap();
-        // BOS is added by default for llama vocabularies; "ü" is not in the
-        // vocabulary and falls back to its two UTF-8 bytes.
-        let ids = tok.encode("hi the ü", true).unwrap();
-        let want = vec![
-            1,
-            id("▁hi"),
-            id("▁the"),
-            id("▁"),
-            id("<0xC3>"),
-            id("<0xBC>"),
+        // Reference ids from transformers 5.24's GGUF llama conversion
+        // (`convert_gguf_tokenizer("llama", ...)`) of this same vocabulary.
+        // "ü" is not in the vocabulary and falls back to its UTF-8 bytes.
+        let cases: &[(&str, &[u32])] = &[
+            ("hi the ü", &[266, 270, 259, 198, 191]),
+            ("hi 🚀 the", &[266, 259, 243, 162, 157, 131, 270]),
+            ("the hi  é", &[270, 266, 259, 259, 272]),
+            ("there", &[269, 267, 263]),
+            // Where transformers' Metaspace(prepend_scheme=first) differs we
+            // follow llama.cpp: a space is prefixed to every text fragment,
+            // even after a special token or before an existing space.
+            ("<s>hi", &[1, 266]),
+            (" hi", &[259, 266]),
         ];
-        assert_eq!(ids, want);
-        assert_eq!(tok.decode(&ids, true).unwrap(), "hi the ü");
-        assert_eq!(tok.encode("<s>hi", false).unwrap(), vec![1, id("▁hi")]);
+        for (text, want) in cases {
+            assert_eq!(&tok.encode(text, false).unwrap(), want, "{text:?}");
+        }
+        for text in ["hi the ü", "hi 🚀 the", "the hi  é", "there"] {
+            let ids = tok.encode(text, false).unwrap();
+            assert_eq!(tok.decode(&ids, false).unwrap(), text);
+        }
+        // BOS is added by default for llama vocabularies, and skipped on decode.
+        let ids = tok.encode("hi", true).unwrap();
+        assert_eq!(ids, vec![1, 266]);
+        assert_eq!(tok.decode(&ids, true).unwrap(), "hi");
         assert_eq!(tok.eos_token(), Some("</s>"));
     }
 

@@ -4,7 +4,7 @@
 use crate::qact::QActs;
 use crate::qmatrix::{QK, QMatrix, QuantType};
 
-/// Results of one tile: `[weight row][activation row]`, without the Q4 offset term.
+/// Results of one tile: `[weight row][activation row]`.
 pub(crate) type Tile = [[f32; 4]; 2];
 
 /// Which implementation computes the tiles.
@@ -48,7 +48,8 @@ impl Kernel {
         let nb = w.blocks_per_row();
         // The SIMD path reads through raw pointers: these bounds make it sound.
         assert!(rr <= 2 && aa <= 4 && (row + rr) * nb <= w.d.len());
-        assert!((n0 + aa) * nb <= acts.d.len());
+        assert!((n0 + aa) * nb <= acts.d.len() && acts.dt.len() == acts.d.len() + 4);
+        assert!(acts.st.len() == acts.dt.len() && (w.m.is_empty() || w.m.len() == w.d.len()));
         match self {
             Self::Scalar => tile_scalar(w, row, rr, acts, n0, aa),
             #[cfg(target_arch = "x86_64")]
@@ -86,6 +87,10 @@ fn tile_scalar(w: &QMatrix, row: usize, rr: usize, acts: &QActs, n0: usize, aa: 
                         .sum::<i32>()
                 };
                 acc += w.d[wb] * acts.d[xb] * idot as f32;
+                // Q4 offsets: m * sum(x) = m * d_x * sum(q_x).
+                if let Some(m) = w.m.get(wb) {
+                    acc += m * acts.s[xb];
+                }
             }
             *r = acc;
         }

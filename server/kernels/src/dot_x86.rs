@@ -98,16 +98,41 @@ macro_rules! tile_kernel {
         ) -> Tile {
             let nb = w.blocks_per_row();
             let mut acc = [[_mm256_setzero_ps(); A]; R];
+            let batch = acts.d.len() / nb;
+            // Q4 offset terms m_i * s_j, all pairs in one vector (lane 4i + j).
+            let mut off = _mm256_setzero_ps();
             for b in 0..nb {
                 let mut wq = [_mm256_setzero_si256(); R];
-                let mut dw = [_mm256_setzero_ps(); R];
+                let mut dw = [0f32; 2];
+                let mut mw = [0f32; 2];
                 for i in 0..R {
                     let wb = (row + i) * nb + b;
-                    // SAFETY: `Kernel::tile` checked `(row + R) * nb <= blocks`.
+                    // SAFETY: `Kernel::tile` checked `(row + R) * nb <= blocks`,
+                    // and that Q4 matrices have one `m` per block.
                     unsafe {
                         wq[i] = load_weights::<Q8>(w, wb);
-                        dw[i] = _mm256_set1_ps(*w.d.get_unchecked(wb));
+                        dw[i] = *w.d.get_unchecked(wb);
+                        if !Q8 {
+                            mw[i] = *w.m.get_unchecked(wb);
+                        }
                     }
+                }
+                if !Q8 {
+                    // SAFETY: `st` has 4 padding lanes past the last block's rows.
+                    let s = unsafe { _mm_loadu_ps(acts.st.as_ptr().add(b * batch + n0)) };
+                    let mv = _mm256_set_m128(_mm_set1_ps(mw[R - 1]), _mm_set1_ps(mw[0]));
+                    off = _mm256_fmadd_ps(mv, _mm256_set_m128(s, s), off);
+                }
+                // All R x A scale products with one multiply: lane 4i + j is
+                // dw_i * dx_j. Broadcasting lanes from memory uses load ports,
+                // keeping the two vector ALU ports for the dot products.
+                // SAFETY: `dt` has 4 padding lanes past the last block's rows.
+                let dx = unsafe { _mm_loadu_ps(acts.dt.as_ptr().add(b * batch + n0)) };
+                let dwv = _mm256_set_m128(_mm_set1_ps(dw[R - 1]), _mm_set1_ps(dw[0]));
+                let mut sc = [0f32; 8];
+                // SAFETY: `sc` holds 8 f32.
+                unsafe {
+                    _mm256_storeu_ps(sc.as_mut_ptr(), _mm256_mul_ps(dwv, _mm256_set_m128(dx, dx)));
                 }
                 // The u8 x i8 dot needs an unsigned left operand: for signed
                 // Q8 use |w| and move w's sign onto x.
@@ -119,23 +144,22 @@ macro_rules! tile_kernel {
                 for j in 0..A {
                     let xb = (n0 + j) * nb + b;
                     // SAFETY: `Kernel::tile` checked `(n0 + A) * nb <= blocks`.
-                    let (xq, dx) = unsafe {
-                        (
-                            _mm256_loadu_si256(acts.qs.as_ptr().add(xb * QK).cast()),
-                            _mm256_set1_ps(*acts.d.get_unchecked(xb)),
-                        )
-                    };
+                    let xq = unsafe { _mm256_loadu_si256(acts.qs.as_ptr().add(xb * QK).cast()) };
                     for i in 0..R {
                         let x = if Q8 { _mm256_sign_epi8(xq, wq[i]) } else { xq };
                         let p = _mm256_cvtepi32_ps($dot(wabs[i], x));
-                        acc[i][j] = _mm256_fmadd_ps(p, _mm256_mul_ps(dw[i], dx), acc[i][j]);
+                        let scale = _mm256_broadcast_ss(&sc[4 * i + j]);
+                        acc[i][j] = _mm256_fmadd_ps(p, scale, acc[i][j]);
                     }
                 }
             }
+            let mut offs = [0f32; 8];
+            // SAFETY: `offs` holds 8 f32.
+            unsafe { _mm256_storeu_ps(offs.as_mut_ptr(), off) };
             let mut res = [[0f32; 4]; 2];
             for i in 0..R {
                 for j in 0..A {
-                    res[i][j] = hsum(acc[i][j]);
+                    res[i][j] = hsum(acc[i][j]) + offs[4 * i + j];
                 }
             }
             res

@@ -10,11 +10,16 @@ pub(crate) struct QActs {
     pub(crate) d: Vec<f32>,
     /// Per-block `d * sum(q)`, the factor the weights' offset term multiplies.
     pub(crate) s: Vec<f32>,
+    /// `d` block-major (`[block][row]`) plus 4 zeros of padding, so SIMD tiles
+    /// load the scales of 4 consecutive rows with one load.
+    pub(crate) dt: Vec<f32>,
+    /// `s` in the same block-major padded layout.
+    pub(crate) st: Vec<f32>,
 }
 
 impl QActs {
-    /// Quantises `x` (length a multiple of 32) block by block.
-    pub(crate) fn quantize(x: &[f32]) -> Self {
+    /// Quantises `batch` rows `x` (row length a multiple of 32) block by block.
+    pub(crate) fn quantize(x: &[f32], batch: usize) -> Self {
         let nb = x.len() / QK;
         let mut qs = vec![0i8; x.len()];
         let mut d = Vec::with_capacity(nb);
@@ -32,8 +37,19 @@ impl QActs {
             d.push(scale);
             s.push(scale * sum as f32);
         }
-        Self { qs, d, s }
+        let (dt, st) = (block_major(&d, batch), block_major(&s, batch));
+        Self { qs, d, s, dt, st }
     }
+}
+
+/// `[row][block]` to `[block][row]`, plus 4 zeros of padding.
+fn block_major(v: &[f32], batch: usize) -> Vec<f32> {
+    let mut t = vec![0f32; v.len() + 4];
+    let per_row = v.len() / batch.max(1);
+    for (i, &x) in v.iter().enumerate() {
+        t[(i % per_row) * batch + i / per_row] = x;
+    }
+    t
 }
 
 #[cfg(test)]
@@ -46,7 +62,7 @@ mod tests {
         x[0] = 2.54;
         x[1] = -1.3;
         x[2] = 0.009;
-        let a = QActs::quantize(&x);
+        let a = QActs::quantize(&x, 1);
         assert_eq!(a.qs[0], 127);
         assert_eq!(a.qs[1], -65);
         assert_eq!(a.qs[2], 0);
@@ -55,8 +71,20 @@ mod tests {
     }
 
     #[test]
+    fn transposed_scales_are_block_major() {
+        // Two rows of two blocks, block maxima 1, 2 (row 0) and 3, 4 (row 1).
+        let x: Vec<f32> = [1.0f32, 2.0, 3.0, 4.0]
+            .iter()
+            .flat_map(|&m| [m; 32])
+            .collect();
+        let a = QActs::quantize(&x, 2);
+        let want = [1.0f32, 3.0, 2.0, 4.0, 0.0, 0.0, 0.0, 0.0].map(|m| m / 127.0);
+        assert_eq!(a.dt, want);
+    }
+
+    #[test]
     fn zero_block_has_zero_scale() {
-        let a = QActs::quantize(&[0f32; 64]);
+        let a = QActs::quantize(&[0f32; 64], 2);
         assert_eq!(a.d, vec![0.0, 0.0]);
         assert!(a.qs.iter().all(|&q| q == 0));
     }

@@ -215,7 +215,7 @@ impl QMatrix {
         if out_len == 0 {
             return Ok(());
         }
-        let acts = QActs::quantize(x);
+        let acts = QActs::quantize(x, batch);
         let chunk = chunk_rows(self.rows, batch);
         if batch == 1 {
             out.par_chunks_mut(chunk)
@@ -242,7 +242,6 @@ impl QMatrix {
     /// Computes rows `m0..m0+len` for every batch row into `o`, laid out `[batch][len]`.
     fn row_chunk(&self, kernel: Kernel, acts: &QActs, batch: usize, m0: usize, o: &mut [f32]) {
         let len = o.len() / batch;
-        let nb = self.blocks_per_row();
         let mut r = 0;
         while r < len {
             let rr = (len - r).min(2);
@@ -252,24 +251,13 @@ impl QMatrix {
                 let res = kernel.tile(self, m0 + r, rr, acts, n, aa);
                 for (i, res_row) in res.iter().enumerate().take(rr) {
                     for (j, &v) in res_row.iter().enumerate().take(aa) {
-                        o[(n + j) * len + r + i] =
-                            v + self.offset_term(m0 + r + i, acts, n + j, nb);
+                        o[(n + j) * len + r + i] = v;
                     }
                 }
                 n += aa;
             }
             r += rr;
         }
-    }
-
-    /// `sum_b m[row][b] * d_x[b] * sum(q_x[b])`: the Q4 offset's contribution.
-    fn offset_term(&self, row: usize, acts: &QActs, n: usize, nb: usize) -> f32 {
-        if self.m.is_empty() {
-            return 0.0;
-        }
-        let m = &self.m[row * nb..(row + 1) * nb];
-        let s = &acts.s[n * nb..(n + 1) * nb];
-        m.iter().zip(s).map(|(a, b)| a * b).sum()
     }
 }
 

@@ -148,6 +148,7 @@ impl Tokenizer {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::gguf_vocab::TOKEN_TYPE_USER_DEFINED;
 
     /// A tiny byte-level vocabulary: "hello world" and a ChatML marker.
     pub(crate) fn tiny_gpt2() -> GgufVocab {
@@ -285,6 +286,21 @@ pub(crate) mod tests {
         assert_eq!(ids, vec![1, 266]);
         assert_eq!(tok.decode(&ids, true).unwrap(), "hi");
         assert_eq!(tok.eos_token(), Some("</s>"));
+    }
+
+    #[test]
+    fn user_defined_tokens_match_whole_but_are_not_special() {
+        let mut vocab = tiny_gpt2();
+        vocab.tokens.push("<think>".into());
+        vocab
+            .token_types
+            .as_mut()
+            .unwrap()
+            .push(TOKEN_TYPE_USER_DEFINED);
+        let tok = Tokenizer::from_gguf(&vocab).unwrap();
+        assert_eq!(tok.encode("hello<think>", false).unwrap(), vec![11, 21]);
+        // Skipping special tokens drops control tokens only.
+        assert_eq!(tok.decode(&[16, 11, 21], true).unwrap(), "hello<think>");
     }
 
     #[test]

@@ -49,7 +49,7 @@ impl Kernel {
         // The SIMD path reads through raw pointers: these bounds make it sound.
         assert!(rr <= 2 && aa <= 4 && (row + rr) * nb <= w.d.len());
         assert!((n0 + aa) * nb <= acts.d.len() && acts.dt.len() == acts.d.len() + 4);
-        assert!(acts.st.len() == acts.dt.len() && (w.m.is_empty() || w.m.len() == w.d.len()));
+        assert!(acts.st.len() == acts.dt.len() && w.m.len() == w.d.len());
         match self {
             Self::Scalar => tile_scalar(w, row, rr, acts, n0, aa),
             #[cfg(target_arch = "x86_64")]
@@ -74,7 +74,7 @@ fn tile_scalar(w: &QMatrix, row: usize, rr: usize, acts: &QActs, n0: usize, aa: 
                     let q = &w.qs[wb * QK..(wb + 1) * QK];
                     q.iter()
                         .zip(xq)
-                        .map(|(&a, &b)| i32::from(a as i8) * i32::from(b))
+                        .map(|(&a, &b)| i32::from(a) * i32::from(b))
                         .sum()
                 } else {
                     let q = &w.qs[wb * 16..(wb + 1) * 16];
@@ -87,10 +87,8 @@ fn tile_scalar(w: &QMatrix, row: usize, rr: usize, acts: &QActs, n0: usize, aa: 
                         .sum::<i32>()
                 };
                 acc += w.d[wb] * acts.d[xb] * idot as f32;
-                // Q4 offsets: m * sum(x) = m * d_x * sum(q_x).
-                if let Some(m) = w.m.get(wb) {
-                    acc += m * acts.s[xb];
-                }
+                // Offsets: m * sum(x) = m * d_x * sum(q_x).
+                acc += w.m[wb] * acts.s[xb];
             }
             *r = acc;
         }

@@ -42,8 +42,7 @@ pub(super) fn tile<const VNNI: bool>(
     }
 }
 
-/// Loads weight block `wb` as 32 bytes in activation order: unsigned
-/// nibbles for Q4, raw i8 for Q8.
+/// Loads weight block `wb` as 32 unsigned bytes in activation order.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn load_weights<const Q8: bool>(w: &QMatrix, wb: usize) -> __m256i {
@@ -85,8 +84,11 @@ fn hsum(v: __m256) -> f32 {
 
 /// Defines an R weight rows x A activation rows tile kernel for one feature
 /// set; each weight block is loaded once and used against all A rows.
+///
+/// `$signed_q8`: whether Q8 must go back to signed weights, because `maddubs`
+/// saturates i16 on `255 * 127 * 2`; `vpdpbusd` sums in i32 and takes u8 as is.
 macro_rules! tile_kernel {
-    ($name:ident, $features:literal, $dot:ident) => {
+    ($name:ident, $features:literal, $dot:ident, $signed_q8:literal) => {
         // Index loops over the const-size register tiles read clearer than zips.
         #[allow(clippy::needless_range_loop)]
         #[target_feature(enable = $features)]
@@ -99,7 +101,8 @@ macro_rules! tile_kernel {
             let nb = w.blocks_per_row();
             let mut acc = [[_mm256_setzero_ps(); A]; R];
             let batch = acts.d.len() / nb;
-            // Q4 offset terms m_i * s_j, all pairs in one vector (lane 4i + j).
+            let signed = Q8 && $signed_q8;
+            // Offset terms m_i * s_j, all pairs in one vector (lane 4i + j).
             let mut off = _mm256_setzero_ps();
             for b in 0..nb {
                 let mut wq = [_mm256_setzero_si256(); R];
@@ -108,16 +111,17 @@ macro_rules! tile_kernel {
                 for i in 0..R {
                     let wb = (row + i) * nb + b;
                     // SAFETY: `Kernel::tile` checked `(row + R) * nb <= blocks`,
-                    // and that Q4 matrices have one `m` per block.
+                    // and one `m` per block.
                     unsafe {
                         wq[i] = load_weights::<Q8>(w, wb);
                         dw[i] = *w.d.get_unchecked(wb);
-                        if !Q8 {
-                            mw[i] = *w.m.get_unchecked(wb);
-                        }
+                        mw[i] = *w.m.get_unchecked(wb);
+                    }
+                    if signed {
+                        wq[i] = _mm256_xor_si256(wq[i], _mm256_set1_epi8(-128));
                     }
                 }
-                if !Q8 {
+                if !signed {
                     // SAFETY: `st` has 4 padding lanes past the last block's rows.
                     let s = unsafe { _mm_loadu_ps(acts.st.as_ptr().add(b * batch + n0)) };
                     let mv = _mm256_set_m128(_mm_set1_ps(mw[R - 1]), _mm_set1_ps(mw[0]));
@@ -135,8 +139,8 @@ macro_rules! tile_kernel {
                     _mm256_storeu_ps(sc.as_mut_ptr(), _mm256_mul_ps(dwv, _mm256_set_m128(dx, dx)));
                 }
                 // The u8 x i8 dot needs an unsigned left operand: for signed
-                // Q8 use |w| and move w's sign onto x.
-                let wabs = if Q8 {
+                // Q8 (maddubs path) use |w| and move w's sign onto x.
+                let wabs = if signed {
                     wq.map(|v| _mm256_sign_epi8(v, v))
                 } else {
                     wq
@@ -146,7 +150,11 @@ macro_rules! tile_kernel {
                     // SAFETY: `Kernel::tile` checked `(n0 + A) * nb <= blocks`.
                     let xq = unsafe { _mm256_loadu_si256(acts.qs.as_ptr().add(xb * QK).cast()) };
                     for i in 0..R {
-                        let x = if Q8 { _mm256_sign_epi8(xq, wq[i]) } else { xq };
+                        let x = if signed {
+                            _mm256_sign_epi8(xq, wq[i])
+                        } else {
+                            xq
+                        };
                         let p = _mm256_cvtepi32_ps($dot(wabs[i], x));
                         let scale = _mm256_broadcast_ss(&sc[4 * i + j]);
                         acc[i][j] = _mm256_fmadd_ps(p, scale, acc[i][j]);
@@ -167,5 +175,5 @@ macro_rules! tile_kernel {
     };
 }
 
-tile_kernel!(tile_avx2, "avx2,fma", dot_avx2);
-tile_kernel!(tile_vnni, "avx2,fma,avxvnni", dot_vnni);
+tile_kernel!(tile_avx2, "avx2,fma", dot_avx2, true);
+tile_kernel!(tile_vnni, "avx2,fma,avxvnni", dot_vnni, false);

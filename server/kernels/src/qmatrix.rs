@@ -44,8 +44,9 @@ impl QuantType {
 ///
 /// The GGML blocks are repacked on construction into a scale array, an offset
 /// array and a quant array, so the hot loop reads f32 scales and aligned-size
-/// quant runs. Q4_0's `d * (q - 8)` is stored as `d * q + m` with `m = -8 d`,
-/// which lets Q4_0 and Q4_1 share one kernel.
+/// quant runs. Every format is stored as unsigned quants `u` with
+/// `value = d * u + m`: Q4_0 gets `m = -8 d`, and Q8_0's i8 `q` is kept as
+/// `u = q + 128` with `m = -128 d`, so all three share one unsigned-dot kernel.
 #[derive(Debug, Clone)]
 pub struct QMatrix {
     ty: QuantType,
@@ -53,9 +54,9 @@ pub struct QMatrix {
     cols: usize,
     /// Per-block scale.
     pub(crate) d: Vec<f32>,
-    /// Per-block offset (Q4 types only).
+    /// Per-block offset.
     pub(crate) m: Vec<f32>,
-    /// Per-block quants: 16 nibble bytes (Q4) or 32 i8 as u8 (Q8).
+    /// Per-block unsigned quants: 16 nibble bytes (Q4) or 32 bytes `q + 128` (Q8).
     pub(crate) qs: Vec<u8>,
 }
 
@@ -79,7 +80,7 @@ impl QMatrix {
             });
         }
         let mut d = Vec::with_capacity(nblocks);
-        let mut m = Vec::with_capacity(if ty == QuantType::Q8_0 { 0 } else { nblocks });
+        let mut m = Vec::with_capacity(nblocks);
         let mut qs = Vec::with_capacity(nblocks * ty.quant_bytes());
         let half_at = |b: &[u8], i: usize| f16::from_le_bytes([b[i], b[i + 1]]).to_f32();
         for blk in data.chunks_exact(ty.block_bytes()) {
@@ -94,7 +95,11 @@ impl QMatrix {
                     m.push(half_at(blk, 2));
                     qs.extend_from_slice(&blk[4..20]);
                 }
-                QuantType::Q8_0 => qs.extend_from_slice(&blk[2..34]),
+                QuantType::Q8_0 => {
+                    m.push(-128.0 * scale);
+                    // Flipping the sign bit maps i8 q to the u8 q + 128.
+                    qs.extend(blk[2..34].iter().map(|&b| b ^ 0x80));
+                }
             }
         }
         Ok(Self {
@@ -162,8 +167,9 @@ impl QMatrix {
             let d = self.d[blk];
             if self.ty == QuantType::Q8_0 {
                 let q = &self.qs[blk * QK..(blk + 1) * QK];
+                // Back to the signed value, so lookups are exactly GGML's `d * q`.
                 for (v, &q) in o.iter_mut().zip(q) {
-                    *v = d * f32::from(q as i8);
+                    *v = d * f32::from((q ^ 0x80) as i8);
                 }
             } else {
                 let m = self.m[blk];

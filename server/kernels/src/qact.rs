@@ -1,5 +1,7 @@
 //! Activation rows quantised to 8-bit blocks, once per matmul call.
 
+use rayon::prelude::*;
+
 use crate::qmatrix::QK;
 
 /// Activations as blocks of 32 i8 with one f32 scale per block.
@@ -21,25 +23,43 @@ impl QActs {
     /// Quantises `batch` rows `x` (row length a multiple of 32) block by block.
     pub(crate) fn quantize(x: &[f32], batch: usize) -> Self {
         let nb = x.len() / QK;
-        let mut qs = vec![0i8; x.len()];
-        let mut d = Vec::with_capacity(nb);
-        let mut s = Vec::with_capacity(nb);
-        for (blk, q) in x.chunks_exact(QK).zip(qs.chunks_exact_mut(QK)) {
-            let amax = blk.iter().fold(0f32, |a, v| a.max(v.abs()));
-            let scale = amax / 127.0;
-            let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-            let mut sum = 0i32;
-            for (qv, &v) in q.iter_mut().zip(blk) {
-                // `as` saturates and maps NaN to 0, so odd inputs cannot overflow.
-                *qv = (v * inv).round() as i8;
-                sum += i32::from(*qv);
-            }
-            d.push(scale);
-            s.push(scale * sum as f32);
-        }
+        let (mut qs, mut d, mut s) = (vec![0i8; x.len()], vec![0f32; nb], vec![0f32; nb]);
+        // Rows in parallel once there are enough to pay for the hand-off.
+        let rows = if batch >= 8 { batch } else { 1 };
+        let (cols, nbr) = ((x.len() / rows).max(QK), (nb / rows).max(1));
+        x.par_chunks(cols)
+            .zip(qs.par_chunks_mut(cols))
+            .zip(d.par_chunks_mut(nbr).zip(s.par_chunks_mut(nbr)))
+            .for_each(|((x, q), (d, s))| {
+                let blocks = x.chunks_exact(QK).zip(q.chunks_exact_mut(QK));
+                for ((x, q), (d, s)) in blocks.zip(d.iter_mut().zip(s.iter_mut())) {
+                    (*d, *s) = quantize_block(x, q);
+                }
+            });
         let (dt, st) = (block_major(&d, batch), block_major(&s, batch));
         Self { qs, d, s, dt, st }
     }
+}
+
+/// One block: returns `(d, d * sum(q))`. Written as lane-wise loops so the
+/// compiler vectorises it.
+fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, f32) {
+    let mut lanes = [0f32; 8];
+    for c in x.chunks_exact(8) {
+        for (m, v) in lanes.iter_mut().zip(c) {
+            *m = m.max(v.abs());
+        }
+    }
+    let amax = lanes.iter().fold(0f32, |a, &b| a.max(b));
+    let d = amax / 127.0;
+    let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+    let mut sum = 0i32;
+    for (qv, &v) in q.iter_mut().zip(x) {
+        // The clamp guards rounding at the edge; NaN casts to 0.
+        *qv = (v * inv).round_ties_even().clamp(-127.0, 127.0) as i8;
+        sum += i32::from(*qv);
+    }
+    (d, d * sum as f32)
 }
 
 /// `[row][block]` to `[block][row]`, plus 4 zeros of padding.

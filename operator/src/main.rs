@@ -1,1 +1,176 @@
-fn main() {}
+//! The ferrox-operator binary: `run`, `crdgen` and `render`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use ferrox_operator::desired::DesiredConfig;
+use ferrox_operator::lease::LeaderElection;
+use ferrox_operator::metrics::Metrics;
+use ferrox_operator::reconcile::Context;
+use ferrox_operator::{autoscaler, crd, reconcile, render, server};
+
+#[derive(Parser)]
+#[command(
+    name = "ferrox-operator",
+    version,
+    about = "Kubernetes operator for ModelDeployments"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the controller and the built-in autoscaler.
+    Run(RunArgs),
+    /// Print the ModelDeployment CRD as YAML.
+    Crdgen,
+    /// Print the plan and the objects a ModelDeployment would get, as YAML.
+    Render(RenderArgs),
+}
+
+#[derive(Args)]
+struct Shared {
+    /// ferrox-server image used when a spec names none.
+    #[arg(
+        long,
+        env = "FERROX_SERVER_IMAGE",
+        default_value = "ferrox-server:0.1.0"
+    )]
+    default_image: String,
+    /// Prometheus address for KEDA triggers.
+    #[arg(
+        long,
+        env = "FERROX_PROMETHEUS_ADDRESS",
+        default_value = "http://prometheus.monitoring.svc:9090"
+    )]
+    prometheus_address: String,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    #[command(flatten)]
+    shared: Shared,
+    /// Address of `/metrics` and `/healthz`.
+    #[arg(long, env = "FERROX_OPERATOR_LISTEN", default_value = "0.0.0.0:8080")]
+    listen: SocketAddr,
+    /// Seconds between autoscaler scrapes.
+    #[arg(long, env = "FERROX_SCRAPE_INTERVAL", default_value_t = 15)]
+    scrape_interval: u64,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "ferrox-system")]
+    lease_namespace: String,
+    /// Name of the Lease.
+    #[arg(long, env = "FERROX_LEASE_NAME", default_value = "ferrox-operator")]
+    lease_name: String,
+    /// This replica's identity.
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Skip leader election (a single replica, or a test).
+    #[arg(long, env = "FERROX_NO_LEADER_ELECTION")]
+    no_leader_election: bool,
+}
+
+#[derive(Args)]
+struct RenderArgs {
+    #[command(flatten)]
+    shared: Shared,
+    /// The ModelDeployment manifest.
+    #[arg(short = 'f', long)]
+    file: PathBuf,
+    /// `ferrox-server inspect --json` output to plan with.
+    #[arg(long)]
+    geometry_from: Option<PathBuf>,
+}
+
+impl Shared {
+    fn config(&self) -> DesiredConfig {
+        DesiredConfig {
+            default_image: self.default_image.clone(),
+            prometheus_address: self.prometheus_address.clone(),
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Crdgen => print!("{}", crd::crd_yaml()),
+        Command::Render(args) => render_cmd(&args)?,
+        Command::Run(args) => run(args).await?,
+    }
+    Ok(())
+}
+
+fn render_cmd(args: &RenderArgs) -> anyhow::Result<()> {
+    let manifest = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("reading {}", args.file.display()))?;
+    let geometry = args
+        .geometry_from
+        .as_ref()
+        .map(|p| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())))
+        .transpose()?;
+    let md = render::read_manifest(&manifest)?;
+    let rendered = render::render(&md, geometry.as_deref(), &args.shared.config())?;
+    print!("{}", render::to_yaml(&md, &rendered)?);
+    Ok(())
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let client = kube::Client::try_default()
+        .await
+        .context("kubernetes client")?;
+    let metrics = Arc::new(Metrics::default());
+    let http = tokio::spawn(server::serve(args.listen, metrics.clone()));
+    let identity = args
+        .identity
+        .clone()
+        .unwrap_or_else(|| format!("ferrox-operator-{}", std::process::id()));
+    let election = LeaderElection::new(
+        client.clone(),
+        &args.lease_namespace,
+        &args.lease_name,
+        &identity,
+        15,
+    );
+    if !args.no_leader_election {
+        tracing::info!(%identity, "waiting for the lease");
+        election.acquire().await;
+    }
+    metrics.set_leader(true);
+    tracing::info!(%identity, "leading");
+    let ctx = Arc::new(Context::new(
+        client,
+        args.shared.config(),
+        metrics.clone(),
+        Some(identity),
+    ));
+    let scaler = tokio::spawn(autoscaler::run(
+        ctx.clone(),
+        Duration::from_secs(args.scrape_interval.max(1)),
+    ));
+    let lost = async {
+        if args.no_leader_election {
+            std::future::pending::<()>().await;
+        }
+        election.hold().await;
+    };
+    tokio::select! {
+        () = reconcile::run(ctx) => tracing::info!("controller stopped"),
+        () = lost => anyhow::bail!("lost the lease; exiting so that a new leader acts alone"),
+        r = http => r?.context("metrics server")?,
+    }
+    scaler.abort();
+    Ok(())
+}

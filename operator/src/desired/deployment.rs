@@ -1,0 +1,423 @@
+//! The ferrox-server Deployment.
+
+use std::collections::BTreeMap;
+
+use ferrox_plan::Plan;
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
+};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction,
+    PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+use kube::api::ObjectMeta;
+
+use super::{DesiredConfig, MODEL_CACHE_DIR, SERVER_PORT, child_meta, selector_labels};
+use crate::Error;
+use crate::crd::ModelDeployment;
+use crate::source::{ModelSource, PVC_MOUNT};
+
+/// Seconds of grace beyond the drain timeout before the kubelet kills the pod.
+const GRACE_MARGIN_SECONDS: i64 = 15;
+/// UID/GID the server runs as (no root in the image is needed).
+const RUN_AS: i64 = 65532;
+/// Label the NVIDIA GPU feature discovery sets with the product name.
+pub const GPU_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
+
+/// The Deployment running ferrox-server for `md` under `plan`.
+pub fn deployment(
+    md: &ModelDeployment,
+    plan: &Plan,
+    config: &DesiredConfig,
+) -> Result<Deployment, Error> {
+    let source = ModelSource::parse(&md.spec.model.source)?;
+    Ok(Deployment {
+        metadata: child_meta(md, md.name_any())?,
+        spec: Some(DeploymentSpec {
+            // From spec.replicas, which only the scale subresource's writers change.
+            replicas: Some(md.spec.replicas),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(md)),
+                ..Default::default()
+            },
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_surge: Some(IntOrString::Int(1)),
+                    max_unavailable: Some(IntOrString::Int(0)),
+                }),
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(selector_labels(md)),
+                    annotations: Some(scrape_annotations()),
+                    ..Default::default()
+                }),
+                spec: Some(pod_spec(md, plan, config, &source)),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    })
+}
+
+fn scrape_annotations() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("prometheus.io/scrape".into(), "true".into()),
+        ("prometheus.io/port".into(), SERVER_PORT.to_string()),
+        ("prometheus.io/path".into(), "/metrics".into()),
+    ])
+}
+
+fn pod_spec(
+    md: &ModelDeployment,
+    plan: &Plan,
+    config: &DesiredConfig,
+    source: &ModelSource,
+) -> PodSpec {
+    let spec = &md.spec;
+    PodSpec {
+        containers: vec![server_container(md, plan, config, source)],
+        volumes: Some(volumes(source)),
+        security_context: Some(pod_security_context()),
+        termination_grace_period_seconds: Some(
+            spec.engine.drain_timeout_seconds + GRACE_MARGIN_SECONDS,
+        ),
+        node_selector: node_selector(md),
+        tolerations: spec.tolerations.clone(),
+        affinity: spec.affinity.clone(),
+        image_pull_secrets: spec.image_pull_secrets.clone(),
+        service_account_name: spec.service_account_name.clone(),
+        automount_service_account_token: Some(false),
+        ..Default::default()
+    }
+}
+
+fn server_container(
+    md: &ModelDeployment,
+    plan: &Plan,
+    config: &DesiredConfig,
+    source: &ModelSource,
+) -> Container {
+    let spec = &md.spec;
+    Container {
+        name: "server".into(),
+        image: Some(image(md, config)),
+        image_pull_policy: Some("IfNotPresent".into()),
+        args: Some(server_args(md, plan, source)),
+        env: spec.env.clone(),
+        ports: Some(vec![ContainerPort {
+            name: Some("http".into()),
+            container_port: SERVER_PORT,
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]),
+        resources: Some(resources(md)),
+        volume_mounts: Some(volume_mounts(source)),
+        liveness_probe: Some(http_probe("/health", 10, 3)),
+        readiness_probe: Some(http_probe("/ready", 5, 3)),
+        // Model download and load can take long; liveness waits for this.
+        startup_probe: Some(http_probe("/health", 10, 180)),
+        security_context: Some(container_security_context()),
+        ..Default::default()
+    }
+}
+
+/// The ferrox-server image for `md`.
+pub fn image(md: &ModelDeployment, config: &DesiredConfig) -> String {
+    md.spec
+        .image
+        .clone()
+        .unwrap_or_else(|| config.default_image.clone())
+}
+
+/// `ferrox-server serve` arguments carrying the plan.
+pub fn server_args(md: &ModelDeployment, plan: &Plan, source: &ModelSource) -> Vec<String> {
+    let spec = &md.spec;
+    let mut args: Vec<String> = vec![
+        "serve".into(),
+        "--model".into(),
+        source.server_arg(&spec.model.source),
+        "--host".into(),
+        "0.0.0.0".into(),
+        "--port".into(),
+        SERVER_PORT.to_string(),
+        "--served-model-name".into(),
+        spec.model.served_name.clone(),
+        "--kv-blocks".into(),
+        plan.kv_blocks.to_string(),
+        "--block-size".into(),
+        plan.block_size.to_string(),
+        "--max-seqs".into(),
+        plan.max_seqs.to_string(),
+        "--max-model-len".into(),
+        plan.max_model_len.to_string(),
+        "--drain-timeout".into(),
+        spec.engine.drain_timeout_seconds.to_string(),
+    ];
+    let optional = [
+        ("--prefill-chunk", spec.engine.prefill_chunk),
+        ("--max-queue", spec.engine.max_queue),
+    ];
+    for (flag, value) in optional {
+        if let Some(v) = value {
+            args.extend([flag.to_string(), v.to_string()]);
+        }
+    }
+    if source.downloads() {
+        args.extend(["--model-cache".to_string(), MODEL_CACHE_DIR.to_string()]);
+    }
+    args.extend(spec.engine.extra_args.iter().cloned());
+    args
+}
+
+fn resources(md: &ModelDeployment) -> ResourceRequirements {
+    let mut resources = md.spec.resources.clone().unwrap_or_default();
+    if let Some(acc) = &md.spec.accelerator {
+        let count = Quantity(acc.count.to_string());
+        // Extended resources must have requests equal to limits.
+        for map in [&mut resources.limits, &mut resources.requests] {
+            map.get_or_insert_with(BTreeMap::new)
+                .insert(acc.resource_name.clone(), count.clone());
+        }
+    }
+    resources
+}
+
+fn node_selector(md: &ModelDeployment) -> Option<BTreeMap<String, String>> {
+    let mut selector = md.spec.node_selector.clone().unwrap_or_default();
+    if let Some(product) = md.spec.accelerator.as_ref().and_then(|a| a.product.clone()) {
+        selector.insert(GPU_PRODUCT_LABEL.into(), product);
+    }
+    (!selector.is_empty()).then_some(selector)
+}
+
+fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String("http".into()),
+            ..Default::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        timeout_seconds: Some(2),
+        ..Default::default()
+    }
+}
+
+/// The restricted pod security context (Pod Security Standards `restricted`).
+pub fn pod_security_context() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(RUN_AS),
+        run_as_group: Some(RUN_AS),
+        fs_group: Some(RUN_AS),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The restricted container security context.
+pub fn container_security_context() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Default::default()
+        }),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Volumes the server needs for `source` (a writable /tmp always).
+pub fn volumes(source: &ModelSource) -> Vec<Volume> {
+    let empty = |name: &str| Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    };
+    let mut volumes = vec![empty("tmp")];
+    match source {
+        ModelSource::Pvc { claim, .. } => volumes.push(Volume {
+            name: "model".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim.clone(),
+                read_only: Some(true),
+            }),
+            ..Default::default()
+        }),
+        s if s.downloads() => volumes.push(empty("model-cache")),
+        _ => {}
+    }
+    volumes
+}
+
+/// Mounts matching [`volumes`].
+pub fn volume_mounts(source: &ModelSource) -> Vec<VolumeMount> {
+    let mount = |name: &str, path: &str, read_only: bool| VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: read_only.then_some(true),
+        ..Default::default()
+    };
+    let mut mounts = vec![mount("tmp", "/tmp", false)];
+    match source {
+        ModelSource::Pvc { .. } => mounts.push(mount("model", PVC_MOUNT, true)),
+        s if s.downloads() => mounts.push(mount("model-cache", MODEL_CACHE_DIR, false)),
+        _ => {}
+    }
+    mounts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::{self, cpu_spec, gpu_spec, md};
+    use crate::plan::plan_for;
+
+    fn render(spec: crate::crd::ModelDeploymentSpec) -> (Deployment, Plan) {
+        let md = md("llama", spec);
+        let geometry = if md.spec.accelerator.is_some() {
+            fixtures::llama3_8b()
+        } else {
+            fixtures::smollm2_135m()
+        };
+        let plan = plan_for(&md.spec, &geometry).unwrap();
+        (
+            deployment(&md, &plan, &DesiredConfig::default()).unwrap(),
+            plan,
+        )
+    }
+
+    fn pod(d: &Deployment) -> &PodSpec {
+        d.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
+    }
+
+    fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+        args.iter()
+            .position(|a| a == name)
+            .map(|i| args[i + 1].as_str())
+    }
+
+    #[test]
+    fn args_carry_the_plan() {
+        let (d, plan) = render(gpu_spec(1, "80Gi"));
+        let args = pod(&d).containers[0].args.clone().unwrap();
+        let cases = [
+            ("--kv-blocks", plan.kv_blocks.to_string()),
+            ("--max-seqs", plan.max_seqs.to_string()),
+            ("--block-size", "16".to_string()),
+            ("--max-model-len", "8192".to_string()),
+            (
+                "--model",
+                "hf://meta-llama/Meta-Llama-3-8B-Instruct".to_string(),
+            ),
+            ("--model-cache", MODEL_CACHE_DIR.to_string()),
+            ("--served-model-name", "model".to_string()),
+            ("--port", "8000".to_string()),
+        ];
+        assert_eq!(args[0], "serve");
+        for (name, want) in cases {
+            assert_eq!(flag(&args, name), Some(want.as_str()), "{name}");
+        }
+        assert_eq!(flag(&args, "--prefill-chunk"), None);
+    }
+
+    #[test]
+    fn gpu_resources_and_product_selector() {
+        let mut spec = gpu_spec(2, "80Gi");
+        spec.accelerator.as_mut().unwrap().product = Some("NVIDIA-H100-80GB-HBM3".into());
+        let (d, _) = render(spec);
+        let pod = pod(&d);
+        let res = pod.containers[0].resources.as_ref().unwrap();
+        for map in [&res.limits, &res.requests] {
+            assert_eq!(
+                map.as_ref().unwrap()["nvidia.com/gpu"],
+                Quantity("2".into())
+            );
+        }
+        assert_eq!(
+            pod.node_selector.as_ref().unwrap()[GPU_PRODUCT_LABEL],
+            "NVIDIA-H100-80GB-HBM3"
+        );
+    }
+
+    #[test]
+    fn restricted_security_and_probes() {
+        let (d, _) = render(cpu_spec("2Gi"));
+        let pod = pod(&d);
+        let c = &pod.containers[0];
+        let sc = c.security_context.as_ref().unwrap();
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(
+            sc.capabilities.as_ref().unwrap().drop,
+            Some(vec!["ALL".to_string()])
+        );
+        assert_eq!(
+            pod.security_context.as_ref().unwrap().run_as_non_root,
+            Some(true)
+        );
+        let path = |p: &Option<Probe>| p.as_ref().unwrap().http_get.as_ref().unwrap().path.clone();
+        assert_eq!(path(&c.liveness_probe).as_deref(), Some("/health"));
+        assert_eq!(path(&c.readiness_probe).as_deref(), Some("/ready"));
+        assert_eq!(path(&c.startup_probe).as_deref(), Some("/health"));
+        assert!(pod.termination_grace_period_seconds.unwrap() > 30);
+        assert!(pod.node_selector.is_none());
+        assert!(
+            c.resources
+                .as_ref()
+                .unwrap()
+                .limits
+                .as_ref()
+                .unwrap()
+                .get("nvidia.com/gpu")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn volumes_per_source() {
+        let cases = [
+            ("pvc://models/llama", vec!["tmp", "model"], Some(true)),
+            ("hf://org/m", vec!["tmp", "model-cache"], None),
+            ("https://h/m.gguf", vec!["tmp", "model-cache"], None),
+            ("file:///m.gguf", vec!["tmp"], None),
+        ];
+        for (src, names, second_read_only) in cases {
+            let source = ModelSource::parse(src).unwrap();
+            let vols: Vec<_> = volumes(&source).into_iter().map(|v| v.name).collect();
+            assert_eq!(vols, names, "{src}");
+            let mounts = volume_mounts(&source);
+            assert_eq!(mounts.len(), names.len());
+            assert_eq!(
+                mounts.get(1).and_then(|m| m.read_only),
+                second_read_only,
+                "{src}"
+            );
+        }
+    }
+
+    #[test]
+    fn replicas_come_from_the_spec() {
+        let mut spec = gpu_spec(1, "80Gi");
+        spec.replicas = 3;
+        let (d, _) = render(spec);
+        assert_eq!(d.spec.unwrap().replicas, Some(3));
+    }
+}

@@ -1,0 +1,127 @@
+//! Test builders shared by the unit tests.
+
+use std::collections::BTreeMap;
+
+use ferrox_plan::{KvDtype, ModelGeometry};
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::ObjectMeta;
+
+use crate::crd::{
+    AcceleratorSpec, AutoscalingMode, AutoscalingSpec, EngineSpec, ModelDeployment,
+    ModelDeploymentSpec, ModelSpec, ServiceSpec,
+};
+
+/// SmolLM2-135M-Instruct, GGUF Q4_1 (the project's demo model).
+pub fn smollm2_135m() -> ModelGeometry {
+    ModelGeometry {
+        layers: 30,
+        kv_heads: 3,
+        head_dim: 64,
+        kv_dtype: KvDtype::F32,
+        weight_bytes: 98_362_432,
+        context_length: 8192,
+    }
+}
+
+/// Llama-3-8B in bf16.
+pub fn llama3_8b() -> ModelGeometry {
+    ModelGeometry {
+        layers: 32,
+        kv_heads: 8,
+        head_dim: 128,
+        kv_dtype: KvDtype::Bf16,
+        weight_bytes: 16_060_522_496,
+        context_length: 8192,
+    }
+}
+
+/// Llama-3-70B in bf16.
+pub fn llama3_70b() -> ModelGeometry {
+    ModelGeometry {
+        layers: 80,
+        kv_heads: 8,
+        head_dim: 128,
+        kv_dtype: KvDtype::Bf16,
+        weight_bytes: 141_107_412_992,
+        context_length: 8192,
+    }
+}
+
+fn base_spec(source: &str) -> ModelDeploymentSpec {
+    ModelDeploymentSpec {
+        model: ModelSpec {
+            source: source.into(),
+            served_name: "model".into(),
+            geometry: None,
+        },
+        accelerator: None,
+        engine: EngineSpec::default(),
+        replicas: 1,
+        autoscaling: None,
+        image: None,
+        resources: None,
+        node_selector: None,
+        tolerations: None,
+        affinity: None,
+        env: None,
+        image_pull_secrets: None,
+        service_account_name: None,
+        service: ServiceSpec::default(),
+    }
+}
+
+/// A spec with `count` GPUs of `memory` each.
+pub fn gpu_spec(count: i32, memory: &str) -> ModelDeploymentSpec {
+    ModelDeploymentSpec {
+        accelerator: Some(AcceleratorSpec {
+            resource_name: "nvidia.com/gpu".into(),
+            count,
+            memory_per_device: Quantity(memory.into()),
+            product: None,
+        }),
+        ..base_spec("hf://meta-llama/Meta-Llama-3-8B-Instruct")
+    }
+}
+
+/// A CPU-only spec with `memory` as its limit.
+pub fn cpu_spec(memory: &str) -> ModelDeploymentSpec {
+    ModelDeploymentSpec {
+        resources: Some(ResourceRequirements {
+            limits: Some(BTreeMap::from([(
+                "memory".to_string(),
+                Quantity(memory.into()),
+            )])),
+            ..Default::default()
+        }),
+        ..base_spec("file:///models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    }
+}
+
+/// Built-in autoscaling between `min` and `max`.
+pub fn autoscaling(min: i32, max: i32) -> AutoscalingSpec {
+    AutoscalingSpec {
+        enabled: true,
+        min_replicas: min,
+        max_replicas: max,
+        target_queue_per_replica: 4.0,
+        target_kv_usage: 0.8,
+        scale_up_stabilization_seconds: 30,
+        scale_down_delay_seconds: 300,
+        mode: AutoscalingMode::Builtin,
+    }
+}
+
+/// A stored ModelDeployment named `name` in `default`, generation 1.
+pub fn md(name: &str, spec: ModelDeploymentSpec) -> ModelDeployment {
+    let mut md = ModelDeployment::new(name, spec);
+    md.metadata = ObjectMeta {
+        name: Some(name.into()),
+        namespace: Some("default".into()),
+        uid: Some(format!("uid-{name}")),
+        generation: Some(1),
+        resource_version: Some("1".into()),
+        ..Default::default()
+    };
+    md
+}

@@ -1,0 +1,30 @@
+//! ferrox-operator: the `ModelDeployment` CRD, its capacity plan, the objects
+//! it renders, the reconciler that applies them and the built-in autoscaler.
+//!
+//! Functional core, imperative shell: `plan`, `desired`, `status`,
+//! `autoscale` and `render` are pure; `reconcile`, `autoscaler`, `lease`,
+//! `metrics_scrape::scrape` and `server` do I/O.
+
+pub mod autoscale;
+pub mod autoscaler;
+pub mod crd;
+pub mod desired;
+pub mod error;
+pub mod geometry;
+pub mod lease;
+pub mod metrics;
+pub mod metrics_scrape;
+pub mod plan;
+pub mod quantity;
+pub mod reconcile;
+pub mod render;
+pub mod server;
+pub mod source;
+pub mod status;
+
+#[cfg(test)]
+mod fixtures;
+#[cfg(test)]
+mod verifier;
+
+pub use error::{Error, Result};

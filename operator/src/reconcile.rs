@@ -1,0 +1,316 @@
+//! The reconciler: the imperative shell around `geometry`, `plan`, `desired`
+//! and `status`. Server-side apply under one field manager; the status is
+//! written only when it changed; events only for decisions that changed.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::crd::{ModelDeployment, ObservedGeometry};
+use crate::desired::{DesiredConfig, desired, inspect_job};
+use crate::metrics::Metrics;
+use crate::status::{Observed, PlanOutcome, decisions, desired_status, status_patch};
+use crate::{Error, geometry, plan};
+
+/// The one field manager of everything the operator applies.
+pub const FIELD_MANAGER: &str = "ferrox-operator";
+
+/// What every reconcile shares.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// Publishes events.
+    pub recorder: Recorder,
+    /// Image and Prometheus settings.
+    pub config: DesiredConfig,
+    /// The operator's own metrics.
+    pub metrics: Arc<Metrics>,
+    /// The clock, injected so that tests are deterministic.
+    pub clock: fn() -> Time,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    /// A context with the system clock.
+    pub fn new(
+        client: Client,
+        config: DesiredConfig,
+        metrics: Arc<Metrics>,
+        instance: Option<String>,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance,
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            config,
+            metrics,
+            clock: || Time(k8s_openapi::jiff::Timestamp::now()),
+            failures: Mutex::default(),
+        }
+    }
+
+    /// The same context with another clock (tests pin time).
+    pub fn with_clock(mut self, clock: fn() -> Time) -> Self {
+        self.clock = clock;
+        self
+    }
+}
+
+fn apply_params() -> PatchParams {
+    PatchParams::apply(FIELD_MANAGER).force()
+}
+
+async fn apply<K>(api: &Api<K>, obj: &K) -> Result<K, Error>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    let name = obj
+        .meta()
+        .name
+        .clone()
+        .ok_or(Error::Missing("metadata.name"))?;
+    Ok(api
+        .patch(&name, &apply_params(), &Patch::Apply(obj))
+        .await?)
+}
+
+/// One pass over one ModelDeployment.
+pub async fn reconcile(md: Arc<ModelDeployment>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.metrics.reconciled();
+    let ns = md.namespace().ok_or(Error::Missing("metadata.namespace"))?;
+    let (outcome, geometry) = match resolve_geometry(&md, &ctx, &ns).await? {
+        Ok(g) => match plan::plan_for(&md.spec, &geometry::to_plan_geometry(&g)) {
+            Ok(p) => (PlanOutcome::Planned(p), Some(g)),
+            Err(e) => (refusal(&e), Some(g)),
+        },
+        Err(pending_or_refused) => (pending_or_refused, None),
+    };
+    let mut observed = Observed {
+        outcome,
+        geometry,
+        replicas: 0,
+        ready_replicas: 0,
+        updated_replicas: 0,
+    };
+    if let PlanOutcome::Planned(p) = &observed.outcome {
+        let deployment = apply_children(&md, p, &ctx, &ns).await?;
+        let s = deployment.status.unwrap_or_default();
+        observed.replicas = s.replicas.unwrap_or(0);
+        observed.ready_replicas = s.ready_replicas.unwrap_or(0);
+        observed.updated_replicas = s.updated_replicas.unwrap_or(0);
+    }
+    let next = desired_status(&md, &observed, &(ctx.clock)());
+    if let Some(patch) = status_patch(&md, &next) {
+        let api: Api<ModelDeployment> = Api::namespaced(ctx.client.clone(), &ns);
+        api.patch_status(&md.name_any(), &apply_params(), &Patch::Apply(patch))
+            .await?;
+    }
+    for d in decisions(md.status.as_ref(), &next) {
+        publish(&ctx, &md, d.warning, d.reason, d.note).await?;
+    }
+    ctx.failures.lock().expect("lock").remove(&key(&md));
+    Ok(requeue_after(&observed))
+}
+
+fn refusal(e: &ferrox_plan::PlanError) -> PlanOutcome {
+    let reason = match e {
+        ferrox_plan::PlanError::InsufficientMemory { .. } => "InsufficientMemory",
+        ferrox_plan::PlanError::Invalid(_) => "InvalidSpec",
+    };
+    PlanOutcome::Refused {
+        reason,
+        message: e.to_string(),
+    }
+}
+
+fn requeue_after(o: &Observed) -> Action {
+    match o.outcome {
+        PlanOutcome::Pending { .. } => Action::requeue(Duration::from_secs(10)),
+        PlanOutcome::Planned(_) if o.ready_replicas < o.replicas => {
+            Action::requeue(Duration::from_secs(30))
+        }
+        _ => Action::requeue(Duration::from_secs(300)),
+    }
+}
+
+/// The geometry to plan with, or the outcome to report while there is none.
+async fn resolve_geometry(
+    md: &ModelDeployment,
+    ctx: &Context,
+    ns: &str,
+) -> Result<Result<ObservedGeometry, PlanOutcome>, Error> {
+    if let Some(g) = geometry::known(md) {
+        return Ok(Ok(g));
+    }
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    let name = inspect_job::job_name(md);
+    let pending = |message: String| {
+        Ok(Err(PlanOutcome::Pending {
+            reason: "Inspecting",
+            message,
+        }))
+    };
+    let Some(job) = jobs.get_opt(&name).await? else {
+        match inspect_job::inspect_job(md, &ctx.config) {
+            Ok(job) => apply(&jobs, &job).await?,
+            Err(e) => {
+                return Ok(Err(PlanOutcome::Refused {
+                    reason: "InvalidSpec",
+                    message: e.to_string(),
+                }));
+            }
+        };
+        return pending(format!("inspecting the model with job {name}"));
+    };
+    let status = job.status.unwrap_or_default();
+    let failed = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Failed" && c.status == "True");
+    if failed {
+        return Ok(Err(PlanOutcome::Refused {
+            reason: "InspectionFailed",
+            message: format!("job {name} failed; see its pod's logs"),
+        }));
+    }
+    if status.succeeded.unwrap_or(0) == 0 {
+        return pending(format!("waiting for job {name}"));
+    }
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let list = pods
+        .list(&ListParams::default().labels(&format!("job-name={name}")))
+        .await?;
+    match geometry::from_pods(&list.items, &md.spec.model.source) {
+        Some(Ok(g)) => Ok(Ok(g)),
+        Some(Err(e)) => Ok(Err(PlanOutcome::Refused {
+            reason: "InspectionFailed",
+            message: format!("job {name} printed no geometry: {e}"),
+        })),
+        None => pending(format!(
+            "job {name} succeeded; its termination message is not visible yet"
+        )),
+    }
+}
+
+/// Applies every desired child; returns the Deployment as the server has it.
+async fn apply_children(
+    md: &ModelDeployment,
+    plan: &ferrox_plan::Plan,
+    ctx: &Context,
+    ns: &str,
+) -> Result<Deployment, Error> {
+    let d = desired(md, plan, &ctx.config)?;
+    let client = &ctx.client;
+    let deployment = apply(&Api::namespaced(client.clone(), ns), &d.deployment).await?;
+    apply::<Service>(&Api::namespaced(client.clone(), ns), &d.service).await?;
+    if let Some(pdb) = &d.pdb {
+        apply::<PodDisruptionBudget>(&Api::namespaced(client.clone(), ns), pdb).await?;
+    }
+    if let Some(hpa) = &d.hpa {
+        apply::<HorizontalPodAutoscaler>(&Api::namespaced(client.clone(), ns), hpa).await?;
+    }
+    if let Some(so) = &d.scaled_object {
+        let types = so
+            .types
+            .as_ref()
+            .ok_or(Error::Missing("ScaledObject types"))?;
+        let (group, version) = types
+            .api_version
+            .split_once('/')
+            .unwrap_or(("", &types.api_version));
+        let gvk = kube::api::GroupVersionKind::gvk(group, version, &types.kind);
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&gvk));
+        apply(&api, so).await?;
+    }
+    Ok(deployment)
+}
+
+/// Publishes one event about `md`.
+pub async fn publish(
+    ctx: &Context,
+    md: &ModelDeployment,
+    warning: bool,
+    reason: String,
+    note: String,
+) -> Result<(), Error> {
+    let event = Event {
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason,
+        note: Some(note.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    ctx.recorder.publish(&event, &md.object_ref(&())).await?;
+    Ok(())
+}
+
+fn key(md: &ModelDeployment) -> String {
+    format!("{}/{}", md.namespace().unwrap_or_default(), md.name_any())
+}
+
+/// Seconds to wait after the `attempt`-th consecutive failure (5 s doubling, capped at 5 min).
+pub fn backoff_seconds(attempt: u32) -> u64 {
+    (5u64 << attempt.min(6)).min(300)
+}
+
+/// Requeues a failed object with exponential backoff.
+pub fn error_policy(md: Arc<ModelDeployment>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.failed();
+    let mut failures = ctx.failures.lock().expect("lock");
+    let attempt = failures.entry(key(&md)).or_insert(0);
+    let delay = backoff_seconds(*attempt);
+    *attempt += 1;
+    tracing::warn!(name = %md.name_any(), %error, delay, "reconcile failed");
+    Action::requeue(Duration::from_secs(delay))
+}
+
+/// Runs the controller until shutdown.
+pub async fn run(ctx: Arc<Context>) {
+    let client = ctx.client.clone();
+    let mds: Api<ModelDeployment> = Api::all(client.clone());
+    Controller::new(mds, watcher::Config::default())
+        .owns(
+            Api::<Deployment>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .owns(
+            Api::<Service>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .owns(Api::<Job>::all(client), watcher::Config::default())
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "reconcile loop");
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests;

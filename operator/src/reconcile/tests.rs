@@ -1,0 +1,289 @@
+//! Reconcile against a scripted API server.
+
+use std::sync::Arc;
+
+use http::Method;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::Value;
+
+use super::*;
+use crate::crd::ModelDeploymentStatus;
+use crate::fixtures::{self, cpu_spec, gpu_spec, md};
+use crate::plan::from_geometry;
+use crate::verifier::{ApiServerVerifier, echo, mock_client, not_found};
+
+const NS: &str = "/apis/ferrox.dev/v1alpha1/namespaces/default/modeldeployments";
+
+fn fixed_clock() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::from_second(1_700_000_000).unwrap())
+}
+
+fn context() -> (Arc<Context>, ApiServerVerifier) {
+    let (client, verifier) = mock_client();
+    let ctx = Context::new(client, DesiredConfig::default(), Arc::default(), None)
+        .with_clock(fixed_clock);
+    (Arc::new(ctx), verifier)
+}
+
+fn smollm2() -> ModelDeployment {
+    let mut spec = cpu_spec("2Gi");
+    spec.model.geometry = Some(from_geometry(&fixtures::smollm2_135m()));
+    md("smol", spec)
+}
+
+fn condition<'a>(status: &'a Value, type_: &str) -> (&'a str, &'a str) {
+    let c = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == type_)
+        .unwrap();
+    (c["status"].as_str().unwrap(), c["reason"].as_str().unwrap())
+}
+
+/// Answers a status apply with the whole object, as the server does.
+fn status_echo(md: &ModelDeployment) -> impl FnOnce(&Value) -> (http::StatusCode, Value) + use<> {
+    let mut whole = serde_json::to_value(md).unwrap();
+    move |body| {
+        whole["status"] = body["status"].clone();
+        (http::StatusCode::OK, whole)
+    }
+}
+
+/// Runs reconcile beside a scenario; returns the scenario's output.
+async fn run<T>(
+    md: ModelDeployment,
+    scenario: impl AsyncFnOnce(&mut ApiServerVerifier) -> T,
+) -> (Result<Action, Error>, T) {
+    let (ctx, mut verifier) = context();
+    let server = async {
+        let out = scenario(&mut verifier).await;
+        verifier.expect_silence().await;
+        out
+    };
+    let both = async {
+        tokio::join!(
+            async {
+                let r = reconcile(Arc::new(md), ctx).await;
+                if let Err(e) = &r {
+                    eprintln!("reconcile failed: {e:?}");
+                }
+                r
+            },
+            server
+        )
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(5), both)
+        .await
+        .expect("scenario finished in time")
+}
+
+#[tokio::test]
+async fn first_reconcile_applies_children_and_writes_status() {
+    let (result, status) = run(smollm2(), async |v: &mut ApiServerVerifier| {
+        let dep = v
+            .expect(
+                Method::PATCH,
+                "/apis/apps/v1/namespaces/default/deployments/smol?",
+                echo,
+            )
+            .await;
+        assert!(dep.uri.contains("fieldManager=ferrox-operator"));
+        assert!(dep.uri.contains("force=true"));
+        let args = dep.body["spec"]["template"]["spec"]["containers"][0]["args"].clone();
+        assert!(args.as_array().unwrap().iter().any(|a| a == "--kv-blocks"));
+        assert_eq!(
+            dep.body["metadata"]["ownerReferences"][0]["kind"],
+            "ModelDeployment"
+        );
+        v.expect(
+            Method::PATCH,
+            "/api/v1/namespaces/default/services/smol?",
+            echo,
+        )
+        .await;
+        let st = v
+            .expect(
+                Method::PATCH,
+                &format!("{NS}/smol/status?"),
+                status_echo(&smollm2()),
+            )
+            .await;
+        let ev = v
+            .expect(
+                Method::POST,
+                "/apis/events.k8s.io/v1/namespaces/default/events",
+                echo,
+            )
+            .await;
+        assert_eq!(ev.body["reason"], "Planned");
+        st.body["status"].clone()
+    })
+    .await;
+    result.expect("reconcile ok");
+    assert_eq!(condition(&status, "Planned"), ("True", "Planned"));
+    assert_eq!(condition(&status, "Ready"), ("False", "ReplicasNotReady"));
+    assert_eq!(status["plan"]["maxSeqs"], 2);
+    assert_eq!(status["observedGeneration"], 1);
+    assert_eq!(
+        status["selector"],
+        "app.kubernetes.io/instance=smol,app.kubernetes.io/name=ferrox-server"
+    );
+}
+
+#[tokio::test]
+async fn second_reconcile_changes_nothing() {
+    // The first pass's status, as the server would now hold it.
+    let (_, status) = run(smollm2(), async |v: &mut ApiServerVerifier| {
+        v.expect(Method::PATCH, "/apis/apps/v1/", echo).await;
+        v.expect(Method::PATCH, "/api/v1/", echo).await;
+        let st = v.expect(Method::PATCH, NS, status_echo(&smollm2())).await;
+        v.expect(Method::POST, "/apis/events.k8s.io/", echo).await;
+        st.body["status"].clone()
+    })
+    .await;
+    let mut md = smollm2();
+    md.status = Some(serde_json::from_value::<ModelDeploymentStatus>(status).unwrap());
+    let (result, ()) = run(md, async |v: &mut ApiServerVerifier| {
+        // Applies are idempotent on the server; no status write, no event follows.
+        v.expect(
+            Method::PATCH,
+            "/apis/apps/v1/namespaces/default/deployments/smol?",
+            echo,
+        )
+        .await;
+        v.expect(
+            Method::PATCH,
+            "/api/v1/namespaces/default/services/smol?",
+            echo,
+        )
+        .await;
+    })
+    .await;
+    result.expect("reconcile ok");
+}
+
+#[tokio::test]
+async fn insufficient_memory_makes_no_pods() {
+    let mut spec = gpu_spec(1, "24Gi");
+    spec.model.geometry = Some(from_geometry(&fixtures::llama3_70b()));
+    let big = md("big", spec);
+    let (result, (status, event)) = run(big.clone(), async move |v: &mut ApiServerVerifier| {
+        // The first request is the status: no Deployment was applied.
+        let st = v
+            .expect(
+                Method::PATCH,
+                &format!("{NS}/big/status?"),
+                status_echo(&big),
+            )
+            .await;
+        let ev = v.expect(Method::POST, "/apis/events.k8s.io/", echo).await;
+        (st.body["status"].clone(), ev.body)
+    })
+    .await;
+    result.expect("reconcile ok");
+    assert_eq!(
+        condition(&status, "Planned"),
+        ("False", "InsufficientMemory")
+    );
+    assert_eq!(
+        condition(&status, "Degraded"),
+        ("True", "InsufficientMemory")
+    );
+    assert!(status.get("plan").is_none());
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["reason"], "InsufficientMemory");
+    assert!(event["note"].as_str().unwrap().contains("141107412992"));
+}
+
+#[tokio::test]
+async fn unknown_geometry_starts_an_inspection_job() {
+    let md = md("llama", gpu_spec(1, "80Gi"));
+    let job = inspect_job::job_name(&md);
+    let reply = status_echo(&md);
+    let (result, status) = run(md, async move |v: &mut ApiServerVerifier| {
+        let path = format!("/apis/batch/v1/namespaces/default/jobs/{job}");
+        v.expect(Method::GET, &path, not_found).await;
+        let applied = v.expect(Method::PATCH, &path, echo).await;
+        assert_eq!(
+            applied.body["spec"]["template"]["spec"]["restartPolicy"],
+            "Never"
+        );
+        let st = v.expect(Method::PATCH, NS, reply).await;
+        v.expect(Method::POST, "/apis/events.k8s.io/", echo).await;
+        st.body["status"].clone()
+    })
+    .await;
+    assert_eq!(
+        result.expect("reconcile ok"),
+        Action::requeue(std::time::Duration::from_secs(10))
+    );
+    assert_eq!(condition(&status, "Planned"), ("Unknown", "Inspecting"));
+}
+
+#[tokio::test]
+async fn a_finished_inspection_is_read_from_the_termination_message() {
+    let md = md("smol", cpu_spec("2Gi"));
+    let job = inspect_job::job_name(&md);
+    let reply = status_echo(&md);
+    let inspect = r#"{"architecture":"llama","layers":30,"kvHeads":3,"headDim":64,"kvDtype":"f32","weightBytes":98362432,"contextLength":8192}"#;
+    let (result, status) = run(md, async move |v: &mut ApiServerVerifier| {
+        v.expect(Method::GET, &format!("/apis/batch/v1/namespaces/default/jobs/{job}"), |_| {
+            (http::StatusCode::OK, serde_json::json!({
+                "apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": job, "namespace": "default"},
+                "status": {"succeeded": 1}
+            }))
+        })
+        .await;
+        let pods = v
+            .expect(Method::GET, "/api/v1/namespaces/default/pods?", |_| {
+                (http::StatusCode::OK, serde_json::json!({
+                    "apiVersion": "v1", "kind": "PodList", "metadata": {},
+                    "items": [{"metadata": {"name": "p"}, "status": {"containerStatuses": [{
+                        "name": "inspect", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                        "state": {"terminated": {"exitCode": 0, "message": inspect}}
+                    }]}}]
+                }))
+            })
+            .await;
+        assert!(pods.uri.contains("labelSelector=job-name"));
+        v.expect(Method::PATCH, "/apis/apps/v1/", echo).await;
+        v.expect(Method::PATCH, "/api/v1/", echo).await;
+        let st = v.expect(Method::PATCH, NS, reply).await;
+        v.expect(Method::POST, "/apis/events.k8s.io/", echo).await;
+        st.body["status"].clone()
+    })
+    .await;
+    result.expect("reconcile ok");
+    assert_eq!(condition(&status, "Planned"), ("True", "Planned"));
+    assert_eq!(status["geometry"]["geometry"]["layers"], 30);
+    assert_eq!(
+        status["geometry"]["source"],
+        "file:///models/SmolLM2-135M-Instruct.Q4_1.gguf"
+    );
+}
+
+#[tokio::test]
+async fn api_errors_back_off_exponentially() {
+    let (ctx, mut v) = context();
+    let server = tokio::spawn(async move {
+        v.expect(Method::PATCH, "/apis/apps/v1/", |_| {
+            (http::StatusCode::INTERNAL_SERVER_ERROR, serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500, "message": "boom"
+            }))
+        })
+        .await;
+    });
+    let md = Arc::new(smollm2());
+    let err = reconcile(md.clone(), ctx.clone()).await.unwrap_err();
+    server.await.unwrap();
+    let delays: Vec<_> = (0..3)
+        .map(|_| error_policy(md.clone(), &err, ctx.clone()))
+        .collect();
+    assert_eq!(
+        delays,
+        [5, 10, 20].map(|s| Action::requeue(std::time::Duration::from_secs(s)))
+    );
+    assert_eq!(backoff_seconds(30), 300);
+}

@@ -1,0 +1,139 @@
+//! `ferrox-operator render`: the plan and the objects a ModelDeployment would
+//! get, as YAML, without a cluster.
+
+use ferrox_plan::{ModelGeometry, Plan};
+use kube::ResourceExt;
+use serde::Serialize;
+
+use crate::crd::ModelDeployment;
+use crate::desired::{Desired, DesiredConfig, desired};
+use crate::{Error, geometry, plan};
+
+/// Stands in for the uid the API server would assign (owner references need one).
+pub const PLACEHOLDER_UID: &str = "00000000-0000-0000-0000-000000000000";
+
+/// What render produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rendered {
+    /// The plan.
+    pub plan: Plan,
+    /// The objects.
+    pub desired: Desired,
+}
+
+/// Reads a ModelDeployment manifest and fills what the API server would.
+pub fn read_manifest(yaml: &str) -> Result<ModelDeployment, Error> {
+    let mut md: ModelDeployment = serde_yaml::from_str(yaml)?;
+    if md.metadata.name.is_none() {
+        return Err(Error::Missing("metadata.name in the manifest"));
+    }
+    md.metadata
+        .namespace
+        .get_or_insert_with(|| "default".into());
+    md.metadata
+        .uid
+        .get_or_insert_with(|| PLACEHOLDER_UID.into());
+    Ok(md)
+}
+
+/// Plans and renders `md`; geometry from `geometry_json` (inspect output) or the spec.
+pub fn render(
+    md: &ModelDeployment,
+    geometry_json: Option<&str>,
+    config: &DesiredConfig,
+) -> Result<Rendered, Error> {
+    let geometry: ModelGeometry = match (geometry_json, &md.spec.model.geometry) {
+        (Some(json), _) => geometry::parse_inspect(json)?,
+        (None, Some(g)) => plan::to_geometry(g),
+        (None, None) => {
+            return Err(Error::InvalidSpec(
+                "no geometry: set spec.model.geometry or pass --geometry-from INSPECT_JSON".into(),
+            ));
+        }
+    };
+    let plan =
+        plan::plan_for(&md.spec, &geometry).map_err(|e| Error::InvalidSpec(e.to_string()))?;
+    let desired = desired(md, &plan, config)?;
+    Ok(Rendered { plan, desired })
+}
+
+fn doc<T: Serialize>(out: &mut String, obj: &T) -> Result<(), Error> {
+    out.push_str("---\n");
+    out.push_str(&serde_yaml::to_string(obj)?);
+    Ok(())
+}
+
+/// The YAML stream: the plan as a comment block, then one document per object.
+pub fn to_yaml(md: &ModelDeployment, r: &Rendered) -> Result<String, Error> {
+    let mut out = format!(
+        "# ferrox-operator render of {}/{}\n",
+        md.namespace().unwrap_or_default(),
+        md.name_any()
+    );
+    for line in serde_yaml::to_string(&plan::to_status(&r.plan))?.lines() {
+        out.push_str(&format!("# plan.{line}\n"));
+    }
+    let d = &r.desired;
+    doc(&mut out, &d.deployment)?;
+    doc(&mut out, &d.service)?;
+    if let Some(p) = &d.pdb {
+        doc(&mut out, p)?;
+    }
+    if let Some(h) = &d.hpa {
+        doc(&mut out, h)?;
+    }
+    if let Some(s) = &d.scaled_object {
+        doc(&mut out, s)?;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MANIFEST: &str = "
+apiVersion: ferrox.dev/v1alpha1
+kind: ModelDeployment
+metadata:
+  name: smol
+spec:
+  model:
+    source: file:///models/SmolLM2-135M-Instruct.Q4_1.gguf
+    servedName: smollm2
+  resources:
+    limits:
+      memory: 2Gi
+  replicas: 2
+";
+    const INSPECT: &str = r#"{"architecture":"llama","layers":30,"kvHeads":3,"headDim":64,"kvDtype":"f32","weightBytes":98362432,"contextLength":8192,"hiddenSize":576,"heads":9,"vocabSize":49152}"#;
+
+    #[test]
+    fn renders_plan_and_objects_from_inspect_json() {
+        let md = read_manifest(MANIFEST).unwrap();
+        let r = render(&md, Some(INSPECT), &DesiredConfig::default()).unwrap();
+        assert_eq!(r.plan.max_seqs, 2);
+        let yaml = to_yaml(&md, &r).unwrap();
+        let kinds: Vec<_> = serde_yaml::Deserializer::from_str(&yaml)
+            .map(|d| {
+                serde_yaml::Value::deserialize(d).unwrap()["kind"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(kinds, ["Deployment", "Service", "PodDisruptionBudget"]);
+        assert!(yaml.contains(&format!("# plan.kvBlocks: {}", r.plan.kv_blocks)));
+        use serde::Deserialize;
+    }
+
+    #[test]
+    fn refuses_without_geometry_or_memory() {
+        let md = read_manifest(MANIFEST).unwrap();
+        let err = render(&md, None, &DesiredConfig::default()).unwrap_err();
+        assert!(err.to_string().contains("--geometry-from"));
+        let tiny = read_manifest(&MANIFEST.replace("2Gi", "256Mi")).unwrap();
+        let err = render(&tiny, Some(INSPECT), &DesiredConfig::default()).unwrap_err();
+        assert!(err.to_string().contains("insufficient memory"), "{err}");
+    }
+}

@@ -1,0 +1,372 @@
+//! The status a reconcile should leave, and the events its decisions deserve.
+//! Pure: the clock comes in as `now`.
+
+use ferrox_plan::Plan;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::crd::{ModelDeployment, ModelDeploymentStatus, ObservedGeometry};
+use crate::desired::selector_string;
+use crate::plan::to_status;
+
+/// What the reconciler learnt about the plan.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PlanOutcome {
+    /// No geometry yet (inspection running).
+    Pending {
+        /// Condition reason.
+        reason: &'static str,
+        /// Human message.
+        message: String,
+    },
+    /// The spec cannot run as asked.
+    Refused {
+        /// Condition reason (`InsufficientMemory`, `InspectionFailed`, `InvalidSpec`).
+        reason: &'static str,
+        /// Human message, with the numbers.
+        message: String,
+    },
+    /// The numbers.
+    Planned(Plan),
+}
+
+/// What one reconcile observed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observed {
+    /// The plan, or why there is none.
+    pub outcome: PlanOutcome,
+    /// The geometry planned with.
+    pub geometry: Option<ObservedGeometry>,
+    /// `status.replicas` of the Deployment.
+    pub replicas: i32,
+    /// `status.readyReplicas` of the Deployment.
+    pub ready_replicas: i32,
+    /// `status.updatedReplicas` of the Deployment.
+    pub updated_replicas: i32,
+}
+
+/// A decision worth an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// Warning rather than Normal.
+    pub warning: bool,
+    /// PascalCase reason.
+    pub reason: String,
+    /// Human note.
+    pub note: String,
+}
+
+/// The status the reconciler owns (everything but `autoscaler`).
+pub fn desired_status(
+    md: &ModelDeployment,
+    observed: &Observed,
+    now: &Time,
+) -> ModelDeploymentStatus {
+    let generation = md.meta().generation;
+    let old = md
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or(&[]);
+    let conditions = conditions(md, observed)
+        .into_iter()
+        .map(|(type_, status, reason, message)| {
+            let transition = old
+                .iter()
+                .find(|c| c.type_ == type_ && c.status == status)
+                .map(|c| c.last_transition_time.clone())
+                .unwrap_or_else(|| now.clone());
+            Condition {
+                type_: type_.into(),
+                status: status.into(),
+                reason: reason.into(),
+                message,
+                observed_generation: generation,
+                last_transition_time: transition,
+            }
+        })
+        .collect();
+    ModelDeploymentStatus {
+        observed_generation: generation,
+        conditions,
+        replicas: observed.replicas,
+        ready_replicas: observed.ready_replicas,
+        selector: Some(selector_string(md)),
+        geometry: observed.geometry.clone(),
+        plan: match &observed.outcome {
+            PlanOutcome::Planned(p) => Some(to_status(p)),
+            _ => None,
+        },
+        autoscaler: None,
+    }
+}
+
+type Cond = (&'static str, &'static str, &'static str, String);
+
+fn conditions(md: &ModelDeployment, o: &Observed) -> Vec<Cond> {
+    let want = md.spec.replicas;
+    let planned: Cond = match &o.outcome {
+        PlanOutcome::Pending { reason, message } => ("Planned", "Unknown", reason, message.clone()),
+        PlanOutcome::Refused { reason, message } => ("Planned", "False", reason, message.clone()),
+        PlanOutcome::Planned(p) => (
+            "Planned",
+            "True",
+            "Planned",
+            format!(
+                "{} KV blocks of {} tokens ({} bytes), up to {} sequences of {} tokens",
+                p.kv_blocks, p.block_size, p.kv_budget_bytes, p.max_seqs, p.max_model_len
+            ),
+        ),
+    };
+    let is_planned = matches!(o.outcome, PlanOutcome::Planned(_));
+    let ready: Cond = if !is_planned {
+        ("Ready", "False", "NotPlanned", "no plan, no pods".into())
+    } else if want == 0 {
+        (
+            "Ready",
+            "False",
+            "ScaledToZero",
+            "spec.replicas is 0".into(),
+        )
+    } else if o.ready_replicas >= want {
+        (
+            "Ready",
+            "True",
+            "AllReplicasReady",
+            format!("{}/{want} replicas ready", o.ready_replicas),
+        )
+    } else {
+        (
+            "Ready",
+            "False",
+            "ReplicasNotReady",
+            format!("{}/{want} replicas ready", o.ready_replicas),
+        )
+    };
+    let rolling =
+        is_planned && (o.updated_replicas < want || o.ready_replicas < want || o.replicas > want);
+    let progressing: Cond = if rolling {
+        (
+            "Progressing",
+            "True",
+            "RollingOut",
+            format!("{}/{want} replicas updated", o.updated_replicas),
+        )
+    } else {
+        ("Progressing", "False", "Stable", "nothing in flight".into())
+    };
+    let degraded: Cond = match &o.outcome {
+        PlanOutcome::Refused { reason, message } => ("Degraded", "True", reason, message.clone()),
+        _ => ("Degraded", "False", "AsExpected", "".into()),
+    };
+    vec![ready, progressing, degraded, planned]
+}
+
+/// The status patch (server-side apply body) to send, or `None` when nothing changed.
+pub fn status_patch(md: &ModelDeployment, next: &ModelDeploymentStatus) -> Option<Value> {
+    let current = md.status.clone().map(|s| ModelDeploymentStatus {
+        autoscaler: None,
+        ..s
+    });
+    if current.as_ref() == Some(next) {
+        return None;
+    }
+    Some(json!({
+        "apiVersion": ModelDeployment::api_version(&()),
+        "kind": ModelDeployment::kind(&()),
+        "metadata": {"name": md.name_any()},
+        "status": next,
+    }))
+}
+
+/// Events for what changed between the old status and the next: every new
+/// Planned verdict, becoming Ready, and losing Ready.
+pub fn decisions(
+    old: Option<&ModelDeploymentStatus>,
+    next: &ModelDeploymentStatus,
+) -> Vec<Decision> {
+    let find = |s: Option<&ModelDeploymentStatus>, t: &str| {
+        s.and_then(|s| s.conditions.iter().find(|c| c.type_ == t).cloned())
+    };
+    let mut out = Vec::new();
+    if let Some(new) = find(Some(next), "Planned") {
+        let old = find(old, "Planned");
+        if old.is_none_or(|o| o.status != new.status || o.reason != new.reason) {
+            out.push(Decision {
+                warning: new.status == "False",
+                reason: new.reason.clone(),
+                note: new.message.clone(),
+            });
+        }
+    }
+    if let Some(new) = find(Some(next), "Ready") {
+        let was_ready = find(old, "Ready").is_some_and(|o| o.status == "True");
+        let is_ready = new.status == "True";
+        if was_ready != is_ready {
+            out.push(Decision {
+                warning: !is_ready,
+                reason: new.reason.clone(),
+                note: new.message.clone(),
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::{self, gpu_spec, md};
+    use crate::plan::plan_for;
+
+    fn at(secs: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
+    }
+
+    fn planned(ready: i32) -> Observed {
+        let plan = plan_for(&gpu_spec(1, "80Gi"), &fixtures::llama3_8b()).unwrap();
+        Observed {
+            outcome: PlanOutcome::Planned(plan),
+            geometry: None,
+            replicas: ready.max(1),
+            ready_replicas: ready,
+            updated_replicas: ready.max(1),
+        }
+    }
+
+    fn cond<'a>(s: &'a ModelDeploymentStatus, t: &str) -> (&'a str, &'a str) {
+        let c = s.conditions.iter().find(|c| c.type_ == t).unwrap();
+        (c.status.as_str(), c.reason.as_str())
+    }
+
+    #[test]
+    fn conditions_per_outcome() {
+        let refused = Observed {
+            outcome: PlanOutcome::Refused {
+                reason: "InsufficientMemory",
+                message: "needs more".into(),
+            },
+            ..planned(0)
+        };
+        let pending = Observed {
+            outcome: PlanOutcome::Pending {
+                reason: "Inspecting",
+                message: "job running".into(),
+            },
+            ..planned(0)
+        };
+        let cases = [
+            (
+                "ready",
+                planned(1),
+                [
+                    ("True", "AllReplicasReady"),
+                    ("False", "Stable"),
+                    ("False", "AsExpected"),
+                    ("True", "Planned"),
+                ],
+            ),
+            (
+                "starting",
+                planned(0),
+                [
+                    ("False", "ReplicasNotReady"),
+                    ("True", "RollingOut"),
+                    ("False", "AsExpected"),
+                    ("True", "Planned"),
+                ],
+            ),
+            (
+                "refused",
+                refused,
+                [
+                    ("False", "NotPlanned"),
+                    ("False", "Stable"),
+                    ("True", "InsufficientMemory"),
+                    ("False", "InsufficientMemory"),
+                ],
+            ),
+            (
+                "pending",
+                pending,
+                [
+                    ("False", "NotPlanned"),
+                    ("False", "Stable"),
+                    ("False", "AsExpected"),
+                    ("Unknown", "Inspecting"),
+                ],
+            ),
+        ];
+        let md = md("m", gpu_spec(1, "80Gi"));
+        for (name, observed, want) in cases {
+            let s = desired_status(&md, &observed, &at(100));
+            let got = ["Ready", "Progressing", "Degraded", "Planned"].map(|t| cond(&s, t));
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn transitions_keep_their_time_until_status_flips() {
+        let mut md = md("m", gpu_spec(1, "80Gi"));
+        let first = desired_status(&md, &planned(0), &at(100));
+        md.status = Some(first.clone());
+        let same = desired_status(&md, &planned(0), &at(200));
+        assert_eq!(same, first, "nothing changed, so nothing moves");
+        assert!(status_patch(&md, &same).is_none());
+        let ready = desired_status(&md, &planned(1), &at(300));
+        let time = |s: &ModelDeploymentStatus, t: &str| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == t)
+                .unwrap()
+                .last_transition_time
+                .clone()
+        };
+        assert_eq!(time(&ready, "Ready"), at(300));
+        assert_eq!(time(&ready, "Planned"), at(100));
+        assert!(status_patch(&md, &ready).is_some());
+    }
+
+    #[test]
+    fn the_autoscalers_part_is_not_a_change() {
+        let mut md = md("m", gpu_spec(1, "80Gi"));
+        let next = desired_status(&md, &planned(1), &at(1));
+        md.status = Some(ModelDeploymentStatus {
+            autoscaler: Some(crate::crd::AutoscalerStatus {
+                desired_replicas: 2,
+                last_scale_time: None,
+                reason: "x".into(),
+                observed_queue: 0.0,
+                observed_kv_usage: 0.0,
+                observed_pods: 1,
+            }),
+            ..next.clone()
+        });
+        assert!(status_patch(&md, &next).is_none());
+    }
+
+    #[test]
+    fn decisions_fire_on_change_only() {
+        let md = md("m", gpu_spec(1, "80Gi"));
+        let refused = Observed {
+            outcome: PlanOutcome::Refused {
+                reason: "InsufficientMemory",
+                message: "needs 5 bytes".into(),
+            },
+            ..planned(0)
+        };
+        let s1 = desired_status(&md, &refused, &at(1));
+        let d = decisions(None, &s1);
+        assert_eq!(d.len(), 1);
+        assert!(d[0].warning);
+        assert_eq!(d[0].reason, "InsufficientMemory");
+        assert!(decisions(Some(&s1), &s1).is_empty());
+        let s2 = desired_status(&md, &planned(1), &at(2));
+        let reasons: Vec<_> = decisions(Some(&s1), &s2)
+            .into_iter()
+            .map(|d| d.reason)
+            .collect();
+        assert_eq!(reasons, ["Planned", "AllReplicasReady"]);
+    }
+}

@@ -82,6 +82,84 @@ fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
+/// Block `b` of weight rows `row..row+R`, ready for the dot products.
+struct BlockCol<const R: usize> {
+    /// Weights as the dot's left operand's sign source.
+    wq: [__m256i; R],
+    /// Weights as the dot's unsigned left operand.
+    wabs: [__m256i; R],
+    /// Scale products, lane `4i + j` = `dw_i * dx_j`.
+    sc: [f32; 8],
+}
+
+/// Loads block `b` of R weight rows and, unless `signed`, adds its offset
+/// terms `m_i * s_j` (lane `4i + j`) to `off`.
+///
+/// # Safety
+/// AVX2 and FMA present; rows `row..row+R` inside `w`; `n0 + 4` inside the
+/// padded block-major scales of `acts`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn block_col<const Q8: bool, const R: usize>(
+    w: &QMatrix,
+    acts: &QActs,
+    (row, n0, b): (usize, usize, usize),
+    signed: bool,
+    off: &mut __m256,
+) -> BlockCol<R> {
+    let nb = w.blocks_per_row();
+    let batch = acts.d.len() / nb;
+    let mut wq = [_mm256_setzero_si256(); R];
+    let (mut dw, mut mw) = ([0f32; 2], [0f32; 2]);
+    // SAFETY: the caller's contract covers every index below.
+    unsafe {
+        for i in 0..R {
+            let wb = (row + i) * nb + b;
+            wq[i] = load_weights::<Q8>(w, wb);
+            dw[i] = *w.d.get_unchecked(wb);
+            mw[i] = *w.m.get_unchecked(wb);
+            if signed {
+                wq[i] = _mm256_xor_si256(wq[i], _mm256_set1_epi8(-128));
+            }
+        }
+        if !signed {
+            let s = _mm_loadu_ps(acts.st.as_ptr().add(b * batch + n0));
+            let mv = _mm256_set_m128(_mm_set1_ps(mw[R - 1]), _mm_set1_ps(mw[0]));
+            *off = _mm256_fmadd_ps(mv, _mm256_set_m128(s, s), *off);
+        }
+        // All R x A scale products in one multiply; the tile broadcasts lanes
+        // from memory, which uses load ports rather than the vector ALUs.
+        let dx = _mm_loadu_ps(acts.dt.as_ptr().add(b * batch + n0));
+        let dwv = _mm256_set_m128(_mm_set1_ps(dw[R - 1]), _mm_set1_ps(dw[0]));
+        let mut sc = [0f32; 8];
+        _mm256_storeu_ps(sc.as_mut_ptr(), _mm256_mul_ps(dwv, _mm256_set_m128(dx, dx)));
+        // The u8 x i8 dot needs an unsigned left operand: for signed Q8
+        // (maddubs path) use |w| and move w's sign onto x.
+        let wabs = if signed {
+            wq.map(|v| _mm256_sign_epi8(v, v))
+        } else {
+            wq
+        };
+        BlockCol { wq, wabs, sc }
+    }
+}
+
+/// Horizontal sums of the accumulators plus the offset lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn finish<const R: usize, const A: usize>(acc: &[[__m256; A]; R], off: __m256) -> Tile {
+    let mut offs = [0f32; 8];
+    // SAFETY: `offs` holds 8 f32.
+    unsafe { _mm256_storeu_ps(offs.as_mut_ptr(), off) };
+    let mut res = [[0f32; 4]; 2];
+    for (i, row) in acc.iter().enumerate() {
+        for (j, &a) in row.iter().enumerate() {
+            res[i][j] = hsum(a) + offs[4 * i + j];
+        }
+    }
+    res
+}
+
 /// Defines an R weight rows x A activation rows tile kernel for one feature
 /// set; each weight block is loaded once and used against all A rows.
 ///
@@ -89,6 +167,8 @@ fn hsum(v: __m256) -> f32 {
 /// saturates i16 on `255 * 127 * 2`; `vpdpbusd` sums in i32 and takes u8 as is.
 macro_rules! tile_kernel {
     ($name:ident, $features:literal, $dot:ident, $signed_q8:literal) => {
+        /// # Safety
+        /// The CPU has `$features`; `Kernel::tile` checked the bounds.
         // Index loops over the const-size register tiles read clearer than zips.
         #[allow(clippy::needless_range_loop)]
         #[target_feature(enable = $features)]
@@ -99,78 +179,29 @@ macro_rules! tile_kernel {
             n0: usize,
         ) -> Tile {
             let nb = w.blocks_per_row();
-            let mut acc = [[_mm256_setzero_ps(); A]; R];
-            let batch = acts.d.len() / nb;
             let signed = Q8 && $signed_q8;
-            // Offset terms m_i * s_j, all pairs in one vector (lane 4i + j).
+            let mut acc = [[_mm256_setzero_ps(); A]; R];
             let mut off = _mm256_setzero_ps();
             for b in 0..nb {
-                let mut wq = [_mm256_setzero_si256(); R];
-                let mut dw = [0f32; 2];
-                let mut mw = [0f32; 2];
-                for i in 0..R {
-                    let wb = (row + i) * nb + b;
-                    // SAFETY: `Kernel::tile` checked `(row + R) * nb <= blocks`,
-                    // and one `m` per block.
-                    unsafe {
-                        wq[i] = load_weights::<Q8>(w, wb);
-                        dw[i] = *w.d.get_unchecked(wb);
-                        mw[i] = *w.m.get_unchecked(wb);
-                    }
-                    if signed {
-                        wq[i] = _mm256_xor_si256(wq[i], _mm256_set1_epi8(-128));
-                    }
-                }
-                if !signed {
-                    // SAFETY: `st` has 4 padding lanes past the last block's rows.
-                    let s = unsafe { _mm_loadu_ps(acts.st.as_ptr().add(b * batch + n0)) };
-                    let mv = _mm256_set_m128(_mm_set1_ps(mw[R - 1]), _mm_set1_ps(mw[0]));
-                    off = _mm256_fmadd_ps(mv, _mm256_set_m128(s, s), off);
-                }
-                // All R x A scale products with one multiply: lane 4i + j is
-                // dw_i * dx_j. Broadcasting lanes from memory uses load ports,
-                // keeping the two vector ALU ports for the dot products.
-                // SAFETY: `dt` has 4 padding lanes past the last block's rows.
-                let dx = unsafe { _mm_loadu_ps(acts.dt.as_ptr().add(b * batch + n0)) };
-                let dwv = _mm256_set_m128(_mm_set1_ps(dw[R - 1]), _mm_set1_ps(dw[0]));
-                let mut sc = [0f32; 8];
-                // SAFETY: `sc` holds 8 f32.
-                unsafe {
-                    _mm256_storeu_ps(sc.as_mut_ptr(), _mm256_mul_ps(dwv, _mm256_set_m128(dx, dx)));
-                }
-                // The u8 x i8 dot needs an unsigned left operand: for signed
-                // Q8 (maddubs path) use |w| and move w's sign onto x.
-                let wabs = if signed {
-                    wq.map(|v| _mm256_sign_epi8(v, v))
-                } else {
-                    wq
-                };
+                // SAFETY: forwarded from this function's contract.
+                let col = unsafe { block_col::<Q8, R>(w, acts, (row, n0, b), signed, &mut off) };
                 for j in 0..A {
                     let xb = (n0 + j) * nb + b;
                     // SAFETY: `Kernel::tile` checked `(n0 + A) * nb <= blocks`.
                     let xq = unsafe { _mm256_loadu_si256(acts.qs.as_ptr().add(xb * QK).cast()) };
                     for i in 0..R {
                         let x = if signed {
-                            _mm256_sign_epi8(xq, wq[i])
+                            _mm256_sign_epi8(xq, col.wq[i])
                         } else {
                             xq
                         };
-                        let p = _mm256_cvtepi32_ps($dot(wabs[i], x));
-                        let scale = _mm256_broadcast_ss(&sc[4 * i + j]);
+                        let p = _mm256_cvtepi32_ps($dot(col.wabs[i], x));
+                        let scale = _mm256_broadcast_ss(&col.sc[4 * i + j]);
                         acc[i][j] = _mm256_fmadd_ps(p, scale, acc[i][j]);
                     }
                 }
             }
-            let mut offs = [0f32; 8];
-            // SAFETY: `offs` holds 8 f32.
-            unsafe { _mm256_storeu_ps(offs.as_mut_ptr(), off) };
-            let mut res = [[0f32; 4]; 2];
-            for i in 0..R {
-                for j in 0..A {
-                    res[i][j] = hsum(acc[i][j]) + offs[4 * i + j];
-                }
-            }
-            res
+            finish(&acc, off)
         }
     };
 }

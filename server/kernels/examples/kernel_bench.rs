@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use ferrox_kernels::{QMatrix, QuantType};
+use ferrox_kernels::{AttnGeometry, AttnSeq, QMatrix, QuantType, paged_attention};
 use half::f16;
 
 const LAYERS: f64 = 30.0;
@@ -66,21 +66,69 @@ fn cpu_ns() -> u64 {
         .sum()
 }
 
-/// Mean seconds per call, over at least 0.25 s of calls after one warm-up.
-/// Returns (wall seconds, CPU seconds divided by the thread count).
-fn time_matmul(w: &QMatrix, x: &[f32], batch: usize, out: &mut [f32]) -> (f64, f64) {
-    w.matmul(x, batch, out).expect("shapes match");
+/// Mean (wall seconds, CPU seconds / threads) per call of `f`, over at least
+/// 0.25 s of calls after one warm-up.
+fn time(mut f: impl FnMut()) -> (f64, f64) {
+    f();
     let cpu0 = cpu_ns();
     let start = Instant::now();
     let mut iters = 0u32;
     while start.elapsed() < Duration::from_millis(250) || iters < 3 {
-        w.matmul(x, batch, out).expect("shapes match");
+        f();
         iters += 1;
     }
     let n = f64::from(iters);
     let threads = rayon::current_num_threads() as f64;
     let cpu = (cpu_ns() - cpu0) as f64 * 1e-9 / threads;
     (start.elapsed().as_secs_f64() / n, cpu / n)
+}
+
+/// Paged attention for SmolLM2's geometry: decode steps and one prefill chunk.
+fn bench_attention(rng: &mut Lcg) {
+    let g = AttnGeometry {
+        heads: 9,
+        kv_heads: 3,
+        head_dim: 64,
+        block_size: 16,
+    };
+    let ctx = 512;
+    let (seqs_n, per_seq) = (32, ctx / g.block_size);
+    let cache_len = seqs_n * ctx * g.kv_heads * g.head_dim;
+    let mut rand =
+        |n: usize| -> Vec<f32> { (0..n).map(|_| rng.next() as f32 / 2e9 - 1.0).collect() };
+    let (k, v) = (rand(cache_len), rand(cache_len));
+    let tables: Vec<Vec<u32>> = (0..seqs_n)
+        .map(|s| (0..per_seq).map(|b| (b * seqs_n + s) as u32).collect())
+        .collect();
+    println!(
+        "
+paged attention, heads 9/3 x 64, block 16 (per layer; x30 for a forward):"
+    );
+    let cases: [(&str, usize, usize, usize); 3] = [
+        ("decode 32 seqs @ pos 511", 32, ctx - 1, 1),
+        ("decode 1 seq @ pos 511", 1, ctx - 1, 1),
+        ("prefill 1 seq, 256 tokens @ 256", 1, 256, 256),
+    ];
+    for (name, n_seqs, start_pos, n_tokens) in cases {
+        let seqs: Vec<AttnSeq<'_>> = tables[..n_seqs]
+            .iter()
+            .map(|t| AttnSeq {
+                blocks: t,
+                start_pos,
+                n_tokens,
+            })
+            .collect();
+        let q = rand(n_seqs * n_tokens * g.heads * g.head_dim);
+        let mut out = vec![0f32; q.len()];
+        let (wall, cpu) = time(|| {
+            paged_attention(&g, &q, &k, &v, &seqs, &mut out).expect("valid tables");
+        });
+        println!(
+            "  {name:<32} wall {:>8.1}us  cpu {:>8.1}us",
+            wall * 1e6,
+            cpu * 1e6
+        );
+    }
 }
 
 fn main() {
@@ -97,7 +145,7 @@ fn main() {
                 .map(|_| rng.next() as f32 / 2e9 - 1.0)
                 .collect();
             let mut out = vec![0f32; batch * rows];
-            let (secs, cpu) = time_matmul(&w, &x, batch, &mut out);
+            let (secs, cpu) = time(|| w.matmul(&x, batch, &mut out).expect("shapes match"));
             forward[bi] += uses * secs;
             forward_cpu[bi] += uses * cpu;
             // Throughput per core on the CPU time actually received.
@@ -117,4 +165,5 @@ fn main() {
             batch as f64 / cpu
         );
     }
+    bench_attention(&mut rng);
 }

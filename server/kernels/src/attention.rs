@@ -63,12 +63,14 @@ pub fn paged_attention(
     let scale = 1.0 / (g.head_dim as f32).sqrt();
     let group = g.heads / g.kv_heads;
     let hd = g.head_dim;
-    out.par_chunks_mut(hd)
-        .zip(q.par_chunks(hd))
+    // One task per (token, kv head): the `group` query heads that share a kv
+    // head are adjacent in `q` and `out`, and each K/V row is read once for all.
+    out.par_chunks_mut(group * hd)
+        .zip(q.par_chunks(group * hd))
         .enumerate()
-        .for_each_init(Vec::new, |scores, (i, (o, qrow))| {
-            let (seq, pos) = tokens[i / g.heads];
-            let kv_head = (i % g.heads) / group;
+        .for_each_init(Vec::new, |scores, (i, (o, qg))| {
+            let (seq, pos) = tokens[i / g.kv_heads];
+            let kv_head = i % g.kv_heads;
             let kv = KvView {
                 g,
                 k: k_cache,
@@ -76,7 +78,7 @@ pub fn paged_attention(
                 blocks: seqs[seq].blocks,
                 kv_head,
             };
-            attend(&kv, qrow, pos, scale, scores, o);
+            attend_group(&kv, qg, pos, scale, scores, o);
         });
     Ok(())
 }
@@ -161,8 +163,9 @@ impl KvView<'_> {
     }
 }
 
-/// One (token, head): softmax(q.K^T * scale) . V over positions `0..=pos`.
-fn attend(
+/// One token's query heads of one kv group: softmax(q.K^T * scale) . V over
+/// positions `0..=pos`, for each of the `q.len() / head_dim` heads.
+fn attend_group(
     kv: &KvView<'_>,
     q: &[f32],
     pos: usize,
@@ -171,19 +174,55 @@ fn attend(
     o: &mut [f32],
 ) {
     let hd = kv.g.head_dim;
+    let n = pos + 1;
     scores.clear();
-    kv.for_each_row(pos, |_, off| {
-        scores.push(dot(q, &kv.k[off..off + hd]) * scale)
+    scores.resize(q.len() / hd * n, 0.0);
+    kv.for_each_row(pos, |p, off| {
+        let k = &kv.k[off..off + hd];
+        for (h, qh) in q.chunks_exact(hd).enumerate() {
+            scores[h * n + p] = dot(qh, k) * scale;
+        }
     });
-    let max = scores.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-    let mut sum = 0f32;
-    for s in scores.iter_mut() {
-        *s = (*s - max).exp();
-        sum += *s;
+    for s in scores.chunks_exact_mut(n) {
+        softmax(s);
     }
-    let inv = 1.0 / sum;
     o.fill(0.0);
-    kv.for_each_row(pos, |p, off| axpy(o, scores[p] * inv, &kv.v[off..off + hd]));
+    kv.for_each_row(pos, |p, off| {
+        let v = &kv.v[off..off + hd];
+        for (h, oh) in o.chunks_exact_mut(hd).enumerate() {
+            axpy(oh, scores[h * n + p], v);
+        }
+    });
+}
+
+/// In-place numerically stable softmax.
+fn softmax(s: &mut [f32]) {
+    let max = s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    for v in s.iter_mut() {
+        *v = exp_nonpositive(*v - max);
+    }
+    let inv = 1.0 / s.iter().sum::<f32>();
+    for v in s.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// `e^x` for `x <= 0` (softmax after max subtraction), relative error < 1e-6;
+/// `x < -87` gives ~0. Plain arithmetic, so loops over it vectorise, unlike libm's.
+fn exp_nonpositive(x: f32) -> f32 {
+    // e^x = 2^n * e^f with n = round(x log2(e)) and f = x - n ln2, |f| <= ln2/2.
+    // ln2 is split in two (Cody-Waite) so `n * LN2_HI` is exact.
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let x = x.max(-87.0);
+    let n = (x * std::f32::consts::LOG2_E).round_ties_even();
+    let f = x - n * LN2_HI - n * LN2_LO;
+    // e^f by its Taylor series to degree 6: truncation < 2e-7 for |f| <= ln2/2.
+    let p = 1.0
+        + f * (1.0
+            + f * (0.5 + f * (1.0 / 6.0 + f * (1.0 / 24.0 + f * (1.0 / 120.0 + f / 720.0)))));
+    // n >= -126, so the exponent field n + 127 is a normal number's.
+    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
 }
 
 /// Dot product with eight independent accumulators so it vectorises.

@@ -218,3 +218,17 @@ fn rejects_bad_inputs() {
         assert_eq!(got, Err(want), "{name}");
     }
 }
+
+#[test]
+fn fast_exp_matches_std() {
+    for i in 0..=87_000 {
+        let x = -(i as f32) / 1000.0;
+        let (got, want) = (exp_nonpositive(x), x.exp());
+        assert!(
+            (got - want).abs() <= 1e-6 * want,
+            "exp({x}) = {got}, want {want}"
+        );
+    }
+    assert!(exp_nonpositive(-1000.0) < 1e-37);
+    assert!(exp_nonpositive(f32::NEG_INFINITY) < 1e-37);
+}

@@ -18,6 +18,8 @@ use serde::{Deserialize, Serialize};
 pub const SOURCE_PATTERN: &str = "^(hf://[^/@ ]+/[^/@ ]+(@[^ ]+)?|pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[^ ]*|file:///[^ ]+|https://[^ ]+)$";
 
 /// What the user asks for: one model, served by ferrox-server pods.
+// Several printer columns share a type; clippy reads that as a duplicate.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "ferrox.dev",

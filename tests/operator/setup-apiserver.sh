@@ -24,7 +24,7 @@ build_apiserver() {
   modfile="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$K8S_VERSION.mod"
   local minor="v0.${K8S_VERSION#v1.}"
   # Every staging module k8s.io/kubernetes pins at v0.0.0 -> its v0.x release.
-  grep -oE 'k8s\.io/[a-z0-9-]+ v0\.0\.0' "$modfile" | awk '{print $1}' | sort -u |
+  grep -E '^\s*k8s\.io/[a-z0-9-]+ v0\.0\.0$' "$modfile" | awk '{print $1}' | sort -u |
     while read -r m; do go mod edit -replace="$m=$m@$minor"; done
   go get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION"
   go build -trimpath -ldflags='-s -w' -o "$BIN/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver

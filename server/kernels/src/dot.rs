@@ -12,10 +12,10 @@ pub(crate) type Tile = [[f32; 4]; 2];
 pub(crate) enum Kernel {
     /// Portable integer math, the reference.
     Scalar,
-    /// AVX2 + FMA (checked at run time).
+    /// AVX2 + FMA + F16C (checked at run time).
     #[cfg(target_arch = "x86_64")]
     Avx2,
-    /// AVX2 + FMA + AVX-VNNI: one `vpdpbusd` instead of `maddubs` + `madd`.
+    /// AVX2 + FMA + F16C + AVX-VNNI: one `vpdpbusd` instead of `maddubs` + `madd`.
     #[cfg(target_arch = "x86_64")]
     AvxVnni,
 }
@@ -24,7 +24,10 @@ impl Kernel {
     /// The fastest kernel this CPU supports.
     pub(crate) fn detect() -> Self {
         #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        if is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+        {
             if is_x86_feature_detected!("avxvnni") {
                 return Self::AvxVnni;
             }
@@ -47,9 +50,9 @@ impl Kernel {
     ) -> Tile {
         let nb = w.blocks_per_row();
         // The SIMD path reads through raw pointers: these bounds make it sound.
-        assert!(rr <= 2 && aa <= 4 && (row + rr) * nb <= w.d.len());
+        assert!(rr <= 2 && aa <= 4 && (row + rr) * nb <= w.dm.len());
         assert!((n0 + aa) * nb <= acts.d.len() && acts.dt.len() == acts.d.len() + 4);
-        assert!(acts.st.len() == acts.dt.len() && w.m.len() == w.d.len());
+        assert!(acts.st.len() == acts.dt.len());
         match self {
             Self::Scalar => tile_scalar(w, row, rr, acts, n0, aa),
             #[cfg(target_arch = "x86_64")]
@@ -86,9 +89,10 @@ fn tile_scalar(w: &QMatrix, row: usize, rr: usize, acts: &QActs, n0: usize, aa: 
                         })
                         .sum::<i32>()
                 };
-                acc += w.d[wb] * acts.d[xb] * idot as f32;
+                let (d, m) = w.scales(wb);
+                acc += d * acts.d[xb] * idot as f32;
                 // Offsets: m * sum(x) = m * d_x * sum(q_x).
-                acc += w.m[wb] * acts.s[xb];
+                acc += m * acts.s[xb];
             }
             *r = acc;
         }

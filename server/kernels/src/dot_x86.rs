@@ -96,10 +96,10 @@ struct BlockCol<const R: usize> {
 /// terms `m_i * s_j` (lane `4i + j`) to `off`.
 ///
 /// # Safety
-/// AVX2 and FMA present; rows `row..row+R` inside `w`; `n0 + 4` inside the
+/// AVX2, FMA and F16C present; rows `row..row+R` inside `w`; `n0 + 4` inside the
 /// padded block-major scales of `acts`.
 #[inline]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn block_col<const Q8: bool, const R: usize>(
     w: &QMatrix,
     acts: &QActs,
@@ -110,27 +110,30 @@ unsafe fn block_col<const Q8: bool, const R: usize>(
     let nb = w.blocks_per_row();
     let batch = acts.d.len() / nb;
     let mut wq = [_mm256_setzero_si256(); R];
-    let (mut dw, mut mw) = ([0f32; 2], [0f32; 2]);
+    let mut dm = [0u32; 2];
     // SAFETY: the caller's contract covers every index below.
     unsafe {
         for i in 0..R {
             let wb = (row + i) * nb + b;
             wq[i] = load_weights::<Q8>(w, wb);
-            dw[i] = *w.d.get_unchecked(wb);
-            mw[i] = *w.m.get_unchecked(wb);
+            dm[i] = *w.dm.get_unchecked(wb);
             if signed {
                 wq[i] = _mm256_xor_si256(wq[i], _mm256_set1_epi8(-128));
             }
         }
+        // f16 [d0, m0, d1, m1] -> f32, then spread: lanes 0-3 row 0, 4-7 row 1.
+        let v = _mm_cvtph_ps(_mm_set_epi32(0, 0, dm[R - 1] as i32, dm[0] as i32));
+        let v = _mm256_castps128_ps256(v);
+        let dwv = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
         if !signed {
+            let mv = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3));
+            let mv = _mm256_fmadd_ps(dwv, _mm256_set1_ps(w.m_per_d), mv);
             let s = _mm_loadu_ps(acts.st.as_ptr().add(b * batch + n0));
-            let mv = _mm256_set_m128(_mm_set1_ps(mw[R - 1]), _mm_set1_ps(mw[0]));
             *off = _mm256_fmadd_ps(mv, _mm256_set_m128(s, s), *off);
         }
         // All R x A scale products in one multiply; the tile broadcasts lanes
         // from memory, which uses load ports rather than the vector ALUs.
         let dx = _mm_loadu_ps(acts.dt.as_ptr().add(b * batch + n0));
-        let dwv = _mm256_set_m128(_mm_set1_ps(dw[R - 1]), _mm_set1_ps(dw[0]));
         let mut sc = [0f32; 8];
         _mm256_storeu_ps(sc.as_mut_ptr(), _mm256_mul_ps(dwv, _mm256_set_m128(dx, dx)));
         // The u8 x i8 dot needs an unsigned left operand: for signed Q8
@@ -206,5 +209,5 @@ macro_rules! tile_kernel {
     };
 }
 
-tile_kernel!(tile_avx2, "avx2,fma", dot_avx2, true);
-tile_kernel!(tile_vnni, "avx2,fma,avxvnni", dot_vnni, false);
+tile_kernel!(tile_avx2, "avx2,fma,f16c", dot_avx2, true);
+tile_kernel!(tile_vnni, "avx2,fma,f16c,avxvnni", dot_vnni, false);

@@ -42,20 +42,21 @@ impl QuantType {
 
 /// A quantized weight matrix, `rows` output features by `cols` input features.
 ///
-/// The GGML blocks are repacked on construction into a scale array, an offset
-/// array and a quant array, so the hot loop reads f32 scales and aligned-size
-/// quant runs. Every format is stored as unsigned quants `u` with
-/// `value = d * u + m`: Q4_0 gets `m = -8 d`, and Q8_0's i8 `q` is kept as
-/// `u = q + 128` with `m = -128 d`, so all three share one unsigned-dot kernel.
+/// The GGML blocks are repacked on construction into a scale array (f16 `d`
+/// and `m` per block, as GGML stores them, so batch-1 memory traffic stays at
+/// GGML's size) and a quant array of aligned-size runs. Every format is stored
+/// as unsigned quants `u` with `value = d * u + m`: Q4_0 has `m = -8 d`, and
+/// Q8_0's i8 `q` is kept as `u = q + 128` with `m = -128 d`, so all three share
+/// one unsigned-dot kernel.
 #[derive(Debug, Clone)]
 pub struct QMatrix {
     ty: QuantType,
     rows: usize,
     cols: usize,
-    /// Per-block scale.
-    pub(crate) d: Vec<f32>,
-    /// Per-block offset.
-    pub(crate) m: Vec<f32>,
+    /// Per block: f16 bits of `d` (low half) and of Q4_1's `m` (high half, else 0).
+    pub(crate) dm: Vec<u32>,
+    /// Offset in units of `d`: `m = m_stored + m_per_d * d` (-8, 0 or -128).
+    pub(crate) m_per_d: f32,
     /// Per-block unsigned quants: 16 nibble bytes (Q4) or 32 bytes `q + 128` (Q8).
     pub(crate) qs: Vec<u8>,
 }
@@ -79,35 +80,37 @@ impl QMatrix {
                 got: data.len(),
             });
         }
-        let mut d = Vec::with_capacity(nblocks);
-        let mut m = Vec::with_capacity(nblocks);
+        let mut dm = Vec::with_capacity(nblocks);
         let mut qs = Vec::with_capacity(nblocks * ty.quant_bytes());
-        let half_at = |b: &[u8], i: usize| f16::from_le_bytes([b[i], b[i + 1]]).to_f32();
+        let u16_at = |b: &[u8], i: usize| u32::from(u16::from_le_bytes([b[i], b[i + 1]]));
         for blk in data.chunks_exact(ty.block_bytes()) {
-            let scale = half_at(blk, 0);
-            d.push(scale);
             match ty {
                 QuantType::Q4_0 => {
-                    m.push(-8.0 * scale);
+                    dm.push(u16_at(blk, 0));
                     qs.extend_from_slice(&blk[2..18]);
                 }
                 QuantType::Q4_1 => {
-                    m.push(half_at(blk, 2));
+                    dm.push(u16_at(blk, 0) | (u16_at(blk, 2) << 16));
                     qs.extend_from_slice(&blk[4..20]);
                 }
                 QuantType::Q8_0 => {
-                    m.push(-128.0 * scale);
+                    dm.push(u16_at(blk, 0));
                     // Flipping the sign bit maps i8 q to the u8 q + 128.
                     qs.extend(blk[2..34].iter().map(|&b| b ^ 0x80));
                 }
             }
         }
+        let m_per_d = match ty {
+            QuantType::Q4_0 => -8.0,
+            QuantType::Q4_1 => 0.0,
+            QuantType::Q8_0 => -128.0,
+        };
         Ok(Self {
             ty,
             rows,
             cols,
-            d,
-            m,
+            dm,
+            m_per_d,
             qs,
         })
     }
@@ -130,6 +133,21 @@ impl QMatrix {
     /// Blocks per row.
     pub(crate) fn blocks_per_row(&self) -> usize {
         self.cols / QK
+    }
+
+    /// `(d, m)` of block `blk` as f32.
+    pub(crate) fn scales(&self, blk: usize) -> (f32, f32) {
+        let dm = self.dm[blk];
+        let d = f16::from_bits(dm as u16).to_f32();
+        let m = f16::from_bits((dm >> 16) as u16).to_f32();
+        (
+            d,
+            if self.m_per_d == 0.0 {
+                m
+            } else {
+                m + self.m_per_d * d
+            },
+        )
     }
 
     /// The whole matrix as f32, row-major `rows * cols`.
@@ -164,7 +182,7 @@ impl QMatrix {
         let nb = self.blocks_per_row();
         for (b, o) in out.chunks_exact_mut(QK).enumerate() {
             let blk = row * nb + b;
-            let d = self.d[blk];
+            let (d, m) = self.scales(blk);
             if self.ty == QuantType::Q8_0 {
                 let q = &self.qs[blk * QK..(blk + 1) * QK];
                 // Back to the signed value, so lookups are exactly GGML's `d * q`.
@@ -172,7 +190,6 @@ impl QMatrix {
                     *v = d * f32::from((q ^ 0x80) as i8);
                 }
             } else {
-                let m = self.m[blk];
                 let q = &self.qs[blk * 16..(blk + 1) * 16];
                 let (lo, hi) = o.split_at_mut(16);
                 for ((l, h), &q) in lo.iter_mut().zip(hi).zip(q) {

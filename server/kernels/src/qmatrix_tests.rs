@@ -86,7 +86,10 @@ fn kernels() -> Vec<Kernel> {
     #[allow(unused_mut)]
     let mut ks = vec![Kernel::Scalar];
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+    if is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+    {
         ks.push(Kernel::Avx2);
         if is_x86_feature_detected!("avxvnni") {
             ks.push(Kernel::AvxVnni);

@@ -1,1 +1,29 @@
-//! placeholder
+//! The continuous-batching engine: a worker that admits requests FIFO under
+//! a sequence cap and a KV block budget, prefills prompts in bounded chunks
+//! round-robin, and runs one batched decode step per tick over every ready
+//! row. Sans-IO except for [`worker`], the thread that reads the clock.
+
+pub mod admission;
+pub mod config;
+pub mod error;
+pub mod event;
+pub mod metrics;
+pub mod params;
+pub mod queue;
+mod row;
+pub mod sampler;
+pub mod scheduler;
+pub mod status;
+pub mod stop;
+pub mod worker;
+
+#[cfg(test)]
+mod fixtures;
+
+pub use config::EngineConfig;
+pub use error::EngineError;
+pub use event::{Event, FinishReason, TokenLogprob, Usage};
+pub use metrics::Metrics;
+pub use params::{GenerationRequest, SamplingParams, TokenText};
+pub use queue::{EngineHandle, RequestId, Submission};
+pub use scheduler::{Scheduler, TickReport};

@@ -1,0 +1,34 @@
+//! The worker's limits, decided once at start.
+
+/// Limits of one engine; see the server's CLI for each one's meaning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Most rows prefilling or decoding at once.
+    pub max_seqs: usize,
+    /// Most requests waiting for admission.
+    pub max_queue: usize,
+    /// Most prompt tokens run in one prefill chunk.
+    pub prefill_chunk: usize,
+    /// Most tokens (prompt + max_tokens) one request may use.
+    pub max_model_len: usize,
+    /// Tokens per KV block.
+    pub block_size: usize,
+    /// KV blocks in the pool.
+    pub kv_blocks: usize,
+    /// Log a decode status line every this many steps; 0 disables.
+    pub decode_log_interval: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_seqs: 16,
+            max_queue: 256,
+            prefill_chunk: 512,
+            max_model_len: 2048,
+            block_size: 16,
+            kv_blocks: 2048,
+            decode_log_interval: 40,
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! The one error type of the engine crate.
+
+/// Why a request was refused or failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EngineError {
+    /// The request itself is invalid (bad parameter, empty prompt...).
+    #[error("{message}")]
+    Invalid {
+        /// What is wrong, for the client.
+        message: String,
+        /// The offending request field, if any.
+        param: Option<String>,
+    },
+    /// The request could never fit, even on an empty server.
+    #[error(
+        "this request needs {needed_tokens} tokens ({prompt_tokens} prompt + {max_tokens} max_tokens), \
+         more than the server's limit of {limit_tokens} tokens"
+    )]
+    TooLong {
+        /// Tokens in the prompt.
+        prompt_tokens: usize,
+        /// Tokens asked for.
+        max_tokens: usize,
+        /// Prompt plus max_tokens.
+        needed_tokens: usize,
+        /// The most tokens one sequence may use here.
+        limit_tokens: usize,
+    },
+    /// The waiting line is full; retry later.
+    #[error("the server's waiting line is full ({max_queue} requests); retry later")]
+    QueueFull {
+        /// The configured bound on waiting requests.
+        max_queue: usize,
+    },
+    /// The server is shutting down and accepts no new work.
+    #[error("the server is draining and accepts no new requests")]
+    Draining,
+    /// The worker thread is gone.
+    #[error("the batching worker is not running")]
+    WorkerGone,
+    /// The model failed while running this request.
+    #[error("model error: {0}")]
+    Model(String),
+}
+
+impl EngineError {
+    /// An [`EngineError::Invalid`] naming `param`.
+    pub fn invalid(param: &str, message: impl Into<String>) -> Self {
+        EngineError::Invalid {
+            message: message.into(),
+            param: Some(param.to_string()),
+        }
+    }
+}

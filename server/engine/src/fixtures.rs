@@ -1,0 +1,185 @@
+//! Test builders: a deterministic fake model, a fake detokenizer, requests.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use ferrox_core::{BatchModel, DecodeRow, Error};
+
+use crate::{
+    EngineConfig, Event, FinishReason, GenerationRequest, SamplingParams, TokenText, Usage,
+};
+
+/// Vocabulary of the fake model.
+pub const VOCAB: usize = 32;
+/// The fake model's end token.
+pub const EOS: u32 = 0;
+
+/// A call the fake model saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    /// One prefill chunk: first block of the sequence, tokens, position.
+    Prefill { seq: u32, len: usize, pos: usize },
+    /// One decode step over this many rows.
+    Decode { rows: usize },
+}
+
+/// A model whose next token is always `(last + 1) % VOCAB`, that keeps each
+/// sequence's tokens in its "KV" (keyed by its first block) and fails on a
+/// position that does not follow what the KV holds, or past the blocks given.
+pub struct FakeModel {
+    pub block_size: usize,
+    /// Logit of the predicted token; the others are 0.
+    pub peak: f32,
+    kv: HashMap<u32, Vec<u32>>,
+    pub calls: Arc<Mutex<Vec<Call>>>,
+    pub fail_decode: bool,
+}
+
+impl FakeModel {
+    pub fn new(block_size: usize) -> Self {
+        FakeModel {
+            block_size,
+            peak: 100.0,
+            kv: HashMap::new(),
+            calls: Arc::new(Mutex::new(Vec::new())),
+            fail_decode: false,
+        }
+    }
+
+    fn run(&mut self, blocks: &[u32], tokens: &[u32], pos: usize) -> Result<Vec<f32>, Error> {
+        let seq = *blocks.first().ok_or(Error::Forward("no blocks".into()))?;
+        if pos == 0 {
+            self.kv.insert(seq, Vec::new());
+        }
+        let kv = self.kv.entry(seq).or_default();
+        if kv.len() != pos {
+            return Err(Error::Forward(format!(
+                "pos {pos} but KV holds {}",
+                kv.len()
+            )));
+        }
+        if pos + tokens.len() > blocks.len() * self.block_size {
+            return Err(Error::Forward("past the sequence's blocks".into()));
+        }
+        kv.extend_from_slice(tokens);
+        let next = (kv[kv.len() - 1] as usize + 1) % VOCAB;
+        let mut logits = vec![0.0; VOCAB];
+        logits[next] = self.peak;
+        Ok(logits)
+    }
+}
+
+impl BatchModel for FakeModel {
+    fn vocab_size(&self) -> usize {
+        VOCAB
+    }
+
+    fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    fn prefill(
+        &mut self,
+        blocks: &[u32],
+        tokens: &[u32],
+        pos: usize,
+        want_logits: bool,
+    ) -> Result<Option<Vec<f32>>, Error> {
+        self.calls.lock().unwrap().push(Call::Prefill {
+            seq: blocks[0],
+            len: tokens.len(),
+            pos,
+        });
+        let logits = self.run(blocks, tokens, pos)?;
+        Ok(want_logits.then_some(logits))
+    }
+
+    fn decode(&mut self, rows: &[DecodeRow<'_>]) -> Result<Vec<Vec<f32>>, Error> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(Call::Decode { rows: rows.len() });
+        if self.fail_decode {
+            return Err(Error::Forward("injected".into()));
+        }
+        rows.iter()
+            .map(|r| self.run(r.blocks, &[r.token], r.pos))
+            .collect()
+    }
+}
+
+/// Token `i` reads as the letter `'a' + i % 26`.
+pub struct Letters;
+
+impl TokenText for Letters {
+    fn push(&mut self, id: u32) -> String {
+        char::from(b'a' + (id % 26) as u8).to_string()
+    }
+}
+
+/// The letters of `ids`.
+pub fn letters(ids: impl IntoIterator<Item = u32>) -> String {
+    ids.into_iter().map(|i| Letters.push(i)).collect()
+}
+
+/// A small engine: blocks of 4 tokens, 32 blocks, 4 rows, chunks of 4.
+pub fn config() -> EngineConfig {
+    EngineConfig {
+        max_seqs: 4,
+        max_queue: 8,
+        prefill_chunk: 4,
+        max_model_len: 64,
+        block_size: 4,
+        kv_blocks: 32,
+        decode_log_interval: 1,
+    }
+}
+
+/// A greedy request with the model's end set `[EOS]`.
+pub fn request(prompt: &[u32], max_tokens: usize) -> GenerationRequest {
+    GenerationRequest {
+        prompt: prompt.to_vec(),
+        max_tokens,
+        sampling: SamplingParams {
+            temperature: 0.0,
+            ..SamplingParams::default()
+        },
+        stop: Vec::new(),
+        stop_token_ids: Vec::new(),
+        eos_token_ids: vec![EOS],
+        ignore_eos: false,
+        text: Box::new(Letters),
+    }
+}
+
+/// Everything a request received, gathered.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Outcome {
+    pub ids: Vec<u32>,
+    pub text: String,
+    pub end: Option<(FinishReason, Usage)>,
+    pub error: Option<String>,
+}
+
+impl Outcome {
+    /// Folds events into the outcome.
+    pub fn absorb(&mut self, events: impl IntoIterator<Item = Event>) {
+        for e in events {
+            match e {
+                Event::Token { id, text, .. } => {
+                    self.ids.push(id);
+                    self.text.push_str(&text);
+                }
+                Event::Done {
+                    reason,
+                    text,
+                    usage,
+                } => {
+                    self.text.push_str(&text);
+                    self.end = Some((reason, usage));
+                }
+                Event::Error(e) => self.error = Some(e.to_string()),
+            }
+        }
+    }
+}

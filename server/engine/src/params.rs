@@ -1,0 +1,162 @@
+//! What a caller asks the engine for: the prompt and how to sample it.
+
+use crate::EngineError;
+
+/// Per-request sampling settings. Temperature 0 means greedy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// Softmax temperature; 0 is greedy.
+    pub temperature: f32,
+    /// Nucleus mass kept, in (0, 1].
+    pub top_p: f32,
+    /// Keep only the k most likely tokens; 0 disables.
+    pub top_k: usize,
+    /// Drop tokens below `min_p` times the top probability; 0 disables.
+    pub min_p: f32,
+    /// Multiplicative penalty on tokens already seen (prompt or output); 1 disables.
+    pub repetition_penalty: f32,
+    /// Subtracted once per occurrence in the output.
+    pub frequency_penalty: f32,
+    /// Subtracted once if present in the output.
+    pub presence_penalty: f32,
+    /// Seed of this request's own RNG.
+    pub seed: u64,
+    /// Return the chosen token's logprob, and this many alternatives.
+    pub logprobs: Option<usize>,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            seed: 0,
+            logprobs: None,
+        }
+    }
+}
+
+/// The most alternatives `logprobs` may ask for.
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+impl SamplingParams {
+    /// Checks every field's range; the message names the field.
+    pub fn validate(&self) -> Result<(), EngineError> {
+        let checks: [(&str, bool, &str); 7] = [
+            (
+                "temperature",
+                self.temperature.is_finite() && (0.0..=2.0).contains(&self.temperature),
+                "must be between 0 and 2",
+            ),
+            (
+                "top_p",
+                self.top_p > 0.0 && self.top_p <= 1.0,
+                "must be in (0, 1]",
+            ),
+            (
+                "min_p",
+                (0.0..=1.0).contains(&self.min_p),
+                "must be in [0, 1]",
+            ),
+            (
+                "repetition_penalty",
+                self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0,
+                "must be greater than 0",
+            ),
+            (
+                "frequency_penalty",
+                (-2.0..=2.0).contains(&self.frequency_penalty),
+                "must be between -2 and 2",
+            ),
+            (
+                "presence_penalty",
+                (-2.0..=2.0).contains(&self.presence_penalty),
+                "must be between -2 and 2",
+            ),
+            (
+                "top_logprobs",
+                self.logprobs.is_none_or(|k| k <= MAX_TOP_LOGPROBS),
+                "must be at most 20",
+            ),
+        ];
+        for (param, ok, why) in checks {
+            if !ok {
+                return Err(EngineError::invalid(param, format!("{param} {why}")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Turns token ids into text incrementally, never emitting half a character.
+pub trait TokenText: Send {
+    /// Feeds one id; returns the text it completed (possibly empty).
+    fn push(&mut self, id: u32) -> String;
+}
+
+/// One generation request, already tokenized.
+pub struct GenerationRequest {
+    /// Prompt token ids.
+    pub prompt: Vec<u32>,
+    /// Most tokens to generate.
+    pub max_tokens: usize,
+    /// How to pick each token.
+    pub sampling: SamplingParams,
+    /// Strings that end the output (excluded from it).
+    pub stop: Vec<String>,
+    /// Token ids that end the output.
+    pub stop_token_ids: Vec<u32>,
+    /// The model's end-of-generation ids; ignored when `ignore_eos`.
+    pub eos_token_ids: Vec<u32>,
+    /// Run past the model's end-of-generation tokens.
+    pub ignore_eos: bool,
+    /// This request's detokenizer.
+    pub text: Box<dyn TokenText>,
+}
+
+impl std::fmt::Debug for GenerationRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GenerationRequest")
+            .field("prompt_len", &self.prompt.len())
+            .field("max_tokens", &self.max_tokens)
+            .field("sampling", &self.sampling)
+            .field("stop", &self.stop)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_out_of_range_field_is_named() {
+        type Spoil = fn(&mut SamplingParams);
+        let cases: Vec<(&str, Spoil)> = vec![
+            ("temperature", |p| p.temperature = -1.0),
+            ("temperature", |p| p.temperature = f32::NAN),
+            ("top_p", |p| p.top_p = 0.0),
+            ("min_p", |p| p.min_p = 1.5),
+            ("repetition_penalty", |p| p.repetition_penalty = 0.0),
+            ("frequency_penalty", |p| p.frequency_penalty = 3.0),
+            ("presence_penalty", |p| p.presence_penalty = -3.0),
+            ("top_logprobs", |p| p.logprobs = Some(21)),
+        ];
+        for (field, spoil) in cases {
+            let mut params = SamplingParams::default();
+            assert!(params.validate().is_ok());
+            spoil(&mut params);
+            match params.validate() {
+                Err(EngineError::Invalid { param, .. }) => {
+                    assert_eq!(param.as_deref(), Some(field))
+                }
+                other => panic!("{field}: {other:?}"),
+            }
+        }
+    }
+}

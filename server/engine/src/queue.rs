@@ -1,0 +1,211 @@
+//! The door: submission, the bounded waiting line, cancellation and drain.
+//!
+//! The HTTP layer holds an [`EngineHandle`]; each accepted request becomes a
+//! [`Submission`] whose drop before the end is a cancel.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+use crate::admission::check_fits;
+use crate::metrics::Metrics;
+use crate::{EngineConfig, EngineError, Event, GenerationRequest};
+
+/// Identifies a request; assigned at submission, increasing in channel order.
+pub type RequestId = u64;
+
+/// A request on its way to the worker.
+pub(crate) struct Job {
+    pub id: RequestId,
+    pub req: GenerationRequest,
+    pub blocks: usize,
+    pub submitted: Instant,
+    pub events: UnboundedSender<Event>,
+}
+
+/// The state the handle and the worker share.
+pub(crate) struct Shared {
+    /// Next id and the sender, locked together so ids reach the worker in order.
+    pub tx: Mutex<(RequestId, Sender<Job>)>,
+    /// Submitted and not yet admitted (channel plus the worker's line).
+    pub waiting: AtomicUsize,
+    /// Cancels not yet seen by the worker.
+    pub cancels: Mutex<Vec<RequestId>>,
+    pub draining: AtomicBool,
+    /// False once the worker thread has stopped, for whatever reason.
+    pub alive: AtomicBool,
+    pub config: EngineConfig,
+    pub metrics: Arc<Metrics>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    pub fn take_cancels(&self) -> Vec<RequestId> {
+        std::mem::take(&mut *lock(&self.cancels))
+    }
+}
+
+/// The HTTP layer's way into the engine. Cheap to clone.
+#[derive(Clone)]
+pub struct EngineHandle {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl EngineHandle {
+    /// Queues a request, or refuses it at once with the reason.
+    pub fn submit(&self, req: GenerationRequest, now: Instant) -> Result<Submission, EngineError> {
+        let result = self.try_submit(req, now);
+        if let Err(e) = &result {
+            self.shared.metrics.rejected(reject_reason(e));
+        }
+        result
+    }
+
+    fn try_submit(&self, req: GenerationRequest, now: Instant) -> Result<Submission, EngineError> {
+        let s = &self.shared;
+        if s.draining.load(Ordering::SeqCst) {
+            return Err(EngineError::Draining);
+        }
+        if !s.alive.load(Ordering::SeqCst) {
+            return Err(EngineError::WorkerGone);
+        }
+        req.sampling.validate()?;
+        let blocks = check_fits(req.prompt.len(), req.max_tokens, &s.config)?;
+        let max_queue = s.config.max_queue;
+        let reserved = s
+            .waiting
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |w| {
+                (w < max_queue).then_some(w + 1)
+            });
+        if reserved.is_err() {
+            return Err(EngineError::QueueFull { max_queue });
+        }
+        let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut tx = lock(&s.tx);
+        let id = tx.0;
+        tx.0 += 1;
+        let job = Job {
+            id,
+            req,
+            blocks,
+            submitted: now,
+            events: events_tx,
+        };
+        if tx.1.send(job).is_err() {
+            s.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(EngineError::WorkerGone);
+        }
+        Ok(Submission {
+            id,
+            events: events_rx,
+            shared: Arc::clone(s),
+            ended: false,
+        })
+    }
+
+    /// Asks the worker to stop request `id` at its next step boundary; a
+    /// cancel that arrives before its job is kept until the job does.
+    pub fn cancel(&self, id: RequestId) {
+        lock(&self.shared.cancels).push(id);
+    }
+
+    /// Refuses new work from now on.
+    pub fn start_draining(&self) {
+        self.shared.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// True once draining began.
+    pub fn is_draining(&self) -> bool {
+        self.shared.draining.load(Ordering::SeqCst)
+    }
+
+    /// True while the worker thread runs.
+    pub fn is_alive(&self) -> bool {
+        self.shared.alive.load(Ordering::SeqCst)
+    }
+
+    /// Requests submitted and not yet finished (waiting or running).
+    pub fn in_flight(&self) -> usize {
+        self.shared.waiting.load(Ordering::SeqCst) + self.shared.metrics.running()
+    }
+
+    /// The engine's limits.
+    pub fn config(&self) -> &EngineConfig {
+        &self.shared.config
+    }
+
+    /// The shared metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.shared.metrics
+    }
+}
+
+/// The metrics label of a refusal.
+fn reject_reason(e: &EngineError) -> &'static str {
+    match e {
+        EngineError::TooLong { .. } => "too_long",
+        EngineError::QueueFull { .. } => "queue_full",
+        EngineError::Draining | EngineError::WorkerGone => "draining",
+        EngineError::Invalid { .. } | EngineError::Model(_) => "invalid",
+    }
+}
+
+/// One accepted request: its events, in order. Dropping it before the last
+/// event cancels the request.
+pub struct Submission {
+    id: RequestId,
+    events: UnboundedReceiver<Event>,
+    shared: Arc<Shared>,
+    ended: bool,
+}
+
+impl Submission {
+    /// This request's id.
+    pub fn id(&self) -> RequestId {
+        self.id
+    }
+
+    /// The next event; `None` after the last one or if the worker died.
+    pub async fn next(&mut self) -> Option<Event> {
+        let e = self.events.recv().await;
+        self.note(e)
+    }
+
+    /// The next event, blocking the calling (non-async) thread.
+    pub fn blocking_next(&mut self) -> Option<Event> {
+        let e = self.events.blocking_recv();
+        self.note(e)
+    }
+
+    /// The next event if one is ready (for tests that drive the worker).
+    pub fn try_next(&mut self) -> Option<Event> {
+        let e = self.events.try_recv().ok();
+        self.note(e)
+    }
+
+    fn note(&mut self, e: Option<Event>) -> Option<Event> {
+        if matches!(e, Some(Event::Done { .. } | Event::Error(_))) {
+            self.ended = true;
+        }
+        e
+    }
+
+    /// Asks the worker to stop this request at its next step boundary.
+    pub fn cancel(&mut self) {
+        if !self.ended {
+            lock(&self.shared.cancels).push(self.id);
+        }
+    }
+}
+
+impl Drop for Submission {
+    fn drop(&mut self) {
+        self.cancel();
+    }
+}

@@ -1,0 +1,205 @@
+//! One admitted request: its KV lease, where its prompt is, what it generated,
+//! and how it ends. Dropping a row is the one place its blocks go back.
+
+use std::time::Instant;
+
+use ferrox_core::BlockLease;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::EngineError;
+use crate::event::{Event, FinishReason, Usage};
+use crate::metrics::{Latency, Metrics};
+use crate::params::TokenText;
+use crate::queue::{Job, RequestId};
+use crate::sampler::{Sampled, Sampler};
+use crate::stop::{StopMatcher, StopStep};
+
+/// How a row ended, decided during the tick and reported at flush.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Finish {
+    /// Ended normally (or cancelled); `tail` is text released at the end.
+    Done { reason: FinishReason, tail: String },
+    /// Failed.
+    Failed(EngineError),
+}
+
+/// A request that holds KV blocks: prefilling, then decoding.
+pub(crate) struct Row {
+    pub id: RequestId,
+    /// Held for the row's whole life; returned when the row is dropped.
+    pub lease: BlockLease,
+    pub prompt: Vec<u32>,
+    /// Prompt tokens already in the KV.
+    pub cursor: usize,
+    /// The last sampled token, not yet fed to the model (decoding rows).
+    pub pending: Option<u32>,
+    pub generated: usize,
+    pub max_tokens: usize,
+    sampler: Sampler,
+    stop: StopMatcher,
+    text: Box<dyn TokenText>,
+    stop_token_ids: Vec<u32>,
+    eos_token_ids: Vec<u32>,
+    pub events: UnboundedSender<Event>,
+    submitted: Instant,
+    last_token_at: Option<Instant>,
+    pub finish: Option<Finish>,
+}
+
+impl Row {
+    /// Turns an admitted job into a row, or refuses a prompt this model cannot
+    /// take (a token outside its vocabulary). On refusal the lease is dropped
+    /// with the returned error's caller.
+    pub fn admit(
+        job: Job,
+        lease: BlockLease,
+        vocab_size: usize,
+    ) -> Result<Row, (UnboundedSender<Event>, EngineError)> {
+        let req = job.req;
+        if let Some(&bad) = req.prompt.iter().find(|&&t| t as usize >= vocab_size) {
+            let e = EngineError::invalid(
+                "prompt",
+                format!("token id {bad} is outside the vocabulary (size {vocab_size})"),
+            );
+            return Err((job.events, e));
+        }
+        let eos = if req.ignore_eos {
+            Vec::new()
+        } else {
+            req.eos_token_ids
+        };
+        Ok(Row {
+            id: job.id,
+            lease,
+            sampler: Sampler::new(req.sampling, &req.prompt),
+            prompt: req.prompt,
+            cursor: 0,
+            pending: None,
+            generated: 0,
+            max_tokens: req.max_tokens,
+            stop: StopMatcher::new(&req.stop),
+            text: req.text,
+            stop_token_ids: req.stop_token_ids,
+            eos_token_ids: eos,
+            events: job.events,
+            submitted: job.submitted,
+            last_token_at: None,
+            finish: None,
+        })
+    }
+
+    /// True while prompt tokens remain to be prefilled.
+    pub fn is_prefilling(&self) -> bool {
+        self.cursor < self.prompt.len()
+    }
+
+    /// Tokens this row has in the KV cache.
+    pub fn kv_tokens(&self) -> usize {
+        self.cursor
+            + self
+                .generated
+                .saturating_sub(usize::from(self.pending.is_some()))
+    }
+
+    /// The position the pending token is fed at.
+    pub fn decode_pos(&self) -> usize {
+        self.prompt.len() + self.generated - 1
+    }
+
+    /// Usage so far.
+    pub fn usage(&self) -> Usage {
+        Usage {
+            prompt_tokens: self.prompt.len(),
+            completion_tokens: self.generated,
+        }
+    }
+
+    /// Marks the row ended, unless it already is.
+    pub fn end(&mut self, finish: Finish) {
+        if self.finish.is_none() {
+            self.finish = Some(finish);
+        }
+    }
+
+    /// Samples from `logits` and applies the token: text, stops, length.
+    pub fn take_logits(&mut self, logits: &[f32], now: Instant, metrics: &Metrics) {
+        let sampled = self.sampler.sample(logits);
+        self.accept(sampled, now, metrics);
+    }
+
+    fn accept(&mut self, sampled: Sampled, now: Instant, metrics: &Metrics) {
+        let id = sampled.id;
+        self.generated += 1;
+        self.pending = Some(id);
+        metrics.add_generation_tokens(1);
+        match self.last_token_at {
+            None => metrics.observe(Latency::TimeToFirstToken, now - self.submitted),
+            Some(t) => metrics.observe(Latency::InterToken, now - t),
+        }
+        self.last_token_at = Some(now);
+        // An end token is not text: it ends the output and releases whatever
+        // was held back, since that turned out not to be a stop.
+        if self.eos_token_ids.contains(&id) || self.stop_token_ids.contains(&id) {
+            let tail = self.stop.finish();
+            self.end(Finish::Done {
+                reason: FinishReason::Stop,
+                tail,
+            });
+            return;
+        }
+        let piece = self.text.push(id);
+        let (text, matched) = match self.stop.push(&piece) {
+            StopStep::Emit(t) => (t, false),
+            StopStep::Matched(t) => (t, true),
+        };
+        let event = Event::Token {
+            id,
+            text,
+            logprob: sampled.logprob,
+        };
+        if self.events.send(event).is_err() {
+            self.end(cancelled());
+        } else if matched {
+            self.end(Finish::Done {
+                reason: FinishReason::Stop,
+                tail: String::new(),
+            });
+        } else if self.generated >= self.max_tokens {
+            let tail = self.stop.finish();
+            self.end(Finish::Done {
+                reason: FinishReason::Length,
+                tail,
+            });
+        }
+    }
+
+    /// Sends the last event and records the end; the caller then drops the
+    /// row, which returns its blocks.
+    pub fn report_end(&mut self, now: Instant, metrics: &Metrics) {
+        let usage = self.usage();
+        let event = match self.finish.take().unwrap_or_else(cancelled) {
+            Finish::Done { reason, tail } => {
+                metrics.finished(reason.as_str());
+                Event::Done {
+                    reason,
+                    text: tail,
+                    usage,
+                }
+            }
+            Finish::Failed(e) => {
+                metrics.finished("error");
+                Event::Error(e)
+            }
+        };
+        metrics.observe(Latency::EndToEnd, now - self.submitted);
+        let _ = self.events.send(event);
+    }
+}
+
+/// The finish of a request whose caller went away.
+pub(crate) fn cancelled() -> Finish {
+    Finish::Done {
+        reason: FinishReason::Cancelled,
+        tail: String::new(),
+    }
+}

@@ -1,0 +1,252 @@
+//! Picks the next token from one row's logits, with that request's settings and
+//! its own seeded RNG, so a seed gives the same output whatever else is batched.
+
+use std::collections::{HashMap, HashSet};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::event::TokenLogprob;
+use crate::params::SamplingParams;
+
+/// One request's sampler: settings, RNG and the counts penalties need.
+#[derive(Debug)]
+pub struct Sampler {
+    params: SamplingParams,
+    rng: StdRng,
+    /// Tokens of the prompt, for the repetition penalty.
+    prompt_seen: HashSet<u32>,
+    /// Occurrences of each token in the output so far.
+    output_counts: HashMap<u32, u32>,
+}
+
+/// The token picked and, if asked for, its logprobs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sampled {
+    /// The token.
+    pub id: u32,
+    /// Logprobs of the model's distribution (before sampling settings).
+    pub logprob: Option<TokenLogprob>,
+}
+
+impl Sampler {
+    /// A sampler for a request with this prompt.
+    pub fn new(params: SamplingParams, prompt: &[u32]) -> Self {
+        let prompt_seen = if params.repetition_penalty != 1.0 {
+            prompt.iter().copied().collect()
+        } else {
+            HashSet::new()
+        };
+        Sampler {
+            rng: StdRng::seed_from_u64(params.seed),
+            params,
+            prompt_seen,
+            output_counts: HashMap::new(),
+        }
+    }
+
+    /// Picks the next token and records it as part of the output.
+    pub fn sample(&mut self, logits: &[f32]) -> Sampled {
+        let logprob = self.params.logprobs.map(|k| (log_softmax(logits), k));
+        let mut adjusted = logits.to_vec();
+        self.apply_penalties(&mut adjusted);
+        let id = if self.params.temperature == 0.0 || self.params.top_k == 1 {
+            argmax(&adjusted)
+        } else {
+            self.draw(&adjusted)
+        };
+        *self.output_counts.entry(id).or_insert(0) += 1;
+        Sampled {
+            id,
+            logprob: logprob.map(|(lp, k)| TokenLogprob {
+                id,
+                logprob: lp[id as usize],
+                top: top_k_of(&lp, k),
+            }),
+        }
+    }
+
+    fn apply_penalties(&self, logits: &mut [f32]) {
+        let p = &self.params;
+        if p.repetition_penalty != 1.0 {
+            let seen = self.prompt_seen.iter().chain(self.output_counts.keys());
+            for &id in seen.collect::<HashSet<_>>() {
+                if let Some(l) = logits.get_mut(id as usize) {
+                    *l = if *l > 0.0 {
+                        *l / p.repetition_penalty
+                    } else {
+                        *l * p.repetition_penalty
+                    };
+                }
+            }
+        }
+        if p.frequency_penalty != 0.0 || p.presence_penalty != 0.0 {
+            for (&id, &count) in &self.output_counts {
+                if let Some(l) = logits.get_mut(id as usize) {
+                    *l -= p.frequency_penalty * count as f32 + p.presence_penalty;
+                }
+            }
+        }
+    }
+
+    /// Temperature, then top-k, min-p and top-p, then one draw.
+    fn draw(&mut self, logits: &[f32]) -> u32 {
+        let p = &self.params;
+        let mut cand: Vec<(u32, f32)> = logits
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| (i as u32, l / p.temperature))
+            .collect();
+        cand.sort_unstable_by(|a, b| b.1.total_cmp(&a.1));
+        if p.top_k > 0 {
+            cand.truncate(p.top_k);
+        }
+        let max = cand[0].1;
+        let mut probs: Vec<f32> = cand.iter().map(|c| (c.1 - max).exp()).collect();
+        let total: f32 = probs.iter().sum();
+        probs.iter_mut().for_each(|x| *x /= total);
+        let floor = p.min_p * probs[0];
+        let mut keep = probs.iter().take_while(|&&x| x >= floor).count().max(1);
+        let mut mass = 0.0;
+        for (i, x) in probs[..keep].iter().enumerate() {
+            mass += x;
+            if mass >= p.top_p {
+                keep = i + 1;
+                break;
+            }
+        }
+        let kept: f32 = probs[..keep].iter().sum();
+        let mut r = self.rng.random::<f32>() * kept;
+        for (c, x) in cand[..keep].iter().zip(&probs[..keep]) {
+            if r < *x {
+                return c.0;
+            }
+            r -= x;
+        }
+        cand[keep - 1].0
+    }
+}
+
+fn argmax(logits: &[f32]) -> u32 {
+    logits
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(&a.0)))
+        .map_or(0, |(i, _)| i as u32)
+}
+
+fn log_softmax(logits: &[f32]) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f32 = logits.iter().map(|l| (l - max).exp()).sum();
+    let log_z = max + sum.ln();
+    logits.iter().map(|l| l - log_z).collect()
+}
+
+fn top_k_of(logprobs: &[f32], k: usize) -> Vec<(u32, f32)> {
+    let mut all: Vec<(u32, f32)> = logprobs
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| (i as u32, l))
+        .collect();
+    all.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    all.truncate(k);
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(f: impl FnOnce(&mut SamplingParams)) -> SamplingParams {
+        let mut p = SamplingParams::default();
+        f(&mut p);
+        p
+    }
+
+    const LOGITS: [f32; 5] = [1.0, 3.0, 2.0, 0.5, 2.9];
+
+    #[test]
+    fn greedy_takes_the_argmax_and_ties_go_to_the_lowest_id() {
+        let mut s = Sampler::new(params(|p| p.temperature = 0.0), &[]);
+        assert_eq!(s.sample(&LOGITS).id, 1);
+        assert_eq!(s.sample(&[1.0, 2.0, 2.0]).id, 1);
+    }
+
+    #[test]
+    fn same_seed_same_draws_different_seed_differs_somewhere() {
+        let draws = |seed| {
+            let mut s = Sampler::new(params(|p| p.seed = seed), &[]);
+            (0..64).map(|_| s.sample(&LOGITS).id).collect::<Vec<_>>()
+        };
+        assert_eq!(draws(7), draws(7));
+        assert_ne!(draws(7), draws(8));
+    }
+
+    #[test]
+    fn filters_restrict_the_candidates() {
+        // (settings, allowed ids)
+        let cases: Vec<(SamplingParams, Vec<u32>)> = vec![
+            (params(|p| p.top_k = 2), vec![1, 4]),
+            (params(|p| p.top_p = 0.3), vec![1]),
+            (params(|p| p.min_p = 0.5), vec![1, 4]),
+            (params(|p| p.min_p = 0.3), vec![1, 4, 2]),
+            (params(|p| p.top_k = 1), vec![1]),
+        ];
+        for (p, allowed) in cases {
+            let mut s = Sampler::new(p.clone(), &[]);
+            for _ in 0..200 {
+                let id = s.sample(&LOGITS).id;
+                assert!(allowed.contains(&id), "{p:?} drew {id}");
+            }
+        }
+    }
+
+    #[test]
+    fn penalties_move_greedy_off_repeated_tokens() {
+        // Token 1 is in the prompt: a strong repetition penalty flips to 4.
+        let mut s = Sampler::new(
+            params(|p| {
+                p.temperature = 0.0;
+                p.repetition_penalty = 2.0
+            }),
+            &[1],
+        );
+        assert_eq!(s.sample(&LOGITS).id, 4);
+        // Presence: once 1 is output, it loses 0.5 and 4 wins next time.
+        let mut s = Sampler::new(
+            params(|p| {
+                p.temperature = 0.0;
+                p.presence_penalty = 0.5
+            }),
+            &[],
+        );
+        assert_eq!(s.sample(&LOGITS).id, 1);
+        assert_eq!(s.sample(&LOGITS).id, 4);
+        // Frequency: each use costs 1.5, so 1, then 4, then 2 (2.0) leads.
+        let mut s = Sampler::new(
+            params(|p| {
+                p.temperature = 0.0;
+                p.frequency_penalty = 1.5
+            }),
+            &[],
+        );
+        let ids: Vec<u32> = (0..3).map(|_| s.sample(&LOGITS).id).collect();
+        assert_eq!(ids, vec![1, 4, 2]);
+    }
+
+    #[test]
+    fn logprobs_are_of_the_model_distribution() {
+        let mut s = Sampler::new(
+            params(|p| {
+                p.temperature = 0.0;
+                p.logprobs = Some(2)
+            }),
+            &[],
+        );
+        let lp = s.sample(&LOGITS).logprob.unwrap();
+        let z: f32 = LOGITS.iter().map(|l| l.exp()).sum();
+        assert!((lp.logprob - (3.0 - z.ln())).abs() < 1e-5);
+        assert_eq!(lp.top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![1, 4]);
+        assert!(lp.top[0].1 >= lp.top[1].1);
+    }
+}

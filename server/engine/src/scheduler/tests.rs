@@ -1,0 +1,470 @@
+//! The worker's invariants, driven tick by tick over the fake model.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::fixtures::{Call, EOS, FakeModel, Outcome, VOCAB, config, letters, request};
+use crate::{GenerationRequest, Submission};
+
+struct Rig {
+    s: Scheduler<FakeModel>,
+    h: EngineHandle,
+    now: Instant,
+    calls: Arc<Mutex<Vec<Call>>>,
+}
+
+impl Rig {
+    fn new(config: EngineConfig) -> Self {
+        Rig::with_model(FakeModel::new(config.block_size), config)
+    }
+
+    fn with_model(model: FakeModel, config: EngineConfig) -> Self {
+        let calls = Arc::clone(&model.calls);
+        let now = Instant::now();
+        let (s, h) = Scheduler::new(model, config, now);
+        Rig { s, h, now, calls }
+    }
+
+    fn submit(&self, req: GenerationRequest) -> Submission {
+        self.h.submit(req, self.now).expect("accepted")
+    }
+
+    fn tick(&mut self) -> TickReport {
+        self.now += Duration::from_millis(10);
+        self.s.tick(self.now)
+    }
+
+    /// Ticks until idle; panics if that takes more than `limit` ticks.
+    fn run(&mut self, limit: usize) -> Vec<TickReport> {
+        // The first tick drains the channel, where submissions wait.
+        let mut reports = vec![self.tick()];
+        while !self.s.is_idle() {
+            assert!(reports.len() < limit, "not idle after {limit} ticks");
+            reports.push(self.tick());
+        }
+        reports
+    }
+
+    fn assert_all_blocks_back(&self) {
+        assert_eq!(self.s.blocks_used(), 0, "leaked KV blocks");
+        assert_eq!(self.h.metrics().kv_used(), 0);
+    }
+}
+
+fn outcome(sub: &mut Submission) -> Outcome {
+    let mut o = Outcome::default();
+    o.absorb(std::iter::from_fn(|| sub.try_next()));
+    o
+}
+
+fn usage(prompt_tokens: usize, completion_tokens: usize) -> Usage {
+    Usage {
+        prompt_tokens,
+        completion_tokens,
+    }
+}
+
+#[test]
+fn every_way_out_returns_the_reservation_once() {
+    // (name, request, expected finish, expected text)
+    let mut with_stop = request(&[6], 10);
+    with_stop.stop = vec!["ij".into()];
+    let mut with_stop_id = request(&[6], 10);
+    with_stop_id.stop_token_ids = vec![9];
+    let mut past_eos = request(&[29], 4);
+    past_eos.ignore_eos = true;
+    let mut eos_but_stop_id = request(&[29], 6);
+    eos_but_stop_id.ignore_eos = true;
+    eos_but_stop_id.stop_token_ids = vec![1];
+    let cases: Vec<(&str, GenerationRequest, FinishReason, usize, String)> = vec![
+        (
+            "length",
+            request(&[1, 2, 3], 5),
+            FinishReason::Length,
+            5,
+            letters(4..9),
+        ),
+        (
+            "eos",
+            request(&[29], 10),
+            FinishReason::Stop,
+            3,
+            letters([30, 31]),
+        ),
+        ("stop string", with_stop, FinishReason::Stop, 3, "h".into()),
+        (
+            "stop token id",
+            with_stop_id,
+            FinishReason::Stop,
+            3,
+            letters([7, 8]),
+        ),
+        (
+            "ignore_eos",
+            past_eos,
+            FinishReason::Length,
+            4,
+            letters([30, 31, EOS, 1]),
+        ),
+        (
+            "ignore_eos keeps stop ids",
+            eos_but_stop_id,
+            FinishReason::Stop,
+            4,
+            letters([30, 31, EOS]),
+        ),
+    ];
+    for (name, req, reason, generated, text) in cases {
+        let mut rig = Rig::new(config());
+        let prompt = req.prompt.len();
+        let mut sub = rig.submit(req);
+        rig.run(50);
+        let got = outcome(&mut sub);
+        assert_eq!(got.end, Some((reason, usage(prompt, generated))), "{name}");
+        assert_eq!(got.text, text, "{name}");
+        rig.assert_all_blocks_back();
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum State {
+    Waiting,
+    Prefilling,
+    Decoding,
+}
+
+#[test]
+fn cancel_in_each_state_frees_blocks_within_one_tick() {
+    // max_seqs 2: the blocker and the target run, the third waits. Prompts of
+    // 12 in chunks of 4 alternate, so the target prefills on ticks 2, 4, 6
+    // and decodes from tick 6. Blocker and target hold 13 blocks each
+    // (12 + 40 tokens), the small one 2.
+    let mut cfg = config();
+    cfg.max_seqs = 2;
+    let cases = [
+        (State::Waiting, 1, 26),
+        (State::Prefilling, 3, 15),
+        (State::Decoding, 7, 15),
+    ];
+    for (state, ticks, used_after) in cases {
+        for by_drop in [false, true] {
+            let name = format!("{state:?} by_drop={by_drop}");
+            let mut rig = Rig::new(cfg.clone());
+            let _blocker = rig.submit(request(&[1; 12], 40));
+            let target = rig.submit(request(&[2; 12], 40));
+            let small = rig.submit(request(&[3; 4], 4));
+            let target_id = target.id();
+            for _ in 0..ticks {
+                rig.tick();
+            }
+            let seen = match rig.s.rows.get(&target_id) {
+                None => State::Waiting,
+                Some(r) if r.is_prefilling() => State::Prefilling,
+                Some(_) => State::Decoding,
+            };
+            let (mut victim, _other) = if state == State::Waiting {
+                assert_eq!(rig.s.queued(), 1, "{name}");
+                (small, target)
+            } else {
+                assert_eq!(seen, state, "{name}");
+                (target, small)
+            };
+            if by_drop {
+                drop(victim);
+                rig.tick();
+            } else {
+                victim.cancel();
+                rig.tick();
+                let got = outcome(&mut victim);
+                assert_eq!(
+                    got.end.map(|e| e.0),
+                    Some(FinishReason::Cancelled),
+                    "{name}"
+                );
+            }
+            // Gone within the tick; if a slot opened, the small one took it.
+            assert_eq!(rig.s.blocks_used(), used_after, "{name}");
+            assert_eq!((rig.s.running(), rig.s.queued()), (2, 0), "{name}");
+            let text = rig.h.metrics().render("m");
+            assert!(
+                text.contains("finished_total{reason=\"abort\"} 1"),
+                "{name}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_cancel_that_beats_its_job_is_carried_until_the_job_arrives() {
+    let mut rig = Rig::new(config());
+    rig.h.cancel(1);
+    rig.tick();
+    let mut first = rig.submit(request(&[1, 2], 3));
+    let mut second = rig.submit(request(&[1, 2], 3));
+    assert_eq!(second.id(), 1);
+    rig.run(20);
+    assert_eq!(
+        outcome(&mut first).end.map(|e| e.0),
+        Some(FinishReason::Length)
+    );
+    let got = outcome(&mut second);
+    assert_eq!(got.end, Some((FinishReason::Cancelled, usage(2, 0))));
+    assert!(got.ids.is_empty());
+    // A stale cancel (an id already gone) is dropped, not carried forever.
+    rig.h.cancel(0);
+    rig.tick();
+    assert!(rig.s.carried.is_empty());
+}
+
+#[test]
+fn fifo_head_of_line_blocks_smaller_requests_behind_it() {
+    let mut cfg = config();
+    cfg.kv_blocks = 8;
+    let mut rig = Rig::new(cfg);
+    let mut a = rig.submit(request(&[1; 4], 20)); // 6 blocks
+    let mut b = rig.submit(request(&[1; 4], 12)); // 4 blocks: does not fit
+    let mut c = rig.submit(request(&[1; 2], 2)); // 1 block: would fit, must wait
+    let r = rig.tick();
+    assert_eq!(r.admitted.new_seqs, 1);
+    assert_eq!((rig.s.running(), rig.s.queued()), (1, 2));
+    while outcome(&mut a).end.is_none() {
+        assert_eq!(rig.s.queued(), 2, "c skipped ahead of b");
+        rig.tick();
+    }
+    let r = rig.tick();
+    assert_eq!(r.admitted.new_seqs, 2, "b then c once a left");
+    rig.run(40);
+    assert!(outcome(&mut b).end.is_some() && outcome(&mut c).end.is_some());
+    rig.assert_all_blocks_back();
+}
+
+#[test]
+fn the_sequence_cap_counts_prefilling_rows() {
+    let mut cfg = config();
+    cfg.max_seqs = 2;
+    cfg.prefill_chunk = 2;
+    let mut rig = Rig::new(cfg);
+    let subs: Vec<_> = (0..3).map(|_| rig.submit(request(&[5; 8], 2))).collect();
+    let r = rig.tick();
+    // Both admitted rows are still prefilling; the third must wait.
+    assert_eq!(r.admitted.new_seqs, 2);
+    assert_eq!((rig.s.running(), rig.s.queued()), (2, 1));
+    for _ in 0..5 {
+        assert!(rig.s.running() <= 2);
+        rig.tick();
+    }
+    rig.run(30);
+    drop(subs);
+    rig.assert_all_blocks_back();
+}
+
+#[test]
+fn prefill_is_chunked_round_robin_and_decode_runs_meanwhile() {
+    let mut rig = Rig::new(config());
+    let a = rig.submit(request(&[1; 10], 3));
+    let b = rig.submit(request(&[1; 6], 3));
+    let (ida, idb) = (a.id(), b.id());
+    let chunks: Vec<_> = (0..5).map(|_| rig.tick()).collect();
+    let prefilled: Vec<_> = chunks.iter().map(|r| r.prefilled).collect();
+    assert_eq!(
+        prefilled,
+        vec![
+            Some((ida, 4)),
+            Some((idb, 4)),
+            Some((ida, 4)),
+            Some((idb, 2)),
+            Some((ida, 2))
+        ]
+    );
+    // b's prompt is done on tick 4: it samples and decodes in that same tick,
+    // while a still has a chunk to go; on tick 5 both decode in one step.
+    assert_eq!(chunks[3].decoded, vec![idb]);
+    assert_eq!(chunks[4].decoded, vec![ida, idb]);
+    rig.run(20);
+}
+
+#[test]
+fn one_decode_step_serves_every_ready_row_and_each_gets_its_own_answer() {
+    let prompts: [&[u32]; 3] = [&[3], &[10, 11], &[20, 21, 22]];
+    let alone: Vec<Outcome> = prompts
+        .iter()
+        .zip([4, 6, 5])
+        .map(|(p, n)| {
+            let mut rig = Rig::new(config());
+            let mut sub = rig.submit(request(p, n));
+            rig.run(30);
+            outcome(&mut sub)
+        })
+        .collect();
+    let mut rig = Rig::new(config());
+    let mut subs: Vec<_> = prompts
+        .iter()
+        .zip([4, 6, 5])
+        .map(|(p, n)| rig.submit(request(p, n)))
+        .collect();
+    let reports = rig.run(30);
+    assert!(reports.iter().any(|r| r.decoded.len() == 3));
+    let steps = rig
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| matches!(c, Call::Decode { .. }))
+        .count();
+    assert!(
+        steps < 4 + 6 + 5 - 3,
+        "decode steps were not shared: {steps}"
+    );
+    for (sub, want) in subs.iter_mut().zip(alone) {
+        assert_eq!(outcome(sub), want);
+    }
+}
+
+#[test]
+fn a_seed_gives_the_same_tokens_whatever_else_is_in_the_batch() {
+    let sampled = |seed| {
+        let mut r = request(&[4, 5], 12);
+        r.sampling.temperature = 1.0;
+        r.sampling.seed = seed;
+        r.eos_token_ids.clear();
+        r
+    };
+    let flat = || {
+        let mut m = FakeModel::new(4);
+        m.peak = 2.0;
+        m
+    };
+    let mut rig = Rig::with_model(flat(), config());
+    let mut alone = rig.submit(sampled(42));
+    rig.run(30);
+    let alone = outcome(&mut alone);
+    let mut rig = Rig::with_model(flat(), config());
+    let _noise = rig.submit(sampled(1));
+    let mut batched = rig.submit(sampled(42));
+    let _more = rig.submit(sampled(2));
+    rig.run(30);
+    assert_eq!(outcome(&mut batched), alone);
+    // And the draws are not simply greedy, or this test could not fail.
+    assert_ne!(alone.ids, (6..18).collect::<Vec<u32>>());
+}
+
+#[test]
+fn refused_at_the_door() {
+    let mut cfg = config();
+    cfg.max_queue = 2;
+    let rig = Rig::new(cfg);
+    let now = rig.now;
+    let too_long = rig.h.submit(request(&[1; 60], 10), now).err();
+    assert!(matches!(
+        too_long,
+        Some(EngineError::TooLong {
+            needed_tokens: 70,
+            limit_tokens: 64,
+            ..
+        })
+    ));
+    let mut bad = request(&[1], 2);
+    bad.sampling.top_p = 0.0;
+    assert!(matches!(
+        rig.h.submit(bad, now),
+        Err(EngineError::Invalid { .. })
+    ));
+    let _a = rig.submit(request(&[1], 2));
+    let _b = rig.submit(request(&[1], 2));
+    let full = rig.h.submit(request(&[1], 2), now).err();
+    assert_eq!(full, Some(EngineError::QueueFull { max_queue: 2 }));
+    rig.h.start_draining();
+    assert_eq!(
+        rig.h.submit(request(&[1], 2), now).err(),
+        Some(EngineError::Draining)
+    );
+    let text = rig.h.metrics().render("m");
+    for reason in ["too_long", "invalid", "queue_full", "draining"] {
+        let series = format!("ferrox_requests_rejected_total{{reason=\"{reason}\"}} 1");
+        assert!(text.contains(&series), "{series}");
+    }
+}
+
+#[test]
+fn a_token_outside_the_vocabulary_fails_and_frees_its_lease() {
+    let mut rig = Rig::new(config());
+    let mut bad = rig.submit(request(&[1, VOCAB as u32], 3));
+    let mut good = rig.submit(request(&[1], 3));
+    rig.tick();
+    let got = outcome(&mut bad);
+    assert!(got.error.unwrap().contains("outside the vocabulary"));
+    assert_eq!(rig.s.running(), 1);
+    rig.run(20);
+    assert!(outcome(&mut good).end.is_some());
+    rig.assert_all_blocks_back();
+}
+
+#[test]
+fn a_failed_decode_fails_its_rows_and_frees_their_blocks() {
+    let mut model = FakeModel::new(4);
+    model.fail_decode = true;
+    let mut rig = Rig::with_model(model, config());
+    let mut sub = rig.submit(request(&[1, 2], 5));
+    rig.run(10);
+    assert!(outcome(&mut sub).error.unwrap().contains("injected"));
+    rig.assert_all_blocks_back();
+}
+
+#[test]
+fn status_lines_count_what_admission_and_decode_saw() {
+    let mut cfg = config();
+    cfg.max_seqs = 2;
+    let mut rig = Rig::new(cfg);
+    let _a = rig.submit(request(&[1; 3], 4));
+    let _b = rig.submit(request(&[1; 5], 4));
+    let _c = rig.submit(request(&[1; 2], 4));
+    let r = rig.tick();
+    // Counted at admission: the prompts' full lengths, not what this tick's
+    // single prefill chunk happened to process.
+    assert_eq!(
+        r.prefill_line.as_deref(),
+        Some(
+            "Prefill batch, #new-seq: 2, #new-token: 8, #cached-token: 0, token usage: 0.16, \
+             #running-req: 2, #queue-req: 1"
+        )
+    );
+    let r = rig.tick();
+    assert_eq!(r.prefill_line, None);
+    // Tick 2: b's first chunk (4 of 5), a decodes. KV: a 3 + 2, b 4.
+    assert_eq!(r.decoded.len(), 1);
+    let line = r.decode_line.unwrap();
+    assert!(
+        line.starts_with(
+            "Decode batch, #running-req: 2, #token: 9, token usage: 0.16, \
+             gen throughput (token/s): 100.00"
+        ),
+        "{line}"
+    );
+    assert!(line.ends_with("#queue-req: 1"), "{line}");
+}
+
+#[test]
+fn the_worker_thread_serves_and_idles() {
+    let (h, _thread) = crate::worker::spawn(FakeModel::new(4), config()).unwrap();
+    let mut subs: Vec<_> = (0..6)
+        .map(|i| {
+            h.submit(request(&[i + 1, i + 2], 5), Instant::now())
+                .unwrap()
+        })
+        .collect();
+    for (i, sub) in subs.iter_mut().enumerate() {
+        let mut o = Outcome::default();
+        o.absorb(std::iter::from_fn(|| sub.blocking_next()));
+        let first = i as u32 + 3;
+        assert_eq!(o.ids, (first..first + 5).collect::<Vec<_>>());
+    }
+    // The worker published its gauges after the last tick.
+    for _ in 0..100 {
+        if h.metrics().kv_used() == 0 && h.in_flight() == 0 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("blocks still used after every request ended");
+}

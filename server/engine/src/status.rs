@@ -1,0 +1,157 @@
+//! The operator-facing status lines. Pure: the caller passes `now` and the
+//! facts, counted where they happened (admission, the decode step).
+
+use std::time::Instant;
+
+/// Gauges both lines carry.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct BatchGauges {
+    /// Rows prefilling or decoding.
+    pub running: usize,
+    /// Requests waiting for admission.
+    pub queued: usize,
+    /// Tokens held in the KV cache by running rows.
+    pub tokens: usize,
+    /// KV blocks leased.
+    pub kv_used: usize,
+    /// KV blocks in the pool.
+    pub kv_total: usize,
+}
+
+impl BatchGauges {
+    /// Fraction of the pool leased; 0 for an empty pool.
+    pub fn usage(&self) -> f64 {
+        if self.kv_total == 0 {
+            0.0
+        } else {
+            self.kv_used as f64 / self.kv_total as f64
+        }
+    }
+}
+
+/// What one admission round accepted, counted as each request was admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PrefillFacts {
+    /// Requests admitted.
+    pub new_seqs: usize,
+    /// Prompt tokens they bring that must be computed.
+    pub new_tokens: usize,
+    /// Prompt tokens served from a cache (no prefix cache yet: 0).
+    pub cached_tokens: usize,
+}
+
+/// The line logged on each admission round.
+pub fn prefill_line(facts: &PrefillFacts, g: &BatchGauges) -> String {
+    format!(
+        "Prefill batch, #new-seq: {}, #new-token: {}, #cached-token: {}, token usage: {:.2}, \
+         #running-req: {}, #queue-req: {}",
+        facts.new_seqs,
+        facts.new_tokens,
+        facts.cached_tokens,
+        g.usage(),
+        g.running,
+        g.queued
+    )
+}
+
+/// Emits a decode line every `interval` steps, with the throughput since the
+/// previous line.
+#[derive(Debug, Clone)]
+pub struct DecodeReporter {
+    interval: u64,
+    steps: u64,
+    tokens_since: u64,
+    last_line_at: Instant,
+}
+
+impl DecodeReporter {
+    /// A reporter whose first window starts at `now`; `interval` 0 disables it.
+    pub fn new(interval: u64, now: Instant) -> Self {
+        DecodeReporter {
+            interval,
+            steps: 0,
+            tokens_since: 0,
+            last_line_at: now,
+        }
+    }
+
+    /// Records one decode step that generated `tokens`; returns a line every
+    /// `interval` steps.
+    pub fn on_step(&mut self, now: Instant, tokens: usize, g: &BatchGauges) -> Option<String> {
+        self.steps += 1;
+        self.tokens_since += tokens as u64;
+        if self.interval == 0 || !self.steps.is_multiple_of(self.interval) {
+            return None;
+        }
+        let secs = now
+            .saturating_duration_since(self.last_line_at)
+            .as_secs_f64();
+        let throughput = if secs > 0.0 {
+            self.tokens_since as f64 / secs
+        } else {
+            0.0
+        };
+        self.tokens_since = 0;
+        self.last_line_at = now;
+        Some(format!(
+            "Decode batch, #running-req: {}, #token: {}, token usage: {:.2}, \
+             gen throughput (token/s): {:.2}, #queue-req: {}",
+            g.running,
+            g.tokens,
+            g.usage(),
+            throughput,
+            g.queued
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn prefill_line_prints_the_facts() {
+        let facts = PrefillFacts {
+            new_seqs: 2,
+            new_tokens: 37,
+            cached_tokens: 0,
+        };
+        let g = BatchGauges {
+            running: 3,
+            queued: 4,
+            tokens: 50,
+            kv_used: 5,
+            kv_total: 20,
+        };
+        assert_eq!(
+            prefill_line(&facts, &g),
+            "Prefill batch, #new-seq: 2, #new-token: 37, #cached-token: 0, token usage: 0.25, \
+             #running-req: 3, #queue-req: 4"
+        );
+    }
+
+    #[test]
+    fn decode_line_every_interval_with_throughput_since_the_last_line() {
+        let t0 = Instant::now();
+        let g = BatchGauges {
+            running: 2,
+            queued: 0,
+            tokens: 10,
+            kv_used: 1,
+            kv_total: 4,
+        };
+        let mut r = DecodeReporter::new(2, t0);
+        assert_eq!(r.on_step(t0 + Duration::from_secs(1), 2, &g), None);
+        let line = r.on_step(t0 + Duration::from_secs(2), 2, &g).unwrap();
+        assert!(line.contains("gen throughput (token/s): 2.00"), "{line}");
+        assert!(line.contains("#running-req: 2, #token: 10, token usage: 0.25"));
+        // The next window measures only its own 4 tokens over 0.5 s.
+        assert_eq!(r.on_step(t0 + Duration::from_millis(2250), 2, &g), None);
+        let line = r.on_step(t0 + Duration::from_millis(2500), 2, &g).unwrap();
+        assert!(line.contains("gen throughput (token/s): 8.00"), "{line}");
+        let mut off = DecodeReporter::new(0, t0);
+        assert_eq!(off.on_step(t0, 1, &g), None);
+    }
+}

@@ -1,0 +1,151 @@
+//! Stop strings matched across token boundaries.
+//!
+//! Text that might still turn into a stop is held back rather than sent and
+//! later taken back: a streaming client cannot un-receive bytes.
+
+/// What one piece of text did to the matcher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopStep {
+    /// No stop yet; this text is safe to send (possibly empty).
+    Emit(String),
+    /// A stop matched; this is the text before it. The stop itself is dropped.
+    Matched(String),
+}
+
+/// Holds back the tail that is a prefix of some stop string.
+#[derive(Debug, Clone, Default)]
+pub struct StopMatcher {
+    stops: Vec<String>,
+    held: String,
+}
+
+impl StopMatcher {
+    /// A matcher for `stops`; empty strings are ignored.
+    pub fn new(stops: &[String]) -> Self {
+        StopMatcher {
+            stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
+            held: String::new(),
+        }
+    }
+
+    /// Feeds the text of the next token (whole characters only).
+    pub fn push(&mut self, piece: &str) -> StopStep {
+        self.held.push_str(piece);
+        // Everything held was, before this piece, a strict prefix of a stop,
+        // so the earliest match anywhere in `held` is the first real one.
+        let earliest = self.stops.iter().filter_map(|s| self.held.find(s)).min();
+        if let Some(at) = earliest {
+            let before = self.held[..at].to_string();
+            self.held.clear();
+            return StopStep::Matched(before);
+        }
+        let keep = self.partial_len();
+        let safe = self.held.len() - keep;
+        StopStep::Emit(self.held.drain(..safe).collect())
+    }
+
+    /// Releases whatever is held (the output ended some other way).
+    pub fn finish(&mut self) -> String {
+        std::mem::take(&mut self.held)
+    }
+
+    /// Bytes at the end of `held` that begin some stop string.
+    fn partial_len(&self) -> usize {
+        let longest = self.stops.iter().map(String::len).max().unwrap_or(0);
+        let max_keep = longest.saturating_sub(1).min(self.held.len());
+        (1..=max_keep)
+            .rev()
+            .find(|&k| {
+                let start = self.held.len() - k;
+                self.held.is_char_boundary(start)
+                    && self
+                        .stops
+                        .iter()
+                        .any(|s| s.starts_with(&self.held[start..]))
+            })
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `pieces` and returns (text sent, matched?).
+    fn run(stops: &[&str], pieces: &[&str]) -> (Vec<String>, bool) {
+        let stops: Vec<String> = stops.iter().map(|s| s.to_string()).collect();
+        let mut m = StopMatcher::new(&stops);
+        let mut sent = Vec::new();
+        for p in pieces {
+            match m.push(p) {
+                StopStep::Emit(t) => sent.push(t),
+                StopStep::Matched(t) => {
+                    sent.push(t);
+                    return (sent, true);
+                }
+            }
+        }
+        sent.push(m.finish());
+        (sent, false)
+    }
+
+    #[test]
+    fn table() {
+        // (stops, pieces, expected pieces sent, matched)
+        type Case<'a> = (&'a [&'a str], &'a [&'a str], &'a [&'a str], bool);
+        let cases: &[Case] = &[
+            // A stop split across three tokens; nothing of it is ever sent.
+            (
+                &["END"],
+                &["ab", "E", "N", "D", "zz"],
+                &["ab", "", "", ""],
+                true,
+            ),
+            // A partial match that turns out not to be one is released whole.
+            (&["END"], &["ab", "EN", "x"], &["ab", "", "ENx", ""], false),
+            // Held text released when the output ends another way.
+            (&["END"], &["ab", "EN"], &["ab", "", "EN"], false),
+            // Several stops: the earliest in the text wins.
+            (&["cd", "b"], &["a", "bcd"], &["a", ""], true),
+            (&["xyz", "yz!"], &["0xy", "z!"], &["0", ""], true),
+            // The stop in the middle of a token; the token's tail is dropped.
+            (&["\n\n"], &["Hi.\n", "\nMore"], &["Hi.", ""], true),
+            // Multi-byte characters: held while they may begin a stop, released
+            // whole (never split) once they cannot.
+            (&["é!"], &["caf", "é", "?"], &["caf", "", "é?", ""], false),
+            (&["日本"], &["a日", "本b"], &["a", ""], true),
+            (&["日本"], &["a日", "x"], &["a", "日x", ""], false),
+            // No stops: everything goes straight through.
+            (&[], &["a", "b"], &["a", "b", ""], false),
+            (&[""], &["a"], &["a", ""], false),
+        ];
+        for (i, (stops, pieces, want, matched)) in cases.iter().enumerate() {
+            let (sent, did) = run(stops, pieces);
+            let want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+            assert_eq!(
+                (&sent, did),
+                (&want, *matched),
+                "case {i}: {stops:?} {pieces:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn sent_text_is_always_a_prefix_of_the_final_text() {
+        let stops = vec!["<|im_end|>".to_string()];
+        let text = "one <|im two <|im_end|> three";
+        let mut m = StopMatcher::new(&stops);
+        let mut sent = String::new();
+        for ch in text.chars() {
+            match m.push(&ch.to_string()) {
+                StopStep::Emit(t) => sent.push_str(&t),
+                StopStep::Matched(t) => {
+                    sent.push_str(&t);
+                    break;
+                }
+            }
+            assert!(text.starts_with(&sent));
+        }
+        assert_eq!(sent, "one <|im two ");
+    }
+}

@@ -1,0 +1,39 @@
+//! The worker thread: the imperative shell around [`Scheduler`]. It reads the
+//! clock and blocks only when there is nothing at all to do.
+
+use std::time::Instant;
+
+use ferrox_core::BatchModel;
+
+use crate::scheduler::Scheduler;
+use crate::{EngineConfig, EngineHandle};
+
+/// Starts the worker thread over `model`; returns the handle to submit to.
+pub fn spawn<M: BatchModel + 'static>(
+    model: M,
+    config: EngineConfig,
+) -> std::io::Result<(EngineHandle, std::thread::JoinHandle<()>)> {
+    let (mut scheduler, handle) = Scheduler::new(model, config, Instant::now());
+    let thread = std::thread::Builder::new()
+        .name("ferrox-worker".into())
+        .spawn(move || {
+            // However the loop ends, panics included, submissions must then
+            // fail fast rather than wait on a worker that is gone.
+            let result =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&mut scheduler)));
+            scheduler.mark_stopped();
+            if result.is_err() {
+                tracing::error!("the batching worker panicked; the server is no longer ready");
+            }
+        })?;
+    Ok((handle, thread))
+}
+
+fn run<M: BatchModel>(scheduler: &mut Scheduler<M>) {
+    while scheduler.wait_for_work() {
+        scheduler.tick(Instant::now());
+        if scheduler.is_disconnected() && scheduler.is_idle() {
+            break;
+        }
+    }
+}

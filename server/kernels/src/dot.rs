@@ -18,6 +18,9 @@ pub(crate) enum Kernel {
     /// AVX2 + FMA + F16C + AVX-VNNI: one `vpdpbusd` instead of `maddubs` + `madd`.
     #[cfg(target_arch = "x86_64")]
     AvxVnni,
+    /// The AVX-VNNI path widened to AVX-512 (F, BW, VNNI): two blocks per op.
+    #[cfg(target_arch = "x86_64")]
+    Avx512Vnni,
 }
 
 impl Kernel {
@@ -28,6 +31,12 @@ impl Kernel {
             && is_x86_feature_detected!("fma")
             && is_x86_feature_detected!("f16c")
         {
+            if is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512vnni")
+            {
+                return Self::Avx512Vnni;
+            }
             if is_x86_feature_detected!("avxvnni") {
                 return Self::AvxVnni;
             }
@@ -59,6 +68,8 @@ impl Kernel {
             Self::Avx2 => x86::tile::<false>(w, row, rr, acts, n0, aa),
             #[cfg(target_arch = "x86_64")]
             Self::AvxVnni => x86::tile::<true>(w, row, rr, acts, n0, aa),
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx512Vnni => x86_512::tile(w, row, rr, acts, n0, aa),
         }
     }
 }
@@ -103,3 +114,6 @@ fn tile_scalar(w: &QMatrix, row: usize, rr: usize, acts: &QActs, n0: usize, aa: 
 #[cfg(target_arch = "x86_64")]
 #[path = "dot_x86.rs"]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+#[path = "dot_x86_512.rs"]
+mod x86_512;

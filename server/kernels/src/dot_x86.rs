@@ -75,7 +75,7 @@ fn dot_vnni(a: __m256i, b: __m256i) -> __m256i {
 
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn hsum(v: __m256) -> f32 {
+pub(super) fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
@@ -92,12 +92,48 @@ struct BlockCol<const R: usize> {
     sc: [f32; 8],
 }
 
+/// Scale products of block `b` for R weight rows x 4 activation rows (lane
+/// `4i + j` = `dw_i * dx_j`); with `offset`, also adds the offset terms
+/// `m_i * s_j` (same lanes) to `off`.
+///
+/// # Safety
+/// AVX2, FMA and F16C present; rows `row..row+R` inside `w`; `n0 + 4` inside
+/// the padded block-major scales of `acts`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn block_scales<const R: usize>(
+    w: &QMatrix,
+    acts: &QActs,
+    (row, n0, b): (usize, usize, usize),
+    offset: bool,
+    off: &mut __m256,
+) -> __m256 {
+    let nb = w.blocks_per_row();
+    let batch = acts.d.len() / nb;
+    // SAFETY: the caller's contract covers every index below.
+    unsafe {
+        let dm0 = *w.dm.get_unchecked(row * nb + b);
+        let dm1 = *w.dm.get_unchecked((row + R - 1) * nb + b);
+        // f16 [d0, m0, d1, m1] -> f32, then spread: lanes 0-3 row 0, 4-7 row 1.
+        let v = _mm_cvtph_ps(_mm_set_epi32(0, 0, dm1 as i32, dm0 as i32));
+        let v = _mm256_castps128_ps256(v);
+        let dwv = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
+        if offset {
+            let mv = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3));
+            let mv = _mm256_fmadd_ps(dwv, _mm256_set1_ps(w.m_per_d), mv);
+            let s = _mm_loadu_ps(acts.st.as_ptr().add(b * batch + n0));
+            *off = _mm256_fmadd_ps(mv, _mm256_set_m128(s, s), *off);
+        }
+        let dx = _mm_loadu_ps(acts.dt.as_ptr().add(b * batch + n0));
+        _mm256_mul_ps(dwv, _mm256_set_m128(dx, dx))
+    }
+}
+
 /// Loads block `b` of R weight rows and, unless `signed`, adds its offset
 /// terms `m_i * s_j` (lane `4i + j`) to `off`.
 ///
 /// # Safety
-/// AVX2, FMA and F16C present; rows `row..row+R` inside `w`; `n0 + 4` inside the
-/// padded block-major scales of `acts`.
+/// As for [`block_scales`].
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn block_col<const Q8: bool, const R: usize>(
@@ -108,34 +144,20 @@ unsafe fn block_col<const Q8: bool, const R: usize>(
     off: &mut __m256,
 ) -> BlockCol<R> {
     let nb = w.blocks_per_row();
-    let batch = acts.d.len() / nb;
     let mut wq = [_mm256_setzero_si256(); R];
-    let mut dm = [0u32; 2];
     // SAFETY: the caller's contract covers every index below.
     unsafe {
-        for i in 0..R {
-            let wb = (row + i) * nb + b;
-            wq[i] = load_weights::<Q8>(w, wb);
-            dm[i] = *w.dm.get_unchecked(wb);
+        for (i, q) in wq.iter_mut().enumerate() {
+            *q = load_weights::<Q8>(w, (row + i) * nb + b);
             if signed {
-                wq[i] = _mm256_xor_si256(wq[i], _mm256_set1_epi8(-128));
+                *q = _mm256_xor_si256(*q, _mm256_set1_epi8(-128));
             }
         }
-        // f16 [d0, m0, d1, m1] -> f32, then spread: lanes 0-3 row 0, 4-7 row 1.
-        let v = _mm_cvtph_ps(_mm_set_epi32(0, 0, dm[R - 1] as i32, dm[0] as i32));
-        let v = _mm256_castps128_ps256(v);
-        let dwv = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
-        if !signed {
-            let mv = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3));
-            let mv = _mm256_fmadd_ps(dwv, _mm256_set1_ps(w.m_per_d), mv);
-            let s = _mm_loadu_ps(acts.st.as_ptr().add(b * batch + n0));
-            *off = _mm256_fmadd_ps(mv, _mm256_set_m128(s, s), *off);
-        }
-        // All R x A scale products in one multiply; the tile broadcasts lanes
-        // from memory, which uses load ports rather than the vector ALUs.
-        let dx = _mm_loadu_ps(acts.dt.as_ptr().add(b * batch + n0));
+        // The tile broadcasts the products' lanes from memory, which uses
+        // load ports rather than the vector ALUs.
         let mut sc = [0f32; 8];
-        _mm256_storeu_ps(sc.as_mut_ptr(), _mm256_mul_ps(dwv, _mm256_set_m128(dx, dx)));
+        let prod = block_scales::<R>(w, acts, (row, n0, b), !signed, off);
+        _mm256_storeu_ps(sc.as_mut_ptr(), prod);
         // The u8 x i8 dot needs an unsigned left operand: for signed Q8
         // (maddubs path) use |w| and move w's sign onto x.
         let wabs = if signed {
@@ -150,7 +172,7 @@ unsafe fn block_col<const Q8: bool, const R: usize>(
 /// Horizontal sums of the accumulators plus the offset lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn finish<const R: usize, const A: usize>(acc: &[[__m256; A]; R], off: __m256) -> Tile {
+pub(super) fn finish<const R: usize, const A: usize>(acc: &[[__m256; A]; R], off: __m256) -> Tile {
     let mut offs = [0f32; 8];
     // SAFETY: `offs` holds 8 f32.
     unsafe { _mm256_storeu_ps(offs.as_mut_ptr(), off) };

@@ -94,6 +94,12 @@ fn kernels() -> Vec<Kernel> {
         if is_x86_feature_detected!("avxvnni") {
             ks.push(Kernel::AvxVnni);
         }
+        if is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vnni")
+        {
+            ks.push(Kernel::Avx512Vnni);
+        }
     }
     ks
 }
@@ -107,8 +113,9 @@ fn detect_picks_the_fastest_kernel() {
 fn simd_agrees_with_scalar() {
     let mut rng = Rng::new(2);
     for ty in TYPES {
-        // Odd row counts and every batch remainder exercise each tile shape.
-        for (rows, batch) in [
+        // Odd row counts and every batch remainder exercise each tile shape;
+        // 96 columns = 3 blocks leave the two-block kernel a tail block.
+        let shapes = [
             (7, 1),
             (9, 2),
             (33, 3),
@@ -117,8 +124,8 @@ fn simd_agrees_with_scalar() {
             (18, 6),
             (31, 7),
             (200, 17),
-        ] {
-            let cols = 128;
+        ];
+        for ((rows, batch), cols) in shapes.into_iter().flat_map(|s| [(s, 96), (s, 128)]) {
             let w = QMatrix::new(ty, rows, cols, random_blocks(&mut rng, ty, rows, cols)).unwrap();
             let x = rng.vec(batch * cols);
             let mut want = vec![0f32; batch * rows];

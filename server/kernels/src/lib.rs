@@ -1,8 +1,10 @@
 //! CPU kernels for the server's hot paths: quantized matmul over GGML block
 //! formats (Q4_0, Q4_1, Q8_0) and paged attention over an f32 KV cache.
 //!
-//! Every kernel has a portable scalar path; on x86_64 an AVX2+FMA path is
-//! chosen at run time and tested against the scalar one.
+//! Every kernel has a portable scalar path. On x86_64 the matmul picks at run
+//! time the widest of AVX2+FMA+F16C (`maddubs`), AVX-VNNI (`vpdpbusd`, 256-bit)
+//! and AVX-512 VNNI (512-bit, two blocks per op); the tests check each one the
+//! CPU supports against the scalar path. Work is spread over rayon's global pool.
 
 mod attention;
 mod dot;

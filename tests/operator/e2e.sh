@@ -89,7 +89,7 @@ kubectl apply -f tests/operator/manifests/llama70b-24gi.yaml >/dev/null
 wait_for "[ \"\$(kubectl get md llama70b -o jsonpath='{.status.conditions[?(@.type==\"Planned\")].reason}')\" = InsufficientMemory ]" \
   || fail "llama70b not refused"
 kubectl get deployment llama70b >/dev/null 2>&1 && fail "llama70b got a Deployment"
-wait_for "kubectl get events.events.k8s.io --field-selector reason=InsufficientMemory -o name | grep -q ." || fail "no event"
+wait_for "kubectl get events --field-selector reason=InsufficientMemory -o name | grep -q ." || fail "no event"
 ok "InsufficientMemory: Planned=False, no Deployment, a Warning event"
 
 kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true; unset 'PIDS[-1]'

@@ -32,14 +32,21 @@ build_apiserver() {
 
 build_etcd() {
   [[ -x "$BIN/etcd" ]] && return
-  if GOBIN="$BIN" go install -trimpath -ldflags='-s -w' "go.etcd.io/etcd/server/v3@$ETCD_VERSION"; then
-    [[ -x "$BIN/v3" ]] && mv "$BIN/v3" "$BIN/etcd"
-    [[ -x "$BIN/server" ]] && mv "$BIN/server" "$BIN/etcd"
+  # etcd's server module replaces its sibling modules with local paths, so it
+  # cannot be `go install`ed: require it from a module of our own instead.
+  local dir="$CACHE/etcd-mod"
+  mkdir -p "$dir" && cd "$dir"
+  [[ -f go.mod ]] || go mod init ferrox.dev/etcd-build >/dev/null
+  go mod edit -require="go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+  for m in api/v3 client/pkg/v3 client/v3 pkg/v3; do
+    go mod edit -replace="go.etcd.io/etcd/$m=go.etcd.io/etcd/$m@$ETCD_VERSION"
+  done
+  if go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" &&
+    go build -trimpath -ldflags='-s -w' -o "$BIN/etcd" go.etcd.io/etcd/server/v3; then
+    return
   fi
-  if [[ ! -x "$BIN/etcd" ]] && command -v apt-get >/dev/null; then
-    # Fallback: Debian's etcd (older, but serves the v3 API kube-apiserver uses).
-    apt-get install -y -q etcd-server >/dev/null && ln -sf "$(command -v etcd)" "$BIN/etcd"
-  fi
+  # Fallback: Debian's etcd-server (older, but serves the v3 API).
+  apt-get install -y -q etcd-server >/dev/null && ln -sf "$(command -v etcd)" "$BIN/etcd"
 }
 
 case "${1:-all}" in

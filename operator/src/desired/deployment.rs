@@ -7,7 +7,7 @@ use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction,
     PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
     ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount,
 };
@@ -110,7 +110,7 @@ fn server_container(
         image: Some(image(md, config)),
         image_pull_policy: Some("IfNotPresent".into()),
         args: Some(server_args(md, plan, source)),
-        env: spec.env.clone(),
+        env: Some(env(md, source)),
         ports: Some(vec![ContainerPort {
             name: Some("http".into()),
             container_port: SERVER_PORT,
@@ -169,11 +169,24 @@ pub fn server_args(md: &ModelDeployment, plan: &Plan, source: &ModelSource) -> V
             args.extend([flag.to_string(), v.to_string()]);
         }
     }
-    if source.downloads() {
-        args.extend(["--model-cache".to_string(), MODEL_CACHE_DIR.to_string()]);
-    }
     args.extend(spec.engine.extra_args.iter().cloned());
     args
+}
+
+/// The user's env, plus where downloads are cached. An env var rather than a
+/// flag, so that a server without `--model-cache` still starts.
+pub fn env(md: &ModelDeployment, source: &ModelSource) -> Vec<EnvVar> {
+    let mut env = md.spec.env.clone().unwrap_or_default();
+    if source.downloads() {
+        for name in ["FERROX_MODEL_CACHE", "HF_HOME"] {
+            env.push(EnvVar {
+                name: name.into(),
+                value: Some(MODEL_CACHE_DIR.into()),
+                ..Default::default()
+            });
+        }
+    }
+    env
 }
 
 fn resources(md: &ModelDeployment) -> ResourceRequirements {
@@ -327,7 +340,6 @@ mod tests {
                 "--model",
                 "hf://meta-llama/Meta-Llama-3-8B-Instruct".to_string(),
             ),
-            ("--model-cache", MODEL_CACHE_DIR.to_string()),
             ("--served-model-name", "model".to_string()),
             ("--port", "8000".to_string()),
         ];
@@ -336,6 +348,12 @@ mod tests {
             assert_eq!(flag(&args, name), Some(want.as_str()), "{name}");
         }
         assert_eq!(flag(&args, "--prefill-chunk"), None);
+        let env = pod(&d).containers[0].env.clone().unwrap();
+        assert!(
+            env.iter()
+                .any(|e| e.name == "FERROX_MODEL_CACHE"
+                    && e.value.as_deref() == Some(MODEL_CACHE_DIR))
+        );
     }
 
     #[test]

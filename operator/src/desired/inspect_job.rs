@@ -9,9 +9,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::ResourceExt;
 
 use super::deployment::{
-    container_security_context, image, pod_security_context, volume_mounts, volumes,
+    container_security_context, env, image, pod_security_context, volume_mounts, volumes,
 };
-use super::{DesiredConfig, MODEL_CACHE_DIR, child_meta};
+use super::{DesiredConfig, child_meta};
 use crate::Error;
 use crate::crd::ModelDeployment;
 use crate::source::ModelSource;
@@ -31,16 +31,10 @@ pub fn job_name(md: &ModelDeployment) -> String {
 /// The inspection Job for `md`'s model source.
 pub fn inspect_job(md: &ModelDeployment, config: &DesiredConfig) -> Result<Job, Error> {
     let source = ModelSource::parse(&md.spec.model.source)?;
-    let mut model_arg = source.server_arg(&md.spec.model.source);
-    let cache = if source.downloads() {
-        format!(" --model-cache {MODEL_CACHE_DIR}")
-    } else {
-        String::new()
-    };
-    model_arg = shell_quote(&model_arg);
+    let model_arg = shell_quote(&source.server_arg(&md.spec.model.source));
     // The output goes to the termination log (kept by the kubelet) and to the log.
     let script = format!(
-        "ferrox-server inspect --model {model_arg}{cache} --json > {TERMINATION_LOG} && cat {TERMINATION_LOG}"
+        "ferrox-server inspect --model {model_arg} --json > {TERMINATION_LOG} && cat {TERMINATION_LOG}"
     );
     let container = Container {
         name: "inspect".into(),
@@ -49,6 +43,7 @@ pub fn inspect_job(md: &ModelDeployment, config: &DesiredConfig) -> Result<Job, 
         command: Some(vec!["/bin/sh".into(), "-c".into(), script]),
         termination_message_path: Some(TERMINATION_LOG.into()),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
+        env: Some(env(md, &source)),
         volume_mounts: Some(volume_mounts(&source)),
         security_context: Some(container_security_context()),
         resources: Some(ResourceRequirements {

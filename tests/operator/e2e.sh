@@ -55,7 +55,8 @@ for f in tests/operator/manifests/bad/*.yaml; do
 done
 
 "$BIN" run --no-leader-election --listen 127.0.0.1:18080 --scrape-interval 5 >"$WORK/operator.log" 2>&1 &
-PIDS+=($!)
+OP_PID=$!
+PIDS+=($OP_PID)
 kubectl apply -f tests/operator/manifests/smollm2-cpu.yaml >/dev/null
 wait_for() { for _ in $(seq 60); do eval "$1" >/dev/null 2>&1 && return 0; sleep 1; done; return 1; }
 wait_for "kubectl get deployment smollm2" || { tail -30 "$WORK/operator.log"; fail "no Deployment"; }
@@ -70,13 +71,16 @@ owner="$(kubectl get deployment smollm2 -o jsonpath='{.metadata.ownerReferences[
 ok "Deployment, Service and status (kvBlocks=$blocks)"
 
 sleep 3
+reconciles() { curl -sf http://127.0.0.1:18080/metrics | sed -n 's/^ferrox_operator_reconciles_total //p'; }
+n0="$(reconciles)"
 rv() { kubectl get "$1" -o jsonpath='{.metadata.resourceVersion}'; }
 before="$(rv deployment/smollm2) $(rv service/smollm2) $(kubectl get md smollm2 -o jsonpath='{.status}')"
 kubectl annotate md smollm2 ferrox.dev/poke="$(date +%s)" --overwrite >/dev/null   # a watch event: reconcile again
 sleep 5
 after="$(rv deployment/smollm2) $(rv service/smollm2) $(kubectl get md smollm2 -o jsonpath='{.status}')"
 [ "$before" = "$after" ] || fail "second reconcile changed something: $before -> $after"
-ok "second reconcile changed nothing"
+[ "$(reconciles)" -gt "$n0" ] || fail "no second reconcile happened"
+ok "second reconcile ($n0 -> $(reconciles) reconciles) changed nothing"
 
 kubectl scale md smollm2 --replicas 3 >/dev/null
 wait_for "[ \"\$(kubectl get deployment smollm2 -o jsonpath='{.spec.replicas}')\" = 3 ]" || fail "scale did not reach the Deployment"
@@ -92,7 +96,55 @@ kubectl get deployment llama70b >/dev/null 2>&1 && fail "llama70b got a Deployme
 wait_for "kubectl get events --field-selector reason=InsufficientMemory -o name | grep -q ." || fail "no event"
 ok "InsufficientMemory: Planned=False, no Deployment, a Warning event"
 
-kill "${PIDS[-1]}"; wait "${PIDS[-1]}" 2>/dev/null || true; unset 'PIDS[-1]'
+# Inspection: no geometry in the spec, so a Job runs `ferrox-server inspect`.
+# No kubelet here: play its part by writing the Job's and its pod's status.
+kubectl apply -f tests/operator/manifests/llama8b-gpu.yaml >/dev/null
+wait_for "kubectl get jobs -o name | grep -q llama8b-inspect-" || fail "no inspection Job"
+job="$(kubectl get jobs -o name | grep llama8b-inspect- | cut -d/ -f2)"
+reason="$(kubectl get md llama8b -o jsonpath='{.status.conditions[?(@.type=="Planned")].reason}')"
+[ "$reason" = Inspecting ] || fail "Planned reason $reason while inspecting"
+kubectl create -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: $job-pod, labels: {job-name: $job}}
+spec: {restartPolicy: Never, containers: [{name: inspect, image: ferrox-server:0.1.0}]}
+YAML
+inspect="$(tr -d '\n' < tests/operator/manifests/llama8b-inspect.json | sed 's/"/\\"/g')"
+kubectl patch pod "$job-pod" --subresource=status --type=merge -p "{\"status\":{\"containerStatuses\":[{\"name\":\"inspect\",\"image\":\"ferrox-server:0.1.0\",\"imageID\":\"\",\"ready\":false,\"restartCount\":0,\"state\":{\"terminated\":{\"exitCode\":0,\"reason\":\"Completed\",\"message\":\"$inspect\"}}}]}}" >/dev/null
+kubectl patch job "$job" --subresource=status --type=merge -p '{"status":{"succeeded":1}}' >/dev/null
+wait_for "[ \"\$(kubectl get md llama8b -o jsonpath='{.status.conditions[?(@.type==\"Planned\")].status}')\" = True ]" \
+  || { kubectl get md llama8b -o yaml; fail "llama8b not planned from the inspection"; }
+[ "$(kubectl get md llama8b -o jsonpath='{.status.geometry.geometry.layers}')" = 32 ] || fail "geometry not recorded"
+[ "$(kubectl get md llama8b -o jsonpath='{.status.plan.maxSeqs}')" = 56 ] || fail "maxSeqs"
+wait_for "kubectl get hpa llama8b" || fail "no HPA in hpa mode"
+[ "$(kubectl get hpa llama8b -o jsonpath='{.spec.scaleTargetRef.kind}')" = ModelDeployment ] || fail "HPA target"
+gpus="$(kubectl get deployment llama8b -o jsonpath='{.spec.template.spec.containers[0].resources.limits.nvidia\.com/gpu}')"
+[ "$gpus" = 1 ] || fail "GPU limit $gpus"
+ok "inspection Job -> termination message -> geometry -> plan (maxSeqs 56), HPA on the scale subresource"
+
+# Built-in autoscaler: a fake ready pod whose /metrics (on 127.0.0.1:8000) shows a queue.
+METRICS="$WORK/metrics"; mkdir -p "$METRICS"
+printf 'ferrox_requests_waiting 14\nferrox_requests_running 8\nferrox_kv_usage_ratio 0.5\n' > "$METRICS/metrics"
+python3 -m http.server 8000 --bind 127.0.0.1 --directory "$METRICS" >/dev/null 2>&1 &
+PIDS+=($!)
+kubectl patch md smollm2 --type=merge -p '{"spec":{"autoscaling":{"enabled":true,"minReplicas":1,"maxReplicas":4,"targetQueuePerReplica":4,"scaleUpStabilizationSeconds":0,"scaleDownDelaySeconds":3600,"mode":"builtin"}}}' >/dev/null
+kubectl scale md smollm2 --replicas 1 >/dev/null
+kubectl create -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: smollm2-fake, labels: {app.kubernetes.io/name: ferrox-server, app.kubernetes.io/instance: smollm2}}
+spec: {containers: [{name: server, image: ferrox-server:0.1.0}]}
+YAML
+kubectl patch pod smollm2-fake --subresource=status --type=merge -p '{"status":{"podIP":"127.0.0.1","podIPs":[{"ip":"127.0.0.1"}],"conditions":[{"type":"Ready","status":"True"}]}}' >/dev/null
+# 14 waiting / 4 per replica -> 4 replicas (the max).
+wait_for "[ \"\$(kubectl get md smollm2 -o jsonpath='{.spec.replicas}')\" = 4 ]" \
+  || { kubectl get md smollm2 -o yaml; tail -20 "$WORK/operator.log"; fail "builtin autoscaler did not scale up"; }
+wait_for "[ \"\$(kubectl get deployment smollm2 -o jsonpath='{.spec.replicas}')\" = 4 ]" || fail "Deployment did not follow"
+wait_for "[ \"\$(kubectl get md smollm2 -o jsonpath='{.status.autoscaler.desiredReplicas}')\" = 4 ]" || fail "no autoscaler status"
+kubectl get events --field-selector reason=Scaled -o name | grep -q . || fail "no Scaled event"
+ok "builtin autoscaler: queue 14 -> /scale 4 -> Deployment 4 ($(kubectl get md smollm2 -o jsonpath='{.status.autoscaler.reason}'))"
+
+kill "$OP_PID"; wait "$OP_PID" 2>/dev/null || true
 POD_NAME=op-a "$BIN" run --lease-namespace default --listen 127.0.0.1:18081 >"$WORK/operator-a.log" 2>&1 &
 PIDS+=($!)
 wait_for "[ \"\$(kubectl get lease ferrox-operator -o jsonpath='{.spec.holderIdentity}')\" = op-a ]" || fail "lease not held"

@@ -55,13 +55,16 @@ impl Tokenizer {
             }
             "llama" => {
                 let mut t = tokenizers::Tokenizer::new(vocab.llama_model()?);
-                t.with_normalizer(Some(gguf_vocab::llama_normalizer()?));
+                t.with_normalizer(Some(gguf_vocab::llama_normalizer()?))
+                    .map_err(|e| Error::Tokenizer(e.to_string()))?;
                 t.with_decoder(Some(gguf_vocab::llama_decoder()?));
                 t
             }
             other => return Err(Error::UnsupportedVocab(other.to_string())),
         };
-        inner.add_special_tokens(&vocab.added_tokens());
+        inner
+            .add_special_tokens(vocab.added_tokens())
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
         Ok(Self {
             inner,
             specials: Some(GgufSpecials {

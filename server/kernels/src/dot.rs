@@ -100,9 +100,11 @@ fn tile_scalar(w: &QMatrix, row: usize, rr: usize, acts: &QActs, n0: usize, aa: 
                         })
                         .sum::<i32>()
                 };
-                let (d, m) = w.scales(wb);
+                // Q4_0/Q8_0 offsets (whole multiples of d) exactly, in integers.
+                let idot = idot + w.m_int * acts.isum[xb];
+                let (d, m) = w.stored_scales(wb);
                 acc += d * acts.d[xb] * idot as f32;
-                // Offsets: m * sum(x) = m * d_x * sum(q_x).
+                // Q4_1's stored offset: m * sum(x) = m * d_x * sum(q_x).
                 acc += m * acts.s[xb];
             }
             *r = acc;

@@ -119,8 +119,9 @@ pub(super) unsafe fn block_scales<const R: usize>(
         let v = _mm256_castps128_ps256(v);
         let dwv = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
         if offset {
+            // Only Q4_1's stored m: the other formats' offsets are applied
+            // exactly in integer space by the tiles.
             let mv = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3));
-            let mv = _mm256_fmadd_ps(dwv, _mm256_set1_ps(w.m_per_d), mv);
             let s = _mm_loadu_ps(acts.st.as_ptr().add(b * batch + n0));
             *off = _mm256_fmadd_ps(mv, _mm256_set_m128(s, s), *off);
         }
@@ -156,7 +157,8 @@ unsafe fn block_col<const Q8: bool, const R: usize>(
         // The tile broadcasts the products' lanes from memory, which uses
         // load ports rather than the vector ALUs.
         let mut sc = [0f32; 8];
-        let prod = block_scales::<R>(w, acts, (row, n0, b), !signed, off);
+        let q41 = w.quant_type() == QuantType::Q4_1;
+        let prod = block_scales::<R>(w, acts, (row, n0, b), q41, off);
         _mm256_storeu_ps(sc.as_mut_ptr(), prod);
         // The u8 x i8 dot needs an unsigned left operand: for signed Q8
         // (maddubs path) use |w| and move w's sign onto x.
@@ -214,13 +216,17 @@ macro_rules! tile_kernel {
                     let xb = (n0 + j) * nb + b;
                     // SAFETY: `Kernel::tile` checked `(n0 + A) * nb <= blocks`.
                     let xq = unsafe { _mm256_loadu_si256(acts.qs.as_ptr().add(xb * QK).cast()) };
+                    // Unsigned weights carry an offset of m_int per unit:
+                    // added to one lane of the integer dot, so it is exact.
+                    let m_int = if signed { 0 } else { w.m_int };
+                    let corr = _mm256_setr_epi32(m_int * acts.isum[xb], 0, 0, 0, 0, 0, 0, 0);
                     for i in 0..R {
                         let x = if signed {
                             _mm256_sign_epi8(xq, col.wq[i])
                         } else {
                             xq
                         };
-                        let p = _mm256_cvtepi32_ps($dot(col.wabs[i], x));
+                        let p = _mm256_cvtepi32_ps(_mm256_add_epi32($dot(col.wabs[i], x), corr));
                         let scale = _mm256_broadcast_ss(&col.sc[4 * i + j]);
                         acc[i][j] = _mm256_fmadd_ps(p, scale, acc[i][j]);
                     }

@@ -99,9 +99,10 @@ unsafe fn tile_n<const Q8: bool, const R: usize, const A: usize>(
         let two = b + 1 < nb;
         // SAFETY: blocks b (and b + 1 when `two`) are inside both operands.
         unsafe {
-            let p0 = block_scales::<R>(w, acts, (row, n0, b), true, &mut off);
+            let q41 = w.quant_type() == QuantType::Q4_1;
+            let p0 = block_scales::<R>(w, acts, (row, n0, b), q41, &mut off);
             let p1 = if two {
-                block_scales::<R>(w, acts, (row, n0, b + 1), true, &mut off)
+                block_scales::<R>(w, acts, (row, n0, b + 1), q41, &mut off)
             } else {
                 p0
             };
@@ -120,8 +121,17 @@ unsafe fn tile_n<const Q8: bool, const R: usize, const A: usize>(
                 } else {
                     _mm512_maskz_loadu_epi8(u64::from(u32::MAX), px.cast())
                 };
+                // Q4_0/Q8_0 offsets, exact in integers: lane 0 for block b,
+                // lane 8 for block b + 1.
+                let xb = (n0 + j) * nb + b;
+                let mut c = [0i32; 16];
+                c[0] = w.m_int * acts.isum[xb];
+                if two {
+                    c[8] = w.m_int * acts.isum[xb + 1];
+                }
+                let corr = _mm512_loadu_si512(c.as_ptr().cast());
                 for i in 0..R {
-                    let d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[i], xq);
+                    let d = _mm512_dpbusd_epi32(corr, wq[i], xq);
                     let scale = _mm512_permutexvar_ps(idx[4 * i + j], prod);
                     acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), scale, acc[i][j]);
                 }

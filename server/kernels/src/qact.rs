@@ -1,5 +1,6 @@
 //! Activation rows quantised to 8-bit blocks, once per matmul call.
 
+use half::f16;
 use rayon::prelude::*;
 
 use crate::qmatrix::QK;
@@ -10,8 +11,12 @@ pub(crate) struct QActs {
     pub(crate) qs: Vec<i8>,
     /// Per-block scale `max|x| / 127`.
     pub(crate) d: Vec<f32>,
-    /// Per-block `d * sum(q)`, the factor the weights' offset term multiplies.
+    /// Per-block `d * sum(q)`, the factor Q4_1's stored offset multiplies.
     pub(crate) s: Vec<f32>,
+    /// Per-block `sum(q)` as an integer: Q4_0's and Q8_0's offsets are whole
+    /// multiples of `d`, so they are applied exactly in integer space (in
+    /// floats the offset and the unsigned dot would cancel catastrophically).
+    pub(crate) isum: Vec<i32>,
     /// `d` block-major (`[block][row]`) plus 4 zeros of padding, so SIMD tiles
     /// load the scales of 4 consecutive rows with one load.
     pub(crate) dt: Vec<f32>,
@@ -24,26 +29,41 @@ impl QActs {
     pub(crate) fn quantize(x: &[f32], batch: usize) -> Self {
         let nb = x.len() / QK;
         let (mut qs, mut d, mut s) = (vec![0i8; x.len()], vec![0f32; nb], vec![0f32; nb]);
+        let mut isum = vec![0i32; nb];
         // Rows in parallel once there are enough to pay for the hand-off.
         let rows = if batch >= 8 { batch } else { 1 };
         let (cols, nbr) = ((x.len() / rows).max(QK), (nb / rows).max(1));
         x.par_chunks(cols)
             .zip(qs.par_chunks_mut(cols))
             .zip(d.par_chunks_mut(nbr).zip(s.par_chunks_mut(nbr)))
-            .for_each(|((x, q), (d, s))| {
+            .zip(isum.par_chunks_mut(nbr))
+            .for_each(|(((x, q), (d, s)), isum)| {
                 let blocks = x.chunks_exact(QK).zip(q.chunks_exact_mut(QK));
-                for ((x, q), (d, s)) in blocks.zip(d.iter_mut().zip(s.iter_mut())) {
-                    (*d, *s) = quantize_block(x, q);
+                let sums = d.iter_mut().zip(s.iter_mut()).zip(isum.iter_mut());
+                for ((x, q), ((d, s), isum)) in blocks.zip(sums) {
+                    let (scale, sum) = quantize_block(x, q);
+                    // Scales rounded through f16 as GGML's Q8_0/Q8_1 store
+                    // them, so results match llama.cpp's on the same file.
+                    *d = f16::from_f32(scale).to_f32();
+                    *s = f16::from_f32(scale * sum as f32).to_f32();
+                    *isum = sum;
                 }
             });
         let (dt, st) = (block_major(&d, batch), block_major(&s, batch));
-        Self { qs, d, s, dt, st }
+        Self {
+            qs,
+            d,
+            s,
+            isum,
+            dt,
+            st,
+        }
     }
 }
 
-/// One block: returns `(d, d * sum(q))`. Written as lane-wise loops so the
+/// One block: returns `(d, sum(q))`. Written as lane-wise loops so the
 /// compiler vectorises it.
-fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, f32) {
+fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
     let mut lanes = [0f32; 8];
     for c in x.chunks_exact(8) {
         for (m, v) in lanes.iter_mut().zip(c) {
@@ -56,10 +76,10 @@ fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, f32) {
     let mut sum = 0i32;
     for (qv, &v) in q.iter_mut().zip(x) {
         // The clamp guards rounding at the edge; NaN casts to 0.
-        *qv = (v * inv).round_ties_even().clamp(-127.0, 127.0) as i8;
+        *qv = (v * inv).round().clamp(-127.0, 127.0) as i8;
         sum += i32::from(*qv);
     }
-    (d, d * sum as f32)
+    (d, sum)
 }
 
 /// `[row][block]` to `[block][row]`, plus 4 zeros of padding.

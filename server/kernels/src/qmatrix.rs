@@ -57,6 +57,8 @@ pub struct QMatrix {
     pub(crate) dm: Vec<u32>,
     /// Offset in units of `d`: `m = m_stored + m_per_d * d` (-8, 0 or -128).
     pub(crate) m_per_d: f32,
+    /// `m_per_d` as the integer the kernels add to each block dot.
+    pub(crate) m_int: i32,
     /// Per-block unsigned quants: 16 nibble bytes (Q4) or 32 bytes `q + 128` (Q8).
     pub(crate) qs: Vec<u8>,
 }
@@ -111,6 +113,7 @@ impl QMatrix {
             cols,
             dm,
             m_per_d,
+            m_int: m_per_d as i32,
             qs,
         })
     }
@@ -133,6 +136,16 @@ impl QMatrix {
     /// Blocks per row.
     pub(crate) fn blocks_per_row(&self) -> usize {
         self.cols / QK
+    }
+
+    /// `(d, m_stored)` of block `blk` as f32: the stored offset only (Q4_1's
+    /// `m`; 0 for the others), without the `m_per_d * d` part.
+    pub(crate) fn stored_scales(&self, blk: usize) -> (f32, f32) {
+        let dm = self.dm[blk];
+        (
+            f16::from_bits(dm as u16).to_f32(),
+            f16::from_bits((dm >> 16) as u16).to_f32(),
+        )
     }
 
     /// `(d, m)` of block `blk` as f32.

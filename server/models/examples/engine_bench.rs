@@ -1,0 +1,96 @@
+//! Raw engine throughput on a model file: batched decode at several row
+//! counts (each row at a 128-token context) and prefill of a 512-token prompt.
+//!
+//! `RAYON_NUM_THREADS=2 cargo run --release -p ferrox-models --example engine_bench -- MODEL.gguf`
+
+use std::time::Instant;
+
+use ferrox_core::{BatchModel, BlockPool, DecodeRow};
+use ferrox_models::{Device, PagedModel, Source};
+
+const CONTEXT: usize = 128;
+const STEPS: usize = 32;
+const BLOCK: usize = 16;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let path = std::env::args()
+        .nth(1)
+        .ok_or("usage: engine_bench MODEL [ROWS,...]")?;
+    let rows: Vec<usize> = match std::env::args().nth(2) {
+        Some(list) => list.split(',').map(str::parse).collect::<Result<_, _>>()?,
+        None => vec![1, 4, 16, 32, 64],
+    };
+    let llama = Source::open(path.as_ref())?.decoder(&Device::Cpu)?;
+    let vocab = llama.config().vocab as u32;
+    let max_rows = *rows.iter().max().unwrap_or(&1);
+    let per_seq = (CONTEXT + STEPS).div_ceil(BLOCK).max(512 / BLOCK + 1);
+    let blocks = per_seq * max_rows;
+    let mut model = PagedModel::new(llama, blocks, BLOCK)?;
+    let pool = BlockPool::new(blocks);
+    let prompt = |seed: usize, n: usize| -> Vec<u32> {
+        (0..n)
+            .map(|i| ((i * 7919 + seed * 104_729) as u32 % (vocab - 1)) + 1)
+            .collect()
+    };
+
+    // Prefill: one 512-token prompt, one chunk.
+    let lease = pool.allocate(512 / BLOCK)?;
+    let p = prompt(0, 512);
+    model.prefill(lease.blocks(), &p[..16], 0, true)?; // warm-up
+    let t = Instant::now();
+    model.prefill(lease.blocks(), &p, 0, true)?;
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "prefill 512 tokens: {:.3} s = {:.1} tok/s",
+        secs,
+        512.0 / secs
+    );
+    drop(lease);
+
+    for &n in &rows {
+        let leases: Vec<_> = (0..n)
+            .map(|_| pool.allocate(per_seq))
+            .collect::<Result<_, _>>()?;
+        for (i, l) in leases.iter().enumerate() {
+            model.prefill(l.blocks(), &prompt(i + 1, CONTEXT), 0, true)?;
+        }
+        let mut tokens: Vec<u32> = (0..n as u32).map(|i| i + 2).collect();
+        let t = Instant::now();
+        for step in 0..STEPS {
+            let batch: Vec<DecodeRow<'_>> = leases
+                .iter()
+                .zip(&tokens)
+                .map(|(l, &token)| DecodeRow {
+                    token,
+                    pos: CONTEXT + step,
+                    blocks: l.blocks(),
+                })
+                .collect();
+            let logits = model.decode(&batch)?;
+            for (tok, row) in tokens.iter_mut().zip(&logits) {
+                *tok = argmax(row);
+            }
+        }
+        let secs = t.elapsed().as_secs_f64();
+        println!(
+            "decode rows={n:>3}: {:.1} tok/s aggregate, {:.1} ms/step",
+            (n * STEPS) as f64 / secs,
+            secs * 1e3 / STEPS as f64
+        );
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if let Some(line) = status.lines().find(|l| l.starts_with("VmHWM")) {
+        println!("peak RSS: {}", line.trim_start_matches("VmHWM:").trim());
+    }
+    Ok(())
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}

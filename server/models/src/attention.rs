@@ -1,0 +1,176 @@
+//! Attention over the paged KV cache for a batch of sequences, each with its
+//! own block table, start position and number of new tokens.
+//!
+//! On CPU this runs ferrox-kernels' fused paged attention, which reads K and
+//! V straight out of the blocks. Elsewhere (and in tests, as the reference)
+//! it gathers each sequence's slots and uses ordinary tensor ops.
+
+use std::sync::Arc;
+
+use candle_core::{CpuStorage, CustomOp3, Device, Layout, Shape, Tensor};
+use ferrox_kernels::{AttnGeometry, AttnSeq};
+
+use crate::error::Result;
+use crate::kv_cache::KvCache;
+
+/// The new tokens of one sequence in a step.
+#[derive(Debug, Clone)]
+pub struct SeqSpan {
+    /// The sequence's block table.
+    pub blocks: Vec<u32>,
+    /// Position of the first new token.
+    pub start_pos: usize,
+    /// New tokens (1 for a decode row, the chunk length for prefill).
+    pub n_tokens: usize,
+}
+
+/// Head layout.
+#[derive(Debug, Clone, Copy)]
+pub struct Heads {
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Dimension of one head.
+    pub head_dim: usize,
+}
+
+/// `q`: `(tokens, heads, head_dim)`, the spans' tokens in order; returns
+/// `(tokens, heads * head_dim)`. Causal: a token sees its own and earlier
+/// positions of its own sequence only.
+pub fn attention(
+    q: &Tensor,
+    cache: &KvCache,
+    layer: usize,
+    spans: &Arc<[SeqSpan]>,
+    heads: Heads,
+    fused: bool,
+) -> Result<Tensor> {
+    let (k, v) = cache.layer(layer);
+    if fused && q.device().is_cpu() {
+        let op = PagedAttention {
+            spans: spans.clone(),
+            geometry: AttnGeometry {
+                heads: heads.heads,
+                kv_heads: heads.kv_heads,
+                head_dim: heads.head_dim,
+                block_size: cache.block_size(),
+            },
+        };
+        return Ok(q.contiguous()?.apply_op3_no_bwd(k, v, &op)?);
+    }
+    gathered(q, cache, layer, spans, heads)
+}
+
+struct PagedAttention {
+    spans: Arc<[SeqSpan]>,
+    geometry: AttnGeometry,
+}
+
+fn f32_slice<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> candle_core::Result<&'a [f32]> {
+    let CpuStorage::F32(data) = s else {
+        candle_core::bail!("paged attention: {what} must be f32");
+    };
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(&data[a..b]),
+        None => candle_core::bail!("paged attention: {what} must be contiguous"),
+    }
+}
+
+impl CustomOp3 for PagedAttention {
+    fn name(&self) -> &'static str {
+        "ferrox-paged-attention"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let q = f32_slice(s1, l1, "q")?;
+        let k = f32_slice(s2, l2, "k cache")?;
+        let v = f32_slice(s3, l3, "v cache")?;
+        let seqs: Vec<AttnSeq<'_>> = self
+            .spans
+            .iter()
+            .map(|s| AttnSeq {
+                blocks: &s.blocks,
+                start_pos: s.start_pos,
+                n_tokens: s.n_tokens,
+            })
+            .collect();
+        let mut out = vec![0f32; q.len()];
+        ferrox_kernels::paged_attention(&self.geometry, q, k, v, &seqs, &mut out)
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        let tokens = q.len() / (self.geometry.heads * self.geometry.head_dim);
+        Ok((
+            CpuStorage::F32(out),
+            Shape::from((tokens, self.geometry.heads * self.geometry.head_dim)),
+        ))
+    }
+}
+
+/// The device-generic path: gather each sequence's slots and attend with
+/// tensor ops.
+fn gathered(
+    q: &Tensor,
+    cache: &KvCache,
+    layer: usize,
+    spans: &[SeqSpan],
+    h: Heads,
+) -> Result<Tensor> {
+    let (k_cache, v_cache) = cache.layer(layer);
+    let device = q.device();
+    let rep = h.heads / h.kv_heads;
+    let scale = 1.0 / (h.head_dim as f64).sqrt();
+    let mut outs = Vec::with_capacity(spans.len());
+    let mut offset = 0;
+    for span in spans {
+        let ctx = span.start_pos + span.n_tokens;
+        let slots: Vec<u32> = (0..ctx)
+            .map(|p| cache.slot(&span.blocks, p).map(|s| s as u32))
+            .collect::<Result<_>>()?;
+        let idx = Tensor::new(slots.as_slice(), device)?;
+        let expand = |t: &Tensor| -> Result<Tensor> {
+            let t = t
+                .index_select(&idx, 0)?
+                .reshape((ctx, h.kv_heads, 1, h.head_dim))?;
+            let t = t.broadcast_as((ctx, h.kv_heads, rep, h.head_dim))?;
+            Ok(t.reshape((ctx, h.heads, h.head_dim))?
+                .transpose(0, 1)?
+                .contiguous()?)
+        };
+        let (k, v) = (expand(k_cache)?, expand(v_cache)?);
+        let qs = q
+            .narrow(0, offset, span.n_tokens)?
+            .transpose(0, 1)?
+            .contiguous()?;
+        let scores = (qs.matmul(&k.t()?)? * scale)?;
+        let mask = causal_mask(span.start_pos, span.n_tokens, device)?;
+        let probs = candle_nn::ops::softmax_last_dim(&scores.broadcast_add(&mask)?)?;
+        let o = probs.matmul(&v)?.transpose(0, 1)?;
+        outs.push(o.reshape((span.n_tokens, h.heads * h.head_dim))?);
+        offset += span.n_tokens;
+    }
+    Ok(Tensor::cat(&outs, 0)?)
+}
+
+fn causal_mask(start: usize, n: usize, device: &Device) -> Result<Tensor> {
+    let ctx = start + n;
+    let mask: Vec<f32> = (0..n)
+        .flat_map(|i| {
+            (0..ctx).map(move |j| {
+                if j > start + i {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
+        })
+        .collect();
+    Ok(Tensor::from_vec(mask, (1, n, ctx), device)?)
+}

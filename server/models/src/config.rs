@@ -1,0 +1,282 @@
+//! The shape of a Llama-family decoder, from GGUF metadata or `config.json`.
+
+use std::collections::HashMap;
+
+use candle_core::quantized::gguf_file::Value;
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// The architectures this crate runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    /// Llama 2/3, SmolLM, TinyLlama, ...
+    Llama,
+    /// Mistral (Llama layout; sliding window not applied).
+    Mistral,
+    /// Qwen2 / Qwen2.5 (biases on q, k, v).
+    Qwen2,
+}
+
+impl Arch {
+    /// Parses a GGUF `general.architecture` or an HF `architectures` entry.
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "llama" | "LlamaForCausalLM" => Ok(Arch::Llama),
+            "mistral" | "MistralForCausalLM" => Ok(Arch::Mistral),
+            "qwen2" | "Qwen2ForCausalLM" => Ok(Arch::Qwen2),
+            other => Err(Error::UnknownArchitecture(other.to_string())),
+        }
+    }
+
+    /// The GGUF name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Mistral => "mistral",
+            Arch::Qwen2 => "qwen2",
+        }
+    }
+
+    /// Whether q, k and v projections carry biases.
+    pub fn qkv_bias(self) -> bool {
+        matches!(self, Arch::Qwen2)
+    }
+}
+
+/// Everything the decoder needs to know about the model's shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    /// Architecture.
+    pub arch: Arch,
+    /// Residual width.
+    pub hidden: usize,
+    /// MLP width.
+    pub intermediate: usize,
+    /// Decoder layers.
+    pub layers: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Dimension of one head.
+    pub head_dim: usize,
+    /// Vocabulary size (rows of the embedding).
+    pub vocab: usize,
+    /// Trained context length.
+    pub context: usize,
+    /// RoPE base frequency.
+    pub rope_theta: f32,
+    /// RMSNorm epsilon.
+    pub rms_eps: f64,
+}
+
+impl ModelConfig {
+    /// Checks the numbers are usable, so the forward pass cannot index out of range.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::Config(m));
+        if [
+            self.hidden,
+            self.intermediate,
+            self.layers,
+            self.heads,
+            self.kv_heads,
+        ]
+        .contains(&0)
+            || self.head_dim == 0
+            || self.vocab == 0
+            || self.context == 0
+        {
+            return bad(format!("zero dimension in {self:?}"));
+        }
+        if !self.heads.is_multiple_of(self.kv_heads) {
+            return bad(format!(
+                "heads {} not a multiple of kv heads {}",
+                self.heads, self.kv_heads
+            ));
+        }
+        if !self.head_dim.is_multiple_of(2) {
+            return bad(format!("head dim {} is odd", self.head_dim));
+        }
+        Ok(())
+    }
+
+    /// Width of one token's K (or V) across heads.
+    pub fn kv_dim(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+
+    /// From GGUF metadata.
+    pub fn from_gguf(md: &HashMap<String, Value>) -> Result<Self> {
+        let arch_name = md_string(md, "general.architecture")?;
+        let arch = Arch::parse(&arch_name)?;
+        let p = |key: &str| format!("{arch_name}.{key}");
+        let hidden = md_usize(md, &p("embedding_length"))?;
+        let heads = md_usize(md, &p("attention.head_count"))?;
+        let kv_heads = md_usize(md, &p("attention.head_count_kv")).unwrap_or(heads);
+        let head_dim = md_usize(md, &p("attention.key_length"))
+            .or_else(|_| md_usize(md, &p("rope.dimension_count")))
+            .unwrap_or(hidden / heads.max(1));
+        let vocab = match md_usize(md, &p("vocab_size")) {
+            Ok(v) => v,
+            Err(_) => match md.get("tokenizer.ggml.tokens") {
+                Some(Value::Array(a)) => a.len(),
+                _ => {
+                    return Err(Error::Config(
+                        "no vocab_size and no tokenizer.ggml.tokens".into(),
+                    ));
+                }
+            },
+        };
+        let config = ModelConfig {
+            arch,
+            hidden,
+            intermediate: md_usize(md, &p("feed_forward_length"))?,
+            layers: md_usize(md, &p("block_count"))?,
+            heads,
+            kv_heads,
+            head_dim,
+            vocab,
+            context: md_usize(md, &p("context_length"))?,
+            rope_theta: md_f32(md, &p("rope.freq_base")).unwrap_or(10_000.0),
+            rms_eps: md_f32(md, &p("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5) as f64,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// From a Hugging Face `config.json`.
+    pub fn from_hf_json(text: &str) -> Result<Self> {
+        let hf: HfConfig =
+            serde_json::from_str(text).map_err(|e| Error::Config(format!("config.json: {e}")))?;
+        let arch_name = hf
+            .architectures
+            .first()
+            .cloned()
+            .or(hf.model_type.clone())
+            .ok_or_else(|| Error::Config("config.json has no architectures".into()))?;
+        let heads = hf.num_attention_heads;
+        let config = ModelConfig {
+            arch: Arch::parse(&arch_name).or_else(|e| match hf.model_type.as_deref() {
+                Some(t) => Arch::parse(t),
+                None => Err(e),
+            })?,
+            hidden: hf.hidden_size,
+            intermediate: hf.intermediate_size,
+            layers: hf.num_hidden_layers,
+            heads,
+            kv_heads: hf.num_key_value_heads.unwrap_or(heads),
+            head_dim: hf.head_dim.unwrap_or(hf.hidden_size / heads.max(1)),
+            vocab: hf.vocab_size,
+            context: hf.max_position_embeddings,
+            rope_theta: hf.rope_theta.unwrap_or(10_000.0),
+            rms_eps: hf.rms_norm_eps.unwrap_or(1e-5),
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// The fields of `config.json` we read.
+#[derive(Debug, Deserialize)]
+pub(crate) struct HfConfig {
+    #[serde(default)]
+    architectures: Vec<String>,
+    model_type: Option<String>,
+    hidden_size: usize,
+    intermediate_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    vocab_size: usize,
+    max_position_embeddings: usize,
+    rope_theta: Option<f32>,
+    rms_norm_eps: Option<f64>,
+    #[serde(default)]
+    pub(crate) tie_word_embeddings: bool,
+}
+
+impl HfConfig {
+    pub(crate) fn parse(text: &str) -> Result<Self> {
+        serde_json::from_str(text).map_err(|e| Error::Config(format!("config.json: {e}")))
+    }
+}
+
+pub(crate) fn md_string(md: &HashMap<String, Value>, key: &str) -> Result<String> {
+    match md.get(key) {
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(v) => Err(Error::Config(format!(
+            "{key} is {:?}, not a string",
+            v.value_type()
+        ))),
+        None => Err(Error::Config(format!("missing metadata {key}"))),
+    }
+}
+
+pub(crate) fn md_usize(md: &HashMap<String, Value>, key: &str) -> Result<usize> {
+    let v = md
+        .get(key)
+        .ok_or_else(|| Error::Config(format!("missing metadata {key}")))?;
+    let n = match v {
+        Value::U8(x) => *x as u64,
+        Value::U16(x) => *x as u64,
+        Value::U32(x) => *x as u64,
+        Value::U64(x) => *x,
+        Value::I8(x) if *x >= 0 => *x as u64,
+        Value::I16(x) if *x >= 0 => *x as u64,
+        Value::I32(x) if *x >= 0 => *x as u64,
+        Value::I64(x) if *x >= 0 => *x as u64,
+        other => {
+            return Err(Error::Config(format!(
+                "{key} is {other:?}, not a non-negative integer"
+            )));
+        }
+    };
+    usize::try_from(n).map_err(|_| Error::Config(format!("{key} = {n} is too large")))
+}
+
+pub(crate) fn md_f32(md: &HashMap<String, Value>, key: &str) -> Result<f32> {
+    match md.get(key) {
+        Some(Value::F32(x)) => Ok(*x),
+        Some(Value::F64(x)) => Ok(*x as f32),
+        Some(v) => Err(Error::Config(format!(
+            "{key} is {:?}, not a float",
+            v.value_type()
+        ))),
+        None => Err(Error::Config(format!("missing metadata {key}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hf_config_parses_llama_and_qwen2() {
+        let llama = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":64,"intermediate_size":128,
+            "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":100,
+            "max_position_embeddings":256,"rope_theta":10000.0,"rms_norm_eps":1e-5}"#;
+        let c = ModelConfig::from_hf_json(llama).unwrap();
+        assert_eq!((c.arch, c.head_dim, c.kv_dim()), (Arch::Llama, 16, 32));
+        let qwen = llama.replace("LlamaForCausalLM", "Qwen2ForCausalLM");
+        assert_eq!(ModelConfig::from_hf_json(&qwen).unwrap().arch, Arch::Qwen2);
+    }
+
+    #[test]
+    fn unknown_architecture_and_bad_shapes_are_errors() {
+        let base = r#"{"architectures":["GPTNeoXForCausalLM"],"hidden_size":64,"intermediate_size":128,
+            "num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"max_position_embeddings":256}"#;
+        let err = ModelConfig::from_hf_json(base).unwrap_err().to_string();
+        assert!(err.contains("GPTNeoXForCausalLM"), "{err}");
+        let bad = base
+            .replace("GPTNeoXForCausalLM", "LlamaForCausalLM")
+            .replace(
+                "\"num_attention_heads\":4",
+                "\"num_attention_heads\":4,\"num_key_value_heads\":3",
+            );
+        let err = ModelConfig::from_hf_json(&bad).unwrap_err().to_string();
+        assert!(err.contains("kv heads"), "{err}");
+        assert!(ModelConfig::from_hf_json("{").is_err());
+    }
+}

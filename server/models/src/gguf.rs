@@ -1,0 +1,257 @@
+//! Weights from a GGUF file.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::path::Path;
+use std::sync::Arc;
+
+use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::quantized::{GgmlDType, QMatMul, ggml_file::qtensor_from_ggml};
+use candle_core::{DType, Device, Tensor};
+use ferrox_kernels::{QMatrix, QuantType};
+
+use crate::config::{Arch, ModelConfig};
+use crate::error::{Error, Result};
+use crate::linear::{Embedding, Linear};
+use crate::llama::Projection;
+use crate::weights::{WeightSource, check_shape};
+
+/// An open GGUF file.
+pub struct GgufSource {
+    path: String,
+    reader: BufReader<File>,
+    content: Content,
+    file_size: u64,
+    /// `(heads, kv_heads)` when q/k rows are stored interleaved for
+    /// llama.cpp's RoPE and must be put back in Hugging Face order.
+    unpermute: Option<(usize, usize)>,
+    /// Use ferrox-kernels for the types they cover (on CPU).
+    packed: bool,
+}
+
+struct Raw {
+    dtype: GgmlDType,
+    dims: Vec<usize>,
+    bytes: Vec<u8>,
+}
+
+impl GgufSource {
+    /// Opens `path` and reads its header and metadata.
+    pub fn open(path: &Path) -> Result<Self> {
+        let shown = path.display().to_string();
+        let file = File::open(path).map_err(|source| Error::Io {
+            path: shown.clone(),
+            source,
+        })?;
+        let file_size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let mut reader = BufReader::new(file);
+        let content = Content::read(&mut reader).map_err(|e| Error::Corrupt {
+            path: shown.clone(),
+            message: format!("not a readable GGUF file: {e}"),
+        })?;
+        Ok(GgufSource {
+            path: shown,
+            reader,
+            content,
+            file_size,
+            unpermute: None,
+            packed: true,
+        })
+    }
+
+    /// Loads every matrix through candle (dequantized floats for F16/F32,
+    /// `QMatMul` otherwise) instead of ferrox-kernels: a reference for tests.
+    pub fn set_packed_kernels(&mut self, on: bool) {
+        self.packed = on;
+    }
+
+    /// The metadata key/values.
+    pub fn metadata(&self) -> &HashMap<String, Value> {
+        &self.content.metadata
+    }
+
+    /// The decoder's config from metadata; also arms the q/k un-permutation
+    /// that llama-architecture GGUF files need.
+    pub fn config(&mut self) -> Result<ModelConfig> {
+        let config = ModelConfig::from_gguf(&self.content.metadata)?;
+        if matches!(config.arch, Arch::Llama | Arch::Mistral) {
+            self.unpermute = Some((config.heads, config.kv_heads));
+        }
+        Ok(config)
+    }
+
+    /// Bytes of all tensors as stored.
+    pub fn weight_bytes(&self) -> u64 {
+        self.content
+            .tensor_infos
+            .values()
+            .map(|t| tensor_bytes(t.ggml_dtype, t.shape.elem_count()) as u64)
+            .sum()
+    }
+
+    fn raw(&mut self, name: &str) -> Result<Raw> {
+        let info = self
+            .content
+            .tensor_infos
+            .get(name)
+            .ok_or_else(|| Error::MissingTensor(name.to_string()))?;
+        let (dtype, dims) = (info.ggml_dtype, info.shape.dims().to_vec());
+        let size = tensor_bytes(dtype, info.shape.elem_count());
+        let start = self.content.tensor_data_offset + info.offset;
+        if start + size as u64 > self.file_size {
+            return Err(Error::Corrupt {
+                path: self.path.clone(),
+                message: format!(
+                    "truncated: tensor {name} needs {size} bytes at offset {start}, file has {}",
+                    self.file_size
+                ),
+            });
+        }
+        let mut bytes = vec![0u8; size];
+        let io = |source| Error::Io {
+            path: self.path.clone(),
+            source,
+        };
+        self.reader.seek(SeekFrom::Start(start)).map_err(io)?;
+        self.reader
+            .read_exact(&mut bytes)
+            .map_err(|source| Error::Io {
+                path: self.path.clone(),
+                source,
+            })?;
+        let mut raw = Raw { dtype, dims, bytes };
+        if let Some((heads, kv_heads)) = self.unpermute {
+            if name.ends_with("attn_q.weight") {
+                unpermute_rows(&mut raw, heads);
+            } else if name.ends_with("attn_k.weight") {
+                unpermute_rows(&mut raw, kv_heads);
+            }
+        }
+        Ok(raw)
+    }
+
+    fn dense(&self, raw: Raw, device: &Device) -> Result<Tensor> {
+        let q = qtensor_from_ggml(raw.dtype, &raw.bytes, raw.dims, device)?;
+        Ok(q.dequantize(device)?.to_dtype(DType::F32)?)
+    }
+
+    fn linear(&self, raw: Raw, device: &Device) -> Result<Linear> {
+        match raw.dtype {
+            GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16 => {
+                Ok(Linear::Dense(self.dense(raw, device)?))
+            }
+            _ => {
+                let q = qtensor_from_ggml(raw.dtype, &raw.bytes, raw.dims, device)?;
+                Ok(Linear::Quant(QMatMul::from_qtensor(q)?))
+            }
+        }
+    }
+}
+
+/// The GGML types our CPU kernels run.
+fn kernel_type(dtype: GgmlDType) -> Option<QuantType> {
+    match dtype {
+        GgmlDType::Q4_0 => Some(QuantType::Q4_0),
+        GgmlDType::Q4_1 => Some(QuantType::Q4_1),
+        GgmlDType::Q8_0 => Some(QuantType::Q8_0),
+        _ => None,
+    }
+}
+
+fn tensor_bytes(dtype: GgmlDType, elems: usize) -> usize {
+    elems / dtype.block_size() * dtype.type_size()
+}
+
+/// llama.cpp's converter interleaves the two halves of each head's q/k rows
+/// (for its RoPE); our RoPE is Hugging Face's half-split one, so put the rows
+/// back: HF row `h*d + j*d/2 + i` is GGUF row `h*d + 2i + j`.
+fn unpermute_rows(raw: &mut Raw, heads: usize) {
+    let (rows, cols) = (raw.dims[0], raw.dims[1]);
+    if heads == 0 || rows % (2 * heads) != 0 {
+        return;
+    }
+    let row_bytes = tensor_bytes(raw.dtype, cols);
+    let d = rows / heads;
+    let mut out = vec![0u8; raw.bytes.len()];
+    for h in 0..heads {
+        for j in 0..2 {
+            for i in 0..d / 2 {
+                let dst = h * d + j * (d / 2) + i;
+                let src = h * d + 2 * i + j;
+                out[dst * row_bytes..(dst + 1) * row_bytes]
+                    .copy_from_slice(&raw.bytes[src * row_bytes..(src + 1) * row_bytes]);
+            }
+        }
+    }
+    raw.bytes = out;
+}
+
+impl WeightSource for GgufSource {
+    fn has(&self, name: &str) -> bool {
+        self.content.tensor_infos.contains_key(name)
+    }
+
+    fn vector(&mut self, name: &str, len: usize, device: &Device) -> Result<Tensor> {
+        let raw = self.raw(name)?;
+        if raw.dims != [len] {
+            return Err(Error::BadShape {
+                name: name.to_string(),
+                got: raw.dims,
+                want: vec![len],
+            });
+        }
+        self.dense(raw, device)
+    }
+
+    fn projection(
+        &mut self,
+        parts: &[(&str, usize)],
+        cols: usize,
+        device: &Device,
+    ) -> Result<Projection> {
+        let mut raws = Vec::with_capacity(parts.len());
+        for &(name, rows) in parts {
+            let raw = self.raw(name)?;
+            check_shape(name, &raw.dims, rows, cols)?;
+            raws.push(raw);
+        }
+        let same_type = raws.iter().all(|r| r.dtype == raws[0].dtype);
+        if let (Some(ty), true) = (
+            kernel_type(raws[0].dtype),
+            device.is_cpu() && self.packed && same_type,
+        ) {
+            let rows = parts.iter().map(|p| p.1).sum();
+            let bytes: Vec<u8> = raws.into_iter().flat_map(|r| r.bytes).collect();
+            let m = QMatrix::new(ty, rows, cols, bytes)?;
+            return Ok(Projection::Fused(Linear::Packed(Arc::new(m))));
+        }
+        let mut linears = raws
+            .into_iter()
+            .map(|r| self.linear(r, device))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(if linears.len() == 1 {
+            Projection::Fused(linears.remove(0))
+        } else {
+            Projection::Split(linears)
+        })
+    }
+
+    fn embedding(
+        &mut self,
+        name: &str,
+        vocab: usize,
+        hidden: usize,
+        device: &Device,
+    ) -> Result<Embedding> {
+        let raw = self.raw(name)?;
+        check_shape(name, &raw.dims, vocab, hidden)?;
+        match (kernel_type(raw.dtype), device.is_cpu() && self.packed) {
+            (Some(ty), true) => {
+                let m = QMatrix::new(ty, vocab, hidden, raw.bytes)?;
+                Ok(Embedding::Packed(Arc::new(m)))
+            }
+            _ => Ok(Embedding::Dense(self.dense(raw, device)?)),
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! The paged KV cache: one K and one V tensor per layer of
+//! `num_blocks * block_size` token slots. Which blocks belong to which
+//! sequence is the caller's business (ferrox-core's `BlockLease`); this only
+//! stores and addresses slots.
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::error::{Error, Result};
+
+/// K and V slots for every layer.
+#[derive(Debug)]
+pub struct KvCache {
+    k: Vec<Tensor>,
+    v: Vec<Tensor>,
+    block_size: usize,
+    num_blocks: usize,
+    kv_dim: usize,
+}
+
+impl KvCache {
+    /// Allocates `num_blocks` blocks of `block_size` slots for `layers` layers.
+    pub fn new(
+        layers: usize,
+        num_blocks: usize,
+        block_size: usize,
+        kv_dim: usize,
+        device: &Device,
+    ) -> Result<Self> {
+        if block_size == 0 || num_blocks == 0 {
+            return Err(Error::Input(
+                "KV cache needs at least one block of one slot".into(),
+            ));
+        }
+        let slots = num_blocks * block_size;
+        let zeros = || Tensor::zeros((slots, kv_dim), DType::F32, device);
+        let k = (0..layers)
+            .map(|_| zeros())
+            .collect::<candle_core::Result<_>>()?;
+        let v = (0..layers)
+            .map(|_| zeros())
+            .collect::<candle_core::Result<_>>()?;
+        Ok(KvCache {
+            k,
+            v,
+            block_size,
+            num_blocks,
+            kv_dim,
+        })
+    }
+
+    /// Tokens per block.
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    /// Blocks per layer.
+    pub fn num_blocks(&self) -> usize {
+        self.num_blocks
+    }
+
+    /// Layer `layer`'s K and V tensors, `(slots, kv_dim)`.
+    pub fn layer(&self, layer: usize) -> (&Tensor, &Tensor) {
+        (&self.k[layer], &self.v[layer])
+    }
+
+    /// The slot of position `pos` in a sequence with block table `blocks`.
+    pub fn slot(&self, blocks: &[u32], pos: usize) -> Result<usize> {
+        let block = *blocks.get(pos / self.block_size).ok_or_else(|| {
+            Error::Input(format!(
+                "position {pos} is past the sequence's {} blocks of {}",
+                blocks.len(),
+                self.block_size
+            ))
+        })? as usize;
+        if block >= self.num_blocks {
+            return Err(Error::Input(format!(
+                "block {block} outside the pool of {}",
+                self.num_blocks
+            )));
+        }
+        Ok(block * self.block_size + pos % self.block_size)
+    }
+
+    /// An index tensor for [`Self::write`]: each slot repeated across `kv_dim`.
+    pub fn slot_index(&self, slots: &[usize], device: &Device) -> Result<Tensor> {
+        let idx: Vec<u32> = slots
+            .iter()
+            .flat_map(|&s| std::iter::repeat_n(s as u32, self.kv_dim))
+            .collect();
+        Ok(Tensor::from_vec(idx, (slots.len(), self.kv_dim), device)?)
+    }
+
+    /// Writes `k`, `v` (`(tokens, kv_dim)`) of `layer` into the slots named
+    /// by `index` (from [`Self::slot_index`]). In place: no per-step copy of
+    /// the cache.
+    pub fn write(&self, layer: usize, index: &Tensor, k: &Tensor, v: &Tensor) -> Result<()> {
+        self.k[layer].scatter_set(index, &k.contiguous()?, 0)?;
+        self.v[layer].scatter_set(index, &v.contiguous()?, 0)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,134 @@
+//! Linear layers and embeddings over whatever the weights are stored as.
+//!
+//! On CPU, Q4_0/Q4_1/Q8_0 weights run through ferrox-kernels' SIMD kernels,
+//! which load each weight block once for the whole batch (candle's quantized
+//! matmul re-reads the weights per row, so batching would not pay). Other
+//! quantized types use candle's `QMatMul`; float weights use a dense matmul.
+//! Both of those work on any candle `Device`.
+
+use std::sync::Arc;
+
+use candle_core::quantized::QMatMul;
+use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor};
+use ferrox_kernels::QMatrix;
+
+use crate::error::{Error, Result};
+
+/// A weight matrix `[out, in]` applied as `x @ W^T`.
+#[derive(Debug, Clone)]
+pub enum Linear {
+    /// Block-quantized weights run by our SIMD kernels (CPU only).
+    Packed(Arc<QMatrix>),
+    /// Quantized weights run by candle.
+    Quant(QMatMul),
+    /// Float weights `[out, in]`.
+    Dense(Tensor),
+}
+
+impl Linear {
+    /// `x`: `(tokens, in)` -> `(tokens, out)`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Linear::Packed(w) => Ok(x.contiguous()?.apply_op1_no_bwd(&PackedMatmul(w.clone()))?),
+            Linear::Quant(w) => Ok(x.apply(w)?),
+            Linear::Dense(w) => Ok(x.matmul(&w.t()?)?),
+        }
+    }
+
+    /// Output features.
+    pub fn out_features(&self) -> usize {
+        match self {
+            Linear::Packed(w) => w.rows(),
+            Linear::Quant(QMatMul::QTensor(q)) => q.shape().dims()[0],
+            Linear::Quant(QMatMul::Tensor(t)) | Linear::Quant(QMatMul::TensorF16(t)) => t.dims()[0],
+            Linear::Dense(w) => w.dims()[0],
+        }
+    }
+}
+
+/// `x @ W^T` through ferrox-kernels, as a candle op so it composes with the
+/// rest of the graph.
+struct PackedMatmul(Arc<QMatrix>);
+
+impl CustomOp1 for PackedMatmul {
+    fn name(&self) -> &'static str {
+        "ferrox-packed-matmul"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let w = &self.0;
+        let CpuStorage::F32(data) = storage else {
+            candle_core::bail!("packed matmul needs f32 input");
+        };
+        let (tokens, cols) = layout.shape().dims2()?;
+        if cols != w.cols() {
+            candle_core::bail!(
+                "packed matmul: input width {cols}, weight expects {}",
+                w.cols()
+            );
+        }
+        let x = match layout.contiguous_offsets() {
+            Some((start, end)) => &data[start..end],
+            None => candle_core::bail!("packed matmul needs a contiguous input"),
+        };
+        let mut out = vec![0f32; tokens * w.rows()];
+        w.matmul(x, tokens, &mut out)
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        Ok((CpuStorage::F32(out), Shape::from((tokens, w.rows()))))
+    }
+}
+
+/// The token embedding table `[vocab, hidden]`.
+#[derive(Debug, Clone)]
+pub enum Embedding {
+    /// Block-quantized rows, dequantized on lookup (CPU only).
+    Packed(Arc<QMatrix>),
+    /// Float rows.
+    Dense(Tensor),
+}
+
+impl Embedding {
+    /// Rows of the table.
+    pub fn vocab(&self) -> usize {
+        match self {
+            Embedding::Packed(w) => w.rows(),
+            Embedding::Dense(t) => t.dims()[0],
+        }
+    }
+
+    /// Looks up `ids`: `(tokens, hidden)`. Every id must be below `vocab()`.
+    pub fn forward(&self, ids: &[u32], device: &Device) -> Result<Tensor> {
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.vocab()) {
+            return Err(Error::Input(format!(
+                "token id {bad} outside vocabulary of {}",
+                self.vocab()
+            )));
+        }
+        match self {
+            Embedding::Packed(w) => {
+                let hidden = w.cols();
+                let mut out = vec![0f32; ids.len() * hidden];
+                for (row, &id) in out.chunks_exact_mut(hidden).zip(ids) {
+                    w.dequantize_row(id as usize, row)?;
+                }
+                Ok(Tensor::from_vec(out, (ids.len(), hidden), device)?)
+            }
+            Embedding::Dense(t) => {
+                let ids = Tensor::new(ids, device)?;
+                Ok(t.embedding(&ids)?.to_dtype(DType::F32)?)
+            }
+        }
+    }
+
+    /// The same table as an output projection (tied embeddings).
+    pub fn as_linear(&self) -> Linear {
+        match self {
+            Embedding::Packed(w) => Linear::Packed(w.clone()),
+            Embedding::Dense(t) => Linear::Dense(t.clone()),
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! The Llama-family decoder, written for batching: every token of a step
+//! carries its own position and its sequence's block table, so prefill
+//! chunks and decode rows of many sequences run through one forward pass,
+//! and logits are computed only for the rows that will be sampled.
+
+use std::sync::Arc;
+
+use candle_core::{Device, Tensor};
+
+use crate::attention::{Heads, SeqSpan, attention};
+use crate::config::ModelConfig;
+use crate::error::{Error, Result};
+use crate::kv_cache::KvCache;
+use crate::linear::{Embedding, Linear};
+use crate::rope::Rope;
+
+/// Linear layers that read the same input, run as one matmul where the
+/// weights allow (their outputs are concatenated).
+#[derive(Debug, Clone)]
+pub enum Projection {
+    /// One matrix holding all parts' rows.
+    Fused(Linear),
+    /// Separate matrices.
+    Split(Vec<Linear>),
+}
+
+impl Projection {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Projection::Fused(l) => l.forward(x),
+            Projection::Split(parts) => {
+                let outs = parts
+                    .iter()
+                    .map(|l| l.forward(x))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(Tensor::cat(&outs, 1)?)
+            }
+        }
+    }
+}
+
+/// One decoder layer's weights.
+#[derive(Debug, Clone)]
+pub struct Layer {
+    /// RMSNorm before attention.
+    pub attn_norm: Tensor,
+    /// `[q | k | v]` projection.
+    pub qkv: Projection,
+    /// Concatenated q, k, v biases (Qwen2).
+    pub qkv_bias: Option<Tensor>,
+    /// Attention output projection.
+    pub o: Linear,
+    /// RMSNorm before the MLP.
+    pub ffn_norm: Tensor,
+    /// `[gate | up]` projection.
+    pub gate_up: Projection,
+    /// MLP down projection.
+    pub down: Linear,
+}
+
+/// The whole decoder.
+#[derive(Debug)]
+pub struct Llama {
+    config: ModelConfig,
+    embed: Embedding,
+    layers: Vec<Layer>,
+    norm: Tensor,
+    lm_head: Linear,
+    rope: Rope,
+    device: Device,
+    fused_attention: bool,
+}
+
+/// One forward pass: the new tokens of several sequences.
+#[derive(Debug, Clone)]
+pub struct Step<'a> {
+    /// All new tokens, span after span.
+    pub tokens: &'a [u32],
+    /// Which sequence each run of tokens belongs to.
+    pub spans: Arc<[SeqSpan]>,
+    /// Indices into `tokens` whose logits are wanted, in output order.
+    pub logits_for: &'a [usize],
+}
+
+impl Llama {
+    /// Assembles a decoder from loaded weights.
+    pub fn new(
+        config: ModelConfig,
+        embed: Embedding,
+        layers: Vec<Layer>,
+        norm: Tensor,
+        lm_head: Linear,
+        device: &Device,
+    ) -> Result<Self> {
+        let rope = Rope::new(config.head_dim, config.rope_theta, config.context, device)?;
+        Ok(Llama {
+            config,
+            embed,
+            layers,
+            norm,
+            lm_head,
+            rope,
+            device: device.clone(),
+            fused_attention: true,
+        })
+    }
+
+    /// The model's shape.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Uses the device-generic attention even on CPU (a reference for tests).
+    pub fn set_fused_attention(&mut self, on: bool) {
+        self.fused_attention = on;
+    }
+
+    /// A KV cache for this model.
+    pub fn kv_cache(&self, num_blocks: usize, block_size: usize) -> Result<KvCache> {
+        let c = &self.config;
+        KvCache::new(c.layers, num_blocks, block_size, c.kv_dim(), &self.device)
+    }
+
+    /// Runs `step`, writing its K/V into `cache`; returns logits
+    /// `(logits_for.len(), vocab)`, or `None` when none were asked for.
+    pub fn forward(&self, cache: &KvCache, step: &Step<'_>) -> Result<Option<Tensor>> {
+        let (positions, slots) = self.positions_and_slots(cache, step)?;
+        let pos = Tensor::new(positions.as_slice(), &self.device)?;
+        let (cos, sin) = self.rope.gather(&pos)?;
+        let slot_index = cache.slot_index(&slots, &self.device)?;
+        let mut x = self.embed.forward(step.tokens, &self.device)?;
+        let ctx = LayerCtx {
+            cache,
+            spans: &step.spans,
+            cos: &cos,
+            sin: &sin,
+            slot_index: &slot_index,
+        };
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = self.layer_forward(i, layer, &x, &ctx)?;
+        }
+        if step.logits_for.is_empty() {
+            return Ok(None);
+        }
+        // Only the sampled rows pay for the norm and the vocabulary projection.
+        let rows: Vec<u32> = step.logits_for.iter().map(|&i| i as u32).collect();
+        let x = x.index_select(&Tensor::new(rows.as_slice(), &self.device)?, 0)?;
+        let x = candle_nn::ops::rms_norm(&x, &self.norm, self.config.rms_eps as f32)?;
+        Ok(Some(self.lm_head.forward(&x)?))
+    }
+
+    fn positions_and_slots(
+        &self,
+        cache: &KvCache,
+        step: &Step<'_>,
+    ) -> Result<(Vec<u32>, Vec<usize>)> {
+        let total: usize = step.spans.iter().map(|s| s.n_tokens).sum();
+        if total != step.tokens.len() || total == 0 {
+            return Err(Error::Input(format!(
+                "step has {} tokens but its spans cover {total}",
+                step.tokens.len()
+            )));
+        }
+        if let Some(&bad) = step.logits_for.iter().find(|&&i| i >= total) {
+            return Err(Error::Input(format!(
+                "logits asked for token {bad} of {total}"
+            )));
+        }
+        let mut positions = Vec::with_capacity(total);
+        let mut slots = Vec::with_capacity(total);
+        for span in step.spans.iter() {
+            let end = span.start_pos + span.n_tokens;
+            if end > self.rope.context() {
+                return Err(Error::Input(format!(
+                    "position {} is past the model's context of {}",
+                    end - 1,
+                    self.rope.context()
+                )));
+            }
+            for p in span.start_pos..end {
+                positions.push(p as u32);
+                slots.push(cache.slot(&span.blocks, p)?);
+            }
+        }
+        Ok((positions, slots))
+    }
+
+    fn layer_forward(
+        &self,
+        index: usize,
+        l: &Layer,
+        x: &Tensor,
+        ctx: &LayerCtx<'_>,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let tokens = x.dims()[0];
+        let (q_dim, kv_dim) = (c.heads * c.head_dim, c.kv_dim());
+        let eps = c.rms_eps as f32;
+        let h = candle_nn::ops::rms_norm(x, &l.attn_norm, eps)?;
+        let mut qkv = l.qkv.forward(&h)?;
+        if let Some(b) = &l.qkv_bias {
+            qkv = qkv.broadcast_add(b)?;
+        }
+        let q = qkv
+            .narrow(1, 0, q_dim)?
+            .reshape((tokens, c.heads, c.head_dim))?;
+        let k = qkv
+            .narrow(1, q_dim, kv_dim)?
+            .reshape((tokens, c.kv_heads, c.head_dim))?;
+        let v = qkv.narrow(1, q_dim + kv_dim, kv_dim)?;
+        let q = Rope::apply(&q, ctx.cos, ctx.sin)?;
+        let k = Rope::apply(&k, ctx.cos, ctx.sin)?.reshape((tokens, kv_dim))?;
+        ctx.cache.write(index, ctx.slot_index, &k, &v)?;
+        let heads = Heads {
+            heads: c.heads,
+            kv_heads: c.kv_heads,
+            head_dim: c.head_dim,
+        };
+        let a = attention(&q, ctx.cache, index, ctx.spans, heads, self.fused_attention)?;
+        let x = (x + l.o.forward(&a)?)?;
+        let h = candle_nn::ops::rms_norm(&x, &l.ffn_norm, eps)?;
+        let gu = l.gate_up.forward(&h)?;
+        let gate = gu.narrow(1, 0, c.intermediate)?;
+        let up = gu.narrow(1, c.intermediate, c.intermediate)?;
+        let act = (candle_nn::ops::silu(&gate)? * up)?;
+        Ok((x + l.down.forward(&act)?)?)
+    }
+}
+
+struct LayerCtx<'a> {
+    cache: &'a KvCache,
+    spans: &'a Arc<[SeqSpan]>,
+    cos: &'a Tensor,
+    sin: &'a Tensor,
+    slot_index: &'a Tensor,
+}

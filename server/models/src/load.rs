@@ -1,0 +1,172 @@
+//! Opening a model: GGUF file or Hugging Face directory, decoder and facts.
+
+use std::path::Path;
+
+use candle_core::Device;
+use ferrox_plan::{KvDtype, ModelGeometry};
+use serde::Serialize;
+
+use crate::config::{HfConfig, ModelConfig};
+use crate::error::{Error, Result};
+use crate::gguf::GgufSource;
+use crate::llama::Llama;
+use crate::safetensors::{SafetensorsSource, safetensors_files};
+use crate::text::TextModel;
+use crate::weights::{WeightSource, build_llama};
+
+/// The on-disk format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// A single GGUF file.
+    Gguf,
+    /// A Hugging Face directory of safetensors.
+    Safetensors,
+}
+
+/// What `ferrox-server inspect` reports: the model's shape and weight bytes,
+/// a superset of the capacity plan's `ModelGeometry` (camelCase JSON).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelInfo {
+    /// Architecture name.
+    pub architecture: String,
+    /// File format.
+    pub format: Format,
+    /// Decoder layers.
+    pub layers: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Head dimension.
+    pub head_dim: usize,
+    /// KV cache element type this server uses.
+    pub kv_dtype: KvDtype,
+    /// Bytes of weights as stored.
+    pub weight_bytes: u64,
+    /// Trained context length.
+    pub context_length: usize,
+    /// Residual width.
+    pub hidden_size: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// MLP width.
+    pub intermediate_size: usize,
+}
+
+impl ModelInfo {
+    fn new(config: &ModelConfig, format: Format, weight_bytes: u64) -> Self {
+        ModelInfo {
+            architecture: config.arch.name().to_string(),
+            format,
+            layers: config.layers,
+            kv_heads: config.kv_heads,
+            head_dim: config.head_dim,
+            kv_dtype: KvDtype::F32,
+            weight_bytes,
+            context_length: config.context,
+            hidden_size: config.hidden,
+            heads: config.heads,
+            vocab_size: config.vocab,
+            intermediate_size: config.intermediate,
+        }
+    }
+
+    /// The capacity plan's view.
+    pub fn geometry(&self) -> ModelGeometry {
+        ModelGeometry {
+            layers: self.layers as u64,
+            kv_heads: self.kv_heads as u64,
+            head_dim: self.head_dim as u64,
+            kv_dtype: self.kv_dtype,
+            weight_bytes: self.weight_bytes,
+            context_length: self.context_length as u64,
+        }
+    }
+}
+
+/// An opened model source, before weights are read.
+pub enum Source {
+    /// A GGUF file.
+    Gguf(Box<GgufSource>),
+    /// A Hugging Face directory.
+    Dir {
+        /// The directory.
+        dir: std::path::PathBuf,
+        /// Its parsed `config.json`.
+        config: ModelConfig,
+        /// `tie_word_embeddings`.
+        tied: bool,
+    },
+}
+
+impl Source {
+    /// Opens `path`: a `.gguf` file or a directory with `config.json`.
+    pub fn open(path: &Path) -> Result<Self> {
+        let shown = path.display().to_string();
+        if path.is_dir() {
+            let text =
+                std::fs::read_to_string(path.join("config.json")).map_err(|source| Error::Io {
+                    path: format!("{shown}/config.json"),
+                    source,
+                })?;
+            safetensors_files(path)?;
+            let hf = HfConfig::parse(&text)?;
+            return Ok(Source::Dir {
+                dir: path.to_path_buf(),
+                config: ModelConfig::from_hf_json(&text)?,
+                tied: hf.tie_word_embeddings,
+            });
+        }
+        if !path.exists() {
+            return Err(Error::Io {
+                path: shown,
+                source: std::io::Error::from(std::io::ErrorKind::NotFound),
+            });
+        }
+        Ok(Source::Gguf(Box::new(GgufSource::open(path)?)))
+    }
+
+    /// The model's facts, without reading weights.
+    pub fn info(&mut self) -> Result<ModelInfo> {
+        match self {
+            Source::Gguf(g) => {
+                let config = g.config()?;
+                Ok(ModelInfo::new(&config, Format::Gguf, g.weight_bytes()))
+            }
+            Source::Dir { dir, config, .. } => {
+                let bytes = safetensors_files(dir)?
+                    .iter()
+                    .map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0))
+                    .sum();
+                Ok(ModelInfo::new(config, Format::Safetensors, bytes))
+            }
+        }
+    }
+
+    /// The tokenizer, chat template and end set.
+    pub fn text(&self) -> Result<TextModel> {
+        match self {
+            Source::Gguf(g) => crate::text::from_gguf(g.metadata()),
+            Source::Dir { dir, .. } => crate::text::from_dir(dir),
+        }
+    }
+
+    /// Reads the weights and builds the decoder on `device`.
+    pub fn decoder(&mut self, device: &Device) -> Result<Llama> {
+        match self {
+            Source::Gguf(g) => {
+                let config = g.config()?;
+                build_llama(g.as_mut(), config, device)
+            }
+            Source::Dir { dir, config, tied } => {
+                let mut src = SafetensorsSource::open(dir, device)?;
+                if !*tied && !src.has("output.weight") {
+                    return Err(Error::MissingTensor("lm_head.weight".into()));
+                }
+                build_llama(&mut src, config.clone(), device)
+            }
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! Rotary position embeddings over the whole context, gathered per token so
+//! every row of a batch can sit at its own position.
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::error::Result;
+
+/// Cos/sin tables `(context, head_dim / 2)`.
+#[derive(Debug, Clone)]
+pub struct Rope {
+    cos: Tensor,
+    sin: Tensor,
+}
+
+impl Rope {
+    /// Tables for positions `0..context`.
+    pub fn new(head_dim: usize, theta: f32, context: usize, device: &Device) -> Result<Self> {
+        let half = head_dim / 2;
+        let inv_freq: Vec<f32> = (0..half)
+            .map(|i| 1.0 / theta.powf(2.0 * i as f32 / head_dim as f32))
+            .collect();
+        let mut cos = Vec::with_capacity(context * half);
+        let mut sin = Vec::with_capacity(context * half);
+        for pos in 0..context {
+            for &f in &inv_freq {
+                // In f64 so positions near 8k keep their precision.
+                let angle = pos as f64 * f as f64;
+                cos.push(angle.cos() as f32);
+                sin.push(angle.sin() as f32);
+            }
+        }
+        Ok(Rope {
+            cos: Tensor::from_vec(cos, (context, half), device)?,
+            sin: Tensor::from_vec(sin, (context, half), device)?,
+        })
+    }
+
+    /// Positions covered.
+    pub fn context(&self) -> usize {
+        self.cos.dims()[0]
+    }
+
+    /// The rows for `positions` (one per token): `(cos, sin)`, each `(tokens, head_dim / 2)`.
+    pub fn gather(&self, positions: &Tensor) -> Result<(Tensor, Tensor)> {
+        Ok((
+            self.cos.index_select(positions, 0)?,
+            self.sin.index_select(positions, 0)?,
+        ))
+    }
+
+    /// Applies the rotation (half-split, as Hugging Face's `rotate_half`) to
+    /// `x`: `(tokens, heads, head_dim)`.
+    pub fn apply(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+        let x = x.unsqueeze(0)?.to_dtype(DType::F32)?.contiguous()?;
+        Ok(candle_nn::rotary_emb::rope_thd(&x, cos, sin)?.squeeze(0)?)
+    }
+}

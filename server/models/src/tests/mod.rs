@@ -1,0 +1,6 @@
+//! Decoder tests: tiny random models through the real loaders, and the real
+//! default model against its reference output.
+
+mod helpers;
+mod real_model;
+mod tiny_model;

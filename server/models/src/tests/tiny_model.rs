@@ -1,0 +1,249 @@
+//! Tiny random-weight models written to a temp dir and read back through the
+//! real loaders.
+
+use std::path::Path;
+
+use candle_core::Device;
+use candle_core::quantized::GgmlDType;
+use ferrox_core::{BatchModel, BlockPool, DecodeRow};
+
+use super::helpers::{Joiner, argmax, greedy_alone, greedy_batched, prefill};
+use crate::fixtures::{Tiny, random_weights, write_gguf, write_safetensors};
+use crate::{Error, PagedModel, Source};
+
+fn open(path: &Path) -> PagedModel {
+    let llama = Source::open(path).unwrap().decoder(&Device::Cpu).unwrap();
+    PagedModel::new(llama, 64, 4).unwrap()
+}
+
+fn prompt(n: usize, seed: u32) -> Vec<u32> {
+    (0..n as u32).map(|i| (i * 37 + seed * 11) % 96).collect()
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+fn last_logits(m: &mut PagedModel, p: &[u32], chunk: usize) -> Vec<f32> {
+    let pool = BlockPool::new(m.num_blocks());
+    let lease = pool.allocate(p.len().div_ceil(m.block_size())).unwrap();
+    prefill(m, &lease, p, chunk)
+}
+
+#[test]
+fn gguf_and_safetensors_give_the_same_logits() {
+    for arch in ["llama", "qwen2"] {
+        let t = Tiny {
+            arch,
+            ..Tiny::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let w = random_weights(&t, 1);
+        write_safetensors(dir.path(), &t, &w);
+        let gguf = dir.path().join("tiny.gguf");
+        write_gguf(&gguf, &t, &w, GgmlDType::F32);
+        let p = prompt(23, 1);
+        let a = last_logits(&mut open(dir.path()), &p, 64);
+        let b = last_logits(&mut open(&gguf), &p, 64);
+        assert!(max_diff(&a, &b) < 1e-4, "{arch}: {}", max_diff(&a, &b));
+    }
+}
+
+#[test]
+fn quantized_kernels_track_f32_weights() {
+    let t = Tiny::default();
+    let dir = tempfile::tempdir().unwrap();
+    let w = random_weights(&t, 2);
+    let (f32_path, q8_path) = (dir.path().join("f32.gguf"), dir.path().join("q8.gguf"));
+    write_gguf(&f32_path, &t, &w, GgmlDType::F32);
+    write_gguf(&q8_path, &t, &w, GgmlDType::Q8_0);
+    let p = prompt(17, 2);
+    let a = last_logits(&mut open(&f32_path), &p, 64);
+    let b = last_logits(&mut open(&q8_path), &p, 64);
+    let dot: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let cosine = dot / (norm(&a) * norm(&b));
+    assert!(cosine > 0.995, "cosine {cosine}");
+}
+
+#[test]
+fn fused_attention_matches_the_generic_path() {
+    let t = Tiny::default();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q8.gguf");
+    write_gguf(&path, &t, &random_weights(&t, 3), GgmlDType::Q8_0);
+    let mut fused = open(&path);
+    let mut generic = open(&path);
+    generic.llama_mut().set_fused_attention(false);
+    let pool = BlockPool::new(64);
+    let (a, b) = (pool.allocate(8).unwrap(), pool.allocate(8).unwrap());
+    let (p1, p2) = (prompt(13, 4), prompt(6, 5));
+    for m in [&mut fused, &mut generic] {
+        // Chunks that start mid-block (block size 4).
+        m.prefill(a.blocks(), &p1[..6], 0, false).unwrap();
+        m.prefill(a.blocks(), &p1[6..], 6, true).unwrap();
+        m.prefill(b.blocks(), &p2, 0, true).unwrap();
+    }
+    let rows = [
+        DecodeRow {
+            token: 5,
+            pos: 13,
+            blocks: a.blocks(),
+        },
+        DecodeRow {
+            token: 9,
+            pos: 6,
+            blocks: b.blocks(),
+        },
+    ];
+    let (x, y) = (fused.decode(&rows).unwrap(), generic.decode(&rows).unwrap());
+    for (r, (lx, ly)) in x.iter().zip(&y).enumerate() {
+        assert!(max_diff(lx, ly) < 1e-4, "row {r}: {}", max_diff(lx, ly));
+    }
+}
+
+#[test]
+fn chunk_sizes_agree_and_batches_equal_singles() {
+    let t = Tiny::default();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q4.gguf");
+    write_gguf(&path, &t, &random_weights(&t, 4), GgmlDType::Q4_1);
+    let mut m = open(&path);
+    let p = prompt(70, 6);
+    let whole = last_logits(&mut m, &p, 70);
+    for chunk in [1, 7, 64] {
+        let got = last_logits(&mut m, &p, chunk);
+        assert!(max_diff(&got, &whole) < 1e-4, "chunk {chunk}");
+    }
+    let pool = BlockPool::new(64);
+    let seqs = vec![
+        Joiner {
+            prompt: prompt(9, 1),
+            join: 0,
+            n: 10,
+        },
+        Joiner {
+            prompt: prompt(3, 2),
+            join: 0,
+            n: 4,
+        },
+        Joiner {
+            prompt: prompt(21, 3),
+            join: 3,
+            n: 8,
+        },
+        Joiner {
+            prompt: prompt(14, 4),
+            join: 5,
+            n: 6,
+        },
+    ];
+    let batched = greedy_batched(&mut m, &pool, &seqs, 5);
+    for (s, got) in seqs.iter().zip(&batched) {
+        assert_eq!(got, &greedy_alone(&mut m, &pool, &s.prompt, s.n, 64));
+    }
+    assert_eq!(pool.used(), 0);
+    assert!(argmax(&whole) < 96);
+}
+
+#[test]
+fn bad_files_are_clear_errors() {
+    let t = Tiny::default();
+    let dir = tempfile::tempdir().unwrap();
+    let w = random_weights(&t, 5);
+
+    let path = dir.path().join("gptneox.gguf");
+    write_gguf(
+        &path,
+        &Tiny {
+            arch: "gptneox",
+            ..t
+        },
+        &w,
+        GgmlDType::F32,
+    );
+    let err = Source::open(&path)
+        .unwrap()
+        .decoder(&Device::Cpu)
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::UnknownArchitecture(a) if a == "gptneox"),
+        "{err}"
+    );
+
+    let mut missing = w.clone();
+    missing.remove("model.layers.1.mlp.up_proj.weight");
+    let path = dir.path().join("missing.gguf");
+    write_gguf(&path, &t, &missing, GgmlDType::F32);
+    let err = Source::open(&path)
+        .unwrap()
+        .decoder(&Device::Cpu)
+        .unwrap_err();
+    assert!(err.to_string().contains("blk.1.ffn_up.weight"), "{err}");
+
+    let path = dir.path().join("truncated.gguf");
+    write_gguf(&path, &t, &w, GgmlDType::F32);
+    let len = std::fs::metadata(&path).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(len - 100)
+        .unwrap();
+    let err = Source::open(&path)
+        .and_then(|mut s| s.decoder(&Device::Cpu))
+        .unwrap_err();
+    assert!(err.to_string().contains("truncated"), "{err}");
+
+    let path = dir.path().join("garbage.gguf");
+    std::fs::write(&path, b"definitely not a model").unwrap();
+    assert!(matches!(Source::open(&path), Err(Error::Corrupt { .. })));
+    assert!(matches!(
+        Source::open(&dir.path().join("absent.gguf")),
+        Err(Error::Io { .. })
+    ));
+
+    let st = dir.path().join("st");
+    std::fs::create_dir(&st).unwrap();
+    write_safetensors(&st, &t, &w);
+    let f = st.join("model.safetensors");
+    let len = std::fs::metadata(&f).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let err = Source::open(&st)
+        .unwrap()
+        .decoder(&Device::Cpu)
+        .unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+}
+
+#[test]
+fn positions_past_the_blocks_are_errors_not_panics() {
+    let t = Tiny::default();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q8.gguf");
+    write_gguf(&path, &t, &random_weights(&t, 6), GgmlDType::Q8_0);
+    let mut m = open(&path);
+    let pool = BlockPool::new(64);
+    let lease = pool.allocate(1).unwrap();
+    assert!(m.prefill(lease.blocks(), &prompt(5, 1), 0, true).is_err());
+    let row = DecodeRow {
+        token: 1,
+        pos: 300,
+        blocks: lease.blocks(),
+    };
+    assert!(m.decode(&[row]).is_err());
+    let row = DecodeRow {
+        token: 1000,
+        pos: 0,
+        blocks: lease.blocks(),
+    };
+    assert!(m.decode(&[row]).is_err());
+}

@@ -1,1 +1,135 @@
-fn main() {}
+//! ferrox-server: the serving sidecar. `serve` runs the OpenAI-compatible
+//! server over the continuous-batching worker.
+
+mod config;
+mod error;
+#[cfg(test)]
+mod fixtures;
+mod frontend;
+mod model;
+mod prepare;
+mod request;
+mod response;
+mod routes;
+mod serve;
+mod state;
+mod stream;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{KvSizing, ServeConfig, parse_bytes};
+
+/// The Ferrox serving sidecar.
+#[derive(Debug, Parser)]
+#[command(name = "ferrox-server", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve a model over the OpenAI API with continuous batching.
+    Serve(ServeArgs),
+}
+
+/// `serve`'s flags; each also reads a FERROX_* environment variable.
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// GGUF file or Hugging Face model directory.
+    #[arg(long, env = "FERROX_MODEL")]
+    model: PathBuf,
+    /// Address to bind.
+    #[arg(long, env = "FERROX_HOST", default_value = "0.0.0.0")]
+    host: String,
+    /// Port to bind.
+    #[arg(long, env = "FERROX_PORT", default_value_t = 8000)]
+    port: u16,
+    /// Model name clients use (default: the model file's stem).
+    #[arg(long, env = "FERROX_SERVED_MODEL_NAME")]
+    served_model_name: Option<String>,
+    /// Most sequences prefilling or decoding at once.
+    #[arg(long, env = "FERROX_MAX_SEQS", default_value_t = 16)]
+    max_seqs: usize,
+    /// KV cache blocks in the pool.
+    #[arg(long, env = "FERROX_KV_BLOCKS", conflicts_with = "kv_cache_memory")]
+    kv_blocks: Option<u64>,
+    /// KV cache memory, e.g. 1GiB (used when --kv-blocks is not given).
+    #[arg(long, env = "FERROX_KV_CACHE_MEMORY", default_value = "1GiB", value_parser = parse_bytes)]
+    kv_cache_memory: u64,
+    /// Tokens per KV block.
+    #[arg(long, env = "FERROX_BLOCK_SIZE", default_value_t = 16)]
+    block_size: usize,
+    /// Most prompt tokens in one prefill chunk.
+    #[arg(long, env = "FERROX_PREFILL_CHUNK", default_value_t = 512)]
+    prefill_chunk: usize,
+    /// Most requests waiting for admission; more get 429.
+    #[arg(long, env = "FERROX_MAX_QUEUE", default_value_t = 256)]
+    max_queue: usize,
+    /// Longest sequence (prompt + max_tokens); default the model's context.
+    #[arg(long, env = "FERROX_MAX_MODEL_LEN")]
+    max_model_len: Option<usize>,
+    /// Compute threads (rayon's global pool).
+    #[arg(long, env = "FERROX_THREADS")]
+    threads: Option<usize>,
+    /// Seconds in-flight requests get after SIGTERM.
+    #[arg(long, env = "FERROX_DRAIN_TIMEOUT", default_value_t = 30.0)]
+    drain_timeout: f64,
+    /// Log a decode status line every this many steps (0: never).
+    #[arg(long, env = "FERROX_DECODE_LOG_INTERVAL", default_value_t = 40)]
+    decode_log_interval: u64,
+    /// Largest request body, e.g. 4MiB.
+    #[arg(long, env = "FERROX_MAX_BODY", default_value = "4MiB", value_parser = parse_bytes)]
+    max_body: u64,
+}
+
+impl ServeArgs {
+    fn into_config(self) -> anyhow::Result<ServeConfig> {
+        anyhow::ensure!(self.block_size > 0, "--block-size must be at least 1");
+        anyhow::ensure!(self.max_seqs > 0, "--max-seqs must be at least 1");
+        anyhow::ensure!(self.prefill_chunk > 0, "--prefill-chunk must be at least 1");
+        anyhow::ensure!(
+            self.drain_timeout.is_finite() && self.drain_timeout >= 0.0,
+            "--drain-timeout must be a non-negative number of seconds"
+        );
+        let served_model_name = self.served_model_name.unwrap_or_else(|| {
+            self.model
+                .file_stem()
+                .map_or("model".into(), |s| s.to_string_lossy().into_owned())
+        });
+        Ok(ServeConfig {
+            kv: self
+                .kv_blocks
+                .map_or(KvSizing::Memory(self.kv_cache_memory), KvSizing::Blocks),
+            model: self.model,
+            host: self.host,
+            port: self.port,
+            served_model_name,
+            max_seqs: self.max_seqs,
+            block_size: self.block_size,
+            prefill_chunk: self.prefill_chunk,
+            max_queue: self.max_queue,
+            max_model_len: self.max_model_len,
+            threads: self.threads,
+            drain_timeout: Duration::from_secs_f64(self.drain_timeout),
+            decode_log_interval: self.decode_log_interval,
+            max_body: usize::try_from(self.max_body).unwrap_or(usize::MAX),
+        })
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match Cli::parse().command {
+        Command::Serve(args) => serve::run(args.into_config()?),
+    }
+}

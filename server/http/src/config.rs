@@ -1,0 +1,90 @@
+//! The server's typed configuration, built from the CLI in `main.rs`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How the KV pool is sized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvSizing {
+    /// Exactly this many blocks.
+    Blocks(u64),
+    /// As many blocks as fit in this many bytes.
+    Memory(u64),
+}
+
+/// Everything `serve` needs.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// GGUF file or Hugging Face directory.
+    pub model: PathBuf,
+    /// Address to bind.
+    pub host: String,
+    /// Port to bind (0 picks a free one).
+    pub port: u16,
+    /// The name clients ask for; defaults to the model file's stem.
+    pub served_model_name: String,
+    /// Most rows at once.
+    pub max_seqs: usize,
+    /// KV pool size.
+    pub kv: KvSizing,
+    /// Tokens per KV block.
+    pub block_size: usize,
+    /// Most prompt tokens per prefill chunk.
+    pub prefill_chunk: usize,
+    /// Most requests waiting.
+    pub max_queue: usize,
+    /// Longest sequence; `None` means the model's context length.
+    pub max_model_len: Option<usize>,
+    /// Compute threads; `None` means rayon's default.
+    pub threads: Option<usize>,
+    /// How long in-flight requests get after SIGTERM.
+    pub drain_timeout: Duration,
+    /// Decode status line every this many steps.
+    pub decode_log_interval: u64,
+    /// Largest request body in bytes.
+    pub max_body: usize,
+}
+
+/// Parses a byte size: `1073741824`, `512MiB`, `2GiB`, `1.5G`.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a byte size (try 2GiB)"))?;
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1_000,
+        "kib" => 1 << 10,
+        "m" | "mb" => 1_000_000,
+        "mib" => 1 << 20,
+        "g" | "gb" => 1_000_000_000,
+        "gib" => 1 << 30,
+        other => return Err(format!("unknown unit `{other}` in `{text}`")),
+    };
+    Ok((value * scale as f64) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_sizes() {
+        let cases = [
+            ("1024", Ok(1024)),
+            ("512MiB", Ok(512 << 20)),
+            ("2GiB", Ok(2 << 30)),
+            ("1.5G", Ok(1_500_000_000)),
+            ("3 kb", Ok(3000)),
+        ];
+        for (text, want) in cases {
+            assert_eq!(parse_bytes(text), want, "{text}");
+        }
+        assert!(parse_bytes("lots").is_err());
+        assert!(parse_bytes("2XB").is_err());
+    }
+}

@@ -1,0 +1,143 @@
+//! Test builders: a tiny fake model and text side, and a server on loopback.
+
+use std::sync::Arc;
+
+use ferrox_core::{BatchModel, DecodeRow, Error};
+use ferrox_engine::{EngineConfig, TokenText};
+
+use crate::frontend::Frontend;
+use crate::state::{AppState, Loaded};
+
+const VOCAB: usize = 64;
+/// The fake model's end token.
+pub const EOS: u32 = 0;
+
+/// Next token is `last + 1`, wrapping; each step sleeps `delay`.
+pub struct FakeModel {
+    pub delay: std::time::Duration,
+}
+
+impl FakeModel {
+    fn logits(last: u32) -> Vec<f32> {
+        let mut l = vec![0.0; VOCAB];
+        l[(last as usize + 1) % VOCAB] = 50.0;
+        l
+    }
+}
+
+impl BatchModel for FakeModel {
+    fn vocab_size(&self) -> usize {
+        VOCAB
+    }
+
+    fn block_size(&self) -> usize {
+        4
+    }
+
+    fn prefill(
+        &mut self,
+        _blocks: &[u32],
+        tokens: &[u32],
+        _pos: usize,
+        want_logits: bool,
+    ) -> Result<Option<Vec<f32>>, Error> {
+        std::thread::sleep(self.delay);
+        Ok(want_logits.then(|| Self::logits(*tokens.last().unwrap_or(&0))))
+    }
+
+    fn decode(&mut self, rows: &[DecodeRow<'_>]) -> Result<Vec<Vec<f32>>, Error> {
+        std::thread::sleep(self.delay);
+        Ok(rows.iter().map(|r| Self::logits(r.token)).collect())
+    }
+}
+
+/// Byte `b` is token `b % 64`; token `i` reads as `'A' + i` (printable).
+pub struct FakeFrontend;
+
+struct Chars;
+
+impl TokenText for Chars {
+    fn push(&mut self, id: u32) -> String {
+        char::from(b'0' + id as u8).to_string()
+    }
+}
+
+impl Frontend for FakeFrontend {
+    fn encode(&self, text: &str, _add_special: bool) -> Result<Vec<u32>, String> {
+        Ok(text.bytes().map(|b| u32::from(b) % VOCAB as u32).collect())
+    }
+
+    fn render_chat(&self, messages: &[(String, String)]) -> Result<String, String> {
+        Ok(messages
+            .iter()
+            .map(|m| format!("{}:{}\n", m.0, m.1))
+            .collect())
+    }
+
+    fn detokenizer(&self) -> Box<dyn TokenText> {
+        Box::new(Chars)
+    }
+
+    fn token_str(&self, id: u32) -> String {
+        Chars.push(id)
+    }
+
+    fn eos_ids(&self) -> Vec<u32> {
+        vec![EOS]
+    }
+}
+
+/// A small engine over the fake model.
+pub fn engine_config() -> EngineConfig {
+    EngineConfig {
+        max_seqs: 2,
+        max_queue: 2,
+        prefill_chunk: 8,
+        max_model_len: 128,
+        block_size: 4,
+        kv_blocks: 64,
+        decode_log_interval: 0,
+    }
+}
+
+/// Serves the fake model on a free loopback port; returns its address.
+pub async fn serve(config: EngineConfig, delay_ms: u64) -> (std::net::SocketAddr, AppState) {
+    let model = FakeModel {
+        delay: std::time::Duration::from_millis(delay_ms),
+    };
+    let (engine, _thread) = ferrox_engine::worker::spawn(model, config).unwrap();
+    let state = AppState::new("fake".into(), 1024);
+    state.set_loaded(Loaded {
+        engine,
+        frontend: Arc::new(FakeFrontend),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = crate::routes::router(state.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, state)
+}
+
+/// One HTTP/1.1 request; returns the status and the raw body.
+pub async fn request(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(body.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text[9..12].parse().unwrap();
+    let body = text.split_once("\r\n\r\n").map_or("", |p| p.1).to_string();
+    (status, body)
+}

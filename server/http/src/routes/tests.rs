@@ -1,0 +1,220 @@
+//! The HTTP surface over a fake model: shapes, statuses and streaming.
+
+use serde_json::Value;
+
+use crate::fixtures::{engine_config, request, serve};
+
+fn json_of(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+#[tokio::test]
+async fn completion_and_chat_answer_in_openai_shape() {
+    let (addr, _s) = serve(engine_config(), 0).await;
+    // "AB" is tokens 1, 2; the fake model then counts 3, 4, 5.
+    let (status, body) = request(
+        addr,
+        "POST",
+        "/v1/completions",
+        r#"{"model": "fake", "prompt": "AB", "max_tokens": 3, "temperature": 0}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let v = json_of(&body);
+    assert_eq!(v["object"], "text_completion");
+    assert_eq!(v["choices"][0]["text"], "345");
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["usage"]["prompt_tokens"], 2);
+    assert_eq!(v["usage"]["completion_tokens"], 3);
+    assert_eq!(v["usage"]["total_tokens"], 5);
+    let (status, body) = request(
+        addr,
+        "POST",
+        "/v1/chat/completions",
+        r#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "stop": ["nothing"]}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let v = json_of(&body);
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+}
+
+#[tokio::test]
+async fn streaming_ends_with_usage_and_done() {
+    let (addr, _s) = serve(engine_config(), 0).await;
+    let (status, body) = request(
+        addr,
+        "POST",
+        "/v1/completions",
+        r#"{"prompt": [1], "max_tokens": 4, "temperature": 0, "stop": "45", "stream": true,
+            "stream_options": {"include_usage": true}}"#,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let events: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    assert_eq!(events.last(), Some(&"[DONE]"));
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| json_of(e))
+        .collect();
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["text"].as_str())
+        .collect();
+    // 2, 3, then "4" held back as the start of "45", then the stop matched.
+    assert_eq!(text, "23");
+    let finish: Vec<&Value> = chunks
+        .iter()
+        .map(|c| &c["choices"][0]["finish_reason"])
+        .filter(|f| !f.is_null())
+        .collect();
+    assert_eq!(finish, vec!["stop"]);
+    let usage = &chunks.last().unwrap()["usage"];
+    assert_eq!(
+        (
+            usage["prompt_tokens"].as_u64(),
+            usage["completion_tokens"].as_u64()
+        ),
+        (Some(1), Some(4))
+    );
+}
+
+#[tokio::test]
+async fn errors_have_the_right_status_and_shape() {
+    let (addr, _s) = serve(engine_config(), 0).await;
+    let big = format!(r#"{{"prompt": "{}"}}"#, "x".repeat(2000));
+    let cases: Vec<(&str, &str, String, u16)> = vec![
+        ("POST", "/v1/completions", "{oops".into(), 400),
+        (
+            "POST",
+            "/v1/completions",
+            r#"{"prompt": "a", "n": 3}"#.into(),
+            400,
+        ),
+        (
+            "POST",
+            "/v1/completions",
+            r#"{"prompt": "a", "model": "other"}"#.into(),
+            404,
+        ),
+        (
+            "POST",
+            "/v1/completions",
+            r#"{"prompt": [1, 2], "max_tokens": 500}"#.into(),
+            400,
+        ),
+        ("POST", "/v1/completions", r#"{"prompt": [99]}"#.into(), 400),
+        ("POST", "/v1/completions", big, 413),
+        ("GET", "/v1/nothing", String::new(), 404),
+    ];
+    for (method, path, body, want) in cases {
+        let (status, text) = request(addr, method, path, &body).await;
+        assert_eq!(status, want, "{path} {body:.60}: {text}");
+        let e = &json_of(&text)["error"];
+        assert!(e["message"].is_string() && e["type"].is_string(), "{text}");
+        assert!(
+            e.get("param").is_some() && e.get("code").is_some(),
+            "{text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn queue_full_is_429_and_draining_is_503() {
+    // One row at a time, a line of 2, 20 ms a step: the 4th concurrent request
+    // finds the line full.
+    let mut config = engine_config();
+    config.max_seqs = 1;
+    config.max_queue = 2;
+    let (addr, state) = serve(config, 20).await;
+    let body = r#"{"prompt": [1], "max_tokens": 10, "ignore_eos": true}"#;
+    let calls = (0..5).map(|_| request(addr, "POST", "/v1/completions", body));
+    let results = futures::future::join_all(calls).await;
+    let statuses: Vec<u16> = results.iter().map(|r| r.0).collect();
+    assert!(
+        statuses.contains(&429) && statuses.contains(&200),
+        "{statuses:?}"
+    );
+    assert!(
+        results
+            .iter()
+            .any(|r| r.0 == 429 && r.1.contains("queue_full"))
+    );
+    assert_eq!(request(addr, "GET", "/ready", "").await.0, 200);
+    state.loaded().unwrap().engine.start_draining();
+    assert_eq!(request(addr, "GET", "/ready", "").await.0, 503);
+    assert_eq!(request(addr, "GET", "/health", "").await.0, 200);
+    assert_eq!(request(addr, "POST", "/v1/completions", body).await.0, 503);
+}
+
+#[tokio::test]
+async fn models_and_metrics() {
+    let (addr, _s) = serve(engine_config(), 0).await;
+    let (status, body) = request(addr, "GET", "/v1/models", "").await;
+    assert_eq!(status, 200);
+    assert_eq!(json_of(&body)["data"][0]["id"], "fake");
+    request(
+        addr,
+        "POST",
+        "/v1/completions",
+        r#"{"prompt": [1], "max_tokens": 2}"#,
+    )
+    .await;
+    let (status, text) = request(addr, "GET", "/metrics", "").await;
+    assert_eq!(status, 200);
+    assert!(text.contains("ferrox_generation_tokens_total 2"), "{text}");
+    assert!(
+        text.contains("vllm:num_requests_running{model_name=\"fake\"} 0"),
+        "{text}"
+    );
+}
+
+/// Sends a request and waits `after` without reading the answer; dropping the
+/// returned socket hangs up.
+async fn send_only(
+    addr: std::net::SocketAddr,
+    body: &str,
+    after: std::time::Duration,
+) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    tokio::time::sleep(after).await;
+    s
+}
+
+#[tokio::test]
+async fn a_client_that_hangs_up_frees_its_blocks() {
+    for stream in [true, false] {
+        let (addr, state) = serve(engine_config(), 10).await;
+        let metrics = state.loaded().unwrap().engine.metrics().clone();
+        let body = format!(
+            r#"{{"prompt": [1], "max_tokens": 100, "ignore_eos": true, "stream": {stream}}}"#
+        );
+        let socket = send_only(addr, &body, std::time::Duration::from_millis(150)).await;
+        assert_eq!(metrics.running(), 1, "stream={stream}: not running yet");
+        assert!(metrics.kv_used() > 0);
+        drop(socket);
+        let mut waited = 0;
+        while metrics.kv_used() > 0 || metrics.running() > 0 {
+            assert!(
+                waited < 100,
+                "stream={stream}: blocks still leased 1 s after the hang-up"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            waited += 1;
+        }
+        assert!(
+            metrics.render("fake").contains("reason=\"abort\"} 1"),
+            "stream={stream}"
+        );
+    }
+}

@@ -13,7 +13,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
@@ -22,7 +22,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::crd::{ModelDeployment, ObservedGeometry};
-use crate::desired::{DesiredConfig, desired, inspect_job};
+use crate::desired::{Desired, DesiredConfig, desired, inspect_job};
 use crate::metrics::Metrics;
 use crate::status::{Observed, PlanOutcome, decisions, desired_status, status_patch};
 use crate::{Error, geometry, plan};
@@ -229,20 +229,64 @@ async fn apply_children(
         apply::<HorizontalPodAutoscaler>(&Api::namespaced(client.clone(), ns), hpa).await?;
     }
     if let Some(so) = &d.scaled_object {
-        let types = so
-            .types
-            .as_ref()
-            .ok_or(Error::Missing("ScaledObject types"))?;
-        let (group, version) = types
-            .api_version
-            .split_once('/')
-            .unwrap_or(("", &types.api_version));
-        let gvk = kube::api::GroupVersionKind::gvk(group, version, &types.kind);
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&gvk));
-        apply(&api, so).await?;
+        apply(&scaled_objects(client, ns), so).await?;
     }
+    prune(md, &d, ctx, ns).await?;
     Ok(deployment)
+}
+
+fn scaled_objects(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let gvk = kube::api::GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject");
+    Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&gvk))
+}
+
+/// Deletes optional children the spec no longer asks for. Only a spec change
+/// (a new generation) can make one stale, so steady state costs no calls.
+async fn prune(md: &ModelDeployment, d: &Desired, ctx: &Context, ns: &str) -> Result<(), Error> {
+    let observed = md.status.as_ref().and_then(|s| s.observed_generation);
+    if observed.is_some() && observed == md.meta().generation {
+        return Ok(());
+    }
+    let client = &ctx.client;
+    let uid = md.uid().ok_or(Error::Missing("metadata.uid"))?;
+    let name = md.name_any();
+    if d.pdb.is_none() {
+        delete_owned::<PodDisruptionBudget>(&Api::namespaced(client.clone(), ns), &name, &uid)
+            .await?;
+    }
+    if d.hpa.is_none() {
+        delete_owned::<HorizontalPodAutoscaler>(&Api::namespaced(client.clone(), ns), &name, &uid)
+            .await?;
+    }
+    if d.scaled_object.is_none() {
+        delete_owned(&scaled_objects(client, ns), &name, &uid).await?;
+    }
+    Ok(())
+}
+
+/// Deletes `name` if it exists and `uid` owns it (never a user's own object).
+async fn delete_owned<K>(api: &Api<K>, name: &str, uid: &str) -> Result<(), Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let absent = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 404);
+    let found = match api.get_opt(name).await {
+        Ok(found) => found,
+        // The kind itself may not be installed (KEDA): nothing to prune.
+        Err(e) if absent(&e) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let Some(obj) = found else {
+        return Ok(());
+    };
+    if !obj.owner_references().iter().any(|o| o.uid == uid) {
+        return Ok(());
+    }
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(e) if absent(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Publishes one event about `md`.
@@ -301,7 +345,15 @@ pub async fn run(ctx: Arc<Context>) {
             Api::<Service>::all(client.clone()),
             watcher::Config::default(),
         )
-        .owns(Api::<Job>::all(client), watcher::Config::default())
+        .owns(Api::<Job>::all(client.clone()), watcher::Config::default())
+        .owns(
+            Api::<PodDisruptionBudget>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .owns(
+            Api::<HorizontalPodAutoscaler>::all(client),
+            watcher::Config::default(),
+        )
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {

@@ -129,6 +129,8 @@ python3 -m http.server 8000 --bind 127.0.0.1 --directory "$METRICS" >/dev/null 2
 PIDS+=($!)
 kubectl patch md smollm2 --type=merge -p '{"spec":{"autoscaling":{"enabled":true,"minReplicas":1,"maxReplicas":4,"targetQueuePerReplica":4,"scaleUpStabilizationSeconds":0,"scaleDownDelaySeconds":3600,"mode":"builtin"}}}' >/dev/null
 kubectl scale md smollm2 --replicas 1 >/dev/null
+wait_for "! kubectl get pdb smollm2" || fail "stale PDB not pruned at 1 replica"
+ok "scale to 1 prunes the PDB it owned"
 kubectl create -f - >/dev/null <<YAML
 apiVersion: v1
 kind: Pod

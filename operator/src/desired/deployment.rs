@@ -104,7 +104,6 @@ fn server_container(
     config: &DesiredConfig,
     source: &ModelSource,
 ) -> Container {
-    let spec = &md.spec;
     Container {
         name: "server".into(),
         image: Some(image(md, config)),

@@ -50,6 +50,18 @@ fn status_echo(md: &ModelDeployment) -> impl FnOnce(&Value) -> (http::StatusCode
     }
 }
 
+/// The lookups of optional children a new generation triggers (none exist).
+async fn expect_no_stale_children(v: &mut ApiServerVerifier, name: &str) {
+    for path in [
+        "/apis/policy/v1/namespaces/default/poddisruptionbudgets",
+        "/apis/autoscaling/v2/namespaces/default/horizontalpodautoscalers",
+        "/apis/keda.sh/v1alpha1/namespaces/default/scaledobjects",
+    ] {
+        v.expect(Method::GET, &format!("{path}/{name}"), not_found)
+            .await;
+    }
+}
+
 /// Runs reconcile beside a scenario; returns the scenario's output.
 async fn run<T>(
     md: ModelDeployment,
@@ -102,6 +114,7 @@ async fn first_reconcile_applies_children_and_writes_status() {
             echo,
         )
         .await;
+        expect_no_stale_children(v, "smol").await;
         let st = v
             .expect(
                 Method::PATCH,
@@ -137,6 +150,7 @@ async fn second_reconcile_changes_nothing() {
     let (_, status) = run(smollm2(), async |v: &mut ApiServerVerifier| {
         v.expect(Method::PATCH, "/apis/apps/v1/", echo).await;
         v.expect(Method::PATCH, "/api/v1/", echo).await;
+        expect_no_stale_children(v, "smol").await;
         let st = v.expect(Method::PATCH, NS, status_echo(&smollm2())).await;
         v.expect(Method::POST, "/apis/events.k8s.io/", echo).await;
         st.body["status"].clone()
@@ -250,6 +264,7 @@ async fn a_finished_inspection_is_read_from_the_termination_message() {
         assert!(pods.uri.contains("labelSelector=job-name"));
         v.expect(Method::PATCH, "/apis/apps/v1/", echo).await;
         v.expect(Method::PATCH, "/api/v1/", echo).await;
+        expect_no_stale_children(v, "smol").await;
         let st = v.expect(Method::PATCH, NS, reply).await;
         v.expect(Method::POST, "/apis/events.k8s.io/", echo).await;
         st.body["status"].clone()
@@ -286,4 +301,45 @@ async fn api_errors_back_off_exponentially() {
         [5, 10, 20].map(|s| Action::requeue(std::time::Duration::from_secs(s)))
     );
     assert_eq!(backoff_seconds(30), 300);
+}
+
+#[tokio::test]
+async fn a_new_generation_prunes_an_owned_stale_pdb() {
+    // Generation 1 ran 2 replicas (and so had a PDB); generation 2 runs one.
+    let (_, status) = run(smollm2(), async |v: &mut ApiServerVerifier| {
+        v.expect(Method::PATCH, "/apis/apps/v1/", echo).await;
+        v.expect(Method::PATCH, "/api/v1/", echo).await;
+        expect_no_stale_children(v, "smol").await;
+        let st = v.expect(Method::PATCH, NS, status_echo(&smollm2())).await;
+        v.expect(Method::POST, "/apis/events.k8s.io/", echo).await;
+        st.body["status"].clone()
+    })
+    .await;
+    let mut md = smollm2();
+    md.status = Some(serde_json::from_value(status).unwrap());
+    md.metadata.generation = Some(2);
+    let pdb = crate::desired::pdb::pdb(&md).unwrap();
+    let (result, status) = run(md, async move |v: &mut ApiServerVerifier| {
+        v.expect(Method::PATCH, "/apis/apps/v1/", echo).await;
+        v.expect(Method::PATCH, "/api/v1/", echo).await;
+        let path = "/apis/policy/v1/namespaces/default/poddisruptionbudgets/smol";
+        v.expect(Method::GET, path, |_| {
+            (http::StatusCode::OK, serde_json::to_value(&pdb).unwrap())
+        })
+        .await;
+        v.expect(Method::DELETE, path, |_| {
+            (http::StatusCode::OK, serde_json::to_value(&pdb).unwrap())
+        })
+        .await;
+        v.expect(Method::GET, "/apis/autoscaling/v2/", not_found)
+            .await;
+        v.expect(Method::GET, "/apis/keda.sh/v1alpha1/", not_found)
+            .await;
+        // observedGeneration moves; nothing else does, so no event.
+        let st = v.expect(Method::PATCH, NS, status_echo(&smollm2())).await;
+        st.body["status"].clone()
+    })
+    .await;
+    result.expect("reconcile ok");
+    assert_eq!(status["observedGeneration"], 2);
 }

@@ -7,6 +7,7 @@
 //! for the whole scale-down delay (the maximum is taken), and no scale-down
 //! happens while requests queue.
 
+use std::cmp::Ordering;
 use std::collections::VecDeque;
 
 use crate::crd::AutoscalingSpec;
@@ -138,34 +139,29 @@ pub fn decide(
         "queue {:.0} waiting, KV usage {:.2} over {} pods ({signal} signal)",
         obs.waiting, obs.kv_usage, obs.pods
     );
-    if rec > current {
-        return match history.settled(now, policy.scale_up_window, Extreme::Min) {
-            Some(target) if target > current => Decision {
-                desired: target,
-                recommendation: rec,
-                reason: format!("scale up {current} -> {target}: {signals}"),
-            },
-            _ => hold(format!(
-                "holding {current}: {rec} wanted, within the scale-up window; {signals}"
-            )),
-        };
-    }
-    if rec < current {
-        if obs.waiting > 0.0 {
+    let target = match rec.cmp(&current) {
+        Ordering::Greater => history.settled(now, policy.scale_up_window, Extreme::Min),
+        Ordering::Less if obs.waiting > 0.0 => {
             return hold(format!("holding {current}: requests are queued; {signals}"));
         }
-        return match history.settled(now, policy.scale_down_delay, Extreme::Max) {
-            Some(target) if target < current => Decision {
-                desired: target,
-                recommendation: rec,
-                reason: format!("scale down {current} -> {target}: {signals}"),
-            },
-            _ => hold(format!(
-                "holding {current}: {rec} wanted, within the scale-down delay; {signals}"
-            )),
-        };
+        Ordering::Less => history.settled(now, policy.scale_down_delay, Extreme::Max),
+        Ordering::Equal => return hold(format!("steady at {current}: {signals}")),
+    };
+    // The settled target moves only in the direction the recommendation points.
+    match target.filter(|t| (*t > current) == (rec > current) && *t != current) {
+        Some(t) => Decision {
+            desired: t,
+            recommendation: rec,
+            reason: format!(
+                "scale {} {current} -> {t}: {signals}",
+                if t > current { "up" } else { "down" }
+            ),
+        },
+        None => hold(format!(
+            "holding {current}: {rec} wanted, within the scale-{} window; {signals}",
+            if rec > current { "up" } else { "down" }
+        )),
     }
-    hold(format!("steady at {current}: {signals}"))
 }
 
 enum Extreme {

@@ -148,19 +148,26 @@ async fn step(
     let old = md.status.as_ref().and_then(|s| s.autoscaler.as_ref());
     let new = autoscaler_status(&decision, &obs, old, scaled_at);
     if status_changed(old, &new) {
-        let body = json!({
-            "apiVersion": ModelDeployment::api_version(&()),
-            "kind": ModelDeployment::kind(&()),
-            "metadata": {"name": md.name_any()},
-            "status": {"autoscaler": new},
-        });
-        api.patch_status(
-            &md.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await?;
+        write_status(&api, md, &new).await?;
     }
+    Ok(())
+}
+
+/// Applies `status.autoscaler` under the autoscaler's own field manager.
+async fn write_status(
+    api: &Api<ModelDeployment>,
+    md: &ModelDeployment,
+    status: &AutoscalerStatus,
+) -> Result<(), Error> {
+    let body = json!({
+        "apiVersion": ModelDeployment::api_version(&()),
+        "kind": ModelDeployment::kind(&()),
+        "metadata": {"name": md.name_any()},
+        "status": {"autoscaler": status},
+    });
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    api.patch_status(&md.name_any(), &params, &Patch::Apply(&body))
+        .await?;
     Ok(())
 }
 

@@ -68,7 +68,9 @@ blocks="$(kubectl get md smollm2 -o jsonpath='{.status.plan.kvBlocks}')"
 grep -q "\"--kv-blocks\",\"$blocks\"" <<<"$args" || fail "args $args lack --kv-blocks $blocks"
 owner="$(kubectl get deployment smollm2 -o jsonpath='{.metadata.ownerReferences[0].kind}')"
 [ "$owner" = ModelDeployment ] || fail "owner $owner"
-ok "Deployment, Service and status (kvBlocks=$blocks)"
+header="$(kubectl get md smollm2 | head -1)"
+for col in MODEL REPLICAS READY "MAX SEQS" "KV BLOCKS" AGE; do grep -q "$col" <<<"$header" || fail "no column $col: $header"; done
+ok "Deployment, Service and status (kvBlocks=$blocks); kubectl get md: $(kubectl get md smollm2 --no-headers | tr -s ' ')"
 
 sleep 3
 reconciles() { curl -sf http://127.0.0.1:18080/metrics | sed -n 's/^ferrox_operator_reconciles_total //p'; }

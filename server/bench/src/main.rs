@@ -1,1 +1,122 @@
-fn main() {}
+//! ferrox-bench: N concurrent streaming clients against any OpenAI-compatible
+//! `/v1/completions`, fixed prompt and output lengths (`ignore_eos`),
+//! reporting aggregate tokens/s, TTFT and inter-token latency percentiles,
+//! and errors.
+
+mod report;
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use futures::StreamExt;
+use serde_json::json;
+
+use crate::report::{Report, Sample};
+
+/// Load generator for OpenAI-compatible servers.
+#[derive(Debug, Parser)]
+#[command(name = "ferrox-bench", version, about)]
+struct Args {
+    /// Base URL, e.g. http://127.0.0.1:8000
+    #[arg(
+        long,
+        env = "FERROX_BENCH_URL",
+        default_value = "http://127.0.0.1:8000"
+    )]
+    url: String,
+    /// Model name to send.
+    #[arg(long, env = "FERROX_BENCH_MODEL", default_value = "smol")]
+    model: String,
+    /// Concurrent clients.
+    #[arg(long, short = 'c', default_value_t = 8)]
+    concurrency: usize,
+    /// Requests in total.
+    #[arg(long, short = 'n', default_value_t = 32)]
+    requests: usize,
+    /// Prompt length in words (a word is roughly a token).
+    #[arg(long, default_value_t = 128)]
+    prompt_len: usize,
+    /// Tokens to generate per request.
+    #[arg(long, default_value_t = 128)]
+    output_len: usize,
+    /// Per-request timeout in seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(args.timeout))
+        .build()?;
+    let prompt = vec!["hello"; args.prompt_len].join(" ");
+    let body = json!({
+        "model": args.model, "prompt": prompt, "max_tokens": args.output_len,
+        "temperature": 0, "ignore_eos": true, "stream": true,
+    });
+    let url = format!("{}/v1/completions", args.url.trim_end_matches('/'));
+    let started = Instant::now();
+    let samples: Vec<Sample> = futures::stream::iter(0..args.requests)
+        .map(|_| one(&client, &url, &body))
+        .buffer_unordered(args.concurrency.max(1))
+        .collect()
+        .await;
+    let report = Report::from_samples(&samples, started.elapsed());
+    println!("{}", report.render(args.concurrency));
+    Ok(())
+}
+
+/// One streaming request, timed per token.
+async fn one(client: &reqwest::Client, url: &str, body: &serde_json::Value) -> Sample {
+    let start = Instant::now();
+    match stream(client, url, body, start).await {
+        Ok(times) => Sample::Ok { token_times: times },
+        Err(e) => Sample::Failed(format!("{e:#}")),
+    }
+}
+
+/// Seconds since `start` at which each text chunk arrived.
+async fn stream(
+    client: &reqwest::Client,
+    url: &str,
+    body: &serde_json::Value,
+    start: Instant,
+) -> anyhow::Result<Vec<f64>> {
+    let response = client
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .context("sending")?;
+    let status = response.status();
+    if !status.is_success() {
+        let text = response.text().await.unwrap_or_default();
+        anyhow::bail!("HTTP {status}: {text}");
+    }
+    let mut times = Vec::new();
+    let mut buffer = String::new();
+    let mut bytes = response.bytes_stream();
+    while let Some(chunk) = bytes.next().await {
+        buffer.push_str(&String::from_utf8_lossy(
+            &chunk.context("reading the stream")?,
+        ));
+        while let Some(end) = buffer.find("\n\n") {
+            let event: String = buffer.drain(..end + 2).collect();
+            let data = event.trim().strip_prefix("data: ").unwrap_or("");
+            if data == "[DONE]" {
+                return Ok(times);
+            }
+            let v: serde_json::Value = serde_json::from_str(data).context("bad event")?;
+            if let Some(e) = v.get("error") {
+                anyhow::bail!("error event: {e}");
+            }
+            let text = v["choices"][0]["text"].as_str().unwrap_or("");
+            if !text.is_empty() {
+                times.push(start.elapsed().as_secs_f64());
+            }
+        }
+    }
+    anyhow::bail!("stream ended without [DONE]")
+}

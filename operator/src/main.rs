@@ -1,7 +1,7 @@
 //! The ferrox-operator binary: `run`, `crdgen` and `render`.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -83,9 +83,12 @@ struct RenderArgs {
     /// The ModelDeployment manifest.
     #[arg(short = 'f', long)]
     file: PathBuf,
-    /// `ferrox-server inspect --json` output to plan with.
+    /// `ferrox-server inspect --json` output, or a model file to run it on.
     #[arg(long)]
     geometry_from: Option<PathBuf>,
+    /// The ferrox-server binary used to inspect a model file.
+    #[arg(long, env = "FERROX_SERVER_BIN", default_value = "ferrox-server")]
+    server_bin: PathBuf,
 }
 
 impl Shared {
@@ -119,12 +122,34 @@ fn render_cmd(args: &RenderArgs) -> anyhow::Result<()> {
     let geometry = args
         .geometry_from
         .as_ref()
-        .map(|p| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())))
+        .map(|p| geometry_json(p, &args.server_bin))
         .transpose()?;
     let md = render::read_manifest(&manifest)?;
     let rendered = render::render(&md, geometry.as_deref(), &args.shared.config())?;
     print!("{}", render::to_yaml(&md, &rendered)?);
     Ok(())
+}
+
+/// The inspect JSON in `path`, or what `ferrox-server inspect` says of the model there.
+fn geometry_json(path: &Path, server: &Path) -> anyhow::Result<String> {
+    if path.is_file() {
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        if bytes.trim_ascii_start().starts_with(b"{") {
+            return Ok(String::from_utf8(bytes)?);
+        }
+    }
+    let out = std::process::Command::new(server)
+        .args(["inspect", "--json", "--model"])
+        .arg(path)
+        .output()
+        .with_context(|| format!("running {} inspect", server.display()))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{} inspect failed: {}",
+        server.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?)
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {

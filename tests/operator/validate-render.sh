@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Renders the sample ModelDeployments and checks every object with
-# kubernetes-validate --strict. ScaledObject (a KEDA CRD) has no schema there
-# and is skipped by construction: none of these samples uses keda mode.
+# kubernetes-validate --strict. ScaledObject (keda mode) is a KEDA CRD with no
+# schema there: kubernetes-validate warns and skips it; the rest is checked.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN="${FERROX_OPERATOR:-${CARGO_TARGET_DIR:-target}/debug/ferrox-operator}"
@@ -12,7 +12,17 @@ K8S="${K8S_SCHEMA_VERSION:-1.34.0}"
 render() { "$BIN" render -f "tests/operator/manifests/$1" ${2:+--geometry-from "tests/operator/manifests/$2"} > "$OUT/$3"; }
 render smollm2-cpu.yaml "" smollm2.yaml
 render llama8b-gpu.yaml llama8b-inspect.json llama8b.yaml
+render llama8b-keda.yaml llama8b-inspect.json llama8b-keda.yaml
+grep -q "kind: ScaledObject" "$OUT/llama8b-keda.yaml"
 render smollm2-cpu.yaml smollm2-inspect.json smollm2-inspected.yaml
+# A model file (not JSON) is handed to `ferrox-server inspect`; a stand-in
+# server that prints the SmolLM2 inspection checks that plumbing.
+printf '#!/bin/sh\n[ "$1 $2 $3" = "inspect --json --model" ] || exit 2\ncat %s\n' \
+  "$PWD/tests/operator/manifests/smollm2-inspect.json" > "$OUT/fake-server"
+chmod +x "$OUT/fake-server"
+printf 'GGUF' > "$OUT/model.gguf"
+"$BIN" render -f tests/operator/manifests/smollm2-cpu.yaml --geometry-from "$OUT/model.gguf" \
+  --server-bin "$OUT/fake-server" > "$OUT/smollm2-from-model.yaml"
 status=0
 for f in "$OUT"/*.yaml; do
   echo "== $(basename "$f")"

@@ -180,4 +180,37 @@ ferrox_prompt_tokens_total 1234
         assert_eq!(obs.pods, 0);
         assert_eq!(errors.len(), 1);
     }
+
+    #[tokio::test]
+    async fn scrape_and_decide_reads_real_http_endpoints() {
+        // Two servers: 7 + 7 waiting at 2 replicas, target 4 per replica -> 4.
+        let mut urls = Vec::new();
+        for _ in 0..2 {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            urls.push(format!("http://{}/metrics", listener.local_addr().unwrap()));
+            let app =
+                axum::Router::new().route("/metrics", axum::routing::get(|| async { EXPOSITION }));
+            tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        }
+        let policy = Policy {
+            min_replicas: 1,
+            max_replicas: 8,
+            target_queue_per_replica: 4.0,
+            target_kv_usage: 0.8,
+            scale_up_window: 0,
+            scale_down_delay: 300,
+        };
+        let client = reqwest::Client::new();
+        let mut history = History::default();
+        let (decision, obs, errors) =
+            scrape_and_decide(&client, &urls, &policy, 2, &mut history, 0).await;
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!((obs.pods, obs.waiting), (2, 14.0));
+        assert_eq!(decision.desired, 4);
+        assert!(
+            decision.reason.starts_with("scale up 2 -> 4"),
+            "{}",
+            decision.reason
+        );
+    }
 }

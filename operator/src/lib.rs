@@ -5,6 +5,8 @@
 //! `autoscale` and `render` are pure; `reconcile`, `autoscaler`, `lease`,
 //! `metrics_scrape::scrape` and `server` do I/O.
 
+#![warn(missing_docs)]
+
 pub mod autoscale;
 pub mod autoscaler;
 pub mod crd;

@@ -1,0 +1,133 @@
+"""The Helm chart: lint, render, schema-validate, and the properties it promises."""
+
+import json
+import subprocess
+
+import pytest
+import yaml
+
+from helpers import CHART, ROOT, helm_template, tool, validate
+
+ALL_ON = ("serviceMonitor.enabled=true", "podMonitor.enabled=true", "dashboard.enabled=true")
+
+
+def by_kind(docs, kind):
+    return [d for d in docs if d["kind"] == kind]
+
+
+def test_crd_in_chart_is_the_generated_one():
+    # Helm installs charts/ferrox/crds/ as is; it must be byte-for-byte what
+    # `ferrox-operator crdgen` wrote to crds/ (itself checked against the code).
+    chart = (CHART / "crds" / "modeldeployment.yaml").read_bytes()
+    generated = (ROOT / "crds" / "modeldeployment.yaml").read_bytes()
+    assert chart == generated, "cp crds/modeldeployment.yaml charts/ferrox/crds/"
+
+
+@pytest.mark.parametrize("sets", [(), ALL_ON, ("leaderElection.enabled=false",)])
+def test_helm_lint_strict(sets):
+    args = [tool("helm"), "lint", "--strict", str(CHART)]
+    for s in sets:
+        args += ["--set", s]
+    r = subprocess.run(args, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("sets", [(), ALL_ON])
+def test_rendered_objects_pass_kubernetes_validate(sets, tmp_path):
+    _, docs = helm_template(*sets)
+    skipped = validate(docs, tmp_path)
+    # The only kinds left unchecked are the prometheus-operator ones, and only when enabled.
+    assert skipped == (["PodMonitor", "ServiceMonitor"] if sets else [])
+
+
+def test_operator_pod_is_restricted():
+    _, docs = helm_template()
+    (dep,) = by_kind(docs, "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (c,) = pod["containers"]
+    sc = c["securityContext"]
+    assert sc["runAsNonRoot"] is True
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert c["args"] == ["run", "--listen", "0.0.0.0:8080"]
+    assert pod["serviceAccountName"] == "ferrox"
+    env = {e["name"]: e for e in c["env"]}
+    # The Lease namespace must be the one the leader-election Role grants.
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert "FERROX_NO_LEADER_ELECTION" not in env
+
+
+def test_leader_election_off_drops_the_role_and_refuses_replicas():
+    _, docs = helm_template("leaderElection.enabled=false")
+    assert not by_kind(docs, "Role")
+    env = {e["name"]: e.get("value") for e in by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["FERROX_NO_LEADER_ELECTION"] == "true"
+    r = subprocess.run(
+        [tool("helm"), "template", "x", str(CHART), "--set", "leaderElection.enabled=false", "--set", "replicaCount=2"],
+        capture_output=True, text=True,
+    )
+    assert r.returncode != 0 and "needs leaderElection.enabled" in r.stderr
+
+
+def test_metrics_service_targets_the_operator_port():
+    _, docs = helm_template()
+    (svc,) = by_kind(docs, "Service")
+    (dep,) = by_kind(docs, "Deployment")
+    assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+    assert svc["spec"]["ports"][0]["targetPort"] == "metrics"
+    assert dep["spec"]["template"]["spec"]["containers"][0]["ports"][0]["name"] == "metrics"
+
+
+def test_optional_objects_are_off_by_default_and_on_when_asked():
+    _, off = helm_template()
+    assert {d["kind"] for d in off} == {
+        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Deployment"
+    }
+    _, on = helm_template(*ALL_ON)
+    (sm,) = by_kind(on, "ServiceMonitor")
+    (svc,) = by_kind(on, "Service")
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert sm["spec"]["endpoints"][0]["port"] == svc["spec"]["ports"][0]["name"]
+    (pm,) = by_kind(on, "PodMonitor")
+    # The labels and port name every server pod gets from the operator (see test_examples).
+    assert pm["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "ferrox-server"}
+    assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "http"
+    (cm,) = by_kind(on, "ConfigMap")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = json.loads(cm["data"]["ferrox.json"])
+    assert shipped == json.loads((CHART / "dashboards" / "ferrox.json").read_text())
+
+
+def test_notes_tell_the_user_what_to_apply():
+    r = subprocess.run(
+        [tool("helm"), "install", "ferrox", str(CHART), "--dry-run=client", "-n", "ferrox-system"],
+        capture_output=True, text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    notes = r.stdout.split("NOTES:", 1)[1]
+    assert "kubectl apply -f examples/smollm2-cpu.yaml" in notes
+    assert "kubectl get modeldeployments" in notes
+    assert (ROOT / "examples" / "smollm2-cpu.yaml").is_file()
+
+
+def test_every_value_is_used():
+    # A key in values.yaml that no template reads is a setting that silently does nothing.
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    templates = "".join(p.read_text() for p in (CHART / "templates").iterdir())
+
+    def paths(d, prefix=""):
+        for k, v in d.items():
+            p = f"{prefix}.{k}"
+            if isinstance(v, dict) and v and k != "labels" and k != "resources":
+                yield from paths(v, p)
+            else:
+                yield p
+
+    unused = [p for p in paths(values) if f".Values{p}" not in templates]
+    assert not unused, unused

@@ -1,0 +1,97 @@
+"""examples/: each renders with `ferrox-operator render`, passes kubernetes-validate,
+and carries its capacity plan into the server's arguments."""
+
+import math
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from helpers import ROOT, operator_bin, validate
+
+EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.yaml"))
+DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "fp8": 1}
+GiB = 1 << 30
+
+
+def render(name):
+    r = subprocess.run([operator_bin(), "render", "-f", str(ROOT / "examples" / name)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    plan = {k: int(v) for k, v in re.findall(r"^# plan\.(\w+): (\d+)$", r.stdout, re.M)}
+    return plan, [d for d in yaml.safe_load_all(r.stdout) if d]
+
+
+def test_the_four_examples_exist():
+    assert EXAMPLES == ["keda-autoscaling.yaml", "llama-3.1-8b-gpu.yaml", "llama-70b-4gpu.yaml", "smollm2-cpu.yaml"]
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_example_renders_valid_objects_with_its_plan(name, tmp_path):
+    md = yaml.safe_load((ROOT / "examples" / name).read_text())
+    spec = md["spec"]
+    plan, docs = render(name)
+    skipped = validate(docs, tmp_path)
+    mode = (spec.get("autoscaling") or {}).get("mode", "builtin")
+    assert skipped == (["ScaledObject"] if mode == "keda" else [])
+
+    # The plan is the design's formula over the example's geometry.
+    g = spec["model"]["geometry"]
+    per_token = 2 * g["layers"] * g["kvHeads"] * g["headDim"] * DTYPE_BYTES[g["kvDtype"]]
+    assert plan["kvBytesPerToken"] == per_token
+    assert plan["weightBytes"] == g["weightBytes"]
+    engine = spec.get("engine", {})
+    assert plan["maxModelLen"] == engine.get("maxModelLen", g["contextLength"])
+    assert plan["kvBlocks"] * plan["blockSize"] * per_token <= plan["kvBudgetBytes"]
+    blocks_per_seq = math.ceil(plan["maxModelLen"] / plan["blockSize"])
+    assert plan["maxSeqs"] == min(engine.get("maxSeqs", 1 << 62), plan["kvBlocks"] // blocks_per_seq)
+    assert plan["maxSeqs"] >= 1
+    acc = spec.get("accelerator")
+    memory = acc["count"] * int(acc["memoryPerDevice"].removesuffix("Gi")) * GiB if acc else \
+        int(spec["resources"]["limits"]["memory"].removesuffix("Gi")) * GiB
+    assert plan["kvBudgetBytes"] + plan["weightBytes"] <= memory * 0.9
+
+    # ...and the numbers reach the server's command line.
+    (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    args = c["args"]
+    flag = lambda f: args[args.index(f) + 1]
+    assert flag("--kv-blocks") == str(plan["kvBlocks"])
+    assert flag("--max-seqs") == str(plan["maxSeqs"])
+    assert flag("--block-size") == str(plan["blockSize"])
+    assert flag("--max-model-len") == str(plan["maxModelLen"])
+    assert flag("--served-model-name") == spec["model"]["servedName"]
+    if acc:
+        assert c["resources"]["limits"]["nvidia.com/gpu"] in (acc["count"], str(acc["count"]))
+    # The chart's PodMonitor finds these pods by this label and port name.
+    assert dep["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] == "ferrox-server"
+    assert any(p.get("name") == "http" for p in c["ports"])
+
+
+def test_keda_example_targets_the_scale_subresource():
+    _, docs = render("keda-autoscaling.yaml")
+    (so,) = [d for d in docs if d["kind"] == "ScaledObject"]
+    assert so["apiVersion"] == "keda.sh/v1alpha1"
+    target = so["spec"]["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("ModelDeployment", "smollm2-keda")
+    assert so["spec"]["maxReplicaCount"] == 8
+    (trigger,) = so["spec"]["triggers"]
+    assert trigger["type"] == "prometheus"
+    assert "ferrox_requests_waiting" in trigger["metadata"]["query"]
+
+
+def test_examples_pass_the_crd_schema_shape():
+    # Every example's spec keys are fields of the generated CRD (a typo would be pruned silently).
+    crd = yaml.safe_load((ROOT / "crds" / "modeldeployment.yaml").read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+
+    def check(obj, sch, path):
+        props = sch.get("properties")
+        if not isinstance(obj, dict) or props is None:
+            return
+        for k, v in obj.items():
+            assert k in props, f"{path}.{k} is not a CRD field"
+            check(v, props[k], f"{path}.{k}")
+
+    for name in EXAMPLES:
+        check(yaml.safe_load((ROOT / "examples" / name).read_text())["spec"], schema, f"{name}:spec")

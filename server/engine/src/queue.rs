@@ -32,6 +32,9 @@ pub(crate) struct Shared {
     pub tx: Mutex<(RequestId, Sender<Job>)>,
     /// Submitted and not yet admitted (channel plus the worker's line).
     pub waiting: AtomicUsize,
+    /// Submitted and not yet ended: counted up at submission and down only
+    /// when the worker sends the request's last event.
+    pub in_flight: AtomicUsize,
     /// Cancels not yet seen by the worker.
     pub cancels: Mutex<Vec<RequestId>>,
     pub draining: AtomicBool,
@@ -48,6 +51,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Shared {
     pub fn take_cancels(&self) -> Vec<RequestId> {
         std::mem::take(&mut *lock(&self.cancels))
+    }
+
+    /// Called once per request, right after its last event.
+    pub fn ended(&self) {
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -97,8 +105,10 @@ impl EngineHandle {
             submitted: now,
             events: events_tx,
         };
+        s.in_flight.fetch_add(1, Ordering::SeqCst);
         if tx.1.send(job).is_err() {
             s.waiting.fetch_sub(1, Ordering::SeqCst);
+            s.in_flight.fetch_sub(1, Ordering::SeqCst);
             return Err(EngineError::WorkerGone);
         }
         Ok(Submission {
@@ -130,9 +140,9 @@ impl EngineHandle {
         self.shared.alive.load(Ordering::SeqCst)
     }
 
-    /// Requests submitted and not yet finished (waiting or running).
+    /// Requests submitted whose last event has not been sent yet.
     pub fn in_flight(&self) -> usize {
-        self.shared.waiting.load(Ordering::SeqCst) + self.shared.metrics.running()
+        self.shared.in_flight.load(Ordering::SeqCst)
     }
 
     /// The engine's limits.

@@ -60,6 +60,7 @@ impl<M: BatchModel> Scheduler<M> {
         let shared = Arc::new(Shared {
             tx: Mutex::new((0, tx)),
             waiting: AtomicUsize::new(0),
+            in_flight: AtomicUsize::new(0),
             cancels: Mutex::new(Vec::new()),
             draining: AtomicBool::new(false),
             alive: AtomicBool::new(true),
@@ -196,6 +197,7 @@ impl<M: BatchModel> Scheduler<M> {
                 text: String::new(),
                 usage,
             });
+            self.shared.ended();
         }
         for row in self.rows.values_mut() {
             if carried.remove(&row.id) || row.events.is_closed() {
@@ -216,6 +218,7 @@ impl<M: BatchModel> Scheduler<M> {
         for id in ended {
             if let Some(mut row) = self.rows.remove(&id) {
                 row.report_end(now, &self.metrics);
+                self.shared.ended();
             }
         }
         let rows = &self.rows;
@@ -250,6 +253,7 @@ impl<M: BatchModel> Scheduler<M> {
                 Err((events, e)) => {
                     self.metrics.finished("error");
                     let _ = events.send(Event::Error(e));
+                    self.shared.ended();
                 }
             }
         }

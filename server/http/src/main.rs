@@ -14,6 +14,7 @@ mod routes;
 mod serve;
 mod state;
 mod stream;
+mod text;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,11 +1,14 @@
 //! Loading the model and sizing the KV pool through the capacity plan.
 
+use std::sync::Arc;
+
 use anyhow::Context;
 use ferrox_engine::EngineConfig;
 use ferrox_plan::{ModelGeometry, Plan, PlanConfig, plan_for_blocks};
 
 use crate::config::{KvSizing, ServeConfig};
 use crate::state::Loaded;
+use crate::text::CoreFrontend;
 
 /// The engine's limits for this model, or why the pool is refused (it
 /// cannot hold one `max_model_len` sequence).
@@ -38,12 +41,42 @@ pub fn engine_config(
     Ok((engine, plan))
 }
 
-/// Loads the model at `cfg.model` and starts the worker.
+/// Loads the model at `cfg.model`, sizes its KV pool, and starts the worker.
 pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
-    anyhow::bail!(
-        "loading {} is not wired yet (ferrox-models integration pending)",
-        cfg.model.display()
-    )
+    let started = std::time::Instant::now();
+    let mut source = ferrox_models::Source::open(&cfg.model)
+        .with_context(|| format!("opening {}", cfg.model.display()))?;
+    let info = source.info()?;
+    let (engine_config, plan) = engine_config(&info.geometry(), cfg)?;
+    tracing::info!(
+        kv_blocks = plan.kv_blocks,
+        block_size = plan.block_size,
+        kv_bytes = plan.kv_budget_bytes,
+        max_model_len = plan.max_model_len,
+        full_length_seqs = plan.max_seqs,
+        max_seqs = engine_config.max_seqs,
+        "KV pool planned"
+    );
+    let text = source.text().context("loading the tokenizer")?;
+    let llama = source
+        .decoder(&ferrox_models::Device::Cpu)
+        .context("loading the weights")?;
+    let model =
+        ferrox_models::PagedModel::new(llama, engine_config.kv_blocks, engine_config.block_size)
+            .context("allocating the KV cache")?;
+    let eos = text.end_of_generation.ids().to_vec();
+    let frontend = CoreFrontend::new(text.tokenizer, text.chat_template, eos);
+    let (engine, _worker) =
+        ferrox_engine::worker::spawn(model, engine_config).context("starting the worker thread")?;
+    tracing::info!(
+        secs = started.elapsed().as_secs_f64(),
+        "model {} loaded",
+        info.architecture
+    );
+    Ok(Loaded {
+        engine,
+        frontend: Arc::new(frontend),
+    })
 }
 
 #[cfg(test)]

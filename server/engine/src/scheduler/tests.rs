@@ -124,7 +124,29 @@ fn every_way_out_returns_the_reservation_once() {
         assert_eq!(got.end, Some((reason, usage(prompt, generated))), "{name}");
         assert_eq!(got.text, text, "{name}");
         rig.assert_all_blocks_back();
+        assert_eq!(rig.h.in_flight(), 0, "{name}");
     }
+}
+
+#[test]
+fn in_flight_counts_a_request_from_submission_to_its_last_event() {
+    // Drain waits on this count, so it must not dip while a request moves
+    // from the line into a row, nor stay up after any way out.
+    let mut cfg = config();
+    cfg.max_seqs = 1;
+    let mut rig = Rig::new(cfg);
+    let _a = rig.submit(request(&[1; 8], 3));
+    let b = rig.submit(request(&[1; 2], 3));
+    let mut bad = rig.submit(request(&[VOCAB as u32], 3));
+    assert_eq!(rig.h.in_flight(), 3);
+    rig.tick();
+    assert_eq!(rig.h.in_flight(), 3, "admitted or waiting, all in flight");
+    drop(b);
+    rig.tick();
+    assert_eq!(rig.h.in_flight(), 2, "the cancelled waiting one has ended");
+    rig.run(30);
+    assert!(outcome(&mut bad).error.is_some());
+    assert_eq!(rig.h.in_flight(), 0);
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]

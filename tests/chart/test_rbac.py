@@ -20,6 +20,8 @@ import re
 from helpers import helm_template, operator_source
 
 # (apiGroup, resource, verb) -> regex over operator/src (tests excluded) that makes the call.
+# Server-side apply (`apply()`, a PATCH) creating an absent object is authorized
+# as `create` as well, so every applied kind needs both (see SSA below).
 EXPECTED = {
     # Controller::new(Api::<ModelDeployment>::all) lists and watches; the autoscaler lists.
     ("ferrox.dev", "modeldeployments", "list"): r"Controller::new\(mds|api\.list\(",
@@ -59,6 +61,8 @@ EXPECTED = {
     ("coordination.k8s.io", "leases", "create"): r"self\.api\.create\(",
     ("coordination.k8s.io", "leases", "update"): r"\.replace\(\s*&self\.name",
 }
+SSA = {k for k, pat in EXPECTED.items() if k[2] == "patch" and "apply" in pat}
+EXPECTED.update({(g, r, "create"): EXPECTED[(g, r, v)] for g, r, v in SSA})
 
 # Kinds the source names in Api<K>/Api::<K>/apply::<K>/delete_owned::<K>, or by GVK.
 KIND_RESOURCE = {

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import yaml
 
-from helpers import ROOT, operator_bin, validate
+from helpers import ROOT, helm_template, operator_bin, validate
 
 EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.yaml"))
 DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "fp8": 1}
@@ -77,7 +77,16 @@ def test_keda_example_targets_the_scale_subresource():
     assert so["spec"]["maxReplicaCount"] == 8
     (trigger,) = so["spec"]["triggers"]
     assert trigger["type"] == "prometheus"
-    assert "ferrox_requests_waiting" in trigger["metadata"]["query"]
+    query = trigger["metadata"]["query"]
+    assert "ferrox_requests_waiting" in query
+    # Prometheus only has the labels the query selects on if the chart's
+    # PodMonitor writes them onto the series: every label in the query must be one.
+    _, chart = helm_template("podMonitor.enabled=true")
+    (pm,) = [d for d in chart if d["kind"] == "PodMonitor"]
+    written = {r["targetLabel"] for r in pm["spec"]["podMetricsEndpoints"][0]["relabelings"]}
+    written.add("namespace")  # prometheus-operator adds it to every target
+    selected = set(re.findall(r"(\w+)=\"", query))
+    assert selected and selected <= written, (selected, written)
 
 
 def test_examples_pass_the_crd_schema_shape():

@@ -153,7 +153,14 @@ def test_concurrent_requests_share_decode_steps(server):
                                     temperature=0, extra_body={"ignore_eos": True})
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        results = list(pool.map(one, range(8)))
+        futures = [pool.submit(one, i) for i in range(8)]
+        # Liveness answers at once while the model is busy.
+        time.sleep(0.5)
+        started = time.time()
+        assert requests.get(server.url + "/health", timeout=5).status_code == 200
+        health_secs = time.time() - started
+        results = [f.result() for f in futures]
+    assert health_secs < 0.5, f"/health took {health_secs:.3f} s under load"
     assert all(r.usage.completion_tokens == 24 for r in results)
     running = [int(m) for m in re.findall(r"Decode batch, #running-req: (\d+)", server.log_text())]
     assert max(running) > 1, "no decode step ever served more than one request"

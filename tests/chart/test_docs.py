@@ -1,0 +1,75 @@
+"""docs/ keeps up with the code: every CRD field in docs/operator.md, every
+exported metric in docs/metrics.md (and nothing listed that is not exported)."""
+
+import re
+
+import yaml
+
+from helpers import ROOT, strip_tests
+
+OPERATOR_MD = (ROOT / "docs" / "operator.md").read_text()
+METRICS_MD = (ROOT / "docs" / "metrics.md").read_text()
+# Kubernetes' own types embedded in the spec: documented upstream, not field by field here.
+EMBEDDED = {"resources", "nodeSelector", "tolerations", "affinity", "env", "imagePullSecrets", "conditions"}
+
+
+def fields(schema, path):
+    """Leaf field paths (an object with fields of its own is documented by them)."""
+    for name, sub in (schema.get("properties") or {}).items():
+        p = f"{path}.{name}"
+        if name not in EMBEDDED and sub.get("type") == "object" and "properties" in sub:
+            yield from fields(sub, p)
+        else:
+            yield p
+
+
+def test_every_crd_field_is_documented():
+    crd = yaml.safe_load((ROOT / "crds" / "modeldeployment.yaml").read_text())
+    root = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    paths = list(fields(root["spec"], "spec")) + list(fields(root["status"], "status"))
+    assert len(paths) > 40, paths
+    missing = []
+    for p in paths:
+        parent, leaf = p.rsplit(".", 1)
+        # Either the full path, or a row listing the leaf after its parent (`status.autoscaler.desiredReplicas`, `.reason`).
+        if f"`{p}`" in OPERATOR_MD or re.search(rf"`{re.escape(parent)}\.[^`]*`[^|\n]*`\.{leaf}`", OPERATOR_MD):
+            continue
+        if re.search(rf"`{re.escape(parent)}\.\w+`, `{re.escape(p)}`", OPERATOR_MD):
+            continue
+        # status.geometry.geometry is the spec's GeometrySpec type, documented once.
+        shared = p.replace("status.geometry.geometry.", "spec.model.geometry.")
+        if shared != p and f"`{shared}`" in OPERATOR_MD and "`status.geometry.geometry`" in OPERATOR_MD:
+            continue
+        missing.append(p)
+    assert not missing, f"CRD fields not in docs/operator.md: {missing}"
+
+
+def exported(path):
+    src = strip_tests((ROOT / path).read_text())
+    # Names passed as literals, and names spelled inside a hand-written `# TYPE` line.
+    return set(re.findall(r'"((?:ferrox_|vllm:)[a-zA-Z0-9_:]+)', src)) | set(
+        re.findall(r"# TYPE ((?:ferrox_|vllm:)[a-zA-Z0-9_:]+) ", src)
+    )
+
+
+def test_metrics_doc_matches_the_exported_names():
+    names = exported("server/engine/src/metrics.rs") | exported("operator/src/metrics.rs")
+    rows = set(re.findall(r"^\| `([a-z0-9_:]+)` \|", METRICS_MD, re.M))
+    assert names - rows == set(), f"exported but not documented: {names - rows}"
+    assert rows - names == set(), f"documented but not exported: {rows - names}"
+
+
+def test_metrics_doc_types_match_the_code():
+    src = strip_tests((ROOT / "server/engine/src/metrics.rs").read_text())
+    for name, kind in re.findall(r"^\| `([a-z0-9_:]+)` \| (\w+) \|", METRICS_MD, re.M):
+        if name.startswith("ferrox_operator"):
+            continue
+        if kind == "histogram":
+            assert name.endswith("_seconds"), name
+        elif kind == "counter":
+            assert name.endswith("_total"), name
+    # Reasons the doc lists are the ones always exported.
+    for const in ("FINISH_REASONS", "REJECT_REASONS"):
+        (body,) = re.findall(rf"const {const}: \[&str; \d+\] = \[([^\]]*)\]", src)
+        for reason in re.findall(r'"(\w+)"', body):
+            assert f"`{reason}`" in METRICS_MD, (const, reason)

@@ -48,12 +48,18 @@ impl Sampler {
     /// Picks the next token and records it as part of the output.
     pub fn sample(&mut self, logits: &[f32]) -> Sampled {
         let logprob = self.params.logprobs.map(|k| (log_softmax(logits), k));
-        let mut adjusted = logits.to_vec();
-        self.apply_penalties(&mut adjusted);
-        let id = if self.params.temperature == 0.0 || self.params.top_k == 1 {
-            argmax(&adjusted)
+        let greedy = self.params.temperature == 0.0 || self.params.top_k == 1;
+        let id = if greedy && !self.has_penalties() {
+            // The common benchmark path: no copy of the vocabulary-wide row.
+            argmax(logits)
         } else {
-            self.draw(&adjusted)
+            let mut adjusted = logits.to_vec();
+            self.apply_penalties(&mut adjusted);
+            if greedy {
+                argmax(&adjusted)
+            } else {
+                self.draw(&adjusted)
+            }
         };
         *self.output_counts.entry(id).or_insert(0) += 1;
         Sampled {
@@ -64,6 +70,11 @@ impl Sampler {
                 top: top_k_of(&lp, k),
             }),
         }
+    }
+
+    fn has_penalties(&self) -> bool {
+        let p = &self.params;
+        p.repetition_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0
     }
 
     fn apply_penalties(&self, logits: &mut [f32]) {

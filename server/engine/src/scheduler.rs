@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -49,7 +49,6 @@ pub struct Scheduler<M: BatchModel> {
     next_unseen: RequestId,
     reporter: DecodeReporter,
     metrics: Arc<Metrics>,
-    disconnected: bool,
 }
 
 impl<M: BatchModel> Scheduler<M> {
@@ -79,7 +78,6 @@ impl<M: BatchModel> Scheduler<M> {
             carried: HashSet::new(),
             next_unseen: 0,
             metrics,
-            disconnected: false,
         };
         scheduler.publish();
         (scheduler, EngineHandle { shared })
@@ -90,8 +88,8 @@ impl<M: BatchModel> Scheduler<M> {
         self.rows.is_empty() && self.waiting.is_empty()
     }
 
-    /// Blocks until a job arrives, if and only if idle. False once every
-    /// handle is gone and nothing is left to do.
+    /// Blocks until a job arrives, if and only if idle. False if the channel
+    /// is closed (the scheduler holds a sender, so only on teardown).
     pub fn wait_for_work(&mut self) -> bool {
         if !self.is_idle() {
             return true;
@@ -158,15 +156,8 @@ impl<M: BatchModel> Scheduler<M> {
     }
 
     fn drain_channel(&mut self) {
-        loop {
-            match self.rx.try_recv() {
-                Ok(job) => self.receive(job),
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => {
-                    self.disconnected = true;
-                    break;
-                }
-            }
+        while let Ok(job) = self.rx.try_recv() {
+            self.receive(job);
         }
     }
 
@@ -346,11 +337,6 @@ impl<M: BatchModel> Scheduler<M> {
         let g = self.gauges();
         self.metrics
             .set_gauges(g.queued, g.running, g.kv_used, g.kv_total);
-    }
-
-    /// True once every handle is gone (the channel is closed).
-    pub fn is_disconnected(&self) -> bool {
-        self.disconnected
     }
 }
 

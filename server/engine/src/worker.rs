@@ -32,8 +32,5 @@ pub fn spawn<M: BatchModel + 'static>(
 fn run<M: BatchModel>(scheduler: &mut Scheduler<M>) {
     while scheduler.wait_for_work() {
         scheduler.tick(Instant::now());
-        if scheduler.is_disconnected() && scheduler.is_idle() {
-            break;
-        }
     }
 }

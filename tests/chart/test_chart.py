@@ -131,3 +131,14 @@ def test_every_value_is_used():
 
     unused = [p for p in paths(values) if f".Values{p}" not in templates]
     assert not unused, unused
+
+
+def test_existing_service_account_is_bound_and_required():
+    _, docs = helm_template("serviceAccount.create=false", "serviceAccount.name=mine")
+    assert not by_kind(docs, "ServiceAccount")
+    for b in by_kind(docs, "ClusterRoleBinding") + by_kind(docs, "RoleBinding"):
+        assert b["subjects"] == [{"kind": "ServiceAccount", "name": "mine", "namespace": "ferrox-system"}]
+    assert by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["serviceAccountName"] == "mine"
+    r = subprocess.run([tool("helm"), "template", "x", str(CHART), "--set", "serviceAccount.create=false"],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "serviceAccount.name is required" in r.stderr

@@ -75,6 +75,7 @@ pub fn run(config: &GenerateConfig) -> anyhow::Result<()> {
     };
     // A chat template writes its own BOS; plain text gets the model's default.
     let ids = text.tokenizer.encode(&prompt, !config.chat)?;
+    tracing::debug!(?ids, "prompt tokens");
     let total = ids.len() + config.max_tokens;
     if total > info.context_length {
         bail!(
@@ -95,7 +96,8 @@ pub fn run(config: &GenerateConfig) -> anyhow::Result<()> {
         decode_log_interval: 0,
         ..EngineConfig::default()
     };
-    let (handle, worker) = ferrox_engine::worker::spawn(model, engine)?;
+    // The worker thread ends with the process.
+    let (handle, _worker) = ferrox_engine::worker::spawn(model, engine)?;
     let request = GenerationRequest {
         prompt: ids,
         max_tokens: config.max_tokens,
@@ -126,8 +128,5 @@ pub fn run(config: &GenerateConfig) -> anyhow::Result<()> {
             None => bail!("the engine stopped before the generation finished"),
         }
     }
-    drop(handle);
-    drop(submission);
-    worker.join().ok();
     Ok(())
 }

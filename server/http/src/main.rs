@@ -6,6 +6,8 @@ mod error;
 #[cfg(test)]
 mod fixtures;
 mod frontend;
+mod generate;
+mod inspect;
 mod model;
 mod prepare;
 mod request;
@@ -35,6 +37,47 @@ struct Cli {
 enum Command {
     /// Serve a model over the OpenAI API with continuous batching.
     Serve(ServeArgs),
+    /// Generate from one prompt; prints only the generated text on stdout.
+    Generate(GenerateArgs),
+    /// Print the model's geometry and weight bytes (for capacity planning).
+    Inspect(InspectArgs),
+}
+
+/// `generate`'s flags.
+#[derive(Debug, Args)]
+struct GenerateArgs {
+    /// GGUF file or Hugging Face model directory.
+    #[arg(long, env = "FERROX_MODEL")]
+    model: PathBuf,
+    /// The prompt.
+    #[arg(long)]
+    prompt: String,
+    /// Wrap the prompt as a user message in the model's chat template.
+    #[arg(long)]
+    chat: bool,
+    /// Most tokens to generate.
+    #[arg(long, default_value_t = 128)]
+    max_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Sampling seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Compute threads (rayon's global pool).
+    #[arg(long, env = "FERROX_THREADS")]
+    threads: Option<usize>,
+}
+
+/// `inspect`'s flags.
+#[derive(Debug, Args)]
+struct InspectArgs {
+    /// GGUF file or Hugging Face model directory.
+    #[arg(long, env = "FERROX_MODEL")]
+    model: PathBuf,
+    /// One line of JSON (for the operator's inspection Job).
+    #[arg(long)]
+    json: bool,
 }
 
 /// `serve`'s flags; each also reads a FERROX_* environment variable.
@@ -123,6 +166,14 @@ impl ServeArgs {
 }
 
 fn main() -> anyhow::Result<()> {
+    // candle's own elementwise thread pool spins while it waits; our kernels
+    // run on rayon's pool, and two busy pools on the same cores fight. The
+    // elementwise ops are small, so candle gets one thread unless told
+    // otherwise.
+    if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+        // SAFETY: first thing in main, before any other thread exists.
+        unsafe { std::env::set_var("CANDLE_NUM_THREADS", "1") };
+    }
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -132,5 +183,25 @@ fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Serve(args) => serve::run(args.into_config()?),
+        Command::Generate(args) => {
+            if let Some(n) = args.threads {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(n)
+                    .build_global()?;
+            }
+            generate::run(&generate::GenerateConfig {
+                model: args.model,
+                prompt: args.prompt,
+                chat: args.chat,
+                max_tokens: args.max_tokens,
+                temperature: args.temperature,
+                seed: args.seed,
+                block_size: 16,
+            })
+        }
+        Command::Inspect(args) => inspect::run(&inspect::InspectConfig {
+            model: args.model,
+            json: args.json,
+        }),
     }
 }

@@ -33,6 +33,13 @@ WORK="$(mktemp -d)"
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  # kube-apiserver drains its watches for up to a minute on SIGTERM; nothing
+  # here needs a graceful stop, so what is still up after 5 s is killed.
+  for _ in $(seq 10); do
+    alive=0; for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [[ $alive == 0 ]] && break; sleep 0.5
+  done
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   [[ -n "${KEEP_WORK:-}" ]] || rm -rf "$WORK"
 }

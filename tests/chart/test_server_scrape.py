@@ -25,10 +25,13 @@ MODEL_IN_POD = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def server_bin():
-    path = os.environ.get("FERROX_SERVER") or str(
-        Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "debug" / "ferrox-server"
-    )
+    # scripts/test exports FERROX_SERVER_BIN (the operator's name for it).
+    path = os.environ.get("FERROX_SERVER") or os.environ.get("FERROX_SERVER_BIN") or ""
     if not Path(path).is_file():
+        path = str(Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "debug" / "ferrox-server")
+    if not Path(path).is_file():
+        # CI (scripts/test sets FERROX_REQUIRE_MODEL=1) builds the server: there, no skipping.
+        assert os.environ.get("FERROX_REQUIRE_MODEL") != "1", f"no ferrox-server binary at {path}"
         pytest.skip(f"no ferrox-server binary at {path} (set FERROX_SERVER to run this check)")
     return path
 

@@ -40,18 +40,18 @@ impl Progress {
         tracing::info!("downloading {} ({total} bytes)", self.inner.label);
     }
 
-    /// Adds `n` bytes; logs when a new 5% step is crossed.
-    pub(crate) fn add(&self, n: u64) {
+    /// Adds `n` bytes; logs (and returns the percent) when a new 5% step is crossed.
+    pub(crate) fn add(&self, n: u64) -> Option<u64> {
         let done = self.inner.done.fetch_add(n, Ordering::Relaxed) + n;
         let total = self.inner.total.load(Ordering::Relaxed);
-        let Some(step) = step_of(done, total) else {
-            return;
-        };
+        let step = step_of(done, total)?;
         let prev = self.inner.reported.fetch_max(step, Ordering::Relaxed);
-        if step > prev {
-            let pct = step * STEP_PERCENT;
-            tracing::info!("{}: {done}/{total} bytes ({pct}%)", self.inner.label);
+        if step <= prev {
+            return None;
         }
+        let pct = step * STEP_PERCENT;
+        tracing::info!("{}: {done}/{total} bytes ({pct}%)", self.inner.label);
+        Some(pct)
     }
 
     /// Logs completion.
@@ -82,7 +82,7 @@ impl hf_hub::api::tokio::Progress for Progress {
     }
 
     async fn update(&mut self, size: usize) {
-        self.add(size as u64);
+        let _ = self.add(size as u64);
     }
 
     async fn finish(&mut self) {
@@ -105,12 +105,23 @@ mod tests {
     }
 
     #[test]
+    fn logs_once_per_five_percent() {
+        let p = Progress::new("x");
+        p.start(1000);
+        let logged: Vec<u64> = (0..1000).filter_map(|_| p.add(1)).collect();
+        assert_eq!(logged, (1..=20).map(|s| s * 5).collect::<Vec<_>>());
+        let unknown = Progress::new("y");
+        unknown.start(0);
+        assert_eq!(unknown.add(10), None, "no percent without a total");
+    }
+
+    #[test]
     fn clones_share_counters() {
         let p = Progress::new("x");
         p.start(10);
         let q = p.clone();
-        q.add(3);
-        p.add(4);
+        assert_eq!(q.add(3), Some(30));
+        assert_eq!(p.add(4), Some(70));
         assert_eq!(p.done(), 7);
     }
 }

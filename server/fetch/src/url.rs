@@ -64,7 +64,7 @@ async fn download_to(url: &str, path: &Path) -> Result<(), Error> {
         .map_err(|e| Error::from_reqwest(url, &e, Token::Never))?
     {
         out.write_all(&chunk).map_err(|e| Error::io(path, e))?;
-        progress.add(chunk.len() as u64);
+        let _ = progress.add(chunk.len() as u64);
     }
     let file = out
         .into_inner()

@@ -199,6 +199,23 @@ fn url_404_leaves_no_partial_file() {
 }
 
 #[test]
+fn url_broken_transfer_leaves_no_partial_file() {
+    let server = Server::start();
+    server.add_truncated("/files/cut.gguf", &[7u8; 5000]);
+    let cache = tempfile::tempdir().unwrap();
+    let cfg = config(&server, cache.path(), None);
+    let url = format!("{}/files/cut.gguf", server.base);
+
+    let err = fetch(&url, &cfg).unwrap_err();
+    assert!(matches!(err, Error::Network { .. }), "{err:?}");
+    assert!(err.to_string().contains("cut.gguf"), "{err}");
+    let dest = url_cache_path(cache.path(), &url).unwrap();
+    assert!(!dest.exists());
+    let left = std::fs::read_dir(dest.parent().unwrap()).unwrap().count();
+    assert_eq!(left, 0, "temp file left behind");
+}
+
+#[test]
 fn unwritable_cache_names_the_path() {
     let server = Server::start();
     server.add_path("/files/m.gguf", b"GGUF");

@@ -15,6 +15,8 @@ pub const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
 #[derive(Default)]
 struct State {
     files: HashMap<String, Vec<u8>>,
+    /// Paths whose responses claim more bytes than they send.
+    truncated: Vec<String>,
     /// Path prefix -> the bearer token it requires.
     protected: Vec<(String, String)>,
 }
@@ -66,6 +68,12 @@ impl Server {
     pub fn add_path(&self, path: &str, bytes: &[u8]) {
         let mut state = self.state.lock().unwrap();
         state.files.insert(path.to_string(), bytes.to_vec());
+    }
+
+    /// Serves `bytes` at `path` but claims 100 more, then closes.
+    pub fn add_truncated(&self, path: &str, bytes: &[u8]) {
+        self.add_path(path, bytes);
+        self.state.lock().unwrap().truncated.push(path.to_string());
     }
 
     /// Requires `Authorization: Bearer {token}` under `/{repo}/`.
@@ -140,6 +148,15 @@ fn respond(path: &str, headers: &HashMap<String, String>, state: &State) -> Vec<
         Some((a, b)) => {
             extra.push(("content-range", format!("bytes {a}-{b}/{}", body.len())));
             reply("206 Partial Content", &extra, &body[a..=b])
+        }
+        None if state.truncated.iter().any(|p| p == path) => {
+            let mut out = reply("200 OK", &extra, body);
+            let claimed = format!("content-length: {}", body.len() + 100);
+            let real = format!("content-length: {}", body.len());
+            let head =
+                String::from_utf8_lossy(&out[..out.len() - body.len()]).replace(&real, &claimed);
+            out.splice(..out.len() - body.len(), head.into_bytes());
+            out
         }
         None => reply("200 OK", &extra, body),
     }

@@ -22,6 +22,32 @@ pub enum ModelSource {
     Url(String),
 }
 
+impl ModelSource {
+    /// A default served-model name: the file stem, or the repo's name part.
+    pub fn default_name(&self) -> String {
+        let stem = |p: &str| {
+            let p = p.trim_end_matches('/');
+            let last = p.rsplit('/').next().unwrap_or(p);
+            let stem = last.rsplit_once('.').map_or(last, |(s, _)| s);
+            if stem.is_empty() {
+                last.to_string()
+            } else {
+                stem.to_string()
+            }
+        };
+        match self {
+            ModelSource::Local(path) => stem(&path.to_string_lossy()),
+            ModelSource::HuggingFace {
+                file: Some(file), ..
+            } => stem(file),
+            ModelSource::HuggingFace { repo, .. } => {
+                repo.rsplit('/').next().unwrap_or(repo).to_string()
+            }
+            ModelSource::Url(url) => url_file_name(url).map_or_else(|_| url.clone(), stem),
+        }
+    }
+}
+
 /// Parses a model source string into a [`ModelSource`] (pure: touches nothing).
 pub fn parse(source: &str) -> Result<ModelSource, Error> {
     let bad = |reason: &str| Error::Parse {
@@ -209,6 +235,23 @@ mod tests {
                 }
                 other => panic!("{input}: expected a parse error, got {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn default_names() {
+        let cases = [
+            ("/m/smollm2.gguf", "smollm2"),
+            ("/m/SmolLM2-135M", "SmolLM2-135M"),
+            ("/m/dir/", "dir"),
+            ("hf://org/SmolLM2-135M@v1", "SmolLM2-135M"),
+            ("hf://org/n/sub/q4.gguf", "q4"),
+            ("https://h/a/m-q8.gguf?x=1", "m-q8"),
+            ("/m/.hidden", ".hidden"),
+        ];
+        for (input, want) in cases {
+            let name = parse(input).map(|s| s.default_name());
+            assert_eq!(name.ok().as_deref(), Some(want), "{input}");
         }
     }
 

@@ -41,12 +41,17 @@ impl HubRepo {
     ) -> Result<Self, Error> {
         let revision = revision.unwrap_or("main");
         let label = format!("hf://{repo}@{revision}");
+        let token = config.hf_token.clone().filter(|t| !t.trim().is_empty());
         let hub_dir = config.cache_dir.join("hub");
         let cache = Cache::new(hub_dir.clone());
         let mut builder = ApiBuilder::from_cache(cache.clone())
             .with_progress(false)
-            .with_token(config.hf_token.clone());
-        if let Some(endpoint) = &config.hf_endpoint {
+            .with_token(token.clone());
+        if let Some(endpoint) = config
+            .hf_endpoint
+            .as_deref()
+            .filter(|e| !e.trim().is_empty())
+        {
             builder = builder.with_endpoint(endpoint.trim_end_matches('/').to_string());
         }
         let api: Api = builder.build().map_err(|e| Error::Network {
@@ -63,7 +68,7 @@ impl HubRepo {
             api: api.repo(hf_repo.clone()),
             cache: cache.repo(hf_repo),
             label,
-            token: if config.hf_token.is_some() {
+            token: if token.is_some() {
                 Token::Sent
             } else {
                 Token::NotSent

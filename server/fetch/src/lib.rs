@@ -59,27 +59,38 @@ pub fn resolve(source: &ModelSource, config: &FetchConfig) -> Result<PathBuf, Er
             repo,
             revision,
             file,
-        } => block_on(async {
+        } => block_on(|| async {
             let hub = hub::HubRepo::new(repo, revision.as_deref(), config)?;
             match file {
                 Some(file) => hub.file(file).await,
                 None => hub.directory().await,
             }
         }),
-        ModelSource::Url(url) => block_on(url::fetch_url(url, config)),
+        ModelSource::Url(url) => block_on(|| url::fetch_url(url, config)),
     }
 }
 
-/// Runs `fut` on a small current-thread runtime.
-fn block_on<T>(fut: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Io {
-            path: PathBuf::from("<tokio runtime>"),
-            source: e,
-        })?
-        .block_on(fut)
+/// Runs the future `make` builds on a small current-thread runtime; on a
+/// thread of its own when called from inside a runtime (which cannot nest).
+fn block_on<T, F>(make: impl FnOnce() -> F + Send) -> Result<T, Error>
+where
+    T: Send,
+    F: Future<Output = Result<T, Error>>,
+{
+    let run = move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io("<tokio runtime>", e))?
+            .block_on(make())
+    };
+    if tokio::runtime::Handle::try_current().is_err() {
+        return run();
+    }
+    std::thread::scope(|s| match s.spawn(run).join() {
+        Ok(result) => result,
+        Err(panic) => std::panic::resume_unwind(panic),
+    })
 }
 
 #[cfg(test)]

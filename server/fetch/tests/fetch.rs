@@ -154,6 +154,13 @@ fn hf_private_repo_needs_the_right_token() {
     );
     assert!(err.to_string().contains("set HF_TOKEN"), "{err}");
 
+    let empty = config(&server, cache.path(), Some(" "));
+    let err = fetch("hf://org/private/p.gguf", &empty).unwrap_err();
+    assert!(
+        err.to_string().contains("set HF_TOKEN"),
+        "empty is no token: {err}"
+    );
+
     let wrong = config(&server, cache.path(), Some("nope"));
     let err = fetch("hf://org/private/p.gguf", &wrong).unwrap_err();
     assert!(err.to_string().contains("HF_TOKEN given is wrong"), "{err}");
@@ -180,6 +187,20 @@ fn url_download_is_cached_and_reused() {
     server.stop();
     assert_eq!(fetch(&url, &cfg).unwrap(), path);
     assert_eq!(server.requests(), before);
+}
+
+#[test]
+fn resolve_works_from_inside_a_tokio_runtime() {
+    let server = Server::start();
+    server.add_path("/files/m.gguf", b"GGUF rt");
+    server.add_repo_file("org/rt", "main", "m.gguf", b"GGUF hub rt");
+    let cache = tempfile::tempdir().unwrap();
+    let cfg = config(&server, cache.path(), Some(""));
+    let url = format!("{}/files/m.gguf", server.base);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (a, b) = rt.block_on(async { (fetch(&url, &cfg), fetch("hf://org/rt/m.gguf", &cfg)) });
+    assert_eq!(std::fs::read(a.unwrap()).unwrap(), b"GGUF rt");
+    assert_eq!(std::fs::read(b.unwrap()).unwrap(), b"GGUF hub rt");
 }
 
 #[test]

@@ -15,7 +15,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Accepted model source schemes, as one CEL-compatible (RE2) pattern.
-pub const SOURCE_PATTERN: &str = "^(hf://[^/@ ]+/[^/@ ]+(@[^ ]+)?|pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[^ ]*|file:///[^ ]+|https://[^ ]+)$";
+pub const SOURCE_PATTERN: &str = "^(hf://[^/@ ]+/[^/@ ]+(@[^/ ]+)?(/[^ ]+)?|pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[^ ]*|file:///[^ ]+|https://[^ ]+)$";
 
 /// What the user asks for: one model, served by ferrox-server pods.
 // Several printer columns share a type; clippy reads that as a duplicate.
@@ -111,10 +111,10 @@ fn default_replicas() -> i32 {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelSpec {
-    /// `hf://org/name[@rev]`, `pvc://claim/path`, `file:///path` or `https://...`.
+    /// `hf://org/name[@rev][/file.gguf]`, `pvc://claim/path`, `file:///path` or `https://...`.
     #[x_kube(validation = Rule::new(
-        "self.matches('^(hf://[^/@ ]+/[^/@ ]+(@[^ ]+)?|pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[^ ]*|file:///[^ ]+|https://[^ ]+)$')"
-    ).message("model.source must be hf://org/name[@rev], pvc://claim/path, file:///path or https://..."))]
+        "self.matches('^(hf://[^/@ ]+/[^/@ ]+(@[^/ ]+)?(/[^ ]+)?|pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[^ ]*|file:///[^ ]+|https://[^ ]+)$')"
+    ).message("model.source must be hf://org/name[@rev][/file], pvc://claim/path, file:///path or https://..."))]
     pub source: String,
     /// Model name clients send in requests.
     #[schemars(length(min = 1, max = 253))]

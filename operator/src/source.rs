@@ -42,17 +42,22 @@ impl ModelSource {
             return Err(bad());
         }
         if let Some(rest) = source.strip_prefix("hf://") {
-            let (repo, revision) = match rest.split_once('@') {
-                Some((r, rev)) if !rev.is_empty() => (r, Some(rev.to_string())),
+            // org/name[@rev][/file.gguf]: the file (if any) is the server's business.
+            let mut segs = rest.splitn(3, '/');
+            let (org, name_rev) = (segs.next().unwrap_or(""), segs.next().unwrap_or(""));
+            if segs.next().is_some_and(str::is_empty) {
+                return Err(bad());
+            }
+            let (name, revision) = match name_rev.split_once('@') {
+                Some((n, rev)) if !rev.is_empty() => (n, Some(rev.to_string())),
                 Some(_) => return Err(bad()),
-                None => (rest, None),
+                None => (name_rev, None),
             };
-            let parts: Vec<_> = repo.split('/').collect();
-            if parts.len() != 2 || parts.iter().any(|p| p.is_empty()) {
+            if org.is_empty() || name.is_empty() {
                 return Err(bad());
             }
             return Ok(ModelSource::HuggingFace {
-                repo: repo.to_string(),
+                repo: format!("{org}/{name}"),
                 revision,
             });
         }
@@ -121,6 +126,8 @@ mod tests {
     fn server_arg_per_scheme() {
         let cases = [
             ("hf://org/m@v1", "hf://org/m@v1", true),
+            ("hf://org/m/model.Q4_1.gguf", "hf://org/m/model.Q4_1.gguf", true),
+            ("hf://org/m@v1/sub/model.gguf", "hf://org/m@v1/sub/model.gguf", true),
             ("https://h/m.gguf", "https://h/m.gguf", true),
             ("pvc://models/llama/8b", "/models/llama/8b", false),
             ("pvc://models/", "/models", false),

@@ -44,7 +44,7 @@ fn crd_carries_cel_rules_with_messages() {
     for needle in [
         SOURCE_PATTERN,
         "self.minReplicas <= self.maxReplicas",
-        "model.source must be hf://org/name[@rev]",
+        "model.source must be hf://org/name[@rev][/file]",
         "engine.memoryUtilization must be in (0, 1]",
         "without spec.accelerator",
     ] {

@@ -43,12 +43,48 @@ enum Command {
     Inspect(InspectArgs),
 }
 
+/// Where downloaded models go, and how to reach the Hugging Face Hub.
+#[derive(Debug, Args)]
+struct FetchArgs {
+    /// Cache for hf:// and https:// models (default: $HF_HOME, else ~/.cache/huggingface).
+    #[arg(long, env = "FERROX_MODEL_CACHE")]
+    model_cache: Option<PathBuf>,
+    /// Hugging Face token, for private or gated repos.
+    #[arg(long, env = "HF_TOKEN", hide_env_values = true)]
+    hf_token: Option<String>,
+    /// Hugging Face endpoint (e.g. a mirror).
+    #[arg(long, env = "HF_ENDPOINT")]
+    hf_endpoint: Option<String>,
+}
+
+impl FetchArgs {
+    /// Resolves a parsed `--model` to a local path, downloading it if needed.
+    fn resolve(self, source: &ferrox_fetch::ModelSource) -> anyhow::Result<PathBuf> {
+        let cache_dir = match self.model_cache {
+            Some(dir) => dir,
+            None => ferrox_fetch::default_cache_dir(
+                std::env::var("HF_HOME").ok().as_deref(),
+                std::env::var("HOME").ok().as_deref(),
+            )
+            .ok_or_else(|| anyhow::anyhow!("no model cache: set --model-cache, HF_HOME or HOME"))?,
+        };
+        let config = ferrox_fetch::FetchConfig {
+            cache_dir,
+            hf_token: self.hf_token,
+            hf_endpoint: self.hf_endpoint,
+        };
+        Ok(ferrox_fetch::resolve(source, &config)?)
+    }
+}
+
 /// `generate`'s flags.
 #[derive(Debug, Args)]
 struct GenerateArgs {
-    /// GGUF file or Hugging Face model directory.
+    /// GGUF file or HF model directory; or file:///abs, hf://org/name[@rev][/file.gguf], https://.../file.gguf.
     #[arg(long, env = "FERROX_MODEL")]
-    model: PathBuf,
+    model: String,
+    #[command(flatten)]
+    fetch: FetchArgs,
     /// The prompt.
     #[arg(long)]
     prompt: String,
@@ -72,9 +108,11 @@ struct GenerateArgs {
 /// `inspect`'s flags.
 #[derive(Debug, Args)]
 struct InspectArgs {
-    /// GGUF file or Hugging Face model directory.
+    /// GGUF file or HF model directory; or file:///abs, hf://org/name[@rev][/file.gguf], https://.../file.gguf.
     #[arg(long, env = "FERROX_MODEL")]
-    model: PathBuf,
+    model: String,
+    #[command(flatten)]
+    fetch: FetchArgs,
     /// One line of JSON (for the operator's inspection Job).
     #[arg(long)]
     json: bool,
@@ -83,9 +121,11 @@ struct InspectArgs {
 /// `serve`'s flags; each also reads a FERROX_* environment variable.
 #[derive(Debug, Args)]
 struct ServeArgs {
-    /// GGUF file or Hugging Face model directory.
+    /// GGUF file or HF model directory; or file:///abs, hf://org/name[@rev][/file.gguf], https://.../file.gguf.
     #[arg(long, env = "FERROX_MODEL")]
-    model: PathBuf,
+    model: String,
+    #[command(flatten)]
+    fetch: FetchArgs,
     /// Address to bind.
     #[arg(long, env = "FERROX_HOST", default_value = "0.0.0.0")]
     host: String,
@@ -139,16 +179,16 @@ impl ServeArgs {
             self.drain_timeout.is_finite() && self.drain_timeout >= 0.0,
             "--drain-timeout must be a non-negative number of seconds"
         );
-        let served_model_name = self.served_model_name.unwrap_or_else(|| {
-            self.model
-                .file_stem()
-                .map_or("model".into(), |s| s.to_string_lossy().into_owned())
-        });
+        let source = ferrox_fetch::parse(&self.model)?;
+        let served_model_name = self
+            .served_model_name
+            .unwrap_or_else(|| source.default_name());
+        let model = self.fetch.resolve(&source)?;
         Ok(ServeConfig {
             kv: self
                 .kv_blocks
                 .map_or(KvSizing::Memory(self.kv_cache_memory), KvSizing::Blocks),
-            model: self.model,
+            model,
             host: self.host,
             port: self.port,
             served_model_name,
@@ -190,7 +230,7 @@ fn main() -> anyhow::Result<()> {
                     .build_global()?;
             }
             generate::run(&generate::GenerateConfig {
-                model: args.model,
+                model: args.fetch.resolve(&ferrox_fetch::parse(&args.model)?)?,
                 prompt: args.prompt,
                 chat: args.chat,
                 max_tokens: args.max_tokens,
@@ -200,7 +240,7 @@ fn main() -> anyhow::Result<()> {
             })
         }
         Command::Inspect(args) => inspect::run(&inspect::InspectConfig {
-            model: args.model,
+            model: args.fetch.resolve(&ferrox_fetch::parse(&args.model)?)?,
             json: args.json,
         }),
     }

@@ -126,8 +126,16 @@ mod tests {
     fn server_arg_per_scheme() {
         let cases = [
             ("hf://org/m@v1", "hf://org/m@v1", true),
-            ("hf://org/m/model.Q4_1.gguf", "hf://org/m/model.Q4_1.gguf", true),
-            ("hf://org/m@v1/sub/model.gguf", "hf://org/m@v1/sub/model.gguf", true),
+            (
+                "hf://org/m/model.Q4_1.gguf",
+                "hf://org/m/model.Q4_1.gguf",
+                true,
+            ),
+            (
+                "hf://org/m@v1/sub/model.gguf",
+                "hf://org/m@v1/sub/model.gguf",
+                true,
+            ),
             ("https://h/m.gguf", "https://h/m.gguf", true),
             ("pvc://models/llama/8b", "/models/llama/8b", false),
             ("pvc://models/", "/models", false),

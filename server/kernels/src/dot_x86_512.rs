@@ -123,13 +123,19 @@ unsafe fn tile_n<const Q8: bool, const R: usize, const A: usize>(
                 };
                 // Q4_0/Q8_0 offsets, exact in integers: lane 0 for block b,
                 // lane 8 for block b + 1.
+                // Built in registers: a stack array read back as a vector
+                // stalls on store forwarding in this innermost loop.
                 let xb = (n0 + j) * nb + b;
-                let mut c = [0i32; 16];
-                c[0] = w.m_int * acts.isum[xb];
-                if two {
-                    c[8] = w.m_int * acts.isum[xb + 1];
-                }
-                let corr = _mm512_loadu_si512(c.as_ptr().cast());
+                let corr = if w.m_int == 0 {
+                    _mm512_setzero_si512()
+                } else {
+                    let c0 = _mm512_maskz_set1_epi32(0x0001, w.m_int * acts.isum[xb]);
+                    if two {
+                        _mm512_mask_set1_epi32(c0, 0x0100, w.m_int * acts.isum[xb + 1])
+                    } else {
+                        c0
+                    }
+                };
                 for i in 0..R {
                     let d = _mm512_dpbusd_epi32(corr, wq[i], xq);
                     let scale = _mm512_permutexvar_ps(idx[4 * i + j], prod);

@@ -106,8 +106,11 @@ mod tests {
         assert_eq!(a.qs[0], 127);
         assert_eq!(a.qs[1], -65);
         assert_eq!(a.qs[2], 0);
-        assert!((a.d[0] - 0.02).abs() < 1e-7);
-        assert!((a.s[0] - 0.02 * 62.0).abs() < 1e-6);
+        // Scales as GGML stores them: rounded through f16.
+        let f16r = |x: f32| f16::from_f32(x).to_f32();
+        assert_eq!(a.d[0], f16r(0.02));
+        assert_eq!(a.s[0], f16r(0.02 * 62.0));
+        assert_eq!(a.isum[0], 62);
     }
 
     #[test]
@@ -118,7 +121,8 @@ mod tests {
             .flat_map(|&m| [m; 32])
             .collect();
         let a = QActs::quantize(&x, 2);
-        let want = [1.0f32, 3.0, 2.0, 4.0, 0.0, 0.0, 0.0, 0.0].map(|m| m / 127.0);
+        let want =
+            [1.0f32, 3.0, 2.0, 4.0, 0.0, 0.0, 0.0, 0.0].map(|m| f16::from_f32(m / 127.0).to_f32());
         assert_eq!(a.dt, want);
     }
 

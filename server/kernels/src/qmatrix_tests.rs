@@ -149,8 +149,10 @@ fn q8_extreme_weights_do_not_saturate() {
     for (k, sign) in kernels().into_iter().flat_map(|k| [(k, 1.0f32), (k, -1.0)]) {
         let mut out = [0f32];
         w.matmul_with(k, &[sign; 32], 1, &mut out).unwrap();
+        // Exact in integers; only the f16-rounded activation scale (as
+        // GGML's Q8 blocks store it) moves the result, by < 1e-3 relative.
         assert!(
-            (out[0] - sign * -128.0 * 32.0).abs() < 1e-2,
+            (out[0] - sign * -128.0 * 32.0).abs() < 4096.0 * 1e-3,
             "{k:?}: {out:?}"
         );
     }

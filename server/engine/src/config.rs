@@ -7,7 +7,8 @@ pub struct EngineConfig {
     pub max_seqs: usize,
     /// Most requests waiting for admission.
     pub max_queue: usize,
-    /// Most prompt tokens run in one prefill chunk.
+    /// Most prompt tokens prefilled in one tick, shared round-robin by the
+    /// prompts prefilling (each gets at most one chunk a tick).
     pub prefill_chunk: usize,
     /// Most tokens (prompt + max_tokens) one request may use.
     pub max_model_len: usize,

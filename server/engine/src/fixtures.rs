@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use ferrox_core::batch_model::{PrefillChunk, StepLogits};
 use ferrox_core::{BatchModel, DecodeRow, Error};
 
 use crate::{
@@ -21,6 +22,17 @@ pub enum Call {
     Prefill { seq: u32, len: usize, pos: usize },
     /// One decode step over this many rows.
     Decode { rows: usize },
+    /// One mixed step: its prefill chunks, then this many decode rows.
+    Step { prefill: Vec<Chunk>, decode: usize },
+}
+
+/// A prefill chunk in a mixed step: first block of the sequence, tokens,
+/// position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunk {
+    pub seq: u32,
+    pub len: usize,
+    pub pos: usize,
 }
 
 /// A model whose next token is always `(last + 1) % VOCAB`, that keeps each
@@ -105,6 +117,39 @@ impl BatchModel for FakeModel {
         rows.iter()
             .map(|r| self.run(r.blocks, &[r.token], r.pos))
             .collect()
+    }
+
+    /// Records the whole step as one call; fails it if `fail_decode` and it
+    /// has decode rows.
+    fn step(
+        &mut self,
+        prefill: &[PrefillChunk<'_>],
+        decode: &[DecodeRow<'_>],
+    ) -> Result<StepLogits, Error> {
+        let chunks = prefill.iter().map(|c| Chunk {
+            seq: c.blocks.first().copied().unwrap_or(u32::MAX),
+            len: c.tokens.len(),
+            pos: c.pos,
+        });
+        self.calls.lock().unwrap().push(Call::Step {
+            prefill: chunks.collect(),
+            decode: decode.len(),
+        });
+        if self.fail_decode && !decode.is_empty() {
+            return Err(Error::Forward("injected".into()));
+        }
+        let prefill = prefill
+            .iter()
+            .map(|c| {
+                let logits = self.run(c.blocks, c.tokens, c.pos)?;
+                Ok(c.want_logits.then_some(logits))
+            })
+            .collect::<Result<_, Error>>()?;
+        let decode = decode
+            .iter()
+            .map(|r| self.run(r.blocks, &[r.token], r.pos))
+            .collect::<Result<_, Error>>()?;
+        Ok(StepLogits { prefill, decode })
     }
 }
 

@@ -1,7 +1,8 @@
 //! The continuous-batching engine: a worker that admits requests FIFO under
-//! a sequence cap and a KV block budget, prefills prompts in bounded chunks
-//! round-robin, and runs one batched decode step per tick over every ready
-//! row. Sans-IO except for [`worker`], the thread that reads the clock.
+//! a sequence cap and a KV block budget, and runs one model step per tick:
+//! prompt chunks under a token budget shared round-robin, plus one decode row
+//! for every ready sequence. Sans-IO except for [`worker`], the thread that
+//! reads the clock.
 
 pub mod admission;
 pub mod config;

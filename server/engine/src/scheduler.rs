@@ -1,6 +1,7 @@
 //! The worker tick, one step at a time, so tests can drive it:
 //! drain the channel, apply cancellations, flush finished rows, admit (FIFO),
-//! one prefill chunk, one batched decode step, flush.
+//! one step (prefill chunks under a token budget, round-robin, plus every
+//! decoding row, in one model call), flush.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -8,6 +9,7 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use ferrox_core::batch_model::{PrefillChunk, StepLogits};
 use ferrox_core::{BatchModel, BlockPool, DecodeRow};
 
 use crate::admission::{Admit, admit_head};
@@ -16,6 +18,7 @@ use crate::queue::{EngineHandle, Job, RequestId, Shared};
 use crate::row::{Finish, Row, cancelled};
 use crate::status::{BatchGauges, DecodeReporter, PrefillFacts, prefill_line};
 use crate::{EngineConfig, EngineError, Event, FinishReason, Usage};
+use prefill_plan::plan_prefill;
 
 /// What one tick did, for the log and for tests.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -24,9 +27,10 @@ pub struct TickReport {
     pub admitted: PrefillFacts,
     /// The prefill status line, when something was admitted.
     pub prefill_line: Option<String>,
-    /// The row that ran a prefill chunk, and the chunk's length.
-    pub prefilled: Option<(RequestId, usize)>,
-    /// Rows in this tick's decode step, in batch order.
+    /// The rows that ran a prefill chunk this tick, and each chunk's length,
+    /// in batch order.
+    pub prefilled: Vec<(RequestId, usize)>,
+    /// Decode rows in this tick's step, in batch order.
     pub decoded: Vec<RequestId>,
     /// The decode status line, every `decode_log_interval` steps.
     pub decode_line: Option<String>,
@@ -135,8 +139,7 @@ impl<M: BatchModel> Scheduler<M> {
             tracing::info!("{line}");
             report.prefill_line = Some(line);
         }
-        report.prefilled = self.prefill_chunk(now);
-        report.decoded = self.decode_step(now);
+        (report.prefilled, report.decoded) = self.step(now);
         if !report.decoded.is_empty() {
             report.decode_line = self
                 .reporter
@@ -251,71 +254,78 @@ impl<M: BatchModel> Scheduler<M> {
         facts
     }
 
-    /// One bounded chunk of the next prompt in round-robin order.
-    fn prefill_chunk(&mut self, now: Instant) -> Option<(RequestId, usize)> {
-        let id = self.prefill_order.pop_front()?;
-        let row = self.rows.get_mut(&id)?;
-        let start = row.cursor;
-        let end = (start + self.shared.config.prefill_chunk.max(1)).min(row.prompt.len());
-        let last = end == row.prompt.len();
-        let result = self
-            .model
-            .prefill(row.lease.blocks(), &row.prompt[start..end], start, last);
-        match result {
-            Ok(logits) => {
-                row.cursor = end;
-                match (last, logits) {
-                    (false, _) => self.prefill_order.push_back(id),
-                    (true, Some(l)) => row.take_logits(&l, now, &self.metrics),
-                    (true, None) => row.end(model_failed("prefill returned no logits")),
-                }
-            }
-            Err(e) => row.end(model_failed(e)),
-        }
-        Some((id, end - start))
-    }
-
-    /// One batched forward over every decoding row; batch position j is
-    /// `ids[j]`, an id, never an index into a table that may change shape.
-    fn decode_step(&mut self, now: Instant) -> Vec<RequestId> {
+    /// One forward over this tick's prefill chunks (a token budget shared
+    /// round-robin) and every decoding row. A row whose last chunk runs now
+    /// samples its first token from that chunk and decodes from the next tick.
+    fn step(&mut self, now: Instant) -> (Vec<(RequestId, usize)>, Vec<RequestId>) {
+        let rows = &self.rows;
+        let left = |id| {
+            rows.get(&id)
+                .filter(|r| r.finish.is_none())
+                .map_or(0, |r| r.prompt.len() - r.cursor)
+        };
+        let chunks = plan_prefill(
+            &mut self.prefill_order,
+            left,
+            self.shared.config.prefill_chunk,
+        );
+        // Batch position j of the decode rows is `ids[j]`, an id, never an
+        // index into a table that may change shape.
         let ids: Vec<RequestId> = self
             .rows
             .values()
             .filter(|r| r.finish.is_none() && !r.is_prefilling() && r.pending.is_some())
             .map(|r| r.id)
             .collect();
-        if ids.is_empty() {
-            return ids;
+        if chunks.is_empty() && ids.is_empty() {
+            return (chunks, ids);
         }
-        let batch: Vec<DecodeRow<'_>> = ids
-            .iter()
-            .filter_map(|id| self.rows.get(id))
-            .map(|r| DecodeRow {
-                token: r.pending.unwrap_or_default(),
-                pos: r.decode_pos(),
-                blocks: r.lease.blocks(),
-            })
-            .collect();
-        let result = self.model.decode(&batch);
-        drop(batch);
-        match result {
-            Ok(logits) if logits.len() == ids.len() => {
-                for (id, l) in ids.iter().zip(&logits) {
-                    if let Some(row) = self.rows.get_mut(id) {
-                        row.take_logits(l, now, &self.metrics);
-                    }
-                }
+        match run_step(&mut self.model, &self.rows, &chunks, &ids) {
+            Ok(l) if l.prefill.len() == chunks.len() && l.decode.len() == ids.len() => {
+                self.apply(&chunks, &ids, l, now);
             }
-            Ok(logits) => self.fail(
-                &ids,
-                &format!("{} logit rows for {}", logits.len(), ids.len()),
-            ),
-            Err(e) => self.fail(&ids, &e.to_string()),
+            Ok(l) => {
+                let why = format!(
+                    "{} prefill and {} decode logit rows for {} chunks and {} rows",
+                    l.prefill.len(),
+                    l.decode.len(),
+                    chunks.len(),
+                    ids.len()
+                );
+                self.fail(chunks.iter().map(|c| &c.0).chain(&ids), &why);
+            }
+            Err(e) => self.fail(chunks.iter().map(|c| &c.0).chain(&ids), &e.to_string()),
         }
-        ids
+        (chunks, ids)
     }
 
-    fn fail(&mut self, ids: &[RequestId], why: &str) {
+    /// Advances the prefill cursors and samples where the step gave logits.
+    fn apply(
+        &mut self,
+        chunks: &[(RequestId, usize)],
+        ids: &[RequestId],
+        logits: StepLogits,
+        now: Instant,
+    ) {
+        for (&(id, n), l) in chunks.iter().zip(logits.prefill) {
+            let Some(row) = self.rows.get_mut(&id) else {
+                continue;
+            };
+            row.cursor += n;
+            match (row.is_prefilling(), l) {
+                (true, _) => {}
+                (false, Some(l)) => row.take_logits(&l, now, &self.metrics),
+                (false, None) => row.end(model_failed("prefill returned no logits")),
+            }
+        }
+        for (id, l) in ids.iter().zip(&logits.decode) {
+            if let Some(row) = self.rows.get_mut(id) {
+                row.take_logits(l, now, &self.metrics);
+            }
+        }
+    }
+
+    fn fail<'a>(&mut self, ids: impl IntoIterator<Item = &'a RequestId>, why: &str) {
         for id in ids {
             if let Some(row) = self.rows.get_mut(id) {
                 row.end(model_failed(why));
@@ -340,9 +350,40 @@ impl<M: BatchModel> Scheduler<M> {
     }
 }
 
+/// Runs `chunks` (prompt chunks by row id and length) and the decode rows
+/// `ids` through one [`BatchModel::step`].
+fn run_step<M: BatchModel>(
+    model: &mut M,
+    rows: &BTreeMap<RequestId, Row>,
+    chunks: &[(RequestId, usize)],
+    ids: &[RequestId],
+) -> Result<StepLogits, ferrox_core::Error> {
+    let prefill: Vec<PrefillChunk<'_>> = chunks
+        .iter()
+        .filter_map(|&(id, n)| rows.get(&id).map(|r| (r, n)))
+        .map(|(r, n)| PrefillChunk {
+            blocks: r.lease.blocks(),
+            tokens: &r.prompt[r.cursor..r.cursor + n],
+            pos: r.cursor,
+            want_logits: r.cursor + n == r.prompt.len(),
+        })
+        .collect();
+    let decode: Vec<DecodeRow<'_>> = ids
+        .iter()
+        .filter_map(|id| rows.get(id))
+        .map(|r| DecodeRow {
+            token: r.pending.unwrap_or_default(),
+            pos: r.decode_pos(),
+            blocks: r.lease.blocks(),
+        })
+        .collect();
+    model.step(&prefill, &decode)
+}
+
 fn model_failed(why: impl ToString) -> Finish {
     Finish::Failed(EngineError::Model(why.to_string()))
 }
 
+mod prefill_plan;
 #[cfg(test)]
 mod tests;

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use ferrox_core::batch_model::{PrefillChunk, StepLogits};
 use ferrox_core::{BatchModel, DecodeRow};
 
 use crate::attention::SeqSpan;
@@ -55,41 +56,53 @@ impl PagedModel {
         }
     }
 
-    fn prefill_chunk(
-        &self,
-        blocks: &[u32],
-        tokens: &[u32],
-        pos: usize,
-        want: bool,
-    ) -> Result<Option<Vec<f32>>> {
-        if tokens.is_empty() {
+    /// Prefill chunks then decode rows, in one forward pass.
+    fn mixed(&self, prefill: &[PrefillChunk<'_>], decode: &[DecodeRow<'_>]) -> Result<StepLogits> {
+        if prefill.iter().any(|c| c.tokens.is_empty()) {
             return Err(Error::Input("empty prefill chunk".into()));
         }
-        let span = SeqSpan {
-            blocks: blocks.to_vec(),
-            start_pos: pos,
-            n_tokens: tokens.len(),
-        };
-        let last = [tokens.len() - 1];
-        let logits_for: &[usize] = if want { &last } else { &[] };
-        Ok(self.run(tokens, vec![span], logits_for)?.pop())
-    }
-
-    fn decode_rows(&self, rows: &[DecodeRow<'_>]) -> Result<Vec<Vec<f32>>> {
-        if rows.is_empty() {
-            return Ok(Vec::new());
+        let mut tokens = Vec::new();
+        let mut spans = Vec::with_capacity(prefill.len() + decode.len());
+        let mut logits_for = Vec::new();
+        for c in prefill {
+            tokens.extend_from_slice(c.tokens);
+            if c.want_logits {
+                logits_for.push(tokens.len() - 1);
+            }
+            spans.push(SeqSpan {
+                blocks: c.blocks.to_vec(),
+                start_pos: c.pos,
+                n_tokens: c.tokens.len(),
+            });
         }
-        let tokens: Vec<u32> = rows.iter().map(|r| r.token).collect();
-        let spans = rows
-            .iter()
-            .map(|r| SeqSpan {
+        for r in decode {
+            logits_for.push(tokens.len());
+            tokens.push(r.token);
+            spans.push(SeqSpan {
                 blocks: r.blocks.to_vec(),
                 start_pos: r.pos,
                 n_tokens: 1,
-            })
-            .collect();
-        let all: Vec<usize> = (0..rows.len()).collect();
-        self.run(&tokens, spans, &all)
+            });
+        }
+        if tokens.is_empty() {
+            return Ok(StepLogits::default());
+        }
+        let rows = self.run(&tokens, spans, &logits_for)?;
+        Ok(split(prefill, rows))
+    }
+}
+
+/// Splits logit rows (one per prefill chunk that wanted them, then one per
+/// decode row) back to their chunks and rows.
+fn split(prefill: &[PrefillChunk<'_>], rows: Vec<Vec<f32>>) -> StepLogits {
+    let mut rows = rows.into_iter();
+    let prefill = prefill
+        .iter()
+        .map(|c| if c.want_logits { rows.next() } else { None })
+        .collect();
+    StepLogits {
+        prefill,
+        decode: rows.collect(),
     }
 }
 
@@ -109,13 +122,27 @@ impl BatchModel for PagedModel {
         pos: usize,
         want_logits: bool,
     ) -> std::result::Result<Option<Vec<f32>>, ferrox_core::Error> {
-        Ok(self.prefill_chunk(blocks, tokens, pos, want_logits)?)
+        let chunk = PrefillChunk {
+            blocks,
+            tokens,
+            pos,
+            want_logits,
+        };
+        Ok(self.mixed(&[chunk], &[])?.prefill.pop().flatten())
     }
 
     fn decode(
         &mut self,
         rows: &[DecodeRow<'_>],
     ) -> std::result::Result<Vec<Vec<f32>>, ferrox_core::Error> {
-        Ok(self.decode_rows(rows)?)
+        Ok(self.mixed(&[], rows)?.decode)
+    }
+
+    fn step(
+        &mut self,
+        prefill: &[PrefillChunk<'_>],
+        decode: &[DecodeRow<'_>],
+    ) -> std::result::Result<StepLogits, ferrox_core::Error> {
+        Ok(self.mixed(prefill, decode)?)
     }
 }

@@ -159,8 +159,8 @@ enum State {
 #[test]
 fn cancel_in_each_state_frees_blocks_within_one_tick() {
     // max_seqs 2: the blocker and the target run, the third waits. Prompts of
-    // 12 in chunks of 4 alternate, so the target prefills on ticks 2, 4, 6
-    // and decodes from tick 6. Blocker and target hold 13 blocks each
+    // 12 under a budget of 4 a tick alternate, so the target prefills on
+    // ticks 2, 4, 6 (sampling its first token on 6) and decodes from tick 7. Blocker and target hold 13 blocks each
     // (12 + 40 tokens), the small one 2.
     let mut cfg = config();
     cfg.max_seqs = 2;
@@ -281,29 +281,85 @@ fn the_sequence_cap_counts_prefilling_rows() {
     rig.assert_all_blocks_back();
 }
 
+/// The model calls made since the last look, emptied.
+fn take_calls(rig: &Rig) -> Vec<Call> {
+    std::mem::take(&mut *rig.calls.lock().unwrap())
+}
+
 #[test]
-fn prefill_is_chunked_round_robin_and_decode_runs_meanwhile() {
+fn prefill_shares_a_token_budget_round_robin_and_decode_runs_meanwhile() {
+    // Budget 4, prompts of 6 and 3 tokens.
     let mut rig = Rig::new(config());
-    let a = rig.submit(request(&[1; 10], 3));
-    let b = rig.submit(request(&[1; 6], 3));
+    let mut a = rig.submit(request(&[1; 6], 3));
+    let mut b = rig.submit(request(&[1; 3], 3));
     let (ida, idb) = (a.id(), b.id());
-    let chunks: Vec<_> = (0..5).map(|_| rig.tick()).collect();
-    let prefilled: Vec<_> = chunks.iter().map(|r| r.prefilled).collect();
+    let ticks: Vec<_> = (0..4).map(|_| rig.tick()).collect();
+    let prefilled: Vec<_> = ticks.iter().map(|r| r.prefilled.clone()).collect();
+    let decoded: Vec<_> = ticks.iter().map(|r| r.decoded.clone()).collect();
+    // Tick 1: a takes the whole budget and goes to the back. Tick 2: b's
+    // whole prompt, then a gets the 1 token left. Tick 3: a's last token.
     assert_eq!(
         prefilled,
         vec![
-            Some((ida, 4)),
-            Some((idb, 4)),
-            Some((ida, 4)),
-            Some((idb, 2)),
-            Some((ida, 2))
+            vec![(ida, 4)],
+            vec![(idb, 3), (ida, 1)],
+            vec![(ida, 1)],
+            vec![]
         ]
     );
-    // b's prompt is done on tick 4: it samples and decodes in that same tick,
-    // while a still has a chunk to go; on tick 5 both decode in one step.
-    assert_eq!(chunks[3].decoded, vec![idb]);
-    assert_eq!(chunks[4].decoded, vec![ida, idb]);
+    // b's prompt is done on tick 2, where it samples its first token; it
+    // decodes from tick 3, in the same step as a's last chunk.
+    assert_eq!(decoded, vec![vec![], vec![], vec![idb], vec![ida, idb]]);
+    assert_eq!(outcome(&mut b).ids, vec![2, 3, 4]);
+    assert_eq!(outcome(&mut a).ids, vec![2, 3]);
     rig.run(20);
+    assert_eq!(outcome(&mut a).ids, vec![4]);
+}
+
+#[test]
+fn short_prompts_prefill_together_in_the_decode_step() {
+    let mut cfg = config();
+    cfg.max_seqs = 9;
+    cfg.max_queue = 16;
+    cfg.prefill_chunk = 40;
+    let mut rig = Rig::new(cfg);
+    let mut long = rig.submit(request(&[1, 2], 20));
+    rig.tick();
+    assert_eq!(
+        outcome(&mut long).ids,
+        vec![3],
+        "decoding before the others arrive"
+    );
+    take_calls(&rig);
+    let mut subs: Vec<_> = (0..8u32)
+        .map(|i| rig.submit(request(&[i + 5, i + 6, i + 7, i + 8], 4)))
+        .collect();
+    let r = rig.tick();
+    assert_eq!(r.admitted.new_seqs, 8);
+    let want: Vec<_> = subs.iter().map(|s| (s.id(), 4)).collect();
+    assert_eq!(r.prefilled, want, "all eight in the first tick");
+    assert_eq!(r.decoded, vec![long.id()], "the decoding row did not wait");
+    let calls = take_calls(&rig);
+    assert_eq!(calls.len(), 1, "one model call for the tick: {calls:?}");
+    assert!(
+        matches!(&calls[0], Call::Step { prefill, decode: 1 }
+            if prefill.len() == 8 && prefill.iter().all(|c| c.len == 4 && c.pos == 0)),
+        "{calls:?}"
+    );
+    assert_eq!(outcome(&mut long).ids, vec![4]);
+    for (i, sub) in subs.iter_mut().enumerate() {
+        assert_eq!(
+            outcome(sub).ids,
+            vec![i as u32 + 9],
+            "first token after one tick"
+        );
+    }
+    // From the next tick all nine decode together, one call per tick.
+    let r = rig.tick();
+    assert!(r.prefilled.is_empty());
+    assert_eq!(r.decoded.len(), 9);
+    let calls = take_calls(&rig);
+    assert!(matches!(&calls[..], [Call::Step { prefill, decode: 9 }] if prefill.is_empty()));
 }
 
 #[test]
@@ -332,7 +388,7 @@ fn one_decode_step_serves_every_ready_row_and_each_gets_its_own_answer() {
         .lock()
         .unwrap()
         .iter()
-        .filter(|c| matches!(c, Call::Decode { .. }))
+        .filter(|c| matches!(c, Call::Step { decode, .. } if *decode > 0))
         .count();
     assert!(
         steps < 4 + 6 + 5 - 3,
@@ -423,13 +479,24 @@ fn a_token_outside_the_vocabulary_fails_and_frees_its_lease() {
 }
 
 #[test]
-fn a_failed_decode_fails_its_rows_and_frees_their_blocks() {
+fn a_failed_step_fails_every_row_in_it_and_frees_their_blocks() {
     let mut model = FakeModel::new(4);
     model.fail_decode = true;
     let mut rig = Rig::with_model(model, config());
-    let mut sub = rig.submit(request(&[1, 2], 5));
+    let mut decoding = rig.submit(request(&[1, 2], 5));
+    rig.tick();
+    assert_eq!(
+        outcome(&mut decoding).ids,
+        vec![3],
+        "prefill alone succeeds"
+    );
+    // The next step carries the decoding row and the new prompt's chunk.
+    let mut prefilling = rig.submit(request(&[1; 6], 5));
+    let r = rig.tick();
+    assert_eq!((r.prefilled.len(), r.decoded.len()), (1, 1));
     rig.run(10);
-    assert!(outcome(&mut sub).error.unwrap().contains("injected"));
+    assert!(outcome(&mut decoding).error.unwrap().contains("injected"));
+    assert!(outcome(&mut prefilling).error.unwrap().contains("injected"));
     rig.assert_all_blocks_back();
 }
 
@@ -443,7 +510,7 @@ fn status_lines_count_what_admission_and_decode_saw() {
     let _c = rig.submit(request(&[1; 2], 4));
     let r = rig.tick();
     // Counted at admission: the prompts' full lengths, not what this tick's
-    // single prefill chunk happened to process.
+    // prefill chunks happened to process (a's 3 and b's first 1).
     assert_eq!(
         r.prefill_line.as_deref(),
         Some(
@@ -453,13 +520,16 @@ fn status_lines_count_what_admission_and_decode_saw() {
     );
     let r = rig.tick();
     assert_eq!(r.prefill_line, None);
-    // Tick 2: b's first chunk (4 of 5), a decodes. KV: a 3 + 2, b 4.
+    // Tick 2: b's last 4 tokens, a decodes (its first decode step: tick 1
+    // prefilled both). KV: a 3 + 1, b 5. One token in the 20 ms since the
+    // reporter started.
+    assert_eq!(r.prefilled.len(), 1);
     assert_eq!(r.decoded.len(), 1);
     let line = r.decode_line.unwrap();
     assert!(
         line.starts_with(
             "Decode batch, #running-req: 2, #token: 9, token usage: 0.16, \
-             gen throughput (token/s): 100.00"
+             gen throughput (token/s): 50.00"
         ),
         "{line}"
     );

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use candle_core::Device;
 use candle_core::quantized::GgmlDType;
+use ferrox_core::batch_model::{PrefillChunk, StepLogits};
 use ferrox_core::{BatchModel, BlockPool, DecodeRow};
 
 use super::helpers::{Joiner, argmax, greedy_alone, greedy_batched, prefill};
@@ -246,4 +247,76 @@ fn positions_past_the_blocks_are_errors_not_panics() {
         blocks: lease.blocks(),
     };
     assert!(m.decode(&[row]).is_err());
+}
+
+#[test]
+fn a_mixed_step_gives_the_logits_of_separate_prefill_and_decode_calls() {
+    let t = Tiny::default();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q8.gguf");
+    write_gguf(&path, &t, &random_weights(&t, 7), GgmlDType::Q8_0);
+    let (mut mixed, mut separate) = (open(&path), open(&path));
+    let pool = BlockPool::new(64);
+    let (x, y, z) = (
+        pool.allocate(8).unwrap(),
+        pool.allocate(8).unwrap(),
+        pool.allocate(8).unwrap(),
+    );
+    let (px, py, pz) = (prompt(9, 1), prompt(11, 2), prompt(5, 3));
+    for m in [&mut mixed, &mut separate] {
+        prefill(m, &x, &px, 64);
+    }
+    let chunk = |blocks, tokens, pos, want_logits| PrefillChunk {
+        blocks,
+        tokens,
+        pos,
+        want_logits,
+    };
+    let row = |token, pos, blocks| DecodeRow { token, pos, blocks };
+    // Step 1: y's first chunk (mid-block end), z whole, x decodes.
+    let chunks = [
+        chunk(y.blocks(), &py[..6], 0, false),
+        chunk(z.blocks(), &pz[..], 0, true),
+    ];
+    let rows = [row(7, 9, x.blocks())];
+    let got = mixed.step(&chunks, &rows).unwrap();
+    assert_eq!(got.prefill.len(), 2);
+    assert!(got.prefill[0].is_none());
+    assert!(
+        separate
+            .prefill(y.blocks(), &py[..6], 0, false)
+            .unwrap()
+            .is_none()
+    );
+    let z_alone = separate.prefill(z.blocks(), &pz, 0, true).unwrap().unwrap();
+    let x_alone = separate.decode(&rows).unwrap();
+    let z_mixed = got.prefill[1].as_ref().unwrap();
+    assert!(
+        max_diff(z_mixed, &z_alone) < 1e-4,
+        "{}",
+        max_diff(z_mixed, &z_alone)
+    );
+    assert_eq!(got.decode.len(), 1);
+    assert!(max_diff(&got.decode[0], &x_alone[0]) < 1e-4);
+    // Step 2: y's final chunk starts mid-block; x and z decode.
+    let chunks = [chunk(y.blocks(), &py[6..], 6, true)];
+    let rows = [row(3, 10, x.blocks()), row(4, 5, z.blocks())];
+    let got = mixed.step(&chunks, &rows).unwrap();
+    let y_alone = separate
+        .prefill(y.blocks(), &py[6..], 6, true)
+        .unwrap()
+        .unwrap();
+    let rows_alone = separate.decode(&rows).unwrap();
+    let y_mixed = got.prefill[0].as_ref().unwrap();
+    assert!(
+        max_diff(y_mixed, &y_alone) < 1e-4,
+        "{}",
+        max_diff(y_mixed, &y_alone)
+    );
+    for (r, (a, b)) in got.decode.iter().zip(&rows_alone).enumerate() {
+        assert!(max_diff(a, b) < 1e-4, "row {r}: {}", max_diff(a, b));
+    }
+    assert_eq!(got.decode.len(), 2);
+    // An empty step is empty, not an error.
+    assert_eq!(mixed.step(&[], &[]).unwrap(), StepLogits::default());
 }

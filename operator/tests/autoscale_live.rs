@@ -77,10 +77,9 @@ async fn start_server(bin: &Path, model: &Path) -> (Proc, String) {
     let url = format!("http://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(120);
     while Instant::now() < deadline {
-        if let Ok(r) = reqwest::get(format!("{url}/ready")).await {
-            if r.status().is_success() {
-                return (proc, url);
-            }
+        let ready = reqwest::get(format!("{url}/ready")).await;
+        if ready.is_ok_and(|r| r.status().is_success()) {
+            return (proc, url);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

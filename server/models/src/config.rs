@@ -69,6 +69,9 @@ pub struct ModelConfig {
     pub rope_theta: f32,
     /// RMSNorm epsilon.
     pub rms_eps: f64,
+    /// Per-frequency divisors of RoPE's inverse frequencies (Llama 3.1's
+    /// long-context scaling), `head_dim / 2` of them; `None` for plain RoPE.
+    pub rope_freq_factors: Option<Vec<f32>>,
 }
 
 impl ModelConfig {
@@ -140,6 +143,8 @@ impl ModelConfig {
             context: md_usize(md, &p("context_length"))?,
             rope_theta: md_f32(md, &p("rope.freq_base")).unwrap_or(10_000.0),
             rms_eps: md_f32(md, &p("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5) as f64,
+            // In GGUF these are a tensor (`rope_freqs.weight`): the source reads it.
+            rope_freq_factors: None,
         };
         config.validate()?;
         Ok(config)
@@ -147,8 +152,7 @@ impl ModelConfig {
 
     /// From a Hugging Face `config.json`.
     pub fn from_hf_json(text: &str) -> Result<Self> {
-        let hf: HfConfig =
-            serde_json::from_str(text).map_err(|e| Error::Config(format!("config.json: {e}")))?;
+        let hf = HfConfig::parse(text)?;
         let arch_name = hf
             .architectures
             .first()
@@ -171,7 +175,12 @@ impl ModelConfig {
             context: hf.max_position_embeddings,
             rope_theta: hf.rope_theta.unwrap_or(10_000.0),
             rms_eps: hf.rms_norm_eps.unwrap_or(1e-5),
+            rope_freq_factors: None,
         };
+        let mut config = config;
+        if let Some(scaling) = &hf.rope_scaling {
+            config.rope_freq_factors = rope_scaling_factors(&config, scaling)?;
+        }
         config.validate()?;
         Ok(config)
     }
@@ -195,6 +204,58 @@ pub(crate) struct HfConfig {
     rms_norm_eps: Option<f64>,
     #[serde(default)]
     pub(crate) tie_word_embeddings: bool,
+    rope_scaling: Option<RopeScaling>,
+}
+
+/// `rope_scaling` of `config.json`; only Llama 3's kind changes the frequencies.
+#[derive(Debug, Deserialize)]
+struct RopeScaling {
+    #[serde(alias = "type")]
+    rope_type: String,
+    factor: Option<f32>,
+    low_freq_factor: Option<f32>,
+    high_freq_factor: Option<f32>,
+    original_max_position_embeddings: Option<f32>,
+}
+
+/// Llama 3's per-frequency divisors: high frequencies kept, low ones divided
+/// by `factor`, a smooth blend between (as Hugging Face computes them).
+fn rope_scaling_factors(c: &ModelConfig, s: &RopeScaling) -> Result<Option<Vec<f32>>> {
+    if s.rope_type != "llama3" {
+        return match s.rope_type.as_str() {
+            "default" => Ok(None),
+            other => Err(Error::Config(format!(
+                "rope_scaling type {other:?} is not supported"
+            ))),
+        };
+    }
+    let missing = || {
+        Error::Config("rope_scaling llama3 needs factor, low/high_freq_factor and original_max_position_embeddings".into())
+    };
+    let factor = s.factor.ok_or_else(missing)?;
+    let (low, high) = (
+        s.low_freq_factor.ok_or_else(missing)?,
+        s.high_freq_factor.ok_or_else(missing)?,
+    );
+    let old = s.original_max_position_embeddings.ok_or_else(missing)?;
+    let (low_wavelen, high_wavelen) = (old / low, old / high);
+    let half = c.head_dim / 2;
+    let factors = (0..half)
+        .map(|i| {
+            let inv_freq = 1.0 / c.rope_theta.powf(2.0 * i as f32 / c.head_dim as f32);
+            let wavelen = 2.0 * std::f32::consts::PI / inv_freq;
+            let scaled = if wavelen < high_wavelen {
+                inv_freq
+            } else if wavelen > low_wavelen {
+                inv_freq / factor
+            } else {
+                let smooth = (old / wavelen - low) / (high - low);
+                (1.0 - smooth) * inv_freq / factor + smooth * inv_freq
+            };
+            inv_freq / scaled
+        })
+        .collect();
+    Ok(Some(factors))
 }
 
 impl HfConfig {
@@ -261,6 +322,41 @@ mod tests {
         assert_eq!((c.arch, c.head_dim, c.kv_dim()), (Arch::Llama, 16, 32));
         let qwen = llama.replace("LlamaForCausalLM", "Qwen2ForCausalLM");
         assert_eq!(ModelConfig::from_hf_json(&qwen).unwrap().arch, Arch::Qwen2);
+    }
+
+    #[test]
+    fn llama3_rope_scaling_keeps_high_and_divides_low_frequencies() {
+        let text = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":4096,"intermediate_size":14336,
+            "num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"vocab_size":128256,
+            "max_position_embeddings":131072,"rope_theta":500000.0,
+            "rope_scaling":{"factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,
+            "original_max_position_embeddings":8192,"rope_type":"llama3"}}"#;
+        let c = ModelConfig::from_hf_json(text).unwrap();
+        let f = c.rope_freq_factors.unwrap();
+        assert_eq!(f.len(), 64);
+        assert_eq!(f[0], 1.0, "the highest frequency is kept");
+        assert!(
+            (f[63] - 8.0).abs() < 1e-4,
+            "the lowest is divided by the factor: {}",
+            f[63]
+        );
+        assert!(f.windows(2).all(|w| w[0] <= w[1] + 1e-6), "monotone: {f:?}");
+        assert!(
+            f.iter().any(|&x| x > 1.01 && x < 7.99),
+            "a smooth band between"
+        );
+        let plain = text.replace("\"llama3\"", "\"default\"");
+        assert_eq!(
+            ModelConfig::from_hf_json(&plain).unwrap().rope_freq_factors,
+            None
+        );
+        let yarn = text.replace("\"llama3\"", "\"yarn\"");
+        assert!(
+            ModelConfig::from_hf_json(&yarn)
+                .unwrap_err()
+                .to_string()
+                .contains("yarn")
+        );
     }
 
     #[test]

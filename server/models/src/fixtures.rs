@@ -19,6 +19,8 @@ pub struct Tiny {
     pub kv_heads: usize,
     pub vocab: usize,
     pub context: usize,
+    /// Llama 3-style RoPE scaling (factor 4, original context 32).
+    pub rope_scaling: bool,
 }
 
 impl Default for Tiny {
@@ -32,6 +34,7 @@ impl Default for Tiny {
             kv_heads: 2,
             vocab: 96,
             context: 256,
+            rope_scaling: false,
         }
     }
 }
@@ -119,6 +122,11 @@ pub fn random_weights(t: &Tiny, seed: u64) -> HashMap<String, Tensor> {
     w
 }
 
+static SCALING: std::sync::LazyLock<serde_json::Value> = std::sync::LazyLock::new(|| {
+    serde_json::json!({"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 32})
+});
+
 /// Writes `config.json` and `model.safetensors` into `dir`.
 pub fn write_safetensors(dir: &Path, t: &Tiny, weights: &HashMap<String, Tensor>) {
     let arch = match t.arch {
@@ -130,7 +138,8 @@ pub fn write_safetensors(dir: &Path, t: &Tiny, weights: &HashMap<String, Tensor>
         "num_hidden_layers": t.layers, "num_attention_heads": t.heads,
         "num_key_value_heads": t.kv_heads, "vocab_size": t.vocab,
         "max_position_embeddings": t.context, "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
-        "tie_word_embeddings": true
+        "tie_word_embeddings": true,
+        "rope_scaling": if t.rope_scaling { SCALING.clone() } else { serde_json::Value::Null },
     });
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
     candle_core::safetensors::save(weights, dir.join("model.safetensors")).unwrap();
@@ -188,6 +197,25 @@ pub fn write_gguf(path: &Path, t: &Tiny, weights: &HashMap<String, Tensor>, dtyp
         }
         let ty = if w.rank() == 2 { dtype } else { GgmlDType::F32 };
         tensors.push((gguf_name(hf), QTensor::quantize(&w, ty).unwrap()));
+    }
+    if t.rope_scaling {
+        // llama.cpp's converter stores the divisors the HF config implies.
+        let config = crate::ModelConfig::from_hf_json(
+            &serde_json::json!({"architectures": ["LlamaForCausalLM"], "hidden_size": t.hidden,
+                "intermediate_size": t.intermediate, "num_hidden_layers": t.layers,
+                "num_attention_heads": t.heads, "num_key_value_heads": t.kv_heads,
+                "vocab_size": t.vocab, "max_position_embeddings": t.context,
+                "rope_theta": 10000.0, "rope_scaling": SCALING.clone()})
+            .to_string(),
+        )
+        .unwrap();
+        let f = config.rope_freq_factors.unwrap();
+        let n = f.len();
+        let f = Tensor::from_vec(f, n, &Device::Cpu).unwrap();
+        tensors.push((
+            "rope_freqs.weight".into(),
+            QTensor::quantize(&f, GgmlDType::F32).unwrap(),
+        ));
     }
     let a = t.arch;
     let u = |v: usize| Value::U32(v as u32);

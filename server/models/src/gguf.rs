@@ -74,9 +74,14 @@ impl GgufSource {
     /// The decoder's config from metadata; also arms the q/k un-permutation
     /// that llama-architecture GGUF files need.
     pub fn config(&mut self) -> Result<ModelConfig> {
-        let config = ModelConfig::from_gguf(&self.content.metadata)?;
+        let mut config = ModelConfig::from_gguf(&self.content.metadata)?;
         if matches!(config.arch, Arch::Llama | Arch::Mistral) {
             self.unpermute = Some((config.heads, config.kv_heads));
+        }
+        // Llama 3.1's RoPE scaling travels as a tensor of per-frequency divisors.
+        if self.has("rope_freqs.weight") {
+            let t = self.vector("rope_freqs.weight", config.head_dim / 2, &Device::Cpu)?;
+            config.rope_freq_factors = Some(t.to_vec1::<f32>()?);
         }
         Ok(config)
     }

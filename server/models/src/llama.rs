@@ -92,7 +92,14 @@ impl Llama {
         lm_head: Linear,
         device: &Device,
     ) -> Result<Self> {
-        let rope = Rope::new(config.head_dim, config.rope_theta, config.context, device)?;
+        let factors = config.rope_freq_factors.as_deref();
+        let rope = Rope::new(
+            config.head_dim,
+            config.rope_theta,
+            config.context,
+            factors,
+            device,
+        )?;
         Ok(Llama {
             config,
             embed,

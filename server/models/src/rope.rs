@@ -13,11 +13,27 @@ pub struct Rope {
 }
 
 impl Rope {
-    /// Tables for positions `0..context`.
-    pub fn new(head_dim: usize, theta: f32, context: usize, device: &Device) -> Result<Self> {
+    /// Tables for positions `0..context`; `factors` divide the inverse
+    /// frequencies (Llama 3.1's scaling; GGUF's `rope_freqs.weight`).
+    pub fn new(
+        head_dim: usize,
+        theta: f32,
+        context: usize,
+        factors: Option<&[f32]>,
+        device: &Device,
+    ) -> Result<Self> {
         let half = head_dim / 2;
+        if let Some(f) = factors.filter(|f| f.len() != half) {
+            return Err(crate::Error::Config(format!(
+                "{} RoPE frequency factors for head dim {head_dim}",
+                f.len()
+            )));
+        }
         let inv_freq: Vec<f32> = (0..half)
-            .map(|i| 1.0 / theta.powf(2.0 * i as f32 / head_dim as f32))
+            .map(|i| {
+                let divisor = factors.map_or(1.0, |f| f[i]);
+                1.0 / theta.powf(2.0 * i as f32 / head_dim as f32) / divisor
+            })
             .collect();
         let mut cos = Vec::with_capacity(context * half);
         let mut sin = Vec::with_capacity(context * half);

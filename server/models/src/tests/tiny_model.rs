@@ -54,6 +54,27 @@ fn gguf_and_safetensors_give_the_same_logits() {
 }
 
 #[test]
+fn llama3_rope_scaling_agrees_between_formats_and_changes_the_output() {
+    let t = Tiny {
+        rope_scaling: true,
+        ..Tiny::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let w = random_weights(&t, 7);
+    write_safetensors(dir.path(), &t, &w);
+    let gguf = dir.path().join("scaled.gguf");
+    write_gguf(&gguf, &t, &w, GgmlDType::F32);
+    let plain = dir.path().join("plain.gguf");
+    write_gguf(&plain, &Tiny::default(), &w, GgmlDType::F32);
+    let p = prompt(60, 3);
+    let a = last_logits(&mut open(dir.path()), &p, 64);
+    let b = last_logits(&mut open(&gguf), &p, 64);
+    assert!(max_diff(&a, &b) < 1e-4, "{}", max_diff(&a, &b));
+    let c = last_logits(&mut open(&plain), &p, 64);
+    assert!(max_diff(&a, &c) > 1e-3, "scaling made no difference");
+}
+
+#[test]
 fn quantized_kernels_track_f32_weights() {
     let t = Tiny::default();
     let dir = tempfile::tempdir().unwrap();

@@ -7,10 +7,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use ferrox_core::{ChatMessage, Detokenizer, Tokenizer};
-use ferrox_engine::{EngineConfig, Event, GenerationRequest, SamplingParams, TokenText};
+use ferrox_core::ChatMessage;
+use ferrox_engine::{EngineConfig, Event, GenerationRequest, SamplingParams};
 use ferrox_models::Device;
 use ferrox_models::{PagedModel, Source};
+
+use crate::text::Stream;
 
 /// One generation.
 #[derive(Debug, Clone)]
@@ -29,32 +31,6 @@ pub struct GenerateConfig {
     pub seed: u64,
     /// Tokens per KV block.
     pub block_size: usize,
-}
-
-/// Incremental text for the engine, from the model's tokenizer.
-pub struct StreamText {
-    tokenizer: Arc<Tokenizer>,
-    detokenizer: Detokenizer,
-}
-
-impl StreamText {
-    /// A fresh stream (special tokens are not shown).
-    pub fn new(tokenizer: Arc<Tokenizer>) -> Self {
-        StreamText {
-            tokenizer,
-            detokenizer: Detokenizer::new(true),
-        }
-    }
-}
-
-impl TokenText for StreamText {
-    fn push(&mut self, id: u32) -> String {
-        // An id the tokenizer cannot show contributes no text rather than
-        // ending the request: the id itself is still reported.
-        self.detokenizer
-            .push(&self.tokenizer, id)
-            .unwrap_or_default()
-    }
 }
 
 /// Runs the generation, streaming text to stdout.
@@ -110,7 +86,7 @@ pub fn run(config: &GenerateConfig) -> anyhow::Result<()> {
         stop_token_ids: Vec::new(),
         eos_token_ids: text.end_of_generation.ids().to_vec(),
         ignore_eos: false,
-        text: Box::new(StreamText::new(Arc::new(text.tokenizer))),
+        text: Box::new(Stream::new(Arc::new(text.tokenizer))),
     };
     let mut submission = handle.submit(request, Instant::now())?;
     let mut out = std::io::stdout().lock();

@@ -26,10 +26,20 @@ impl CoreFrontend {
     }
 }
 
-/// One request's detokenizer.
-struct Stream {
+/// One request's detokenizer (special tokens are not shown).
+pub(crate) struct Stream {
     tokenizer: Arc<Tokenizer>,
     detok: Detokenizer,
+}
+
+impl Stream {
+    /// A fresh stream over `tokenizer`.
+    pub(crate) fn new(tokenizer: Arc<Tokenizer>) -> Self {
+        Stream {
+            tokenizer,
+            detok: Detokenizer::new(true),
+        }
+    }
 }
 
 impl TokenText for Stream {
@@ -60,10 +70,7 @@ impl Frontend for CoreFrontend {
     }
 
     fn detokenizer(&self) -> Box<dyn TokenText> {
-        Box::new(Stream {
-            tokenizer: Arc::clone(&self.tokenizer),
-            detok: Detokenizer::new(true),
-        })
+        Box::new(Stream::new(Arc::clone(&self.tokenizer)))
     }
 
     fn token_str(&self, id: u32) -> String {

@@ -199,13 +199,7 @@ impl WeightSource for GgufSource {
 
     fn vector(&mut self, name: &str, len: usize, device: &Device) -> Result<Tensor> {
         let raw = self.raw(name)?;
-        if raw.dims != [len] {
-            return Err(Error::BadShape {
-                name: name.to_string(),
-                got: raw.dims,
-                want: vec![len],
-            });
-        }
+        check_shape(name, &raw.dims, &[len])?;
         self.dense(raw, device)
     }
 
@@ -218,7 +212,7 @@ impl WeightSource for GgufSource {
         let mut raws = Vec::with_capacity(parts.len());
         for &(name, rows) in parts {
             let raw = self.raw(name)?;
-            check_shape(name, &raw.dims, rows, cols)?;
+            check_shape(name, &raw.dims, &[rows, cols])?;
             raws.push(raw);
         }
         let same_type = raws.iter().all(|r| r.dtype == raws[0].dtype);
@@ -250,7 +244,7 @@ impl WeightSource for GgufSource {
         device: &Device,
     ) -> Result<Embedding> {
         let raw = self.raw(name)?;
-        check_shape(name, &raw.dims, vocab, hidden)?;
+        check_shape(name, &raw.dims, &[vocab, hidden])?;
         match (kernel_type(raw.dtype), device.is_cpu() && self.packed) {
             (Some(ty), true) => {
                 let m = QMatrix::new(ty, vocab, hidden, raw.bytes)?;

@@ -47,7 +47,7 @@ impl SafetensorsSource {
 
     fn matrix(&self, gguf_name: &str, rows: usize, cols: usize) -> Result<Tensor> {
         let t = self.get(gguf_name)?;
-        check_shape(&hf_name(gguf_name), t.dims(), rows, cols)?;
+        check_shape(&hf_name(gguf_name), t.dims(), &[rows, cols])?;
         Ok(t.to_dtype(DType::F32)?)
     }
 }
@@ -109,13 +109,7 @@ impl WeightSource for SafetensorsSource {
 
     fn vector(&mut self, name: &str, len: usize, _device: &Device) -> Result<Tensor> {
         let t = self.get(name)?;
-        if t.dims() != [len] {
-            return Err(Error::BadShape {
-                name: hf_name(name),
-                got: t.dims().to_vec(),
-                want: vec![len],
-            });
-        }
+        check_shape(&hf_name(name), t.dims(), &[len])?;
         Ok(t.to_dtype(DType::F32)?)
     }
 

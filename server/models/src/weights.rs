@@ -31,13 +31,13 @@ pub trait WeightSource {
     ) -> Result<Embedding>;
 }
 
-/// Checks a 2-D weight's shape.
-pub fn check_shape(name: &str, got: &[usize], rows: usize, cols: usize) -> Result<()> {
-    if got != [rows, cols] {
+/// Checks a weight's shape against the one the architecture wants.
+pub fn check_shape(name: &str, got: &[usize], want: &[usize]) -> Result<()> {
+    if got != want {
         return Err(Error::BadShape {
             name: name.to_string(),
             got: got.to_vec(),
-            want: vec![rows, cols],
+            want: want.to_vec(),
         });
     }
     Ok(())

@@ -21,6 +21,7 @@ pub fn smollm2_135m() -> ModelGeometry {
         kv_dtype: KvDtype::F32,
         weight_bytes: 98_362_432,
         context_length: 8192,
+        ..ModelGeometry::default()
     }
 }
 
@@ -33,6 +34,7 @@ pub fn llama3_8b() -> ModelGeometry {
         kv_dtype: KvDtype::Bf16,
         weight_bytes: 16_060_522_496,
         context_length: 8192,
+        ..ModelGeometry::default()
     }
 }
 
@@ -45,6 +47,7 @@ pub fn llama3_70b() -> ModelGeometry {
         kv_dtype: KvDtype::Bf16,
         weight_bytes: 141_107_412_992,
         context_length: 8192,
+        ..ModelGeometry::default()
     }
 }
 

@@ -65,7 +65,7 @@ mod tests {
         ContainerState, ContainerStateTerminated, ContainerStatus, PodStatus,
     };
 
-    const INSPECT: &str = r#"{"architecture":"llama","layers":30,"kvHeads":3,"headDim":64,"kvDtype":"f32","weightBytes":98362432,"contextLength":8192,"hiddenSize":576,"heads":9,"vocabSize":49152}"#;
+    const INSPECT: &str = r#"{"architecture":"llama","layers":30,"kvHeads":3,"headDim":64,"kvDtype":"f32","weightBytes":98362432,"contextLength":8192,"hiddenSize":576,"heads":9,"vocabSize":49152,"intermediateSize":1536}"#;
 
     fn terminated(exit_code: i32, message: &str) -> Pod {
         Pod {
@@ -90,10 +90,17 @@ mod tests {
 
     #[test]
     fn inspect_output_parses_to_geometry() {
-        assert_eq!(parse_inspect(INSPECT).unwrap(), fixtures::smollm2_135m());
+        let want = ModelGeometry {
+            heads: 9,
+            hidden_size: 576,
+            intermediate_size: 1536,
+            vocab_size: 49152,
+            ..fixtures::smollm2_135m()
+        };
+        assert_eq!(parse_inspect(INSPECT).unwrap(), want);
         assert_eq!(
             parse_inspect(&format!("loading...\n{INSPECT}\n")).unwrap(),
-            fixtures::smollm2_135m()
+            want
         );
         assert!(parse_inspect("no json here").is_err());
     }

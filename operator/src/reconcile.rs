@@ -132,7 +132,9 @@ pub async fn reconcile(md: Arc<ModelDeployment>, ctx: Arc<Context>) -> Result<Ac
 
 fn refusal(e: &ferrox_plan::PlanError) -> PlanOutcome {
     let reason = match e {
-        ferrox_plan::PlanError::InsufficientMemory { .. } => "InsufficientMemory",
+        ferrox_plan::PlanError::InsufficientMemory { .. }
+        | ferrox_plan::PlanError::PoolTooSmall { .. }
+        | ferrox_plan::PlanError::OverMemory { .. } => "InsufficientMemory",
         ferrox_plan::PlanError::Invalid(_) => "InvalidSpec",
     };
     PlanOutcome::Refused {

@@ -112,7 +112,7 @@ spec:
     fn renders_plan_and_objects_from_inspect_json() {
         let md = read_manifest(MANIFEST).unwrap();
         let r = render(&md, Some(INSPECT), &DesiredConfig::default()).unwrap();
-        assert_eq!(r.plan.max_seqs, 2);
+        assert_eq!(r.plan.max_seqs, 4);
         let yaml = to_yaml(&md, &r).unwrap();
         let kinds: Vec<_> = serde_yaml::Deserializer::from_str(&yaml)
             .map(|d| {

@@ -136,7 +136,7 @@ async fn first_reconcile_applies_children_and_writes_status() {
     result.expect("reconcile ok");
     assert_eq!(condition(&status, "Planned"), ("True", "Planned"));
     assert_eq!(condition(&status, "Ready"), ("False", "ReplicasNotReady"));
-    assert_eq!(status["plan"]["maxSeqs"], 2);
+    assert_eq!(status["plan"]["maxSeqs"], 4);
     assert_eq!(status["observedGeneration"], 1);
     assert_eq!(
         status["selector"],

@@ -93,6 +93,7 @@ mod tests {
             kv_dtype: ferrox_plan::KvDtype::F32,
             weight_bytes: 0,
             context_length: 256,
+            ..ModelGeometry::default()
         }
     }
 

@@ -82,6 +82,10 @@ impl ModelInfo {
             kv_dtype: self.kv_dtype,
             weight_bytes: self.weight_bytes,
             context_length: self.context_length as u64,
+            heads: self.heads as u64,
+            hidden_size: self.hidden_size as u64,
+            intermediate_size: self.intermediate_size as u64,
+            vocab_size: self.vocab_size as u64,
         }
     }
 }

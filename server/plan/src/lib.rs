@@ -13,14 +13,18 @@
 
 use serde::{Deserialize, Serialize};
 
+mod footprint;
+
+pub use footprint::{DeviceKind, Footprint, Footprints};
+
 /// Element type of the KV cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum KvDtype {
-    /// 4 bytes per element (the CPU server's cache).
-    #[default]
+    /// 4 bytes per element.
     F32,
-    /// 2 bytes per element.
+    /// 2 bytes per element (the CPU server's default, as llama.cpp's).
+    #[default]
     F16,
     /// 2 bytes per element.
     Bf16,
@@ -37,10 +41,26 @@ impl KvDtype {
             KvDtype::Fp8 => 1,
         }
     }
+
+    /// The lowercase name (`f16`), as flags, JSON and metrics spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvDtype::F32 => "f32",
+            KvDtype::F16 => "f16",
+            KvDtype::Bf16 => "bf16",
+            KvDtype::Fp8 => "fp8",
+        }
+    }
+}
+
+impl std::fmt::Display for KvDtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// The shape facts of a model that decide its memory use.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelGeometry {
     /// Decoder layers.
@@ -56,6 +76,18 @@ pub struct ModelGeometry {
     pub weight_bytes: u64,
     /// The model's trained context length, in tokens.
     pub context_length: u64,
+    /// Query heads (0 if unknown: activations are then underestimated).
+    #[serde(default)]
+    pub heads: u64,
+    /// Residual width (0 if unknown).
+    #[serde(default)]
+    pub hidden_size: u64,
+    /// MLP width (0 if unknown).
+    #[serde(default)]
+    pub intermediate_size: u64,
+    /// Vocabulary size (0 if unknown).
+    #[serde(default)]
+    pub vocab_size: u64,
 }
 
 impl ModelGeometry {
@@ -68,16 +100,23 @@ impl ModelGeometry {
 /// What the plan is asked to fit into.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanConfig {
-    /// Memory the server may use, summed over its devices.
+    /// Memory the server may use, summed over its devices; 0 with
+    /// [`plan_for_blocks`] means "not known, do not check".
     pub memory_bytes: u64,
     /// Fraction of `memory_bytes` the server may take, in (0, 1].
     pub utilization: f64,
-    /// Held back for activations and scratch of one forward pass.
-    pub activation_reserve_bytes: u64,
-    /// Held back for the runtime itself (CUDA context, allocator slack).
+    /// Held back for activations and scratch of one forward pass; `None`
+    /// estimates it from the geometry for a step of `prefill_chunk` prompt
+    /// tokens plus one token for each of `max_seqs_cap` rows.
+    pub activation_reserve_bytes: Option<u64>,
+    /// Bytes per activation element (4 on CPU, which computes in f32).
+    pub activation_elem_bytes: u64,
+    /// Held back for the runtime itself (code, tokenizer, CUDA context).
     pub overhead_bytes: u64,
     /// Tokens per KV block.
     pub block_size: u64,
+    /// Most prompt tokens in one step (the server's `--prefill-chunk`).
+    pub prefill_chunk: u64,
     /// Longest sequence to serve; `None` means the model's context length.
     pub max_model_len: Option<u64>,
     /// Upper bound on concurrent sequences; `None` means [`DEFAULT_MAX_SEQS`].
@@ -90,22 +129,54 @@ pub struct PlanConfig {
 /// The default cap on concurrent sequences (vLLM's `max_num_seqs` default).
 pub const DEFAULT_MAX_SEQS: u64 = 256;
 
-impl Default for PlanConfig {
-    fn default() -> Self {
+/// The default prompt tokens per step (the server's `--prefill-chunk`).
+pub const DEFAULT_PREFILL_CHUNK: u64 = 512;
+
+impl PlanConfig {
+    /// The defaults for a server on `device`: its runtime overhead and the
+    /// width its activations are computed in.
+    pub fn for_device(device: DeviceKind) -> Self {
         PlanConfig {
             memory_bytes: 0,
             utilization: 0.9,
-            activation_reserve_bytes: 512 << 20,
-            overhead_bytes: 256 << 20,
+            activation_reserve_bytes: None,
+            activation_elem_bytes: match device {
+                DeviceKind::Cpu => 4,
+                DeviceKind::Cuda => 2,
+            },
+            overhead_bytes: device.runtime_overhead_bytes(),
             block_size: 16,
+            prefill_chunk: DEFAULT_PREFILL_CHUNK,
             max_model_len: None,
             max_seqs_cap: None,
             typical_seq_len: None,
         }
     }
+
+    fn max_seqs_cap(&self) -> u64 {
+        self.max_seqs_cap.unwrap_or(DEFAULT_MAX_SEQS).max(1)
+    }
+
+    /// The activation reserve for `geometry`: given, or estimated.
+    pub fn activation_reserve(&self, geometry: &ModelGeometry) -> u64 {
+        self.activation_reserve_bytes.unwrap_or_else(|| {
+            let cap = self.max_seqs_cap();
+            geometry.activation_bytes(
+                self.prefill_chunk.saturating_add(cap),
+                cap,
+                self.activation_elem_bytes,
+            )
+        })
+    }
 }
 
-/// The decided numbers.
+impl Default for PlanConfig {
+    fn default() -> Self {
+        PlanConfig::for_device(DeviceKind::Cpu)
+    }
+}
+
+/// The decided numbers, with the bytes of every part.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Plan {
@@ -123,18 +194,32 @@ pub struct Plan {
     pub weight_bytes: u64,
     /// Bytes given to the KV pool.
     pub kv_budget_bytes: u64,
+    /// Bytes held back for one step's activations.
+    pub activation_reserve_bytes: u64,
+    /// Bytes held back for the runtime.
+    pub overhead_bytes: u64,
     /// Longest sequence served.
     pub max_model_len: u64,
+}
+
+impl Plan {
+    /// Everything the plan counts: weights + KV + activations + overhead.
+    pub fn total_bytes(&self) -> u64 {
+        self.weight_bytes
+            .saturating_add(self.kv_budget_bytes)
+            .saturating_add(self.activation_reserve_bytes)
+            .saturating_add(self.overhead_bytes)
+    }
 }
 
 /// Why no plan could be made.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PlanError {
-    /// One full-length sequence does not fit.
+    /// One full-length sequence does not fit in the memory given.
     #[error(
-        "insufficient memory: weights take {weight_bytes} bytes, one {max_model_len}-token sequence needs \
-         {kv_per_seq_bytes} bytes of KV, but only {available_bytes} bytes are available \
-         ({usable_bytes} usable of {memory_bytes})"
+        "insufficient memory: {memory_bytes} bytes x {utilization} utilization = {usable_bytes} usable; \
+         weights take {weight_bytes}, activations and runtime {reserve_bytes}, leaving {available_bytes} \
+         for KV, but one {max_model_len}-token sequence needs {kv_per_seq_bytes} bytes of KV"
     )]
     InsufficientMemory {
         /// Bytes of weights.
@@ -143,12 +228,48 @@ pub enum PlanError {
         kv_per_seq_bytes: u64,
         /// Bytes left for KV after weights and reserves (0 if none).
         available_bytes: u64,
+        /// Activation reserve plus runtime overhead.
+        reserve_bytes: u64,
         /// `memory * utilization`.
         usable_bytes: u64,
+        /// The utilization applied.
+        utilization: f64,
         /// Memory given.
         memory_bytes: u64,
         /// Sequence length planned for.
         max_model_len: u64,
+    },
+    /// A pool of a given size cannot hold one full-length sequence.
+    #[error(
+        "a pool of {kv_blocks} blocks of {block_size} tokens holds {pool_tokens} tokens, \
+         less than one {max_model_len}-token sequence"
+    )]
+    PoolTooSmall {
+        /// Blocks in the pool.
+        kv_blocks: u64,
+        /// Tokens per block.
+        block_size: u64,
+        /// `kv_blocks * block_size`.
+        pool_tokens: u64,
+        /// Sequence length planned for.
+        max_model_len: u64,
+    },
+    /// A pool of a given size does not fit in the memory there is.
+    #[error(
+        "the plan needs {total_bytes} bytes (weights {weight_bytes} + KV {kv_bytes} + activations and \
+         runtime {reserve_bytes}), more than the {memory_bytes} bytes there are"
+    )]
+    OverMemory {
+        /// Everything the plan counts.
+        total_bytes: u64,
+        /// Bytes of weights.
+        weight_bytes: u64,
+        /// Bytes of the KV pool.
+        kv_bytes: u64,
+        /// Activation reserve plus runtime overhead.
+        reserve_bytes: u64,
+        /// Memory there is.
+        memory_bytes: u64,
     },
     /// An input is out of range.
     #[error("invalid plan input: {0}")]
@@ -165,20 +286,24 @@ pub fn plan(geometry: &ModelGeometry, config: &PlanConfig) -> Result<Plan, PlanE
     check_inputs(geometry, config)?;
     let max_model_len = resolve_max_model_len(geometry, config.max_model_len)?;
     let usable = (config.memory_bytes as f64 * config.utilization).floor() as u64;
+    let reserve = config
+        .activation_reserve(geometry)
+        .saturating_add(config.overhead_bytes);
     let available = usable
         .saturating_sub(geometry.weight_bytes)
-        .saturating_sub(config.activation_reserve_bytes)
-        .saturating_sub(config.overhead_bytes);
-    let block_bytes = config.block_size * geometry.kv_bytes_per_token();
-    let kv_blocks = available / block_bytes;
+        .saturating_sub(reserve);
+    let block_bytes = config
+        .block_size
+        .saturating_mul(geometry.kv_bytes_per_token());
+    let kv_blocks = available / block_bytes.max(1);
     from_blocks(geometry, config, max_model_len, kv_blocks).map_err(|e| match e {
-        PlanError::InsufficientMemory {
-            kv_per_seq_bytes, ..
-        } => PlanError::InsufficientMemory {
+        PlanError::PoolTooSmall { .. } => PlanError::InsufficientMemory {
             weight_bytes: geometry.weight_bytes,
-            kv_per_seq_bytes,
+            kv_per_seq_bytes: blocks_for(max_model_len, config.block_size) * block_bytes,
             available_bytes: available,
+            reserve_bytes: reserve,
             usable_bytes: usable,
+            utilization: config.utilization,
             memory_bytes: config.memory_bytes,
             max_model_len,
         },
@@ -186,8 +311,9 @@ pub fn plan(geometry: &ModelGeometry, config: &PlanConfig) -> Result<Plan, PlanE
     })
 }
 
-/// Plans around a pool of exactly `kv_blocks` blocks (the server's `--kv-blocks`).
-/// Memory fields of `config` are ignored.
+/// Plans around a pool of exactly `kv_blocks` blocks (the server's
+/// `--kv-blocks`). When `config.memory_bytes` is not 0 the whole plan must
+/// fit in it (utilization is not applied: the blocks were chosen).
 pub fn plan_for_blocks(
     geometry: &ModelGeometry,
     config: &PlanConfig,
@@ -195,7 +321,17 @@ pub fn plan_for_blocks(
 ) -> Result<Plan, PlanError> {
     check_inputs(geometry, config)?;
     let max_model_len = resolve_max_model_len(geometry, config.max_model_len)?;
-    from_blocks(geometry, config, max_model_len, kv_blocks)
+    let plan = from_blocks(geometry, config, max_model_len, kv_blocks)?;
+    if config.memory_bytes != 0 && plan.total_bytes() > config.memory_bytes {
+        return Err(PlanError::OverMemory {
+            total_bytes: plan.total_bytes(),
+            weight_bytes: plan.weight_bytes,
+            kv_bytes: plan.kv_budget_bytes,
+            reserve_bytes: plan.activation_reserve_bytes + plan.overhead_bytes,
+            memory_bytes: config.memory_bytes,
+        });
+    }
+    Ok(plan)
 }
 
 fn from_blocks(
@@ -204,15 +340,14 @@ fn from_blocks(
     max_model_len: u64,
     kv_blocks: u64,
 ) -> Result<Plan, PlanError> {
-    let block_bytes = config.block_size * geometry.kv_bytes_per_token();
-    let per_full_seq = blocks_for(max_model_len, config.block_size);
-    if kv_blocks < per_full_seq {
-        return Err(PlanError::InsufficientMemory {
-            weight_bytes: geometry.weight_bytes,
-            kv_per_seq_bytes: per_full_seq * block_bytes,
-            available_bytes: kv_blocks * block_bytes,
-            usable_bytes: 0,
-            memory_bytes: 0,
+    let block_bytes = config
+        .block_size
+        .saturating_mul(geometry.kv_bytes_per_token());
+    if kv_blocks < blocks_for(max_model_len, config.block_size) {
+        return Err(PlanError::PoolTooSmall {
+            kv_blocks,
+            block_size: config.block_size,
+            pool_tokens: kv_blocks.saturating_mul(config.block_size),
             max_model_len,
         });
     }
@@ -220,8 +355,8 @@ fn from_blocks(
         .typical_seq_len
         .unwrap_or(max_model_len)
         .clamp(1, max_model_len);
-    let cap = config.max_seqs_cap.unwrap_or(DEFAULT_MAX_SEQS).max(1);
-    let max_seqs = (kv_blocks / blocks_for(typical, config.block_size)).clamp(1, cap);
+    let max_seqs =
+        (kv_blocks / blocks_for(typical, config.block_size)).clamp(1, config.max_seqs_cap());
     Ok(Plan {
         kv_blocks,
         block_size: config.block_size,
@@ -229,7 +364,9 @@ fn from_blocks(
         kv_bytes_per_token: geometry.kv_bytes_per_token(),
         block_bytes,
         weight_bytes: geometry.weight_bytes,
-        kv_budget_bytes: kv_blocks * block_bytes,
+        kv_budget_bytes: kv_blocks.saturating_mul(block_bytes),
+        activation_reserve_bytes: config.activation_reserve(geometry),
+        overhead_bytes: config.overhead_bytes,
         max_model_len,
     })
 }

@@ -10,6 +10,7 @@ fn smollm2_135m() -> ModelGeometry {
         kv_dtype: KvDtype::F32,
         weight_bytes: 100_000_000,
         context_length: 8192,
+        ..ModelGeometry::default()
     }
 }
 
@@ -21,6 +22,7 @@ fn llama_8b() -> ModelGeometry {
         kv_dtype: KvDtype::F16,
         weight_bytes: 16_060_522_496,
         context_length: 131_072,
+        ..ModelGeometry::default()
     }
 }
 
@@ -32,6 +34,7 @@ fn llama_70b() -> ModelGeometry {
         kv_dtype: KvDtype::F16,
         weight_bytes: 141_107_412_992,
         context_length: 131_072,
+        ..ModelGeometry::default()
     }
 }
 
@@ -105,7 +108,13 @@ fn plans_for_real_models() {
         },
     ];
     for c in cases {
-        let p = plan(&c.geometry, &c.config).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+        // The figures above use the fixed 512 MiB + 256 MiB reserves.
+        let config = PlanConfig {
+            activation_reserve_bytes: Some(512 << 20),
+            overhead_bytes: 256 << 20,
+            ..c.config
+        };
+        let p = plan(&c.geometry, &config).unwrap_or_else(|e| panic!("{}: {e}", c.name));
         assert_eq!(p.kv_blocks, c.kv_blocks, "{}", c.name);
         assert_eq!(p.max_seqs, c.max_seqs, "{}", c.name);
         assert_eq!(p.kv_budget_bytes, p.kv_blocks * p.block_bytes, "{}", c.name);
@@ -149,10 +158,11 @@ fn too_few_blocks_for_one_sequence_is_refused() {
         max_model_len: Some(1024),
         ..PlanConfig::default()
     };
-    assert!(matches!(
-        plan_for_blocks(&smollm2_135m(), &config, 63),
-        Err(PlanError::InsufficientMemory { .. })
-    ));
+    let err = plan_for_blocks(&smollm2_135m(), &config, 63).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "a pool of 63 blocks of 16 tokens holds 1008 tokens, less than one 1024-token sequence"
+    );
     let ok = plan_for_blocks(&smollm2_135m(), &config, 64).unwrap();
     assert_eq!((ok.kv_blocks, ok.max_seqs), (64, 1));
 }
@@ -214,4 +224,89 @@ fn blocks_round_up() {
     ] {
         assert_eq!(blocks_for(tokens, bs), want);
     }
+}
+
+#[test]
+fn refusal_names_every_number() {
+    let config = PlanConfig {
+        memory_bytes: 24 * GIB,
+        activation_reserve_bytes: Some(1000),
+        overhead_bytes: 24,
+        ..PlanConfig::default()
+    };
+    let msg = plan(&llama_70b(), &config).unwrap_err().to_string();
+    for part in [
+        "25769803776 bytes x 0.9 utilization = 23192823398 usable",
+        "weights take 141107412992",
+        "activations and runtime 1024",
+        "leaving 0 for KV",
+        "one 131072-token sequence needs 42949672960 bytes of KV",
+    ] {
+        assert!(msg.contains(part), "{msg} lacks {part}");
+    }
+}
+
+#[test]
+fn explicit_blocks_must_fit_the_memory_there_is() {
+    let g = smollm2_135m();
+    let base = PlanConfig {
+        max_model_len: Some(1024),
+        activation_reserve_bytes: Some(1 << 20),
+        overhead_bytes: 1 << 20,
+        ..PlanConfig::default()
+    };
+    let p = plan_for_blocks(&g, &base, 100).unwrap();
+    assert_eq!(p.total_bytes(), 100_000_000 + 100 * 16 * 46_080 + (2 << 20));
+    let exact = PlanConfig {
+        memory_bytes: p.total_bytes(),
+        ..base.clone()
+    };
+    assert_eq!(plan_for_blocks(&g, &exact, 100), Ok(p.clone()));
+    let short = PlanConfig {
+        memory_bytes: p.total_bytes() - 1,
+        ..base
+    };
+    let msg = plan_for_blocks(&g, &short, 100).unwrap_err().to_string();
+    assert!(
+        msg.starts_with(&format!("the plan needs {} bytes", p.total_bytes())),
+        "{msg}"
+    );
+    assert!(msg.contains("KV 73728000"), "{msg}");
+}
+
+#[test]
+fn estimated_reserve_follows_the_step_shape() {
+    let g = ModelGeometry {
+        heads: 32,
+        hidden_size: 4096,
+        intermediate_size: 14_336,
+        vocab_size: 128_256,
+        ..llama_8b()
+    };
+    let config = PlanConfig {
+        memory_bytes: 80 * GIB,
+        max_seqs_cap: Some(64),
+        ..PlanConfig::for_device(DeviceKind::Cuda)
+    };
+    // 576 tokens x (4*4096 + 3*14336 + 48*128) x 2 bytes + 2 x 64 rows x vocab x 4.
+    let want = 576 * 65_536 * 2 + 2 * 64 * 128_256 * 4;
+    assert_eq!(config.activation_reserve(&g), want);
+    let p = plan(&g, &config).unwrap();
+    assert_eq!(p.activation_reserve_bytes, want);
+    assert_eq!(p.overhead_bytes, DeviceKind::Cuda.runtime_overhead_bytes());
+    let usable = (80.0 * GIB as f64 * 0.9).floor() as u64;
+    let left = usable - g.weight_bytes - want - p.overhead_bytes;
+    assert_eq!(p.kv_blocks, left / (16 * 128 * 1024));
+    assert!(p.total_bytes() <= usable);
+    // A CPU plan computes activations in f32.
+    let cpu = PlanConfig::for_device(DeviceKind::Cpu);
+    assert_eq!(cpu.activation_elem_bytes, 4);
+    assert_eq!(
+        PlanConfig {
+            activation_reserve_bytes: Some(7),
+            ..cpu
+        }
+        .activation_reserve(&g),
+        7
+    );
 }

@@ -1,0 +1,180 @@
+//! How a model is held on each kind of device: the weight bytes and KV dtype
+//! the server really allocates there, which is what the plan must count.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{KvDtype, ModelGeometry};
+
+/// The kind of device a server runs its model on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    /// Host memory (the container's memory limit).
+    #[default]
+    Cpu,
+    /// An NVIDIA GPU's memory.
+    Cuda,
+}
+
+impl DeviceKind {
+    /// Bytes the runtime itself takes beyond weights, KV and activations:
+    /// code, tokenizer, allocator slack; on CUDA also the context and cuBLAS
+    /// workspaces.
+    pub fn runtime_overhead_bytes(self) -> u64 {
+        match self {
+            DeviceKind::Cpu => 96 << 20,
+            DeviceKind::Cuda => 768 << 20,
+        }
+    }
+
+    /// The KV dtype `--kv-dtype auto` picks: f16 on CPU (llama.cpp's default
+    /// too), the model's half type on GPU.
+    pub fn auto_kv_dtype(self, model_half: KvDtype) -> KvDtype {
+        match self {
+            DeviceKind::Cpu => KvDtype::F16,
+            DeviceKind::Cuda => model_half,
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DeviceKind::Cpu => "cpu",
+            DeviceKind::Cuda => "cuda",
+        })
+    }
+}
+
+/// A model's bytes as held on one kind of device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Footprint {
+    /// Bytes of weights resident on the device, in the dtypes held there.
+    pub weight_bytes: u64,
+    /// KV cache element type used there by default.
+    pub kv_dtype: KvDtype,
+    /// Bytes of K and V per token in that dtype.
+    pub kv_bytes_per_token: u64,
+}
+
+/// The footprint on each device kind, as `ferrox-server inspect --json`
+/// reports it under `devices`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Footprints {
+    /// On CPU.
+    pub cpu: Footprint,
+    /// On CUDA.
+    pub cuda: Footprint,
+}
+
+impl Footprints {
+    /// The footprint on `kind`.
+    pub fn on(&self, kind: DeviceKind) -> &Footprint {
+        match kind {
+            DeviceKind::Cpu => &self.cpu,
+            DeviceKind::Cuda => &self.cuda,
+        }
+    }
+}
+
+impl ModelGeometry {
+    /// This geometry as held with `footprint`'s weights and KV dtype.
+    pub fn held_as(&self, footprint: &Footprint) -> ModelGeometry {
+        ModelGeometry {
+            weight_bytes: footprint.weight_bytes,
+            kv_dtype: footprint.kv_dtype,
+            ..self.clone()
+        }
+    }
+
+    /// The footprint of this geometry as it stands.
+    pub fn footprint(&self) -> Footprint {
+        Footprint {
+            weight_bytes: self.weight_bytes,
+            kv_dtype: self.kv_dtype,
+            kv_bytes_per_token: self.kv_bytes_per_token(),
+        }
+    }
+
+    /// Peak activation bytes of one forward step over `tokens` tokens of
+    /// which `logit_rows` are sampled, with `elem_bytes`-byte activations:
+    /// the residual stream and the widest layer's intermediates, plus the
+    /// logit rows and their host copies. Zero for shape facts not given.
+    pub fn activation_bytes(&self, tokens: u64, logit_rows: u64, elem_bytes: u64) -> u64 {
+        let qkv = (self.heads + 2 * self.kv_heads) * self.head_dim;
+        // x, residual, norm output and attention output; gate, up and their
+        // product; the fused q/k/v projection.
+        let per_token = 4 * self.hidden_size + 3 * self.intermediate_size + qkv;
+        let logits = 2 * logit_rows * self.vocab_size * 4;
+        tokens
+            .saturating_mul(per_token)
+            .saturating_mul(elem_bytes)
+            .saturating_add(logits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_kv_dtype_per_device() {
+        assert_eq!(DeviceKind::Cpu.auto_kv_dtype(KvDtype::Bf16), KvDtype::F16);
+        assert_eq!(DeviceKind::Cuda.auto_kv_dtype(KvDtype::Bf16), KvDtype::Bf16);
+        assert_eq!(DeviceKind::Cuda.auto_kv_dtype(KvDtype::F16), KvDtype::F16);
+    }
+
+    #[test]
+    fn held_as_swaps_only_the_held_bytes() {
+        let g = ModelGeometry {
+            layers: 2,
+            kv_heads: 2,
+            head_dim: 8,
+            kv_dtype: KvDtype::F32,
+            weight_bytes: 100,
+            context_length: 64,
+            ..ModelGeometry::default()
+        };
+        let f = Footprint {
+            weight_bytes: 50,
+            kv_dtype: KvDtype::F16,
+            kv_bytes_per_token: 128,
+        };
+        let h = g.held_as(&f);
+        assert_eq!(
+            (h.weight_bytes, h.kv_dtype, h.layers),
+            (50, KvDtype::F16, 2)
+        );
+        assert_eq!(h.footprint(), f);
+    }
+
+    #[test]
+    fn activation_estimate_counts_every_part() {
+        let g = ModelGeometry {
+            layers: 1,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 8,
+            hidden_size: 32,
+            intermediate_size: 64,
+            vocab_size: 100,
+            context_length: 64,
+            ..ModelGeometry::default()
+        };
+        // per token: 4*32 + 3*64 + (4 + 4) * 8 = 384 elements.
+        assert_eq!(g.activation_bytes(10, 0, 4), 10 * 384 * 4);
+        assert_eq!(g.activation_bytes(10, 3, 2), 10 * 384 * 2 + 2 * 3 * 100 * 4);
+        assert_eq!(g.activation_bytes(u64::MAX, 1, 4), u64::MAX);
+        assert_eq!(ModelGeometry::default().activation_bytes(512, 16, 4), 0);
+    }
+
+    #[test]
+    fn inspect_devices_json_round_trips() {
+        let json = r#"{"cpu":{"weightBytes":10,"kvDtype":"f16","kvBytesPerToken":4},"cuda":{"weightBytes":20,"kvDtype":"bf16","kvBytesPerToken":4}}"#;
+        let f: Footprints = serde_json::from_str(json).unwrap();
+        assert_eq!(f.on(DeviceKind::Cuda).weight_bytes, 20);
+        assert_eq!(f.on(DeviceKind::Cpu).kv_dtype, KvDtype::F16);
+        assert_eq!(serde_json::to_string(&f).unwrap(), json);
+    }
+}

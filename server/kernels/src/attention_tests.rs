@@ -1,3 +1,5 @@
+use half::{bf16, f16};
+
 use super::*;
 use crate::test_util::{Rng, rel_err};
 
@@ -51,11 +53,41 @@ fn check(g: AttnGeometry, num_blocks: usize, seqs: &[AttnSeq<'_>], seed: u64) {
     let v = rng.vec(cache);
     let total: usize = seqs.iter().map(|s| s.n_tokens).sum();
     let q = rng.vec(total * g.heads * g.head_dim);
-    let mut out = vec![f32::NAN; q.len()];
-    paged_attention(&g, &q, &k, &v, seqs, &mut out).unwrap();
     let want = reference(&g, &q, &k, &v, seqs);
-    let err = rel_err(&out, &want);
-    assert!(err < 1e-5, "{g:?}: rel err {err}");
+    assert_matches(&run(&g, &q, &k, &v, seqs), &want, &format!("{g:?} f32"));
+    // Half-width caches: the same attention over the rounded values.
+    let (k16, v16) = (narrow(&k, f16::from_f32), narrow(&v, f16::from_f32));
+    let want16 = reference(&g, &q, &widen(&k16), &widen(&v16), seqs);
+    assert_matches(
+        &run(&g, &q, &k16, &v16, seqs),
+        &want16,
+        &format!("{g:?} f16"),
+    );
+    let (kb, vb) = (narrow(&k, bf16::from_f32), narrow(&v, bf16::from_f32));
+    let wantb = reference(&g, &q, &widen(&kb), &widen(&vb), seqs);
+    assert_matches(&run(&g, &q, &kb, &vb, seqs), &wantb, &format!("{g:?} bf16"));
+    // Rounding K and V to f16 moves the output by about f16's precision.
+    assert!(rel_err(&want16, &want) < 2e-3);
+}
+
+fn run<T: KvElem>(g: &AttnGeometry, q: &[f32], k: &[T], v: &[T], seqs: &[AttnSeq<'_>]) -> Vec<f32> {
+    let mut out = vec![f32::NAN; q.len()];
+    paged_attention(g, q, k, v, seqs, &mut out).unwrap();
+    out
+}
+
+fn assert_matches(got: &[f32], want: &[f32], what: &str) {
+    let err = rel_err(got, want);
+    assert!(err < 1e-5, "{what}: rel err {err}");
+}
+
+fn narrow<T>(x: &[f32], f: impl Fn(f32) -> T) -> Vec<T> {
+    x.iter().map(|&v| f(v)).collect()
+}
+
+fn widen<T: KvElem>(x: &[T]) -> Vec<f32> {
+    let mut buf = vec![0f32; x.len()];
+    T::widen(x, &mut buf).to_vec()
 }
 
 const fn geo(heads: usize, kv_heads: usize, head_dim: usize, block_size: usize) -> AttnGeometry {

@@ -1,5 +1,6 @@
 //! CPU kernels for the server's hot paths: quantized matmul over GGML block
-//! formats (Q4_0, Q4_1, Q8_0) and paged attention over an f32 KV cache.
+//! formats (Q4_0, Q4_1, Q8_0) and paged attention over an f32, f16 or bf16
+//! KV cache.
 //!
 //! Every kernel has a portable scalar path. On x86_64 the matmul picks at run
 //! time the widest of AVX2+FMA+F16C (`maddubs`), AVX-VNNI (`vpdpbusd`, 256-bit)
@@ -13,7 +14,7 @@ mod qmatrix;
 #[cfg(test)]
 mod test_util;
 
-pub use attention::{AttnGeometry, AttnSeq, paged_attention};
+pub use attention::{AttnGeometry, AttnSeq, KvElem, paged_attention};
 pub use qmatrix::{QK, QMatrix, QuantType};
 
 /// Errors from kernel entry points: all are caller mistakes in shapes or tables.

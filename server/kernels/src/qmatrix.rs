@@ -31,6 +31,12 @@ impl QuantType {
         }
     }
 
+    /// Bytes a [`QMatrix`] of `elems` weights holds in memory once repacked
+    /// (the capacity plan counts these, not the GGML file's bytes).
+    pub fn held_bytes(self, elems: usize) -> usize {
+        elems / QK * (std::mem::size_of::<u32>() + self.quant_bytes())
+    }
+
     /// Bytes of quants per block once the scales are split off.
     fn quant_bytes(self) -> usize {
         match self {
@@ -131,6 +137,11 @@ impl QMatrix {
     /// The block format.
     pub fn quant_type(&self) -> QuantType {
         self.ty
+    }
+
+    /// Bytes of weights this matrix holds.
+    pub fn held_bytes(&self) -> usize {
+        self.dm.len() * std::mem::size_of::<u32>() + self.qs.len()
     }
 
     /// Blocks per row.

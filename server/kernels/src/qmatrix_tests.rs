@@ -221,3 +221,19 @@ fn empty_batch_is_a_no_op() {
     let w = QMatrix::new(QuantType::Q4_0, 4, 32, vec![0; 72]).unwrap();
     assert_eq!(w.matmul(&[], 0, &mut []), Ok(()));
 }
+
+#[test]
+fn held_bytes_are_what_a_matrix_allocates() {
+    let mut rng = Rng::new(11);
+    for ty in [QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0] {
+        for (rows, cols) in [(1, 32), (7, 96), (64, 576)] {
+            let m = QMatrix::new(ty, rows, cols, random_blocks(&mut rng, ty, rows, cols)).unwrap();
+            assert_eq!(
+                m.held_bytes(),
+                ty.held_bytes(rows * cols),
+                "{ty:?} {rows}x{cols}"
+            );
+            assert_eq!(m.held_bytes(), m.dm.capacity() * 4 + m.qs.capacity());
+        }
+    }
+}

@@ -2,6 +2,7 @@
 //! counts (each row at a 128-token context) and prefill of a 512-token prompt.
 //!
 //! `RAYON_NUM_THREADS=2 cargo run --release -p ferrox-models --example engine_bench -- MODEL.gguf`
+//! (`KV_DTYPE=f32` for an f32 KV cache; the default is f16, the server's).
 
 use std::time::Instant;
 
@@ -25,7 +26,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let max_rows = *rows.iter().max().unwrap_or(&1);
     let per_seq = (CONTEXT + STEPS).div_ceil(BLOCK).max(512 / BLOCK + 1);
     let blocks = per_seq * max_rows;
-    let mut model = PagedModel::new(llama, blocks, BLOCK)?;
+    let kv: ferrox_plan::KvDtype = std::env::var("KV_DTYPE")
+        .unwrap_or_else(|_| "f16".into())
+        .parse()?;
+    let mut model = PagedModel::new(llama, blocks, BLOCK, kv)?;
     let pool = BlockPool::new(blocks);
     let prompt = |seed: usize, n: usize| -> Vec<u32> {
         (0..n)

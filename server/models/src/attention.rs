@@ -2,13 +2,14 @@
 //! own block table, start position and number of new tokens.
 //!
 //! On CPU this runs ferrox-kernels' fused paged attention, which reads K and
-//! V straight out of the blocks. Elsewhere (and in tests, as the reference)
-//! it gathers each sequence's slots and uses ordinary tensor ops.
+//! V (f32, f16 or bf16) straight out of the blocks. Elsewhere (and in tests,
+//! as the reference) it gathers each sequence's slots, widens them to the
+//! queries' dtype and uses ordinary tensor ops.
 
 use std::sync::Arc;
 
 use candle_core::{CpuStorage, CustomOp3, Device, Layout, Shape, Tensor};
-use ferrox_kernels::{AttnGeometry, AttnSeq};
+use ferrox_kernels::{AttnGeometry, AttnSeq, KvElem};
 
 use crate::error::Result;
 use crate::kv_cache::KvCache;
@@ -67,13 +68,29 @@ struct PagedAttention {
     geometry: AttnGeometry,
 }
 
-fn f32_slice<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> candle_core::Result<&'a [f32]> {
-    let CpuStorage::F32(data) = s else {
-        candle_core::bail!("paged attention: {what} must be f32");
-    };
+fn contiguous<'a, T>(data: &'a [T], l: &Layout, what: &str) -> candle_core::Result<&'a [T]> {
     match l.contiguous_offsets() {
         Some((a, b)) => Ok(&data[a..b]),
         None => candle_core::bail!("paged attention: {what} must be contiguous"),
+    }
+}
+
+impl PagedAttention {
+    /// Runs the kernel over a cache held in `T`.
+    fn run<T: KvElem>(&self, q: &[f32], k: &[T], v: &[T]) -> candle_core::Result<Vec<f32>> {
+        let seqs: Vec<AttnSeq<'_>> = self
+            .spans
+            .iter()
+            .map(|s| AttnSeq {
+                blocks: &s.blocks,
+                start_pos: s.start_pos,
+                n_tokens: s.n_tokens,
+            })
+            .collect();
+        let mut out = vec![0f32; q.len()];
+        ferrox_kernels::paged_attention(&self.geometry, q, k, v, &seqs, &mut out)
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        Ok(out)
     }
 }
 
@@ -91,21 +108,23 @@ impl CustomOp3 for PagedAttention {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let q = f32_slice(s1, l1, "q")?;
-        let k = f32_slice(s2, l2, "k cache")?;
-        let v = f32_slice(s3, l3, "v cache")?;
-        let seqs: Vec<AttnSeq<'_>> = self
-            .spans
-            .iter()
-            .map(|s| AttnSeq {
-                blocks: &s.blocks,
-                start_pos: s.start_pos,
-                n_tokens: s.n_tokens,
-            })
-            .collect();
-        let mut out = vec![0f32; q.len()];
-        ferrox_kernels::paged_attention(&self.geometry, q, k, v, &seqs, &mut out)
-            .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        let CpuStorage::F32(q) = s1 else {
+            candle_core::bail!("paged attention: q must be f32");
+        };
+        let q = contiguous(q, l1, "q")?;
+        let (k, v) = ("k cache", "v cache");
+        let out = match (s2, s3) {
+            (CpuStorage::F32(a), CpuStorage::F32(b)) => {
+                self.run(q, contiguous(a, l2, k)?, contiguous(b, l3, v)?)?
+            }
+            (CpuStorage::F16(a), CpuStorage::F16(b)) => {
+                self.run(q, contiguous(a, l2, k)?, contiguous(b, l3, v)?)?
+            }
+            (CpuStorage::BF16(a), CpuStorage::BF16(b)) => {
+                self.run(q, contiguous(a, l2, k)?, contiguous(b, l3, v)?)?
+            }
+            _ => candle_core::bail!("paged attention: K and V must be f32, f16 or bf16 alike"),
+        };
         let tokens = q.len() / (self.geometry.heads * self.geometry.head_dim);
         Ok((
             CpuStorage::F32(out),
@@ -138,6 +157,7 @@ fn gathered(
         let expand = |t: &Tensor| -> Result<Tensor> {
             let t = t
                 .index_select(&idx, 0)?
+                .to_dtype(q.dtype())?
                 .reshape((ctx, h.kv_heads, 1, h.head_dim))?;
             let t = t.broadcast_as((ctx, h.kv_heads, rep, h.head_dim))?;
             Ok(t.reshape((ctx, h.heads, h.head_dim))?

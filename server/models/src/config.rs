@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 
 use candle_core::quantized::gguf_file::Value;
+use ferrox_plan::KvDtype;
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
@@ -205,6 +206,20 @@ pub(crate) struct HfConfig {
     #[serde(default)]
     pub(crate) tie_word_embeddings: bool,
     rope_scaling: Option<RopeScaling>,
+    /// The dtype the weights were saved in (`dtype` in newer transformers).
+    #[serde(alias = "dtype")]
+    torch_dtype: Option<String>,
+}
+
+impl HfConfig {
+    /// The half type a GPU computes this model in: bf16 for bf16 weights,
+    /// else f16 (vLLM's choice for f16 and f32 checkpoints too).
+    pub(crate) fn half_dtype(&self) -> KvDtype {
+        match self.torch_dtype.as_deref() {
+            Some("bfloat16" | "bf16") => KvDtype::Bf16,
+            _ => KvDtype::F16,
+        }
+    }
 }
 
 /// `rope_scaling` of `config.json`; only Llama 3's kind changes the frequencies.

@@ -11,8 +11,11 @@ use candle_core::quantized::{GgmlDType, QMatMul, ggml_file::qtensor_from_ggml};
 use candle_core::{DType, Device, Tensor};
 use ferrox_kernels::{QMatrix, QuantType};
 
+use ferrox_plan::DeviceKind;
+
 use crate::config::{Arch, ModelConfig};
 use crate::error::{Error, Result};
+use crate::holding::{self, Held, Role, device_kind, kernel_type};
 use crate::linear::{Embedding, Linear};
 use crate::llama::Projection;
 use crate::weights::{WeightSource, check_shape};
@@ -86,12 +89,16 @@ impl GgufSource {
         Ok(config)
     }
 
-    /// Bytes of all tensors as stored.
-    pub fn weight_bytes(&self) -> u64 {
+    /// Bytes of all tensors as held on `device` (see [`crate::holding`]).
+    pub fn weight_bytes(&self, device: DeviceKind) -> u64 {
         self.content
             .tensor_infos
-            .values()
-            .map(|t| tensor_bytes(t.ggml_dtype, t.shape.elem_count()) as u64)
+            .iter()
+            .map(|(name, t)| {
+                let (dtype, elems) = (t.ggml_dtype, t.shape.elem_count());
+                holding::gguf(Role::of(name, t.shape.rank()), dtype, device)
+                    .bytes(elems, tensor_bytes(dtype, elems))
+            })
             .sum()
     }
 
@@ -136,31 +143,21 @@ impl GgufSource {
         Ok(raw)
     }
 
-    fn dense(&self, raw: Raw, device: &Device) -> Result<Tensor> {
+    /// `raw` as floats of `dtype`.
+    fn dense(&self, raw: Raw, dtype: DType, device: &Device) -> Result<Tensor> {
         let q = qtensor_from_ggml(raw.dtype, &raw.bytes, raw.dims, device)?;
-        Ok(q.dequantize(device)?.to_dtype(DType::F32)?)
+        Ok(q.dequantize(device)?.to_dtype(dtype)?)
     }
 
     fn linear(&self, raw: Raw, device: &Device) -> Result<Linear> {
-        match raw.dtype {
-            GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16 => {
-                Ok(Linear::Dense(self.dense(raw, device)?))
-            }
-            _ => {
+        match holding::gguf(Role::Matrix, raw.dtype, device_kind(device)) {
+            Held::Float(dtype) => Ok(Linear::Dense(self.dense(raw, dtype, device)?)),
+            // Packed types land here only with the kernels switched off.
+            Held::Packed(_) | Held::Quantized => {
                 let q = qtensor_from_ggml(raw.dtype, &raw.bytes, raw.dims, device)?;
                 Ok(Linear::Quant(QMatMul::from_qtensor(q)?))
             }
         }
-    }
-}
-
-/// The GGML types our CPU kernels run.
-fn kernel_type(dtype: GgmlDType) -> Option<QuantType> {
-    match dtype {
-        GgmlDType::Q4_0 => Some(QuantType::Q4_0),
-        GgmlDType::Q4_1 => Some(QuantType::Q4_1),
-        GgmlDType::Q8_0 => Some(QuantType::Q8_0),
-        _ => None,
     }
 }
 
@@ -200,7 +197,7 @@ impl WeightSource for GgufSource {
     fn vector(&mut self, name: &str, len: usize, device: &Device) -> Result<Tensor> {
         let raw = self.raw(name)?;
         check_shape(name, &raw.dims, &[len])?;
-        self.dense(raw, device)
+        self.dense(raw, DType::F32, device)
     }
 
     fn projection(
@@ -245,12 +242,15 @@ impl WeightSource for GgufSource {
     ) -> Result<Embedding> {
         let raw = self.raw(name)?;
         check_shape(name, &raw.dims, &[vocab, hidden])?;
-        match (kernel_type(raw.dtype), device.is_cpu() && self.packed) {
-            (Some(ty), true) => {
+        match holding::gguf(Role::Embedding, raw.dtype, device_kind(device)) {
+            Held::Packed(ty) if self.packed => {
                 let m = QMatrix::new(ty, vocab, hidden, raw.bytes)?;
                 Ok(Embedding::Packed(Arc::new(m)))
             }
-            _ => Ok(Embedding::Dense(self.dense(raw, device)?)),
+            Held::Float(dtype) => Ok(Embedding::Dense(self.dense(raw, dtype, device)?)),
+            // Kernels switched off (a test reference), or a GPU table:
+            // dequantized through candle.
+            _ => Ok(Embedding::Dense(self.dense(raw, DType::F32, device)?)),
         }
     }
 }

@@ -1,11 +1,24 @@
 //! The paged KV cache: one K and one V tensor per layer of
-//! `num_blocks * block_size` token slots. Which blocks belong to which
-//! sequence is the caller's business (ferrox-core's `BlockLease`); this only
-//! stores and addresses slots.
+//! `num_blocks * block_size` token slots, in the KV dtype the plan counts.
+//! Which blocks belong to which sequence is the caller's business
+//! (ferrox-core's `BlockLease`); this only stores and addresses slots.
 
 use candle_core::{DType, Device, Tensor};
+use ferrox_plan::KvDtype;
 
 use crate::error::{Error, Result};
+
+/// The candle dtype a KV cache is held in.
+pub fn kv_candle_dtype(dtype: KvDtype) -> Result<DType> {
+    match dtype {
+        KvDtype::F32 => Ok(DType::F32),
+        KvDtype::F16 => Ok(DType::F16),
+        KvDtype::Bf16 => Ok(DType::BF16),
+        KvDtype::Fp8 => Err(Error::Input(
+            "an fp8 KV cache is not supported; use f16, bf16 or f32".into(),
+        )),
+    }
+}
 
 /// K and V slots for every layer.
 #[derive(Debug)]
@@ -18,12 +31,14 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    /// Allocates `num_blocks` blocks of `block_size` slots for `layers` layers.
+    /// Allocates `num_blocks` blocks of `block_size` slots for `layers`
+    /// layers, held in `dtype`.
     pub fn new(
         layers: usize,
         num_blocks: usize,
         block_size: usize,
         kv_dim: usize,
+        dtype: KvDtype,
         device: &Device,
     ) -> Result<Self> {
         if block_size == 0 || num_blocks == 0 {
@@ -31,8 +46,11 @@ impl KvCache {
                 "KV cache needs at least one block of one slot".into(),
             ));
         }
-        let slots = num_blocks * block_size;
-        let zeros = || Tensor::zeros((slots, kv_dim), DType::F32, device);
+        let slots = num_blocks
+            .checked_mul(block_size)
+            .ok_or_else(|| Error::Input("KV cache size overflows".into()))?;
+        let dtype = kv_candle_dtype(dtype)?;
+        let zeros = || Tensor::zeros((slots, kv_dim), dtype, device);
         let k = (0..layers)
             .map(|_| zeros())
             .collect::<candle_core::Result<_>>()?;
@@ -56,6 +74,11 @@ impl KvCache {
     /// Blocks per layer.
     pub fn num_blocks(&self) -> usize {
         self.num_blocks
+    }
+
+    /// The element type K and V are held in.
+    pub fn dtype(&self) -> DType {
+        self.k.first().map_or(DType::F32, Tensor::dtype)
     }
 
     /// Layer `layer`'s K and V tensors, `(slots, kv_dim)`.
@@ -94,8 +117,9 @@ impl KvCache {
     /// by `index` (from [`Self::slot_index`]). In place: no per-step copy of
     /// the cache.
     pub fn write(&self, layer: usize, index: &Tensor, k: &Tensor, v: &Tensor) -> Result<()> {
-        self.k[layer].scatter_set(index, &k.contiguous()?, 0)?;
-        self.v[layer].scatter_set(index, &v.contiguous()?, 0)?;
+        let dtype = self.dtype();
+        self.k[layer].scatter_set(index, &k.to_dtype(dtype)?.contiguous()?, 0)?;
+        self.v[layer].scatter_set(index, &v.to_dtype(dtype)?.contiguous()?, 0)?;
         Ok(())
     }
 }

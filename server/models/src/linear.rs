@@ -35,6 +35,18 @@ impl Linear {
         }
     }
 
+    /// Bytes of weights held.
+    pub fn held_bytes(&self) -> u64 {
+        match self {
+            Linear::Packed(w) => w.held_bytes() as u64,
+            Linear::Quant(QMatMul::QTensor(q)) => q.storage_size_in_bytes() as u64,
+            Linear::Quant(QMatMul::Tensor(t)) | Linear::Quant(QMatMul::TensorF16(t)) => {
+                tensor_bytes(t)
+            }
+            Linear::Dense(w) => tensor_bytes(w),
+        }
+    }
+
     /// Output features.
     pub fn out_features(&self) -> usize {
         match self {
@@ -44,6 +56,11 @@ impl Linear {
             Linear::Dense(w) => w.dims()[0],
         }
     }
+}
+
+/// Bytes a tensor's elements take.
+pub fn tensor_bytes(t: &Tensor) -> u64 {
+    (t.elem_count() * t.dtype().size_in_bytes()) as u64
 }
 
 /// `x @ W^T` through ferrox-kernels, as a candle op so it composes with the
@@ -121,6 +138,14 @@ impl Embedding {
                 let ids = Tensor::new(ids, device)?;
                 Ok(t.embedding(&ids)?.to_dtype(DType::F32)?)
             }
+        }
+    }
+
+    /// Bytes of the table held.
+    pub fn held_bytes(&self) -> u64 {
+        match self {
+            Embedding::Packed(w) => w.held_bytes() as u64,
+            Embedding::Dense(t) => tensor_bytes(t),
         }
     }
 

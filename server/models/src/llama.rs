@@ -6,12 +6,13 @@
 use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
+use ferrox_plan::KvDtype;
 
 use crate::attention::{Heads, SeqSpan, attention};
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::kv_cache::KvCache;
-use crate::linear::{Embedding, Linear};
+use crate::linear::{Embedding, Linear, tensor_bytes};
 use crate::rope::Rope;
 
 /// Linear layers that read the same input, run as one matmul where the
@@ -25,6 +26,13 @@ pub enum Projection {
 }
 
 impl Projection {
+    fn held_bytes(&self) -> u64 {
+        match self {
+            Projection::Fused(l) => l.held_bytes(),
+            Projection::Split(parts) => parts.iter().map(Linear::held_bytes).sum(),
+        }
+    }
+
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self {
             Projection::Fused(l) => l.forward(x),
@@ -56,6 +64,19 @@ pub struct Layer {
     pub gate_up: Projection,
     /// MLP down projection.
     pub down: Linear,
+}
+
+impl Layer {
+    fn held_bytes(&self) -> u64 {
+        let bias = self.qkv_bias.as_ref().map_or(0, tensor_bytes);
+        tensor_bytes(&self.attn_norm)
+            + tensor_bytes(&self.ffn_norm)
+            + bias
+            + self.qkv.held_bytes()
+            + self.o.held_bytes()
+            + self.gate_up.held_bytes()
+            + self.down.held_bytes()
+    }
 }
 
 /// The whole decoder.
@@ -117,6 +138,21 @@ impl Llama {
         &self.config
     }
 
+    /// Bytes of weights this decoder holds (a tied LM head counted once):
+    /// what `inspect` must report for its device.
+    pub fn held_bytes(&self) -> u64 {
+        let tied = match (&self.embed, &self.lm_head) {
+            (Embedding::Packed(a), Linear::Packed(b)) => Arc::ptr_eq(a, b),
+            (Embedding::Dense(a), Linear::Dense(b)) => a.id() == b.id(),
+            _ => false,
+        };
+        let head = if tied { 0 } else { self.lm_head.held_bytes() };
+        self.embed.held_bytes()
+            + self.layers.iter().map(Layer::held_bytes).sum::<u64>()
+            + tensor_bytes(&self.norm)
+            + head
+    }
+
     /// The device the weights live on.
     pub fn device(&self) -> &Device {
         &self.device
@@ -127,10 +163,22 @@ impl Llama {
         self.fused_attention = on;
     }
 
-    /// A KV cache for this model.
-    pub fn kv_cache(&self, num_blocks: usize, block_size: usize) -> Result<KvCache> {
+    /// A KV cache for this model, held in `dtype`.
+    pub fn kv_cache(
+        &self,
+        num_blocks: usize,
+        block_size: usize,
+        dtype: KvDtype,
+    ) -> Result<KvCache> {
         let c = &self.config;
-        KvCache::new(c.layers, num_blocks, block_size, c.kv_dim(), &self.device)
+        KvCache::new(
+            c.layers,
+            num_blocks,
+            block_size,
+            c.kv_dim(),
+            dtype,
+            &self.device,
+        )
     }
 
     /// Runs `step`, writing its K/V into `cache`; returns logits

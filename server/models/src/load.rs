@@ -3,14 +3,14 @@
 use std::path::Path;
 
 use candle_core::Device;
-use ferrox_plan::{KvDtype, ModelGeometry};
+use ferrox_plan::{DeviceKind, Footprint, Footprints, KvDtype, ModelGeometry};
 use serde::Serialize;
 
 use crate::config::{HfConfig, ModelConfig};
 use crate::error::{Error, Result};
 use crate::gguf::GgufSource;
 use crate::llama::Llama;
-use crate::safetensors::{SafetensorsSource, safetensors_files};
+use crate::safetensors::{self as st, SafetensorsSource, safetensors_files};
 use crate::text::TextModel;
 use crate::weights::{WeightSource, build_llama};
 
@@ -24,8 +24,10 @@ pub enum Format {
     Safetensors,
 }
 
-/// What `ferrox-server inspect` reports: the model's shape and weight bytes,
-/// a superset of the capacity plan's `ModelGeometry` (camelCase JSON).
+/// What `ferrox-server inspect` reports: the model's shape and the bytes it
+/// takes on each device, a superset of the capacity plan's `ModelGeometry`
+/// (camelCase JSON). The top-level `kvDtype` and `weightBytes` are the CPU
+/// figures; `devices` has both.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelInfo {
@@ -39,9 +41,9 @@ pub struct ModelInfo {
     pub kv_heads: usize,
     /// Head dimension.
     pub head_dim: usize,
-    /// KV cache element type this server uses.
+    /// KV cache element type `--kv-dtype auto` uses on CPU.
     pub kv_dtype: KvDtype,
-    /// Bytes of weights as stored.
+    /// Bytes of weights as held on CPU.
     pub weight_bytes: u64,
     /// Trained context length.
     pub context_length: usize,
@@ -53,34 +55,60 @@ pub struct ModelInfo {
     pub vocab_size: usize,
     /// MLP width.
     pub intermediate_size: usize,
+    /// The weights and KV as held on each device.
+    pub devices: Footprints,
+    /// The half type a GPU computes this model in.
+    #[serde(skip)]
+    pub model_half: KvDtype,
 }
 
 impl ModelInfo {
-    fn new(config: &ModelConfig, format: Format, weight_bytes: u64) -> Self {
-        ModelInfo {
+    /// Facts of `config`; `weight_bytes(device)` counts the weights as
+    /// held there.
+    fn new(
+        config: &ModelConfig,
+        format: Format,
+        model_half: KvDtype,
+        weight_bytes: impl Fn(DeviceKind) -> Result<u64>,
+    ) -> Result<Self> {
+        let footprint = |device: DeviceKind| -> Result<Footprint> {
+            let kv_dtype = device.auto_kv_dtype(model_half);
+            Ok(Footprint {
+                weight_bytes: weight_bytes(device)?,
+                kv_dtype,
+                kv_bytes_per_token: (2 * config.layers * config.kv_dim()) as u64 * kv_dtype.bytes(),
+            })
+        };
+        let devices = Footprints {
+            cpu: footprint(DeviceKind::Cpu)?,
+            cuda: footprint(DeviceKind::Cuda)?,
+        };
+        Ok(ModelInfo {
             architecture: config.arch.name().to_string(),
             format,
             layers: config.layers,
             kv_heads: config.kv_heads,
             head_dim: config.head_dim,
-            kv_dtype: KvDtype::F32,
-            weight_bytes,
+            kv_dtype: devices.cpu.kv_dtype,
+            weight_bytes: devices.cpu.weight_bytes,
             context_length: config.context,
             hidden_size: config.hidden,
             heads: config.heads,
             vocab_size: config.vocab,
             intermediate_size: config.intermediate,
-        }
+            devices,
+            model_half,
+        })
     }
 
-    /// The capacity plan's view.
-    pub fn geometry(&self) -> ModelGeometry {
+    /// The capacity plan's view on `device`, with the KV held in `kv_dtype`.
+    pub fn geometry(&self, device: DeviceKind, kv_dtype: KvDtype) -> ModelGeometry {
         ModelGeometry {
             layers: self.layers as u64,
             kv_heads: self.kv_heads as u64,
             head_dim: self.head_dim as u64,
-            kv_dtype: self.kv_dtype,
-            weight_bytes: self.weight_bytes,
+            kv_dtype,
+            weight_bytes: self.devices.on(device).weight_bytes,
             context_length: self.context_length as u64,
             heads: self.heads as u64,
             hidden_size: self.hidden_size as u64,
@@ -102,6 +130,8 @@ pub enum Source {
         config: ModelConfig,
         /// `tie_word_embeddings`.
         tied: bool,
+        /// The half type of its weights.
+        half: KvDtype,
     },
 }
 
@@ -121,6 +151,7 @@ impl Source {
                 dir: path.to_path_buf(),
                 config: ModelConfig::from_hf_json(&text)?,
                 tied: hf.tie_word_embeddings,
+                half: hf.half_dtype(),
             });
         }
         if !path.exists() {
@@ -137,15 +168,16 @@ impl Source {
         match self {
             Source::Gguf(g) => {
                 let config = g.config()?;
-                Ok(ModelInfo::new(&config, Format::Gguf, g.weight_bytes()))
+                // GGUF carries no compute dtype; llama.cpp keeps KV in f16.
+                ModelInfo::new(&config, Format::Gguf, KvDtype::F16, |d| {
+                    Ok(g.weight_bytes(d))
+                })
             }
-            Source::Dir { dir, config, .. } => {
-                let bytes = safetensors_files(dir)?
-                    .iter()
-                    .map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0))
-                    .sum();
-                Ok(ModelInfo::new(config, Format::Safetensors, bytes))
-            }
+            Source::Dir {
+                dir, config, half, ..
+            } => ModelInfo::new(config, Format::Safetensors, *half, |d| {
+                st::weight_bytes(dir, d)
+            }),
         }
     }
 
@@ -164,7 +196,9 @@ impl Source {
                 let config = g.config()?;
                 build_llama(g.as_mut(), config, device)
             }
-            Source::Dir { dir, config, tied } => {
+            Source::Dir {
+                dir, config, tied, ..
+            } => {
                 let mut src = SafetensorsSource::open(dir, device)?;
                 if !*tied && !src.has("output.weight") {
                     return Err(Error::MissingTensor("lm_head.weight".into()));

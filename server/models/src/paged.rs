@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use ferrox_core::batch_model::{PrefillChunk, StepLogits};
 use ferrox_core::{BatchModel, DecodeRow};
+use ferrox_plan::KvDtype;
 
 use crate::attention::SeqSpan;
 use crate::error::{Error, Result};
@@ -18,9 +19,15 @@ pub struct PagedModel {
 }
 
 impl PagedModel {
-    /// Wraps `llama` with a pool of `num_blocks` blocks of `block_size` tokens.
-    pub fn new(llama: Llama, num_blocks: usize, block_size: usize) -> Result<Self> {
-        let cache = llama.kv_cache(num_blocks, block_size)?;
+    /// Wraps `llama` with a pool of `num_blocks` blocks of `block_size`
+    /// tokens, held in `kv_dtype`.
+    pub fn new(
+        llama: Llama,
+        num_blocks: usize,
+        block_size: usize,
+        kv_dtype: KvDtype,
+    ) -> Result<Self> {
+        let cache = llama.kv_cache(num_blocks, block_size, kv_dtype)?;
         Ok(PagedModel { llama, cache })
     }
 

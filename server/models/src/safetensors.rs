@@ -1,54 +1,83 @@
 //! Weights from a Hugging Face model directory (`*.safetensors`, single or sharded).
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
+use ferrox_plan::DeviceKind;
 
 use crate::error::{Error, Result};
+use crate::holding::{self, device_kind};
 use crate::linear::{Embedding, Linear};
 use crate::llama::Projection;
 use crate::weights::{WeightSource, check_shape};
 
-/// All tensors of a model directory, by their Hugging Face names.
+/// The tensors of a model directory, by their Hugging Face names, mapped
+/// from the files and read one at a time (no whole-file copy on load).
 pub struct SafetensorsSource {
-    tensors: HashMap<String, Tensor>,
-    bytes: u64,
+    files: MmapedSafetensors,
+    /// The kind of device the decoder is built for (decides the held dtype).
+    device: DeviceKind,
+}
+
+fn corrupt(files: &[PathBuf], e: candle_core::Error) -> Error {
+    let shown: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    Error::Corrupt {
+        path: shown.join(", "),
+        message: format!("not a readable safetensors file: {e}"),
+    }
+}
+
+/// Maps every `*.safetensors` file in `dir`.
+fn map(dir: &Path) -> Result<(Vec<PathBuf>, MmapedSafetensors)> {
+    let files = safetensors_files(dir)?;
+    // SAFETY: the files are only read; a model directory is not rewritten
+    // while a server loads it (the mapping is dropped once weights are built).
+    let mapped = unsafe { MmapedSafetensors::multi(&files) }.map_err(|e| corrupt(&files, e))?;
+    Ok((files, mapped))
+}
+
+/// Bytes the weights of `dir` take as held on `device`.
+pub fn weight_bytes(dir: &Path, device: DeviceKind) -> Result<u64> {
+    let (files, mapped) = map(dir)?;
+    let mut total = 0;
+    for (_, view) in mapped.tensors() {
+        let stored = DType::try_from(view.dtype()).map_err(|e| corrupt(&files, e))?;
+        let elems: usize = view.shape().iter().product();
+        total += (elems * holding::safetensors(stored, device).size_in_bytes()) as u64;
+    }
+    Ok(total)
 }
 
 impl SafetensorsSource {
-    /// Loads every `*.safetensors` file in `dir`.
+    /// Maps every `*.safetensors` file in `dir`, for a decoder on `device`.
     pub fn open(dir: &Path, device: &Device) -> Result<Self> {
-        let files = safetensors_files(dir)?;
-        let mut tensors = HashMap::new();
-        let mut bytes = 0;
-        for file in &files {
-            let shown = file.display().to_string();
-            bytes += std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
-            let loaded =
-                candle_core::safetensors::load(file, device).map_err(|e| Error::Corrupt {
-                    path: shown,
-                    message: format!("not a readable safetensors file: {e}"),
-                })?;
-            tensors.extend(loaded);
-        }
-        Ok(SafetensorsSource { tensors, bytes })
+        let (_, files) = map(dir)?;
+        Ok(SafetensorsSource {
+            files,
+            device: device_kind(device),
+        })
     }
 
-    /// Bytes of the weight files.
-    pub fn weight_bytes(&self) -> u64 {
-        self.bytes
-    }
-
-    fn get(&self, gguf_name: &str) -> Result<&Tensor> {
+    /// The tensor stored under `gguf_name`'s Hugging Face name, in its held dtype.
+    fn load(&self, gguf_name: &str, device: &Device) -> Result<Tensor> {
         let name = hf_name(gguf_name);
-        self.tensors.get(&name).ok_or(Error::MissingTensor(name))
+        let view = self
+            .files
+            .get(&name)
+            .map_err(|_| Error::MissingTensor(name.clone()))?;
+        let t =
+            candle_core::safetensors::Load::load(&view, device).map_err(|e| Error::Corrupt {
+                path: name,
+                message: format!("unreadable tensor: {e}"),
+            })?;
+        Ok(t.to_dtype(holding::safetensors(t.dtype(), self.device))?)
     }
 
-    fn matrix(&self, gguf_name: &str, rows: usize, cols: usize) -> Result<Tensor> {
-        let t = self.get(gguf_name)?;
+    fn matrix(&self, gguf_name: &str, rows: usize, cols: usize, device: &Device) -> Result<Tensor> {
+        let t = self.load(gguf_name, device)?;
         check_shape(&hf_name(gguf_name), t.dims(), &[rows, cols])?;
-        Ok(t.to_dtype(DType::F32)?)
+        Ok(t)
     }
 }
 
@@ -104,11 +133,11 @@ fn hf_name(gguf: &str) -> String {
 
 impl WeightSource for SafetensorsSource {
     fn has(&self, name: &str) -> bool {
-        self.tensors.contains_key(&hf_name(name))
+        self.files.get(&hf_name(name)).is_ok()
     }
 
-    fn vector(&mut self, name: &str, len: usize, _device: &Device) -> Result<Tensor> {
-        let t = self.get(name)?;
+    fn vector(&mut self, name: &str, len: usize, device: &Device) -> Result<Tensor> {
+        let t = self.load(name, device)?;
         check_shape(&hf_name(name), t.dims(), &[len])?;
         Ok(t.to_dtype(DType::F32)?)
     }
@@ -117,11 +146,11 @@ impl WeightSource for SafetensorsSource {
         &mut self,
         parts: &[(&str, usize)],
         cols: usize,
-        _device: &Device,
+        device: &Device,
     ) -> Result<Projection> {
         let mats = parts
             .iter()
-            .map(|&(name, rows)| self.matrix(name, rows, cols))
+            .map(|&(name, rows)| self.matrix(name, rows, cols, device))
             .collect::<Result<Vec<_>>>()?;
         // Dense weights fuse by concatenating rows: one matmul instead of several.
         Ok(Projection::Fused(Linear::Dense(Tensor::cat(&mats, 0)?)))
@@ -132,9 +161,9 @@ impl WeightSource for SafetensorsSource {
         name: &str,
         vocab: usize,
         hidden: usize,
-        _device: &Device,
+        device: &Device,
     ) -> Result<Embedding> {
-        Ok(Embedding::Dense(self.matrix(name, vocab, hidden)?))
+        Ok(Embedding::Dense(self.matrix(name, vocab, hidden, device)?))
     }
 }
 

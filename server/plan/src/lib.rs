@@ -53,6 +53,17 @@ impl KvDtype {
     }
 }
 
+impl std::str::FromStr for KvDtype {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        [KvDtype::F32, KvDtype::F16, KvDtype::Bf16, KvDtype::Fp8]
+            .into_iter()
+            .find(|d| d.name() == s)
+            .ok_or_else(|| format!("unknown KV dtype `{s}` (f32, f16, bf16 or fp8)"))
+    }
+}
+
 impl std::fmt::Display for KvDtype {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())

@@ -310,3 +310,12 @@ fn estimated_reserve_follows_the_step_shape() {
         7
     );
 }
+
+#[test]
+fn kv_dtype_names_round_trip() {
+    for d in [KvDtype::F32, KvDtype::F16, KvDtype::Bf16, KvDtype::Fp8] {
+        assert_eq!(d.name().parse::<KvDtype>(), Ok(d));
+        assert_eq!(d.to_string(), d.name());
+    }
+    assert!("f8".parse::<KvDtype>().unwrap_err().contains("f16"));
+}

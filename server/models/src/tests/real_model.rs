@@ -2,6 +2,7 @@
 
 use candle_core::Device;
 use ferrox_core::{BatchModel, BlockPool};
+use ferrox_plan::KvDtype;
 
 use super::helpers::{Joiner, greedy_alone, greedy_batched, prefill};
 use crate::fixtures::default_model;
@@ -20,28 +21,33 @@ const REFERENCE: [u32; 20] = [
     253, 1443,
 ];
 
-fn real(blocks: usize) -> Option<(PagedModel, BlockPool)> {
+/// The KV dtypes the CPU server holds its cache in (f16 by default).
+const KV_DTYPES: [KvDtype; 3] = [KvDtype::F16, KvDtype::F32, KvDtype::Bf16];
+
+fn real(blocks: usize, kv: KvDtype) -> Option<(PagedModel, BlockPool)> {
     let path = default_model()?;
     let llama = Source::open(&path).unwrap().decoder(&Device::Cpu).unwrap();
     Some((
-        PagedModel::new(llama, blocks, 16).unwrap(),
+        PagedModel::new(llama, blocks, 16, kv).unwrap(),
         BlockPool::new(blocks),
     ))
 }
 
 #[test]
 fn greedy_continuation_matches_llama_cpp() {
-    let Some((mut m, pool)) = real(64) else {
-        return;
-    };
-    let got = greedy_alone(&mut m, &pool, &PROMPT, REFERENCE.len(), 512);
-    assert_eq!(got, REFERENCE);
-    assert_eq!(pool.used(), 0);
+    for kv in KV_DTYPES {
+        let Some((mut m, pool)) = real(64, kv) else {
+            return;
+        };
+        let got = greedy_alone(&mut m, &pool, &PROMPT, REFERENCE.len(), 512);
+        assert_eq!(got, REFERENCE, "KV in {kv}");
+        assert_eq!(pool.used(), 0);
+    }
 }
 
 #[test]
 fn chunked_prefill_matches_one_prefill() {
-    let Some((mut m, pool)) = real(64) else {
+    let Some((mut m, pool)) = real(64, KvDtype::F16) else {
         return;
     };
     let prompt: Vec<u32> = PROMPT.iter().cycle().take(150).copied().collect();
@@ -72,7 +78,13 @@ fn chunked_prefill_matches_one_prefill() {
 
 #[test]
 fn batched_greedy_equals_each_alone() {
-    let Some((mut m, pool)) = real(128) else {
+    for kv in [KvDtype::F16, KvDtype::F32] {
+        batch_invariance(kv);
+    }
+}
+
+fn batch_invariance(kv: KvDtype) {
+    let Some((mut m, pool)) = real(128, kv) else {
         return;
     };
     let seqs = vec![
@@ -99,7 +111,8 @@ fn batched_greedy_equals_each_alone() {
     ];
     let batched = greedy_batched(&mut m, &pool, &seqs, 64);
     for (s, got) in seqs.iter().zip(&batched) {
-        assert_eq!(got, &greedy_alone(&mut m, &pool, &s.prompt, s.n, 512));
+        let alone = greedy_alone(&mut m, &pool, &s.prompt, s.n, 512);
+        assert_eq!(got, &alone, "KV in {kv}");
     }
     assert_eq!(pool.used(), 0);
 }
@@ -115,8 +128,8 @@ fn candle_generic_path_matches_llama_cpp_too() {
     }
     let mut llama = src.decoder(&Device::Cpu).unwrap();
     llama.set_fused_attention(false);
-    let mut m = PagedModel::new(llama, 64, 16).unwrap();
     let pool = BlockPool::new(64);
+    let mut m = PagedModel::new(llama, 64, 16, KvDtype::F16).unwrap();
     let got = greedy_alone(&mut m, &pool, &PROMPT, REFERENCE.len(), 512);
     assert_eq!(got, REFERENCE);
 }
@@ -189,4 +202,23 @@ fn kernels_agree_with_candle_on_real_weights() {
             );
         }
     }
+}
+
+#[test]
+fn the_default_model_holds_what_inspect_reports() {
+    let Some(path) = default_model() else { return };
+    let mut src = Source::open(&path).unwrap();
+    let info = src.info().unwrap();
+    let held = src.decoder(&Device::Cpu).unwrap().held_bytes();
+    assert_eq!(info.devices.cpu.weight_bytes, held);
+    // Q4_1 matrices repack to the same 20 bytes a block on CPU and stay as
+    // stored on CUDA; the Q8_0 embedding is repacked (36 bytes a block) on
+    // CPU and widened to f16 on CUDA.
+    let embed = 49_152 * 576;
+    assert_eq!(
+        info.devices.cuda.weight_bytes,
+        info.devices.cpu.weight_bytes - embed / 32 * 36 + embed * 2
+    );
+    assert_eq!(info.kv_dtype, KvDtype::F16);
+    assert_eq!(info.devices.cpu.kv_bytes_per_token, 2 * 30 * 3 * 64 * 2);
 }

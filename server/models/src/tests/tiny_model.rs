@@ -7,14 +7,19 @@ use candle_core::Device;
 use candle_core::quantized::GgmlDType;
 use ferrox_core::batch_model::{PrefillChunk, StepLogits};
 use ferrox_core::{BatchModel, BlockPool, DecodeRow};
+use ferrox_plan::KvDtype;
 
 use super::helpers::{Joiner, argmax, greedy_alone, greedy_batched, prefill};
 use crate::fixtures::{Tiny, random_weights, write_gguf, write_safetensors};
 use crate::{Error, PagedModel, Source};
 
 fn open(path: &Path) -> PagedModel {
+    open_kv(path, KvDtype::F32)
+}
+
+fn open_kv(path: &Path, kv: KvDtype) -> PagedModel {
     let llama = Source::open(path).unwrap().decoder(&Device::Cpu).unwrap();
-    PagedModel::new(llama, 64, 4).unwrap()
+    PagedModel::new(llama, 64, 4, kv).unwrap()
 }
 
 fn prompt(n: usize, seed: u32) -> Vec<u32> {
@@ -93,12 +98,18 @@ fn quantized_kernels_track_f32_weights() {
 
 #[test]
 fn fused_attention_matches_the_generic_path() {
+    for kv in [KvDtype::F32, KvDtype::F16, KvDtype::Bf16] {
+        fused_matches_generic(kv);
+    }
+}
+
+fn fused_matches_generic(kv: KvDtype) {
     let t = Tiny::default();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q8.gguf");
     write_gguf(&path, &t, &random_weights(&t, 3), GgmlDType::Q8_0);
-    let mut fused = open(&path);
-    let mut generic = open(&path);
+    let mut fused = open_kv(&path, kv);
+    let mut generic = open_kv(&path, kv);
     generic.llama_mut().set_fused_attention(false);
     let pool = BlockPool::new(64);
     let (a, b) = (pool.allocate(8).unwrap(), pool.allocate(8).unwrap());
@@ -123,17 +134,27 @@ fn fused_attention_matches_the_generic_path() {
     ];
     let (x, y) = (fused.decode(&rows).unwrap(), generic.decode(&rows).unwrap());
     for (r, (lx, ly)) in x.iter().zip(&y).enumerate() {
-        assert!(max_diff(lx, ly) < 1e-4, "row {r}: {}", max_diff(lx, ly));
+        assert!(
+            max_diff(lx, ly) < 1e-4,
+            "{kv} row {r}: {}",
+            max_diff(lx, ly)
+        );
     }
 }
 
 #[test]
 fn chunk_sizes_agree_and_batches_equal_singles() {
+    for kv in [KvDtype::F32, KvDtype::F16] {
+        chunks_and_batches(kv);
+    }
+}
+
+fn chunks_and_batches(kv: KvDtype) {
     let t = Tiny::default();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q4.gguf");
     write_gguf(&path, &t, &random_weights(&t, 4), GgmlDType::Q4_1);
-    let mut m = open(&path);
+    let mut m = open_kv(&path, kv);
     let p = prompt(70, 6);
     let whole = last_logits(&mut m, &p, 70);
     for chunk in [1, 7, 64] {
@@ -340,4 +361,48 @@ fn a_mixed_step_gives_the_logits_of_separate_prefill_and_decode_calls() {
     assert_eq!(got.decode.len(), 2);
     // An empty step is empty, not an error.
     assert_eq!(mixed.step(&[], &[]).unwrap(), StepLogits::default());
+}
+
+#[test]
+fn inspect_counts_the_bytes_the_decoder_holds() {
+    use candle_core::DType;
+    use ferrox_plan::DeviceKind;
+    let t = Tiny::default();
+    let dir = tempfile::tempdir().unwrap();
+    let w = random_weights(&t, 7);
+    let mut paths = Vec::new();
+    for dtype in [
+        GgmlDType::F32,
+        GgmlDType::F16,
+        GgmlDType::Q8_0,
+        GgmlDType::Q4_0,
+        GgmlDType::Q4_1,
+    ] {
+        let p = dir.path().join(format!("{dtype:?}.gguf"));
+        write_gguf(&p, &t, &w, dtype);
+        paths.push(p);
+    }
+    // A bf16 checkpoint: the CPU path widens it to f32, twice its file size.
+    let st = dir.path().join("bf16");
+    std::fs::create_dir(&st).unwrap();
+    let half: std::collections::HashMap<_, _> = w
+        .iter()
+        .map(|(k, v)| (k.clone(), v.to_dtype(DType::BF16).unwrap()))
+        .collect();
+    write_safetensors(&st, &t, &half);
+    paths.push(st.clone());
+    for p in &paths {
+        let mut src = Source::open(p).unwrap();
+        let info = src.info().unwrap();
+        let held = src.decoder(&Device::Cpu).unwrap().held_bytes();
+        assert_eq!(info.devices.cpu.weight_bytes, held, "{}", p.display());
+        assert_eq!(info.weight_bytes, held);
+        assert_eq!(info.devices.on(DeviceKind::Cpu).kv_dtype, KvDtype::F16);
+    }
+    let info = Source::open(&st).unwrap().info().unwrap();
+    assert_eq!(
+        info.devices.cpu.weight_bytes,
+        2 * info.devices.cuda.weight_bytes
+    );
+    assert_eq!(info.devices.cuda.kv_dtype, KvDtype::F16);
 }

@@ -1,0 +1,176 @@
+//! How each weight tensor is held on each device: the one decision both the
+//! loaders follow and `inspect` counts, so the weight bytes the plan sees are
+//! the bytes the server allocates there.
+//!
+//! On CPU the decoder computes in f32: float weights are widened to f32,
+//! Q4_0/Q4_1/Q8_0 are repacked for ferrox-kernels, other quantized matrices
+//! stay as stored (candle's). On CUDA float weights stay in the dtype they are
+//! stored in (bf16/f16 through cuBLAS), quantized matrices stay quantized and
+//! a quantized embedding table is widened to f16.
+
+use candle_core::quantized::GgmlDType;
+use candle_core::{DType, Device};
+use ferrox_kernels::QuantType;
+use ferrox_plan::DeviceKind;
+
+/// What a tensor is to the decoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// A weight matrix applied to activations (projections, the LM head).
+    Matrix,
+    /// The token embedding table.
+    Embedding,
+    /// A norm weight or a bias.
+    Vector,
+}
+
+impl Role {
+    /// The role of the GGUF tensor `name` with `dims`.
+    pub fn of(name: &str, dims: usize) -> Role {
+        match (name, dims) {
+            ("token_embd.weight", _) => Role::Embedding,
+            (_, 0 | 1) => Role::Vector,
+            _ => Role::Matrix,
+        }
+    }
+}
+
+/// How one tensor is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// Repacked for ferrox-kernels (CPU).
+    Packed(QuantType),
+    /// In its stored block-quantized form (candle's quantized tensors).
+    Quantized,
+    /// As floats of this dtype.
+    Float(DType),
+}
+
+impl Held {
+    /// Bytes it takes: the repacked size, `stored` as quantized, else
+    /// `elems` of its dtype.
+    pub fn bytes(self, elems: usize, stored: usize) -> u64 {
+        match self {
+            Held::Packed(ty) => ty.held_bytes(elems) as u64,
+            Held::Quantized => stored as u64,
+            Held::Float(dt) => (elems * dt.size_in_bytes()) as u64,
+        }
+    }
+}
+
+/// The device kind of a candle device (Metal counts as a GPU).
+pub fn device_kind(device: &Device) -> DeviceKind {
+    if device.is_cpu() {
+        DeviceKind::Cpu
+    } else {
+        DeviceKind::Cuda
+    }
+}
+
+/// The GGML types ferrox-kernels run (on CPU).
+pub fn kernel_type(dtype: GgmlDType) -> Option<QuantType> {
+    match dtype {
+        GgmlDType::Q4_0 => Some(QuantType::Q4_0),
+        GgmlDType::Q4_1 => Some(QuantType::Q4_1),
+        GgmlDType::Q8_0 => Some(QuantType::Q8_0),
+        _ => None,
+    }
+}
+
+/// How a GGUF tensor of `dtype` in `role` is held on `device`, with
+/// ferrox-kernels on CPU (the server's way).
+pub fn gguf(role: Role, dtype: GgmlDType, device: DeviceKind) -> Held {
+    let float = matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+    match (device, role, kernel_type(dtype)) {
+        (_, Role::Vector, _) => Held::Float(DType::F32),
+        (DeviceKind::Cpu, _, Some(ty)) => Held::Packed(ty),
+        (DeviceKind::Cpu, Role::Matrix, None) if !float => Held::Quantized,
+        (DeviceKind::Cpu, _, _) => Held::Float(DType::F32),
+        // candle looks embeddings up in dense tables: half of f32's bytes.
+        (DeviceKind::Cuda, Role::Embedding, _) if !float => Held::Float(DType::F16),
+        (DeviceKind::Cuda, _, _) if !float => Held::Quantized,
+        (DeviceKind::Cuda, _, _) => Held::Float(match dtype {
+            GgmlDType::F16 => DType::F16,
+            GgmlDType::BF16 => DType::BF16,
+            _ => DType::F32,
+        }),
+    }
+}
+
+/// The dtype a safetensors tensor stored as `stored` is held in on `device`.
+pub fn safetensors(stored: DType, device: DeviceKind) -> DType {
+    match device {
+        DeviceKind::Cpu => DType::F32,
+        DeviceKind::Cuda => stored,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_device_holds_what_it_computes_in() {
+        use DeviceKind::{Cpu, Cuda};
+        let f32 = Held::Float(DType::F32);
+        let cases = [
+            (
+                Role::Matrix,
+                GgmlDType::Q4_1,
+                Cpu,
+                Held::Packed(QuantType::Q4_1),
+            ),
+            (Role::Matrix, GgmlDType::Q6K, Cpu, Held::Quantized),
+            (Role::Matrix, GgmlDType::F16, Cpu, f32),
+            (
+                Role::Embedding,
+                GgmlDType::Q8_0,
+                Cpu,
+                Held::Packed(QuantType::Q8_0),
+            ),
+            (Role::Embedding, GgmlDType::Q6K, Cpu, f32),
+            (Role::Embedding, GgmlDType::BF16, Cpu, f32),
+            (Role::Vector, GgmlDType::F32, Cpu, f32),
+            (Role::Matrix, GgmlDType::Q4K, Cuda, Held::Quantized),
+            (
+                Role::Matrix,
+                GgmlDType::BF16,
+                Cuda,
+                Held::Float(DType::BF16),
+            ),
+            (
+                Role::Embedding,
+                GgmlDType::F16,
+                Cuda,
+                Held::Float(DType::F16),
+            ),
+            (
+                Role::Embedding,
+                GgmlDType::Q4K,
+                Cuda,
+                Held::Float(DType::F16),
+            ),
+            (Role::Vector, GgmlDType::F16, Cuda, f32),
+        ];
+        for (role, dtype, device, want) in cases {
+            assert_eq!(
+                gguf(role, dtype, device),
+                want,
+                "{role:?} {dtype:?} {device}"
+            );
+        }
+        assert_eq!(safetensors(DType::BF16, Cpu), DType::F32);
+        assert_eq!(safetensors(DType::BF16, Cuda), DType::BF16);
+    }
+
+    #[test]
+    fn bytes_follow_the_holding() {
+        assert_eq!(Held::Quantized.bytes(64, 36), 36);
+        assert_eq!(Held::Packed(QuantType::Q8_0).bytes(64, 68), 72);
+        assert_eq!(Held::Float(DType::F32).bytes(64, 36), 256);
+        assert_eq!(Held::Float(DType::BF16).bytes(64, 128), 128);
+        assert_eq!(Role::of("token_embd.weight", 2), Role::Embedding);
+        assert_eq!(Role::of("blk.0.attn_norm.weight", 1), Role::Vector);
+        assert_eq!(Role::of("output.weight", 2), Role::Matrix);
+    }
+}

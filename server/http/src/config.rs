@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use ferrox_plan::{DeviceKind, KvDtype};
+
 /// How the KV pool is sized.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KvSizing {
@@ -10,6 +12,47 @@ pub enum KvSizing {
     Blocks(u64),
     /// As many blocks as fit in this many bytes.
     Memory(u64),
+    /// What the plan leaves of `--memory-utilization` of the device's memory.
+    Device,
+}
+
+/// `--kv-dtype`: a fixed KV element type, or the device's default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvDtypeChoice {
+    /// f16 on CPU, the model's half type on GPU.
+    Auto,
+    /// This one.
+    Fixed(KvDtype),
+}
+
+impl KvDtypeChoice {
+    /// The dtype on `device` for a model whose half type is `model_half`.
+    pub fn resolve(self, device: DeviceKind, model_half: KvDtype) -> KvDtype {
+        match self {
+            KvDtypeChoice::Auto => device.auto_kv_dtype(model_half),
+            KvDtypeChoice::Fixed(d) => d,
+        }
+    }
+}
+
+/// Parses `--kv-dtype`: `auto`, `f16`, `bf16` or `f32`.
+pub fn parse_kv_dtype(text: &str) -> Result<KvDtypeChoice, String> {
+    match text {
+        "auto" => Ok(KvDtypeChoice::Auto),
+        "fp8" => Err("an fp8 KV cache is not supported yet; use auto, f16, bf16 or f32".into()),
+        other => other
+            .parse()
+            .map(KvDtypeChoice::Fixed)
+            .map_err(|_| format!("`{other}` is not a KV dtype (auto, f16, bf16 or f32)")),
+    }
+}
+
+/// Parses `--memory-utilization`: a fraction in (0, 1].
+pub fn parse_utilization(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 1.0 => Ok(f),
+        _ => Err(format!("`{text}` is not a fraction in (0, 1], e.g. 0.9")),
+    }
 }
 
 /// Everything `serve` needs.
@@ -27,6 +70,10 @@ pub struct ServeConfig {
     pub max_seqs: usize,
     /// KV pool size.
     pub kv: KvSizing,
+    /// KV element type.
+    pub kv_dtype: KvDtypeChoice,
+    /// Fraction of the device's memory the plan may take.
+    pub memory_utilization: f64,
     /// Tokens per KV block.
     pub block_size: usize,
     /// Most prompt tokens per prefill chunk.
@@ -86,5 +133,29 @@ mod tests {
         }
         assert!(parse_bytes("lots").is_err());
         assert!(parse_bytes("2XB").is_err());
+    }
+
+    #[test]
+    fn kv_dtypes_and_utilization() {
+        use KvDtypeChoice::*;
+        assert_eq!(parse_kv_dtype("auto"), Ok(Auto));
+        assert_eq!(parse_kv_dtype("bf16"), Ok(Fixed(KvDtype::Bf16)));
+        assert!(parse_kv_dtype("fp8").unwrap_err().contains("not supported"));
+        assert!(parse_kv_dtype("int4").unwrap_err().contains("auto, f16"));
+        assert_eq!(Auto.resolve(DeviceKind::Cpu, KvDtype::Bf16), KvDtype::F16);
+        assert_eq!(Auto.resolve(DeviceKind::Cuda, KvDtype::Bf16), KvDtype::Bf16);
+        assert_eq!(
+            Fixed(KvDtype::F32).resolve(DeviceKind::Cuda, KvDtype::Bf16),
+            KvDtype::F32
+        );
+        for (text, ok) in [
+            ("0.9", true),
+            ("1", true),
+            ("0", false),
+            ("1.5", false),
+            ("x", false),
+        ] {
+            assert_eq!(parse_utilization(text).is_ok(), ok, "{text}");
+        }
     }
 }

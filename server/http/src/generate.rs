@@ -62,7 +62,8 @@ pub fn run(config: &GenerateConfig) -> anyhow::Result<()> {
         );
     }
     let blocks = total.div_ceil(config.block_size);
-    let model = PagedModel::new(source.decoder(&Device::Cpu)?, blocks, config.block_size)?;
+    let kv = ferrox_plan::DeviceKind::Cpu.auto_kv_dtype(info.model_half);
+    let model = PagedModel::new(source.decoder(&Device::Cpu)?, blocks, config.block_size, kv)?;
     let engine = EngineConfig {
         max_seqs: 1,
         max_queue: 1,

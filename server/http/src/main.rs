@@ -23,7 +23,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{KvSizing, ServeConfig, parse_bytes};
+use crate::config::{
+    KvDtypeChoice, KvSizing, ServeConfig, parse_bytes, parse_kv_dtype, parse_utilization,
+};
 
 /// The Ferrox serving sidecar.
 #[derive(Debug, Parser)]
@@ -138,12 +140,19 @@ struct ServeArgs {
     /// Most sequences prefilling or decoding at once.
     #[arg(long, env = "FERROX_MAX_SEQS", default_value_t = 16)]
     max_seqs: usize,
-    /// KV cache blocks in the pool.
+    /// KV cache blocks in the pool (default: sized from the device's memory).
     #[arg(long, env = "FERROX_KV_BLOCKS", conflicts_with = "kv_cache_memory")]
     kv_blocks: Option<u64>,
-    /// KV cache memory, e.g. 1GiB (used when --kv-blocks is not given).
-    #[arg(long, env = "FERROX_KV_CACHE_MEMORY", default_value = "1GiB", value_parser = parse_bytes)]
-    kv_cache_memory: u64,
+    /// KV cache memory, e.g. 1GiB (default: sized from the device's memory).
+    #[arg(long, env = "FERROX_KV_CACHE_MEMORY", value_parser = parse_bytes)]
+    kv_cache_memory: Option<u64>,
+    /// Fraction of the device's memory (the container's limit on CPU) the
+    /// plan may take when neither --kv-blocks nor --kv-cache-memory is given.
+    #[arg(long, env = "FERROX_MEMORY_UTILIZATION", default_value = "0.9", value_parser = parse_utilization)]
+    memory_utilization: f64,
+    /// KV cache element type: auto (f16 on CPU), f16, bf16 or f32.
+    #[arg(long, env = "FERROX_KV_DTYPE", default_value = "auto", value_parser = parse_kv_dtype)]
+    kv_dtype: KvDtypeChoice,
     /// Tokens per KV block.
     #[arg(long, env = "FERROX_BLOCK_SIZE", default_value_t = 16)]
     block_size: usize,
@@ -185,9 +194,13 @@ impl ServeArgs {
             .unwrap_or_else(|| source.default_name());
         let model = self.fetch.resolve(&source)?;
         Ok(ServeConfig {
-            kv: self
-                .kv_blocks
-                .map_or(KvSizing::Memory(self.kv_cache_memory), KvSizing::Blocks),
+            kv: match (self.kv_blocks, self.kv_cache_memory) {
+                (Some(n), _) => KvSizing::Blocks(n),
+                (None, Some(bytes)) => KvSizing::Memory(bytes),
+                (None, None) => KvSizing::Device,
+            },
+            kv_dtype: self.kv_dtype,
+            memory_utilization: self.memory_utilization,
             model,
             host: self.host,
             port: self.port,
@@ -205,7 +218,19 @@ impl ServeArgs {
     }
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // The cause chain on one line; a user error gets no backtrace
+            // even when RUST_BACKTRACE is set.
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     // candle's own elementwise thread pool spins while it waits; our kernels
     // run on rayon's pool, and two busy pools on the same cores fight. The
     // elementwise ops are small, so candle gets one thread unless told
@@ -216,6 +241,8 @@ fn main() -> anyhow::Result<()> {
     }
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal, not in pod logs.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),

@@ -1,44 +1,103 @@
-//! Loading the model and sizing the KV pool through the capacity plan.
+//! Loading the model and sizing the KV pool through the capacity plan, with
+//! the memory the device really has.
 
 use std::sync::Arc;
 
 use anyhow::Context;
 use ferrox_engine::EngineConfig;
-use ferrox_plan::{ModelGeometry, Plan, PlanConfig, plan_for_blocks};
+use ferrox_models::ModelInfo;
+use ferrox_models::memory::DeviceMemory;
+use ferrox_plan::{DeviceKind, KvDtype, Plan, PlanConfig, plan, plan_for_blocks};
 
 use crate::config::{KvSizing, ServeConfig};
 use crate::state::Loaded;
 use crate::text::CoreFrontend;
 
-/// The engine's limits for this model, or why the pool is refused (it
-/// cannot hold one `max_model_len` sequence).
-pub fn engine_config(
-    geometry: &ModelGeometry,
+/// What the server runs with: the engine's limits, the plan behind them and
+/// the memory figure it was made from.
+#[derive(Debug, Clone)]
+pub struct Sizing {
+    /// The engine's limits.
+    pub engine: EngineConfig,
+    /// The capacity plan.
+    pub plan: Plan,
+    /// The KV element type.
+    pub kv_dtype: KvDtype,
+    /// The memory the plan was made from or checked against.
+    pub memory: DeviceMemory,
+    /// What sized the pool: the memory's source, or the flag that did.
+    pub sized_by: &'static str,
+}
+
+/// Plans the server for `info` on `device` with `memory`, or says why it
+/// cannot run there with every number and what to change.
+pub fn size(
+    info: &ModelInfo,
+    device: DeviceKind,
+    memory: DeviceMemory,
     cfg: &ServeConfig,
-) -> anyhow::Result<(EngineConfig, Plan)> {
-    let block_size = cfg.block_size as u64;
-    let plan_config = PlanConfig {
-        block_size,
+) -> anyhow::Result<Sizing> {
+    let kv_dtype = cfg.kv_dtype.resolve(device, info.model_half);
+    let geometry = info.geometry(device, kv_dtype);
+    let config = PlanConfig {
+        memory_bytes: memory.bytes,
+        utilization: cfg.memory_utilization,
+        block_size: cfg.block_size as u64,
+        prefill_chunk: cfg.prefill_chunk as u64,
         max_model_len: cfg.max_model_len.map(|n| n as u64),
         max_seqs_cap: Some(cfg.max_seqs as u64),
-        ..PlanConfig::default()
+        ..PlanConfig::for_device(device)
     };
-    let blocks = match cfg.kv {
-        KvSizing::Blocks(n) => n,
-        KvSizing::Memory(bytes) => bytes / (block_size * geometry.kv_bytes_per_token()).max(1),
+    let block_bytes = (config.block_size * geometry.kv_bytes_per_token()).max(1);
+    let (planned, sized_by) = match cfg.kv {
+        KvSizing::Device => (plan(&geometry, &config), memory.source.as_str()),
+        KvSizing::Blocks(n) => (plan_for_blocks(&geometry, &config, n), "kv-blocks"),
+        KvSizing::Memory(bytes) => (
+            plan_for_blocks(&geometry, &config, bytes / block_bytes),
+            "kv-cache-memory",
+        ),
     };
-    let plan = plan_for_blocks(geometry, &plan_config, blocks)
-        .context("the KV pool cannot serve this model")?;
+    let plan = planned.map_err(|e| {
+        let len = geometry
+            .context_length
+            .min(cfg.max_model_len.map_or(u64::MAX, |n| n as u64));
+        anyhow::anyhow!(
+            "cannot serve this model in {memory} on {device} (KV in {kv_dtype}, \
+             {len} tokens a sequence): {e}. Try {}",
+            hints(cfg, kv_dtype).join(", ")
+        )
+    })?;
     let engine = EngineConfig {
         max_seqs: cfg.max_seqs,
         max_queue: cfg.max_queue,
         prefill_chunk: cfg.prefill_chunk,
         max_model_len: plan.max_model_len as usize,
         block_size: cfg.block_size,
-        kv_blocks: plan.kv_blocks as usize,
+        kv_blocks: usize::try_from(plan.kv_blocks).context("the KV pool is too large")?,
         decode_log_interval: cfg.decode_log_interval,
     };
-    Ok((engine, plan))
+    Ok(Sizing {
+        engine,
+        plan,
+        kv_dtype,
+        memory,
+        sized_by,
+    })
+}
+
+/// What a user can change when the plan does not fit.
+fn hints(cfg: &ServeConfig, kv_dtype: KvDtype) -> Vec<&'static str> {
+    let mut out = vec!["a smaller --max-model-len"];
+    if kv_dtype.bytes() > 2 {
+        out.push("--kv-dtype f16");
+    }
+    out.push(match cfg.kv {
+        KvSizing::Device => "a higher --memory-utilization",
+        KvSizing::Blocks(_) => "fewer --kv-blocks",
+        KvSizing::Memory(_) => "a different --kv-cache-memory",
+    });
+    out.push("or more memory");
+    out
 }
 
 /// Loads the model at `cfg.model`, sizes its KV pool, and starts the worker.
@@ -47,27 +106,26 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
     let mut source = ferrox_models::Source::open(&cfg.model)
         .with_context(|| format!("opening {}", cfg.model.display()))?;
     let info = source.info()?;
-    let (engine_config, plan) = engine_config(&info.geometry(), cfg)?;
-    tracing::info!(
-        kv_blocks = plan.kv_blocks,
-        block_size = plan.block_size,
-        kv_bytes = plan.kv_budget_bytes,
-        max_model_len = plan.max_model_len,
-        full_length_seqs = plan.max_seqs,
-        max_seqs = engine_config.max_seqs,
-        "KV pool planned"
-    );
+    let device = DeviceKind::Cpu;
+    let memory = ferrox_models::memory::host_memory(std::path::Path::new("/"))
+        .context("reading the host's memory")?;
+    let sizing = size(&info, device, memory, cfg)?;
+    log_plan(&sizing);
     let text = source.text().context("loading the tokenizer")?;
     let llama = source
         .decoder(&ferrox_models::Device::Cpu)
         .context("loading the weights")?;
-    let model =
-        ferrox_models::PagedModel::new(llama, engine_config.kv_blocks, engine_config.block_size)
-            .context("allocating the KV cache")?;
+    let model = ferrox_models::PagedModel::new(
+        llama,
+        sizing.engine.kv_blocks,
+        sizing.engine.block_size,
+        sizing.kv_dtype,
+    )
+    .context("allocating the KV cache")?;
     let eos = text.end_of_generation.ids().to_vec();
     let frontend = CoreFrontend::new(text.tokenizer, text.chat_template, eos);
-    let (engine, _worker) =
-        ferrox_engine::worker::spawn(model, engine_config).context("starting the worker thread")?;
+    let (engine, _worker) = ferrox_engine::worker::spawn(model, sizing.engine.clone())
+        .context("starting the worker thread")?;
     tracing::info!(
         secs = started.elapsed().as_secs_f64(),
         "model {} loaded",
@@ -79,21 +137,64 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
     })
 }
 
+/// The plan, once, at start.
+fn log_plan(s: &Sizing) {
+    let p = &s.plan;
+    tracing::info!(
+        kv_blocks = p.kv_blocks,
+        block_size = p.block_size,
+        kv_dtype = %s.kv_dtype,
+        kv_bytes = p.kv_budget_bytes,
+        weight_bytes = p.weight_bytes,
+        activation_bytes = p.activation_reserve_bytes,
+        overhead_bytes = p.overhead_bytes,
+        total_bytes = p.total_bytes(),
+        memory_bytes = s.memory.bytes,
+        memory_source = s.memory.source.as_str(),
+        sized_by = s.sized_by,
+        max_model_len = p.max_model_len,
+        full_length_seqs = p.max_seqs,
+        max_seqs = s.engine.max_seqs,
+        "KV pool planned"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
-    use super::*;
+    use ferrox_models::memory::MemorySource;
+    use ferrox_models::{Format, ModelInfo};
+    use ferrox_plan::{Footprint, Footprints};
 
-    fn geometry() -> ModelGeometry {
-        ModelGeometry {
+    use super::*;
+    use crate::config::KvDtypeChoice;
+
+    /// 2 layers, 1 KV head of 4: 32 bytes of f16 KV a token, 512 a block.
+    fn info() -> ModelInfo {
+        let fp = |weight_bytes| Footprint {
+            weight_bytes,
+            kv_dtype: KvDtype::F16,
+            kv_bytes_per_token: 32,
+        };
+        ModelInfo {
+            architecture: "llama".into(),
+            format: Format::Gguf,
             layers: 2,
             kv_heads: 1,
             head_dim: 4,
-            kv_dtype: ferrox_plan::KvDtype::F32,
-            weight_bytes: 0,
+            kv_dtype: KvDtype::F16,
+            weight_bytes: 1000,
             context_length: 256,
-            ..ModelGeometry::default()
+            hidden_size: 0,
+            heads: 0,
+            vocab_size: 0,
+            intermediate_size: 0,
+            devices: Footprints {
+                cpu: fp(1000),
+                cuda: fp(500),
+            },
+            model_half: KvDtype::Bf16,
         }
     }
 
@@ -105,6 +206,8 @@ mod tests {
             served_model_name: "m".into(),
             max_seqs: 4,
             kv,
+            kv_dtype: KvDtypeChoice::Auto,
+            memory_utilization: 0.5,
             block_size: 16,
             prefill_chunk: 64,
             max_queue: 8,
@@ -116,21 +219,117 @@ mod tests {
         }
     }
 
-    #[test]
-    fn sizes_the_pool_or_refuses_it() {
-        // 2 * 2 * 1 * 4 * 4 = 64 bytes a token, 1024 a block.
-        let cases = [
-            (KvSizing::Blocks(16), None, Some((16, 256))),
-            (KvSizing::Blocks(15), None, None),
-            (KvSizing::Blocks(8), Some(128), Some((8, 128))),
-            (KvSizing::Memory(20 * 1024 + 5), None, Some((20, 256))),
-            (KvSizing::Memory(1024), None, None),
-        ];
-        for (kv, len, want) in cases {
-            let got = engine_config(&geometry(), &serve_config(kv, len))
-                .ok()
-                .map(|(e, _)| (e.kv_blocks, e.max_model_len));
-            assert_eq!(got, want, "{kv:?} {len:?}");
+    fn memory(bytes: u64) -> DeviceMemory {
+        DeviceMemory {
+            bytes,
+            source: MemorySource::CgroupV2,
         }
+    }
+
+    const OVERHEAD: u64 = 48 << 20;
+
+    #[test]
+    fn sizes_the_pool_from_the_device_or_the_flags() {
+        // The activation reserve: (64 + 4) tokens x 2 k/v projections x 4 dims x 4 bytes.
+        let act = 68 * 8 * 4;
+        let base = 1000 + act + OVERHEAD;
+        let gib = 1u64 << 30;
+        let cases = [
+            // Half of 1 GiB, less weights and reserves, in 512-byte blocks.
+            (
+                KvSizing::Device,
+                None,
+                gib,
+                Some(((gib / 2 - base) / 512, 256, "cgroup-v2")),
+            ),
+            (KvSizing::Device, None, 2 * base, None),
+            (
+                KvSizing::Blocks(16),
+                None,
+                gib,
+                Some((16, 256, "kv-blocks")),
+            ),
+            (KvSizing::Blocks(15), None, gib, None),
+            (
+                KvSizing::Blocks(8),
+                Some(128),
+                gib,
+                Some((8, 128, "kv-blocks")),
+            ),
+            // Explicit pools are checked against all the memory (no utilization).
+            (
+                KvSizing::Blocks(16),
+                None,
+                base + 16 * 512,
+                Some((16, 256, "kv-blocks")),
+            ),
+            (KvSizing::Blocks(16), None, base + 16 * 512 - 1, None),
+            (
+                KvSizing::Memory(20 * 512 + 5),
+                None,
+                gib,
+                Some((20, 256, "kv-cache-memory")),
+            ),
+            (KvSizing::Memory(512), None, gib, None),
+        ];
+        for (kv, len, mem, want) in cases {
+            let got = size(
+                &info(),
+                DeviceKind::Cpu,
+                memory(mem),
+                &serve_config(kv, len),
+            );
+            let got = got.ok().map(|s| {
+                assert_eq!(s.plan.activation_reserve_bytes, act);
+                (
+                    s.engine.kv_blocks as u64,
+                    s.engine.max_model_len,
+                    s.sized_by,
+                )
+            });
+            assert_eq!(got, want, "{kv:?} {len:?} {mem}");
+        }
+    }
+
+    #[test]
+    fn the_device_decides_weights_and_kv_dtype() {
+        let cfg = serve_config(KvSizing::Blocks(16), None);
+        let cpu = size(&info(), DeviceKind::Cpu, memory(1 << 30), &cfg).unwrap();
+        let gpu = size(&info(), DeviceKind::Cuda, memory(1 << 30), &cfg).unwrap();
+        assert_eq!((cpu.kv_dtype, cpu.plan.weight_bytes), (KvDtype::F16, 1000));
+        assert_eq!((gpu.kv_dtype, gpu.plan.weight_bytes), (KvDtype::Bf16, 500));
+        let f32 = ServeConfig {
+            kv_dtype: KvDtypeChoice::Fixed(KvDtype::F32),
+            ..cfg
+        };
+        let wide = size(&info(), DeviceKind::Cpu, memory(1 << 30), &f32).unwrap();
+        assert_eq!(wide.plan.block_bytes, 2 * cpu.plan.block_bytes);
+    }
+
+    #[test]
+    fn a_refusal_names_every_number_and_what_to_change() {
+        let cfg = serve_config(KvSizing::Device, None);
+        let err = size(&info(), DeviceKind::Cpu, memory(90 << 20), &cfg)
+            .unwrap_err()
+            .to_string();
+        for part in [
+            "94371840 bytes (cgroup-v2)",
+            "KV in f16",
+            "256 tokens a sequence",
+            "weights take 1000",
+            "one 256-token sequence needs 8192 bytes of KV",
+            "Try a smaller --max-model-len, a higher --memory-utilization, or more memory",
+        ] {
+            assert!(err.contains(part), "{err} lacks {part}");
+        }
+        let wide = ServeConfig {
+            kv: KvSizing::Blocks(1 << 40),
+            kv_dtype: KvDtypeChoice::Fixed(KvDtype::F32),
+            ..cfg
+        };
+        let err = size(&info(), DeviceKind::Cpu, memory(1 << 30), &wide)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--kv-dtype f16, fewer --kv-blocks"), "{err}");
     }
 }

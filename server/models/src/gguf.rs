@@ -9,7 +9,7 @@ use std::sync::Arc;
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::quantized::{GgmlDType, QMatMul, ggml_file::qtensor_from_ggml};
 use candle_core::{DType, Device, Tensor};
-use ferrox_kernels::{QMatrix, QuantType};
+use ferrox_kernels::QMatrix;
 
 use ferrox_plan::DeviceKind;
 

@@ -20,6 +20,30 @@ pub fn kv_candle_dtype(dtype: KvDtype) -> Result<DType> {
     }
 }
 
+/// Zeros whose memory is really allocated now. On CPU a plain `zeros` may
+/// come from `calloc` and only be mapped when first written; the pool is
+/// touched at start instead, so the memory the plan counts is held from the
+/// first second (a plan that does not fit fails at start, not under load).
+fn resident_zeros(
+    shape: (usize, usize),
+    dtype: DType,
+    device: &Device,
+) -> candle_core::Result<Tensor> {
+    fn touched<T: candle_core::WithDType>(n: usize, zero: T) -> Vec<T> {
+        // `resize` writes every element (a `vec![0; n]` may not).
+        let mut v = Vec::with_capacity(n);
+        v.resize(n, zero);
+        v
+    }
+    let n = shape.0 * shape.1;
+    match (device.is_cpu(), dtype) {
+        (true, DType::F32) => Tensor::from_vec(touched(n, 0f32), shape, device),
+        (true, DType::F16) => Tensor::from_vec(touched(n, half::f16::ZERO), shape, device),
+        (true, DType::BF16) => Tensor::from_vec(touched(n, half::bf16::ZERO), shape, device),
+        _ => Tensor::zeros(shape, dtype, device),
+    }
+}
+
 /// K and V slots for every layer.
 #[derive(Debug)]
 pub struct KvCache {
@@ -50,7 +74,7 @@ impl KvCache {
             .checked_mul(block_size)
             .ok_or_else(|| Error::Input("KV cache size overflows".into()))?;
         let dtype = kv_candle_dtype(dtype)?;
-        let zeros = || Tensor::zeros((slots, kv_dim), dtype, device);
+        let zeros = || resident_zeros((slots, kv_dim), dtype, device);
         let k = (0..layers)
             .map(|_| zeros())
             .collect::<candle_core::Result<_>>()?;

@@ -22,7 +22,7 @@ impl DeviceKind {
     /// workspaces.
     pub fn runtime_overhead_bytes(self) -> u64 {
         match self {
-            DeviceKind::Cpu => 96 << 20,
+            DeviceKind::Cpu => 48 << 20,
             DeviceKind::Cuda => 768 << 20,
         }
     }

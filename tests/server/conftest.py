@@ -40,13 +40,13 @@ def free_port() -> int:
 class Server:
     """One running server process, its URL and its log."""
 
-    def __init__(self, *flags: str):
+    def __init__(self, *flags: str, model: str | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile(prefix="ferrox-", suffix=".log", delete=False)
         args = [
             server_bin(), "serve",
-            "--model", model_path(),
+            "--model", model or model_path(),
             "--host", "127.0.0.1",
             "--port", str(self.port),
             "--served-model-name", MODEL_NAME,
@@ -104,8 +104,8 @@ def server():
 def start_server():
     started = []
 
-    def start(*flags: str) -> Server:
-        s = Server(*flags)
+    def start(*flags: str, model: str | None = None) -> Server:
+        s = Server(*flags, model=model)
         started.append(s)
         return s
 

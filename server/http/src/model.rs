@@ -226,7 +226,7 @@ mod tests {
         }
     }
 
-    const OVERHEAD: u64 = 48 << 20;
+    const OVERHEAD: u64 = 32 << 20;
 
     #[test]
     fn sizes_the_pool_from_the_device_or_the_flags() {
@@ -309,11 +309,11 @@ mod tests {
     #[test]
     fn a_refusal_names_every_number_and_what_to_change() {
         let cfg = serve_config(KvSizing::Device, None);
-        let err = size(&info(), DeviceKind::Cpu, memory(90 << 20), &cfg)
+        let err = size(&info(), DeviceKind::Cpu, memory(60 << 20), &cfg)
             .unwrap_err()
             .to_string();
         for part in [
-            "94371840 bytes (cgroup-v2)",
+            "62914560 bytes (cgroup-v2)",
             "KV in f16",
             "256 tokens a sequence",
             "weights take 1000",

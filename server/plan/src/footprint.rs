@@ -17,13 +17,22 @@ pub enum DeviceKind {
 }
 
 impl DeviceKind {
-    /// Bytes the runtime itself takes beyond weights, KV and activations:
-    /// code, tokenizer, allocator slack; on CUDA also the context and cuBLAS
-    /// workspaces.
+    /// Bytes the runtime itself takes on the device beyond weights, KV and
+    /// activations: on CPU code, threads and allocator slack (measured: 32
+    /// MiB, see docs/benchmarks.md); on CUDA the context and cuBLAS workspaces.
     pub fn runtime_overhead_bytes(self) -> u64 {
         match self {
-            DeviceKind::Cpu => 48 << 20,
+            DeviceKind::Cpu => 32 << 20,
             DeviceKind::Cuda => 768 << 20,
+        }
+    }
+
+    /// Bytes per vocabulary entry the tokenizer's tables take on the device
+    /// (only the CPU holds them; measured ~200, rounded up).
+    pub fn tokenizer_bytes_per_token(self) -> u64 {
+        match self {
+            DeviceKind::Cpu => 256,
+            DeviceKind::Cuda => 0,
         }
     }
 

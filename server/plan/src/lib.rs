@@ -122,8 +122,10 @@ pub struct PlanConfig {
     pub activation_reserve_bytes: Option<u64>,
     /// Bytes per activation element (4 on CPU, which computes in f32).
     pub activation_elem_bytes: u64,
-    /// Held back for the runtime itself (code, tokenizer, CUDA context).
+    /// Held back for the runtime itself (code, threads, CUDA context).
     pub overhead_bytes: u64,
+    /// Held back per vocabulary entry for the tokenizer (on the host).
+    pub tokenizer_bytes_per_token: u64,
     /// Tokens per KV block.
     pub block_size: u64,
     /// Most prompt tokens in one step (the server's `--prefill-chunk`).
@@ -156,6 +158,7 @@ impl PlanConfig {
                 DeviceKind::Cuda => 2,
             },
             overhead_bytes: device.runtime_overhead_bytes(),
+            tokenizer_bytes_per_token: device.tokenizer_bytes_per_token(),
             block_size: 16,
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
             max_model_len: None,
@@ -166,6 +169,16 @@ impl PlanConfig {
 
     fn max_seqs_cap(&self) -> u64 {
         self.max_seqs_cap.unwrap_or(DEFAULT_MAX_SEQS).max(1)
+    }
+
+    /// The runtime's bytes for `geometry`: the fixed overhead and the
+    /// tokenizer's tables.
+    pub fn overhead(&self, geometry: &ModelGeometry) -> u64 {
+        self.overhead_bytes.saturating_add(
+            geometry
+                .vocab_size
+                .saturating_mul(self.tokenizer_bytes_per_token),
+        )
     }
 
     /// The activation reserve for `geometry`: given, or estimated.
@@ -299,7 +312,7 @@ pub fn plan(geometry: &ModelGeometry, config: &PlanConfig) -> Result<Plan, PlanE
     let usable = (config.memory_bytes as f64 * config.utilization).floor() as u64;
     let reserve = config
         .activation_reserve(geometry)
-        .saturating_add(config.overhead_bytes);
+        .saturating_add(config.overhead(geometry));
     let available = usable
         .saturating_sub(geometry.weight_bytes)
         .saturating_sub(reserve);
@@ -377,7 +390,7 @@ fn from_blocks(
         weight_bytes: geometry.weight_bytes,
         kv_budget_bytes: kv_blocks.saturating_mul(block_bytes),
         activation_reserve_bytes: config.activation_reserve(geometry),
-        overhead_bytes: config.overhead_bytes,
+        overhead_bytes: config.overhead(geometry),
         max_model_len,
     })
 }

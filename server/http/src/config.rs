@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use ferrox_models::device::DeviceChoice;
 use ferrox_plan::{DeviceKind, KvDtype};
 
 /// How the KV pool is sized.
@@ -70,6 +71,8 @@ pub struct ServeConfig {
     pub max_seqs: usize,
     /// KV pool size.
     pub kv: KvSizing,
+    /// The device to run on.
+    pub device: DeviceChoice,
     /// KV element type.
     pub kv_dtype: KvDtypeChoice,
     /// Fraction of the device's memory the plan may take.

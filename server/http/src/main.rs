@@ -150,6 +150,9 @@ struct ServeArgs {
     /// plan may take when neither --kv-blocks nor --kv-cache-memory is given.
     #[arg(long, env = "FERROX_MEMORY_UTILIZATION", default_value = "0.9", value_parser = parse_utilization)]
     memory_utilization: f64,
+    /// Device: auto (the first CUDA GPU in a CUDA build, else CPU), cpu, cuda or cuda:N.
+    #[arg(long, env = "FERROX_DEVICE", default_value = "auto")]
+    device: ferrox_models::device::DeviceChoice,
     /// KV cache element type: auto (f16 on CPU), f16, bf16 or f32.
     #[arg(long, env = "FERROX_KV_DTYPE", default_value = "auto", value_parser = parse_kv_dtype)]
     kv_dtype: KvDtypeChoice,
@@ -199,6 +202,7 @@ impl ServeArgs {
                 (None, Some(bytes)) => KvSizing::Memory(bytes),
                 (None, None) => KvSizing::Device,
             },
+            device: self.device,
             kv_dtype: self.kv_dtype,
             memory_utilization: self.memory_utilization,
             model,

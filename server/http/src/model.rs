@@ -106,14 +106,19 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
     let mut source = ferrox_models::Source::open(&cfg.model)
         .with_context(|| format!("opening {}", cfg.model.display()))?;
     let info = source.info()?;
-    let device = DeviceKind::Cpu;
-    let memory = ferrox_models::memory::host_memory(std::path::Path::new("/"))
-        .context("reading the host's memory")?;
-    let sizing = size(&info, device, memory, cfg)?;
+    let gpus = ferrox_models::device::CudaGpus;
+    let selected = ferrox_models::device::select(cfg.device, &gpus)?;
+    tracing::info!(device = %selected.description, "device chosen");
+    let memory = match selected.kind {
+        DeviceKind::Cpu => ferrox_models::memory::host_memory(std::path::Path::new("/"))
+            .context("reading the host's memory")?,
+        DeviceKind::Cuda => ferrox_models::device::gpu_memory(&gpus, &selected.device)?,
+    };
+    let sizing = size(&info, selected.kind, memory, cfg)?;
     log_plan(&sizing);
     let text = source.text().context("loading the tokenizer")?;
     let llama = source
-        .decoder(&ferrox_models::Device::Cpu)
+        .decoder(&selected.device)
         .context("loading the weights")?;
     let model = ferrox_models::PagedModel::new(
         llama,
@@ -206,6 +211,7 @@ mod tests {
             served_model_name: "m".into(),
             max_seqs: 4,
             kv,
+            device: ferrox_models::device::DeviceChoice::Cpu,
             kv_dtype: KvDtypeChoice::Auto,
             memory_utilization: 0.5,
             block_size: 16,

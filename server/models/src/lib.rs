@@ -8,6 +8,7 @@
 
 pub mod attention;
 pub mod config;
+pub mod device;
 pub mod error;
 pub mod gguf;
 pub mod holding;

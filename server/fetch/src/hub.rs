@@ -7,7 +7,7 @@ use hf_hub::{Cache, Repo, RepoType};
 
 use crate::error::Token;
 use crate::progress::Progress;
-use crate::source::check_repo_file;
+use ferrox_source::repo_file as check_repo_file;
 use crate::{Error, FetchConfig};
 
 /// Files a model directory needs.

@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::Token;
 use crate::progress::Progress;
-use crate::source::url_file_name;
+use ferrox_source::url_file_name;
 use crate::{Error, FetchConfig};
 
 /// Where `url` is cached under `cache_dir` (pure).

@@ -122,6 +122,8 @@ fn default_replicas() -> i32 {
 pub struct ModelSpec {
     /// `hf://org/name[@rev][/file.gguf]`, `pvc://claim/path`, `file:///path` or `https://...`.
     #[x_kube(validation = Rule::new(ferrox_source::cel_rule()).message(SOURCE_MESSAGE))]
+    // A bound on the length keeps the regex within the API server's CEL cost budget.
+    #[schemars(length(min = 1, max = 2048))]
     pub source: String,
     /// Model name clients send in requests; `metadata.name` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]

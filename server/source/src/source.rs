@@ -103,8 +103,9 @@ pub fn parse_spec(source: &str) -> Result<ModelSource, ParseError> {
     if !schemes.iter().any(|s| source.starts_with(s)) {
         return Err(ParseError {
             input: source.to_string(),
-            reason: "must be hf://org/name[@rev][/file], pvc://claim/path, file:///path or https://..."
-                .into(),
+            reason:
+                "must be hf://org/name[@rev][/file], pvc://claim/path, file:///path or https://..."
+                    .into(),
         });
     }
     parse(source)
@@ -190,9 +191,7 @@ fn is_path_segment(s: &str) -> bool {
 
 fn is_dns_subdomain(s: &str) -> bool {
     let ok = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
-    s.starts_with(ok)
-        && s.ends_with(ok)
-        && s.chars().all(|c| ok(c) || c == '-' || c == '.')
+    s.starts_with(ok) && s.ends_with(ok) && s.chars().all(|c| ok(c) || c == '-' || c == '.')
 }
 
 /// A relative file path inside a repo: no empty, `.` or `..` segments, no `\`.

@@ -190,13 +190,19 @@ fn the_crd_pattern_accepts_exactly_what_parse_spec_accepts() {
         accepted += usize::from(parsed.is_ok());
     }
     // The table exercises both sides.
-    assert!(accepted > 20 && accepted < AGREEMENT.len() - 20, "{accepted}");
+    assert!(
+        accepted > 20 && accepted < AGREEMENT.len() - 20,
+        "{accepted}"
+    );
 }
 
 #[test]
 fn the_cel_rule_carries_the_pattern_unchanged() {
     let rule = cel_rule();
-    assert!(rule.contains(r"\\s"), "backslashes are escaped for CEL: {rule}");
+    assert!(
+        rule.contains(r"\\s"),
+        "backslashes are escaped for CEL: {rule}"
+    );
     assert_eq!(pattern_of_cel_rule(&rule).as_deref(), Some(SPEC_PATTERN));
     assert_eq!(pattern_of_cel_rule("self == 1"), None);
 }

@@ -9,13 +9,9 @@ use k8s_openapi::api::core::v1::{
     Affinity, EnvVar, LocalObjectReference, ResourceRequirements, Toleration,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-
-/// Accepted model source schemes, as one CEL-compatible (RE2) pattern.
-pub const SOURCE_PATTERN: &str = "^(hf://[^/@ ]+/[^/@ ]+(@[^/ ]+)?(/[^ ]+)?|pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[^ ]*|file:///[^ ]+|https://[^ ]+)$";
 
 /// What the user asks for: one model, served by ferrox-server pods.
 // Several printer columns share a type; clippy reads that as a duplicate.
@@ -35,7 +31,7 @@ pub const SOURCE_PATTERN: &str = "^(hf://[^/@ ]+/[^/@ ]+(@[^/ ]+)?(/[^ ]+)?|pvc:
         status_replicas_path = ".status.replicas",
         label_selector_path = ".status.selector"
     ),
-    printcolumn(name = "Model", type_ = "string", json_path = ".spec.model.servedName"),
+    printcolumn(name = "Model", type_ = "string", json_path = ".status.servedName"),
     printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
     printcolumn(
@@ -47,6 +43,16 @@ pub const SOURCE_PATTERN: &str = "^(hf://[^/@ ]+/[^/@ ]+(@[^/ ]+)?(/[^ ]+)?|pvc:
         name = "KV Blocks",
         type_ = "integer",
         json_path = ".status.plan.kvBlocks"
+    ),
+    printcolumn(
+        name = "Server KV",
+        type_ = "integer",
+        json_path = ".status.observedPlan.kvBlocks"
+    ),
+    printcolumn(
+        name = "Verified",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"PlanVerified\")].status"
     ),
     printcolumn(
         name = "Age",
@@ -101,6 +107,9 @@ pub struct ModelDeploymentSpec {
     /// The Service in front of the replicas.
     #[serde(default)]
     pub service: ServiceSpec,
+    /// Also render a Gateway API Inference Extension `InferencePool`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inference_pool: Option<InferencePoolSpec>,
 }
 
 fn default_replicas() -> i32 {
@@ -112,16 +121,33 @@ fn default_replicas() -> i32 {
 #[serde(rename_all = "camelCase")]
 pub struct ModelSpec {
     /// `hf://org/name[@rev][/file.gguf]`, `pvc://claim/path`, `file:///path` or `https://...`.
-    #[x_kube(validation = Rule::new(
-        "self.matches('^(hf://[^/@ ]+/[^/@ ]+(@[^/ ]+)?(/[^ ]+)?|pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[^ ]*|file:///[^ ]+|https://[^ ]+)$')"
-    ).message("model.source must be hf://org/name[@rev][/file], pvc://claim/path, file:///path or https://..."))]
+    #[x_kube(validation = Rule::new(ferrox_source::cel_rule()).message(SOURCE_MESSAGE))]
+    // A bound on the length keeps the regex within the API server's CEL cost budget.
+    #[schemars(length(min = 1, max = 2048))]
     pub source: String,
-    /// Model name clients send in requests.
+    /// Model name clients send in requests; `metadata.name` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
-    pub served_name: String,
+    pub served_name: Option<String>,
     /// Geometry to plan with, instead of inspecting the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub geometry: Option<GeometrySpec>,
+    /// A shared, writable cache for downloaded models (`hf://`, `https://`),
+    /// so that replicas download once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<ModelCacheSpec>,
+}
+
+/// The CEL message for a source the grammar refuses.
+pub const SOURCE_MESSAGE: &str = "model.source must be hf://org/name[@rev][/file], pvc://claim/path, file:///path or https://host/file";
+
+/// A PersistentVolumeClaim that holds downloaded models across replicas.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelCacheSpec {
+    /// The claim's name (ReadWriteMany when replicas share nodes' models).
+    #[schemars(length(min = 1, max = 253))]
+    pub claim_name: String,
 }
 
 /// The model's shape facts (the `ferrox-server inspect --json` fields that matter).
@@ -146,6 +172,22 @@ pub struct GeometrySpec {
     /// Trained context length in tokens.
     #[schemars(range(min = 1))]
     pub context_length: i64,
+    /// Query heads (for the activation estimate; 0 or absent if unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub heads: Option<i64>,
+    /// Residual width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub hidden_size: Option<i64>,
+    /// MLP width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub intermediate_size: Option<i64>,
+    /// Vocabulary size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub vocab_size: Option<i64>,
 }
 
 /// KV cache element type.
@@ -170,12 +212,14 @@ pub struct AcceleratorSpec {
     /// Extended resource name.
     #[serde(default = "default_gpu_resource")]
     pub resource_name: String,
-    /// Devices per replica.
+    /// Devices per replica; more than 1 is refused until the server can shard a model.
     #[serde(default = "default_one")]
     #[schemars(range(min = 1, max = 64))]
     pub count: i32,
-    /// Memory of one device, e.g. `80Gi`.
-    pub memory_per_device: Quantity,
+    /// Memory of one device, e.g. `80Gi`; absent means the smallest
+    /// `nvidia.com/gpu.memory` label among the nodes the pods can land on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_per_device: Option<Quantity>,
     /// Value of the `nvidia.com/gpu.product` node label to schedule on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub product: Option<String>,
@@ -209,6 +253,11 @@ pub struct EngineSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_seqs: Option<i64>,
+    /// Tokens (prompt + completion) of a typical request: `maxSeqs` is
+    /// planned as the pool's blocks over this many tokens' blocks.
+    #[serde(default = "default_typical_seq_len")]
+    #[schemars(range(min = 1))]
+    pub typical_seq_len: i64,
     /// Prompt tokens per prefill chunk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
@@ -234,6 +283,13 @@ fn default_utilization() -> f64 {
     0.9
 }
 
+/// The default `engine.typicalSeqLen`: a chat turn's prompt and answer.
+pub const DEFAULT_TYPICAL_SEQ_LEN: i64 = 2048;
+
+fn default_typical_seq_len() -> i64 {
+    DEFAULT_TYPICAL_SEQ_LEN
+}
+
 fn default_drain() -> i64 {
     30
 }
@@ -245,6 +301,7 @@ impl Default for EngineSpec {
             memory_utilization: default_utilization(),
             max_model_len: None,
             max_seqs: None,
+            typical_seq_len: default_typical_seq_len(),
             prefill_chunk: None,
             max_queue: None,
             drain_timeout_seconds: default_drain(),
@@ -256,12 +313,13 @@ impl Default for EngineSpec {
 /// Who scales the replicas, and on what.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[x_kube(validation = Rule::new("self.minReplicas <= self.maxReplicas").message("autoscaling.minReplicas must not exceed autoscaling.maxReplicas"))]
+#[x_kube(validation = Rule::new("!self.enabled || self.minReplicas >= 1 || self.mode == 'keda'").message(MIN_ZERO_MESSAGE))]
 #[serde(rename_all = "camelCase")]
 pub struct AutoscalingSpec {
     /// Whether replicas follow load.
     #[serde(default)]
     pub enabled: bool,
-    /// Fewest replicas.
+    /// Fewest replicas; 0 only with `mode: keda` (CEL).
     #[serde(default = "default_one")]
     #[schemars(range(min = 0))]
     pub min_replicas: i32,
@@ -288,6 +346,9 @@ pub struct AutoscalingSpec {
     #[serde(default)]
     pub mode: AutoscalingMode,
 }
+
+/// Why `minReplicas: 0` needs KEDA.
+pub const MIN_ZERO_MESSAGE: &str = "autoscaling.minReplicas 0 needs mode keda: the built-in autoscaler and an HPA read load from running pods, so from zero replicas they could never scale up";
 
 fn default_target_queue() -> f64 {
     4.0
@@ -349,83 +410,38 @@ impl Default for ServiceSpec {
     }
 }
 
-/// What the operator observed and decided.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+/// An `InferencePool` (`inference.networking.k8s.io/v1`) over the pods, so a
+/// GAIE-enabled gateway routes on the servers' vLLM-named gauges.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ModelDeploymentStatus {
-    /// The generation this status describes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// Ready, Progressing, Degraded and Planned.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Condition>,
-    /// Pods of the server Deployment.
-    #[serde(default)]
-    pub replicas: i32,
-    /// Ready pods of the server Deployment.
-    #[serde(default)]
-    pub ready_replicas: i32,
-    /// Label selector of the pods, for the scale subresource.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub selector: Option<String>,
-    /// The geometry planned with, and the source it was inspected from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub geometry: Option<ObservedGeometry>,
-    /// The capacity plan.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plan: Option<PlanStatus>,
-    /// The built-in autoscaler's last decision.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub autoscaler: Option<AutoscalerStatus>,
+pub struct InferencePoolSpec {
+    /// The endpoint picker (EPP) Service the gateway consults.
+    pub endpoint_picker: EndpointPickerSpec,
 }
 
-/// Geometry as learnt, with where it came from.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+/// A reference to an endpoint picker Service.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct ObservedGeometry {
-    /// `spec` or the inspected source.
-    pub source: String,
-    /// The numbers.
-    pub geometry: GeometrySpec,
+pub struct EndpointPickerSpec {
+    /// Service name, in the ModelDeployment's namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Its gRPC port.
+    #[serde(default = "default_epp_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+    /// `FailClose` (default) or `FailOpen` when the picker does not answer.
+    #[serde(default = "default_failure_mode")]
+    #[x_kube(validation = Rule::new("self in ['FailOpen', 'FailClose']").message("inferencePool.endpointPicker.failureMode must be FailOpen or FailClose"))]
+    pub failure_mode: String,
 }
 
-/// The plan's numbers.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PlanStatus {
-    /// KV blocks in each replica's pool.
-    pub kv_blocks: i64,
-    /// Tokens per block.
-    pub block_size: i64,
-    /// Concurrent sequences per replica.
-    pub max_seqs: i64,
-    /// KV bytes per token.
-    pub kv_bytes_per_token: i64,
-    /// Weight bytes.
-    pub weight_bytes: i64,
-    /// Bytes of the KV pool.
-    pub kv_budget_bytes: i64,
-    /// Longest sequence served.
-    pub max_model_len: i64,
+fn default_epp_port() -> i32 {
+    9002
 }
 
-/// The built-in autoscaler's last decision.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct AutoscalerStatus {
-    /// Replicas it wants.
-    pub desired_replicas: i32,
-    /// When it last changed `spec.replicas` (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_scale_time: Option<String>,
-    /// Why.
-    pub reason: String,
-    /// Waiting requests summed over ready pods.
-    pub observed_queue: f64,
-    /// Mean KV usage ratio over ready pods.
-    pub observed_kv_usage: f64,
-    /// Pods scraped.
-    pub observed_pods: i32,
+fn default_failure_mode() -> String {
+    "FailClose".into()
 }
 
 impl ModelDeployment {
@@ -446,6 +462,10 @@ pub fn crd_yaml() -> String {
         serde_yaml::to_string(&crd).expect("CRD serialises")
     )
 }
+
+mod status;
+
+pub use status::*;
 
 #[cfg(test)]
 mod tests;

@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 
 use ferrox_plan::{KvDtype, ModelGeometry};
-use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::api::core::v1::{
+    Node, NodeSpec, NodeStatus, ResourceRequirements, Taint, Toleration,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::ObjectMeta;
 
@@ -55,8 +57,9 @@ fn base_spec(source: &str) -> ModelDeploymentSpec {
     ModelDeploymentSpec {
         model: ModelSpec {
             source: source.into(),
-            served_name: "model".into(),
+            served_name: Some("model".into()),
             geometry: None,
+            cache: None,
         },
         accelerator: None,
         engine: EngineSpec::default(),
@@ -71,6 +74,7 @@ fn base_spec(source: &str) -> ModelDeploymentSpec {
         image_pull_secrets: None,
         service_account_name: None,
         service: ServiceSpec::default(),
+        inference_pool: None,
     }
 }
 
@@ -80,7 +84,7 @@ pub fn gpu_spec(count: i32, memory: &str) -> ModelDeploymentSpec {
         accelerator: Some(AcceleratorSpec {
             resource_name: "nvidia.com/gpu".into(),
             count,
-            memory_per_device: Quantity(memory.into()),
+            memory_per_device: Some(Quantity(memory.into())),
             product: None,
         }),
         ..base_spec("hf://meta-llama/Meta-Llama-3-8B-Instruct")
@@ -98,6 +102,47 @@ pub fn cpu_spec(memory: &str) -> ModelDeploymentSpec {
             ..Default::default()
         }),
         ..base_spec("file:///models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    }
+}
+
+/// A GPU node as GPU Feature Discovery labels it: `gpus` devices of
+/// `product`, `memory_mib` each, tainted `nvidia.com/gpu:NoSchedule`.
+pub fn gpu_node(name: &str, product: &str, memory_mib: u64, gpus: u32) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(BTreeMap::from([
+                ("nvidia.com/gpu.product".to_string(), product.to_string()),
+                ("nvidia.com/gpu.memory".to_string(), memory_mib.to_string()),
+                ("nvidia.com/gpu.count".to_string(), gpus.to_string()),
+            ])),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            taints: Some(vec![Taint {
+                key: "nvidia.com/gpu".into(),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: Some(NodeStatus {
+            allocatable: Some(BTreeMap::from([(
+                "nvidia.com/gpu".to_string(),
+                Quantity(gpus.to_string()),
+            )])),
+            ..Default::default()
+        }),
+    }
+}
+
+/// The toleration GPU pods carry for [`gpu_node`]'s taint.
+pub fn gpu_toleration() -> Toleration {
+    Toleration {
+        key: Some("nvidia.com/gpu".into()),
+        operator: Some("Exists".into()),
+        effect: Some("NoSchedule".into()),
+        ..Default::default()
     }
 }
 

@@ -1,12 +1,25 @@
 //! Where a plan's geometry comes from: the spec, a past inspection recorded in
 //! status, or the termination message of an inspection pod.
 
-use ferrox_plan::ModelGeometry;
+use ferrox_plan::{DeviceKind, Footprint, Footprints, ModelGeometry};
 use k8s_openapi::api::core::v1::Pod;
+use serde::Deserialize;
 
 use crate::Error;
-use crate::crd::{ModelDeployment, ObservedGeometry};
-use crate::plan::{from_geometry, to_geometry};
+use crate::crd::{DeviceFootprints, FootprintStatus, ModelDeployment, ObservedGeometry};
+use crate::plan::{from_dtype, from_geometry, to_dtype, to_geometry};
+
+/// `ferrox-server inspect --json`: the geometry (top-level weight bytes and
+/// KV dtype are the CPU figures) and, from newer servers, every device's.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Inspected {
+    /// The shape facts.
+    #[serde(flatten)]
+    pub geometry: ModelGeometry,
+    /// How the model is held on each device kind.
+    #[serde(default)]
+    pub devices: Option<Footprints>,
+}
 
 /// `status.geometry.source` when the geometry came from the spec.
 pub const FROM_SPEC: &str = "spec";
@@ -17,6 +30,7 @@ pub fn known(md: &ModelDeployment) -> Option<ObservedGeometry> {
         return Some(ObservedGeometry {
             source: FROM_SPEC.into(),
             geometry: g.clone(),
+            devices: None,
         });
     }
     md.status
@@ -26,14 +40,64 @@ pub fn known(md: &ModelDeployment) -> Option<ObservedGeometry> {
 }
 
 /// Parses `ferrox-server inspect --json` output (extra fields are ignored).
-pub fn parse_inspect(json: &str) -> Result<ModelGeometry, Error> {
+pub fn parse_inspect(json: &str) -> Result<Inspected, Error> {
     let line = json
         .lines()
         .map(str::trim)
         .find(|l| l.starts_with('{'))
         .ok_or(Error::Missing("a JSON line in the inspect output"))?;
-    let geometry: ModelGeometry = serde_json::from_str(line)?;
-    Ok(geometry)
+    Ok(serde_json::from_str(line)?)
+}
+
+/// An inspection as status records it.
+pub fn observed(source: &str, inspected: &Inspected) -> ObservedGeometry {
+    ObservedGeometry {
+        source: source.to_string(),
+        geometry: from_geometry(&inspected.geometry),
+        devices: inspected.devices.as_ref().map(|d| DeviceFootprints {
+            cpu: footprint_status(&d.cpu),
+            cuda: footprint_status(&d.cuda),
+        }),
+    }
+}
+
+/// The geometry to plan with on `device`: the inspected device's weights and
+/// KV dtype when known, else the recorded (or spec's) figures as given.
+pub fn held_on(g: &ObservedGeometry, device: DeviceKind) -> ModelGeometry {
+    let base = to_geometry(&g.geometry);
+    match &g.devices {
+        Some(d) => base.held_as(&to_footprint(match device {
+            DeviceKind::Cpu => &d.cpu,
+            DeviceKind::Cuda => &d.cuda,
+        })),
+        None => base,
+    }
+}
+
+/// `g` with its numbers replaced by those planned with on `device`.
+pub fn as_planned(g: &ObservedGeometry, device: DeviceKind) -> ObservedGeometry {
+    ObservedGeometry {
+        geometry: from_geometry(&held_on(g, device)),
+        ..g.clone()
+    }
+}
+
+fn footprint_status(f: &Footprint) -> FootprintStatus {
+    let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    FootprintStatus {
+        weight_bytes: n(f.weight_bytes),
+        kv_dtype: from_dtype(f.kv_dtype),
+        kv_bytes_per_token: n(f.kv_bytes_per_token),
+    }
+}
+
+fn to_footprint(f: &FootprintStatus) -> Footprint {
+    let n = |v: i64| u64::try_from(v).unwrap_or(0);
+    Footprint {
+        weight_bytes: n(f.weight_bytes),
+        kv_dtype: to_dtype(f.kv_dtype),
+        kv_bytes_per_token: n(f.kv_bytes_per_token),
+    }
 }
 
 /// The geometry a successful inspection pod reported, if one did.
@@ -45,15 +109,7 @@ pub fn from_pods(pods: &[Pod], source: &str) -> Option<Result<ObservedGeometry, 
             (t.exit_code == 0).then(|| t.message.clone()).flatten()
         })
     })?;
-    Some(parse_inspect(&message).map(|g| ObservedGeometry {
-        source: source.to_string(),
-        geometry: from_geometry(&g),
-    }))
-}
-
-/// ferrox-plan's geometry from a recorded one.
-pub fn to_plan_geometry(g: &ObservedGeometry) -> ModelGeometry {
-    to_geometry(&g.geometry)
+    Some(parse_inspect(&message).map(|i| observed(source, &i)))
 }
 
 #[cfg(test)]
@@ -61,11 +117,13 @@ mod tests {
     use super::*;
     use crate::crd::ModelDeploymentStatus;
     use crate::fixtures::{self, gpu_spec, md};
+    use ferrox_plan::KvDtype;
     use k8s_openapi::api::core::v1::{
         ContainerState, ContainerStateTerminated, ContainerStatus, PodStatus,
     };
 
     const INSPECT: &str = r#"{"architecture":"llama","layers":30,"kvHeads":3,"headDim":64,"kvDtype":"f32","weightBytes":98362432,"contextLength":8192,"hiddenSize":576,"heads":9,"vocabSize":49152,"intermediateSize":1536}"#;
+    const INSPECT_DEVICES: &str = r#"{"architecture":"llama","layers":30,"kvHeads":3,"headDim":64,"kvDtype":"f16","weightBytes":98362432,"contextLength":8192,"hiddenSize":576,"heads":9,"vocabSize":49152,"intermediateSize":1536,"devices":{"cpu":{"weightBytes":98362432,"kvDtype":"f16","kvBytesPerToken":23040},"cuda":{"weightBytes":270000000,"kvDtype":"bf16","kvBytesPerToken":23040}}}"#;
 
     fn terminated(exit_code: i32, message: &str) -> Pod {
         Pod {
@@ -88,21 +146,53 @@ mod tests {
         }
     }
 
-    #[test]
-    fn inspect_output_parses_to_geometry() {
-        let want = ModelGeometry {
+    fn smollm2_shaped() -> ModelGeometry {
+        ModelGeometry {
             heads: 9,
             hidden_size: 576,
             intermediate_size: 1536,
             vocab_size: 49152,
             ..fixtures::smollm2_135m()
-        };
-        assert_eq!(parse_inspect(INSPECT).unwrap(), want);
+        }
+    }
+
+    #[test]
+    fn inspect_output_parses_to_geometry() {
+        let want = smollm2_shaped();
+        assert_eq!(parse_inspect(INSPECT).unwrap().geometry, want);
+        assert_eq!(parse_inspect(INSPECT).unwrap().devices, None);
         assert_eq!(
-            parse_inspect(&format!("loading...\n{INSPECT}\n")).unwrap(),
+            parse_inspect(&format!("loading...\n{INSPECT}\n"))
+                .unwrap()
+                .geometry,
             want
         );
         assert!(parse_inspect("no json here").is_err());
+    }
+
+    #[test]
+    fn each_device_plans_with_its_own_footprint() {
+        let g = observed("hf://a/b", &parse_inspect(INSPECT_DEVICES).unwrap());
+        let cases = [
+            (DeviceKind::Cpu, 98_362_432, KvDtype::F16),
+            (DeviceKind::Cuda, 270_000_000, KvDtype::Bf16),
+        ];
+        for (device, weights, dtype) in cases {
+            let held = held_on(&g, device);
+            assert_eq!(
+                (held.weight_bytes, held.kv_dtype),
+                (weights, dtype),
+                "{device}"
+            );
+            assert_eq!(held.layers, 30);
+            // The status records what was planned with, and keeps the devices.
+            let recorded = as_planned(&g, device);
+            assert_eq!(recorded.geometry.weight_bytes, weights as i64);
+            assert_eq!(held_on(&recorded, device), held);
+        }
+        // Without `devices` (an older server, or the spec) the figures are used as given.
+        let old = observed("hf://a/b", &parse_inspect(INSPECT).unwrap());
+        assert_eq!(held_on(&old, DeviceKind::Cuda), smollm2_shaped());
     }
 
     #[test]
@@ -113,7 +203,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(got.source, src);
-        assert_eq!(to_plan_geometry(&got), fixtures::smollm2_135m());
+        assert_eq!(held_on(&got, DeviceKind::Cpu), smollm2_shaped());
         assert!(from_pods(&[terminated(0, "{bad")], src).unwrap().is_err());
     }
 
@@ -124,6 +214,7 @@ mod tests {
         let recorded = ObservedGeometry {
             source: md.spec.model.source.clone(),
             geometry: from_geometry(&fixtures::llama3_8b()),
+            devices: None,
         };
         md.status = Some(ModelDeploymentStatus {
             geometry: Some(recorded.clone()),

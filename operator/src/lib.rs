@@ -1,21 +1,23 @@
 //! ferrox-operator: the `ModelDeployment` CRD, its capacity plan, the objects
 //! it renders, the reconciler that applies them and the built-in autoscaler.
 //!
-//! Functional core, imperative shell: `plan`, `desired`, `status`,
-//! `autoscale` and `render` are pure; `reconcile`, `autoscaler`, `lease`,
-//! `metrics_scrape::scrape` and `server` do I/O.
+//! Functional core, imperative shell: `plan`, `gpu_nodes`, `desired`,
+//! `status`, `observed_plan`, `autoscaling::decision` and `render` are pure;
+//! `reconcile`, `node_watch`, `autoscaling::run`, `lease`,
+//! `autoscaling::scrape::scrape` and `server` do I/O.
 
 #![warn(missing_docs)]
 
-pub mod autoscale;
-pub mod autoscaler;
+pub mod autoscaling;
 pub mod crd;
 pub mod desired;
 pub mod error;
 pub mod geometry;
+pub mod gpu_nodes;
 pub mod lease;
 pub mod metrics;
-pub mod metrics_scrape;
+pub mod node_watch;
+pub mod observed_plan;
 pub mod plan;
 pub mod quantity;
 pub mod reconcile;

@@ -11,7 +11,7 @@ use ferrox_operator::desired::DesiredConfig;
 use ferrox_operator::lease::LeaderElection;
 use ferrox_operator::metrics::Metrics;
 use ferrox_operator::reconcile::Context;
-use ferrox_operator::{autoscaler, crd, reconcile, render, server};
+use ferrox_operator::{autoscaling, crd, node_watch, reconcile, render, server};
 
 #[derive(Parser)]
 #[command(
@@ -59,7 +59,7 @@ struct RunArgs {
     /// Address of `/metrics` and `/healthz`.
     #[arg(long, env = "FERROX_OPERATOR_LISTEN", default_value = "0.0.0.0:8080")]
     listen: SocketAddr,
-    /// Seconds between autoscaler scrapes.
+    /// Seconds between scrapes of the servers (observed plan, built-in autoscaler).
     #[arg(long, env = "FERROX_SCRAPE_INTERVAL", default_value_t = 15)]
     scrape_interval: u64,
     /// Namespace of the leader-election Lease.
@@ -175,13 +175,17 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     metrics.set_leader(true);
     tracing::info!(%identity, "leading");
-    let ctx = Arc::new(Context::new(
-        client,
-        args.shared.config(),
-        metrics.clone(),
-        Some(identity),
-    ));
-    let scaler = tokio::spawn(autoscaler::run(
+    let (nodes, node_changes) = node_watch::watch(client.clone()).await;
+    let ctx = Arc::new(
+        Context::new(
+            client,
+            args.shared.config(),
+            metrics.clone(),
+            Some(identity),
+        )
+        .with_nodes(nodes),
+    );
+    let scaler = tokio::spawn(autoscaling::run::run(
         ctx.clone(),
         Duration::from_secs(args.scrape_interval.max(1)),
     ));
@@ -192,7 +196,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         election.hold().await;
     };
     tokio::select! {
-        () = reconcile::run(ctx) => tracing::info!("controller stopped"),
+        () = reconcile::run(ctx, node_changes) => tracing::info!("controller stopped"),
         () = lost => anyhow::bail!("lost the lease; exiting so that a new leader acts alone"),
         r = http => r?.context("metrics server")?,
     }

@@ -1,46 +1,122 @@
-//! The capacity plan of a `ModelDeployment`: ferrox-plan fed from the spec.
+//! The capacity plan of a `ModelDeployment`: ferrox-plan fed from the spec,
+//! the memory it is planned into, and what the pod must reserve for it.
 
 use ferrox_plan::{DeviceKind, KvDtype, ModelGeometry, Plan, PlanConfig, PlanError};
 
 use crate::crd::{GeometrySpec, KvDtypeSpec, ModelDeploymentSpec, PlanStatus};
+use crate::gpu_nodes::GpuTarget;
 use crate::{Error, quantity};
 
-/// Memory one replica may plan into, summed over its devices (or its RAM on CPU).
-pub fn memory_bytes(spec: &ModelDeploymentSpec) -> Result<u64, Error> {
-    if let Some(acc) = &spec.accelerator {
-        let per_device = quantity::bytes(&acc.memory_per_device)?;
-        return Ok(per_device * acc.count.max(1) as u64);
-    }
-    let resources = spec.resources.as_ref();
-    let memory = resources
-        .and_then(|r| r.limits.as_ref())
-        .and_then(|l| l.get("memory"))
-        .or_else(|| {
-            resources
-                .and_then(|r| r.requests.as_ref())
-                .and_then(|r| r.get("memory"))
-        })
-        .ok_or_else(|| {
-            Error::InvalidSpec("no accelerator and no resources.limits.memory to plan from".into())
-        })?;
-    quantity::bytes(memory)
+/// The memory one replica is planned into, and where that figure came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Memory {
+    /// Bytes (one device's on GPU; the container's on CPU).
+    pub bytes: u64,
+    /// `status.plan.memoryFrom`.
+    pub from: String,
 }
 
-/// The ferrox-plan inputs the spec asks for.
-pub fn plan_config(spec: &ModelDeploymentSpec) -> Result<PlanConfig, Error> {
+/// A plan with everything around it the status and the pods need.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Planned {
+    /// The numbers.
+    pub plan: Plan,
+    /// What it was planned into.
+    pub memory: Memory,
+    /// The device it was planned for.
+    pub device: DeviceKind,
+    /// The pod's memory request (CPU: also its limit), whole MiB.
+    pub pod_memory_bytes: u64,
+    /// Tokens per request `max_seqs` was counted for.
+    pub typical_seq_len: u64,
+}
+
+/// Host memory a GPU server keeps beyond its devices, besides the logits it
+/// copies back: the CPU runtime (code, allocator) plus the tokenizer and
+/// chat template.
+pub const GPU_HOST_BASE_BYTES: u64 = (96 + 64) << 20;
+
+/// Why a spec cannot be planned at all, before any geometry: a condition
+/// reason and a message.
+pub fn unsupported(spec: &ModelDeploymentSpec) -> Option<(&'static str, String)> {
+    if let Err(e) = ferrox_source::parse_spec(&spec.model.source) {
+        return Some(("InvalidSpec", e.to_string()));
+    }
+    let count = spec.accelerator.as_ref().map_or(1, |a| a.count);
+    if count > 1 {
+        return Some((
+            "TensorParallelUnsupported",
+            format!(
+                "accelerator.count is {count}, but ferrox-server runs a model on one device: \
+                 it cannot shard a model across GPUs yet; use count 1 (a smaller or quantized model) \
+                 and scale replicas instead"
+            ),
+        ));
+    }
+    None
+}
+
+/// The memory `spec` plans into: the GPU target's device, or the container's
+/// memory limit (else request) on CPU.
+pub fn memory(spec: &ModelDeploymentSpec, gpu: Option<&GpuTarget>) -> Result<Memory, Error> {
+    if spec.accelerator.is_some() {
+        let gpu = gpu.ok_or(Error::Missing("the GPU nodes to plan for"))?;
+        let from = match gpu.memory_from {
+            "spec" => "spec.accelerator.memoryPerDevice".to_string(),
+            _ => format!(
+                "the smallest {} label of {} matching nodes",
+                crate::gpu_nodes::GPU_MEMORY_LABEL,
+                gpu.nodes
+            ),
+        };
+        return Ok(Memory {
+            bytes: gpu.memory_per_device,
+            from,
+        });
+    }
+    let resources = spec.resources.as_ref();
+    let pick = |limits: bool| {
+        let map = resources.and_then(|r| {
+            if limits {
+                r.limits.as_ref()
+            } else {
+                r.requests.as_ref()
+            }
+        });
+        map.and_then(|m| m.get("memory"))
+    };
+    let (q, from) = match (pick(true), pick(false)) {
+        (Some(q), _) => (q, "spec.resources.limits.memory"),
+        (None, Some(q)) => (q, "spec.resources.requests.memory"),
+        (None, None) => {
+            return Err(Error::InvalidSpec(
+                "no accelerator and no resources.limits.memory to plan from".into(),
+            ));
+        }
+    };
+    Ok(Memory {
+        bytes: quantity::bytes(q)?,
+        from: from.into(),
+    })
+}
+
+/// The ferrox-plan inputs the spec asks for, in `memory_bytes`.
+pub fn plan_config(spec: &ModelDeploymentSpec, memory_bytes: u64) -> PlanConfig {
     let engine = &spec.engine;
     let defaults = PlanConfig::for_device(device_kind(spec));
-    Ok(PlanConfig {
-        memory_bytes: memory_bytes(spec)?,
+    let n = |v: i64| u64::try_from(v).unwrap_or(0);
+    PlanConfig {
+        memory_bytes,
         utilization: engine.memory_utilization,
-        block_size: engine.block_size.max(0) as u64,
-        max_model_len: engine.max_model_len.map(|n| n.max(0) as u64),
-        max_seqs_cap: engine.max_seqs.map(|n| n.max(0) as u64),
+        block_size: n(i64::from(engine.block_size)),
+        max_model_len: engine.max_model_len.map(n),
+        max_seqs_cap: engine.max_seqs.map(n),
         prefill_chunk: engine
             .prefill_chunk
-            .map_or(defaults.prefill_chunk, |n| n.max(1) as u64),
+            .map_or(defaults.prefill_chunk, |v| n(v).max(1)),
+        typical_seq_len: Some(n(engine.typical_seq_len).max(1)),
         ..defaults
-    })
+    }
 }
 
 /// The device the spec's pods serve on: a GPU when it asks for accelerators.
@@ -52,52 +128,122 @@ pub fn device_kind(spec: &ModelDeploymentSpec) -> DeviceKind {
     }
 }
 
-/// The plan for `spec` with `geometry`: the numbers, or why it cannot run.
-pub fn plan_for(spec: &ModelDeploymentSpec, geometry: &ModelGeometry) -> Result<Plan, PlanError> {
-    let config = plan_config(spec).map_err(|e| PlanError::Invalid(e.to_string()))?;
-    ferrox_plan::plan(geometry, &config)
+/// The plan for `spec` with `geometry` (as held on the spec's device) in `memory`.
+pub fn planned(
+    spec: &ModelDeploymentSpec,
+    geometry: &ModelGeometry,
+    memory: Memory,
+) -> Result<Planned, PlanError> {
+    let config = plan_config(spec, memory.bytes);
+    let plan = ferrox_plan::plan(geometry, &config)?;
+    let device = device_kind(spec);
+    let pod_memory_bytes = pod_memory_bytes(device, &plan, geometry);
+    let typical_seq_len = config
+        .typical_seq_len
+        .unwrap_or(plan.max_model_len)
+        .clamp(1, plan.max_model_len);
+    Ok(Planned {
+        plan,
+        memory,
+        device,
+        pod_memory_bytes,
+        typical_seq_len,
+    })
+}
+
+/// What the pod must reserve for the plan: on CPU everything the plan
+/// counts (it all lives in the container); on GPU what stays on the host,
+/// [`GPU_HOST_BASE_BYTES`] plus two host copies of the logits of every row.
+/// Rounded up to a whole MiB.
+pub fn pod_memory_bytes(device: DeviceKind, plan: &Plan, geometry: &ModelGeometry) -> u64 {
+    let bytes = match device {
+        DeviceKind::Cpu => plan.total_bytes(),
+        DeviceKind::Cuda => GPU_HOST_BASE_BYTES.saturating_add(
+            plan.max_seqs
+                .saturating_mul(geometry.vocab_size)
+                .saturating_mul(4 * 2),
+        ),
+    };
+    bytes.div_ceil(1 << 20).saturating_mul(1 << 20)
+}
+
+/// The plan for `spec` planned offline: the GPU memory must be in the spec.
+pub fn plan_offline(
+    spec: &ModelDeploymentSpec,
+    geometry: &ModelGeometry,
+) -> Result<Planned, Error> {
+    let gpu = match &spec.accelerator {
+        Some(acc) => Some(crate::gpu_nodes::target(spec, acc, &[]).map_err(|_| {
+            Error::InvalidSpec(
+                "no cluster to read GPU nodes from: set spec.accelerator.memoryPerDevice".into(),
+            )
+        })?),
+        None => None,
+    };
+    let memory = memory(spec, gpu.as_ref())?;
+    planned(spec, geometry, memory).map_err(|e| Error::InvalidSpec(e.to_string()))
 }
 
 /// The CRD's geometry as ferrox-plan's.
 pub fn to_geometry(g: &GeometrySpec) -> ModelGeometry {
-    let n = |v: i64| v.max(0) as u64;
+    let n = |v: i64| u64::try_from(v).unwrap_or(0);
+    let o = |v: Option<i64>| v.map_or(0, n);
     ModelGeometry {
         layers: n(g.layers),
         kv_heads: n(g.kv_heads),
         head_dim: n(g.head_dim),
-        kv_dtype: match g.kv_dtype {
-            KvDtypeSpec::F32 => KvDtype::F32,
-            KvDtypeSpec::F16 => KvDtype::F16,
-            KvDtypeSpec::Bf16 => KvDtype::Bf16,
-            KvDtypeSpec::Fp8 => KvDtype::Fp8,
-        },
+        kv_dtype: to_dtype(g.kv_dtype),
         weight_bytes: n(g.weight_bytes),
         context_length: n(g.context_length),
-        ..ModelGeometry::default()
+        heads: o(g.heads),
+        hidden_size: o(g.hidden_size),
+        intermediate_size: o(g.intermediate_size),
+        vocab_size: o(g.vocab_size),
     }
 }
 
 /// ferrox-plan's geometry as the CRD's.
 pub fn from_geometry(g: &ModelGeometry) -> GeometrySpec {
     let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    let o = |v: u64| (v > 0).then(|| n(v));
     GeometrySpec {
         layers: n(g.layers),
         kv_heads: n(g.kv_heads),
         head_dim: n(g.head_dim),
-        kv_dtype: match g.kv_dtype {
-            KvDtype::F32 => KvDtypeSpec::F32,
-            KvDtype::F16 => KvDtypeSpec::F16,
-            KvDtype::Bf16 => KvDtypeSpec::Bf16,
-            KvDtype::Fp8 => KvDtypeSpec::Fp8,
-        },
+        kv_dtype: from_dtype(g.kv_dtype),
         weight_bytes: n(g.weight_bytes),
         context_length: n(g.context_length),
+        heads: o(g.heads),
+        hidden_size: o(g.hidden_size),
+        intermediate_size: o(g.intermediate_size),
+        vocab_size: o(g.vocab_size),
+    }
+}
+
+/// The CRD's KV dtype as ferrox-plan's.
+pub fn to_dtype(d: KvDtypeSpec) -> KvDtype {
+    match d {
+        KvDtypeSpec::F32 => KvDtype::F32,
+        KvDtypeSpec::F16 => KvDtype::F16,
+        KvDtypeSpec::Bf16 => KvDtype::Bf16,
+        KvDtypeSpec::Fp8 => KvDtype::Fp8,
+    }
+}
+
+/// ferrox-plan's KV dtype as the CRD's.
+pub fn from_dtype(d: KvDtype) -> KvDtypeSpec {
+    match d {
+        KvDtype::F32 => KvDtypeSpec::F32,
+        KvDtype::F16 => KvDtypeSpec::F16,
+        KvDtype::Bf16 => KvDtypeSpec::Bf16,
+        KvDtype::Fp8 => KvDtypeSpec::Fp8,
     }
 }
 
 /// A plan as the status reports it.
-pub fn to_status(plan: &Plan) -> PlanStatus {
+pub fn to_status(p: &Planned) -> PlanStatus {
     let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    let plan = &p.plan;
     PlanStatus {
         kv_blocks: n(plan.kv_blocks),
         block_size: n(plan.block_size),
@@ -105,100 +251,17 @@ pub fn to_status(plan: &Plan) -> PlanStatus {
         kv_bytes_per_token: n(plan.kv_bytes_per_token),
         weight_bytes: n(plan.weight_bytes),
         kv_budget_bytes: n(plan.kv_budget_bytes),
+        activation_reserve_bytes: n(plan.activation_reserve_bytes),
+        overhead_bytes: n(plan.overhead_bytes),
+        total_bytes: n(plan.total_bytes()),
+        memory_bytes: n(p.memory.bytes),
+        memory_from: p.memory.from.clone(),
+        device: p.device.to_string(),
+        pod_memory_bytes: n(p.pod_memory_bytes),
         max_model_len: n(plan.max_model_len),
+        typical_seq_len: n(p.typical_seq_len),
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::fixtures::{self, cpu_spec, gpu_spec};
-
-    struct Case {
-        name: &'static str,
-        spec: ModelDeploymentSpec,
-        geometry: ModelGeometry,
-        want: Result<(u64, u64), &'static str>,
-    }
-
-    #[test]
-    fn plans_for_real_models() {
-        let cases = [
-            Case {
-                // (2 GiB * 0.9 - 94 MiB weights - 32 MiB runtime - 1.1 MiB
-                // activations of a 768-token step) / (16 * 46,080 B).
-                name: "SmolLM2-135M on CPU with 2Gi",
-                spec: cpu_spec("2Gi"),
-                geometry: fixtures::smollm2_135m(),
-                want: Ok((2_440, 4)),
-            },
-            Case {
-                name: "Llama-3-8B geometry on one 80Gi GPU",
-                spec: gpu_spec(1, "80Gi"),
-                geometry: fixtures::llama3_8b(),
-                want: Ok((28_820, 56)),
-            },
-            Case {
-                name: "Llama-3-8B with maxSeqs cap 32 and maxModelLen 4096",
-                spec: {
-                    let mut s = gpu_spec(1, "80Gi");
-                    s.engine.max_seqs = Some(32);
-                    s.engine.max_model_len = Some(4096);
-                    s
-                },
-                geometry: fixtures::llama3_8b(),
-                want: Ok((28_820, 32)),
-            },
-            Case {
-                name: "Llama-3-70B geometry on one 24Gi GPU is refused",
-                spec: gpu_spec(1, "24Gi"),
-                geometry: fixtures::llama3_70b(),
-                want: Err(
-                    "insufficient memory: 25769803776 bytes x 0.9 utilization = 23192823398 usable; \
-                     weights take 141107412992, activations and runtime 808452096, leaving 0 for KV, \
-                     but one 8192-token sequence needs 2684354560 bytes of KV",
-                ),
-            },
-            Case {
-                name: "Llama-3-70B on four 80Gi GPUs fits",
-                spec: gpu_spec(4, "80Gi"),
-                geometry: fixtures::llama3_70b(),
-                want: Ok((31_914, 62)),
-            },
-        ];
-        for case in cases {
-            let got = plan_for(&case.spec, &case.geometry)
-                .map(|p| (p.kv_blocks, p.max_seqs))
-                .map_err(|e| e.to_string());
-            assert_eq!(got, case.want.map_err(String::from), "{}", case.name);
-        }
-    }
-
-    #[test]
-    fn the_8b_plan_matches_the_formula_by_hand() {
-        let plan = plan_for(&gpu_spec(1, "80Gi"), &fixtures::llama3_8b()).unwrap();
-        // 2 * 32 layers * 8 kv heads * 128 dims * 2 bytes
-        assert_eq!(plan.kv_bytes_per_token, 131_072);
-        let usable = (80u64 << 30) as f64 * 0.9;
-        // The fixture gives no hidden/MLP/vocab sizes: the estimate counts
-        // the k and v projections of a 512 + 256 token step, in bf16.
-        assert_eq!(plan.activation_reserve_bytes, (512 + 256) * 2048 * 2);
-        assert_eq!(plan.overhead_bytes, 768 << 20);
-        let budget = usable as u64 - 16_060_522_496 - (768 << 20) - plan.activation_reserve_bytes;
-        assert_eq!(plan.kv_blocks, budget / (16 * 131_072));
-        assert_eq!(plan.max_seqs, plan.kv_blocks / (8192 / 16));
-    }
-
-    #[test]
-    fn cpu_plan_needs_memory() {
-        let mut spec = cpu_spec("2Gi");
-        spec.resources = None;
-        assert!(memory_bytes(&spec).is_err());
-    }
-
-    #[test]
-    fn geometry_round_trips() {
-        let g = fixtures::llama3_8b();
-        assert_eq!(to_geometry(&from_geometry(&g)), g);
-    }
-}
+mod tests;

@@ -10,22 +10,28 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::crd::{ModelDeployment, ObservedGeometry};
-use crate::desired::{Desired, DesiredConfig, desired, inspect_job};
+use crate::crd::{AcceleratorStatus, ModelDeployment, ObservedGeometry};
+use crate::desired::{
+    Desired, DesiredConfig, desired, inference_pool, inspect_job, selector_string,
+};
+use crate::gpu_nodes::GpuTarget;
 use crate::metrics::Metrics;
-use crate::status::{Observed, PlanOutcome, decisions, desired_status, status_patch};
-use crate::{Error, geometry, plan};
+use crate::status::{
+    Observed, PlanOutcome, decisions, desired_status, status_patch, unschedulable,
+};
+use crate::{Error, geometry, gpu_nodes, plan};
 
 /// The one field manager of everything the operator applies.
 pub const FIELD_MANAGER: &str = "ferrox-operator";
@@ -42,6 +48,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// The clock, injected so that tests are deterministic.
     pub clock: fn() -> Time,
+    /// The cluster's nodes, kept by a reflector (GPU memory is read from their labels).
+    pub nodes: Store<Node>,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -63,8 +71,15 @@ impl Context {
             config,
             metrics,
             clock: || Time(k8s_openapi::jiff::Timestamp::now()),
+            nodes: reflector::store().0,
             failures: Mutex::default(),
         }
+    }
+
+    /// The same context reading nodes from `nodes`.
+    pub fn with_nodes(mut self, nodes: Store<Node>) -> Self {
+        self.nodes = nodes;
+        self
     }
 
     /// The same context with another clock (tests pin time).
@@ -96,19 +111,15 @@ where
 pub async fn reconcile(md: Arc<ModelDeployment>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.metrics.reconciled();
     let ns = md.namespace().ok_or(Error::Missing("metadata.namespace"))?;
-    let (outcome, geometry) = match resolve_geometry(&md, &ctx, &ns).await? {
-        Ok(g) => match plan::plan_for(&md.spec, &geometry::to_plan_geometry(&g)) {
-            Ok(p) => (PlanOutcome::Planned(p), Some(g)),
-            Err(e) => (refusal(&e), Some(g)),
-        },
-        Err(pending_or_refused) => (pending_or_refused, None),
-    };
+    let (outcome, geometry, accelerator) = plan_md(&md, &ctx, &ns).await?;
     let mut observed = Observed {
         outcome,
         geometry,
         replicas: 0,
         ready_replicas: 0,
         updated_replicas: 0,
+        accelerator,
+        unschedulable: None,
     };
     if let PlanOutcome::Planned(p) = &observed.outcome {
         let deployment = apply_children(&md, p, &ctx, &ns).await?;
@@ -116,6 +127,13 @@ pub async fn reconcile(md: Arc<ModelDeployment>, ctx: Arc<Context>) -> Result<Ac
         observed.replicas = s.replicas.unwrap_or(0);
         observed.ready_replicas = s.ready_replicas.unwrap_or(0);
         observed.updated_replicas = s.updated_replicas.unwrap_or(0);
+        if s.unavailable_replicas.unwrap_or(0) > 0 {
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+            let list = pods
+                .list(&ListParams::default().labels(&selector_string(&md)))
+                .await?;
+            observed.unschedulable = unschedulable(&list.items);
+        }
     }
     let next = desired_status(&md, &observed, &(ctx.clock)());
     if let Some(patch) = status_patch(&md, &next) {
@@ -128,6 +146,58 @@ pub async fn reconcile(md: Arc<ModelDeployment>, ctx: Arc<Context>) -> Result<Ac
     }
     ctx.failures.lock().expect("lock").remove(&key(&md));
     Ok(requeue_after(&observed))
+}
+
+type PlanParts = (
+    PlanOutcome,
+    Option<ObservedGeometry>,
+    Option<AcceleratorStatus>,
+);
+
+/// The plan (or why there is none), the geometry it used and the GPUs it is for.
+async fn plan_md(md: &ModelDeployment, ctx: &Context, ns: &str) -> Result<PlanParts, Error> {
+    if let Some((reason, message)) = plan::unsupported(&md.spec) {
+        return Ok((PlanOutcome::Refused { reason, message }, None, None));
+    }
+    let gpu = match &md.spec.accelerator {
+        Some(acc) => {
+            let nodes: Vec<Node> = ctx.nodes.state().iter().map(|n| (**n).clone()).collect();
+            match gpu_nodes::target(&md.spec, acc, &nodes) {
+                Ok(t) => Some(t),
+                Err(message) => {
+                    let reason = "NoMatchingNodes";
+                    return Ok((PlanOutcome::Refused { reason, message }, None, None));
+                }
+            }
+        }
+        None => None,
+    };
+    let accelerator = gpu.as_ref().map(accelerator_status);
+    let g = match resolve_geometry(md, ctx, ns).await? {
+        Ok(g) => g,
+        Err(outcome) => return Ok((outcome, None, accelerator)),
+    };
+    let device = plan::device_kind(&md.spec);
+    let outcome = match plan::memory(&md.spec, gpu.as_ref()) {
+        Ok(memory) => match plan::planned(&md.spec, &geometry::held_on(&g, device), memory) {
+            Ok(p) => PlanOutcome::Planned(Box::new(p)),
+            Err(e) => refusal(&e),
+        },
+        Err(e) => PlanOutcome::Refused {
+            reason: "InvalidSpec",
+            message: e.to_string(),
+        },
+    };
+    Ok((outcome, Some(geometry::as_planned(&g, device)), accelerator))
+}
+
+fn accelerator_status(t: &GpuTarget) -> AcceleratorStatus {
+    AcceleratorStatus {
+        product: t.product.clone(),
+        memory_per_device_bytes: i64::try_from(t.memory_per_device).unwrap_or(i64::MAX),
+        memory_from: t.memory_from.into(),
+        nodes: i32::try_from(t.nodes).unwrap_or(i32::MAX),
+    }
 }
 
 fn refusal(e: &ferrox_plan::PlanError) -> PlanOutcome {
@@ -216,7 +286,7 @@ async fn resolve_geometry(
 /// Applies every desired child; returns the Deployment as the server has it.
 async fn apply_children(
     md: &ModelDeployment,
-    plan: &ferrox_plan::Plan,
+    plan: &plan::Planned,
     ctx: &Context,
     ns: &str,
 ) -> Result<Deployment, Error> {
@@ -233,6 +303,9 @@ async fn apply_children(
     if let Some(so) = &d.scaled_object {
         apply(&scaled_objects(client, ns), so).await?;
     }
+    if let Some(pool) = &d.inference_pool {
+        apply(&inference_pools(client, ns), pool).await?;
+    }
     prune(md, &d, ctx, ns).await?;
     Ok(deployment)
 }
@@ -240,6 +313,14 @@ async fn apply_children(
 fn scaled_objects(client: &Client, ns: &str) -> Api<DynamicObject> {
     let gvk = kube::api::GroupVersionKind::gvk("keda.sh", "v1alpha1", "ScaledObject");
     Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&gvk))
+}
+
+fn inference_pools(client: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &ApiResource::from_gvk(&inference_pool::gvk()),
+    )
 }
 
 /// Deletes optional children the spec no longer asks for. Only a spec change
@@ -263,6 +344,9 @@ async fn prune(md: &ModelDeployment, d: &Desired, ctx: &Context, ns: &str) -> Re
     if d.scaled_object.is_none() {
         delete_owned(&scaled_objects(client, ns), &name, &uid).await?;
     }
+    if d.inference_pool.is_none() {
+        delete_owned(&inference_pools(client, ns), &name, &uid).await?;
+    }
     Ok(())
 }
 
@@ -274,7 +358,7 @@ where
     let absent = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 404);
     let found = match api.get_opt(name).await {
         Ok(found) => found,
-        // The kind itself may not be installed (KEDA): nothing to prune.
+        // The kind itself may not be installed (KEDA, GAIE): nothing to prune.
         Err(e) if absent(&e) => None,
         Err(e) => return Err(e.into()),
     };
@@ -334,11 +418,16 @@ pub fn error_policy(md: Arc<ModelDeployment>, error: &Error, ctx: Arc<Context>) 
     Action::requeue(Duration::from_secs(delay))
 }
 
-/// Runs the controller until shutdown.
-pub async fn run(ctx: Arc<Context>) {
+/// Runs the controller until shutdown. `node_changes` fires when what
+/// planning reads from the nodes changed (every ModelDeployment re-plans).
+pub async fn run(
+    ctx: Arc<Context>,
+    node_changes: impl futures::Stream<Item = ()> + Send + 'static,
+) {
     let client = ctx.client.clone();
     let mds: Api<ModelDeployment> = Api::all(client.clone());
     Controller::new(mds, watcher::Config::default())
+        .reconcile_all_on(node_changes)
         .owns(
             Api::<Deployment>::all(client.clone()),
             watcher::Config::default(),

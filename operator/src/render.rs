@@ -1,12 +1,12 @@
 //! `ferrox-operator render`: the plan and the objects a ModelDeployment would
 //! get, as YAML, without a cluster.
 
-use ferrox_plan::{ModelGeometry, Plan};
 use kube::ResourceExt;
 use serde::Serialize;
 
-use crate::crd::ModelDeployment;
+use crate::crd::{ModelDeployment, ObservedGeometry};
 use crate::desired::{Desired, DesiredConfig, desired};
+use crate::plan::Planned;
 use crate::{Error, geometry, plan};
 
 /// Stands in for the uid the API server would assign (owner references need one).
@@ -16,7 +16,7 @@ pub const PLACEHOLDER_UID: &str = "00000000-0000-0000-0000-000000000000";
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rendered {
     /// The plan.
-    pub plan: Plan,
+    pub plan: Planned,
     /// The objects.
     pub desired: Desired,
 }
@@ -42,17 +42,20 @@ pub fn render(
     geometry_json: Option<&str>,
     config: &DesiredConfig,
 ) -> Result<Rendered, Error> {
-    let geometry: ModelGeometry = match (geometry_json, &md.spec.model.geometry) {
-        (Some(json), _) => geometry::parse_inspect(json)?,
-        (None, Some(g)) => plan::to_geometry(g),
+    if let Some((reason, message)) = plan::unsupported(&md.spec) {
+        return Err(Error::InvalidSpec(format!("{reason}: {message}")));
+    }
+    let observed: ObservedGeometry = match (geometry_json, geometry::known(md)) {
+        (Some(json), _) => geometry::observed("inspect", &geometry::parse_inspect(json)?),
+        (None, Some(g)) => g,
         (None, None) => {
             return Err(Error::InvalidSpec(
                 "no geometry: set spec.model.geometry or pass --geometry-from INSPECT_JSON".into(),
             ));
         }
     };
-    let plan =
-        plan::plan_for(&md.spec, &geometry).map_err(|e| Error::InvalidSpec(e.to_string()))?;
+    let held = geometry::held_on(&observed, plan::device_kind(&md.spec));
+    let plan = plan::plan_offline(&md.spec, &held)?;
     let desired = desired(md, &plan, config)?;
     Ok(Rendered { plan, desired })
 }
@@ -85,6 +88,9 @@ pub fn to_yaml(md: &ModelDeployment, r: &Rendered) -> Result<String, Error> {
     if let Some(s) = &d.scaled_object {
         doc(&mut out, s)?;
     }
+    if let Some(p) = &d.inference_pool {
+        doc(&mut out, p)?;
+    }
     Ok(out)
 }
 
@@ -112,7 +118,8 @@ spec:
     fn renders_plan_and_objects_from_inspect_json() {
         let md = read_manifest(MANIFEST).unwrap();
         let r = render(&md, Some(INSPECT), &DesiredConfig::default()).unwrap();
-        assert_eq!(r.plan.max_seqs, 4);
+        // The inspection's shape sizes the activation reserve: 17, not 18.
+        assert_eq!(r.plan.plan.max_seqs, 17);
         let yaml = to_yaml(&md, &r).unwrap();
         let kinds: Vec<_> = serde_yaml::Deserializer::from_str(&yaml)
             .map(|d| {
@@ -123,7 +130,7 @@ spec:
             })
             .collect();
         assert_eq!(kinds, ["Deployment", "Service", "PodDisruptionBudget"]);
-        assert!(yaml.contains(&format!("# plan.kvBlocks: {}", r.plan.kv_blocks)));
+        assert!(yaml.contains(&format!("# plan.kvBlocks: {}", r.plan.plan.kv_blocks)));
         use serde::Deserialize;
     }
 

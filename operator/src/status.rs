@@ -1,14 +1,15 @@
 //! The status a reconcile should leave, and the events its decisions deserve.
 //! Pure: the clock comes in as `now`.
 
-use ferrox_plan::Plan;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::crd::{ModelDeployment, ModelDeploymentStatus, ObservedGeometry};
+use crate::crd::{AcceleratorStatus, ModelDeployment, ModelDeploymentStatus, ObservedGeometry};
+use crate::desired::deployment::served_name;
 use crate::desired::selector_string;
-use crate::plan::to_status;
+use crate::observed_plan::{Expected, verdict};
+use crate::plan::{Planned, to_dtype, to_status};
 
 /// What the reconciler learnt about the plan.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,13 +23,14 @@ pub enum PlanOutcome {
     },
     /// The spec cannot run as asked.
     Refused {
-        /// Condition reason (`InsufficientMemory`, `InspectionFailed`, `InvalidSpec`).
+        /// Condition reason (`InsufficientMemory`, `NoMatchingNodes`,
+        /// `TensorParallelUnsupported`, `InspectionFailed`, `InvalidSpec`).
         reason: &'static str,
         /// Human message, with the numbers.
         message: String,
     },
     /// The numbers.
-    Planned(Plan),
+    Planned(Box<Planned>),
 }
 
 /// What one reconcile observed.
@@ -44,6 +46,10 @@ pub struct Observed {
     pub ready_replicas: i32,
     /// `status.updatedReplicas` of the Deployment.
     pub updated_replicas: i32,
+    /// The GPUs planned for.
+    pub accelerator: Option<AcceleratorStatus>,
+    /// Why pods are Pending, when the scheduler said (`PodScheduled=False`).
+    pub unschedulable: Option<String>,
 }
 
 /// A decision worth an event.
@@ -93,11 +99,14 @@ pub fn desired_status(
         replicas: observed.replicas,
         ready_replicas: observed.ready_replicas,
         selector: Some(selector_string(md)),
+        served_name: Some(served_name(md)),
+        accelerator: observed.accelerator.clone(),
         geometry: observed.geometry.clone(),
         plan: match &observed.outcome {
             PlanOutcome::Planned(p) => Some(to_status(p)),
             _ => None,
         },
+        observed_plan: None,
         autoscaler: None,
     }
 }
@@ -114,8 +123,16 @@ fn conditions(md: &ModelDeployment, o: &Observed) -> Vec<Cond> {
             "True",
             "Planned",
             format!(
-                "{} KV blocks of {} tokens ({} bytes), up to {} sequences of {} tokens",
-                p.kv_blocks, p.block_size, p.kv_budget_bytes, p.max_seqs, p.max_model_len
+                "{} KV blocks of {} tokens ({} bytes), up to {} sequences of {} tokens \
+                 (planned for {}-token requests) in {} bytes from {}",
+                p.plan.kv_blocks,
+                p.plan.block_size,
+                p.plan.kv_budget_bytes,
+                p.plan.max_seqs,
+                p.plan.max_model_len,
+                p.typical_seq_len,
+                p.memory.bytes,
+                p.memory.from
             ),
         ),
     };
@@ -135,6 +152,16 @@ fn conditions(md: &ModelDeployment, o: &Observed) -> Vec<Cond> {
             "True",
             "AllReplicasReady",
             format!("{}/{want} replicas ready", o.ready_replicas),
+        )
+    } else if let Some(why) = &o.unschedulable {
+        (
+            "Ready",
+            "False",
+            "PodsUnschedulable",
+            format!(
+                "{}/{want} replicas ready; pods Pending: {why}",
+                o.ready_replicas
+            ),
         )
     } else {
         (
@@ -160,13 +187,55 @@ fn conditions(md: &ModelDeployment, o: &Observed) -> Vec<Cond> {
         PlanOutcome::Refused { reason, message } => ("Degraded", "True", reason, message.clone()),
         _ => ("Degraded", "False", "AsExpected", "".into()),
     };
-    vec![ready, progressing, degraded, planned]
+    let verified = verified(md, o);
+    vec![ready, progressing, degraded, planned, verified]
+}
+
+/// `PlanVerified`: the servers' reported plan against this one.
+fn verified(md: &ModelDeployment, o: &Observed) -> Cond {
+    let (PlanOutcome::Planned(p), Some(g)) = (&o.outcome, &o.geometry) else {
+        return (
+            "PlanVerified",
+            "Unknown",
+            "NotPlanned",
+            "no plan to verify".into(),
+        );
+    };
+    let plan = to_status(p);
+    let expected = Expected {
+        plan: &plan,
+        kv_dtype: to_dtype(g.geometry.kv_dtype).name(),
+    };
+    let observed = md.status.as_ref().and_then(|s| s.observed_plan.as_ref());
+    let (status, reason, message) = verdict(observed, &expected);
+    ("PlanVerified", status, reason, message)
+}
+
+/// Why server pods are Pending, from the scheduler's `PodScheduled=False`
+/// condition on them: how many, and the first one's message.
+pub fn unschedulable(pods: &[k8s_openapi::api::core::v1::Pod]) -> Option<String> {
+    let messages: Vec<&str> = pods
+        .iter()
+        .filter_map(|p| {
+            let c = p
+                .status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+            Some(c.message.as_deref().unwrap_or("unschedulable"))
+        })
+        .collect();
+    let first = messages.first()?;
+    Some(format!("{} unschedulable: {first}", messages.len()))
 }
 
 /// The status patch (server-side apply body) to send, or `None` when nothing changed.
 pub fn status_patch(md: &ModelDeployment, next: &ModelDeploymentStatus) -> Option<Value> {
     let current = md.status.clone().map(|s| ModelDeploymentStatus {
         autoscaler: None,
+        observed_plan: None,
         ..s
     });
     if current.as_ref() == Some(next) {
@@ -218,20 +287,26 @@ pub fn decisions(
 mod tests {
     use super::*;
     use crate::fixtures::{self, gpu_spec, md};
-    use crate::plan::plan_for;
+    use crate::plan::{from_geometry, plan_offline};
 
     fn at(secs: i64) -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
     }
 
     fn planned(ready: i32) -> Observed {
-        let plan = plan_for(&gpu_spec(1, "80Gi"), &fixtures::llama3_8b()).unwrap();
+        let plan = plan_offline(&gpu_spec(1, "80Gi"), &fixtures::llama3_8b()).unwrap();
         Observed {
-            outcome: PlanOutcome::Planned(plan),
-            geometry: None,
+            outcome: PlanOutcome::Planned(Box::new(plan)),
+            geometry: Some(ObservedGeometry {
+                source: "spec".into(),
+                geometry: from_geometry(&fixtures::llama3_8b()),
+                devices: None,
+            }),
             replicas: ready.max(1),
             ready_replicas: ready,
             updated_replicas: ready.max(1),
+            accelerator: None,
+            unschedulable: None,
         }
     }
 
@@ -302,6 +377,10 @@ mod tests {
         for (name, observed, want) in cases {
             let s = desired_status(&md, &observed, &at(100));
             let got = ["Ready", "Progressing", "Degraded", "Planned"].map(|t| cond(&s, t));
+            assert!(
+                s.conditions.iter().any(|c| c.type_ == "PlanVerified"),
+                "{name}"
+            );
             assert_eq!(got, want, "{name}");
         }
     }
@@ -368,5 +447,51 @@ mod tests {
             .map(|d| d.reason)
             .collect();
         assert_eq!(reasons, ["Planned", "AllReplicasReady"]);
+    }
+
+    #[test]
+    fn plan_verified_follows_the_servers_reports() {
+        let mut md = md("m", gpu_spec(1, "80Gi"));
+        let o = planned(1);
+        let PlanOutcome::Planned(p) = &o.outcome else {
+            unreachable!()
+        };
+        let plan = to_status(p);
+        let report = |kv_blocks: i64, kv_dtype: &str| crate::crd::ObservedPlanStatus {
+            pods: 1,
+            disagreeing_pods: i32::from(kv_blocks != plan.kv_blocks || kv_dtype != "bf16"),
+            kv_blocks,
+            block_size: plan.block_size,
+            kv_dtype: kv_dtype.into(),
+            max_seqs: Some(plan.max_seqs),
+            weight_bytes: None,
+            memory_bytes: None,
+            memory_source: None,
+        };
+        let cases = [
+            (None, ("Unknown", "NoServerReports")),
+            (
+                Some(report(plan.kv_blocks, "bf16")),
+                ("True", "ServersAgree"),
+            ),
+            (
+                Some(report(plan.kv_blocks / 2, "bf16")),
+                ("False", "ServersDisagree"),
+            ),
+            (
+                Some(report(plan.kv_blocks, "f32")),
+                ("False", "ServersDisagree"),
+            ),
+        ];
+        for (observed, want) in cases {
+            md.status = Some(ModelDeploymentStatus {
+                observed_plan: observed.clone(),
+                ..Default::default()
+            });
+            let s = desired_status(&md, &o, &at(1));
+            assert_eq!(cond(&s, "PlanVerified"), want, "{observed:?}");
+            // The scraper owns observedPlan: the reconciler never writes it.
+            assert_eq!(s.observed_plan, None);
+        }
     }
 }

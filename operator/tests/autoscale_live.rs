@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use ferrox_operator::autoscale::{History, Policy};
-use ferrox_operator::metrics_scrape::scrape_and_decide;
+use ferrox_operator::autoscaling::decision::{History, Policy};
+use ferrox_operator::autoscaling::scrape::scrape_and_decide;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

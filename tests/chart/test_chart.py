@@ -142,3 +142,27 @@ def test_existing_service_account_is_bound_and_required():
     r = subprocess.run([tool("helm"), "template", "x", str(CHART), "--set", "serviceAccount.create=false"],
                        capture_output=True, text=True)
     assert r.returncode != 0 and "serviceAccount.name is required" in r.stderr
+
+
+def test_values_schema_covers_every_value_and_refuses_bad_ones():
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert set(schema["properties"]) == set(values), "schema and values.yaml name the same keys"
+    assert schema["additionalProperties"] is False
+    bad = {
+        "replicaCount=0": "replicaCount",
+        "scrapeIntervalSeconds=soon": "scrapeIntervalSeconds",
+        "image.pullPolicy=Sometimes": "pullPolicy",
+        "metrics.port=70000": "port",
+        "prometheusAddres=http://x": "prometheusAddres",  # a typo is not silently ignored
+        "serviceMonitor.interval=30": "interval",
+    }
+    for value, needle in bad.items():
+        r = subprocess.run(
+            [tool("helm"), "template", "ferrox", str(CHART), "--set", value], capture_output=True, text=True
+        )
+        assert r.returncode != 0, f"{value} was accepted"
+        assert needle in r.stderr, (value, r.stderr)
+    # ...and the defaults and every optional part pass it (helm_template fails otherwise).
+    helm_template("serviceMonitor.enabled=true", "podMonitor.enabled=true", "dashboard.enabled=true")

@@ -23,7 +23,7 @@ def render(name):
 
 
 def test_the_four_examples_exist():
-    assert EXAMPLES == ["keda-autoscaling.yaml", "llama-3.1-8b-gpu.yaml", "llama-70b-4gpu.yaml", "smollm2-cpu.yaml"]
+    assert EXAMPLES == ["keda-autoscaling.yaml", "llama-3.1-8b-gpu.yaml", "llama-70b-q4-h100.yaml", "smollm2-cpu.yaml"]
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -43,13 +43,20 @@ def test_example_renders_valid_objects_with_its_plan(name, tmp_path):
     engine = spec.get("engine", {})
     assert plan["maxModelLen"] == engine.get("maxModelLen", g["contextLength"])
     assert plan["kvBlocks"] * plan["blockSize"] * per_token <= plan["kvBudgetBytes"]
-    blocks_per_seq = math.ceil(plan["maxModelLen"] / plan["blockSize"])
-    assert plan["maxSeqs"] == min(engine.get("maxSeqs", 1 << 62), plan["kvBlocks"] // blocks_per_seq)
+    # One full-length sequence fits; maxSeqs counts typical (2048-token) requests.
+    assert plan["kvBlocks"] >= math.ceil(plan["maxModelLen"] / plan["blockSize"])
+    typical = min(engine.get("typicalSeqLen", 2048), plan["maxModelLen"])
+    assert plan["typicalSeqLen"] == typical
+    blocks_per_seq = math.ceil(typical / plan["blockSize"])
+    assert plan["maxSeqs"] == min(engine.get("maxSeqs", 256), plan["kvBlocks"] // blocks_per_seq)
     assert plan["maxSeqs"] >= 1
     acc = spec.get("accelerator")
-    memory = acc["count"] * int(acc["memoryPerDevice"].removesuffix("Gi")) * GiB if acc else \
+    assert not acc or acc["count"] == 1, "one device per replica (TensorParallelUnsupported)"
+    memory = int(acc["memoryPerDevice"].removesuffix("Gi")) * GiB if acc else \
         int(spec["resources"]["limits"]["memory"].removesuffix("Gi")) * GiB
-    assert plan["kvBudgetBytes"] + plan["weightBytes"] <= memory * 0.9
+    assert plan["memoryBytes"] == memory
+    parts = plan["kvBudgetBytes"] + plan["weightBytes"] + plan["activationReserveBytes"] + plan["overheadBytes"]
+    assert plan["totalBytes"] == parts <= memory * 0.9
 
     # ...and the numbers reach the server's command line.
     (dep,) = [d for d in docs if d["kind"] == "Deployment"]
@@ -61,8 +68,16 @@ def test_example_renders_valid_objects_with_its_plan(name, tmp_path):
     assert flag("--block-size") == str(plan["blockSize"])
     assert flag("--max-model-len") == str(plan["maxModelLen"])
     assert flag("--served-model-name") == spec["model"]["servedName"]
+    res = c["resources"]
+    mib = lambda b: f"{math.ceil(b / (1 << 20))}Mi"
     if acc:
-        assert c["resources"]["limits"]["nvidia.com/gpu"] in (acc["count"], str(acc["count"]))
+        assert res["limits"]["nvidia.com/gpu"] in (acc["count"], str(acc["count"]))
+        # The host's share: far below the device, at least the CPU runtime.
+        assert res["requests"]["memory"] == mib(plan["podMemoryBytes"])
+        assert 160 << 20 <= plan["podMemoryBytes"] < 2 << 30
+    else:
+        # The plan's whole figure is both the request and the limit.
+        assert res["requests"]["memory"] == res["limits"]["memory"] == mib(plan["totalBytes"])
     # The chart's PodMonitor finds these pods by this label and port name.
     assert dep["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] == "ferrox-server"
     assert any(p.get("name") == "http" for p in c["ports"])

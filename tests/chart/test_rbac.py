@@ -53,6 +53,12 @@ EXPECTED = {
     ("keda.sh", "scaledobjects", "patch"): r"apply\(&scaled_objects\(",
     ("keda.sh", "scaledobjects", "get"): r"delete_owned\(&scaled_objects\(",
     ("keda.sh", "scaledobjects", "delete"): r"delete_owned\(&scaled_objects\(",
+    ("inference.networking.k8s.io", "inferencepools", "patch"): r"apply\(&inference_pools\(",
+    ("inference.networking.k8s.io", "inferencepools", "get"): r"delete_owned\(&inference_pools\(",
+    ("inference.networking.k8s.io", "inferencepools", "delete"): r"delete_owned\(&inference_pools\(",
+    # node_watch.rs: a reflector (list, then watch) of every node.
+    ("", "nodes", "list"): r"watcher\(Api::<Node>::all\(",
+    ("", "nodes", "watch"): r"watcher\(Api::<Node>::all\(",
     # kube-runtime's Recorder::publish: create, then a merge patch for a repeat (events.rs).
     ("events.k8s.io", "events", "create"): r"Recorder::new\(",
     ("events.k8s.io", "events", "patch"): r"Recorder::new\(",
@@ -74,6 +80,8 @@ KIND_RESOURCE = {
     "PodDisruptionBudget": ("policy", "poddisruptionbudgets"),
     "HorizontalPodAutoscaler": ("autoscaling", "horizontalpodautoscalers"),
     "ScaledObject": ("keda.sh", "scaledobjects"),
+    "InferencePool": ("inference.networking.k8s.io", "inferencepools"),
+    "Node": ("", "nodes"),
     "Lease": ("coordination.k8s.io", "leases"),
     "Event": ("events.k8s.io", "events"),
 }

@@ -117,12 +117,13 @@ kubectl patch job "$job" --subresource=status --type=merge -p '{"status":{"succe
 wait_for "[ \"\$(kubectl get md llama8b -o jsonpath='{.status.conditions[?(@.type==\"Planned\")].status}')\" = True ]" \
   || { kubectl get md llama8b -o yaml; fail "llama8b not planned from the inspection"; }
 [ "$(kubectl get md llama8b -o jsonpath='{.status.geometry.geometry.layers}')" = 32 ] || fail "geometry not recorded"
-[ "$(kubectl get md llama8b -o jsonpath='{.status.plan.maxSeqs}')" = 56 ] || fail "maxSeqs"
+[ "$(kubectl get md llama8b -o jsonpath='{.status.plan.maxSeqs}')" = 64 ] || fail "maxSeqs"
+[ "$(kubectl get md llama8b -o jsonpath='{.status.geometry.geometry.weightBytes}')" = 16060522496 ] || fail "the GPU spec did not plan with the cuda footprint"
 wait_for "kubectl get hpa llama8b" || fail "no HPA in hpa mode"
 [ "$(kubectl get hpa llama8b -o jsonpath='{.spec.scaleTargetRef.kind}')" = ModelDeployment ] || fail "HPA target"
 gpus="$(kubectl get deployment llama8b -o jsonpath='{.spec.template.spec.containers[0].resources.limits.nvidia\.com/gpu}')"
 [ "$gpus" = 1 ] || fail "GPU limit $gpus"
-ok "inspection Job -> termination message -> geometry -> plan (maxSeqs 56), HPA on the scale subresource"
+ok "inspection Job -> termination message -> geometry -> plan with the cuda footprint (maxSeqs 64, the cap), HPA on the scale subresource"
 
 # Built-in autoscaler: a fake ready pod whose /metrics (on 127.0.0.1:8000) shows a queue.
 METRICS="$WORK/metrics"; mkdir -p "$METRICS"

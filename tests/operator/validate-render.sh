@@ -32,7 +32,7 @@ done
 if "$BIN" render -f tests/operator/manifests/llama70b-24gi.yaml > "$OUT/refused.txt" 2>&1; then
   echo "llama70b on 24Gi rendered, but it cannot fit"; status=1
 else
-  grep -q "insufficient memory: weights take 141107412992 bytes" "$OUT/refused.txt" || { cat "$OUT/refused.txt"; status=1; }
+  grep -q "insufficient memory: .*weights take 141107412992," "$OUT/refused.txt" || { cat "$OUT/refused.txt"; status=1; }
   echo "== llama70b-24gi.yaml refused as expected"
 fi
 exit $status

@@ -33,7 +33,16 @@ fn crd_has_scale_status_and_columns() {
         .collect();
     assert_eq!(
         columns,
-        ["Model", "Replicas", "Ready", "Max Seqs", "KV Blocks", "Age"]
+        [
+            "Model",
+            "Replicas",
+            "Ready",
+            "Max Seqs",
+            "KV Blocks",
+            "Server KV",
+            "Verified",
+            "Age"
+        ]
     );
     assert_eq!(crd.spec.names.short_names, Some(vec!["md".to_string()]));
 }
@@ -42,7 +51,8 @@ fn crd_has_scale_status_and_columns() {
 fn crd_carries_cel_rules_with_messages() {
     let yaml = crd_yaml();
     for needle in [
-        SOURCE_PATTERN,
+        "self.matches('^(hf://",
+        MIN_ZERO_MESSAGE,
         "self.minReplicas <= self.maxReplicas",
         "model.source must be hf://org/name[@rev][/file]",
         "engine.memoryUtilization must be in (0, 1]",
@@ -53,41 +63,39 @@ fn crd_carries_cel_rules_with_messages() {
 }
 
 #[test]
-fn source_pattern_accepts_the_four_schemes_only() {
-    // The same pattern is embedded in the CEL rule; this checks its intent.
-    let cases = [
-        ("hf://HuggingFaceTB/SmolLM2-135M-Instruct", true),
-        ("hf://org/name@main", true),
-        ("pvc://models/llama/8b", true),
-        ("file:///models/smollm2.gguf", true),
-        ("https://example.com/m.gguf", true),
-        ("http://example.com/m.gguf", false),
-        ("hf://justname", false),
-        ("s3://bucket/key", false),
-        ("file://relative", false),
-    ];
-    for (source, ok) in cases {
-        assert_eq!(
-            crate::source::ModelSource::parse(source).is_ok(),
-            ok,
-            "{source}"
-        );
-    }
+fn the_committed_source_rule_is_the_shared_grammar() {
+    // Read the rule back out of the committed YAML, as the API server gets it.
+    let crd: serde_yaml::Value = serde_yaml::from_str(COMMITTED).unwrap();
+    let source = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["model"]["properties"]["source"];
+    let rule = source["x-kubernetes-validations"][0]["rule"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        ferrox_source::pattern_of_cel_rule(rule).as_deref(),
+        Some(ferrox_source::SPEC_PATTERN)
+    );
+    assert_eq!(
+        source["x-kubernetes-validations"][0]["message"].as_str(),
+        Some(SOURCE_MESSAGE)
+    );
 }
 
 #[test]
 fn defaults_fill_a_minimal_spec() {
     let spec: ModelDeploymentSpec = serde_json::from_value(serde_json::json!({
-        "model": {"source": "hf://a/b", "servedName": "b"},
-        "accelerator": {"memoryPerDevice": "80Gi"}
+        "model": {"source": "hf://a/b"},
+        "accelerator": {}
     }))
     .unwrap();
+    assert_eq!(spec.model.served_name, None);
+    assert_eq!(spec.engine.typical_seq_len, DEFAULT_TYPICAL_SEQ_LEN);
     assert_eq!(spec.replicas, 1);
     assert_eq!(spec.engine.block_size, 16);
     assert_eq!(spec.service.port, 8000);
     let acc = spec.accelerator.unwrap();
     assert_eq!(
-        (acc.resource_name.as_str(), acc.count),
-        ("nvidia.com/gpu", 1)
+        (acc.resource_name.as_str(), acc.count, acc.memory_per_device),
+        ("nvidia.com/gpu", 1, None)
     );
 }

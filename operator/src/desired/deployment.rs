@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 
-use ferrox_plan::Plan;
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
@@ -18,24 +17,24 @@ use kube::ResourceExt;
 use kube::api::ObjectMeta;
 
 use super::{DesiredConfig, MODEL_CACHE_DIR, SERVER_PORT, child_meta, selector_labels};
-use crate::Error;
 use crate::crd::ModelDeployment;
-use crate::source::{ModelSource, PVC_MOUNT};
+use crate::gpu_nodes::GPU_PRODUCT_LABEL;
+use crate::plan::Planned;
+use crate::source::{self, ModelSource, PVC_MOUNT, downloads};
+use crate::{Error, quantity};
 
 /// Seconds of grace beyond the drain timeout before the kubelet kills the pod.
 const GRACE_MARGIN_SECONDS: i64 = 15;
 /// UID/GID the server runs as (no root in the image is needed).
 const RUN_AS: i64 = 65532;
-/// Label the NVIDIA GPU feature discovery sets with the product name.
-pub const GPU_PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
 
 /// The Deployment running ferrox-server for `md` under `plan`.
 pub fn deployment(
     md: &ModelDeployment,
-    plan: &Plan,
+    plan: &Planned,
     config: &DesiredConfig,
 ) -> Result<Deployment, Error> {
-    let source = ModelSource::parse(&md.spec.model.source)?;
+    let source = source::parse(&md.spec.model.source)?;
     Ok(Deployment {
         metadata: child_meta(md, md.name_any())?,
         spec: Some(DeploymentSpec {
@@ -76,14 +75,14 @@ fn scrape_annotations() -> BTreeMap<String, String> {
 
 fn pod_spec(
     md: &ModelDeployment,
-    plan: &Plan,
+    plan: &Planned,
     config: &DesiredConfig,
     source: &ModelSource,
 ) -> PodSpec {
     let spec = &md.spec;
     PodSpec {
         containers: vec![server_container(md, plan, config, source)],
-        volumes: Some(volumes(source)),
+        volumes: Some(volumes(md, source)),
         security_context: Some(pod_security_context()),
         termination_grace_period_seconds: Some(
             spec.engine.drain_timeout_seconds + GRACE_MARGIN_SECONDS,
@@ -100,7 +99,7 @@ fn pod_spec(
 
 fn server_container(
     md: &ModelDeployment,
-    plan: &Plan,
+    plan: &Planned,
     config: &DesiredConfig,
     source: &ModelSource,
 ) -> Container {
@@ -116,7 +115,7 @@ fn server_container(
             protocol: Some("TCP".into()),
             ..Default::default()
         }]),
-        resources: Some(resources(md)),
+        resources: Some(resources(md, plan)),
         volume_mounts: Some(volume_mounts(source)),
         liveness_probe: Some(http_probe("/health", 10, 3)),
         readiness_probe: Some(http_probe("/ready", 5, 3)),
@@ -135,19 +134,29 @@ pub fn image(md: &ModelDeployment, config: &DesiredConfig) -> String {
         .unwrap_or_else(|| config.default_image.clone())
 }
 
+/// The model name clients send: `spec.model.servedName`, else `metadata.name`.
+pub fn served_name(md: &ModelDeployment) -> String {
+    md.spec
+        .model
+        .served_name
+        .clone()
+        .unwrap_or_else(|| md.name_any())
+}
+
 /// `ferrox-server serve` arguments carrying the plan.
-pub fn server_args(md: &ModelDeployment, plan: &Plan, source: &ModelSource) -> Vec<String> {
+pub fn server_args(md: &ModelDeployment, planned: &Planned, source: &ModelSource) -> Vec<String> {
     let spec = &md.spec;
+    let plan = &planned.plan;
     let mut args: Vec<String> = vec![
         "serve".into(),
         "--model".into(),
-        source.server_arg(&spec.model.source),
+        source::server_arg(source, &spec.model.source),
         "--host".into(),
         "0.0.0.0".into(),
         "--port".into(),
         SERVER_PORT.to_string(),
         "--served-model-name".into(),
-        spec.model.served_name.clone(),
+        served_name(md),
         "--kv-blocks".into(),
         plan.kv_blocks.to_string(),
         "--block-size".into(),
@@ -176,7 +185,7 @@ pub fn server_args(md: &ModelDeployment, plan: &Plan, source: &ModelSource) -> V
 /// flag, so that a server without `--model-cache` still starts.
 pub fn env(md: &ModelDeployment, source: &ModelSource) -> Vec<EnvVar> {
     let mut env = md.spec.env.clone().unwrap_or_default();
-    if source.downloads() {
+    if downloads(source) {
         for name in ["FERROX_MODEL_CACHE", "HF_HOME"] {
             env.push(EnvVar {
                 name: name.into(),
@@ -188,8 +197,28 @@ pub fn env(md: &ModelDeployment, source: &ModelSource) -> Vec<EnvVar> {
     env
 }
 
-fn resources(md: &ModelDeployment) -> ResourceRequirements {
+/// The user's resources, with the memory the plan needs: on CPU the request
+/// and the limit are the plan's whole figure (the server checks its plan
+/// against the cgroup limit, and the kubelet protects what the plan
+/// admitted); on GPU a host-memory request, never below the user's.
+fn resources(md: &ModelDeployment, plan: &Planned) -> ResourceRequirements {
     let mut resources = md.spec.resources.clone().unwrap_or_default();
+    let memory = Quantity(format!("{}Mi", plan.pod_memory_bytes >> 20));
+    if md.spec.accelerator.is_none() {
+        for map in [&mut resources.limits, &mut resources.requests] {
+            map.get_or_insert_with(BTreeMap::new)
+                .insert("memory".into(), memory.clone());
+        }
+    } else {
+        let requests = resources.requests.get_or_insert_with(BTreeMap::new);
+        let user = requests
+            .get("memory")
+            .and_then(|q| quantity::bytes(q).ok())
+            .unwrap_or(0);
+        if user < plan.pod_memory_bytes {
+            requests.insert("memory".into(), memory);
+        }
+    }
     if let Some(acc) = &md.spec.accelerator {
         let count = Quantity(acc.count.to_string());
         // Extended resources must have requests equal to limits.
@@ -256,8 +285,9 @@ pub fn container_security_context() -> SecurityContext {
     }
 }
 
-/// Volumes the server needs for `source` (a writable /tmp always).
-pub fn volumes(source: &ModelSource) -> Vec<Volume> {
+/// Volumes the server needs for `source` (a writable /tmp always); a
+/// downloading source caches into `spec.model.cache`'s claim when given.
+pub fn volumes(md: &ModelDeployment, source: &ModelSource) -> Vec<Volume> {
     let empty = |name: &str| Volume {
         name: name.into(),
         empty_dir: Some(EmptyDirVolumeSource::default()),
@@ -273,7 +303,17 @@ pub fn volumes(source: &ModelSource) -> Vec<Volume> {
             }),
             ..Default::default()
         }),
-        s if s.downloads() => volumes.push(empty("model-cache")),
+        s if downloads(s) => volumes.push(match &md.spec.model.cache {
+            Some(cache) => Volume {
+                name: "model-cache".into(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: cache.claim_name.clone(),
+                    read_only: Some(false),
+                }),
+                ..Default::default()
+            },
+            None => empty("model-cache"),
+        }),
         _ => {}
     }
     volumes
@@ -290,7 +330,7 @@ pub fn volume_mounts(source: &ModelSource) -> Vec<VolumeMount> {
     let mut mounts = vec![mount("tmp", "/tmp", false)];
     match source {
         ModelSource::Pvc { .. } => mounts.push(mount("model", PVC_MOUNT, true)),
-        s if s.downloads() => mounts.push(mount("model-cache", MODEL_CACHE_DIR, false)),
+        s if downloads(s) => mounts.push(mount("model-cache", MODEL_CACHE_DIR, false)),
         _ => {}
     }
     mounts
@@ -300,20 +340,34 @@ pub fn volume_mounts(source: &ModelSource) -> Vec<VolumeMount> {
 mod tests {
     use super::*;
     use crate::fixtures::{self, cpu_spec, gpu_spec, md};
-    use crate::plan::plan_for;
+    use crate::plan::plan_offline;
 
-    fn render(spec: crate::crd::ModelDeploymentSpec) -> (Deployment, Plan) {
-        let md = md("llama", spec);
+    fn render_md(md: &ModelDeployment) -> (Deployment, Planned) {
         let geometry = if md.spec.accelerator.is_some() {
-            fixtures::llama3_8b()
+            ferrox_plan::ModelGeometry {
+                vocab_size: 128_256,
+                ..fixtures::llama3_8b()
+            }
         } else {
             fixtures::smollm2_135m()
         };
-        let plan = plan_for(&md.spec, &geometry).unwrap();
+        let plan = plan_offline(&md.spec, &geometry).unwrap();
         (
-            deployment(&md, &plan, &DesiredConfig::default()).unwrap(),
+            deployment(md, &plan, &DesiredConfig::default()).unwrap(),
             plan,
         )
+    }
+
+    fn render(spec: crate::crd::ModelDeploymentSpec) -> (Deployment, Planned) {
+        render_md(&md("llama", spec))
+    }
+
+    fn memory(r: &ResourceRequirements) -> [Option<String>; 2] {
+        [&r.requests, &r.limits].map(|m| {
+            m.as_ref()
+                .and_then(|m| m.get("memory"))
+                .map(|q| q.0.clone())
+        })
     }
 
     fn pod(d: &Deployment) -> &PodSpec {
@@ -328,7 +382,8 @@ mod tests {
 
     #[test]
     fn args_carry_the_plan() {
-        let (d, plan) = render(gpu_spec(1, "80Gi"));
+        let (d, planned) = render(gpu_spec(1, "80Gi"));
+        let plan = &planned.plan;
         let args = pod(&d).containers[0].args.clone().unwrap();
         let cases = [
             ("--kv-blocks", plan.kv_blocks.to_string()),
@@ -356,8 +411,70 @@ mod tests {
     }
 
     #[test]
+    fn served_name_defaults_to_the_resource_name() {
+        let mut spec = gpu_spec(1, "80Gi");
+        spec.model.served_name = None;
+        let (d, _) = render(spec);
+        let args = pod(&d).containers[0].args.clone().unwrap();
+        assert_eq!(flag(&args, "--served-model-name"), Some("llama"));
+    }
+
+    #[test]
+    fn cpu_pods_carry_the_plans_memory_as_request_and_limit() {
+        // The user's 2Gi is what the plan fits into; the pod gets the plan's figure.
+        let mut spec = cpu_spec("2Gi");
+        spec.resources.as_mut().unwrap().requests =
+            Some([("cpu".to_string(), Quantity("2".into()))].into());
+        let (d, planned) = render(spec);
+        let want = format!("{}Mi", planned.pod_memory_bytes >> 20);
+        let total_mib = planned.plan.total_bytes().div_ceil(1 << 20);
+        assert_eq!(want, format!("{total_mib}Mi"));
+        let res = pod(&d).containers[0].resources.clone().unwrap();
+        assert_eq!(memory(&res), [Some(want.clone()), Some(want)]);
+        assert_eq!(
+            res.requests.unwrap()["cpu"],
+            Quantity("2".into()),
+            "the user's other resources are kept"
+        );
+    }
+
+    #[test]
+    fn gpu_pods_request_their_host_memory() {
+        let (d, planned) = render(gpu_spec(1, "80Gi"));
+        let res = pod(&d).containers[0].resources.clone().unwrap();
+        let want = format!("{}Mi", planned.pod_memory_bytes >> 20);
+        assert_eq!(memory(&res), [Some(want), None]);
+        // A larger request of the user's stands.
+        let mut spec = gpu_spec(1, "80Gi");
+        spec.resources = Some(ResourceRequirements {
+            requests: Some([("memory".to_string(), Quantity("64Gi".into()))].into()),
+            ..Default::default()
+        });
+        let (d, _) = render(spec);
+        let res = pod(&d).containers[0].resources.clone().unwrap();
+        assert_eq!(memory(&res), [Some("64Gi".into()), None]);
+    }
+
+    #[test]
+    fn a_model_cache_claim_replaces_the_emptydir() {
+        let mut spec = gpu_spec(1, "80Gi");
+        spec.model.cache = Some(crate::crd::ModelCacheSpec {
+            claim_name: "hf-cache".into(),
+        });
+        let (d, _) = render(spec);
+        let vol = pod(&d).volumes.clone().unwrap();
+        let cache = vol.iter().find(|v| v.name == "model-cache").unwrap();
+        let pvc = cache.persistent_volume_claim.as_ref().unwrap();
+        assert_eq!(
+            (pvc.claim_name.as_str(), pvc.read_only),
+            ("hf-cache", Some(false))
+        );
+        assert!(cache.empty_dir.is_none());
+    }
+
+    #[test]
     fn gpu_resources_and_product_selector() {
-        let mut spec = gpu_spec(2, "80Gi");
+        let mut spec = gpu_spec(1, "80Gi");
         spec.accelerator.as_mut().unwrap().product = Some("NVIDIA-H100-80GB-HBM3".into());
         let (d, _) = render(spec);
         let pod = pod(&d);
@@ -365,7 +482,7 @@ mod tests {
         for map in [&res.limits, &res.requests] {
             assert_eq!(
                 map.as_ref().unwrap()["nvidia.com/gpu"],
-                Quantity("2".into())
+                Quantity("1".into())
             );
         }
         assert_eq!(
@@ -416,9 +533,10 @@ mod tests {
             ("https://h/m.gguf", vec!["tmp", "model-cache"], None),
             ("file:///m.gguf", vec!["tmp"], None),
         ];
+        let md = md("llama", gpu_spec(1, "80Gi"));
         for (src, names, second_read_only) in cases {
-            let source = ModelSource::parse(src).unwrap();
-            let vols: Vec<_> = volumes(&source).into_iter().map(|v| v.name).collect();
+            let source = source::parse(src).unwrap();
+            let vols: Vec<_> = volumes(&md, &source).into_iter().map(|v| v.name).collect();
             assert_eq!(vols, names, "{src}");
             let mounts = volume_mounts(&source);
             assert_eq!(mounts.len(), names.len());

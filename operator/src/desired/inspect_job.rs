@@ -14,7 +14,7 @@ use super::deployment::{
 use super::{DesiredConfig, child_meta};
 use crate::Error;
 use crate::crd::ModelDeployment;
-use crate::source::ModelSource;
+use crate::source;
 
 /// Where the container writes its one line of JSON.
 pub const TERMINATION_LOG: &str = "/dev/termination-log";
@@ -30,8 +30,8 @@ pub fn job_name(md: &ModelDeployment) -> String {
 
 /// The inspection Job for `md`'s model source.
 pub fn inspect_job(md: &ModelDeployment, config: &DesiredConfig) -> Result<Job, Error> {
-    let source = ModelSource::parse(&md.spec.model.source)?;
-    let model_arg = shell_quote(&source.server_arg(&md.spec.model.source));
+    let source = source::parse(&md.spec.model.source)?;
+    let model_arg = shell_quote(&source::server_arg(&source, &md.spec.model.source));
     // The output goes to the termination log (kept by the kubelet) and to the log.
     let script = format!(
         "ferrox-server inspect --model {model_arg} --json > {TERMINATION_LOG} && cat {TERMINATION_LOG}"
@@ -62,7 +62,7 @@ pub fn inspect_job(md: &ModelDeployment, config: &DesiredConfig) -> Result<Job, 
                 metadata: None,
                 spec: Some(PodSpec {
                     containers: vec![container],
-                    volumes: Some(volumes(&source)),
+                    volumes: Some(volumes(md, &source)),
                     restart_policy: Some("Never".into()),
                     security_context: Some(pod_security_context()),
                     image_pull_secrets: md.spec.image_pull_secrets.clone(),

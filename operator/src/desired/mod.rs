@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 
-use ferrox_plan::Plan;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Service;
@@ -11,10 +10,12 @@ use kube::api::{DynamicObject, ObjectMeta};
 use kube::{Resource, ResourceExt};
 
 use crate::Error;
+use crate::autoscaling::external;
 use crate::crd::{AutoscalingMode, ModelDeployment};
+use crate::plan::Planned;
 
-pub mod autoscaler;
 pub mod deployment;
+pub mod inference_pool;
 pub mod inspect_job;
 pub mod pdb;
 pub mod service;
@@ -59,12 +60,14 @@ pub struct Desired {
     pub hpa: Option<HorizontalPodAutoscaler>,
     /// Present in `keda` mode.
     pub scaled_object: Option<DynamicObject>,
+    /// Present when `spec.inferencePool` asks for one.
+    pub inference_pool: Option<DynamicObject>,
 }
 
 /// The objects `md` should own under `plan`.
 pub fn desired(
     md: &ModelDeployment,
-    plan: &Plan,
+    plan: &Planned,
     config: &DesiredConfig,
 ) -> Result<Desired, Error> {
     let autoscaling = md.spec.autoscaling.as_ref().filter(|a| a.enabled);
@@ -74,15 +77,19 @@ pub fn desired(
         service: service::service(md)?,
         pdb: (md.spec.replicas > 1).then(|| pdb::pdb(md)).transpose()?,
         hpa: match (mode, autoscaling) {
-            (Some(AutoscalingMode::Hpa), Some(a)) => Some(autoscaler::hpa(md, a)?),
+            (Some(AutoscalingMode::Hpa), Some(a)) => Some(external::hpa(md, a)?),
             _ => None,
         },
         scaled_object: match (mode, autoscaling) {
-            (Some(AutoscalingMode::Keda), Some(a)) => {
-                Some(autoscaler::scaled_object(md, a, config)?)
-            }
+            (Some(AutoscalingMode::Keda), Some(a)) => Some(external::scaled_object(md, a, config)?),
             _ => None,
         },
+        inference_pool: md
+            .spec
+            .inference_pool
+            .as_ref()
+            .map(|p| inference_pool::inference_pool(md, p))
+            .transpose()?,
     })
 }
 
@@ -131,11 +138,11 @@ pub fn child_meta(md: &ModelDeployment, name: String) -> Result<ObjectMeta, Erro
 mod tests {
     use super::*;
     use crate::fixtures::{self, autoscaling, gpu_spec, md};
-    use crate::plan::plan_for;
+    use crate::plan::plan_offline;
 
     fn objects(spec: crate::crd::ModelDeploymentSpec) -> Desired {
         let md = md("llama", spec);
-        let plan = plan_for(&md.spec, &fixtures::llama3_8b()).unwrap();
+        let plan = plan_offline(&md.spec, &fixtures::llama3_8b()).unwrap();
         desired(&md, &plan, &DesiredConfig::default()).unwrap()
     }
 

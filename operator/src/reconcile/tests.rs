@@ -56,6 +56,7 @@ async fn expect_no_stale_children(v: &mut ApiServerVerifier, name: &str) {
         "/apis/policy/v1/namespaces/default/poddisruptionbudgets",
         "/apis/autoscaling/v2/namespaces/default/horizontalpodautoscalers",
         "/apis/keda.sh/v1alpha1/namespaces/default/scaledobjects",
+        "/apis/inference.networking.k8s.io/v1/namespaces/default/inferencepools",
     ] {
         v.expect(Method::GET, &format!("{path}/{name}"), not_found)
             .await;
@@ -136,7 +137,12 @@ async fn first_reconcile_applies_children_and_writes_status() {
     result.expect("reconcile ok");
     assert_eq!(condition(&status, "Planned"), ("True", "Planned"));
     assert_eq!(condition(&status, "Ready"), ("False", "ReplicasNotReady"));
-    assert_eq!(status["plan"]["maxSeqs"], 4);
+    assert_eq!(status["plan"]["maxSeqs"], 18);
+    assert_eq!(status["servedName"], "model");
+    assert_eq!(
+        condition(&status, "PlanVerified"),
+        ("Unknown", "NoServerReports")
+    );
     assert_eq!(status["observedGeneration"], 1);
     assert_eq!(
         status["selector"],
@@ -335,6 +341,12 @@ async fn a_new_generation_prunes_an_owned_stale_pdb() {
             .await;
         v.expect(Method::GET, "/apis/keda.sh/v1alpha1/", not_found)
             .await;
+        v.expect(
+            Method::GET,
+            "/apis/inference.networking.k8s.io/v1/",
+            not_found,
+        )
+        .await;
         // observedGeneration moves; nothing else does, so no event.
         let st = v.expect(Method::PATCH, NS, status_echo(&smollm2())).await;
         st.body["status"].clone()
@@ -342,4 +354,170 @@ async fn a_new_generation_prunes_an_owned_stale_pdb() {
     .await;
     result.expect("reconcile ok");
     assert_eq!(status["observedGeneration"], 2);
+}
+
+fn context_with_nodes(
+    nodes: Vec<k8s_openapi::api::core::v1::Node>,
+) -> (Arc<Context>, ApiServerVerifier) {
+    let (client, verifier) = mock_client();
+    let (reader, mut writer) = kube::runtime::reflector::store();
+    for n in nodes {
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(n));
+    }
+    let ctx = Context::new(client, DesiredConfig::default(), Arc::default(), None)
+        .with_clock(fixed_clock)
+        .with_nodes(reader);
+    (Arc::new(ctx), verifier)
+}
+
+/// A GPU spec with the 8B geometry, planning from the nodes' labels.
+fn llama_from_nodes(product: &str) -> ModelDeployment {
+    let mut spec = gpu_spec(1, "1Gi");
+    let acc = spec.accelerator.as_mut().unwrap();
+    acc.memory_per_device = None;
+    acc.product = Some(product.into());
+    spec.tolerations = Some(vec![fixtures::gpu_toleration()]);
+    spec.model.geometry = Some(from_geometry(&fixtures::llama3_8b()));
+    md("llama", spec)
+}
+
+async fn refused_status(md: ModelDeployment, ctx: Arc<Context>, mut v: ApiServerVerifier) -> Value {
+    let reply = status_echo(&md);
+    let server = async move {
+        // No Deployment: the status is the first call.
+        let st = v
+            .expect(Method::PATCH, &format!("{NS}/llama/status?"), reply)
+            .await;
+        let ev = v.expect(Method::POST, "/apis/events.k8s.io/", echo).await;
+        assert_eq!(ev.body["type"], "Warning");
+        v.expect_silence().await;
+        st.body["status"].clone()
+    };
+    let (result, status) = tokio::join!(reconcile(Arc::new(md), ctx), server);
+    result.expect("reconcile ok");
+    status
+}
+
+#[tokio::test]
+async fn gpu_memory_comes_from_the_matching_nodes() {
+    let nodes = vec![
+        fixtures::gpu_node("h100-a", "NVIDIA-H100-80GB-HBM3", 81_559, 8),
+        fixtures::gpu_node("l4-a", "NVIDIA-L4", 23_034, 4),
+    ];
+    let (ctx, mut v) = context_with_nodes(nodes);
+    let md = llama_from_nodes("NVIDIA-H100-80GB-HBM3");
+    let reply = status_echo(&md);
+    let server = async move {
+        v.expect(Method::PATCH, "/apis/apps/v1/", echo).await;
+        v.expect(Method::PATCH, "/api/v1/", echo).await;
+        expect_no_stale_children(&mut v, "llama").await;
+        let st = v.expect(Method::PATCH, NS, reply).await;
+        v.expect(Method::POST, "/apis/events.k8s.io/", echo).await;
+        st.body["status"].clone()
+    };
+    let (result, status) = tokio::join!(reconcile(Arc::new(md), ctx), server);
+    result.expect("reconcile ok");
+    assert_eq!(condition(&status, "Planned"), ("True", "Planned"));
+    assert_eq!(status["accelerator"]["product"], "NVIDIA-H100-80GB-HBM3");
+    assert_eq!(
+        status["accelerator"]["memoryPerDeviceBytes"],
+        81_559i64 << 20
+    );
+    assert_eq!(status["accelerator"]["memoryFrom"], "nodes");
+    assert_eq!(status["accelerator"]["nodes"], 1);
+    assert_eq!(status["plan"]["memoryBytes"], 81_559i64 << 20);
+    assert_eq!(status["plan"]["device"], "cuda");
+}
+
+#[tokio::test]
+async fn no_matching_node_is_refused_with_what_was_looked_for() {
+    let nodes = vec![fixtures::gpu_node("l4-a", "NVIDIA-L4", 23_034, 4)];
+    let (ctx, v) = context_with_nodes(nodes);
+    let status = refused_status(llama_from_nodes("NVIDIA-H100-80GB-HBM3"), ctx, v).await;
+    assert_eq!(condition(&status, "Planned"), ("False", "NoMatchingNodes"));
+    let message = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Planned")
+        .unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.contains("nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3"),
+        "{message}"
+    );
+    assert!(
+        message.contains("l4-a: nvidia.com/gpu.product=NVIDIA-L4"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn more_than_one_gpu_is_refused_as_tensor_parallel() {
+    let (ctx, v) = context_with_nodes(vec![]);
+    let mut md = llama_from_nodes("NVIDIA-H100-80GB-HBM3");
+    md.spec.accelerator.as_mut().unwrap().count = 4;
+    let status = refused_status(md, ctx, v).await;
+    assert_eq!(
+        condition(&status, "Planned"),
+        ("False", "TensorParallelUnsupported")
+    );
+    assert_eq!(
+        condition(&status, "Degraded"),
+        ("True", "TensorParallelUnsupported")
+    );
+}
+
+#[tokio::test]
+async fn pending_pods_say_why_in_ready() {
+    let (ctx, mut v) = context();
+    let md = smollm2();
+    let reply = status_echo(&md);
+    let server = async move {
+        v.expect(Method::PATCH, "/apis/apps/v1/", |body| {
+            let mut d = body.clone();
+            d["status"] = serde_json::json!({"replicas": 1, "readyReplicas": 0, "updatedReplicas": 1, "unavailableReplicas": 1});
+            (http::StatusCode::OK, d)
+        })
+        .await;
+        v.expect(Method::PATCH, "/api/v1/", echo).await;
+        expect_no_stale_children(&mut v, "smol").await;
+        let pods = v
+            .expect(Method::GET, "/api/v1/namespaces/default/pods?", |_| {
+                (http::StatusCode::OK, serde_json::json!({
+                    "apiVersion": "v1", "kind": "PodList", "metadata": {},
+                    "items": [{"metadata": {"name": "p"}, "status": {"phase": "Pending", "conditions": [{
+                        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                        "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+                    }]}}]
+                }))
+            })
+            .await;
+        assert!(
+            pods.uri.contains("labelSelector=app.kubernetes.io"),
+            "{}",
+            pods.uri
+        );
+        let st = v.expect(Method::PATCH, NS, reply).await;
+        v.expect(Method::POST, "/apis/events.k8s.io/", echo).await;
+        st.body["status"].clone()
+    };
+    let (result, status) = tokio::join!(reconcile(Arc::new(md), ctx), server);
+    result.expect("reconcile ok");
+    assert_eq!(condition(&status, "Ready"), ("False", "PodsUnschedulable"));
+    let ready = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap();
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap()
+            .contains("1 unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu."),
+        "{ready}"
+    );
 }

@@ -2,6 +2,15 @@
 
 use std::path::PathBuf;
 
+impl From<ferrox_source::ParseError> for Error {
+    fn from(e: ferrox_source::ParseError) -> Self {
+        Error::Parse {
+            input: e.input,
+            reason: e.reason,
+        }
+    }
+}
+
 /// Everything that can go wrong turning a model source into a local path.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -7,8 +7,8 @@ use hf_hub::{Cache, Repo, RepoType};
 
 use crate::error::Token;
 use crate::progress::Progress;
-use crate::source::check_repo_file;
 use crate::{Error, FetchConfig};
+use ferrox_source::repo_file as check_repo_file;
 
 /// Files a model directory needs.
 const REQUIRED: &[&str] = &["config.json", "tokenizer.json"];

@@ -1,10 +1,14 @@
 //! Turns a model source into a local path.
 //!
-//! Accepted sources (the same shapes the operator's CRD accepts):
+//! Accepted sources (the grammar lives in `ferrox-source`, which the
+//! operator's CRD shares):
 //! - a local path, or `file:///abs/path`;
 //! - `hf://org/name[@revision][/file]`: a Hugging Face Hub repo, downloaded
 //!   with `hf-hub` into `<cache>/hub` (the standard HF cache layout);
 //! - `https://host/.../file.gguf`: one file, into `<cache>/urls/<sha256>/`.
+//!
+//! `pvc://` sources are the operator's: it mounts the claim and passes the
+//! server the mounted path.
 //!
 //! [`parse`] is pure; [`resolve`] does the I/O (blocking; it runs once at
 //! start-up) and reuses the cache without touching the network.
@@ -12,13 +16,12 @@
 mod error;
 mod hub;
 mod progress;
-mod source;
 mod url;
 
 use std::path::PathBuf;
 
 pub use error::Error;
-pub use source::{ModelSource, parse};
+pub use ferrox_source::ModelSource;
 pub use url::url_cache_path;
 
 /// Where and how to download; filled from flags/env by the caller.
@@ -45,6 +48,11 @@ pub fn default_cache_dir(hf_home: Option<&str>, home: Option<&str>) -> Option<Pa
     }
 }
 
+/// Parses a model source string (pure: touches nothing).
+pub fn parse(source: &str) -> Result<ModelSource, Error> {
+    Ok(ferrox_source::parse(source)?)
+}
+
 /// Resolves `source` to a local file or directory, downloading if needed.
 pub fn resolve(source: &ModelSource, config: &FetchConfig) -> Result<PathBuf, Error> {
     match source {
@@ -67,6 +75,10 @@ pub fn resolve(source: &ModelSource, config: &FetchConfig) -> Result<PathBuf, Er
             }
         }),
         ModelSource::Url(url) => block_on(|| url::fetch_url(url, config)),
+        ModelSource::Pvc { claim, .. } => Err(Error::Parse {
+            input: format!("pvc://{claim}/..."),
+            reason: "a claim is mounted by the operator; pass the server the mounted path".into(),
+        }),
     }
 }
 

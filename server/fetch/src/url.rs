@@ -7,8 +7,8 @@ use sha2::{Digest, Sha256};
 
 use crate::error::Token;
 use crate::progress::Progress;
-use crate::source::url_file_name;
 use crate::{Error, FetchConfig};
+use ferrox_source::url_file_name;
 
 /// Where `url` is cached under `cache_dir` (pure).
 pub fn url_cache_path(cache_dir: &Path, url: &str) -> Result<PathBuf, Error> {

@@ -2,20 +2,33 @@
 
 use std::time::Duration;
 
-use prometheus_parse::{Scrape, Value};
+use prometheus_parse::{Sample, Scrape, Value};
 
+use super::decision::{Decision, History, Observation, Policy, decide};
 use crate::Error;
-use crate::autoscale::{Decision, History, Observation, Policy, decide};
 
 /// Queue depth series.
 pub const WAITING: &str = "ferrox_requests_waiting";
 /// Running requests series.
 pub const RUNNING: &str = "ferrox_requests_running";
-/// KV usage ratio series.
+/// KV usage ratio series: reserved blocks, what admission counts, so it
+/// predicts a full server.
 pub const KV_USAGE: &str = "ferrox_kv_usage_ratio";
+/// vLLM's info gauge of the cache the server runs with.
+pub const CACHE_CONFIG_INFO: &str = "vllm:cache_config_info";
+/// The plan gauges ferrox-server exports beside it.
+pub const PLAN_WEIGHT_BYTES: &str = "ferrox_plan_weight_bytes";
+/// Bytes of one KV block.
+pub const PLAN_KV_BLOCK_BYTES: &str = "ferrox_plan_kv_block_bytes";
+/// Concurrent sequences.
+pub const PLAN_MAX_SEQS: &str = "ferrox_plan_max_seqs";
+/// Longest sequence.
+pub const PLAN_MAX_MODEL_LEN: &str = "ferrox_plan_max_model_len";
+/// The memory figure planned from, labelled with its `source`.
+pub const PLAN_MEMORY_BYTES: &str = "ferrox_plan_memory_bytes";
 
 /// One pod's numbers.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct PodSample {
     /// Waiting requests.
     pub waiting: f64,
@@ -23,11 +36,97 @@ pub struct PodSample {
     pub running: f64,
     /// KV usage ratio in [0, 1].
     pub kv_usage: f64,
+    /// The plan it runs with, when it exports `vllm:cache_config_info`.
+    pub plan: Option<ServerPlan>,
+}
+
+/// The plan a server reports it runs with.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ServerPlan {
+    /// `num_gpu_blocks`.
+    pub kv_blocks: u64,
+    /// `block_size`.
+    pub block_size: u64,
+    /// `cache_dtype`.
+    pub kv_dtype: String,
+    /// `ferrox_plan_max_seqs`.
+    pub max_seqs: Option<u64>,
+    /// `ferrox_plan_weight_bytes`.
+    pub weight_bytes: Option<u64>,
+    /// `ferrox_plan_kv_block_bytes`.
+    pub kv_block_bytes: Option<u64>,
+    /// `ferrox_plan_max_model_len`.
+    pub max_model_len: Option<u64>,
+    /// `ferrox_plan_memory_bytes`.
+    pub memory_bytes: Option<u64>,
+    /// Its `source` label.
+    pub memory_source: Option<String>,
+}
+
+/// What prometheus-parse reads for a name with colons (its names are `\w+`).
+const COLON: &str = "__colon__";
+
+/// `line` with the colons of its metric name spelled [`COLON`] (recording-rule
+/// style names such as `vllm:cache_config_info` are valid Prometheus).
+fn colonless(line: &str) -> String {
+    let (prefix, rest) = ["# HELP ", "# TYPE "]
+        .iter()
+        .find_map(|p| line.strip_prefix(p).map(|r| (*p, r)))
+        .unwrap_or(("", line));
+    let end = rest.find(['{', ' ', '\t']).unwrap_or(rest.len());
+    let (name, tail) = rest.split_at(end);
+    format!("{prefix}{}{tail}", name.replace(':', COLON))
+}
+
+/// A metric name as it reads after [`colonless`].
+fn parsed_name(name: &str) -> String {
+    name.replace(':', COLON)
+}
+
+fn number(s: &Sample) -> f64 {
+    match s.value {
+        Value::Gauge(v) | Value::Untyped(v) | Value::Counter(v) => v,
+        _ => 0.0,
+    }
+}
+
+/// A gauge as a whole non-negative count (NaN, negatives and fractions refused).
+fn whole(v: f64) -> Option<u64> {
+    (v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v < 1.8e19).then_some(v as u64)
+}
+
+/// The server's plan from its exposition, if it exports one.
+pub fn server_plan(scrape: &Scrape) -> Option<ServerPlan> {
+    let info_name = parsed_name(CACHE_CONFIG_INFO);
+    let info = scrape.samples.iter().find(|s| s.metric == info_name)?;
+    let label = |k: &str| info.labels.get(k).map(str::to_string);
+    let gauge = |name: &str| {
+        scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == name)
+            .and_then(|s| whole(number(s)))
+    };
+    let memory = scrape
+        .samples
+        .iter()
+        .find(|s| s.metric == PLAN_MEMORY_BYTES);
+    Some(ServerPlan {
+        kv_blocks: label("num_gpu_blocks")?.parse().ok()?,
+        block_size: label("block_size")?.parse().ok()?,
+        kv_dtype: label("cache_dtype")?,
+        max_seqs: gauge(PLAN_MAX_SEQS),
+        weight_bytes: gauge(PLAN_WEIGHT_BYTES),
+        kv_block_bytes: gauge(PLAN_KV_BLOCK_BYTES),
+        max_model_len: gauge(PLAN_MAX_MODEL_LEN),
+        memory_bytes: memory.and_then(|s| whole(number(s))),
+        memory_source: memory.and_then(|s| s.labels.get("source").map(str::to_string)),
+    })
 }
 
 /// Parses one Prometheus text exposition into the numbers the autoscaler uses.
 pub fn parse_metrics(text: &str) -> Result<PodSample, Error> {
-    let lines = text.lines().map(|l| Ok(l.to_string()));
+    let lines = text.lines().map(|l| Ok(colonless(l)));
     // A fixed sample time: the parse must not read the clock.
     let scrape = Scrape::parse_at(lines, Default::default()).map_err(|e| Error::Scrape {
         url: String::new(),
@@ -38,10 +137,7 @@ pub fn parse_metrics(text: &str) -> Result<PodSample, Error> {
             .samples
             .iter()
             .filter(|s| s.metric == name)
-            .map(|s| match s.value {
-                Value::Gauge(v) | Value::Untyped(v) | Value::Counter(v) => v,
-                _ => 0.0,
-            })
+            .map(number)
             .reduce(|a, b| a + b)
     };
     let waiting = value(WAITING).ok_or(Error::Missing("ferrox_requests_waiting in /metrics"))?;
@@ -49,6 +145,7 @@ pub fn parse_metrics(text: &str) -> Result<PodSample, Error> {
         waiting,
         running: value(RUNNING).unwrap_or(0.0),
         kv_usage: value(KV_USAGE).unwrap_or(0.0).clamp(0.0, 1.0),
+        plan: server_plan(&scrape),
     })
 }
 
@@ -87,8 +184,8 @@ pub async fn scrape(client: &reqwest::Client, url: &str) -> Result<PodSample, Er
     parse_metrics(&text).map_err(|e| fail(e.to_string()))
 }
 
-/// Scrapes every URL, skipping those that fail, and aggregates what answered.
-pub async fn observe(client: &reqwest::Client, urls: &[String]) -> (Observation, Vec<Error>) {
+/// Scrapes every URL, and returns what answered and what failed.
+pub async fn scrape_all(client: &reqwest::Client, urls: &[String]) -> (Vec<PodSample>, Vec<Error>) {
     let results = futures::future::join_all(urls.iter().map(|u| scrape(client, u))).await;
     let mut samples = Vec::new();
     let mut errors = Vec::new();
@@ -98,6 +195,12 @@ pub async fn observe(client: &reqwest::Client, urls: &[String]) -> (Observation,
             Err(e) => errors.push(e),
         }
     }
+    (samples, errors)
+}
+
+/// Scrapes every URL, skipping those that fail, and aggregates what answered.
+pub async fn observe(client: &reqwest::Client, urls: &[String]) -> (Observation, Vec<Error>) {
+    let (samples, errors) = scrape_all(client, urls).await;
     (aggregate(&samples), errors)
 }
 
@@ -134,6 +237,51 @@ ferrox_kv_usage_ratio 0.6
 ferrox_prompt_tokens_total 1234
 ";
 
+    /// The plan gauges the server exports (the contract with its metrics).
+    const PLAN_EXPOSITION: &str = "\
+# TYPE ferrox_requests_waiting gauge
+ferrox_requests_waiting 0
+# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size=\"16\",cache_dtype=\"f16\",num_gpu_blocks=\"1024\",gpu_memory_utilization=\"0.9\",enable_prefix_caching=\"True\"} 1
+# TYPE ferrox_plan_weight_bytes gauge
+ferrox_plan_weight_bytes 98362432
+# TYPE ferrox_plan_kv_block_bytes gauge
+ferrox_plan_kv_block_bytes 368640
+# TYPE ferrox_plan_max_seqs gauge
+ferrox_plan_max_seqs 8
+# TYPE ferrox_plan_max_model_len gauge
+ferrox_plan_max_model_len 8192
+# TYPE ferrox_plan_memory_bytes gauge
+ferrox_plan_memory_bytes{source=\"cgroup-v2\"} 2147483648
+";
+
+    #[test]
+    fn reads_the_plan_the_server_runs_with() {
+        let s = parse_metrics(PLAN_EXPOSITION).unwrap();
+        assert_eq!(
+            s.plan,
+            Some(ServerPlan {
+                kv_blocks: 1024,
+                block_size: 16,
+                kv_dtype: "f16".into(),
+                max_seqs: Some(8),
+                weight_bytes: Some(98_362_432),
+                kv_block_bytes: Some(368_640),
+                max_model_len: Some(8192),
+                memory_bytes: Some(2_147_483_648),
+                memory_source: Some("cgroup-v2".into()),
+            })
+        );
+        // A server without the info gauge reports no plan; a bad label is no plan.
+        assert_eq!(parse_metrics(EXPOSITION).unwrap().plan, None);
+        let bad = PLAN_EXPOSITION.replace("num_gpu_blocks=\"1024\"", "num_gpu_blocks=\"-1\"");
+        assert_eq!(parse_metrics(&bad).unwrap().plan, None);
+        assert_eq!(whole(f64::NAN), None);
+        assert_eq!(whole(-1.0), None);
+        assert_eq!(whole(2.5), None);
+    }
+
     #[test]
     fn parses_the_servers_exposition() {
         let s = parse_metrics(EXPOSITION).unwrap();
@@ -142,7 +290,8 @@ ferrox_prompt_tokens_total 1234
             PodSample {
                 waiting: 7.0,
                 running: 3.0,
-                kv_usage: 0.6
+                kv_usage: 0.6,
+                plan: None,
             }
         );
     }
@@ -159,11 +308,13 @@ ferrox_prompt_tokens_total 1234
             waiting: 2.0,
             running: 4.0,
             kv_usage: 0.2,
+            plan: None,
         };
         let b = PodSample {
             waiting: 6.0,
             running: 4.0,
             kv_usage: 0.6,
+            plan: None,
         };
         let o = aggregate(&[a, b]);
         assert_eq!((o.pods, o.waiting, o.running), (2, 8.0, 8.0));

@@ -1,4 +1,6 @@
-//! The built-in autoscaler's loop: list, scrape, decide (pure), write /scale.
+//! The scrape loop: list, scrape each ready pod, then record what the
+//! servers run with (`status.observedPlan`) and, for the built-in
+//! autoscaler, decide (pure) and write `/scale`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,14 +11,17 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use super::decision::{Decision, History, Observation, Policy, decide};
+use super::scrape::{aggregate, scrape_all};
 use crate::Error;
-use crate::autoscale::{Decision, History, Observation, Policy};
-use crate::crd::{AutoscalerStatus, ModelDeployment};
+use crate::crd::{AutoscalerStatus, AutoscalingSpec, ModelDeployment, ObservedPlanStatus};
 use crate::desired::{SERVER_PORT, selector_string};
-use crate::metrics_scrape::scrape_and_decide;
+use crate::observed_plan::{Expected, observe};
+use crate::plan::to_dtype;
 use crate::reconcile::{Context, publish};
 
-/// Field manager of `status.autoscaler` (the reconciler owns the rest).
+/// Field manager of `status.autoscaler` and `status.observedPlan` (the
+/// reconciler owns the rest).
 pub const FIELD_MANAGER: &str = "ferrox-operator-autoscaler";
 
 /// `/metrics` URLs of the ready pods among `pods`.
@@ -67,7 +72,20 @@ pub fn status_changed(old: Option<&AutoscalerStatus>, new: &AutoscalerStatus) ->
     })
 }
 
-/// Runs the autoscaler every `interval` until the task is dropped.
+/// The plan `md`'s servers should report, if it has one.
+pub fn expected(md: &ModelDeployment) -> Option<Expected<'_>> {
+    let status = md.status.as_ref()?;
+    let plan = status.plan.as_ref()?;
+    let dtype = status.geometry.as_ref()?.geometry.kv_dtype;
+    Some(Expected {
+        plan,
+        kv_dtype: to_dtype(dtype).name(),
+    })
+}
+
+/// Runs the scrape loop every `interval` until the task is dropped: the
+/// observed plan of every planned ModelDeployment, and the built-in
+/// autoscaler's decision for those it scales.
 pub async fn run(ctx: Arc<Context>, interval: Duration) {
     let http = reqwest::Client::new();
     let mut histories: HashMap<String, (Policy, History)> = HashMap::new();
@@ -78,17 +96,16 @@ pub async fn run(ctx: Arc<Context>, interval: Duration) {
         let list = match api.list(&ListParams::default()).await {
             Ok(l) => l,
             Err(e) => {
-                tracing::warn!(error = %e, "autoscaler: list ModelDeployments");
+                tracing::warn!(error = %e, "scraper: list ModelDeployments");
                 continue;
             }
         };
-        for md in list
-            .items
-            .iter()
-            .filter(|m| m.builtin_autoscaling().is_some())
-        {
+        let watched = |m: &&ModelDeployment| {
+            m.builtin_autoscaling().is_some() || m.status.as_ref().is_some_and(|s| s.plan.is_some())
+        };
+        for md in list.items.iter().filter(watched) {
             if let Err(e) = step(&ctx, &http, md, &mut histories).await {
-                tracing::warn!(name = %md.name_any(), error = %e, "autoscaler step");
+                tracing::warn!(name = %md.name_any(), error = %e, "scraper step");
             }
         }
     }
@@ -100,38 +117,59 @@ async fn step(
     md: &ModelDeployment,
     histories: &mut HashMap<String, (Policy, History)>,
 ) -> Result<(), Error> {
-    let spec = md
-        .builtin_autoscaling()
-        .ok_or(Error::Missing("builtin autoscaling"))?;
     let ns = md.namespace().ok_or(Error::Missing("metadata.namespace"))?;
-    let policy = Policy::from(spec);
-    let entry = histories
-        .entry(format!("{ns}/{}", md.name_any()))
-        .or_insert_with(|| (policy.clone(), History::default()));
-    if entry.0 != policy {
-        *entry = (policy.clone(), History::default());
-    }
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let list = pods
         .list(&ListParams::default().labels(&selector_string(md)))
         .await?;
     let urls = ready_pod_urls(&list.items);
-    let now = (ctx.clock)();
-    let current = md.spec.replicas;
-    let (decision, obs, errors) = scrape_and_decide(
-        http,
-        &urls,
-        &policy,
-        current,
-        &mut entry.1,
-        now.0.as_second(),
-    )
-    .await;
+    let (samples, errors) = scrape_all(http, &urls).await;
     for e in &errors {
         ctx.metrics.scrape_failed();
         tracing::debug!(error = %e, "scrape");
     }
+    let reports: Vec<_> = samples.iter().filter_map(|s| s.plan.clone()).collect();
+    let observed = expected(md).and_then(|e| observe(&reports, &e));
     let api: Api<ModelDeployment> = Api::namespaced(ctx.client.clone(), &ns);
+    let old = md.status.as_ref().and_then(|s| s.autoscaler.as_ref());
+    let autoscaler = match md.builtin_autoscaling() {
+        Some(spec) => {
+            let key = format!("{ns}/{}", md.name_any());
+            Some(autoscale(ctx, &api, md, spec, &aggregate(&samples), histories, key).await?)
+        }
+        None => None,
+    };
+    let old_observed = md.status.as_ref().and_then(|s| s.observed_plan.as_ref());
+    let changed = match &autoscaler {
+        Some(new) => status_changed(old, new),
+        None => old.is_some(),
+    } || old_observed != observed.as_ref();
+    if changed {
+        write_status(&api, md, autoscaler.as_ref(), observed.as_ref()).await?;
+    }
+    Ok(())
+}
+
+/// The built-in autoscaler's decision on `obs`; writes `/scale` when it moves.
+async fn autoscale(
+    ctx: &Context,
+    api: &Api<ModelDeployment>,
+    md: &ModelDeployment,
+    spec: &AutoscalingSpec,
+    obs: &Observation,
+    histories: &mut HashMap<String, (Policy, History)>,
+    key: String,
+) -> Result<AutoscalerStatus, Error> {
+    let policy = Policy::from(spec);
+    let entry = histories
+        .entry(key)
+        .or_insert_with(|| (policy.clone(), History::default()));
+    if entry.0 != policy {
+        *entry = (policy.clone(), History::default());
+    }
+    let now = (ctx.clock)();
+    let current = md.spec.replicas;
+    let decision = decide(&policy, current, obs, &mut entry.1, now.0.as_second());
     let mut scaled_at = None;
     if decision.scales(current) {
         let patch = json!({"spec": {"replicas": decision.desired}});
@@ -146,24 +184,29 @@ async fn step(
         publish(ctx, md, false, "Scaled".into(), decision.reason.clone()).await?;
     }
     let old = md.status.as_ref().and_then(|s| s.autoscaler.as_ref());
-    let new = autoscaler_status(&decision, &obs, old, scaled_at);
-    if status_changed(old, &new) {
-        write_status(&api, md, &new).await?;
-    }
-    Ok(())
+    Ok(autoscaler_status(&decision, obs, old, scaled_at))
 }
 
-/// Applies `status.autoscaler` under the autoscaler's own field manager.
+/// Applies `status.autoscaler` and `status.observedPlan` under the
+/// scraper's own field manager (what it leaves out, it gives up).
 async fn write_status(
     api: &Api<ModelDeployment>,
     md: &ModelDeployment,
-    status: &AutoscalerStatus,
+    autoscaler: Option<&AutoscalerStatus>,
+    observed: Option<&ObservedPlanStatus>,
 ) -> Result<(), Error> {
+    let mut status = serde_json::Map::new();
+    if let Some(a) = autoscaler {
+        status.insert("autoscaler".into(), serde_json::to_value(a)?);
+    }
+    if let Some(o) = observed {
+        status.insert("observedPlan".into(), serde_json::to_value(o)?);
+    }
     let body = json!({
         "apiVersion": ModelDeployment::api_version(&()),
         "kind": ModelDeployment::kind(&()),
         "metadata": {"name": md.name_any()},
-        "status": {"autoscaler": status},
+        "status": status,
     });
     let params = PatchParams::apply(FIELD_MANAGER).force();
     api.patch_status(&md.name_any(), &params, &Patch::Apply(&body))

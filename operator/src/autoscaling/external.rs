@@ -12,9 +12,9 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::{DesiredConfig, INSTANCE_LABEL, child_meta};
 use crate::Error;
 use crate::crd::{AutoscalingSpec, ModelDeployment};
+use crate::desired::{DesiredConfig, INSTANCE_LABEL, child_meta};
 
 /// The queue-depth series both external autoscalers scale on.
 pub const QUEUE_METRIC: &str = "ferrox_requests_waiting";

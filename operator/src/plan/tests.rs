@@ -1,0 +1,203 @@
+//! Plans for real models, the spec's refusals, and the pod's memory.
+
+use super::*;
+use crate::fixtures::{self, cpu_spec, gpu_spec};
+
+struct Case {
+    name: &'static str,
+    spec: ModelDeploymentSpec,
+    geometry: ModelGeometry,
+    want: Result<(u64, u64), &'static str>,
+}
+
+#[test]
+fn plans_for_real_models() {
+    let cases = [
+        Case {
+            // (2 GiB * 0.9 - 94 MiB weights - 96 MiB runtime - activations)
+            // / (16 * 46,080 B) = 2,349 blocks; 2,349 / (2,048 / 16) = 18.
+            name: "SmolLM2-135M on CPU with 2Gi",
+            spec: cpu_spec("2Gi"),
+            geometry: fixtures::smollm2_135m(),
+            want: Ok((2_349, 18)),
+        },
+        Case {
+            name: "SmolLM2-135M planned for full-length sequences",
+            spec: {
+                let mut s = cpu_spec("2Gi");
+                s.engine.typical_seq_len = 8192;
+                s
+            },
+            geometry: fixtures::smollm2_135m(),
+            want: Ok((2_349, 4)),
+        },
+        Case {
+            name: "Llama-3-8B geometry on one 80Gi GPU",
+            spec: gpu_spec(1, "80Gi"),
+            geometry: fixtures::llama3_8b(),
+            want: Ok((28_820, 225)),
+        },
+        Case {
+            name: "Llama-3-8B with maxSeqs cap 32 and maxModelLen 4096",
+            spec: {
+                let mut s = gpu_spec(1, "80Gi");
+                s.engine.max_seqs = Some(32);
+                s.engine.max_model_len = Some(4096);
+                s
+            },
+            geometry: fixtures::llama3_8b(),
+            want: Ok((28_820, 32)),
+        },
+        Case {
+            name: "a typical length above maxModelLen counts as maxModelLen",
+            spec: {
+                let mut s = gpu_spec(1, "80Gi");
+                s.engine.max_model_len = Some(1024);
+                s.engine.typical_seq_len = 100_000;
+                s
+            },
+            geometry: fixtures::llama3_8b(),
+            want: Ok((28_820, 256)),
+        },
+        Case {
+            name: "Llama-3-70B geometry on one 24Gi GPU is refused",
+            spec: gpu_spec(1, "24Gi"),
+            geometry: fixtures::llama3_70b(),
+            want: Err(
+                "insufficient memory: 25769803776 bytes x 0.9 utilization = 23192823398 usable; \
+                 weights take 141107412992, activations and runtime 808452096, leaving 0 for KV, \
+                 but one 8192-token sequence needs 2684354560 bytes of KV",
+            ),
+        },
+    ];
+    for case in cases {
+        let got = plan_offline(&case.spec, &case.geometry)
+            .map(|p| (p.plan.kv_blocks, p.plan.max_seqs))
+            .map_err(|e| e.to_string().replace("invalid spec: ", ""));
+        assert_eq!(got, case.want.map_err(String::from), "{}", case.name);
+    }
+}
+
+#[test]
+fn the_8b_plan_matches_the_formula_by_hand() {
+    let p = plan_offline(&gpu_spec(1, "80Gi"), &fixtures::llama3_8b()).unwrap();
+    let plan = &p.plan;
+    // 2 * 32 layers * 8 kv heads * 128 dims * 2 bytes
+    assert_eq!(plan.kv_bytes_per_token, 131_072);
+    let usable = (80u64 << 30) as f64 * 0.9;
+    // The fixture gives no hidden/MLP/vocab sizes: the estimate counts
+    // the k and v projections of a 512 + 256 token step, in bf16.
+    assert_eq!(plan.activation_reserve_bytes, (512 + 256) * 2048 * 2);
+    assert_eq!(plan.overhead_bytes, 768 << 20);
+    let budget = usable as u64 - 16_060_522_496 - (768 << 20) - plan.activation_reserve_bytes;
+    assert_eq!(plan.kv_blocks, budget / (16 * 131_072));
+    assert_eq!(plan.max_seqs, plan.kv_blocks / (2048 / 16));
+    assert_eq!(p.memory.from, "spec.accelerator.memoryPerDevice");
+}
+
+#[test]
+fn unsupported_specs_are_refused_before_planning() {
+    let mut bad_source = gpu_spec(1, "80Gi");
+    bad_source.model.source = "s3://bucket/model".into();
+    let cases = [
+        (gpu_spec(1, "80Gi"), None),
+        (cpu_spec("2Gi"), None),
+        (gpu_spec(4, "80Gi"), Some("TensorParallelUnsupported")),
+        (gpu_spec(2, "24Gi"), Some("TensorParallelUnsupported")),
+        (bad_source, Some("InvalidSpec")),
+    ];
+    for (spec, want) in cases {
+        let got = unsupported(&spec);
+        assert_eq!(got.as_ref().map(|(r, _)| *r), want, "{got:?}");
+        if let Some((_, message)) = got.filter(|(r, _)| *r == "TensorParallelUnsupported") {
+            assert!(message.contains("cannot shard"), "{message}");
+        }
+    }
+}
+
+#[test]
+fn memory_comes_from_limits_then_requests_then_the_gpu_target() {
+    let mut requests_only = cpu_spec("2Gi");
+    let r = requests_only.resources.as_mut().unwrap();
+    r.requests = r.limits.take();
+    let cases = [
+        (cpu_spec("2Gi"), 2u64 << 30, "spec.resources.limits.memory"),
+        (requests_only, 2 << 30, "spec.resources.requests.memory"),
+    ];
+    for (spec, bytes, from) in cases {
+        assert_eq!(
+            memory(&spec, None).unwrap(),
+            Memory {
+                bytes,
+                from: from.into()
+            }
+        );
+    }
+    let mut none = cpu_spec("2Gi");
+    none.resources = None;
+    assert!(memory(&none, None).is_err());
+    let gpu = gpu_spec(1, "80Gi");
+    assert!(memory(&gpu, None).is_err(), "a GPU spec needs its target");
+    let target = GpuTarget {
+        product: Some("NVIDIA-L4".into()),
+        memory_per_device: 23_034 << 20,
+        memory_from: "nodes",
+        nodes: 1,
+    };
+    let m = memory(&gpu, Some(&target)).unwrap();
+    assert_eq!(m.bytes, 23_034 << 20);
+    assert!(m.from.contains("nvidia.com/gpu.memory"), "{}", m.from);
+}
+
+#[test]
+fn pods_reserve_what_the_plan_keeps_in_their_memory() {
+    // CPU: everything the plan counts, rounded up to a whole MiB.
+    let cpu = plan_offline(&cpu_spec("2Gi"), &fixtures::smollm2_135m()).unwrap();
+    let total = cpu.plan.total_bytes();
+    assert_eq!(cpu.pod_memory_bytes % (1 << 20), 0);
+    assert!(cpu.pod_memory_bytes >= total && cpu.pod_memory_bytes - total < 1 << 20);
+    assert!(
+        cpu.pod_memory_bytes <= 2 << 30,
+        "never above what was given"
+    );
+    // GPU: the host's share only: the base plus two f32 copies of each row's logits.
+    let g = ModelGeometry {
+        vocab_size: 128_256,
+        ..fixtures::llama3_8b()
+    };
+    let gpu = plan_offline(&gpu_spec(1, "80Gi"), &g).unwrap();
+    let logits = gpu.plan.max_seqs * 128_256 * 8;
+    let want = (GPU_HOST_BASE_BYTES + logits).div_ceil(1 << 20) << 20;
+    assert_eq!(gpu.pod_memory_bytes, want);
+    assert!(gpu.pod_memory_bytes < 1 << 30);
+}
+
+#[test]
+fn status_shows_every_part() {
+    let p = plan_offline(&cpu_spec("2Gi"), &fixtures::smollm2_135m()).unwrap();
+    let s = to_status(&p);
+    assert_eq!(
+        s.total_bytes,
+        s.weight_bytes + s.kv_budget_bytes + s.activation_reserve_bytes + s.overhead_bytes
+    );
+    assert_eq!((s.memory_bytes, s.device.as_str()), (2 << 30, "cpu"));
+    assert_eq!(s.memory_from, "spec.resources.limits.memory");
+    assert_eq!(s.pod_memory_bytes as u64, p.pod_memory_bytes);
+    assert_eq!(s.typical_seq_len, 2048);
+}
+
+#[test]
+fn geometry_round_trips() {
+    let g = ModelGeometry {
+        heads: 32,
+        hidden_size: 4096,
+        intermediate_size: 14_336,
+        vocab_size: 128_256,
+        ..fixtures::llama3_8b()
+    };
+    assert_eq!(to_geometry(&from_geometry(&g)), g);
+    assert_eq!(
+        to_geometry(&from_geometry(&fixtures::llama3_8b())),
+        fixtures::llama3_8b()
+    );
+}

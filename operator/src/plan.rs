@@ -32,9 +32,12 @@ pub struct Planned {
 }
 
 /// Host memory a GPU server keeps beyond its devices, besides the logits it
-/// copies back: the CPU runtime (code, allocator) plus the tokenizer and
-/// chat template.
-pub const GPU_HOST_BASE_BYTES: u64 = (96 + 64) << 20;
+/// copies back: the CPU runtime (code, threads, allocator) and the
+/// tokenizer's tables, as ferrox-plan counts them for a CPU server.
+pub fn gpu_host_base_bytes(geometry: &ModelGeometry) -> u64 {
+    let cpu = PlanConfig::for_device(DeviceKind::Cpu);
+    cpu.overhead(geometry)
+}
 
 /// Why a spec cannot be planned at all, before any geometry: a condition
 /// reason and a message.
@@ -153,12 +156,12 @@ pub fn planned(
 
 /// What the pod must reserve for the plan: on CPU everything the plan
 /// counts (it all lives in the container); on GPU what stays on the host,
-/// [`GPU_HOST_BASE_BYTES`] plus two host copies of the logits of every row.
+/// [`gpu_host_base_bytes`] plus two host copies of the logits of every row.
 /// Rounded up to a whole MiB.
 pub fn pod_memory_bytes(device: DeviceKind, plan: &Plan, geometry: &ModelGeometry) -> u64 {
     let bytes = match device {
         DeviceKind::Cpu => plan.total_bytes(),
-        DeviceKind::Cuda => GPU_HOST_BASE_BYTES.saturating_add(
+        DeviceKind::Cuda => gpu_host_base_bytes(geometry).saturating_add(
             plan.max_seqs
                 .saturating_mul(geometry.vocab_size)
                 .saturating_mul(4 * 2),

@@ -14,12 +14,12 @@ struct Case {
 fn plans_for_real_models() {
     let cases = [
         Case {
-            // (2 GiB * 0.9 - 94 MiB weights - 96 MiB runtime - activations)
+            // (2 GiB * 0.9 - 94 MiB weights - 32 MiB runtime - activations)
             // / (16 * 46,080 B) = 2,349 blocks; 2,349 / (2,048 / 16) = 18.
             name: "SmolLM2-135M on CPU with 2Gi",
             spec: cpu_spec("2Gi"),
             geometry: fixtures::smollm2_135m(),
-            want: Ok((2_349, 18)),
+            want: Ok((2_440, 19)),
         },
         Case {
             name: "SmolLM2-135M planned for full-length sequences",
@@ -29,7 +29,7 @@ fn plans_for_real_models() {
                 s
             },
             geometry: fixtures::smollm2_135m(),
-            want: Ok((2_349, 4)),
+            want: Ok((2_440, 4)),
         },
         Case {
             name: "Llama-3-8B geometry on one 80Gi GPU",
@@ -167,7 +167,9 @@ fn pods_reserve_what_the_plan_keeps_in_their_memory() {
     };
     let gpu = plan_offline(&gpu_spec(1, "80Gi"), &g).unwrap();
     let logits = gpu.plan.max_seqs * 128_256 * 8;
-    let want = (GPU_HOST_BASE_BYTES + logits).div_ceil(1 << 20) << 20;
+    // The base: the CPU runtime's 32 MiB and the tokenizer's 256 B a token.
+    assert_eq!(gpu_host_base_bytes(&g), (32 << 20) + 128_256 * 256);
+    let want = (gpu_host_base_bytes(&g) + logits).div_ceil(1 << 20) << 20;
     assert_eq!(gpu.pod_memory_bytes, want);
     assert!(gpu.pod_memory_bytes < 1 << 30);
 }

@@ -137,7 +137,7 @@ async fn first_reconcile_applies_children_and_writes_status() {
     result.expect("reconcile ok");
     assert_eq!(condition(&status, "Planned"), ("True", "Planned"));
     assert_eq!(condition(&status, "Ready"), ("False", "ReplicasNotReady"));
-    assert_eq!(status["plan"]["maxSeqs"], 18);
+    assert_eq!(status["plan"]["maxSeqs"], 19);
     assert_eq!(status["servedName"], "model");
     assert_eq!(
         condition(&status, "PlanVerified"),

@@ -3,19 +3,20 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use ferrox_engine::EngineConfig;
+use ferrox_engine::{EngineConfig, PlanInfo};
 use ferrox_plan::{ModelGeometry, Plan, PlanConfig, plan_for_blocks};
 
 use crate::config::{KvSizing, ServeConfig};
 use crate::state::Loaded;
 use crate::text::CoreFrontend;
 
-/// The engine's limits for this model, or why the pool is refused (it
-/// cannot hold one `max_model_len` sequence).
+/// The engine's limits for this model, the plan they come from and what the
+/// metrics say about it; or why the pool is refused (it cannot hold one
+/// `max_model_len` sequence).
 pub fn engine_config(
     geometry: &ModelGeometry,
     cfg: &ServeConfig,
-) -> anyhow::Result<(EngineConfig, Plan)> {
+) -> anyhow::Result<(EngineConfig, Plan, PlanInfo)> {
     let block_size = cfg.block_size as u64;
     let plan_config = PlanConfig {
         block_size,
@@ -29,6 +30,7 @@ pub fn engine_config(
     };
     let plan = plan_for_blocks(geometry, &plan_config, blocks)
         .context("the KV pool cannot serve this model")?;
+    let kv_dtype = geometry.kv_dtype.name();
     let engine = EngineConfig {
         max_seqs: cfg.max_seqs,
         max_queue: cfg.max_queue,
@@ -37,8 +39,28 @@ pub fn engine_config(
         block_size: cfg.block_size,
         kv_blocks: plan.kv_blocks as usize,
         decode_log_interval: cfg.decode_log_interval,
+        prefix_caching: cfg.prefix_caching,
+        // Everything but the tokens that decides what a block's KV holds.
+        cache_salt: format!("{}|kv={kv_dtype}", cfg.model.display()),
     };
-    Ok((engine, plan))
+    let (memory_bytes, memory_source) = match cfg.kv {
+        KvSizing::Blocks(_) => (plan.kv_budget_bytes, "kv-blocks"),
+        KvSizing::Memory(bytes) => (bytes, "kv-cache-memory"),
+    };
+    let info = PlanInfo {
+        block_size: cfg.block_size,
+        kv_blocks: engine.kv_blocks,
+        kv_dtype: kv_dtype.to_string(),
+        memory_utilization: plan_config.utilization,
+        prefix_caching: cfg.prefix_caching,
+        weight_bytes: plan.weight_bytes,
+        kv_block_bytes: plan.block_bytes,
+        memory_bytes,
+        memory_source: memory_source.to_string(),
+        max_seqs: engine.max_seqs,
+        max_model_len: engine.max_model_len,
+    };
+    Ok((engine, plan, info))
 }
 
 /// Loads the model at `cfg.model`, sizes its KV pool, and starts the worker.
@@ -47,7 +69,7 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
     let mut source = ferrox_models::Source::open(&cfg.model)
         .with_context(|| format!("opening {}", cfg.model.display()))?;
     let info = source.info()?;
-    let (engine_config, plan) = engine_config(&info.geometry(), cfg)?;
+    let (engine_config, plan, plan_info) = engine_config(&info.geometry(), cfg)?;
     tracing::info!(
         kv_blocks = plan.kv_blocks,
         block_size = plan.block_size,
@@ -55,6 +77,7 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
         max_model_len = plan.max_model_len,
         full_length_seqs = plan.max_seqs,
         max_seqs = engine_config.max_seqs,
+        prefix_caching = engine_config.prefix_caching,
         "KV pool planned"
     );
     let text = source.text().context("loading the tokenizer")?;
@@ -68,6 +91,7 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
     let frontend = CoreFrontend::new(text.tokenizer, text.chat_template, eos);
     let (engine, _worker) =
         ferrox_engine::worker::spawn(model, engine_config).context("starting the worker thread")?;
+    engine.metrics().set_plan(&plan_info);
     tracing::info!(
         secs = started.elapsed().as_secs_f64(),
         "model {} loaded",
@@ -113,6 +137,8 @@ mod tests {
             drain_timeout: Duration::from_secs(1),
             decode_log_interval: 10,
             max_body: 1 << 20,
+            prefix_caching: true,
+            default_max_tokens: 1024,
         }
     }
 
@@ -129,8 +155,55 @@ mod tests {
         for (kv, len, want) in cases {
             let got = engine_config(&geometry(), &serve_config(kv, len))
                 .ok()
-                .map(|(e, _)| (e.kv_blocks, e.max_model_len));
+                .map(|(e, _, _)| (e.kv_blocks, e.max_model_len));
             assert_eq!(got, want, "{kv:?} {len:?}");
         }
+    }
+
+    #[test]
+    fn the_plan_the_metrics_export_and_the_cache_switch() {
+        // (sizing, prefix caching, memory figure and source)
+        let cases = [
+            (KvSizing::Blocks(16), true, 16 * 1024, "kv-blocks"),
+            (
+                KvSizing::Memory(20 * 1024 + 5),
+                false,
+                20 * 1024 + 5,
+                "kv-cache-memory",
+            ),
+        ];
+        for (kv, caching, bytes, source) in cases {
+            let mut cfg = serve_config(kv, None);
+            cfg.prefix_caching = caching;
+            let (engine, plan, info) = engine_config(&geometry(), &cfg).unwrap();
+            assert_eq!(engine.prefix_caching, caching);
+            let want = PlanInfo {
+                block_size: 16,
+                kv_blocks: plan.kv_blocks as usize,
+                kv_dtype: "f32".into(),
+                memory_utilization: 0.9,
+                prefix_caching: caching,
+                weight_bytes: 0,
+                kv_block_bytes: 1024,
+                memory_bytes: bytes,
+                memory_source: source.into(),
+                max_seqs: 4,
+                max_model_len: 256,
+            };
+            assert_eq!(info, want, "{kv:?}");
+        }
+        // The salt names the model and the KV dtype: another of either never
+        // shares a cached block.
+        let salt = |model: &str, kv_dtype| {
+            let mut g = geometry();
+            g.kv_dtype = kv_dtype;
+            let mut cfg = serve_config(KvSizing::Blocks(16), None);
+            cfg.model = model.into();
+            engine_config(&g, &cfg).unwrap().0.cache_salt
+        };
+        let base = salt("a.gguf", ferrox_plan::KvDtype::F32);
+        assert_eq!(base, salt("a.gguf", ferrox_plan::KvDtype::F32));
+        assert_ne!(base, salt("b.gguf", ferrox_plan::KvDtype::F32));
+        assert_ne!(base, salt("a.gguf", ferrox_plan::KvDtype::F16));
     }
 }

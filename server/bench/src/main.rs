@@ -37,6 +37,10 @@ struct Args {
     /// Prompt length in words (a word is roughly a token).
     #[arg(long, default_value_t = 128)]
     prompt_len: usize,
+    /// Words of a system prompt every request starts with (0: none), as
+    /// chat applications resend; the prefix cache computes it once.
+    #[arg(long, default_value_t = 0)]
+    shared_prefix_len: usize,
     /// Tokens to generate per request.
     #[arg(long, default_value_t = 128)]
     output_len: usize,
@@ -51,21 +55,43 @@ async fn main() -> anyhow::Result<()> {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(args.timeout))
         .build()?;
-    let prompt = vec!["hello"; args.prompt_len].join(" ");
-    let body = json!({
-        "model": args.model, "prompt": prompt, "max_tokens": args.output_len,
-        "temperature": 0, "ignore_eos": true, "stream": true,
-    });
+    let prefix = shared_prefix(args.shared_prefix_len);
+    let question = vec!["hello"; args.prompt_len].join(" ");
+    let body = |i: usize| {
+        // Each request's own part starts on a new line, so the shared
+        // prefix tokenizes the same in every request.
+        let prompt = format!("{prefix}\nQuestion {i}: {question}");
+        json!({
+            "model": args.model, "prompt": prompt, "max_tokens": args.output_len,
+            "temperature": 0, "ignore_eos": true, "stream": true,
+        })
+    };
     let url = format!("{}/v1/completions", args.url.trim_end_matches('/'));
     let started = Instant::now();
     let samples: Vec<Sample> = futures::stream::iter(0..args.requests)
-        .map(|_| one(&client, &url, &body))
+        .map(|i| {
+            let (client, url, body) = (&client, &url, body(i));
+            async move { one(client, url, &body).await }
+        })
         .buffer_unordered(args.concurrency.max(1))
         .collect()
         .await;
     let report = Report::from_samples(&samples, started.elapsed());
     println!("{}", report.render(args.concurrency));
     Ok(())
+}
+
+/// A system prompt of `words` words of ordinary English (not one word
+/// repeated, which tokenizers compress).
+fn shared_prefix(words: usize) -> String {
+    const TEXT: &str = "You are a support assistant for a shipping company and answer \
+        questions about parcels orders refunds customs delays and addresses politely \
+        accurately and briefly without inventing tracking numbers or dates";
+    TEXT.split(' ')
+        .cycle()
+        .take(words)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// One streaming request, timed per token.

@@ -13,6 +13,14 @@ pub enum Error {
         /// Blocks in the pool.
         total: usize,
     },
+    /// A sequence asked for more blocks than its lease reserved.
+    #[error("a sequence asked for {asked} KV blocks but reserved {reserved}")]
+    OverReservation {
+        /// Blocks its table would have.
+        asked: usize,
+        /// Blocks it reserved.
+        reserved: usize,
+    },
     /// A model forward pass failed.
     #[error("forward pass failed: {0}")]
     Forward(String),

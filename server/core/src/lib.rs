@@ -1,13 +1,15 @@
 //! Ferrox's core: the pieces of serving that need no tensor library.
 //!
 //! - [`block_pool`]: the KV block pool and the per-sequence lease that returns
-//!   its blocks on drop.
+//!   its blocks on drop, with the prefix cache of full blocks;
+//!   [`block_hash`]: the chained block hashes the cache is keyed by.
 //! - [`batch_model`]: the interface the batching worker drives a model through.
 //! - [`tokenizer`], [`gguf_vocab`]: text to ids and back, from `tokenizer.json`
 //!   or GGUF metadata; [`detokenizer`]: streaming text; [`chat_template`]: the
 //!   model's Jinja template; [`end_of_generation`]: the model's end set.
 
 pub mod batch_model;
+pub mod block_hash;
 pub mod block_pool;
 pub mod chat_template;
 pub mod detokenizer;
@@ -17,7 +19,8 @@ pub mod gguf_vocab;
 pub mod tokenizer;
 
 pub use batch_model::{BatchModel, DecodeRow};
-pub use block_pool::{BlockLease, BlockPool};
+pub use block_hash::{BlockHash, BlockHasher};
+pub use block_pool::{BlockLease, BlockPool, PoolStats, Reservation};
 pub use chat_template::{ChatMessage, ChatTemplate};
 pub use detokenizer::Detokenizer;
 pub use end_of_generation::EndOfGeneration;

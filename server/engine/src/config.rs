@@ -18,6 +18,11 @@ pub struct EngineConfig {
     pub kv_blocks: usize,
     /// Log a decode status line every this many steps; 0 disables.
     pub decode_log_interval: u64,
+    /// Share the KV of cached full prompt blocks between requests.
+    pub prefix_caching: bool,
+    /// Everything besides the tokens that decides what a block's KV holds
+    /// (the model, the KV dtype): the root of every block hash chain.
+    pub cache_salt: String,
 }
 
 impl Default for EngineConfig {
@@ -30,6 +35,8 @@ impl Default for EngineConfig {
             block_size: 16,
             kv_blocks: 2048,
             decode_log_interval: 40,
+            prefix_caching: true,
+            cache_salt: String::new(),
         }
     }
 }

@@ -2,10 +2,13 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use ferrox_core::batch_model::{PrefillChunk, StepLogits};
 use ferrox_core::{BatchModel, DecodeRow, Error};
 
+use crate::admission::blocks_needed;
+use crate::queue::{Job, RequestId};
 use crate::{
     EngineConfig, Event, FinishReason, GenerationRequest, SamplingParams, TokenText, Usage,
 };
@@ -35,15 +38,18 @@ pub struct Chunk {
     pub pos: usize,
 }
 
-/// A model whose next token is always `(last + 1) % VOCAB`, that keeps each
-/// sequence's tokens in its "KV" (keyed by its first block) and fails on a
-/// position that does not follow what the KV holds, or past the blocks given.
+/// A model whose next token is always `(last + 1) % VOCAB`, over a paged "KV"
+/// that stores token ids in block slots: it fails on a position whose earlier
+/// slots in the block table hold nothing, or past the blocks given, and logs
+/// every context it attended to (the tokens of positions `0..=last`).
 pub struct FakeModel {
     pub block_size: usize,
     /// Logit of the predicted token; the others are 0.
     pub peak: f32,
-    kv: HashMap<u32, Vec<u32>>,
+    kv: HashMap<u32, Vec<Option<u32>>>,
     pub calls: Arc<Mutex<Vec<Call>>>,
+    /// Each run's whole context, in order.
+    pub contexts: Arc<Mutex<Vec<Vec<u32>>>>,
     pub fail_decode: bool,
 }
 
@@ -54,29 +60,36 @@ impl FakeModel {
             peak: 100.0,
             kv: HashMap::new(),
             calls: Arc::new(Mutex::new(Vec::new())),
+            contexts: Arc::new(Mutex::new(Vec::new())),
             fail_decode: false,
         }
     }
 
+    fn slot(&mut self, blocks: &[u32], pos: usize) -> Result<&mut Option<u32>, Error> {
+        let bs = self.block_size;
+        let block = *blocks
+            .get(pos / bs)
+            .ok_or_else(|| Error::Forward(format!("position {pos} past the sequence's blocks")))?;
+        let slots = self.kv.entry(block).or_insert_with(|| vec![None; bs]);
+        Ok(&mut slots[pos % bs])
+    }
+
     fn run(&mut self, blocks: &[u32], tokens: &[u32], pos: usize) -> Result<Vec<f32>, Error> {
-        let seq = *blocks.first().ok_or(Error::Forward("no blocks".into()))?;
-        if pos == 0 {
-            self.kv.insert(seq, Vec::new());
+        let mut context = Vec::with_capacity(pos + tokens.len());
+        for p in 0..pos {
+            let t = self.slot(blocks, p)?.ok_or_else(|| {
+                Error::Forward(format!("pos {pos} but the KV has nothing at {p}"))
+            })?;
+            context.push(t);
         }
-        let kv = self.kv.entry(seq).or_default();
-        if kv.len() != pos {
-            return Err(Error::Forward(format!(
-                "pos {pos} but KV holds {}",
-                kv.len()
-            )));
+        for (i, &t) in tokens.iter().enumerate() {
+            *self.slot(blocks, pos + i)? = Some(t);
+            context.push(t);
         }
-        if pos + tokens.len() > blocks.len() * self.block_size {
-            return Err(Error::Forward("past the sequence's blocks".into()));
-        }
-        kv.extend_from_slice(tokens);
-        let next = (kv[kv.len() - 1] as usize + 1) % VOCAB;
+        let last = *context.last().ok_or(Error::Forward("no tokens".into()))?;
+        self.contexts.lock().unwrap().push(context);
         let mut logits = vec![0.0; VOCAB];
-        logits[next] = self.peak;
+        logits[(last as usize + 1) % VOCAB] = self.peak;
         Ok(logits)
     }
 }
@@ -167,7 +180,8 @@ pub fn letters(ids: impl IntoIterator<Item = u32>) -> String {
     ids.into_iter().map(|i| Letters.push(i)).collect()
 }
 
-/// A small engine: blocks of 4 tokens, 32 blocks, 4 rows, chunks of 4.
+/// A small engine: blocks of 4 tokens, 32 blocks, 4 rows, chunks of 4, the
+/// prefix cache on.
 pub fn config() -> EngineConfig {
     EngineConfig {
         max_seqs: 4,
@@ -177,6 +191,22 @@ pub fn config() -> EngineConfig {
         block_size: 4,
         kv_blocks: 32,
         decode_log_interval: 1,
+        prefix_caching: true,
+        cache_salt: "fake".into(),
+    }
+}
+
+/// `req` as the door would queue it under `config` (no hashes; its events
+/// go nowhere).
+pub fn job(id: RequestId, req: GenerationRequest, config: &EngineConfig) -> Job {
+    let blocks = blocks_needed(req.prompt.len(), req.max_tokens, config.block_size);
+    Job {
+        id,
+        req,
+        blocks,
+        hashes: Vec::new(),
+        submitted: Instant::now(),
+        events: tokio::sync::mpsc::unbounded_channel().0,
     }
 }
 

@@ -1,12 +1,18 @@
 //! Server metrics, written by the worker and the HTTP layer, rendered as
-//! Prometheus text. Ferrox's own names plus the vLLM names autoscalers and
-//! routers already read.
+//! Prometheus text by the `prometheus` crate. Ferrox's own names plus the
+//! vLLM names autoscalers and routers already read.
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
+
+use ferrox_core::PoolStats;
+use prometheus::core::Collector;
+use prometheus::{
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+use crate::PlanInfo;
 
 /// Finish reasons always exported, even at zero.
 const FINISH_REASONS: [&str; 4] = ["stop", "length", "abort", "error"];
@@ -16,36 +22,6 @@ const REJECT_REASONS: [&str; 4] = ["invalid", "too_long", "queue_full", "drainin
 const LATENCY_BUCKETS: [f64; 14] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 ];
-
-/// A fixed-bucket histogram of seconds.
-#[derive(Debug, Default)]
-struct Histogram {
-    counts: [u64; LATENCY_BUCKETS.len()],
-    count: u64,
-    sum: f64,
-}
-
-impl Histogram {
-    fn observe(&mut self, secs: f64) {
-        for (i, le) in LATENCY_BUCKETS.iter().enumerate() {
-            if secs <= *le {
-                self.counts[i] += 1;
-            }
-        }
-        self.count += 1;
-        self.sum += secs;
-    }
-
-    fn render(&self, out: &mut String, name: &str, help: &str) {
-        header(out, name, help, "histogram");
-        for (le, n) in LATENCY_BUCKETS.iter().zip(self.counts) {
-            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {n}");
-        }
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", self.count);
-        let _ = writeln!(out, "{name}_sum {}", self.sum);
-        let _ = writeln!(out, "{name}_count {}", self.count);
-    }
-}
 
 /// Which latency histogram an observation goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,253 +59,437 @@ const LATENCIES: [(Latency, &str, &str); 4] = [
     ),
 ];
 
+/// The KV pool's gauges, in blocks.
+struct KvGauges {
+    reserved: IntGauge,
+    total: IntGauge,
+    pinned: IntGauge,
+    cached: IntGauge,
+    free: IntGauge,
+    filled: IntGauge,
+    ratio: Gauge,
+}
+
+/// The vLLM-named copies, labelled with the served model's name at render.
+struct VllmSeries {
+    waiting: GaugeVec,
+    running: GaugeVec,
+    kv_usage: GaugeVec,
+    prefix_queries: IntCounterVec,
+    prefix_hits: IntCounterVec,
+}
+
+/// The plan the server runs with; absent until [`Metrics::set_plan`].
+struct PlanSeries {
+    cache_config: IntGaugeVec,
+    weight_bytes: IntGaugeVec,
+    kv_block_bytes: IntGaugeVec,
+    max_seqs: IntGaugeVec,
+    max_model_len: IntGaugeVec,
+    memory_bytes: IntGaugeVec,
+}
+
 /// Every metric the server exports. Shared by the worker and the HTTP layer.
-#[derive(Debug, Default)]
 pub struct Metrics {
-    waiting: AtomicUsize,
-    running: AtomicUsize,
-    kv_used: AtomicUsize,
-    kv_total: AtomicUsize,
-    prompt_tokens: AtomicU64,
-    generation_tokens: AtomicU64,
-    finished: Mutex<BTreeMap<&'static str, u64>>,
-    rejected: Mutex<BTreeMap<&'static str, u64>>,
-    histograms: Mutex<[Histogram; 4]>,
+    registry: Registry,
+    waiting: IntGauge,
+    running: IntGauge,
+    kv: KvGauges,
+    prompt_tokens: IntCounter,
+    generation_tokens: IntCounter,
+    prefix_queries: IntCounter,
+    prefix_hits: IntCounter,
+    finished: IntCounterVec,
+    rejected: IntCounterVec,
+    latency: [Histogram; 4],
+    vllm: VllmSeries,
+    plan: PlanSeries,
+    /// Renders copy into the vLLM series; one at a time.
+    rendering: Mutex<()>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+/// Registers `c` in `r` and hands it back.
+fn reg<C: Collector + Clone + 'static>(r: &Registry, c: C) -> prometheus::Result<C> {
+    r.register(Box::new(c.clone()))?;
+    Ok(c)
+}
+
+fn int_gauge(r: &Registry, name: &str, help: &str) -> prometheus::Result<IntGauge> {
+    reg(r, IntGauge::new(name, help)?)
+}
+
+fn int_counter(r: &Registry, name: &str, help: &str) -> prometheus::Result<IntCounter> {
+    reg(r, IntCounter::new(name, help)?)
+}
+
+/// A gauge vector; with no labels it has no series until first set.
+fn int_gauges(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> prometheus::Result<IntGaugeVec> {
+    reg(r, IntGaugeVec::new(Opts::new(name, help), labels)?)
+}
+
+fn model_gauge(r: &Registry, name: &str, help: &str) -> prometheus::Result<GaugeVec> {
+    reg(r, GaugeVec::new(Opts::new(name, help), &["model_name"])?)
+}
+
+fn model_counter(r: &Registry, name: &str, help: &str) -> prometheus::Result<IntCounterVec> {
+    reg(
+        r,
+        IntCounterVec::new(Opts::new(name, help), &["model_name"])?,
+    )
+}
+
+/// A counter by `reason`, every one of `always` exported from the start.
+fn by_reason(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    always: &[&str],
+) -> prometheus::Result<IntCounterVec> {
+    let v = reg(r, IntCounterVec::new(Opts::new(name, help), &["reason"])?)?;
+    for reason in always {
+        v.get_metric_with_label_values(&[reason])?;
+    }
+    Ok(v)
+}
+
+fn histogram(r: &Registry, name: &str, help: &str) -> prometheus::Result<Histogram> {
+    let opts = HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec());
+    reg(r, Histogram::with_opts(opts)?)
+}
+
+/// vLLM's spelling of a boolean label value.
+fn python_bool(b: bool) -> &'static str {
+    if b { "True" } else { "False" }
+}
+
+impl KvGauges {
+    fn new(r: &Registry) -> prometheus::Result<Self> {
+        Ok(KvGauges {
+            reserved: int_gauge(
+                r,
+                "ferrox_kv_blocks_used",
+                "KV cache blocks reserved by running requests (what admission counts).",
+            )?,
+            total: int_gauge(r, "ferrox_kv_blocks_total", "KV cache blocks in the pool.")?,
+            pinned: int_gauge(
+                r,
+                "ferrox_kv_blocks_pinned",
+                "Reserved KV blocks that are prefix-cached, shared by every request holding them.",
+            )?,
+            cached: int_gauge(
+                r,
+                "ferrox_kv_blocks_cached",
+                "Prefix-cached KV blocks no request holds: free, evicted least recently used first.",
+            )?,
+            free: int_gauge(
+                r,
+                "ferrox_kv_blocks_free",
+                "KV blocks neither reserved nor cached.",
+            )?,
+            filled: int_gauge(
+                r,
+                "ferrox_kv_blocks_filled",
+                "Reserved KV blocks that hold tokens.",
+            )?,
+            ratio: reg(
+                r,
+                Gauge::new(
+                    "ferrox_kv_usage_ratio",
+                    "Fraction of KV cache blocks reserved by running requests.",
+                )?,
+            )?,
+        })
+    }
+}
+
+impl VllmSeries {
+    fn new(r: &Registry) -> prometheus::Result<Self> {
+        Ok(VllmSeries {
+            waiting: model_gauge(
+                r,
+                "vllm:num_requests_waiting",
+                "Requests waiting (vLLM name).",
+            )?,
+            running: model_gauge(
+                r,
+                "vllm:num_requests_running",
+                "Requests running (vLLM name).",
+            )?,
+            kv_usage: model_gauge(
+                r,
+                "vllm:kv_cache_usage_perc",
+                "KV cache usage, 1 means 100 percent (vLLM name).",
+            )?,
+            prefix_queries: model_counter(
+                r,
+                "vllm:prefix_cache_queries_total",
+                "Prompt tokens looked up in the prefix cache (vLLM name).",
+            )?,
+            prefix_hits: model_counter(
+                r,
+                "vllm:prefix_cache_hits_total",
+                "Prompt tokens found in the prefix cache (vLLM name).",
+            )?,
+        })
+    }
+}
+
+impl PlanSeries {
+    fn new(r: &Registry) -> prometheus::Result<Self> {
+        let cache_labels = [
+            "block_size",
+            "cache_dtype",
+            "num_gpu_blocks",
+            "gpu_memory_utilization",
+            "enable_prefix_caching",
+        ];
+        Ok(PlanSeries {
+            cache_config: int_gauges(
+                r,
+                "vllm:cache_config_info",
+                "The KV cache the server planned (vLLM's info gauge).",
+                &cache_labels,
+            )?,
+            weight_bytes: int_gauges(
+                r,
+                "ferrox_plan_weight_bytes",
+                "Bytes of the weights as held on the device, as planned.",
+                &[],
+            )?,
+            kv_block_bytes: int_gauges(
+                r,
+                "ferrox_plan_kv_block_bytes",
+                "Bytes of one KV block.",
+                &[],
+            )?,
+            max_seqs: int_gauges(r, "ferrox_plan_max_seqs", "Most sequences at once.", &[])?,
+            max_model_len: int_gauges(
+                r,
+                "ferrox_plan_max_model_len",
+                "Longest sequence (prompt + output) in tokens.",
+                &[],
+            )?,
+            memory_bytes: int_gauges(
+                r,
+                "ferrox_plan_memory_bytes",
+                "The memory figure the plan was made from, by where it came from.",
+                &["source"],
+            )?,
+        })
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Counters stay meaningful after a panic elsewhere; keep serving them.
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn header(out: &mut String, name: &str, help: &str, kind: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+/// Sets the one series of a vector, whatever its labels.
+fn set_only(v: &IntGaugeVec, labels: &[&str], value: u64) {
+    v.reset();
+    if let Ok(g) = v.get_metric_with_label_values(labels) {
+        g.set(i64::try_from(value).unwrap_or(i64::MAX));
+    }
 }
 
 impl Metrics {
+    /// Every series registered, at zero.
+    pub fn new() -> prometheus::Result<Self> {
+        let r = Registry::new();
+        let latency = [0, 1, 2, 3].map(|i| histogram(&r, LATENCIES[i].1, LATENCIES[i].2));
+        let [a, b, c, d] = latency;
+        Ok(Metrics {
+            waiting: int_gauge(
+                &r,
+                "ferrox_requests_waiting",
+                "Requests waiting for admission.",
+            )?,
+            running: int_gauge(
+                &r,
+                "ferrox_requests_running",
+                "Requests prefilling or decoding.",
+            )?,
+            kv: KvGauges::new(&r)?,
+            prompt_tokens: int_counter(
+                &r,
+                "ferrox_prompt_tokens_total",
+                "Prompt tokens admitted.",
+            )?,
+            generation_tokens: int_counter(
+                &r,
+                "ferrox_generation_tokens_total",
+                "Tokens generated.",
+            )?,
+            prefix_queries: int_counter(
+                &r,
+                "ferrox_prefix_cache_queries_total",
+                "Prompt tokens looked up in the prefix cache at admission.",
+            )?,
+            prefix_hits: int_counter(
+                &r,
+                "ferrox_prefix_cache_hits_total",
+                "Prompt tokens taken from the prefix cache at admission.",
+            )?,
+            finished: by_reason(
+                &r,
+                "ferrox_requests_finished_total",
+                "Requests ended, by reason.",
+                &FINISH_REASONS,
+            )?,
+            rejected: by_reason(
+                &r,
+                "ferrox_requests_rejected_total",
+                "Requests refused at submission, by reason.",
+                &REJECT_REASONS,
+            )?,
+            latency: [a?, b?, c?, d?],
+            vllm: VllmSeries::new(&r)?,
+            plan: PlanSeries::new(&r)?,
+            registry: r,
+            rendering: Mutex::new(()),
+        })
+    }
+
     /// Sets the gauges the worker owns.
-    pub fn set_gauges(&self, waiting: usize, running: usize, kv_used: usize, kv_total: usize) {
-        self.waiting.store(waiting, Ordering::Relaxed);
-        self.running.store(running, Ordering::Relaxed);
-        self.kv_used.store(kv_used, Ordering::Relaxed);
-        self.kv_total.store(kv_total, Ordering::Relaxed);
+    pub fn set_gauges(&self, waiting: usize, running: usize, kv: &PoolStats) {
+        let int = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.waiting.set(int(waiting));
+        self.running.set(int(running));
+        let g = &self.kv;
+        g.reserved.set(int(kv.reserved));
+        g.total.set(int(kv.total));
+        g.pinned.set(int(kv.pinned));
+        g.cached.set(int(kv.cached));
+        g.free.set(int(kv.free));
+        g.filled.set(int(kv.filled));
+        g.ratio.set(if kv.total == 0 {
+            0.0
+        } else {
+            kv.reserved as f64 / kv.total as f64
+        });
+    }
+
+    /// Exports the plan the server runs with; call once at start (a later
+    /// call replaces it).
+    pub fn set_plan(&self, p: &PlanInfo) {
+        let s = &self.plan;
+        let labels = [
+            p.block_size.to_string(),
+            p.kv_dtype.clone(),
+            p.kv_blocks.to_string(),
+            p.memory_utilization.to_string(),
+            python_bool(p.prefix_caching).to_string(),
+        ];
+        let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+        set_only(&s.cache_config, &labels, 1);
+        set_only(&s.weight_bytes, &[], p.weight_bytes);
+        set_only(&s.kv_block_bytes, &[], p.kv_block_bytes);
+        set_only(&s.max_seqs, &[], p.max_seqs as u64);
+        set_only(&s.max_model_len, &[], p.max_model_len as u64);
+        set_only(&s.memory_bytes, &[&p.memory_source], p.memory_bytes);
     }
 
     /// Requests waiting for admission, as last published.
     pub fn waiting(&self) -> usize {
-        self.waiting.load(Ordering::Relaxed)
+        self.waiting.get().max(0) as usize
     }
 
     /// Requests prefilling or decoding, as last published.
     pub fn running(&self) -> usize {
-        self.running.load(Ordering::Relaxed)
+        self.running.get().max(0) as usize
     }
 
-    /// KV blocks leased, as last published.
+    /// KV blocks reserved, as last published.
     pub fn kv_used(&self) -> usize {
-        self.kv_used.load(Ordering::Relaxed)
+        self.kv.reserved.get().max(0) as usize
     }
 
     /// Counts prompt tokens admitted.
     pub fn add_prompt_tokens(&self, n: usize) {
-        self.prompt_tokens.fetch_add(n as u64, Ordering::Relaxed);
+        self.prompt_tokens.inc_by(n as u64);
+    }
+
+    /// Counts one admission's prefix-cache lookup: `queried` prompt tokens,
+    /// `hit` of them found cached.
+    pub fn add_prefix_cache(&self, queried: usize, hit: usize) {
+        self.prefix_queries.inc_by(queried as u64);
+        self.prefix_hits.inc_by(hit as u64);
     }
 
     /// Counts generated tokens.
     pub fn add_generation_tokens(&self, n: usize) {
-        self.generation_tokens
-            .fetch_add(n as u64, Ordering::Relaxed);
+        self.generation_tokens.inc_by(n as u64);
     }
 
     /// Counts a request that ended (`stop`, `length`, `abort`, `error`).
-    pub fn finished(&self, reason: &'static str) {
-        *lock(&self.finished).entry(reason).or_insert(0) += 1;
+    pub fn finished(&self, reason: &str) {
+        if let Ok(c) = self.finished.get_metric_with_label_values(&[reason]) {
+            c.inc();
+        }
     }
 
     /// Counts a request refused at the door.
-    pub fn rejected(&self, reason: &'static str) {
-        *lock(&self.rejected).entry(reason).or_insert(0) += 1;
+    pub fn rejected(&self, reason: &str) {
+        if let Ok(c) = self.rejected.get_metric_with_label_values(&[reason]) {
+            c.inc();
+        }
     }
 
     /// Records one latency.
     pub fn observe(&self, which: Latency, d: Duration) {
         let i = LATENCIES.iter().position(|l| l.0 == which).unwrap_or(0);
-        lock(&self.histograms)[i].observe(d.as_secs_f64());
+        self.latency[i].observe(d.as_secs_f64());
     }
 
-    /// The Prometheus text exposition; `model_name` labels the vLLM gauges.
-    pub fn render(&self, model_name: &str) -> String {
-        let mut out = String::new();
-        let (waiting, running) = (self.waiting(), self.running());
-        let (used, total) = (self.kv_used(), self.kv_total.load(Ordering::Relaxed));
-        let ratio = if total == 0 {
-            0.0
-        } else {
-            used as f64 / total as f64
-        };
-        let gauges: [(&str, &str, f64); 5] = [
-            (
-                "ferrox_requests_waiting",
-                "Requests waiting for admission.",
-                waiting as f64,
-            ),
-            (
-                "ferrox_requests_running",
-                "Requests prefilling or decoding.",
-                running as f64,
-            ),
-            (
-                "ferrox_kv_blocks_used",
-                "KV cache blocks leased.",
-                used as f64,
-            ),
-            (
-                "ferrox_kv_blocks_total",
-                "KV cache blocks in the pool.",
-                total as f64,
-            ),
-            (
-                "ferrox_kv_usage_ratio",
-                "Fraction of KV cache blocks leased.",
-                ratio,
-            ),
+    /// Copies the current values into the vLLM series of `model_name`.
+    fn refresh_vllm(&self, model_name: &str) {
+        let v = &self.vllm;
+        let label = [model_name];
+        let gauges = [
+            (&v.waiting, self.waiting.get() as f64),
+            (&v.running, self.running.get() as f64),
+            (&v.kv_usage, self.kv.ratio.get()),
         ];
-        for (name, help, v) in gauges {
-            header(&mut out, name, help, "gauge");
-            let _ = writeln!(out, "{name} {v}");
+        for (vec, value) in gauges {
+            vec.reset();
+            if let Ok(g) = vec.get_metric_with_label_values(&label) {
+                g.set(value);
+            }
         }
         let counters = [
-            (
-                "ferrox_prompt_tokens_total",
-                "Prompt tokens admitted.",
-                &self.prompt_tokens,
-            ),
-            (
-                "ferrox_generation_tokens_total",
-                "Tokens generated.",
-                &self.generation_tokens,
-            ),
+            (&v.prefix_queries, self.prefix_queries.get()),
+            (&v.prefix_hits, self.prefix_hits.get()),
         ];
-        for (name, help, v) in counters {
-            header(&mut out, name, help, "counter");
-            let _ = writeln!(out, "{name} {}", v.load(Ordering::Relaxed));
+        for (vec, value) in counters {
+            vec.reset();
+            if let Ok(c) = vec.get_metric_with_label_values(&label) {
+                c.inc_by(value);
+            }
         }
-        labelled_counter(
-            &mut out,
-            "ferrox_requests_finished_total",
-            "Requests ended, by reason.",
-            &lock(&self.finished),
-            &FINISH_REASONS,
-        );
-        labelled_counter(
-            &mut out,
-            "ferrox_requests_rejected_total",
-            "Requests refused at submission, by reason.",
-            &lock(&self.rejected),
-            &REJECT_REASONS,
-        );
-        let hist = lock(&self.histograms);
-        for (i, (_, name, help)) in LATENCIES.iter().enumerate() {
-            hist[i].render(&mut out, name, help);
-        }
-        drop(hist);
-        let label = escape_label(model_name);
-        let vllm: [(&str, &str, f64); 3] = [
-            (
-                "vllm:num_requests_waiting",
-                "Requests waiting (vLLM name).",
-                waiting as f64,
-            ),
-            (
-                "vllm:num_requests_running",
-                "Requests running (vLLM name).",
-                running as f64,
-            ),
-            (
-                "vllm:kv_cache_usage_perc",
-                "KV cache usage, 1 means 100 percent (vLLM name).",
-                ratio,
-            ),
-        ];
-        for (name, help, v) in vllm {
-            header(&mut out, name, help, "gauge");
-            let _ = writeln!(out, "{name}{{model_name=\"{label}\"}} {v}");
-        }
-        out
     }
-}
 
-fn labelled_counter(
-    out: &mut String,
-    name: &str,
-    help: &str,
-    values: &BTreeMap<&'static str, u64>,
-    always: &[&'static str],
-) {
-    header(out, name, help, "counter");
-    let mut all: BTreeMap<&str, u64> = always.iter().map(|r| (*r, 0)).collect();
-    all.extend(values.iter().map(|(k, v)| (*k, *v)));
-    for (reason, n) in all {
-        let _ = writeln!(out, "{name}{{reason=\"{reason}\"}} {n}");
+    /// The Prometheus text exposition; `model_name` labels the vLLM series.
+    pub fn render(&self, model_name: &str) -> String {
+        let _one = lock(&self.rendering);
+        self.refresh_vllm(model_name);
+        let mut out = Vec::new();
+        match TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            Ok(()) => String::from_utf8_lossy(&out).into_owned(),
+            // Still valid exposition text: a comment, and no series.
+            Err(e) => format!("# ferrox: the metrics could not be encoded: {e}\n"),
+        }
     }
-}
-
-fn escape_label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn value(text: &str, series: &str) -> Option<f64> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-    }
-
-    #[test]
-    fn renders_every_series_with_its_value() {
-        let m = Metrics::default();
-        m.set_gauges(3, 2, 5, 20);
-        m.add_prompt_tokens(7);
-        m.add_generation_tokens(11);
-        m.finished("length");
-        m.rejected("queue_full");
-        m.observe(Latency::TimeToFirstToken, Duration::from_millis(30));
-        let t = m.render("smol\"m");
-        let cases: &[(&str, f64)] = &[
-            ("ferrox_requests_waiting", 3.0),
-            ("ferrox_requests_running", 2.0),
-            ("ferrox_kv_blocks_used", 5.0),
-            ("ferrox_kv_blocks_total", 20.0),
-            ("ferrox_kv_usage_ratio", 0.25),
-            ("ferrox_prompt_tokens_total", 7.0),
-            ("ferrox_generation_tokens_total", 11.0),
-            ("ferrox_requests_finished_total{reason=\"length\"}", 1.0),
-            ("ferrox_requests_finished_total{reason=\"abort\"}", 0.0),
-            ("ferrox_requests_rejected_total{reason=\"queue_full\"}", 1.0),
-            (
-                "ferrox_time_to_first_token_seconds_bucket{le=\"0.025\"}",
-                0.0,
-            ),
-            (
-                "ferrox_time_to_first_token_seconds_bucket{le=\"0.05\"}",
-                1.0,
-            ),
-            (
-                "ferrox_time_to_first_token_seconds_bucket{le=\"+Inf\"}",
-                1.0,
-            ),
-            ("ferrox_time_to_first_token_seconds_count", 1.0),
-            ("ferrox_queue_time_seconds_count", 0.0),
-            ("vllm:num_requests_waiting{model_name=\"smol\\\"m\"}", 3.0),
-            ("vllm:num_requests_running{model_name=\"smol\\\"m\"}", 2.0),
-            ("vllm:kv_cache_usage_perc{model_name=\"smol\\\"m\"}", 0.25),
-        ];
-        for (series, want) in cases {
-            assert_eq!(value(&t, series), Some(*want), "{series}\n{t}");
-        }
-    }
-}
+mod tests;

@@ -8,9 +8,10 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
+use ferrox_core::{BlockHash, BlockHasher};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
-use crate::admission::check_fits;
+use crate::admission::{LineBound, check_fits};
 use crate::metrics::Metrics;
 use crate::{EngineConfig, EngineError, Event, GenerationRequest};
 
@@ -22,6 +23,8 @@ pub(crate) struct Job {
     pub id: RequestId,
     pub req: GenerationRequest,
     pub blocks: usize,
+    /// Chain hashes of the prompt's full blocks; empty with the cache off.
+    pub hashes: Vec<BlockHash>,
     pub submitted: Instant,
     pub events: UnboundedSender<Event>,
 }
@@ -31,7 +34,9 @@ pub(crate) struct Shared {
     /// Next id and the sender, locked together so ids reach the worker in order.
     pub tx: Mutex<(RequestId, Sender<Job>)>,
     /// Submitted and not yet admitted (channel plus the worker's line).
-    pub waiting: AtomicUsize,
+    pub line: Arc<LineBound>,
+    /// Hashes prompts for the prefix cache; `None` with the cache off.
+    pub hasher: Option<BlockHasher>,
     /// Submitted and not yet ended: counted up at submission and down only
     /// when the worker sends the request's last event.
     pub in_flight: AtomicUsize,
@@ -85,15 +90,12 @@ impl EngineHandle {
         }
         req.sampling.validate()?;
         let blocks = check_fits(req.prompt.len(), req.max_tokens, &s.config)?;
-        let max_queue = s.config.max_queue;
-        let reserved = s
-            .waiting
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |w| {
-                (w < max_queue).then_some(w + 1)
-            });
-        if reserved.is_err() {
-            return Err(EngineError::QueueFull { max_queue });
-        }
+        s.line.enter()?;
+        // Hashed here, on the caller's thread, not on the worker's.
+        let hashes = s
+            .hasher
+            .as_ref()
+            .map_or_else(Vec::new, |h| h.chain(&req.prompt));
         let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
         let mut tx = lock(&s.tx);
         let id = tx.0;
@@ -102,12 +104,13 @@ impl EngineHandle {
             id,
             req,
             blocks,
+            hashes,
             submitted: now,
             events: events_tx,
         };
         s.in_flight.fetch_add(1, Ordering::SeqCst);
         if tx.1.send(job).is_err() {
-            s.waiting.fetch_sub(1, Ordering::SeqCst);
+            s.line.leave();
             s.in_flight.fetch_sub(1, Ordering::SeqCst);
             return Err(EngineError::WorkerGone);
         }

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use ferrox_core::BlockLease;
+use ferrox_core::{BlockHash, BlockHasher, BlockLease};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::EngineError;
@@ -29,11 +29,17 @@ pub(crate) struct Row {
     /// Held for the row's whole life; returned when the row is dropped.
     pub lease: BlockLease,
     pub prompt: Vec<u32>,
-    /// Prompt tokens already in the KV.
+    /// Prompt tokens already in the KV (from the cache or computed).
     pub cursor: usize,
     /// The last sampled token, not yet fed to the model (decoding rows).
     pub pending: Option<u32>,
     pub generated: usize,
+    /// Every sampled token, in order.
+    output: Vec<u32>,
+    /// Chain hashes of the sequence's full blocks known so far: the
+    /// prompt's from submission, then each block as it fills.
+    hashes: Vec<BlockHash>,
+    block_size: usize,
     pub max_tokens: usize,
     sampler: Sampler,
     stop: StopMatcher,
@@ -47,13 +53,15 @@ pub(crate) struct Row {
 }
 
 impl Row {
-    /// Turns an admitted job into a row, or refuses a prompt this model cannot
+    /// Turns an admitted job into a row whose prompt is in the KV as far as
+    /// the lease's cached blocks reach, or refuses a prompt this model cannot
     /// take (a token outside its vocabulary). On refusal the lease is dropped
     /// with the returned error's caller.
     pub fn admit(
         job: Job,
         lease: BlockLease,
         vocab_size: usize,
+        block_size: usize,
     ) -> Result<Row, (UnboundedSender<Event>, EngineError)> {
         let req = job.req;
         if let Some(&bad) = req.prompt.iter().find(|&&t| t as usize >= vocab_size) {
@@ -70,12 +78,15 @@ impl Row {
         };
         Ok(Row {
             id: job.id,
+            cursor: lease.cached_blocks() * block_size,
             lease,
             sampler: Sampler::new(req.sampling, &req.prompt),
             prompt: req.prompt,
-            cursor: 0,
             pending: None,
             generated: 0,
+            output: Vec::new(),
+            hashes: job.hashes,
+            block_size,
             max_tokens: req.max_tokens,
             stop: StopMatcher::new(&req.stop),
             text: req.text,
@@ -99,6 +110,40 @@ impl Row {
             + self
                 .generated
                 .saturating_sub(usize::from(self.pending.is_some()))
+    }
+
+    /// Token `i` of the sequence: prompt, then output.
+    fn token(&self, i: usize) -> u32 {
+        match i.checked_sub(self.prompt.len()) {
+            None => self.prompt[i],
+            Some(j) => self.output[j],
+        }
+    }
+
+    /// Tells the lease what the KV now holds: every block written to, and
+    /// (with the cache on) every full block under its chain hash, so it is
+    /// shared from the next admission on and stays cached after the row.
+    pub fn commit_blocks(&mut self, hasher: Option<&BlockHasher>) {
+        let in_kv = self.kv_tokens();
+        let full = if let Some(h) = hasher {
+            let mut hashes = std::mem::take(&mut self.hashes);
+            h.extend(&mut hashes, |i| self.token(i), in_kv);
+            self.hashes = hashes;
+            (in_kv / self.block_size).min(self.hashes.len())
+        } else {
+            0
+        };
+        self.lease
+            .commit(in_kv.div_ceil(self.block_size), &self.hashes[..full]);
+    }
+
+    /// Draws from the lease's reservation the block the next token goes
+    /// into, if it starts one; a row past its reservation fails.
+    pub fn grow_blocks(&mut self) {
+        let room = (self.prompt.len() + self.generated).div_ceil(self.block_size);
+        if let Err(e) = self.lease.grow(room) {
+            self.end(Finish::Failed(EngineError::Model(e.to_string())));
+        }
     }
 
     /// The position the pending token is fed at.
@@ -131,6 +176,7 @@ impl Row {
         let id = sampled.id;
         self.generated += 1;
         self.pending = Some(id);
+        self.output.push(id);
         metrics.add_generation_tokens(1);
         match self.last_token_at {
             None => metrics.observe(Latency::TimeToFirstToken, now - self.submitted),

@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ferrox_core::batch_model::{PrefillChunk, StepLogits};
-use ferrox_core::{BatchModel, BlockPool, DecodeRow};
+use ferrox_core::{BatchModel, BlockHasher, BlockPool, DecodeRow, PoolStats};
 
-use crate::admission::{Admit, admit_head};
+use crate::admission::{Admitted, LineBound, WaitingLine};
 use crate::metrics::{Latency, Metrics};
 use crate::queue::{EngineHandle, Job, RequestId, Shared};
 use crate::row::{Finish, Row, cancelled};
@@ -42,7 +42,7 @@ pub struct Scheduler<M: BatchModel> {
     pool: BlockPool,
     shared: Arc<Shared>,
     rx: Receiver<Job>,
-    waiting: VecDeque<Job>,
+    waiting: WaitingLine,
     /// Admitted rows by id; batch positions map to these ids.
     rows: BTreeMap<RequestId, Row>,
     /// Round-robin order of rows still prefilling.
@@ -56,13 +56,23 @@ pub struct Scheduler<M: BatchModel> {
 }
 
 impl<M: BatchModel> Scheduler<M> {
-    /// A scheduler over `model`, and the handle requests come in through.
-    pub fn new(model: M, config: EngineConfig, now: Instant) -> (Self, EngineHandle) {
+    /// A scheduler over `model` that reports into `metrics`, and the handle
+    /// requests come in through.
+    pub fn new(
+        model: M,
+        config: EngineConfig,
+        metrics: Arc<Metrics>,
+        now: Instant,
+    ) -> (Self, EngineHandle) {
         let (tx, rx) = std::sync::mpsc::channel();
-        let metrics = Arc::new(Metrics::default());
+        let line = Arc::new(LineBound::new(config.max_queue));
+        let hasher = config
+            .prefix_caching
+            .then(|| BlockHasher::new(&config.cache_salt, config.block_size));
         let shared = Arc::new(Shared {
             tx: Mutex::new((0, tx)),
-            waiting: AtomicUsize::new(0),
+            line: Arc::clone(&line),
+            hasher,
             in_flight: AtomicUsize::new(0),
             cancels: Mutex::new(Vec::new()),
             draining: AtomicBool::new(false),
@@ -76,7 +86,7 @@ impl<M: BatchModel> Scheduler<M> {
             reporter: DecodeReporter::new(config.decode_log_interval, now),
             shared: Arc::clone(&shared),
             rx,
-            waiting: VecDeque::new(),
+            waiting: WaitingLine::new(line, config.block_size),
             rows: BTreeMap::new(),
             prefill_order: VecDeque::new(),
             carried: HashSet::new(),
@@ -112,9 +122,14 @@ impl<M: BatchModel> Scheduler<M> {
         self.shared.alive.store(false, Ordering::SeqCst);
     }
 
-    /// KV blocks leased now.
+    /// KV blocks reserved now.
     pub fn blocks_used(&self) -> usize {
         self.pool.used()
+    }
+
+    /// Where the pool's blocks are now.
+    pub fn pool_stats(&self) -> PoolStats {
+        self.pool.stats()
     }
 
     /// Rows admitted (prefilling or decoding).
@@ -155,7 +170,7 @@ impl<M: BatchModel> Scheduler<M> {
 
     fn receive(&mut self, job: Job) {
         self.next_unseen = self.next_unseen.max(job.id + 1);
-        self.waiting.push_back(job);
+        self.waiting.push(job);
     }
 
     fn drain_channel(&mut self) {
@@ -171,22 +186,16 @@ impl<M: BatchModel> Scheduler<M> {
         self.carried.extend(self.shared.take_cancels());
         let carried = &mut self.carried;
         let next_unseen = self.next_unseen;
-        let mut cancelled_waiting = Vec::new();
-        self.waiting.retain(|job| {
-            let cancel = carried.remove(&job.id) || job.events.is_closed();
-            if cancel {
-                cancelled_waiting.push((job.events.clone(), job.req.prompt.len()));
-            }
-            !cancel
-        });
-        for (events, prompt_tokens) in cancelled_waiting {
-            self.shared.waiting.fetch_sub(1, Ordering::SeqCst);
+        let cancelled_waiting = self
+            .waiting
+            .remove(|job| carried.remove(&job.id) || job.events.is_closed());
+        for job in cancelled_waiting {
             self.metrics.finished(FinishReason::Cancelled.as_str());
             let usage = Usage {
-                prompt_tokens,
+                prompt_tokens: job.req.prompt.len(),
                 completion_tokens: 0,
             };
-            let _ = events.send(Event::Done {
+            let _ = job.events.send(Event::Done {
                 reason: FinishReason::Cancelled,
                 text: String::new(),
                 usage,
@@ -201,8 +210,18 @@ impl<M: BatchModel> Scheduler<M> {
         carried.retain(|id| *id >= next_unseen);
     }
 
-    /// Reports and drops every ended row; the drop returns its blocks.
+    /// Tells every row's lease what its KV now holds (so computed full
+    /// blocks are cached) and draws the block each running row's next token
+    /// needs; then reports and drops every ended row, whose drop returns its
+    /// blocks.
     fn flush(&mut self, now: Instant) {
+        let hasher = self.shared.hasher.as_ref();
+        for row in self.rows.values_mut() {
+            row.commit_blocks(hasher);
+            if row.finish.is_none() {
+                row.grow_blocks();
+            }
+        }
         let ended: Vec<RequestId> = self
             .rows
             .values()
@@ -219,26 +238,27 @@ impl<M: BatchModel> Scheduler<M> {
         self.prefill_order.retain(|id| rows.contains_key(id));
     }
 
-    /// Strict FIFO: a head that does not fit stops the line.
+    /// Strict FIFO: a head that does not fit stops the line. Cached prompt
+    /// tokens are counted here, where they are taken from the cache.
     fn admit(&mut self, now: Instant) -> PrefillFacts {
         let mut facts = PrefillFacts::default();
         let max_seqs = self.shared.config.max_seqs;
-        while let Some(head) = self.waiting.front() {
-            if admit_head(self.rows.len(), max_seqs, head.blocks, self.pool.free()) != Admit::Yes {
-                break;
-            }
-            let Ok(lease) = self.pool.allocate(head.blocks) else {
-                break;
-            };
-            let Some(job) = self.waiting.pop_front() else {
-                break;
-            };
-            self.shared.waiting.fetch_sub(1, Ordering::SeqCst);
+        let block_size = self.shared.config.block_size;
+        while let Ok(Admitted { job, lease }) =
+            self.waiting
+                .pop_admissible(self.rows.len(), max_seqs, &self.pool)
+        {
             self.metrics.observe(Latency::Queue, now - job.submitted);
+            let prompt = job.req.prompt.len();
+            let cached = lease.cached_blocks() * block_size;
             facts.new_seqs += 1;
-            facts.new_tokens += job.req.prompt.len();
-            self.metrics.add_prompt_tokens(job.req.prompt.len());
-            match Row::admit(job, lease, self.model.vocab_size()) {
+            facts.new_tokens += prompt - cached;
+            facts.cached_tokens += cached;
+            self.metrics.add_prompt_tokens(prompt);
+            if self.shared.hasher.is_some() {
+                self.metrics.add_prefix_cache(prompt, cached);
+            }
+            match Row::admit(job, lease, self.model.vocab_size(), block_size) {
                 Ok(row) => {
                     self.prefill_order.push_back(row.id);
                     self.rows.insert(row.id, row);
@@ -336,7 +356,7 @@ impl<M: BatchModel> Scheduler<M> {
     fn gauges(&self) -> BatchGauges {
         BatchGauges {
             running: self.rows.len(),
-            queued: self.shared.waiting.load(Ordering::SeqCst),
+            queued: self.shared.line.waiting(),
             tokens: self.rows.values().map(Row::kv_tokens).sum(),
             kv_used: self.pool.used(),
             kv_total: self.pool.total(),
@@ -346,7 +366,7 @@ impl<M: BatchModel> Scheduler<M> {
     fn publish(&self) {
         let g = self.gauges();
         self.metrics
-            .set_gauges(g.queued, g.running, g.kv_used, g.kv_total);
+            .set_gauges(g.queued, g.running, &self.pool.stats());
     }
 }
 

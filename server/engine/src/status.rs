@@ -36,7 +36,7 @@ pub struct PrefillFacts {
     pub new_seqs: usize,
     /// Prompt tokens they bring that must be computed.
     pub new_tokens: usize,
-    /// Prompt tokens served from a cache (no prefix cache yet: 0).
+    /// Prompt tokens taken from the prefix cache instead.
     pub cached_tokens: usize,
 }
 

@@ -1,19 +1,21 @@
 //! The worker thread: the imperative shell around [`Scheduler`]. It reads the
 //! clock and blocks only when there is nothing at all to do.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use ferrox_core::BatchModel;
 
 use crate::scheduler::Scheduler;
-use crate::{EngineConfig, EngineHandle};
+use crate::{EngineConfig, EngineHandle, Metrics};
 
 /// Starts the worker thread over `model`; returns the handle to submit to.
 pub fn spawn<M: BatchModel + 'static>(
     model: M,
     config: EngineConfig,
 ) -> std::io::Result<(EngineHandle, std::thread::JoinHandle<()>)> {
-    let (mut scheduler, handle) = Scheduler::new(model, config, Instant::now());
+    let metrics = Metrics::new().map_err(std::io::Error::other)?;
+    let (mut scheduler, handle) = Scheduler::new(model, config, Arc::new(metrics), Instant::now());
     let thread = std::thread::Builder::new()
         .name("ferrox-worker".into())
         .spawn(move || {

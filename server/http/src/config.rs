@@ -93,6 +93,11 @@ pub struct ServeConfig {
     pub decode_log_interval: u64,
     /// Largest request body in bytes.
     pub max_body: usize,
+    /// Share cached prompt blocks between requests.
+    pub prefix_caching: bool,
+    /// `max_tokens` of a chat request that sets none (capped by what is
+    /// left of `max_model_len`).
+    pub default_max_tokens: usize,
 }
 
 /// Parses a byte size: `1073741824`, `512MiB`, `2GiB`, `1.5G`.

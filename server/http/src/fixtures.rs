@@ -87,6 +87,9 @@ impl Frontend for FakeFrontend {
     }
 }
 
+/// `max_tokens` of a chat request without one, on the fake server.
+pub const DEFAULT_MAX_TOKENS: usize = 5;
+
 /// A small engine over the fake model.
 pub fn engine_config() -> EngineConfig {
     EngineConfig {
@@ -97,6 +100,8 @@ pub fn engine_config() -> EngineConfig {
         block_size: 4,
         kv_blocks: 64,
         decode_log_interval: 0,
+        prefix_caching: true,
+        cache_salt: "fake".into(),
     }
 }
 
@@ -106,7 +111,7 @@ pub async fn serve(config: EngineConfig, delay_ms: u64) -> (std::net::SocketAddr
         delay: std::time::Duration::from_millis(delay_ms),
     };
     let (engine, _thread) = ferrox_engine::worker::spawn(model, config).unwrap();
-    let state = AppState::new("fake".into(), 1024);
+    let state = AppState::new("fake".into(), 1024, DEFAULT_MAX_TOKENS);
     state.set_loaded(Loaded {
         engine,
         frontend: Arc::new(FakeFrontend),

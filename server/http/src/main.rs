@@ -180,6 +180,21 @@ struct ServeArgs {
     /// Largest request body, e.g. 4MiB.
     #[arg(long, env = "FERROX_MAX_BODY", default_value = "4MiB", value_parser = parse_bytes)]
     max_body: u64,
+    /// Compute a shared prompt prefix once: full KV blocks are cached and
+    /// shared between requests.
+    #[arg(long, env = "FERROX_PREFIX_CACHING", value_enum, default_value_t = Switch::On)]
+    prefix_caching: Switch,
+    /// max_tokens of a chat request that sets none, capped by what is left of
+    /// --max-model-len (admission reserves prompt + max_tokens).
+    #[arg(long, env = "FERROX_DEFAULT_MAX_TOKENS", default_value_t = 1024)]
+    default_max_tokens: usize,
+}
+
+/// A feature switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Switch {
+    On,
+    Off,
 }
 
 impl ServeArgs {
@@ -187,6 +202,10 @@ impl ServeArgs {
         anyhow::ensure!(self.block_size > 0, "--block-size must be at least 1");
         anyhow::ensure!(self.max_seqs > 0, "--max-seqs must be at least 1");
         anyhow::ensure!(self.prefill_chunk > 0, "--prefill-chunk must be at least 1");
+        anyhow::ensure!(
+            self.default_max_tokens > 0,
+            "--default-max-tokens must be at least 1"
+        );
         anyhow::ensure!(
             self.drain_timeout.is_finite() && self.drain_timeout >= 0.0,
             "--drain-timeout must be a non-negative number of seconds"
@@ -218,6 +237,8 @@ impl ServeArgs {
             drain_timeout: Duration::from_secs_f64(self.drain_timeout),
             decode_log_interval: self.decode_log_interval,
             max_body: usize::try_from(self.max_body).unwrap_or(usize::MAX),
+            prefix_caching: self.prefix_caching == Switch::On,
+            default_max_tokens: self.default_max_tokens,
         })
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use ferrox_engine::EngineConfig;
+use ferrox_engine::{EngineConfig, PlanInfo};
 use ferrox_models::ModelInfo;
 use ferrox_models::memory::DeviceMemory;
 use ferrox_plan::{DeviceKind, KvDtype, Plan, PlanConfig, plan, plan_for_blocks};
@@ -75,6 +75,9 @@ pub fn size(
         block_size: cfg.block_size,
         kv_blocks: usize::try_from(plan.kv_blocks).context("the KV pool is too large")?,
         decode_log_interval: cfg.decode_log_interval,
+        prefix_caching: cfg.prefix_caching,
+        // Everything but the tokens that decides what a block's KV holds.
+        cache_salt: format!("{}|kv={kv_dtype}", cfg.model.display()),
     };
     Ok(Sizing {
         engine,
@@ -83,6 +86,25 @@ pub fn size(
         memory,
         sized_by,
     })
+}
+
+impl Sizing {
+    /// What `/metrics` says about the plan.
+    pub fn info(&self, cfg: &ServeConfig) -> PlanInfo {
+        PlanInfo {
+            block_size: self.engine.block_size,
+            kv_blocks: self.engine.kv_blocks,
+            kv_dtype: self.kv_dtype.name().to_string(),
+            memory_utilization: cfg.memory_utilization,
+            prefix_caching: self.engine.prefix_caching,
+            weight_bytes: self.plan.weight_bytes,
+            kv_block_bytes: self.plan.block_bytes,
+            memory_bytes: self.memory.bytes,
+            memory_source: self.sized_by.to_string(),
+            max_seqs: self.engine.max_seqs,
+            max_model_len: self.engine.max_model_len,
+        }
+    }
 }
 
 /// What a user can change when the plan does not fit.
@@ -131,6 +153,7 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
     let frontend = CoreFrontend::new(text.tokenizer, text.chat_template, eos);
     let (engine, _worker) = ferrox_engine::worker::spawn(model, sizing.engine.clone())
         .context("starting the worker thread")?;
+    engine.metrics().set_plan(&sizing.info(cfg));
     tracing::info!(
         secs = started.elapsed().as_secs_f64(),
         "model {} loaded",
@@ -157,6 +180,7 @@ fn log_plan(s: &Sizing) {
         memory_bytes = s.memory.bytes,
         memory_source = s.memory.source.as_str(),
         sized_by = s.sized_by,
+        prefix_caching = s.engine.prefix_caching,
         max_model_len = p.max_model_len,
         full_length_seqs = p.max_seqs,
         max_seqs = s.engine.max_seqs,
@@ -222,6 +246,8 @@ mod tests {
             drain_timeout: Duration::from_secs(1),
             decode_log_interval: 10,
             max_body: 1 << 20,
+            prefix_caching: true,
+            default_max_tokens: 1024,
         }
     }
 
@@ -337,5 +363,52 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("--kv-dtype f16, fewer --kv-blocks"), "{err}");
+    }
+
+    #[test]
+    fn the_plan_the_metrics_export_and_the_cache_switch() {
+        for (kv, caching, source) in [
+            (KvSizing::Blocks(16), true, "kv-blocks"),
+            (KvSizing::Memory(20 * 512 + 5), false, "kv-cache-memory"),
+            (KvSizing::Device, true, "cgroup-v2"),
+        ] {
+            let cfg = ServeConfig {
+                prefix_caching: caching,
+                ..serve_config(kv, None)
+            };
+            let s = size(&info(), DeviceKind::Cpu, memory(1 << 30), &cfg).unwrap();
+            assert_eq!(s.engine.prefix_caching, caching);
+            let want = PlanInfo {
+                block_size: 16,
+                kv_blocks: s.engine.kv_blocks,
+                kv_dtype: "f16".into(),
+                memory_utilization: 0.5,
+                prefix_caching: caching,
+                weight_bytes: 1000,
+                kv_block_bytes: 512,
+                memory_bytes: 1 << 30,
+                memory_source: source.into(),
+                max_seqs: 4,
+                max_model_len: 256,
+            };
+            assert_eq!(s.info(&cfg), want, "{kv:?}");
+        }
+        // The salt names the model and the KV dtype: another of either never
+        // shares a cached block.
+        let salt = |model: &str, kv_dtype| {
+            let cfg = ServeConfig {
+                model: model.into(),
+                kv_dtype: KvDtypeChoice::Fixed(kv_dtype),
+                ..serve_config(KvSizing::Blocks(16), None)
+            };
+            size(&info(), DeviceKind::Cpu, memory(1 << 30), &cfg)
+                .unwrap()
+                .engine
+                .cache_salt
+        };
+        let base = salt("a.gguf", KvDtype::F16);
+        assert_eq!(base, salt("a.gguf", KvDtype::F16));
+        assert_ne!(base, salt("b.gguf", KvDtype::F16));
+        assert_ne!(base, salt("a.gguf", KvDtype::F32));
     }
 }

@@ -1,7 +1,7 @@
 //! Turns a parsed OpenAI request into the engine's `GenerationRequest`:
 //! tokenize or template the prompt, settle max_tokens, map the knobs.
 
-use ferrox_engine::{EngineConfig, GenerationRequest};
+use ferrox_engine::GenerationRequest;
 
 use crate::error::ApiError;
 use crate::frontend::Frontend;
@@ -57,8 +57,14 @@ pub fn completion(r: CompletionRequest, f: &dyn Frontend) -> Result<Prepared, Ap
     ))
 }
 
-/// Prepares a `/v1/chat/completions` request.
-pub fn chat(r: ChatRequest, f: &dyn Frontend, config: &EngineConfig) -> Result<Prepared, ApiError> {
+/// Prepares a `/v1/chat/completions` request; one without `max_tokens`
+/// gets `default_max_tokens`, capped by what `max_model_len` leaves.
+pub fn chat(
+    r: ChatRequest,
+    f: &dyn Frontend,
+    max_model_len: usize,
+    default_max_tokens: usize,
+) -> Result<Prepared, ApiError> {
     r.check_supported()?;
     let messages = r
         .messages
@@ -67,11 +73,13 @@ pub fn chat(r: ChatRequest, f: &dyn Frontend, config: &EngineConfig) -> Result<P
         .collect::<Result<Vec<_>, ApiError>>()?;
     let text = f.render_chat(&messages).map_err(ApiError::Prompt)?;
     let prompt = f.encode(&text, false).map_err(ApiError::Prompt)?;
-    // Like vLLM: without a limit, the rest of the context.
-    let max_tokens = r.max_tokens().map_or(
-        config.max_model_len.saturating_sub(prompt.len()).max(1),
-        clamp,
-    );
+    // Not vLLM's rest of the context: admission reserves prompt + max_tokens
+    // for the request's whole life, so that default would let a couple of
+    // requests fill the pool.
+    let left = max_model_len.saturating_sub(prompt.len()).max(1);
+    let max_tokens = r
+        .max_tokens()
+        .map_or(default_max_tokens.clamp(1, left), clamp);
     let logprobs = (r.logprobs == Some(true)).then(|| r.top_logprobs.unwrap_or(0) as usize);
     Ok(build(prompt, max_tokens, logprobs, &r.knobs, f, Kind::Chat))
 }

@@ -53,8 +53,10 @@ async fn chat_completions(
     let prepared = read_body(&s, body).and_then(|(loaded, bytes)| {
         let r: ChatRequest = parse(&bytes, &CHAT_FIELDS)?;
         check_model(&s, r.knobs.model.as_deref())?;
-        let config = loaded.engine.config();
-        Ok((loaded, prepare::chat(r, loaded.frontend.as_ref(), config)?))
+        let limit = loaded.engine.config().max_model_len;
+        let default = s.default_max_tokens();
+        let prepared = prepare::chat(r, loaded.frontend.as_ref(), limit, default)?;
+        Ok((loaded, prepared))
     });
     match prepared {
         Ok((loaded, p)) => answer(&s, loaded, p).await,

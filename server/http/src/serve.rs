@@ -27,7 +27,11 @@ pub fn run(config: ServeConfig) -> anyhow::Result<()> {
 }
 
 async fn serve(config: ServeConfig) -> anyhow::Result<()> {
-    let state = AppState::new(config.served_model_name.clone(), config.max_body);
+    let state = AppState::new(
+        config.served_model_name.clone(),
+        config.max_body,
+        config.default_max_tokens,
+    );
     let listener = TcpListener::bind((config.host.as_str(), config.port))
         .await
         .with_context(|| format!("binding {}:{}", config.host, config.port))?;

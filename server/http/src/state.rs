@@ -25,16 +25,18 @@ struct Inner {
     loaded: OnceLock<Loaded>,
     model_name: String,
     max_body: usize,
+    default_max_tokens: usize,
 }
 
 impl AppState {
     /// State for a server whose model is still loading.
-    pub fn new(model_name: String, max_body: usize) -> Self {
+    pub fn new(model_name: String, max_body: usize, default_max_tokens: usize) -> Self {
         AppState {
             inner: Arc::new(Inner {
                 loaded: OnceLock::new(),
                 model_name,
                 max_body,
+                default_max_tokens,
             }),
         }
     }
@@ -57,6 +59,11 @@ impl AppState {
     /// Largest request body accepted, in bytes.
     pub fn max_body(&self) -> usize {
         self.inner.max_body
+    }
+
+    /// `max_tokens` of a chat request that sets none, before the cap.
+    pub fn default_max_tokens(&self) -> usize {
+        self.inner.default_max_tokens
     }
 
     /// Loaded, worker running, not draining.

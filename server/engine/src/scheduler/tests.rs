@@ -12,6 +12,7 @@ struct Rig {
     h: EngineHandle,
     now: Instant,
     calls: Arc<Mutex<Vec<Call>>>,
+    contexts: Arc<Mutex<Vec<Vec<u32>>>>,
 }
 
 impl Rig {
@@ -21,9 +22,17 @@ impl Rig {
 
     fn with_model(model: FakeModel, config: EngineConfig) -> Self {
         let calls = Arc::clone(&model.calls);
+        let contexts = Arc::clone(&model.contexts);
         let now = Instant::now();
-        let (s, h) = Scheduler::new(model, config, now);
-        Rig { s, h, now, calls }
+        let metrics = Arc::new(Metrics::new().unwrap());
+        let (s, h) = Scheduler::new(model, config, metrics, now);
+        Rig {
+            s,
+            h,
+            now,
+            calls,
+            contexts,
+        }
     }
 
     fn submit(&self, req: GenerationRequest) -> Submission {
@@ -560,3 +569,5 @@ fn the_worker_thread_serves_and_idles() {
     }
     panic!("blocks still used after every request ended");
 }
+
+mod prefix_cache;

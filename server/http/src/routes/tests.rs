@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::fixtures::{engine_config, request, serve};
+use crate::fixtures::{DEFAULT_MAX_TOKENS, engine_config, request, serve};
 
 fn json_of(body: &str) -> Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
@@ -38,6 +38,30 @@ async fn completion_and_chat_answer_in_openai_shape() {
     let v = json_of(&body);
     assert_eq!(v["object"], "chat.completion");
     assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+}
+
+#[tokio::test]
+async fn a_chat_without_max_tokens_gets_the_default_capped_by_the_context() {
+    let (addr, _s) = serve(engine_config(), 0).await;
+    // The fake template renders "user:{content}\n": 6 tokens + the content,
+    // and max_model_len is 128.
+    let cases = [("hi", DEFAULT_MAX_TOKENS), (&"x".repeat(120) as &str, 2)];
+    for (content, want) in cases {
+        let body = format!(
+            r#"{{"messages": [{{"role": "user", "content": "{content}"}}], "ignore_eos": true}}"#
+        );
+        let (status, body) = request(addr, "POST", "/v1/chat/completions", &body).await;
+        assert_eq!(status, 200, "{body}");
+        let v = json_of(&body);
+        assert_eq!(v["usage"]["completion_tokens"], want, "{body}");
+        assert_eq!(v["choices"][0]["finish_reason"], "length");
+    }
+    // An explicit max_tokens is not capped: it is refused if it cannot fit.
+    let body = r#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 500}"#;
+    assert_eq!(
+        request(addr, "POST", "/v1/chat/completions", body).await.0,
+        400
+    );
 }
 
 #[tokio::test]

@@ -2,5 +2,6 @@
 //! default model against its reference output.
 
 mod helpers;
+mod prefix_cache;
 mod real_model;
 mod tiny_model;

@@ -9,7 +9,7 @@ use crate::fixtures::default_model;
 use crate::{PagedModel, Source};
 
 /// "The capital of France is Paris. The capital of Germany is Berlin. The capital of Italy is"
-const PROMPT: [u32; 19] = [
+pub(super) const PROMPT: [u32; 19] = [
     504, 3575, 282, 4649, 314, 7042, 30, 378, 3575, 282, 4521, 314, 11452, 30, 378, 3575, 282,
     7158, 314,
 ];

@@ -1,0 +1,111 @@
+//! Prefix-cache identities of full KV blocks. A block's hash chains its
+//! parent block's hash and its own token ids, from a root that names
+//! everything else the KV depends on (the model, the KV dtype), so two blocks
+//! with the same hash hold the same KV: same tokens after the same prefix,
+//! computed by the same model into the same dtype.
+
+use sha2::{Digest, Sha256};
+
+/// The identity of one full block and of everything before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlockHash([u8; 32]);
+
+/// Hashes full blocks of token ids into chains. Cheap to clone.
+///
+/// SHA-256 rather than a fast 64-bit hash: a block found by hash is read by
+/// another request without a look at its tokens, so a collision a client
+/// could construct would let it read or poison another client's KV.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockHasher {
+    root: BlockHash,
+    block_size: usize,
+}
+
+impl BlockHasher {
+    /// A hasher for blocks of `block_size` tokens (at least 1), whose chains
+    /// start from `salt`: whatever else decides what the KV holds.
+    pub fn new(salt: &str, block_size: usize) -> Self {
+        let mut h = Sha256::new();
+        h.update(b"ferrox prefix cache v1\0");
+        h.update(salt.as_bytes());
+        BlockHasher {
+            root: BlockHash(h.finalize().into()),
+            block_size: block_size.max(1),
+        }
+    }
+
+    /// Tokens per block.
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    /// The hash of a block holding `tokens` whose parent block hashed to
+    /// `parent` (`None` for a sequence's first block).
+    pub fn next(
+        &self,
+        parent: Option<&BlockHash>,
+        tokens: impl IntoIterator<Item = u32>,
+    ) -> BlockHash {
+        let mut h = Sha256::new();
+        h.update(parent.unwrap_or(&self.root).0);
+        for t in tokens {
+            h.update(t.to_le_bytes());
+        }
+        BlockHash(h.finalize().into())
+    }
+
+    /// Extends `chain` (the hashes of the first `chain.len()` blocks of
+    /// `tokens`) with the hash of every further full block of `tokens`.
+    pub fn extend(&self, chain: &mut Vec<BlockHash>, tokens: impl Fn(usize) -> u32, len: usize) {
+        let bs = self.block_size;
+        while (chain.len() + 1) * bs <= len {
+            let start = chain.len() * bs;
+            let next = self.next(chain.last(), (start..start + bs).map(&tokens));
+            chain.push(next);
+        }
+    }
+
+    /// The hashes of every full block of `tokens`.
+    pub fn chain(&self, tokens: &[u32]) -> Vec<BlockHash> {
+        let mut chain = Vec::with_capacity(tokens.len() / self.block_size);
+        self.extend(&mut chain, |i| tokens[i], tokens.len());
+        chain
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_hashes_mean_equal_tokens_after_an_equal_prefix() {
+        let h = BlockHasher::new("model-a/f16", 2);
+        let a = h.chain(&[1, 2, 3, 4, 5]);
+        assert_eq!(a.len(), 2, "only full blocks are hashed");
+        // Same first block, different second: shares exactly one.
+        let b = h.chain(&[1, 2, 3, 9]);
+        assert_eq!(a[0], b[0]);
+        assert_ne!(a[1], b[1]);
+        // The same block tokens after a different prefix do not match.
+        let c = h.chain(&[7, 7, 3, 4]);
+        assert_ne!(a[1], c[1]);
+        // Another model or KV dtype never matches.
+        let other = BlockHasher::new("model-a/f32", 2);
+        assert_ne!(other.chain(&[1, 2])[0], a[0]);
+        // Token boundaries count: [1, 2] is not [0x201] nor a reordering.
+        assert_ne!(h.chain(&[2, 1])[0], a[0]);
+    }
+
+    #[test]
+    fn extending_a_chain_equals_hashing_the_whole() {
+        let h = BlockHasher::new("s", 3);
+        let tokens: Vec<u32> = (0..20).collect();
+        let mut chain = h.chain(&tokens[..7]);
+        assert_eq!(chain.len(), 2);
+        h.extend(&mut chain, |i| tokens[i], 10);
+        assert_eq!(chain.len(), 3);
+        h.extend(&mut chain, |i| tokens[i], tokens.len());
+        assert_eq!(chain, h.chain(&tokens));
+        assert_eq!(BlockHasher::new("s", 0).block_size(), 1);
+    }
+}

@@ -1,0 +1,308 @@
+//! The pool's accounting: leases, reservations, the prefix cache and its
+//! eviction order.
+
+use std::collections::HashSet;
+
+use super::*;
+use crate::block_hash::BlockHasher;
+
+const BS: usize = 2;
+
+fn hasher() -> BlockHasher {
+    BlockHasher::new("test-model/f32", BS)
+}
+
+/// A reservation for `prompt` plus `gen` tokens, as the engine asks it.
+fn ask<'a>(hashes: &'a [BlockHash], prompt: usize, generate: usize) -> Reservation<'a> {
+    Reservation {
+        hashes,
+        max_cached: (prompt - 1) / BS,
+        now: prompt.div_ceil(BS),
+        total: (prompt + generate).div_ceil(BS),
+    }
+}
+
+/// Runs a sequence's whole prompt into its lease, as the worker does after
+/// computing it: every block marked written, every full block offered.
+fn compute(lease: &mut BlockLease, hashes: &[BlockHash], prompt: usize) {
+    lease.commit(prompt.div_ceil(BS), &hashes[..prompt / BS]);
+}
+
+/// A lease for `tokens` whose prompt has been computed.
+fn computed(pool: &BlockPool, tokens: &[u32], generate: usize) -> BlockLease {
+    let hashes = hasher().chain(tokens);
+    let mut lease = pool.reserve(&ask(&hashes, tokens.len(), generate)).unwrap();
+    compute(&mut lease, &hashes, tokens.len());
+    lease
+}
+
+fn stats(total: usize, reserved: usize, pinned: usize, cached: usize, free: usize) -> PoolStats {
+    PoolStats {
+        total,
+        reserved,
+        pinned,
+        cached,
+        free,
+        ..PoolStats::default()
+    }
+}
+
+/// The stats without `filled`, which the tests that care check on their own.
+fn shape(pool: &BlockPool) -> PoolStats {
+    PoolStats {
+        filled: 0,
+        ..pool.stats()
+    }
+}
+
+#[test]
+fn blocks_come_back_on_drop() {
+    let pool = BlockPool::new(10);
+    let a = pool.allocate(4).unwrap();
+    let b = pool.allocate(6).unwrap();
+    assert_eq!((pool.used(), pool.free()), (10, 0));
+    drop(a);
+    assert_eq!((pool.used(), pool.free()), (6, 4));
+    drop(b);
+    assert_eq!((pool.used(), pool.free(), pool.total()), (0, 10, 10));
+}
+
+#[test]
+fn exhaustion_is_an_error_and_takes_nothing() {
+    let pool = BlockPool::new(5);
+    let _held = pool.allocate(3).unwrap();
+    let err = pool.allocate(3).unwrap_err();
+    assert!(matches!(
+        err,
+        Error::PoolExhausted {
+            asked: 3,
+            free: 2,
+            total: 5
+        }
+    ));
+    assert_eq!(pool.free(), 2);
+    assert!(pool.allocate(2).is_ok());
+}
+
+#[test]
+fn hit_partial_hit_and_miss() {
+    let pool = BlockPool::new(32);
+    let h = hasher();
+    drop(computed(&pool, &[1, 2, 3, 4, 5, 6, 7], 0));
+    // (prompt, cached blocks): whole run, a shared first block, nothing in
+    // common, and a prompt that is exactly the cached run (its last block is
+    // recomputed so the request has logits).
+    let cases: [(&[u32], usize); 5] = [
+        (&[1, 2, 3, 4, 5, 6, 9], 3),
+        (&[1, 2, 3, 9, 5, 6, 7], 1),
+        (&[9, 2, 3, 4, 5, 6, 7], 0),
+        (&[1, 2, 3, 4], 1),
+        (&[1, 2, 3, 4, 5], 2),
+    ];
+    for (prompt, want) in cases {
+        let hashes = h.chain(prompt);
+        let lease = pool.reserve(&ask(&hashes, prompt.len(), 2)).unwrap();
+        assert_eq!(lease.cached_blocks(), want, "{prompt:?}");
+        assert_eq!(lease.len(), prompt.len().div_ceil(BS), "{prompt:?}");
+    }
+}
+
+#[test]
+fn the_same_block_after_another_prefix_is_a_miss() {
+    let pool = BlockPool::new(16);
+    drop(computed(&pool, &[1, 2, 3, 4, 5], 0));
+    // Block [3, 4] is cached, but after [1, 2]: after [7, 8] it is not.
+    let hashes = hasher().chain(&[7, 8, 3, 4, 5]);
+    assert_eq!(pool.cached_prefix(&hashes), 0);
+    assert_eq!(pool.cached_prefix(&hasher().chain(&[1, 2, 3, 4, 5])), 2);
+}
+
+#[test]
+fn shared_blocks_are_pinned_once_and_cached_when_the_last_lease_ends() {
+    let pool = BlockPool::new(20);
+    let tokens = [1, 2, 3, 4, 5, 6, 7];
+    // 4 blocks now (3 full), 2 more promised.
+    let a = computed(&pool, &tokens, 4);
+    assert_eq!(shape(&pool), stats(20, 6, 3, 0, 14));
+    let b = computed(&pool, &tokens, 4);
+    assert_eq!(b.cached_blocks(), 3);
+    assert_eq!(&b.blocks()[..3], &a.blocks()[..3], "shared, not copied");
+    assert_ne!(b.blocks()[3], a.blocks()[3], "the partial block is its own");
+    // Reserved: 3 shared + 2 own partial blocks + 2 x 2 promised.
+    assert_eq!(shape(&pool), stats(20, 9, 3, 0, 11));
+    assert_eq!(pool.stats().filled, 5);
+    drop(a);
+    assert_eq!(shape(&pool), stats(20, 6, 3, 0, 14), "b still pins them");
+    drop(b);
+    assert_eq!(shape(&pool), stats(20, 0, 0, 3, 17));
+    assert_eq!(pool.stats().filled, 0);
+    assert_eq!(pool.free(), 20, "cached blocks count as free");
+}
+
+#[test]
+fn eviction_is_least_recently_used_and_a_lease_tail_goes_first() {
+    let pool = BlockPool::new(6);
+    let h = hasher();
+    let (x, y) = ([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]);
+    drop(computed(&pool, &x, 0)); // caches x's 2 full blocks, frees 1
+    drop(computed(&pool, &y, 0)); // then y's
+    assert_eq!(shape(&pool), stats(6, 0, 0, 4, 2));
+    // Touch x again: now y is the least recently used.
+    drop(computed(&pool, &x, 0));
+    // 4 blocks needed, 2 free: the 2 evicted are y's, tail first.
+    let a = pool.allocate(3).unwrap();
+    assert_eq!(pool.cached_prefix(&h.chain(&y)), 1, "y's tail went first");
+    let _b = pool.allocate(1).unwrap();
+    assert_eq!(pool.cached_prefix(&h.chain(&y)), 0);
+    assert_eq!(pool.cached_prefix(&h.chain(&x)), 2, "x survives");
+    drop(a);
+}
+
+#[test]
+fn a_full_pool_whose_only_room_is_evictable_still_admits() {
+    let pool = BlockPool::new(4);
+    drop(computed(&pool, &[1, 2, 3, 4, 5, 6, 7, 8], 0));
+    assert_eq!(shape(&pool), stats(4, 0, 0, 4, 0));
+    let lease = pool.allocate(4).unwrap();
+    assert_eq!(lease.len(), 4);
+    assert_eq!(shape(&pool), stats(4, 4, 0, 0, 0));
+}
+
+#[test]
+fn a_pinned_block_is_never_evicted() {
+    let pool = BlockPool::new(5);
+    let tokens = [1, 2, 3, 4, 5];
+    let pinning = computed(&pool, &tokens, 0); // 2 full + 1 partial
+    // 2 blocks are free; asking for 3 must fail rather than evict.
+    assert!(matches!(
+        pool.allocate(3),
+        Err(Error::PoolExhausted { free: 2, .. })
+    ));
+    let other = pool.allocate(2).unwrap();
+    assert_eq!(pool.cached_prefix(&hasher().chain(&tokens)), 2);
+    drop(other);
+    drop(pinning);
+}
+
+#[test]
+fn pinning_an_evictable_block_counts_against_the_reservation() {
+    // 4 blocks: [1,2] and [3,4] cached. A prompt of [1, 2, 3, 4, 5] hits
+    // both, needs 1 block now and asks 4 more to generate: 5 of which 2
+    // are cached, 3 new, but pinning the hits leaves only 2 to take.
+    let pool = BlockPool::new(4);
+    drop(computed(&pool, &[1, 2, 3, 4], 0));
+    let hashes = hasher().chain(&[1, 2, 3, 4, 5]);
+    let err = pool.reserve(&ask(&hashes, 5, 4)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::PoolExhausted {
+                asked: 3,
+                free: 2,
+                total: 4
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(shape(&pool), stats(4, 0, 0, 2, 2), "took nothing");
+    let lease = pool.reserve(&ask(&hashes, 5, 2)).unwrap();
+    assert_eq!((lease.cached_blocks(), lease.capacity()), (2, 4));
+}
+
+#[test]
+fn promised_blocks_are_drawn_as_the_sequence_grows_and_no_further() {
+    let pool = BlockPool::new(6);
+    let mut a = pool.reserve(&ask(&[], 3, 5)).unwrap(); // 2 now, 4 in all
+    assert_eq!((a.len(), a.capacity()), (2, 4));
+    assert_eq!(pool.free(), 2, "the promise is not for others");
+    assert!(pool.allocate(3).is_err());
+    let _b = pool.allocate(2).unwrap();
+    a.grow(3).unwrap();
+    a.grow(3).unwrap();
+    assert_eq!(a.len(), 3);
+    a.grow(4).unwrap();
+    let err = a.grow(5).unwrap_err();
+    assert!(matches!(
+        err,
+        Error::OverReservation {
+            asked: 5,
+            reserved: 4
+        }
+    ));
+    assert_eq!(a.blocks().iter().collect::<HashSet<_>>().len(), 4);
+    drop(a);
+    assert_eq!(pool.used(), 2);
+}
+
+#[test]
+fn a_duplicate_block_stays_private_and_the_first_copy_stays_cached() {
+    let pool = BlockPool::new(8);
+    let tokens = [1, 2, 3, 4, 5];
+    let hashes = hasher().chain(&tokens);
+    // Both admitted before either computed: neither hits.
+    let mut a = pool.reserve(&ask(&hashes, 5, 0)).unwrap();
+    let mut b = pool.reserve(&ask(&hashes, 5, 0)).unwrap();
+    assert_eq!(b.cached_blocks(), 0);
+    compute(&mut a, &hashes, 5);
+    compute(&mut b, &hashes, 5);
+    assert_eq!(pool.stats().pinned, 2, "only a's copies are cached");
+    let a_blocks = a.blocks()[..2].to_vec();
+    drop(b);
+    drop(a);
+    assert_eq!(shape(&pool), stats(8, 0, 0, 2, 6));
+    let c = pool.reserve(&ask(&hashes, 5, 0)).unwrap();
+    assert_eq!(&c.blocks()[..2], &a_blocks[..]);
+}
+
+#[test]
+fn churn_never_over_commits_and_the_counts_add_up() {
+    let pool = BlockPool::new(64);
+    let h = hasher();
+    let mut leases: Vec<(BlockLease, Vec<BlockHash>, usize)> = Vec::new();
+    let mut step = 0usize;
+    for round in 0..400usize {
+        // Prompts from a few families, so some share prefixes.
+        let family = (round % 5) as u32;
+        let len = (round * 7) % 13 + 1;
+        let tokens: Vec<u32> = (0..len as u32).map(|i| family * 100 + i).collect();
+        let hashes = h.chain(&tokens);
+        match pool.reserve(&ask(&hashes, len, round % 6)) {
+            Ok(mut lease) => {
+                compute(&mut lease, &hashes, len);
+                leases.push((lease, hashes, len));
+            }
+            Err(_) => {
+                step = (step + 3) % leases.len().max(1);
+                if !leases.is_empty() {
+                    leases.swap_remove(step);
+                }
+            }
+        }
+        for (lease, _, _) in leases.iter_mut().step_by(3) {
+            let cap = lease.capacity();
+            lease.grow((lease.len() + 1).min(cap)).unwrap();
+        }
+        // A block a lease took for itself is in no other lease's own part;
+        // only cached blocks are shared.
+        let s = pool.stats();
+        let mut own = HashSet::new();
+        let mut held = HashSet::new();
+        for (lease, _, _) in &leases {
+            for &b in &lease.blocks()[lease.cached_blocks()..] {
+                assert!(own.insert(b), "block {b} taken twice");
+            }
+            held.extend(lease.blocks().iter().copied());
+        }
+        let promised: usize = leases.iter().map(|l| l.0.capacity() - l.0.len()).sum();
+        assert_eq!(s.reserved, held.len() + promised);
+        assert_eq!(s.reserved + s.cached + s.free, 64);
+        assert!(s.pinned <= s.reserved);
+    }
+    leases.clear();
+    let s = pool.stats();
+    assert_eq!(
+        (s.reserved, s.pinned, s.filled, s.cached + s.free),
+        (0, 0, 0, 64)
+    );
+    assert_eq!(pool.free(), 64);
+}

@@ -100,7 +100,7 @@ impl Sizing {
             weight_bytes: self.plan.weight_bytes,
             kv_block_bytes: self.plan.block_bytes,
             memory_bytes: self.memory.bytes,
-            memory_source: self.sized_by.to_string(),
+            memory_source: self.memory.source.as_str().to_string(),
             max_seqs: self.engine.max_seqs,
             max_model_len: self.engine.max_model_len,
         }
@@ -367,10 +367,11 @@ mod tests {
 
     #[test]
     fn the_plan_the_metrics_export_and_the_cache_switch() {
-        for (kv, caching, source) in [
-            (KvSizing::Blocks(16), true, "kv-blocks"),
-            (KvSizing::Memory(20 * 512 + 5), false, "kv-cache-memory"),
-            (KvSizing::Device, true, "cgroup-v2"),
+        // The memory figure is the device's, whichever flag sized the pool.
+        for (kv, caching) in [
+            (KvSizing::Blocks(16), true),
+            (KvSizing::Memory(20 * 512 + 5), false),
+            (KvSizing::Device, true),
         ] {
             let cfg = ServeConfig {
                 prefix_caching: caching,
@@ -387,7 +388,7 @@ mod tests {
                 weight_bytes: 1000,
                 kv_block_bytes: 512,
                 memory_bytes: 1 << 30,
-                memory_source: source.into(),
+                memory_source: "cgroup-v2".into(),
                 max_seqs: 4,
                 max_model_len: 256,
             };

@@ -74,7 +74,7 @@ def test_example_renders_valid_objects_with_its_plan(name, tmp_path):
         assert res["limits"]["nvidia.com/gpu"] in (acc["count"], str(acc["count"]))
         # The host's share: far below the device, at least the CPU runtime.
         assert res["requests"]["memory"] == mib(plan["podMemoryBytes"])
-        assert 160 << 20 <= plan["podMemoryBytes"] < 2 << 30
+        assert 32 << 20 <= plan["podMemoryBytes"] < 2 << 30
     else:
         # The plan's whole figure is both the request and the limit.
         assert res["requests"]["memory"] == res["limits"]["memory"] == mib(plan["totalBytes"])

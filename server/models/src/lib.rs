@@ -9,6 +9,7 @@
 pub mod attention;
 pub mod config;
 pub mod error;
+mod fused;
 pub mod gguf;
 pub mod kv_cache;
 pub mod linear;

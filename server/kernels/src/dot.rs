@@ -1,15 +1,26 @@
-//! Block dot-product tiles: up to 2 weight rows x 4 activation rows at once,
-//! so each weight block is loaded and unpacked once per tile.
+//! Block dot-product tiles: up to 4 weight rows x 4 activation rows at once,
+//! so each weight block is loaded and unpacked once per tile, and each
+//! panel's scale products are computed once per tile row.
 
 use crate::qact::QActs;
-use crate::qmatrix::{QK, QMatrix, QuantType};
+use crate::qmatrix::QMatrix;
+use crate::quant_type::QK;
 
 /// Results of one tile: `[weight row][activation row]`.
-pub(crate) type Tile = [[f32; 4]; 2];
+pub(crate) type Tile = [[f32; 4]; 4];
 
-/// Which implementation computes the tiles.
+/// Blocks per panel: a SIMD tile computes this many blocks' scale products
+/// up front (even, so panels start on a 4-bit block pair).
+pub(crate) const PB: usize = 32;
+
+/// One panel's scale products `d_w * d_x`, `[i * A + j][block - b0]`; a
+/// task's scratch, so tiles do not clear it.
+pub(crate) type Scales = [[f32; PB]; 16];
+
+/// Which instruction set computes the tiles (tests and benchmarks pick one;
+/// everything else runs [`Kernel::detect`]'s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kernel {
+pub enum Kernel {
     /// Portable integer math, the reference.
     Scalar,
     /// AVX2 + FMA + F16C (checked at run time).
@@ -19,90 +30,106 @@ pub(crate) enum Kernel {
     #[cfg(target_arch = "x86_64")]
     AvxVnni,
     /// The AVX-VNNI path widened to AVX-512 (F, BW, VNNI): two blocks per op.
+    /// Never AMX: the VMs we run on advertise it and fault on it.
     #[cfg(target_arch = "x86_64")]
     Avx512Vnni,
 }
 
 impl Kernel {
-    /// The fastest kernel this CPU supports.
-    pub(crate) fn detect() -> Self {
-        #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-        {
-            if is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("avx512bw")
-                && is_x86_feature_detected!("avx512vnni")
-            {
-                return Self::Avx512Vnni;
-            }
-            if is_x86_feature_detected!("avxvnni") {
-                return Self::AvxVnni;
-            }
-            return Self::Avx2;
-        }
-        Self::Scalar
+    /// Every kernel this CPU can run, the scalar reference first, the
+    /// fastest last.
+    pub fn available() -> Vec<Self> {
+        let all = [
+            Self::Scalar,
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx2,
+            #[cfg(target_arch = "x86_64")]
+            Self::AvxVnni,
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx512Vnni,
+        ];
+        all.into_iter().filter(|k| k.supported()).collect()
     }
 
-    /// Scaled block dots of weight rows `row..row+rr` against activation rows `n0..n0+aa`.
-    ///
-    /// Callers keep `rr <= 2`, `aa <= 4`, and both ranges inside the operands.
+    /// Whether this CPU can run the kernel.
+    pub fn supported(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        let avx2 = is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c");
+        match self {
+            Self::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx2 => avx2,
+            #[cfg(target_arch = "x86_64")]
+            Self::AvxVnni => avx2 && is_x86_feature_detected!("avxvnni"),
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx512Vnni => {
+                avx2 && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vnni")
+            }
+        }
+    }
+
+    /// The fastest kernel this CPU supports (decided once per process).
+    pub fn detect() -> Self {
+        static BEST: std::sync::OnceLock<Kernel> = std::sync::OnceLock::new();
+        *BEST.get_or_init(|| *Self::available().last().unwrap_or(&Self::Scalar))
+    }
+
+    /// The tile `(weight rows, activation rows)` this kernel runs for a task
+    /// of `acts` activation rows: as many accumulators as the registers hold.
+    pub(crate) fn tile_shape(self, acts: usize) -> (usize, usize) {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx512Vnni => (4, 4),
+            _ if acts == 1 => (4, 1),
+            _ => (2, 4),
+        }
+    }
+
+    /// Scaled block dots of weight rows `row..row+rr` against activation
+    /// rows `n0..n0+aa`; `sc` is scratch.
     pub(crate) fn tile(
         self,
         w: &QMatrix,
-        row: usize,
-        rr: usize,
+        (row, rr): (usize, usize),
         acts: &QActs,
-        n0: usize,
-        aa: usize,
+        (n0, aa): (usize, usize),
+        sc: &mut Scales,
     ) -> Tile {
-        let nb = w.blocks_per_row();
-        // The SIMD path reads through raw pointers: these bounds make it sound.
-        assert!(rr <= 2 && aa <= 4 && (row + rr) * nb <= w.dm.len());
-        assert!((n0 + aa) * nb <= acts.d.len() && acts.dt.len() == acts.d.len() + 4);
-        assert!(acts.st.len() == acts.dt.len());
+        // The SIMD paths read through raw pointers: these bounds make them sound.
+        assert!((1..=4).contains(&rr) && (1..=4).contains(&aa));
+        assert!(row + rr <= w.rows() && n0 + aa <= acts.batch() && acts.cols() == w.cols());
         match self {
             Self::Scalar => tile_scalar(w, row, rr, acts, n0, aa),
             #[cfg(target_arch = "x86_64")]
-            Self::Avx2 => x86::tile::<false>(w, row, rr, acts, n0, aa),
+            Self::Avx2 => x86::tile::<false>(w, row, rr, acts, n0, aa, sc),
             #[cfg(target_arch = "x86_64")]
-            Self::AvxVnni => x86::tile::<true>(w, row, rr, acts, n0, aa),
+            Self::AvxVnni => x86::tile::<true>(w, row, rr, acts, n0, aa, sc),
             #[cfg(target_arch = "x86_64")]
-            Self::Avx512Vnni => x86_512::tile(w, row, rr, acts, n0, aa),
+            Self::Avx512Vnni => x86_512::tile(w, (row, rr), acts, (n0, aa), sc),
         }
     }
 }
 
+/// The reference: each block's integer dot, exact, then its scales.
 fn tile_scalar(w: &QMatrix, row: usize, rr: usize, acts: &QActs, n0: usize, aa: usize) -> Tile {
     let nb = w.blocks_per_row();
-    let mut res = [[0f32; 4]; 2];
+    let mut res = [[0f32; 4]; 4];
     for (i, res_row) in res.iter_mut().enumerate().take(rr) {
         for (j, r) in res_row.iter_mut().enumerate().take(aa) {
             let mut acc = 0f32;
             for b in 0..nb {
-                let wb = (row + i) * nb + b;
                 let xb = (n0 + j) * nb + b;
                 let xq = &acts.qs[xb * QK..(xb + 1) * QK];
-                let idot = if w.quant_type() == QuantType::Q8_0 {
-                    let q = &w.qs[wb * QK..(wb + 1) * QK];
-                    q.iter()
-                        .zip(xq)
-                        .map(|(&a, &b)| i32::from(a) * i32::from(b))
-                        .sum()
-                } else {
-                    let q = &w.qs[wb * 16..(wb + 1) * 16];
-                    let (xl, xh) = xq.split_at(16);
-                    q.iter()
-                        .zip(xl.iter().zip(xh))
-                        .map(|(&q, (&l, &h))| {
-                            i32::from(q & 0x0F) * i32::from(l) + i32::from(q >> 4) * i32::from(h)
-                        })
-                        .sum::<i32>()
-                };
-                // Q4_0/Q8_0 offsets (whole multiples of d) exactly, in integers.
+                let idot: i32 = (0..QK)
+                    .map(|k| w.quant(row + i, b, k) * i32::from(xq[k]))
+                    .sum();
+                // Q4_0's offset (a whole multiple of d) exactly, in integers.
                 let idot = idot + w.m_int * acts.isum[xb];
-                let (d, m) = w.stored_scales(wb);
+                let (d, m) = w.stored_scales(row + i, b);
                 acc += d * acts.d[xb] * idot as f32;
                 // Q4_1's stored offset: m * sum(x) = m * d_x * sum(q_x).
                 acc += m * acts.s[xb];

@@ -1,12 +1,28 @@
-//! x86_64 tiles: AVX2 + FMA, and the same with AVX-VNNI's fused u8 x i8 dot.
+//! x86_64 256-bit tiles: AVX2 + FMA (`maddubs` + `madd`), and the same with
+//! AVX-VNNI's fused u8 x i8 dot. Also the panel scale products that the
+//! AVX-512 tile shares.
 
 use std::arch::x86_64::*;
 
-use super::Tile;
+use super::{PB, Scales, Tile};
 use crate::qact::QActs;
-use crate::qmatrix::{QK, QMatrix, QuantType};
+use crate::qmatrix::QMatrix;
+use crate::quant_type::{QK, QuantType};
 
-/// Dispatches the runtime tile shape to a monomorphised kernel.
+/// Format codes for the const generics.
+pub(super) const Q4_0: u8 = 0;
+pub(super) const Q4_1: u8 = 1;
+pub(super) const Q8_0: u8 = 2;
+
+pub(super) fn code(ty: QuantType) -> u8 {
+    match ty {
+        QuantType::Q4_0 => Q4_0,
+        QuantType::Q4_1 => Q4_1,
+        QuantType::Q8_0 => Q8_0,
+    }
+}
+
+/// Dispatches the runtime tile shape and format to a monomorphised kernel.
 pub(super) fn tile<const VNNI: bool>(
     w: &QMatrix,
     row: usize,
@@ -14,23 +30,33 @@ pub(super) fn tile<const VNNI: bool>(
     acts: &QActs,
     n0: usize,
     aa: usize,
+    sc: &mut Scales,
 ) -> Tile {
-    let q8 = w.quant_type() == QuantType::Q8_0;
     macro_rules! go {
         ($r:literal, $a:literal) => {
             // SAFETY: `Kernel::detect` chose these paths only with the CPU
             // features present, and `Kernel::tile` checked the operand bounds.
             unsafe {
-                match (VNNI, q8) {
-                    (true, true) => tile_vnni::<true, $r, $a>(w, row, acts, n0),
-                    (true, false) => tile_vnni::<false, $r, $a>(w, row, acts, n0),
-                    (false, true) => tile_avx2::<true, $r, $a>(w, row, acts, n0),
-                    (false, false) => tile_avx2::<false, $r, $a>(w, row, acts, n0),
+                match (VNNI, code(w.quant_type())) {
+                    (true, Q4_0) => tile_vnni::<Q4_0, $r, $a>(w, row, acts, n0, sc),
+                    (true, Q4_1) => tile_vnni::<Q4_1, $r, $a>(w, row, acts, n0, sc),
+                    (true, _) => tile_vnni::<Q8_0, $r, $a>(w, row, acts, n0, sc),
+                    (false, Q4_0) => tile_avx2::<Q4_0, $r, $a>(w, row, acts, n0, sc),
+                    (false, Q4_1) => tile_avx2::<Q4_1, $r, $a>(w, row, acts, n0, sc),
+                    (false, _) => tile_avx2::<Q8_0, $r, $a>(w, row, acts, n0, sc),
                 }
             }
         };
     }
     match (rr, aa) {
+        (4, 4) => go!(4, 4),
+        (4, 3) => go!(4, 3),
+        (4, 2) => go!(4, 2),
+        (4, 1) => go!(4, 1),
+        (3, 4) => go!(3, 4),
+        (3, 3) => go!(3, 3),
+        (3, 2) => go!(3, 2),
+        (3, 1) => go!(3, 1),
         (2, 4) => go!(2, 4),
         (2, 3) => go!(2, 3),
         (2, 2) => go!(2, 2),
@@ -42,35 +68,97 @@ pub(super) fn tile<const VNNI: bool>(
     }
 }
 
-/// Loads weight block `wb` as 32 unsigned bytes in activation order.
+/// Eight f16 values from `p` (only the first `k` read, the rest zero) as f32.
+///
+/// # Safety
+/// F16C present; `p..p+k` readable.
 #[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn load_weights<const Q8: bool>(w: &QMatrix, wb: usize) -> __m256i {
-    // SAFETY: the caller keeps `wb` inside the matrix.
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn load8_f16(p: *const u16, k: usize) -> __m256 {
+    // SAFETY: the caller guarantees `k` readable elements.
     unsafe {
-        if Q8 {
-            _mm256_loadu_si256(w.qs.as_ptr().add(wb * QK).cast())
+        if k >= 8 {
+            _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
         } else {
-            let p = _mm_loadu_si128(w.qs.as_ptr().add(wb * 16).cast());
-            let both = _mm256_set_m128i(_mm_srli_epi16(p, 4), p);
-            _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
+            // A panel's last group: element by element, no library copy.
+            let mut t = [0f32; 8];
+            for (q, o) in t.iter_mut().enumerate().take(k) {
+                *o = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(*p.add(q)))));
+            }
+            _mm256_loadu_ps(t.as_ptr())
         }
     }
 }
 
-/// Eight i32 lanes of `sum(u8 a * i8 b)` via `maddubs` + `madd`; no pair of
-/// products can saturate i16 because |a| <= 128 and |b| <= 127.
+/// Eight f32 values from `p` (only the first `k` read, the rest zero).
+///
+/// # Safety
+/// AVX present; `p..p+k` readable.
 #[inline]
-#[target_feature(enable = "avx2,fma")]
-fn dot_avx2(a: __m256i, b: __m256i) -> __m256i {
-    _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1))
+#[target_feature(enable = "avx2")]
+unsafe fn load8_f32(p: *const f32, k: usize) -> __m256 {
+    // SAFETY: the caller guarantees `k` readable elements; masked-off lanes
+    // are not read.
+    unsafe {
+        if k >= 8 {
+            _mm256_loadu_ps(p)
+        } else {
+            let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(k as i32), lanes);
+            _mm256_maskload_ps(p, mask)
+        }
+    }
 }
 
-/// The same sum in one `vpdpbusd`.
+/// Scale products `d_w * d_x` of blocks `b0..b0+n` (`n <= PB`) for weight
+/// rows `row..row+R` and activation rows `n0..n0+A` into `sc` (entries past
+/// `n` in the last group of 8 are zero); for Q4_1 also adds the offset terms
+/// `m_w * s_x` of those blocks to `off`, lane-wise.
+///
+/// # Safety
+/// AVX2, FMA and F16C present; the rows and blocks are inside both operands.
+// Index loops over the const-size register tiles read clearer than zips.
+#[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 #[inline]
-#[target_feature(enable = "avx2,fma,avxvnni")]
-fn dot_vnni(a: __m256i, b: __m256i) -> __m256i {
-    _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), a, b)
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn panel_scales<const R: usize, const A: usize>(
+    w: &QMatrix,
+    row: usize,
+    acts: &QActs,
+    n0: usize,
+    (b0, n): (usize, usize),
+    sc: &mut Scales,
+    off: &mut [[__m256; A]; R],
+) {
+    let nb = w.blocks_per_row();
+    let q41 = !w.m.is_empty();
+    let mut b = 0;
+    while b < n {
+        let k = (n - b).min(8);
+        for i in 0..R {
+            let wi = (row + i) * nb + b0 + b;
+            // SAFETY: `k` blocks from `b0 + b` are inside row `row + i` and
+            // inside activation row `n0 + j`; `b + 8 <= PB` for the store.
+            unsafe {
+                let dw = load8_f16(w.d.as_ptr().add(wi), k);
+                let mw = if q41 {
+                    load8_f16(w.m.as_ptr().add(wi), k)
+                } else {
+                    _mm256_setzero_ps()
+                };
+                for j in 0..A {
+                    let xi = (n0 + j) * nb + b0 + b;
+                    let dx = load8_f32(acts.d.as_ptr().add(xi), k);
+                    _mm256_storeu_ps(sc[i * A + j].as_mut_ptr().add(b), _mm256_mul_ps(dw, dx));
+                    if q41 {
+                        let sx = load8_f32(acts.s.as_ptr().add(xi), k);
+                        off[i][j] = _mm256_fmadd_ps(mw, sx, off[i][j]);
+                    }
+                }
+            }
+        }
+        b += 8;
+    }
 }
 
 #[inline]
@@ -82,160 +170,137 @@ pub(super) fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
-/// Block `b` of weight rows `row..row+R`, ready for the dot products.
-struct BlockCol<const R: usize> {
-    /// Weights as the dot's left operand's sign source.
-    wq: [__m256i; R],
-    /// Weights as the dot's unsigned left operand.
-    wabs: [__m256i; R],
-    /// Scale products, lane `4i + j` = `dw_i * dx_j`.
-    sc: [f32; 8],
-}
-
-/// Scale products of block `b` for R weight rows x 4 activation rows (lane
-/// `4i + j` = `dw_i * dx_j`); with `offset`, also adds the offset terms
-/// `m_i * s_j` (same lanes) to `off`.
+/// A block's integer offset correction `m_int * sum(q_x)` in lane 0.
 ///
 /// # Safety
-/// AVX2, FMA and F16C present; rows `row..row+R` inside `w`; `n0 + 4` inside
-/// the padded block-major scales of `acts`.
+/// AVX2 present.
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn block_scales<const R: usize>(
-    w: &QMatrix,
-    acts: &QActs,
-    (row, n0, b): (usize, usize, usize),
-    offset: bool,
-    off: &mut __m256,
-) -> __m256 {
-    let nb = w.blocks_per_row();
-    let batch = acts.d.len() / nb;
-    // SAFETY: the caller's contract covers every index below.
-    unsafe {
-        let dm0 = *w.dm.get_unchecked(row * nb + b);
-        let dm1 = *w.dm.get_unchecked((row + R - 1) * nb + b);
-        // f16 [d0, m0, d1, m1] -> f32, then spread: lanes 0-3 row 0, 4-7 row 1.
-        let v = _mm_cvtph_ps(_mm_set_epi32(0, 0, dm1 as i32, dm0 as i32));
-        let v = _mm256_castps128_ps256(v);
-        let dwv = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));
-        if offset {
-            // Only Q4_1's stored m: the other formats' offsets are applied
-            // exactly in integer space by the tiles.
-            let mv = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3));
-            let s = _mm_loadu_ps(acts.st.as_ptr().add(b * batch + n0));
-            *off = _mm256_fmadd_ps(mv, _mm256_set_m128(s, s), *off);
-        }
-        let dx = _mm_loadu_ps(acts.dt.as_ptr().add(b * batch + n0));
-        _mm256_mul_ps(dwv, _mm256_set_m128(dx, dx))
-    }
-}
-
-/// Loads block `b` of R weight rows and, unless `signed`, adds its offset
-/// terms `m_i * s_j` (lane `4i + j`) to `off`.
-///
-/// # Safety
-/// As for [`block_scales`].
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn block_col<const Q8: bool, const R: usize>(
-    w: &QMatrix,
-    acts: &QActs,
-    (row, n0, b): (usize, usize, usize),
-    signed: bool,
-    off: &mut __m256,
-) -> BlockCol<R> {
-    let nb = w.blocks_per_row();
-    let mut wq = [_mm256_setzero_si256(); R];
-    // SAFETY: the caller's contract covers every index below.
-    unsafe {
-        for (i, q) in wq.iter_mut().enumerate() {
-            *q = load_weights::<Q8>(w, (row + i) * nb + b);
-            if signed {
-                *q = _mm256_xor_si256(*q, _mm256_set1_epi8(-128));
-            }
-        }
-        // The tile broadcasts the products' lanes from memory, which uses
-        // load ports rather than the vector ALUs.
-        let mut sc = [0f32; 8];
-        let q41 = w.quant_type() == QuantType::Q4_1;
-        let prod = block_scales::<R>(w, acts, (row, n0, b), q41, off);
-        _mm256_storeu_ps(sc.as_mut_ptr(), prod);
-        // The u8 x i8 dot needs an unsigned left operand: for signed Q8
-        // (maddubs path) use |w| and move w's sign onto x.
-        let wabs = if signed {
-            wq.map(|v| _mm256_sign_epi8(v, v))
-        } else {
-            wq
-        };
-        BlockCol { wq, wabs, sc }
-    }
-}
-
-/// Horizontal sums of the accumulators plus the offset lanes.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-pub(super) fn finish<const R: usize, const A: usize>(acc: &[[__m256; A]; R], off: __m256) -> Tile {
-    let mut offs = [0f32; 8];
-    // SAFETY: `offs` holds 8 f32.
-    unsafe { _mm256_storeu_ps(offs.as_mut_ptr(), off) };
-    let mut res = [[0f32; 4]; 2];
-    for (i, row) in acc.iter().enumerate() {
-        for (j, &a) in row.iter().enumerate() {
-            res[i][j] = hsum(a) + offs[4 * i + j];
-        }
-    }
-    res
+#[target_feature(enable = "avx2")]
+unsafe fn corr_lane0(v: i32) -> __m256i {
+    _mm256_zextsi128_si256(_mm_cvtsi32_si128(v))
 }
 
 /// Defines an R weight rows x A activation rows tile kernel for one feature
 /// set; each weight block is loaded once and used against all A rows.
 ///
-/// `$signed_q8`: whether Q8 must go back to signed weights, because `maddubs`
-/// saturates i16 on `255 * 127 * 2`; `vpdpbusd` sums in i32 and takes u8 as is.
+/// Without VNNI, Q8 runs signed (`maddubs` would saturate i16 on unsigned
+/// `255 * 127 * 2`): `|w|` times `x` with `w`'s sign. With VNNI, Q8 runs as
+/// `w + 128` (u8) and the offset `-128 * sum(q_x)` is added exactly in integers.
 macro_rules! tile_kernel {
-    ($name:ident, $features:literal, $dot:ident, $signed_q8:literal) => {
+    ($name:ident, $features:literal, $vnni:literal, $dot:ident) => {
         /// # Safety
         /// The CPU has `$features`; `Kernel::tile` checked the bounds.
         // Index loops over the const-size register tiles read clearer than zips.
         #[allow(clippy::needless_range_loop)]
         #[target_feature(enable = $features)]
-        unsafe fn $name<const Q8: bool, const R: usize, const A: usize>(
+        unsafe fn $name<const T: u8, const R: usize, const A: usize>(
             w: &QMatrix,
             row: usize,
             acts: &QActs,
             n0: usize,
+            sc: &mut Scales,
         ) -> Tile {
-            let nb = w.blocks_per_row();
-            let signed = Q8 && $signed_q8;
+            let (nb, stride) = (w.blocks_per_row(), w.row_stride());
+            let m_int = if T == Q8_0 && $vnni { -128 } else { w.m_int };
             let mut acc = [[_mm256_setzero_ps(); A]; R];
-            let mut off = _mm256_setzero_ps();
-            for b in 0..nb {
-                // SAFETY: forwarded from this function's contract.
-                let col = unsafe { block_col::<Q8, R>(w, acts, (row, n0, b), signed, &mut off) };
-                for j in 0..A {
-                    let xb = (n0 + j) * nb + b;
-                    // SAFETY: `Kernel::tile` checked `(n0 + A) * nb <= blocks`.
-                    let xq = unsafe { _mm256_loadu_si256(acts.qs.as_ptr().add(xb * QK).cast()) };
-                    // Unsigned weights carry an offset of m_int per unit:
-                    // added to one lane of the integer dot, so it is exact.
-                    let m_int = if signed { 0 } else { w.m_int };
-                    let corr = _mm256_setr_epi32(m_int * acts.isum[xb], 0, 0, 0, 0, 0, 0, 0);
+            let mut off = [[_mm256_setzero_ps(); A]; R];
+            let nib = _mm256_set1_epi8(0x0F);
+            let mut b0 = 0;
+            while b0 < nb {
+                let n = (nb - b0).min(PB);
+                // SAFETY: blocks `b0..b0+n` are inside both operands.
+                unsafe { panel_scales::<R, A>(w, row, acts, n0, (b0, n), sc, &mut off) };
+                let mut b = 0;
+                while b < n {
+                    let blk = b0 + b;
+                    // A 4-bit pair (low nibbles block `blk`, high `blk + 1`)
+                    // or one 8-bit block: raw bytes per row.
+                    let mut raw = [_mm256_setzero_si256(); R];
                     for i in 0..R {
-                        let x = if signed {
-                            _mm256_sign_epi8(xq, col.wq[i])
-                        } else {
-                            xq
+                        let at = if T == Q8_0 { blk * QK } else { blk * 16 };
+                        // SAFETY: the pair or block at `at` of row `row + i` is inside `w`.
+                        raw[i] = unsafe {
+                            _mm256_loadu_si256(w.qs.as_ptr().add((row + i) * stride + at).cast())
                         };
-                        let p = _mm256_cvtepi32_ps(_mm256_add_epi32($dot(col.wabs[i], x), corr));
-                        let scale = _mm256_broadcast_ss(&col.sc[4 * i + j]);
-                        acc[i][j] = _mm256_fmadd_ps(p, scale, acc[i][j]);
                     }
+                    let halves = if T != Q8_0 && b + 1 < n { 2 } else { 1 };
+                    for h in 0..halves {
+                        // `wq`: the dot's unsigned operand (Q8 without VNNI:
+                        // `|w|`, with `raw` giving the signs).
+                        let mut wq = [_mm256_setzero_si256(); R];
+                        for i in 0..R {
+                            wq[i] = if T != Q8_0 {
+                                let v = if h == 0 {
+                                    raw[i]
+                                } else {
+                                    _mm256_srli_epi16(raw[i], 4)
+                                };
+                                _mm256_and_si256(v, nib)
+                            } else if $vnni {
+                                _mm256_xor_si256(raw[i], _mm256_set1_epi8(-128))
+                            } else {
+                                _mm256_sign_epi8(raw[i], raw[i])
+                            };
+                        }
+                        let (blk, bl) = (blk + h, b + h);
+                        for j in 0..A {
+                            let xb = (n0 + j) * nb + blk;
+                            // SAFETY: `Kernel::tile` checked `(n0 + A) * nb` blocks exist.
+                            let x =
+                                unsafe { _mm256_loadu_si256(acts.qs.as_ptr().add(xb * QK).cast()) };
+                            let corr = if m_int != 0 {
+                                // SAFETY: AVX2 is among this kernel's features.
+                                unsafe { corr_lane0(m_int * acts.isum[xb]) }
+                            } else {
+                                _mm256_setzero_si256()
+                            };
+                            for i in 0..R {
+                                let x = if T == Q8_0 && !$vnni {
+                                    _mm256_sign_epi8(x, raw[i])
+                                } else {
+                                    x
+                                };
+                                let d = $dot(wq[i], x, corr, m_int != 0);
+                                let s = _mm256_broadcast_ss(&sc[i * A + j][bl]);
+                                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), s, acc[i][j]);
+                            }
+                        }
+                    }
+                    b += if T == Q8_0 { 1 } else { 2 };
+                }
+                b0 += n;
+            }
+            let mut res = [[0f32; 4]; 4];
+            for i in 0..R {
+                for j in 0..A {
+                    res[i][j] = hsum(acc[i][j]) + if T == Q4_1 { hsum(off[i][j]) } else { 0.0 };
                 }
             }
-            finish(&acc, off)
+            res
         }
     };
 }
 
-tile_kernel!(tile_avx2, "avx2,fma,f16c", dot_avx2, true);
-tile_kernel!(tile_vnni, "avx2,fma,f16c,avxvnni", dot_vnni, false);
+/// Eight i32 lanes of `sum(u8 a * i8 b)` (+ `corr`) via `maddubs` + `madd`;
+/// no pair of products can saturate i16 because |a| <= 128 and |b| <= 127
+/// (Q8 runs as `|w|` against signed `x`).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn dot_avx2(a: __m256i, b: __m256i, corr: __m256i, with_corr: bool) -> __m256i {
+    let d = _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
+    if with_corr {
+        _mm256_add_epi32(d, corr)
+    } else {
+        d
+    }
+}
+
+/// The same sum in one `vpdpbusd`, accumulated onto `corr`.
+#[inline]
+#[target_feature(enable = "avx2,avxvnni")]
+fn dot_vnni(a: __m256i, b: __m256i, corr: __m256i, _with_corr: bool) -> __m256i {
+    _mm256_dpbusd_avx_epi32(corr, a, b)
+}
+
+tile_kernel!(tile_avx2, "avx2,fma,f16c", false, dot_avx2);
+tile_kernel!(tile_vnni, "avx2,fma,f16c,avxvnni", true, dot_vnni);

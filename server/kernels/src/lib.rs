@@ -2,20 +2,31 @@
 //! formats (Q4_0, Q4_1, Q8_0) and paged attention over an f32, f16 or bf16
 //! KV cache.
 //!
+//! Weights are repacked at load into the layout the tiles read (see
+//! [`QMatrix`]); activations are quantised once per op into a reusable
+//! [`QActs`], fused with the RMSNorm or SiLU-and-multiply that produces them.
+//!
 //! Every kernel has a portable scalar path. On x86_64 the matmul picks at run
 //! time the widest of AVX2+FMA+F16C (`maddubs`), AVX-VNNI (`vpdpbusd`, 256-bit)
-//! and AVX-512 VNNI (512-bit, two blocks per op); the tests check each one the
-//! CPU supports against the scalar path. Work is spread over rayon's global pool.
+//! and AVX-512 VNNI (512-bit, two blocks per op; never AMX); the tests check
+//! each one the CPU supports against the scalar path. Work is spread over
+//! rayon's global pool.
 
 mod attention;
 mod dot;
+mod matmul;
 mod qact;
 mod qmatrix;
+mod quant_type;
 #[cfg(test)]
 mod test_util;
 
 pub use attention::{AttnGeometry, AttnSeq, KvElem, paged_attention};
-pub use qmatrix::{QK, QMatrix, QuantType};
+pub use dot::Kernel;
+pub use matmul::MAX_PARTS;
+pub use qact::QActs;
+pub use qmatrix::QMatrix;
+pub use quant_type::{QK, QuantType};
 
 /// Errors from kernel entry points: all are caller mistakes in shapes or tables.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -69,6 +80,9 @@ pub enum Error {
         /// Blocks in the cache.
         num_blocks: usize,
     },
+    /// The chosen kernel needs instructions this CPU lacks.
+    #[error("kernel {0:?} is not supported by this CPU")]
+    Unsupported(Kernel),
     /// Sizes overflow `usize`.
     #[error("size overflow: {0}")]
     Overflow(&'static str),

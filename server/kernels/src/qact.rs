@@ -1,69 +1,176 @@
-//! Activation rows quantised to 8-bit blocks, once per matmul call.
+//! Activation rows quantised to 8-bit blocks (GGML's Q8 scheme), reused
+//! across calls, and optionally fused with the op that produces them
+//! (RMSNorm, SiLU-and-multiply), so the f32 activations never hit memory.
 
 use half::f16;
 use rayon::prelude::*;
 
-use crate::qmatrix::QK;
+use crate::Error;
+use crate::quant_type::QK;
 
-/// Activations as blocks of 32 i8 with one f32 scale per block.
-pub(crate) struct QActs {
+/// Activations as blocks of 32 i8 with per-block scales. Buffers are kept
+/// between calls: quantising into a reused `QActs` allocates nothing once it
+/// has held the largest shape.
+#[derive(Debug, Default, Clone)]
+pub struct QActs {
+    batch: usize,
+    cols: usize,
     /// Quantised values, `batch * cols`.
     pub(crate) qs: Vec<i8>,
-    /// Per-block scale `max|x| / 127`.
+    /// Per-block scale `max|x| / 127`, rounded through f16, `[row][block]`.
     pub(crate) d: Vec<f32>,
-    /// Per-block `d * sum(q)`, the factor Q4_1's stored offset multiplies.
+    /// Per-block `d * sum(q)` rounded through f16: the factor Q4_1's stored
+    /// offset multiplies.
     pub(crate) s: Vec<f32>,
     /// Per-block `sum(q)` as an integer: Q4_0's and Q8_0's offsets are whole
     /// multiples of `d`, so they are applied exactly in integer space (in
     /// floats the offset and the unsigned dot would cancel catastrophically).
     pub(crate) isum: Vec<i32>,
-    /// `d` block-major (`[block][row]`) plus 4 zeros of padding, so SIMD tiles
-    /// load the scales of 4 consecutive rows with one load.
-    pub(crate) dt: Vec<f32>,
-    /// `s` in the same block-major padded layout.
-    pub(crate) st: Vec<f32>,
+    /// Per-row factor of the fused producer (RMSNorm's `1 / rms`).
+    row_aux: Vec<f32>,
 }
 
 impl QActs {
-    /// Quantises `batch` rows `x` (row length a multiple of 32) block by block.
-    pub(crate) fn quantize(x: &[f32], batch: usize) -> Self {
-        let nb = x.len() / QK;
-        let (mut qs, mut d, mut s) = (vec![0i8; x.len()], vec![0f32; nb], vec![0f32; nb]);
-        let mut isum = vec![0i32; nb];
-        // Rows in parallel once there are enough to pay for the hand-off.
-        let rows = if batch >= 8 { batch } else { 1 };
-        let (cols, nbr) = ((x.len() / rows).max(QK), (nb / rows).max(1));
-        x.par_chunks(cols)
-            .zip(qs.par_chunks_mut(cols))
-            .zip(d.par_chunks_mut(nbr).zip(s.par_chunks_mut(nbr)))
-            .zip(isum.par_chunks_mut(nbr))
-            .for_each(|(((x, q), (d, s)), isum)| {
-                let blocks = x.chunks_exact(QK).zip(q.chunks_exact_mut(QK));
-                let sums = d.iter_mut().zip(s.iter_mut()).zip(isum.iter_mut());
-                for ((x, q), ((d, s), isum)) in blocks.zip(sums) {
-                    let (scale, sum) = quantize_block(x, q);
-                    // Scales rounded through f16 as GGML's Q8_0/Q8_1 store
-                    // them, so results match llama.cpp's on the same file.
-                    *d = f16::from_f32(scale).to_f32();
-                    *s = f16::from_f32(scale * sum as f32).to_f32();
-                    *isum = sum;
-                }
+    /// An empty set; the first quantisation sizes it.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Rows held.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// Row length.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Quantises `batch` rows `x` (row length a positive multiple of 32).
+    pub fn quantize(&mut self, x: &[f32], batch: usize) -> Result<(), Error> {
+        let cols = row_len(x.len(), batch)?;
+        self.fill(batch, cols, |n, b, out| {
+            out.copy_from_slice(&x[n * cols + b * QK..n * cols + (b + 1) * QK]);
+        });
+        Ok(())
+    }
+
+    /// Quantises `rms_norm(x) * weight` row by row, as candle's `rms_norm`
+    /// computes it (`x / sqrt(mean(x^2) + eps) * weight`).
+    pub fn quantize_rms_norm(
+        &mut self,
+        x: &[f32],
+        batch: usize,
+        weight: &[f32],
+        eps: f32,
+    ) -> Result<(), Error> {
+        let cols = row_len(x.len(), batch)?;
+        if weight.len() != cols {
+            return Err(Error::Length {
+                what: "norm weight",
+                expected: cols,
+                got: weight.len(),
             });
-        let (dt, st) = (block_major(&d, batch), block_major(&s, batch));
-        Self {
-            qs,
-            d,
-            s,
-            isum,
-            dt,
-            st,
+        }
+        let mut aux = std::mem::take(&mut self.row_aux);
+        aux.clear();
+        aux.extend(x.chunks_exact(cols).map(|r| {
+            let sum2: f32 = r.iter().map(|&v| v * v).sum();
+            (sum2 / cols as f32 + eps).sqrt()
+        }));
+        self.fill(batch, cols, |n, b, out| {
+            let at = n * cols + b * QK;
+            let (xs, ws) = (&x[at..at + QK], &weight[b * QK..(b + 1) * QK]);
+            for ((o, &v), &w) in out.iter_mut().zip(xs).zip(ws) {
+                *o = v / aux[n] * w;
+            }
+        });
+        self.row_aux = aux;
+        Ok(())
+    }
+
+    /// Quantises `silu(gate) * up` (each `batch` rows), as candle's
+    /// `silu(gate) * up` computes it.
+    pub fn quantize_silu_mul(
+        &mut self,
+        gate: &[f32],
+        up: &[f32],
+        batch: usize,
+    ) -> Result<(), Error> {
+        let cols = row_len(gate.len(), batch)?;
+        if up.len() != gate.len() {
+            return Err(Error::Length {
+                what: "up projection",
+                expected: gate.len(),
+                got: up.len(),
+            });
+        }
+        self.fill(batch, cols, |n, b, out| {
+            let at = n * cols + b * QK;
+            for ((o, &g), &u) in out.iter_mut().zip(&gate[at..at + QK]).zip(&up[at..at + QK]) {
+                *o = g / (1.0 + (-g).exp()) * u;
+            }
+        });
+        Ok(())
+    }
+
+    /// Sizes the buffers for `batch x cols` (keeping their capacity) and
+    /// quantises every block from the 32 values `block(row, b, out)` writes.
+    fn fill(
+        &mut self,
+        batch: usize,
+        cols: usize,
+        block: impl Fn(usize, usize, &mut [f32; QK]) + Sync,
+    ) {
+        let nb = cols / QK;
+        (self.batch, self.cols) = (batch, cols);
+        self.qs.resize(batch * cols, 0);
+        self.d.resize(batch * nb, 0.0);
+        self.s.resize(batch * nb, 0.0);
+        self.isum.resize(batch * nb, 0);
+        let row = |n: usize, q: &mut [i8], d: &mut [f32], s: &mut [f32], isum: &mut [i32]| {
+            let mut vals = [0f32; QK];
+            for b in 0..nb {
+                block(n, b, &mut vals);
+                let (scale, sum) = quantize_block(&vals, &mut q[b * QK..(b + 1) * QK]);
+                // Scales rounded through f16 as GGML's Q8_0/Q8_1 store
+                // them, so results match llama.cpp's on the same file.
+                d[b] = f16::from_f32(scale).to_f32();
+                s[b] = f16::from_f32(scale * sum as f32).to_f32();
+                isum[b] = sum;
+            }
+        };
+        let rows = self
+            .qs
+            .chunks_mut(cols)
+            .zip(self.d.chunks_mut(nb))
+            .zip(self.s.chunks_mut(nb))
+            .zip(self.isum.chunks_mut(nb));
+        // Rows in parallel once there are enough to pay for the hand-off.
+        if batch >= 8 {
+            rows.enumerate()
+                .par_bridge()
+                .for_each(|(n, (((q, d), s), i))| row(n, q, d, s, i));
+        } else {
+            for (n, (((q, d), s), i)) in rows.enumerate() {
+                row(n, q, d, s, i);
+            }
         }
     }
 }
 
+/// The row length of `len` values in `batch` rows, checked.
+fn row_len(len: usize, batch: usize) -> Result<usize, Error> {
+    let cols = len.checked_div(batch).unwrap_or(0);
+    if batch == 0 || cols * batch != len || cols == 0 || !cols.is_multiple_of(QK) {
+        return Err(Error::BadCols { cols });
+    }
+    Ok(cols)
+}
+
 /// One block: returns `(d, sum(q))`. Written as lane-wise loops so the
 /// compiler vectorises it.
-fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
+fn quantize_block(x: &[f32; QK], q: &mut [i8]) -> (f32, i32) {
     let mut lanes = [0f32; 8];
     for c in x.chunks_exact(8) {
         for (m, v) in lanes.iter_mut().zip(c) {
@@ -82,19 +189,15 @@ fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
     (d, sum)
 }
 
-/// `[row][block]` to `[block][row]`, plus 4 zeros of padding.
-fn block_major(v: &[f32], batch: usize) -> Vec<f32> {
-    let mut t = vec![0f32; v.len() + 4];
-    let per_row = v.len() / batch.max(1);
-    for (i, &x) in v.iter().enumerate() {
-        t[(i % per_row) * batch + i / per_row] = x;
-    }
-    t
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn quantized(x: &[f32], batch: usize) -> QActs {
+        let mut a = QActs::new();
+        a.quantize(x, batch).unwrap();
+        a
+    }
 
     #[test]
     fn quantizes_to_max_127_and_sums() {
@@ -102,7 +205,7 @@ mod tests {
         x[0] = 2.54;
         x[1] = -1.3;
         x[2] = 0.009;
-        let a = QActs::quantize(&x, 1);
+        let a = quantized(&x, 1);
         assert_eq!(a.qs[0], 127);
         assert_eq!(a.qs[1], -65);
         assert_eq!(a.qs[2], 0);
@@ -114,22 +217,68 @@ mod tests {
     }
 
     #[test]
-    fn transposed_scales_are_block_major() {
-        // Two rows of two blocks, block maxima 1, 2 (row 0) and 3, 4 (row 1).
-        let x: Vec<f32> = [1.0f32, 2.0, 3.0, 4.0]
-            .iter()
-            .flat_map(|&m| [m; 32])
-            .collect();
-        let a = QActs::quantize(&x, 2);
-        let want =
-            [1.0f32, 3.0, 2.0, 4.0, 0.0, 0.0, 0.0, 0.0].map(|m| f16::from_f32(m / 127.0).to_f32());
-        assert_eq!(a.dt, want);
+    fn zero_block_has_zero_scale() {
+        let a = quantized(&[0f32; 64], 2);
+        assert_eq!(a.d, vec![0.0, 0.0]);
+        assert!(a.qs.iter().all(|&q| q == 0));
     }
 
     #[test]
-    fn zero_block_has_zero_scale() {
-        let a = QActs::quantize(&[0f32; 64], 2);
-        assert_eq!(a.d, vec![0.0, 0.0]);
-        assert!(a.qs.iter().all(|&q| q == 0));
+    fn fused_producers_quantize_exactly_what_they_compute() {
+        let (batch, cols) = (9, 96);
+        let x: Vec<f32> = (0..batch * cols)
+            .map(|i| (i * 7919 % 1000) as f32 / 250.0 - 2.0)
+            .collect();
+        let weight: Vec<f32> = (0..cols).map(|i| 0.5 + i as f32 / 64.0).collect();
+        let eps = 1e-5;
+        let normed: Vec<f32> = x
+            .chunks(cols)
+            .flat_map(|r| {
+                let m = (r.iter().map(|v| v * v).sum::<f32>() / cols as f32 + eps).sqrt();
+                r.iter().zip(&weight).map(move |(v, w)| v / m * w)
+            })
+            .collect();
+        let up: Vec<f32> = x.iter().map(|v| v * 0.7 - 0.1).collect();
+        let swiglu: Vec<f32> = x
+            .iter()
+            .zip(&up)
+            .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+            .collect();
+        let mut a = QActs::new();
+        a.quantize_rms_norm(&x, batch, &weight, eps).unwrap();
+        let b = quantized(&normed, batch);
+        assert_eq!((a.qs, a.d, a.s, a.isum), (b.qs, b.d, b.s, b.isum));
+        // Reused across shapes: a smaller batch shrinks it, nothing stale left.
+        let mut a = QActs::new();
+        a.quantize(&x, batch).unwrap();
+        a.quantize_silu_mul(&x[..2 * cols], &up[..2 * cols], 2)
+            .unwrap();
+        let b = quantized(&swiglu[..2 * cols], 2);
+        assert_eq!((a.batch(), a.cols()), (2, cols));
+        assert_eq!((a.qs, a.d, a.s, a.isum), (b.qs, b.d, b.s, b.isum));
+    }
+
+    #[test]
+    fn rejects_bad_shapes() {
+        let mut a = QActs::new();
+        assert_eq!(a.quantize(&[0.0; 31], 1), Err(Error::BadCols { cols: 31 }));
+        assert_eq!(a.quantize(&[0.0; 64], 3), Err(Error::BadCols { cols: 21 }));
+        assert_eq!(a.quantize(&[], 0), Err(Error::BadCols { cols: 0 }));
+        let err = a.quantize_rms_norm(&[0.0; 64], 1, &[1.0; 32], 1e-5);
+        assert!(matches!(
+            err,
+            Err(Error::Length {
+                what: "norm weight",
+                ..
+            })
+        ));
+        let err = a.quantize_silu_mul(&[0.0; 64], &[0.0; 32], 1);
+        assert!(matches!(
+            err,
+            Err(Error::Length {
+                what: "up projection",
+                ..
+            })
+        ));
     }
 }

@@ -1,85 +1,45 @@
-//! Quantized weight matrices in GGML block formats and their batched matmul.
+//! Quantized weight matrices, repacked at load from GGML blocks into the
+//! layout the tiles read.
 
 use half::f16;
-use rayon::prelude::*;
 
 use crate::Error;
-use crate::dot::Kernel;
-use crate::qact::QActs;
-
-/// Weights per quantization block.
-pub const QK: usize = 32;
-
-/// GGML block formats supported by [`QMatrix`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum QuantType {
-    /// f16 scale, 32 x 4-bit weights offset by 8.
-    Q4_0,
-    /// f16 scale, f16 minimum, 32 x 4-bit weights.
-    Q4_1,
-    /// f16 scale, 32 x i8 weights.
-    Q8_0,
-}
-
-impl QuantType {
-    /// Bytes of one GGML block of 32 weights.
-    pub fn block_bytes(self) -> usize {
-        match self {
-            Self::Q4_0 => 18,
-            Self::Q4_1 => 20,
-            Self::Q8_0 => 34,
-        }
-    }
-
-    /// Bytes a [`QMatrix`] of `elems` weights holds in memory once repacked
-    /// (the capacity plan counts these, not the GGML file's bytes).
-    pub fn held_bytes(self, elems: usize) -> usize {
-        elems / QK * (std::mem::size_of::<u32>() + self.quant_bytes())
-    }
-
-    /// Bytes of quants per block once the scales are split off.
-    fn quant_bytes(self) -> usize {
-        match self {
-            Self::Q4_0 | Self::Q4_1 => 16,
-            Self::Q8_0 => 32,
-        }
-    }
-}
+use crate::quant_type::{QK, QuantType};
 
 /// A quantized weight matrix, `rows` output features by `cols` input features.
 ///
-/// The GGML blocks are repacked on construction into a scale array (f16 `d`
-/// and `m` per block, as GGML stores them, so batch-1 memory traffic stays at
-/// GGML's size) and a quant array of aligned-size runs. Every format is stored
-/// as unsigned quants `u` with `value = d * u + m`: Q4_0 has `m = -8 d`, and
-/// Q8_0's i8 `q` is kept as `u = q + 128` with `m = -128 d`, so all three share
-/// one unsigned-dot kernel.
+/// Repacked on construction, once, for the tiles: the f16 scales `d` (and
+/// Q4_1's minima `m`) of a row are contiguous, so a tile converts eight
+/// blocks' scales with one instruction; 4-bit quants are stored as 32-byte
+/// block pairs (byte `t` holds weight `t` of block `2p` in its low nibble and
+/// of block `2p + 1` in its high nibble), so one load and two masks give two
+/// whole blocks in activation order; 8-bit quants keep GGML's signed bytes.
+/// Values: Q4_0 `d * (u - 8)`, Q4_1 `d * u + m`, Q8_0 `d * q`. The bytes
+/// held are [`QuantType::held_bytes`].
 #[derive(Debug, Clone)]
 pub struct QMatrix {
     ty: QuantType,
     rows: usize,
     cols: usize,
-    /// Per block: f16 bits of `d` (low half) and of Q4_1's `m` (high half, else 0).
-    pub(crate) dm: Vec<u32>,
-    /// Offset in units of `d`: `m = m_stored + m_per_d * d` (-8, 0 or -128).
-    pub(crate) m_per_d: f32,
-    /// `m_per_d` as the integer the kernels add to each block dot.
-    pub(crate) m_int: i32,
-    /// Per-block unsigned quants: 16 nibble bytes (Q4) or 32 bytes `q + 128` (Q8).
+    /// f16 bits of each block's scale, `[row][block]`.
+    pub(crate) d: Vec<u16>,
+    /// f16 bits of each block's minimum (Q4_1 only, else empty), `[row][block]`.
+    pub(crate) m: Vec<u16>,
+    /// Quants, `row_stride` bytes a row.
     pub(crate) qs: Vec<u8>,
+    /// Integer offset every quant carries (Q4_0's -8), applied exactly to
+    /// the block dots in integers.
+    pub(crate) m_int: i32,
 }
 
 impl QMatrix {
     /// Builds a matrix from raw GGML block bytes, checking their length.
     pub fn new(ty: QuantType, rows: usize, cols: usize, data: Vec<u8>) -> Result<Self, Error> {
-        if cols == 0 || !cols.is_multiple_of(QK) {
-            return Err(Error::BadCols { cols });
-        }
-        let nblocks = rows
-            .checked_mul(cols / QK)
-            .ok_or(Error::Overflow("rows * cols"))?;
-        let expected = nblocks
-            .checked_mul(ty.block_bytes())
+        ty.held_bytes(rows, cols)?;
+        let nb = cols / QK;
+        let expected = rows
+            .checked_mul(nb)
+            .and_then(|n| n.checked_mul(ty.block_bytes()))
             .ok_or(Error::Overflow("weight bytes"))?;
         if data.len() != expected {
             return Err(Error::Length {
@@ -88,39 +48,40 @@ impl QMatrix {
                 got: data.len(),
             });
         }
-        let mut dm = Vec::with_capacity(nblocks);
-        let mut qs = Vec::with_capacity(nblocks * ty.quant_bytes());
-        let u16_at = |b: &[u8], i: usize| u32::from(u16::from_le_bytes([b[i], b[i + 1]]));
-        for blk in data.chunks_exact(ty.block_bytes()) {
+        let stride = ty.row_quant_bytes(nb);
+        let mut d = Vec::with_capacity(rows * nb);
+        let mut m = Vec::with_capacity(if ty == QuantType::Q4_1 { rows * nb } else { 0 });
+        let mut qs = vec![0u8; rows * stride];
+        let u16_at = |b: &[u8], i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
+        for (i, blk) in data.chunks_exact(ty.block_bytes()).enumerate() {
+            let (row, b) = (i / nb, i % nb);
+            d.push(u16_at(blk, 0));
+            let dst = &mut qs[row * stride..(row + 1) * stride];
             match ty {
-                QuantType::Q4_0 => {
-                    dm.push(u16_at(blk, 0));
-                    qs.extend_from_slice(&blk[2..18]);
+                QuantType::Q4_0 | QuantType::Q4_1 => {
+                    let q = if ty == QuantType::Q4_1 {
+                        m.push(u16_at(blk, 2));
+                        &blk[4..20]
+                    } else {
+                        &blk[2..18]
+                    };
+                    let (pair, shift) = (&mut dst[(b / 2) * 32..(b / 2 + 1) * 32], 4 * (b % 2));
+                    for (k, &byte) in q.iter().enumerate() {
+                        pair[k] |= (byte & 0x0F) << shift;
+                        pair[k + 16] |= (byte >> 4) << shift;
+                    }
                 }
-                QuantType::Q4_1 => {
-                    dm.push(u16_at(blk, 0) | (u16_at(blk, 2) << 16));
-                    qs.extend_from_slice(&blk[4..20]);
-                }
-                QuantType::Q8_0 => {
-                    dm.push(u16_at(blk, 0));
-                    // Flipping the sign bit maps i8 q to the u8 q + 128.
-                    qs.extend(blk[2..34].iter().map(|&b| b ^ 0x80));
-                }
+                QuantType::Q8_0 => dst[b * QK..(b + 1) * QK].copy_from_slice(&blk[2..34]),
             }
         }
-        let m_per_d = match ty {
-            QuantType::Q4_0 => -8.0,
-            QuantType::Q4_1 => 0.0,
-            QuantType::Q8_0 => -128.0,
-        };
         Ok(Self {
             ty,
             rows,
             cols,
-            dm,
-            m_per_d,
-            m_int: m_per_d as i32,
+            d,
+            m,
             qs,
+            m_int: if ty == QuantType::Q4_0 { -8 } else { 0 },
         })
     }
 
@@ -139,9 +100,9 @@ impl QMatrix {
         self.ty
     }
 
-    /// Bytes of weights this matrix holds.
+    /// Bytes the weights occupy (equals [`QuantType::held_bytes`]).
     pub fn held_bytes(&self) -> usize {
-        self.dm.len() * std::mem::size_of::<u32>() + self.qs.len()
+        self.d.capacity() * 2 + self.m.capacity() * 2 + self.qs.capacity()
     }
 
     /// Blocks per row.
@@ -149,29 +110,32 @@ impl QMatrix {
         self.cols / QK
     }
 
-    /// `(d, m_stored)` of block `blk` as f32: the stored offset only (Q4_1's
-    /// `m`; 0 for the others), without the `m_per_d * d` part.
-    pub(crate) fn stored_scales(&self, blk: usize) -> (f32, f32) {
-        let dm = self.dm[blk];
-        (
-            f16::from_bits(dm as u16).to_f32(),
-            f16::from_bits((dm >> 16) as u16).to_f32(),
-        )
+    /// Quant bytes per row.
+    pub(crate) fn row_stride(&self) -> usize {
+        self.ty.row_quant_bytes(self.blocks_per_row())
     }
 
-    /// `(d, m)` of block `blk` as f32.
-    pub(crate) fn scales(&self, blk: usize) -> (f32, f32) {
-        let dm = self.dm[blk];
-        let d = f16::from_bits(dm as u16).to_f32();
-        let m = f16::from_bits((dm >> 16) as u16).to_f32();
-        (
-            d,
-            if self.m_per_d == 0.0 {
-                m
+    /// Weight `k` of block `b` of row `row` as its stored integer: the
+    /// nibble `u` for 4-bit formats, the signed `q` for Q8_0.
+    pub(crate) fn quant(&self, row: usize, b: usize, k: usize) -> i32 {
+        let base = row * self.row_stride();
+        if self.ty.is_q4() {
+            let byte = self.qs[base + (b / 2) * 32 + k];
+            i32::from(if b.is_multiple_of(2) {
+                byte & 0x0F
             } else {
-                m + self.m_per_d * d
-            },
-        )
+                byte >> 4
+            })
+        } else {
+            i32::from(self.qs[base + b * QK + k] as i8)
+        }
+    }
+
+    /// `(d, m)` of block `b` of row `row` as f32 (`m` is Q4_1's stored minimum, else 0).
+    pub(crate) fn stored_scales(&self, row: usize, b: usize) -> (f32, f32) {
+        let i = row * self.blocks_per_row() + b;
+        let m = self.m.get(i).map_or(0.0, |&m| f16::from_bits(m).to_f32());
+        (f16::from_bits(self.d[i]).to_f32(), m)
     }
 
     /// The whole matrix as f32, row-major `rows * cols`.
@@ -203,119 +167,19 @@ impl QMatrix {
     }
 
     fn dequantize_into(&self, row: usize, out: &mut [f32]) {
-        let nb = self.blocks_per_row();
         for (b, o) in out.chunks_exact_mut(QK).enumerate() {
-            let blk = row * nb + b;
-            let (d, m) = self.scales(blk);
-            if self.ty == QuantType::Q8_0 {
-                let q = &self.qs[blk * QK..(blk + 1) * QK];
-                // Back to the signed value, so lookups are exactly GGML's `d * q`.
-                for (v, &q) in o.iter_mut().zip(q) {
-                    *v = d * f32::from((q ^ 0x80) as i8);
-                }
-            } else {
-                let q = &self.qs[blk * 16..(blk + 1) * 16];
-                let (lo, hi) = o.split_at_mut(16);
-                for ((l, h), &q) in lo.iter_mut().zip(hi).zip(q) {
-                    *l = d * f32::from(q & 0x0F) + m;
-                    *h = d * f32::from(q >> 4) + m;
-                }
+            let (d, m) = self.stored_scales(row, b);
+            for (k, v) in o.iter_mut().enumerate() {
+                let q = self.quant(row, b, k) + self.m_int;
+                // Exactly GGML's `d * q` (Q4_0, Q8_0) and `d * u + m` (Q4_1).
+                *v = if self.ty == QuantType::Q4_1 {
+                    d * q as f32 + m
+                } else {
+                    d * q as f32
+                };
             }
         }
     }
-
-    /// `out[n*rows + m] = sum_k x[n*cols + k] * W[m][k]` for `n in 0..batch`.
-    ///
-    /// Activations are quantised to 8 bits per 32-block first (llama.cpp's
-    /// method), so results carry ~1e-2 relative error against f32 math.
-    pub fn matmul(&self, x: &[f32], batch: usize, out: &mut [f32]) -> Result<(), Error> {
-        self.matmul_with(Kernel::detect(), x, batch, out)
-    }
-
-    pub(crate) fn matmul_with(
-        &self,
-        kernel: Kernel,
-        x: &[f32],
-        batch: usize,
-        out: &mut [f32],
-    ) -> Result<(), Error> {
-        let x_len = batch
-            .checked_mul(self.cols)
-            .ok_or(Error::Overflow("batch * cols"))?;
-        if x.len() != x_len {
-            return Err(Error::Length {
-                what: "matmul input",
-                expected: x_len,
-                got: x.len(),
-            });
-        }
-        let out_len = batch
-            .checked_mul(self.rows)
-            .ok_or(Error::Overflow("batch * rows"))?;
-        if out.len() != out_len {
-            return Err(Error::Length {
-                what: "matmul output",
-                expected: out_len,
-                got: out.len(),
-            });
-        }
-        if out_len == 0 {
-            return Ok(());
-        }
-        let acts = QActs::quantize(x, batch);
-        let chunk = chunk_rows(self.rows, batch);
-        if batch == 1 {
-            out.par_chunks_mut(chunk)
-                .enumerate()
-                .for_each(|(c, o)| self.row_chunk(kernel, &acts, 1, c * chunk, o));
-            return Ok(());
-        }
-        // Each task writes its rows batch-major ([batch][len]) into a scratch
-        // buffer; copying contiguous runs back out is cheap, unlike a strided transpose.
-        let mut tmp = vec![0f32; out_len];
-        tmp.par_chunks_mut(chunk * batch)
-            .enumerate()
-            .for_each(|(c, o)| self.row_chunk(kernel, &acts, batch, c * chunk, o));
-        let rows = self.rows;
-        out.par_chunks_mut(rows).enumerate().for_each(|(n, o)| {
-            for (c, src) in tmp.chunks(chunk * batch).enumerate() {
-                let len = src.len() / batch;
-                o[c * chunk..c * chunk + len].copy_from_slice(&src[n * len..(n + 1) * len]);
-            }
-        });
-        Ok(())
-    }
-
-    /// Computes rows `m0..m0+len` for every batch row into `o`, laid out `[batch][len]`.
-    fn row_chunk(&self, kernel: Kernel, acts: &QActs, batch: usize, m0: usize, o: &mut [f32]) {
-        let len = o.len() / batch;
-        let mut r = 0;
-        while r < len {
-            let rr = (len - r).min(2);
-            let mut n = 0;
-            while n < batch {
-                let aa = (batch - n).min(4);
-                let res = kernel.tile(self, m0 + r, rr, acts, n, aa);
-                for (i, res_row) in res.iter().enumerate().take(rr) {
-                    for (j, &v) in res_row.iter().enumerate().take(aa) {
-                        o[(n + j) * len + r + i] = v;
-                    }
-                }
-                n += aa;
-            }
-            r += rr;
-        }
-    }
-}
-
-/// Rows per rayon task: enough tasks to keep every thread busy (even at batch 1
-/// on small matrices), few enough that scheduling stays cheap. Always even, so
-/// the two-row tiles rarely hit a one-row tail.
-fn chunk_rows(rows: usize, batch: usize) -> usize {
-    let threads = rayon::current_num_threads().max(1);
-    let max = if batch >= 16 { 32 } else { 64 };
-    let c = rows.div_ceil(threads * 4).clamp(8, max);
-    c + (c & 1)
 }
 
 #[cfg(test)]

@@ -1,7 +1,42 @@
 use half::f16;
 
 use super::*;
+use crate::dot::Kernel;
+use crate::qact::QActs;
 use crate::test_util::{Rng, rel_err};
+
+/// GGML's own dequantisation of raw blocks, independent of the repacking.
+fn ggml_dequantize(ty: QuantType, data: &[u8]) -> Vec<f32> {
+    let h = |b: &[u8], i: usize| f16::from_le_bytes([b[i], b[i + 1]]).to_f32();
+    let mut out = Vec::new();
+    for blk in data.chunks_exact(ty.block_bytes()) {
+        let d = h(blk, 0);
+        match ty {
+            QuantType::Q4_0 => {
+                let q = &blk[2..18];
+                out.extend(q.iter().map(|&b| (i32::from(b & 0x0F) - 8) as f32 * d));
+                out.extend(q.iter().map(|&b| (i32::from(b >> 4) - 8) as f32 * d));
+            }
+            QuantType::Q4_1 => {
+                let (m, q) = (h(blk, 2), &blk[4..20]);
+                out.extend(q.iter().map(|&b| f32::from(b & 0x0F) * d + m));
+                out.extend(q.iter().map(|&b| f32::from(b >> 4) * d + m));
+            }
+            QuantType::Q8_0 => out.extend(blk[2..34].iter().map(|&b| f32::from(b as i8) * d)),
+        }
+    }
+    out
+}
+
+/// `matmul` through one kernel, into one plain output.
+fn run(k: Kernel, w: &QMatrix, x: &[f32], batch: usize) -> Vec<f32> {
+    let mut acts = QActs::new();
+    acts.quantize(x, batch).unwrap();
+    let mut out = vec![0f32; batch * w.rows()];
+    w.matmul_acts_with(k, &acts, &mut [&mut out], false)
+        .unwrap();
+    out
+}
 
 /// Random GGML blocks with plausible scales (and minima for Q4_1).
 fn random_blocks(rng: &mut Rng, ty: QuantType, rows: usize, cols: usize) -> Vec<u8> {
@@ -81,63 +116,126 @@ fn matmul_matches_f32_reference_within_activation_quant_error() {
     }
 }
 
-/// Every kernel this CPU can run; the first is the scalar reference.
 fn kernels() -> Vec<Kernel> {
-    #[allow(unused_mut)]
-    let mut ks = vec![Kernel::Scalar];
-    #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2")
-        && is_x86_feature_detected!("fma")
-        && is_x86_feature_detected!("f16c")
-    {
-        ks.push(Kernel::Avx2);
-        if is_x86_feature_detected!("avxvnni") {
-            ks.push(Kernel::AvxVnni);
-        }
-        if is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512vnni")
-        {
-            ks.push(Kernel::Avx512Vnni);
-        }
-    }
-    ks
+    Kernel::available()
 }
 
 #[test]
 fn detect_picks_the_fastest_kernel() {
     assert_eq!(Kernel::detect(), *kernels().last().unwrap());
+    assert_eq!(kernels()[0], Kernel::Scalar);
+    // The AVX2 path stays on every x86 machine that has it, even where
+    // AVX-512 is what `detect` picks: the tests below force it.
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        assert!(kernels().contains(&Kernel::Avx2));
+    }
 }
 
 #[test]
-fn simd_agrees_with_scalar() {
-    let mut rng = Rng::new(2);
+fn repacking_keeps_ggml_values_and_holds_exactly_the_planned_bytes() {
+    let mut rng = Rng::new(4);
     for ty in TYPES {
-        // Odd row counts and every batch remainder exercise each tile shape;
-        // 96 columns = 3 blocks leave the two-block kernel a tail block.
-        let shapes = [
-            (7, 1),
-            (9, 2),
-            (33, 3),
-            (64, 4),
-            (65, 5),
-            (18, 6),
-            (31, 7),
-            (200, 17),
-        ];
-        for ((rows, batch), cols) in shapes.into_iter().flat_map(|s| [(s, 96), (s, 128)]) {
-            let w = QMatrix::new(ty, rows, cols, random_blocks(&mut rng, ty, rows, cols)).unwrap();
-            let x = rng.vec(batch * cols);
-            let mut want = vec![0f32; batch * rows];
-            w.matmul_with(Kernel::Scalar, &x, batch, &mut want).unwrap();
-            for k in kernels() {
-                let mut got = vec![0f32; batch * rows];
-                w.matmul_with(k, &x, batch, &mut got).unwrap();
-                let err = rel_err(&got, &want);
-                assert!(err < 1e-5, "{k:?} {ty:?} {rows} rows b{batch}: {err}");
+        // Odd block counts pair the last 4-bit block with zeros.
+        for (rows, cols) in [(1, 32), (3, 96), (5, 64), (2, 1056), (7, 160)] {
+            let data = random_blocks(&mut rng, ty, rows, cols);
+            let w = QMatrix::new(ty, rows, cols, data.clone()).unwrap();
+            assert_eq!(
+                w.dequantize(),
+                ggml_dequantize(ty, &data),
+                "{ty:?} {rows}x{cols}"
+            );
+            let planned = ty.held_bytes(rows, cols).unwrap();
+            assert_eq!(w.held_bytes(), planned, "{ty:?} {rows}x{cols}");
+            if (cols / QK).is_multiple_of(2) {
+                assert_eq!(planned, data.len(), "even rows hold GGML's bytes");
             }
         }
     }
+    assert_eq!(
+        QuantType::Q4_1.held_bytes(3, 30),
+        Err(Error::BadCols { cols: 30 })
+    );
+    assert_eq!(
+        QuantType::Q8_0.held_bytes(usize::MAX, 64),
+        Err(Error::Overflow("weight bytes"))
+    );
+}
+
+#[test]
+fn every_kernel_agrees_with_scalar_on_every_tile_remainder() {
+    let mut rng = Rng::new(2);
+    // Rows 1..=9 and batches 1..=9 hit every (rows, acts) tail of every tile
+    // shape; 96 columns = 3 blocks leave a lone block (odd pair, partial
+    // group of 8); 1056 = 33 blocks cross a 32-block panel; 70 rows of
+    // activations split into panels.
+    let mut shapes: Vec<(usize, usize, usize)> = Vec::new();
+    for rows in 1..=9 {
+        for batch in 1..=9 {
+            shapes.push((rows, batch, if (rows + batch) % 2 == 0 { 96 } else { 128 }));
+        }
+    }
+    shapes.extend([(37, 3, 1056), (66, 70, 160), (200, 17, 576), (13, 130, 64)]);
+    for ty in TYPES {
+        for &(rows, batch, cols) in &shapes {
+            let w = QMatrix::new(ty, rows, cols, random_blocks(&mut rng, ty, rows, cols)).unwrap();
+            let x = rng.vec(batch * cols);
+            let want = run(Kernel::Scalar, &w, &x, batch);
+            for k in kernels() {
+                let got = run(k, &w, &x, batch);
+                let err = rel_err(&got, &want);
+                assert!(err < 1e-5, "{k:?} {ty:?} {rows}x{cols} b{batch}: {err}");
+            }
+        }
+    }
+}
+
+#[test]
+fn parts_split_the_rows_and_add_accumulates() {
+    let mut rng = Rng::new(5);
+    let (rows, cols, batch) = (40, 64, 6);
+    let w = QMatrix::new(
+        QuantType::Q4_1,
+        rows,
+        cols,
+        random_blocks(&mut rng, QuantType::Q4_1, rows, cols),
+    )
+    .unwrap();
+    let x = rng.vec(batch * cols);
+    let mut acts = QActs::new();
+    acts.quantize(&x, batch).unwrap();
+    for k in kernels() {
+        let whole = run(k, &w, &x, batch);
+        let (mut a, mut b, mut c) = (
+            vec![1f32; batch * 24],
+            vec![2f32; batch * 8],
+            vec![3f32; batch * 8],
+        );
+        w.matmul_acts_with(k, &acts, &mut [&mut a, &mut b, &mut c], true)
+            .unwrap();
+        for n in 0..batch {
+            for m in 0..rows {
+                let got = match m {
+                    0..24 => a[n * 24 + m] - 1.0,
+                    24..32 => b[n * 8 + m - 24] - 2.0,
+                    _ => c[n * 8 + m - 32] - 3.0,
+                };
+                let want = whole[n * rows + m];
+                assert!(
+                    (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                    "{k:?} row {m} act {n}"
+                );
+            }
+        }
+    }
+    let mut short = vec![0f32; batch * 30];
+    assert!(matches!(
+        w.matmul_acts(&acts, &mut [&mut short], false),
+        Err(Error::Length {
+            what: "matmul output",
+            ..
+        })
+    ));
 }
 
 #[test]
@@ -148,7 +246,7 @@ fn q8_extreme_weights_do_not_saturate() {
     let w = QMatrix::new(QuantType::Q8_0, 1, 32, data).unwrap();
     for (k, sign) in kernels().into_iter().flat_map(|k| [(k, 1.0f32), (k, -1.0)]) {
         let mut out = [0f32];
-        w.matmul_with(k, &[sign; 32], 1, &mut out).unwrap();
+        out[0] = run(k, &w, &[sign; 32], 1)[0];
         // Exact in integers; only the f16-rounded activation scale (as
         // GGML's Q8 blocks store it) moves the result, by < 1e-3 relative.
         assert!(
@@ -220,20 +318,4 @@ fn rejects_bad_shapes() {
 fn empty_batch_is_a_no_op() {
     let w = QMatrix::new(QuantType::Q4_0, 4, 32, vec![0; 72]).unwrap();
     assert_eq!(w.matmul(&[], 0, &mut []), Ok(()));
-}
-
-#[test]
-fn held_bytes_are_what_a_matrix_allocates() {
-    let mut rng = Rng::new(11);
-    for ty in [QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0] {
-        for (rows, cols) in [(1, 32), (7, 96), (64, 576)] {
-            let m = QMatrix::new(ty, rows, cols, random_blocks(&mut rng, ty, rows, cols)).unwrap();
-            assert_eq!(
-                m.held_bytes(),
-                ty.held_bytes(rows * cols),
-                "{ty:?} {rows}x{cols}"
-            );
-            assert_eq!(m.held_bytes(), m.dm.capacity() * 4 + m.qs.capacity());
-        }
-    }
 }

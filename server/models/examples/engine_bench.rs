@@ -1,7 +1,8 @@
 //! Raw engine throughput on a model file: batched decode at several row
 //! counts (each row at a 128-token context) and prefill of a 512-token prompt.
 //!
-//! `RAYON_NUM_THREADS=2 cargo run --release -p ferrox-models --example engine_bench -- MODEL.gguf`
+//! `RAYON_NUM_THREADS=2 cargo run --release -p ferrox-models --example engine_bench -- MODEL.gguf [ROWS,..] [PREFILL_LEN] [STEPS]`
+//! (a prefill length of 0 skips prefill; few steps suit `valgrind --tool=callgrind`).
 //! (`KV_DTYPE=f32` for an f32 KV cache; the default is f16, the server's).
 
 use std::time::Instant;
@@ -10,7 +11,6 @@ use ferrox_core::{BatchModel, BlockPool, DecodeRow};
 use ferrox_models::{Device, PagedModel, Source};
 
 const CONTEXT: usize = 128;
-const STEPS: usize = 32;
 const BLOCK: usize = 16;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -21,10 +21,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(list) => list.split(',').map(str::parse).collect::<Result<_, _>>()?,
         None => vec![1, 4, 16, 32, 64],
     };
+    let arg = |i: usize, default: usize| -> Result<usize, Box<dyn std::error::Error>> {
+        Ok(std::env::args()
+            .nth(i)
+            .map(|a| a.parse())
+            .transpose()?
+            .unwrap_or(default))
+    };
+    let (prefill_len, steps) = (arg(3, 512)?, arg(4, 32)?);
     let llama = Source::open(path.as_ref())?.decoder(&Device::Cpu)?;
     let vocab = llama.config().vocab as u32;
     let max_rows = *rows.iter().max().unwrap_or(&1);
-    let per_seq = (CONTEXT + STEPS).div_ceil(BLOCK).max(512 / BLOCK + 1);
+    let per_seq = (CONTEXT + steps)
+        .div_ceil(BLOCK)
+        .max(prefill_len / BLOCK + 1);
     let blocks = per_seq * max_rows;
     let kv: ferrox_plan::KvDtype = std::env::var("KV_DTYPE")
         .unwrap_or_else(|_| "f16".into())
@@ -37,19 +47,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .collect()
     };
 
-    // Prefill: one 512-token prompt, one chunk.
-    let lease = pool.allocate(512 / BLOCK)?;
-    let p = prompt(0, 512);
-    model.prefill(lease.blocks(), &p[..16], 0, true)?; // warm-up
-    let t = Instant::now();
-    model.prefill(lease.blocks(), &p, 0, true)?;
-    let secs = t.elapsed().as_secs_f64();
-    println!(
-        "prefill 512 tokens: {:.3} s = {:.1} tok/s",
-        secs,
-        512.0 / secs
-    );
-    drop(lease);
+    // Prefill: one prompt, one chunk.
+    if prefill_len > 0 {
+        let lease = pool.allocate(prefill_len.div_ceil(BLOCK))?;
+        let p = prompt(0, prefill_len);
+        model.prefill(lease.blocks(), &p[..16.min(prefill_len)], 0, true)?; // warm-up
+        let t = Instant::now();
+        model.prefill(lease.blocks(), &p, 0, true)?;
+        let secs = t.elapsed().as_secs_f64();
+        println!(
+            "prefill {prefill_len} tokens: {:.3} s = {:.1} tok/s",
+            secs,
+            prefill_len as f64 / secs
+        );
+    }
 
     for &n in &rows {
         let leases: Vec<_> = (0..n)
@@ -60,7 +71,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let mut tokens: Vec<u32> = (0..n as u32).map(|i| i + 2).collect();
         let t = Instant::now();
-        for step in 0..STEPS {
+        for step in 0..steps {
             let batch: Vec<DecodeRow<'_>> = leases
                 .iter()
                 .zip(&tokens)
@@ -78,8 +89,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let secs = t.elapsed().as_secs_f64();
         println!(
             "decode rows={n:>3}: {:.1} tok/s aggregate, {:.1} ms/step",
-            (n * STEPS) as f64 / secs,
-            secs * 1e3 / STEPS as f64
+            (n * steps) as f64 / secs,
+            secs * 1e3 / steps as f64
         );
     }
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();

@@ -97,7 +97,7 @@ impl GgufSource {
             .map(|(name, t)| {
                 let (dtype, elems) = (t.ggml_dtype, t.shape.elem_count());
                 holding::gguf(Role::of(name, t.shape.rank()), dtype, device)
-                    .bytes(elems, tensor_bytes(dtype, elems))
+                    .bytes(t.shape.dims(), tensor_bytes(dtype, elems))
             })
             .sum()
     }

@@ -47,11 +47,16 @@ pub enum Held {
 }
 
 impl Held {
-    /// Bytes it takes: the repacked size, `stored` as quantized, else
-    /// `elems` of its dtype.
-    pub fn bytes(self, elems: usize, stored: usize) -> u64 {
+    /// Bytes a tensor of `dims` (outermost first) takes: the repacked size,
+    /// `stored` as quantized, else its elements in its dtype.
+    pub fn bytes(self, dims: &[usize], stored: usize) -> u64 {
+        let elems: usize = dims.iter().product();
         match self {
-            Held::Packed(ty) => ty.held_bytes(elems) as u64,
+            Held::Packed(ty) => {
+                let cols = dims.last().copied().unwrap_or(0);
+                let rows = elems.checked_div(cols).unwrap_or(0);
+                ty.held_bytes(rows, cols).unwrap_or(stored) as u64
+            }
             Held::Quantized => stored as u64,
             Held::Float(dt) => (elems * dt.size_in_bytes()) as u64,
         }
@@ -165,10 +170,12 @@ mod tests {
 
     #[test]
     fn bytes_follow_the_holding() {
-        assert_eq!(Held::Quantized.bytes(64, 36), 36);
-        assert_eq!(Held::Packed(QuantType::Q8_0).bytes(64, 68), 72);
-        assert_eq!(Held::Float(DType::F32).bytes(64, 36), 256);
-        assert_eq!(Held::Float(DType::BF16).bytes(64, 128), 128);
+        assert_eq!(Held::Quantized.bytes(&[2, 32], 36), 36);
+        // Odd block counts pair the last 4-bit block with zeros.
+        assert_eq!(Held::Packed(QuantType::Q4_1).bytes(&[1, 32], 20), 36);
+        assert_eq!(Held::Packed(QuantType::Q8_0).bytes(&[2, 32], 68), 68);
+        assert_eq!(Held::Float(DType::F32).bytes(&[2, 32], 36), 256);
+        assert_eq!(Held::Float(DType::BF16).bytes(&[64], 128), 128);
         assert_eq!(Role::of("token_embd.weight", 2), Role::Embedding);
         assert_eq!(Role::of("blk.0.attn_norm.weight", 1), Role::Vector);
         assert_eq!(Role::of("output.weight", 2), Role::Matrix);

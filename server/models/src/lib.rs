@@ -10,6 +10,7 @@ pub mod attention;
 pub mod config;
 pub mod device;
 pub mod error;
+mod fused;
 pub mod gguf;
 pub mod holding;
 pub mod kv_cache;

@@ -3,7 +3,7 @@
 //! chunks and decode rows of many sequences run through one forward pass,
 //! and logits are computed only for the rows that will be sampled.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use candle_core::{Device, Tensor};
 use ferrox_plan::KvDtype;
@@ -11,6 +11,7 @@ use ferrox_plan::KvDtype;
 use crate::attention::{Heads, SeqSpan, attention};
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
+use crate::fused::{Dims, FusedHead, FusedLayer, Scratch};
 use crate::kv_cache::KvCache;
 use crate::linear::{Embedding, Linear, tensor_bytes};
 use crate::rope::Rope;
@@ -90,6 +91,10 @@ pub struct Llama {
     rope: Rope,
     device: Device,
     fused_attention: bool,
+    /// The CPU fast path, when every matrix is packed: one per layer, the head.
+    fused: Option<(Vec<FusedLayer>, FusedHead)>,
+    use_fused: bool,
+    scratch: Mutex<Scratch>,
 }
 
 /// One forward pass: the new tokens of several sequences.
@@ -121,6 +126,14 @@ impl Llama {
             factors,
             device,
         )?;
+        let fused_layers = layers
+            .iter()
+            .map(FusedLayer::from_layer)
+            .collect::<Result<Option<Vec<_>>>>()?;
+        let fused = match (fused_layers, FusedHead::new(&norm, &lm_head)?) {
+            (Some(l), Some(h)) if device.is_cpu() => Some((l, h)),
+            _ => None,
+        };
         Ok(Llama {
             config,
             embed,
@@ -130,6 +143,9 @@ impl Llama {
             rope,
             device: device.clone(),
             fused_attention: true,
+            fused,
+            use_fused: true,
+            scratch: Mutex::new(Scratch::default()),
         })
     }
 
@@ -163,6 +179,28 @@ impl Llama {
         self.fused_attention = on;
     }
 
+    /// Runs the op-by-op layers even where the fused CPU path exists (a
+    /// reference for tests).
+    pub fn set_fused_layers(&mut self, on: bool) {
+        self.use_fused = on;
+    }
+
+    /// Whether steps take the fused CPU path.
+    pub fn fused_layers(&self) -> bool {
+        self.use_fused && self.fused.is_some()
+    }
+
+    fn dims(&self) -> Dims {
+        let c = &self.config;
+        Dims {
+            heads: c.heads,
+            kv_heads: c.kv_heads,
+            head_dim: c.head_dim,
+            intermediate: c.intermediate,
+            eps: c.rms_eps as f32,
+        }
+    }
+
     /// A KV cache for this model, held in `dtype`.
     pub fn kv_cache(
         &self,
@@ -189,6 +227,7 @@ impl Llama {
         let (cos, sin) = self.rope.gather(&pos)?;
         let slot_index = cache.slot_index(&slots, &self.device)?;
         let mut x = self.embed.forward(step.tokens, &self.device)?;
+        let fused = self.fused.as_ref().filter(|_| self.use_fused);
         let ctx = LayerCtx {
             cache,
             spans: &step.spans,
@@ -197,7 +236,10 @@ impl Llama {
             slot_index: &slot_index,
         };
         for (i, layer) in self.layers.iter().enumerate() {
-            x = self.layer_forward(i, layer, &x, &ctx)?;
+            match fused {
+                Some((fl, _)) => self.fused_layer_forward(i, &fl[i], &x, &ctx)?,
+                None => x = self.layer_forward(i, layer, &x, &ctx)?,
+            }
         }
         if step.logits_for.is_empty() {
             return Ok(None);
@@ -205,6 +247,13 @@ impl Llama {
         // Only the sampled rows pay for the norm and the vocabulary projection.
         let rows: Vec<u32> = step.logits_for.iter().map(|&i| i as u32).collect();
         let x = x.index_select(&Tensor::new(rows.as_slice(), &self.device)?, 0)?;
+        if let Some((_, head)) = fused {
+            return Ok(Some(head.forward(
+                &x,
+                self.config.rms_eps as f32,
+                &self.scratch,
+            )?));
+        }
         let x = candle_nn::ops::rms_norm(&x, &self.norm, self.config.rms_eps as f32)?;
         Ok(Some(self.lm_head.forward(&x)?))
     }
@@ -284,6 +333,42 @@ impl Llama {
         let up = gu.narrow(1, c.intermediate, c.intermediate)?;
         let act = (candle_nn::ops::silu(&gate)? * up)?;
         Ok((x + l.down.forward(&act)?)?)
+    }
+}
+
+impl Llama {
+    /// The fused CPU layer: updates the residual stream `x` in place.
+    fn fused_layer_forward(
+        &self,
+        index: usize,
+        l: &FusedLayer,
+        x: &Tensor,
+        ctx: &LayerCtx<'_>,
+    ) -> Result<()> {
+        let c = &self.config;
+        let tokens = x.dims()[0];
+        let (q_dim, kv_dim) = (c.heads * c.head_dim, c.kv_dim());
+        let dims = self.dims();
+        let qkv = l.qkv(x, (ctx.cos, ctx.sin), dims, &self.scratch)?;
+        // Contiguous sections: views, no copies.
+        let q = qkv
+            .narrow(0, 0, tokens * q_dim)?
+            .reshape((tokens, c.heads, c.head_dim))?;
+        let k = qkv
+            .narrow(0, tokens * q_dim, tokens * kv_dim)?
+            .reshape((tokens, kv_dim))?;
+        let v = qkv
+            .narrow(0, tokens * (q_dim + kv_dim), tokens * kv_dim)?
+            .reshape((tokens, kv_dim))?;
+        ctx.cache.write(index, ctx.slot_index, &k, &v)?;
+        let heads = Heads {
+            heads: c.heads,
+            kv_heads: c.kv_heads,
+            head_dim: c.head_dim,
+        };
+        let a = attention(&q, ctx.cache, index, ctx.spans, heads, self.fused_attention)?;
+        l.attn_out(x, &a, &self.scratch)?;
+        l.mlp(x, dims, &self.scratch)
     }
 }
 

@@ -160,11 +160,18 @@ mod tests {
         dir
     }
 
+    /// A case: its name, the files under the fake root, the answer expected.
+    type Case = (
+        &'static str,
+        Vec<(&'static str, &'static str)>,
+        Option<(u64, MemorySource)>,
+    );
+
     #[test]
     fn reads_the_tightest_limit_or_what_is_available() {
         use MemorySource::*;
         let gib = 1u64 << 30;
-        let cases: Vec<(&str, Vec<(&str, &str)>, Option<(u64, MemorySource)>)> = vec![
+        let cases: Vec<Case> = vec![
             (
                 "v2 limit in a container (cgroup namespace)",
                 vec![

@@ -64,10 +64,53 @@ impl Rope {
         ))
     }
 
+    /// The same rotation in place on `x` `(tokens, heads, head_dim)`, with
+    /// the rows `cos`, `sin` `(tokens, head_dim / 2)` from [`Self::gather`];
+    /// the arithmetic is `rope_thd`'s, so results are bit-identical.
+    pub fn apply_in_place(x: &mut [f32], heads: usize, head_dim: usize, cos: &[f32], sin: &[f32]) {
+        let half = head_dim / 2;
+        let rows = cos.chunks_exact(half).zip(sin.chunks_exact(half));
+        for (token, (c, s)) in x.chunks_exact_mut(heads * head_dim).zip(rows) {
+            for head in token.chunks_exact_mut(head_dim) {
+                let (lo, hi) = head.split_at_mut(half);
+                for (((a, b), &c), &s) in lo.iter_mut().zip(hi).zip(c).zip(s) {
+                    (*a, *b) = (*a * c - *b * s, *a * s + *b * c);
+                }
+            }
+        }
+    }
+
     /// Applies the rotation (half-split, as Hugging Face's `rotate_half`) to
     /// `x`: `(tokens, heads, head_dim)`.
     pub fn apply(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
         let x = x.unsqueeze(0)?.to_dtype(DType::F32)?.contiguous()?;
         Ok(candle_nn::rotary_emb::rope_thd(&x, cos, sin)?.squeeze(0)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_place_rotation_is_bit_identical_to_rope_thd() {
+        let (tokens, heads, head_dim) = (5, 3, 8);
+        let rope = Rope::new(head_dim, 10_000.0, 64, None, &Device::Cpu).unwrap();
+        let pos = Tensor::new(&[0u32, 7, 3, 63, 1], &Device::Cpu).unwrap();
+        let (cos, sin) = rope.gather(&pos).unwrap();
+        let x: Vec<f32> = (0..tokens * heads * head_dim)
+            .map(|i| (i as f32 * 0.37).sin() * 3.0)
+            .collect();
+        let t = Tensor::from_vec(x.clone(), (tokens, heads, head_dim), &Device::Cpu).unwrap();
+        let want = Rope::apply(&t, &cos, &sin)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        let mut got = x;
+        let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        Rope::apply_in_place(&mut got, heads, head_dim, &flat(&cos), &flat(&sin));
+        assert_eq!(got, want);
     }
 }

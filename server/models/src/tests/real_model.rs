@@ -138,6 +138,7 @@ fn candle_generic_path_matches_llama_cpp_too() {
 fn kernels_agree_with_candle_on_real_weights() {
     use candle_core::quantized::{QMatMul, gguf_file};
     use candle_core::{Module, Tensor};
+    use ferrox_kernels::Kernel;
     let Some(path) = default_model() else { return };
     let mut f = std::fs::File::open(&path).unwrap();
     let content = gguf_file::Content::read(&mut f).unwrap();
@@ -181,6 +182,28 @@ fn kernels_agree_with_candle_on_real_weights() {
                 .unwrap();
             let mut ours = vec![0f32; batch * rows];
             km.matmul(&x, batch, &mut ours).unwrap();
+            // Every instruction set this CPU has (AVX2 forced even where
+            // AVX-512 is the default) against the scalar reference.
+            let mut acts = ferrox_kernels::QActs::new();
+            acts.quantize(&x, batch).unwrap();
+            let mut reference = vec![0f32; batch * rows];
+            km.matmul_acts_with(Kernel::Scalar, &acts, &mut [&mut reference], false)
+                .unwrap();
+            for k in Kernel::available() {
+                let mut got = vec![0f32; batch * rows];
+                km.matmul_acts_with(k, &acts, &mut [&mut got], false)
+                    .unwrap();
+                let num: f32 = got
+                    .iter()
+                    .zip(&reference)
+                    .map(|(a, b)| (a - b) * (a - b))
+                    .sum();
+                let rel = (num / reference.iter().map(|b| b * b).sum::<f32>()).sqrt();
+                assert!(
+                    rel < 1e-5,
+                    "{name} batch {batch} {k:?}: {rel:.2e} from scalar"
+                );
+            }
             let err = |v: &[f32]| {
                 let num: f32 = v.iter().zip(&exact).map(|(a, b)| (a - b) * (a - b)).sum();
                 let den: f32 = exact.iter().map(|b| b * b).sum();
@@ -211,13 +234,12 @@ fn the_default_model_holds_what_inspect_reports() {
     let info = src.info().unwrap();
     let held = src.decoder(&Device::Cpu).unwrap().held_bytes();
     assert_eq!(info.devices.cpu.weight_bytes, held);
-    // Q4_1 matrices repack to the same 20 bytes a block on CPU and stay as
-    // stored on CUDA; the Q8_0 embedding is repacked (36 bytes a block) on
-    // CPU and widened to f16 on CUDA.
+    // Q4_1 and Q8_0 repack to GGML's own bytes on CPU (even block counts)
+    // and stay as stored on CUDA, where the Q8_0 embedding is widened to f16.
     let embed = 49_152 * 576;
     assert_eq!(
         info.devices.cuda.weight_bytes,
-        info.devices.cpu.weight_bytes - embed / 32 * 36 + embed * 2
+        info.devices.cpu.weight_bytes - embed / 32 * 34 + embed * 2
     );
     assert_eq!(info.kv_dtype, KvDtype::F16);
     assert_eq!(info.devices.cpu.kv_bytes_per_token, 2 * 30 * 3 * 64 * 2);

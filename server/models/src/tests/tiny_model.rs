@@ -406,3 +406,60 @@ fn inspect_counts_the_bytes_the_decoder_holds() {
     );
     assert_eq!(info.devices.cuda.kv_dtype, KvDtype::F16);
 }
+
+#[test]
+fn fused_layers_match_the_op_by_op_path_for_every_format() {
+    for (arch, ty) in [
+        ("llama", GgmlDType::Q4_0),
+        ("llama", GgmlDType::Q4_1),
+        ("llama", GgmlDType::Q8_0),
+        ("qwen2", GgmlDType::Q4_1),
+    ] {
+        let t = Tiny {
+            arch,
+            ..Tiny::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        write_gguf(&path, &t, &random_weights(&t, 8), ty);
+        let (mut fused, mut ops) = (open(&path), open(&path));
+        ops.llama_mut().set_fused_layers(false);
+        assert!(
+            fused.llama().fused_layers(),
+            "{arch} {ty:?}: fused path not taken"
+        );
+        assert!(!ops.llama().fused_layers());
+        // A mixed step of chunks and a decode row, then decode of all three.
+        let pool = BlockPool::new(64);
+        let (a, b) = (pool.allocate(8).unwrap(), pool.allocate(8).unwrap());
+        let (pa, pb) = (prompt(19, 1), prompt(9, 2));
+        let mut logits = Vec::new();
+        for m in [&mut fused, &mut ops] {
+            let la = prefill(m, &a, &pa, 7);
+            let lb = prefill(m, &b, &pb, 64);
+            let rows = [
+                DecodeRow {
+                    token: 3,
+                    pos: pa.len(),
+                    blocks: a.blocks(),
+                },
+                DecodeRow {
+                    token: 11,
+                    pos: pb.len(),
+                    blocks: b.blocks(),
+                },
+            ];
+            let d = m.decode(&rows).unwrap();
+            logits.push([la, lb, d[0].clone(), d[1].clone()]);
+        }
+        for (i, (x, y)) in logits[0].iter().zip(&logits[1]).enumerate() {
+            // Same quantisation, same RoPE and norm arithmetic: only the
+            // summation order inside the matmuls differs.
+            assert!(
+                max_diff(x, y) < 1e-4,
+                "{arch} {ty:?} output {i}: {}",
+                max_diff(x, y)
+            );
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! The batched matmul over a [`QMatrix`]: tasks of (weight rows x activation
+//! rows) on rayon's pool, tiles inside each task, results written straight
+//! into the caller's buffers (or added to them, for a residual).
+
+use rayon::prelude::*;
+
+use crate::Error;
+use crate::dot::{Kernel, PB, Scales};
+use crate::qact::QActs;
+use crate::qmatrix::QMatrix;
+
+/// Most output parts one call may split its rows into.
+pub const MAX_PARTS: usize = 4;
+
+/// Activation rows per task once a batch is large (prefill chunks): the
+/// panel's quantised rows stay in L1/L2 while the task's weight rows pass.
+const ACT_PANEL: usize = 32;
+
+/// An output part: rows `start..start+len` of the matrix, written `[batch][len]`.
+#[derive(Clone, Copy)]
+struct Part {
+    start: usize,
+    len: usize,
+    ptr: *mut f32,
+}
+
+/// The output parts of one call, shared by its tasks.
+struct Parts {
+    parts: [Part; MAX_PARTS],
+    count: usize,
+    batch: usize,
+    add: bool,
+}
+
+// SAFETY: every task writes a disjoint set of (row, batch) cells (its own
+// rows x its own activation rows), and the buffers outlive the parallel call.
+unsafe impl Sync for Parts {}
+
+impl Parts {
+    /// Writes (or adds) result `v` of matrix row `m`, activation row `n`.
+    ///
+    /// # Safety
+    /// `m < rows`, `n < batch`, and no other thread touches this cell.
+    unsafe fn put(&self, m: usize, n: usize, v: f32) {
+        let p = self.parts[..self.count]
+            .iter()
+            .find(|p| m < p.start + p.len)
+            .unwrap_or(&self.parts[self.count - 1]);
+        // SAFETY: `m` lies in part `p` (the parts cover `0..rows` in
+        // order), whose buffer holds `batch * len` values.
+        unsafe {
+            let cell = p.ptr.add(n * p.len + (m - p.start));
+            *cell = if self.add { *cell + v } else { v };
+        }
+    }
+}
+
+impl QMatrix {
+    /// `out[n*rows + m] = sum_k x[n*cols + k] * W[m][k]` for `n in 0..batch`.
+    ///
+    /// Activations are quantised to 8 bits per 32-block first (llama.cpp's
+    /// method), so results carry ~1e-2 relative error against f32 math.
+    pub fn matmul(&self, x: &[f32], batch: usize, out: &mut [f32]) -> Result<(), Error> {
+        if batch == 0 && x.is_empty() && out.is_empty() {
+            return Ok(());
+        }
+        let mut acts = QActs::new();
+        acts.quantize(x, batch).map_err(|_| Error::Length {
+            what: "matmul input",
+            expected: batch.saturating_mul(self.cols()),
+            got: x.len(),
+        })?;
+        self.matmul_acts(&acts, &mut [out], false)
+    }
+
+    /// The matmul of already quantised activations. Output rows are split
+    /// over `parts` in order: part `k` takes the next `parts[k].len() / batch`
+    /// rows, laid out `[batch][len]` (one part is the plain `[batch][rows]`).
+    /// With `add`, results are added to what the parts hold (a residual).
+    pub fn matmul_acts(
+        &self,
+        acts: &QActs,
+        parts: &mut [&mut [f32]],
+        add: bool,
+    ) -> Result<(), Error> {
+        self.matmul_acts_with(Kernel::detect(), acts, parts, add)
+    }
+
+    /// [`Self::matmul_acts`] on a chosen kernel (one of [`Kernel::available`]).
+    pub fn matmul_acts_with(
+        &self,
+        kernel: Kernel,
+        acts: &QActs,
+        parts: &mut [&mut [f32]],
+        add: bool,
+    ) -> Result<(), Error> {
+        if !kernel.supported() {
+            return Err(Error::Unsupported(kernel));
+        }
+        let parts = self.parts(acts, parts, add)?;
+        let (rows, batch) = (self.rows(), acts.batch());
+        let rc = chunk_rows(rows, batch);
+        let ap = if batch <= 2 * ACT_PANEL {
+            batch
+        } else {
+            ACT_PANEL
+        };
+        let (nrc, nap) = (rows.div_ceil(rc), batch.div_ceil(ap));
+        let task = |t: usize| {
+            let (m0, n0) = ((t % nrc) * rc, (t / nrc) * ap);
+            self.task(
+                kernel,
+                acts,
+                &parts,
+                (m0, (m0 + rc).min(rows)),
+                (n0, (n0 + ap).min(batch)),
+            );
+        };
+        if nrc * nap == 1 {
+            task(0);
+        } else {
+            (0..nrc * nap).into_par_iter().for_each(task);
+        }
+        Ok(())
+    }
+
+    /// Checks the shapes and turns `parts` into raw row ranges.
+    fn parts(&self, acts: &QActs, parts: &mut [&mut [f32]], add: bool) -> Result<Parts, Error> {
+        let batch = acts.batch();
+        if acts.cols() != self.cols() {
+            return Err(Error::Length {
+                what: "matmul input",
+                expected: batch.saturating_mul(self.cols()),
+                got: batch.saturating_mul(acts.cols()),
+            });
+        }
+        let bad = |got: usize| Error::Length {
+            what: "matmul output",
+            expected: batch.saturating_mul(self.rows()),
+            got,
+        };
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        if parts.is_empty() || parts.len() > MAX_PARTS || batch == 0 {
+            return Err(bad(total));
+        }
+        let empty = Part {
+            start: 0,
+            len: 0,
+            ptr: std::ptr::null_mut(),
+        };
+        let mut out = Parts {
+            parts: [empty; MAX_PARTS],
+            count: parts.len(),
+            batch,
+            add,
+        };
+        let mut start = 0;
+        for (slot, p) in out.parts.iter_mut().zip(parts.iter_mut()) {
+            if !p.len().is_multiple_of(batch) {
+                return Err(bad(total));
+            }
+            let len = p.len() / batch;
+            *slot = Part {
+                start,
+                len,
+                ptr: p.as_mut_ptr(),
+            };
+            start += len;
+        }
+        if start != self.rows() {
+            return Err(bad(total));
+        }
+        Ok(out)
+    }
+
+    /// One task: weight rows `m0..m1` against activation rows `n0..n1`, tile by tile.
+    fn task(
+        &self,
+        kernel: Kernel,
+        acts: &QActs,
+        out: &Parts,
+        (m0, m1): (usize, usize),
+        (n0, n1): (usize, usize),
+    ) {
+        let (tr, ta) = kernel.tile_shape(n1 - n0);
+        let mut sc: Scales = [[0f32; PB]; 16];
+        let mut m = m0;
+        while m < m1 {
+            let rr = (m1 - m).min(tr);
+            let mut n = n0;
+            while n < n1 {
+                let aa = (n1 - n).min(ta);
+                let res = kernel.tile(self, (m, rr), acts, (n, aa), &mut sc);
+                for (i, res_row) in res.iter().enumerate().take(rr) {
+                    for (j, &v) in res_row.iter().enumerate().take(aa) {
+                        debug_assert!(n + j < out.batch);
+                        // SAFETY: `m + i < rows` and `n + j < batch`, and this
+                        // task alone owns rows `m0..m1` x activations `n0..n1`.
+                        unsafe { out.put(m + i, n + j, v) };
+                    }
+                }
+                n += aa;
+            }
+            m += rr;
+        }
+    }
+}
+
+/// Rows per task: enough tasks to keep every thread busy (even at batch 1
+/// on small matrices), few enough that scheduling stays cheap. A multiple of
+/// 4, so the tiles rarely hit a row tail.
+fn chunk_rows(rows: usize, batch: usize) -> usize {
+    let threads = rayon::current_num_threads().max(1);
+    let max = if batch >= 16 { 32 } else { 64 };
+    rows.div_ceil(threads * 4).clamp(8, max).next_multiple_of(4)
+}

@@ -4,9 +4,11 @@
 use crate::{EngineConfig, EngineError};
 
 /// KV blocks a request reserves for its whole life: prompt plus everything it
-/// may generate.
+/// may generate. Saturating: a sum past `usize::MAX` asks for every block.
 pub fn blocks_needed(prompt_tokens: usize, max_tokens: usize, block_size: usize) -> usize {
-    (prompt_tokens + max_tokens).div_ceil(block_size.max(1))
+    prompt_tokens
+        .saturating_add(max_tokens)
+        .div_ceil(block_size.max(1))
 }
 
 /// Refuses, at submission, a request an empty server could not hold; returns
@@ -25,8 +27,9 @@ pub fn check_fits(
             "max_tokens must be at least 1",
         ));
     }
-    let needed = prompt_tokens + max_tokens;
-    let pool_tokens = config.kv_blocks * config.block_size;
+    // Client numbers: saturating, so no sum can wrap below the limit.
+    let needed = prompt_tokens.saturating_add(max_tokens);
+    let pool_tokens = config.kv_blocks.saturating_mul(config.block_size);
     let limit = config.max_model_len.min(pool_tokens);
     if needed > limit {
         return Err(EngineError::TooLong {
@@ -85,6 +88,10 @@ mod tests {
             // The pool holds 80 tokens, less than max_model_len.
             (70, 10, Ok(20)),
             (70, 11, Err("81 tokens")),
+            // Sums past usize::MAX saturate rather than wrap to a small count.
+            (5, usize::MAX, Err("max_tokens")),
+            (usize::MAX, usize::MAX, Err("TooLong")),
+            (1, usize::MAX - 1, Err("TooLong")),
         ];
         for (prompt, max, want) in cases {
             let got = check_fits(prompt, max, &config());

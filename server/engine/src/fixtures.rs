@@ -1,6 +1,7 @@
 //! Test builders: a deterministic fake model, a fake detokenizer, requests.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ferrox_core::batch_model::{PrefillChunk, StepLogits};
@@ -37,14 +38,27 @@ pub struct Chunk {
 
 /// A model whose next token is always `(last + 1) % VOCAB`, that keeps each
 /// sequence's tokens in its "KV" (keyed by its first block) and fails on a
-/// position that does not follow what the KV holds, or past the blocks given.
+/// position past what the KV holds, or past the blocks given. Rewriting
+/// positions it holds overwrites them, as a paged KV cache does.
 pub struct FakeModel {
     pub block_size: usize,
     /// Logit of the predicted token; the others are 0.
     pub peak: f32,
     kv: HashMap<u32, Vec<u32>>,
     pub calls: Arc<Mutex<Vec<Call>>>,
+    /// Every step with decode rows fails.
     pub fail_decode: bool,
+    /// The next this many steps fail.
+    pub fail_next: usize,
+    /// The next this many steps panic.
+    pub panic_next: usize,
+    /// A token this model cannot run: its input check refuses the row, and a
+    /// step that carries it fails whole.
+    pub poison: Option<u32>,
+    /// Each step sleeps this long first.
+    pub stall: std::time::Duration,
+    /// Once set, the next tick panics outside the step (the worker dies).
+    pub die: Arc<AtomicBool>,
 }
 
 impl FakeModel {
@@ -55,6 +69,11 @@ impl FakeModel {
             kv: HashMap::new(),
             calls: Arc::new(Mutex::new(Vec::new())),
             fail_decode: false,
+            fail_next: 0,
+            panic_next: 0,
+            poison: None,
+            stall: std::time::Duration::ZERO,
+            die: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -63,7 +82,11 @@ impl FakeModel {
         if pos == 0 {
             self.kv.insert(seq, Vec::new());
         }
+        if self.poison.is_some_and(|p| tokens.contains(&p)) {
+            return Err(Error::Forward("poisoned input".into()));
+        }
         let kv = self.kv.entry(seq).or_default();
+        kv.truncate(pos);
         if kv.len() != pos {
             return Err(Error::Forward(format!(
                 "pos {pos} but KV holds {}",
@@ -83,11 +106,22 @@ impl FakeModel {
 
 impl BatchModel for FakeModel {
     fn vocab_size(&self) -> usize {
+        // The worker asks after every step, outside the step's own guard.
+        assert!(!self.die.load(Ordering::SeqCst), "injected worker death");
         VOCAB
     }
 
     fn block_size(&self) -> usize {
         self.block_size
+    }
+
+    fn check_input(&self, blocks: &[u32], tokens: &[u32], pos: usize) -> Result<(), Error> {
+        if self.poison.is_some_and(|p| tokens.contains(&p)) {
+            return Err(Error::Forward(
+                "this model cannot run the poison token".into(),
+            ));
+        }
+        ferrox_core::batch_model::check_input(VOCAB, self.block_size, blocks, tokens, pos)
     }
 
     fn prefill(
@@ -135,8 +169,17 @@ impl BatchModel for FakeModel {
             prefill: chunks.collect(),
             decode: decode.len(),
         });
+        std::thread::sleep(self.stall);
         if self.fail_decode && !decode.is_empty() {
             return Err(Error::Forward("injected".into()));
+        }
+        if self.fail_next > 0 {
+            self.fail_next -= 1;
+            return Err(Error::Forward("injected once".into()));
+        }
+        if self.panic_next > 0 {
+            self.panic_next -= 1;
+            panic!("injected panic");
         }
         let prefill = prefill
             .iter()

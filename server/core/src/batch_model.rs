@@ -132,7 +132,8 @@ mod tests {
     #[test]
     fn the_default_input_check_refuses_what_no_model_can_run() {
         // Vocabulary 10, blocks of 4. (blocks, tokens, pos, expected error)
-        let cases: [(&[u32], &[u32], usize, Option<&str>); 7] = [
+        type Case<'a> = (&'a [u32], &'a [u32], usize, Option<&'a str>);
+        let cases: [Case; 7] = [
             (&[0, 1], &[1, 2, 3], 5, None),
             (
                 &[0, 1],

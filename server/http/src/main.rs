@@ -1,7 +1,9 @@
 //! ferrox-server: the serving sidecar. `serve` runs the OpenAI-compatible
 //! server over the continuous-batching worker.
 
+mod auth;
 mod config;
+mod edge;
 mod error;
 #[cfg(test)]
 mod fixtures;
@@ -23,7 +25,11 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{KvSizing, ServeConfig, parse_bytes};
+use crate::config::{
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT_SECS, DEFAULT_REQUEST_TIMEOUT_SECS,
+    DEFAULT_STALL_TIMEOUT_SECS, DEFAULT_STREAM_IDLE_TIMEOUT_SECS, HttpConfig, KvSizing,
+    ServeConfig, parse_bytes, parse_secs,
+};
 
 /// The Ferrox serving sidecar.
 #[derive(Debug, Parser)]
@@ -168,6 +174,65 @@ struct ServeArgs {
     /// Largest request body, e.g. 4MiB.
     #[arg(long, env = "FERROX_MAX_BODY", default_value = "4MiB", value_parser = parse_bytes)]
     max_body: u64,
+    #[command(flatten)]
+    edge: EdgeArgs,
+}
+
+/// Who may call, and the HTTP edge's limits.
+#[derive(Debug, Args)]
+struct EdgeArgs {
+    /// A key clients must send as `Authorization: Bearer KEY` on /v1/*
+    /// (repeatable; FERROX_API_KEY takes a comma-separated list). None: no auth.
+    #[arg(
+        long = "api-key",
+        env = "FERROX_API_KEY",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    api_keys: Vec<String>,
+    /// Seconds for a request's headers, then its body, to arrive; an idle
+    /// keep-alive connection is closed after it.
+    #[arg(long, env = "FERROX_READ_TIMEOUT", default_value_t = DEFAULT_READ_TIMEOUT_SECS, value_parser = secs)]
+    read_timeout: f64,
+    /// Seconds a non-streaming request may take; then it is cancelled (504).
+    #[arg(long, env = "FERROX_REQUEST_TIMEOUT", default_value_t = DEFAULT_REQUEST_TIMEOUT_SECS, value_parser = secs)]
+    request_timeout: f64,
+    /// Seconds a client may accept no bytes of a response before it is
+    /// abandoned (a stream's request is cancelled).
+    #[arg(long, env = "FERROX_STREAM_IDLE_TIMEOUT", default_value_t = DEFAULT_STREAM_IDLE_TIMEOUT_SECS, value_parser = secs)]
+    stream_idle_timeout: f64,
+    /// Connections served at once; more are answered 503 and closed.
+    #[arg(long, env = "FERROX_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// Seconds one worker tick may run before /health fails (the pod restarts).
+    #[arg(long, env = "FERROX_STALL_TIMEOUT", default_value_t = DEFAULT_STALL_TIMEOUT_SECS, value_parser = secs)]
+    stall_timeout: f64,
+}
+
+/// A flag's seconds, checked by [`parse_secs`].
+fn secs(text: &str) -> Result<f64, String> {
+    parse_secs(text).map(|d| d.as_secs_f64())
+}
+
+impl EdgeArgs {
+    fn into_config(self) -> anyhow::Result<HttpConfig> {
+        anyhow::ensure!(
+            self.max_connections > 0,
+            "--max-connections must be at least 1"
+        );
+        Ok(HttpConfig {
+            api_keys: self
+                .api_keys
+                .into_iter()
+                .filter(|k| !k.is_empty())
+                .collect(),
+            read_timeout: Duration::from_secs_f64(self.read_timeout),
+            request_timeout: Duration::from_secs_f64(self.request_timeout),
+            stream_idle_timeout: Duration::from_secs_f64(self.stream_idle_timeout),
+            max_connections: self.max_connections,
+            stall_timeout: Duration::from_secs_f64(self.stall_timeout),
+        })
+    }
 }
 
 impl ServeArgs {
@@ -201,6 +266,7 @@ impl ServeArgs {
             drain_timeout: Duration::from_secs_f64(self.drain_timeout),
             decode_log_interval: self.decode_log_interval,
             max_body: usize::try_from(self.max_body).unwrap_or(usize::MAX),
+            http: self.edge.into_config()?,
         })
     }
 }

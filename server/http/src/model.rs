@@ -113,6 +113,7 @@ mod tests {
             drain_timeout: Duration::from_secs(1),
             decode_log_interval: 10,
             max_body: 1 << 20,
+            http: crate::config::HttpConfig::default(),
         }
     }
 

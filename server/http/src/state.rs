@@ -1,10 +1,13 @@
 //! What every handler shares: the engine once the model is loaded, the model's
-//! text side, and the server's name and limits.
+//! text side, and the server's name, keys and limits.
 
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
-use ferrox_engine::EngineHandle;
+use ferrox_engine::{EngineHandle, Liveness};
 
+use crate::auth::ApiKeys;
+use crate::config::HttpConfig;
 use crate::frontend::Frontend;
 
 /// The parts that exist once the model is loaded.
@@ -25,16 +28,24 @@ struct Inner {
     loaded: OnceLock<Loaded>,
     model_name: String,
     max_body: usize,
+    api_keys: ApiKeys,
+    read_timeout: Duration,
+    request_timeout: Duration,
+    stall_timeout: Duration,
 }
 
 impl AppState {
     /// State for a server whose model is still loading.
-    pub fn new(model_name: String, max_body: usize) -> Self {
+    pub fn new(model_name: String, max_body: usize, http: &HttpConfig) -> Self {
         AppState {
             inner: Arc::new(Inner {
                 loaded: OnceLock::new(),
                 model_name,
                 max_body,
+                api_keys: ApiKeys::new(&http.api_keys),
+                read_timeout: http.read_timeout,
+                request_timeout: http.request_timeout,
+                stall_timeout: http.stall_timeout,
             }),
         }
     }
@@ -59,9 +70,31 @@ impl AppState {
         self.inner.max_body
     }
 
+    /// The keys the OpenAI routes accept.
+    pub fn api_keys(&self) -> &ApiKeys {
+        &self.inner.api_keys
+    }
+
+    /// How long a request body may take to arrive.
+    pub fn read_timeout(&self) -> Duration {
+        self.inner.read_timeout
+    }
+
+    /// How long a non-streaming request may take.
+    pub fn request_timeout(&self) -> Duration {
+        self.inner.request_timeout
+    }
+
     /// Loaded, worker running, not draining.
     pub fn is_ready(&self) -> bool {
         self.loaded()
             .is_some_and(|l| l.engine.is_alive() && !l.engine.is_draining())
+    }
+
+    /// The worker's liveness at `now`; live while the model still loads.
+    pub fn liveness(&self, now: Instant) -> Liveness {
+        self.loaded().map_or(Liveness::Live, |l| {
+            l.engine.liveness(now, self.inner.stall_timeout)
+        })
     }
 }

@@ -47,7 +47,7 @@ async fn completions(State(s): State<AppState>, body: Body) -> Response {
     let prepared = read_body(&s, body).await.map(|(loaded, bytes)| {
         let frontend = Arc::clone(&loaded.frontend);
         let name = s.model_name().to_string();
-        off_thread(move || {
+        off_thread(&s, move || {
             let r: CompletionRequest = parse(&bytes, &COMPLETION_FIELDS)?;
             check_model(&name, r.knobs.model.as_deref())?;
             prepare::completion(r, frontend.as_ref())
@@ -67,7 +67,7 @@ async fn chat_completions(State(s): State<AppState>, body: Body) -> Response {
         let frontend = Arc::clone(&loaded.frontend);
         let config = loaded.engine.config().clone();
         let name = s.model_name().to_string();
-        off_thread(move || {
+        off_thread(&s, move || {
             let r: ChatRequest = parse(&bytes, &CHAT_FIELDS)?;
             check_model(&name, r.knobs.model.as_deref())?;
             prepare::chat(r, frontend.as_ref(), &config)
@@ -84,14 +84,25 @@ async fn chat_completions(State(s): State<AppState>, body: Body) -> Response {
 
 /// Runs CPU-bound request work (parsing, templating, tokenizing) on the
 /// blocking pool, so that the async threads keep answering `/health` and
-/// every stream.
-async fn off_thread<F>(work: F) -> Result<Prepared, ApiError>
+/// every stream; at most one such job per core at a time, so that a flood of
+/// long prompts queues here instead of crowding the cores.
+fn off_thread<F>(
+    s: &AppState,
+    work: F,
+) -> impl std::future::Future<Output = Result<Prepared, ApiError>> + use<F>
 where
     F: FnOnce() -> Result<Prepared, ApiError> + Send + 'static,
 {
-    tokio::task::spawn_blocking(work)
-        .await
-        .unwrap_or_else(|e| Err(ApiError::Internal(format!("preparing the request: {e}"))))
+    let slots = s.prepare_slots();
+    async move {
+        let _slot = slots
+            .acquire_owned()
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        tokio::task::spawn_blocking(work)
+            .await
+            .unwrap_or_else(|e| Err(ApiError::Internal(format!("preparing the request: {e}"))))
+    }
 }
 
 /// The body, once the model is loaded, within the size limit and the read

@@ -5,6 +5,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use ferrox_engine::{EngineHandle, Liveness};
+use tokio::sync::Semaphore;
 
 use crate::auth::ApiKeys;
 use crate::config::HttpConfig;
@@ -32,6 +33,7 @@ struct Inner {
     read_timeout: Duration,
     request_timeout: Duration,
     stall_timeout: Duration,
+    prepare_slots: Arc<Semaphore>,
 }
 
 impl AppState {
@@ -46,6 +48,9 @@ impl AppState {
                 read_timeout: http.read_timeout,
                 request_timeout: http.request_timeout,
                 stall_timeout: http.stall_timeout,
+                prepare_slots: Arc::new(Semaphore::new(
+                    std::thread::available_parallelism().map_or(1, |n| n.get()),
+                )),
             }),
         }
     }
@@ -83,6 +88,11 @@ impl AppState {
     /// How long a non-streaming request may take.
     pub fn request_timeout(&self) -> Duration {
         self.inner.request_timeout
+    }
+
+    /// Permits for CPU-bound request preparation, one per core.
+    pub fn prepare_slots(&self) -> Arc<Semaphore> {
+        Arc::clone(&self.inner.prepare_slots)
     }
 
     /// Loaded, worker running, not draining.

@@ -71,6 +71,7 @@ fn base_spec(source: &str) -> ModelDeploymentSpec {
         image_pull_secrets: None,
         service_account_name: None,
         service: ServiceSpec::default(),
+        auth: None,
     }
 }
 

@@ -95,6 +95,12 @@ where
 /// One pass over one ModelDeployment.
 pub async fn reconcile(md: Arc<ModelDeployment>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.metrics.reconciled();
+    // Being deleted (foreground, or held by a finalizer): the garbage
+    // collector is removing the children, and applying them again would
+    // re-create what it just deleted.
+    if md.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
     let ns = md.namespace().ok_or(Error::Missing("metadata.namespace"))?;
     let (outcome, geometry) = match resolve_geometry(&md, &ctx, &ns).await? {
         Ok(g) => match plan::plan_for(&md.spec, &geometry::to_plan_geometry(&g)) {

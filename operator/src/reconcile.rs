@@ -25,6 +25,7 @@ use crate::crd::{ModelDeployment, ObservedGeometry};
 use crate::desired::{Desired, DesiredConfig, desired, inspect_job};
 use crate::metrics::Metrics;
 use crate::status::{Observed, PlanOutcome, decisions, desired_status, status_patch};
+use crate::trigger_backoff::TriggerBackoff;
 use crate::{Error, geometry, plan};
 
 /// The one field manager of everything the operator applies.
@@ -362,6 +363,7 @@ pub async fn run(ctx: Arc<Context>) {
             Api::<HorizontalPodAutoscaler>::all(client),
             watcher::Config::default(),
         )
+        .trigger_backoff(TriggerBackoff::default())
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {

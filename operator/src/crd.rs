@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, EnvVar, LocalObjectReference, ResourceRequirements, Toleration,
+    Affinity, EnvVar, LocalObjectReference, ResourceRequirements, SecretKeySelector, Toleration,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
@@ -110,6 +110,22 @@ pub struct ModelDeploymentSpec {
     /// Also render a Gateway API Inference Extension `InferencePool`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inference_pool: Option<InferencePoolSpec>,
+    /// Who may call the servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthSpec>,
+}
+
+/// Access to the servers' OpenAI routes (`/health`, `/ready` and `/metrics`
+/// stay open for probes and scraping).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[x_kube(validation = Rule::new("self.apiKeySecretRef.name != '' && self.apiKeySecretRef.key != ''").message("auth.apiKeySecretRef needs the Secret's name and key"))]
+#[serde(rename_all = "camelCase")]
+pub struct AuthSpec {
+    /// A key of a Secret in this namespace holding the API keys clients send
+    /// as `Authorization: Bearer <key>` (several: comma-separated). Passed to
+    /// the server as `FERROX_API_KEY`; a changed Secret takes effect when the
+    /// pods restart.
+    pub api_key_secret_ref: SecretKeySelector,
 }
 
 fn default_replicas() -> i32 {

@@ -75,6 +75,7 @@ fn base_spec(source: &str) -> ModelDeploymentSpec {
         service_account_name: None,
         service: ServiceSpec::default(),
         inference_pool: None,
+        auth: None,
     }
 }
 

@@ -25,6 +25,7 @@ pub mod render;
 pub mod server;
 pub mod source;
 pub mod status;
+pub mod trigger_backoff;
 
 #[cfg(test)]
 mod fixtures;

@@ -31,6 +31,7 @@ use crate::metrics::Metrics;
 use crate::status::{
     Observed, PlanOutcome, decisions, desired_status, status_patch, unschedulable,
 };
+use crate::trigger_backoff::TriggerBackoff;
 use crate::{Error, geometry, gpu_nodes, plan};
 
 /// The one field manager of everything the operator applies.
@@ -110,6 +111,12 @@ where
 /// One pass over one ModelDeployment.
 pub async fn reconcile(md: Arc<ModelDeployment>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.metrics.reconciled();
+    // Being deleted (foreground, or held by a finalizer): the garbage
+    // collector is removing the children, and applying them again would
+    // re-create what it just deleted.
+    if md.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
     let ns = md.namespace().ok_or(Error::Missing("metadata.namespace"))?;
     let (outcome, geometry, accelerator) = plan_md(&md, &ctx, &ns).await?;
     let mut observed = Observed {
@@ -445,6 +452,7 @@ pub async fn run(
             Api::<HorizontalPodAutoscaler>::all(client),
             watcher::Config::default(),
         )
+        .trigger_backoff(TriggerBackoff::default())
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {

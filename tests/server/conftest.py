@@ -40,8 +40,9 @@ def free_port() -> int:
 class Server:
     """One running server process, its URL and its log."""
 
-    def __init__(self, *flags: str, model: str | None = None):
-        self.port = free_port()
+    def __init__(self, *flags: str, model: str | None = None, env: dict | None = None,
+                 port: int | None = None):
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile(prefix="ferrox-", suffix=".log", delete=False)
         args = [
@@ -52,7 +53,8 @@ class Server:
             "--served-model-name", MODEL_NAME,
             *flags,
         ]
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **(env or {})})
         self.wait_ready()
 
     def wait_ready(self, timeout: float = 180.0) -> None:
@@ -71,8 +73,8 @@ class Server:
     def log_text(self) -> str:
         return pathlib.Path(self.log.name).read_text(errors="replace")
 
-    def client(self, **kw) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.url + "/v1", api_key="none", max_retries=0, **kw)
+    def client(self, api_key: str = "none", **kw) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0, **kw)
 
     def metric(self, name: str) -> float:
         text = requests.get(self.url + "/metrics", timeout=5).text
@@ -104,8 +106,8 @@ def server():
 def start_server():
     started = []
 
-    def start(*flags: str, model: str | None = None) -> Server:
-        s = Server(*flags, model=model)
+    def start(*flags: str, **kw) -> Server:
+        s = Server(*flags, **kw)
         started.append(s)
         return s
 

@@ -6,9 +6,9 @@ use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction,
-    PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    HTTPGetAction, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec,
+    Probe, ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -181,10 +181,26 @@ pub fn server_args(md: &ModelDeployment, planned: &Planned, source: &ModelSource
     args
 }
 
-/// The user's env, plus where downloads are cached. An env var rather than a
-/// flag, so that a server without `--model-cache` still starts.
+/// The server's API keys, read from the Secret the spec names.
+pub const API_KEY_ENV: &str = "FERROX_API_KEY";
+
+/// The user's env, plus where downloads are cached (an env var rather than a
+/// flag, so that a server without `--model-cache` still starts) and the API
+/// keys from their Secret (an env var, so the keys never appear in args).
 pub fn env(md: &ModelDeployment, source: &ModelSource) -> Vec<EnvVar> {
     let mut env = md.spec.env.clone().unwrap_or_default();
+    if let Some(auth) = &md.spec.auth {
+        // Ours wins over a user's own FERROX_API_KEY: one source of keys.
+        env.retain(|e| e.name != API_KEY_ENV);
+        env.push(EnvVar {
+            name: API_KEY_ENV.into(),
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(auth.api_key_secret_ref.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
     if downloads(source) {
         for name in ["FERROX_MODEL_CACHE", "HF_HOME"] {
             env.push(EnvVar {
@@ -378,6 +394,67 @@ mod tests {
         args.iter()
             .position(|a| a == name)
             .map(|i| args[i + 1].as_str())
+    }
+
+    #[test]
+    fn api_keys_come_from_the_named_secret_and_never_from_args() {
+        use k8s_openapi::api::core::v1::SecretKeySelector;
+        let mut spec = cpu_spec("2Gi");
+        // A user's own FERROX_API_KEY is replaced, not duplicated.
+        spec.env = Some(vec![
+            EnvVar {
+                name: "OTHER".into(),
+                value: Some("1".into()),
+                ..Default::default()
+            },
+            EnvVar {
+                name: API_KEY_ENV.into(),
+                value: Some("plain".into()),
+                ..Default::default()
+            },
+        ]);
+        let open = render(spec.clone()).0;
+        let env = pod(&open).containers[0].env.clone().unwrap();
+        assert!(
+            env.iter().any(|e| e.value.as_deref() == Some("plain")),
+            "no auth: untouched"
+        );
+        spec.auth = Some(crate::crd::AuthSpec {
+            api_key_secret_ref: SecretKeySelector {
+                name: "llama-keys".into(),
+                key: "keys".into(),
+                optional: None,
+            },
+        });
+        let (d, _) = render(spec);
+        let c = &pod(&d).containers[0];
+        let env = c.env.clone().unwrap();
+        let keys: Vec<&EnvVar> = env.iter().filter(|e| e.name == API_KEY_ENV).collect();
+        assert_eq!(keys.len(), 1, "{env:?}");
+        let selector = keys[0]
+            .value_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            (selector.name.as_str(), selector.key.as_str()),
+            ("llama-keys", "keys")
+        );
+        assert!(keys[0].value.is_none());
+        assert!(env.iter().any(|e| e.name == "OTHER"));
+        assert!(
+            !c.args
+                .clone()
+                .unwrap()
+                .iter()
+                .any(|a| a.contains("api-key"))
+        );
+        // The probes stay on the routes that need no key.
+        let probe = |p: &Option<Probe>| p.as_ref().unwrap().http_get.as_ref().unwrap().path.clone();
+        assert_eq!(probe(&c.liveness_probe).as_deref(), Some("/health"));
+        assert_eq!(probe(&c.readiness_probe).as_deref(), Some("/ready"));
     }
 
     #[test]

@@ -92,6 +92,15 @@ async fn run<T>(
 }
 
 #[tokio::test]
+async fn a_model_deployment_being_deleted_gets_no_writes() {
+    let mut deleting = smollm2();
+    deleting.metadata.deletion_timestamp = Some(fixed_clock());
+    // The verifier fails on any call at all.
+    let (result, ()) = run(deleting, async |_: &mut ApiServerVerifier| {}).await;
+    assert_eq!(result.unwrap(), Action::await_change());
+}
+
+#[tokio::test]
 async fn first_reconcile_applies_children_and_writes_status() {
     let (result, status) = run(smollm2(), async |v: &mut ApiServerVerifier| {
         let dep = v

@@ -40,6 +40,36 @@ pub struct StepLogits {
     pub decode: Vec<Vec<f32>>,
 }
 
+/// The input check every model needs (see [`BatchModel::check_input`]): some
+/// tokens, each below `vocab`, and room for them at `pos` in `blocks` blocks
+/// of `block_size` tokens. No arithmetic here can wrap.
+pub fn check_input(
+    vocab: usize,
+    block_size: usize,
+    blocks: &[u32],
+    tokens: &[u32],
+    pos: usize,
+) -> Result<(), Error> {
+    if tokens.is_empty() {
+        return Err(Error::Forward("a row with no tokens".into()));
+    }
+    if let Some(bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
+        return Err(Error::Forward(format!(
+            "token {bad} is outside the vocabulary of {vocab}"
+        )));
+    }
+    let end = pos.checked_add(tokens.len());
+    let room = blocks.len().checked_mul(block_size);
+    match (end, room) {
+        (Some(end), Some(room)) if end <= room => Ok(()),
+        _ => Err(Error::Forward(format!(
+            "positions {pos}..+{} are past the sequence's {} blocks of {block_size}",
+            tokens.len(),
+            blocks.len(),
+        ))),
+    }
+}
+
 /// A decoder that runs many sequences, each with its own paged KV.
 pub trait BatchModel: Send {
     /// Size of the logit rows returned.
@@ -47,6 +77,15 @@ pub trait BatchModel: Send {
 
     /// Tokens per KV block.
     fn block_size(&self) -> usize;
+
+    /// Checks one row's input before a step: `tokens` at `pos` into the
+    /// sequence with block table `blocks`. The worker leaves a row that fails
+    /// out of the step and ends it alone, so one bad row never fails the
+    /// others. The default checks what every model needs: some tokens, each
+    /// inside the vocabulary, and room for them in the blocks given.
+    fn check_input(&self, blocks: &[u32], tokens: &[u32], pos: usize) -> Result<(), Error> {
+        check_input(self.vocab_size(), self.block_size(), blocks, tokens, pos)
+    }
 
     /// Runs `tokens`, a chunk of one sequence's prompt starting at position
     /// `pos`, into that sequence's KV. Returns the logits after the chunk's last
@@ -83,5 +122,42 @@ pub trait BatchModel: Send {
             self.decode(decode)?
         };
         Ok(StepLogits { prefill, decode })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_input_check_refuses_what_no_model_can_run() {
+        // Vocabulary 10, blocks of 4. (blocks, tokens, pos, expected error)
+        type Case<'a> = (&'a [u32], &'a [u32], usize, Option<&'a str>);
+        let cases: [Case; 7] = [
+            (&[0, 1], &[1, 2, 3], 5, None),
+            (
+                &[0, 1],
+                &[1, 2, 3],
+                6,
+                Some("past the sequence's 2 blocks of 4"),
+            ),
+            (&[], &[1], 0, Some("0 blocks")),
+            (&[0], &[], 0, Some("no tokens")),
+            (
+                &[0],
+                &[10],
+                0,
+                Some("token 10 is outside the vocabulary of 10"),
+            ),
+            (&[0], &[1], usize::MAX, Some("past")),
+            (&[0; 3], &[9; 12], 0, None),
+        ];
+        for (blocks, tokens, pos, want) in cases {
+            match (check_input(10, 4, blocks, tokens, pos), want) {
+                (Ok(()), None) => {}
+                (Err(e), Some(w)) => assert!(e.to_string().contains(w), "{e}"),
+                (g, w) => panic!("{blocks:?} {tokens:?} {pos}: {g:?} vs {w:?}"),
+            }
+        }
     }
 }

@@ -62,12 +62,16 @@ impl Detokenizer {
         let skip = self.skip_special_tokens;
         let before = tokenizer.decode(&self.ids[self.prefix..self.read], skip)?;
         let after = tokenizer.decode(&self.ids[self.prefix..], skip)?;
+        let released = match after.strip_prefix(before.as_str()) {
+            Some(delta) => delta.to_string(),
+            // The held tokens rewrote the window's earlier text (bytes that
+            // never formed a character spoil a whole byte run): release
+            // them on their own rather than drop them.
+            None => tokenizer.decode(&self.ids[self.read..], skip)?,
+        };
         // Keep the window's start so that later pushes still have context.
         self.read = self.ids.len();
-        Ok(after
-            .strip_prefix(before.as_str())
-            .unwrap_or("")
-            .to_string())
+        Ok(released)
     }
 
     /// All token ids pushed so far.
@@ -128,6 +132,17 @@ mod tests {
     }
 
     #[test]
+    fn bytes_that_spoil_a_run_still_come_out_at_finish() {
+        let tok = Tokenizer::from_gguf(&tiny_llama()).unwrap();
+        let id = |t: &str| tok.token_to_id(t).unwrap();
+        // "!" and NUL are whole characters, sent at once; a lone 0x80 then
+        // makes the whole run decode as replacements, and must still be
+        // released rather than dropped.
+        let ids = [id("<0x21>"), id("<0x00>"), id("<0x80>")];
+        assert_eq!(stream(&tok, &ids), ["!", "\0", "", "\u{FFFD}"]);
+    }
+
+    #[test]
     fn unfinished_bytes_come_out_at_finish() {
         let tok = Tokenizer::from_gguf(&tiny_llama()).unwrap();
         let id = |t: &str| tok.token_to_id(t).unwrap();
@@ -138,5 +153,56 @@ mod tests {
         assert_eq!(d.ids().len(), 2);
         assert_eq!(d.finish(&tok).unwrap(), "\u{FFFD}");
         assert_eq!(d.push(&tok, id("▁hi")).unwrap(), " hi");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 500,
+            failure_persistence: None,
+            ..Default::default()
+        })]
+
+        /// Over any stream of ids, in or out of the vocabulary: an id outside
+        /// it is refused and changes nothing, and the pieces plus what
+        /// `finish` releases are exactly the decode of the accepted ids.
+        #[test]
+        fn pieces_add_up_to_the_decode_of_the_stream(
+            llama in proptest::bool::ANY,
+            skip in proptest::bool::ANY,
+            picks in proptest::collection::vec(0u32..300, 0..40),
+        ) {
+            let tok = if llama {
+                Tokenizer::from_gguf(&tiny_llama()).unwrap()
+            } else {
+                Tokenizer::from_gguf(&tiny_gpt2()).unwrap()
+            };
+            let size = tok.vocab_size() as u32;
+            let mut d = Detokenizer::new(skip);
+            let (mut text, mut accepted) = (String::new(), Vec::new());
+            for id in picks {
+                // Mostly ids in the vocabulary, a few just past it.
+                let id = if id < 290 { id % size } else { size + id - 290 };
+                match d.push(&tok, id) {
+                    Ok(piece) => {
+                        accepted.push(id);
+                        // Never half a character held back as a replacement.
+                        proptest::prop_assert!(!piece.ends_with(char::REPLACEMENT_CHARACTER), "{piece:?}");
+                        text.push_str(&piece);
+                    }
+                    Err(_) => proptest::prop_assert!(id >= size),
+                }
+            }
+            text.push_str(&d.finish(&tok).unwrap());
+            proptest::prop_assert_eq!(d.ids(), &accepted[..]);
+            let whole = tok.decode(&accepted, skip).unwrap();
+            // Text once sent is never taken back, so where bytes never formed
+            // a character (the whole decode then rewrites their run) the two
+            // may differ; otherwise they are the same text.
+            if !whole.contains(char::REPLACEMENT_CHARACTER) {
+                proptest::prop_assert_eq!(&text, &whole);
+            }
+            // Nothing is lost: every token that has text alone shows up.
+            proptest::prop_assert_eq!(text.is_empty(), whole.is_empty());
+        }
     }
 }

@@ -33,8 +33,20 @@ impl Tokenizer {
     /// Loads a Hugging Face `tokenizer.json`.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, Error> {
         let path = path.as_ref();
-        let inner = tokenizers::Tokenizer::from_file(path)
-            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+        // tokenizers 0.23 panics on some malformed files (a corrupt
+        // `decoder` section) instead of returning its error.
+        let loaded = std::panic::catch_unwind(|| tokenizers::Tokenizer::from_file(path));
+        let inner = match loaded {
+            Ok(result) => {
+                result.map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?
+            }
+            Err(_) => {
+                return Err(Error::Tokenizer(format!(
+                    "{}: not a valid tokenizer file",
+                    path.display()
+                )));
+            }
+        };
         Ok(Self {
             inner,
             specials: None,
@@ -147,6 +159,9 @@ impl Tokenizer {
         self.eos.as_deref()
     }
 }
+
+#[cfg(test)]
+mod fuzz;
 
 #[cfg(test)]
 pub(crate) mod tests {

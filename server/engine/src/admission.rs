@@ -13,7 +13,7 @@ use crate::queue::Job;
 use crate::{EngineConfig, EngineError};
 
 /// KV blocks a request reserves for its whole life: prompt plus everything it
-/// may generate.
+/// may generate. Saturating: a sum past `usize::MAX` asks for every block.
 pub fn blocks_needed(prompt_tokens: usize, max_tokens: usize, block_size: usize) -> usize {
     prompt_tokens
         .saturating_add(max_tokens)
@@ -36,6 +36,7 @@ pub fn check_fits(
             "max_tokens must be at least 1",
         ));
     }
+    // Client numbers: saturating, so no sum can wrap below the limit.
     let needed = prompt_tokens.saturating_add(max_tokens);
     let pool_tokens = config.kv_blocks.saturating_mul(config.block_size);
     let limit = config.max_model_len.min(pool_tokens);
@@ -216,6 +217,10 @@ mod tests {
             (70, 10, Ok(20)),
             (70, 11, Err("81 tokens")),
             (10, usize::MAX, Err("more than the server's limit")),
+            // Sums past usize::MAX saturate rather than wrap to a small count.
+            (5, usize::MAX, Err("max_tokens")),
+            (usize::MAX, usize::MAX, Err("TooLong")),
+            (1, usize::MAX - 1, Err("TooLong")),
         ];
         for (prompt, max, want) in cases {
             let got = check_fits(prompt, max, &config());

@@ -44,6 +44,15 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// The request field to blame, if one is.
+    pub fn param(&self) -> Option<&str> {
+        match self {
+            EngineError::Invalid { param, .. } => param.as_deref(),
+            EngineError::TooLong { .. } => Some("max_tokens"),
+            _ => None,
+        }
+    }
+
     /// An [`EngineError::Invalid`] naming `param`.
     pub fn invalid(param: &str, message: impl Into<String>) -> Self {
         EngineError::Invalid {

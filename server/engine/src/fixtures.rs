@@ -1,6 +1,7 @@
 //! Test builders: a deterministic fake model, a fake detokenizer, requests.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -50,7 +51,19 @@ pub struct FakeModel {
     pub calls: Arc<Mutex<Vec<Call>>>,
     /// Each run's whole context, in order.
     pub contexts: Arc<Mutex<Vec<Vec<u32>>>>,
+    /// Every step with decode rows fails.
     pub fail_decode: bool,
+    /// The next this many steps fail.
+    pub fail_next: usize,
+    /// The next this many steps panic.
+    pub panic_next: usize,
+    /// A token this model cannot run: its input check refuses the row, and a
+    /// step that carries it fails whole.
+    pub poison: Option<u32>,
+    /// Each step sleeps this long first.
+    pub stall: std::time::Duration,
+    /// Once set, the next tick panics outside the step (the worker dies).
+    pub die: Arc<AtomicBool>,
 }
 
 impl FakeModel {
@@ -62,6 +75,11 @@ impl FakeModel {
             calls: Arc::new(Mutex::new(Vec::new())),
             contexts: Arc::new(Mutex::new(Vec::new())),
             fail_decode: false,
+            fail_next: 0,
+            panic_next: 0,
+            poison: None,
+            stall: std::time::Duration::ZERO,
+            die: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -75,6 +93,9 @@ impl FakeModel {
     }
 
     fn run(&mut self, blocks: &[u32], tokens: &[u32], pos: usize) -> Result<Vec<f32>, Error> {
+        if self.poison.is_some_and(|p| tokens.contains(&p)) {
+            return Err(Error::Forward("poisoned input".into()));
+        }
         let mut context = Vec::with_capacity(pos + tokens.len());
         for p in 0..pos {
             let t = self.slot(blocks, p)?.ok_or_else(|| {
@@ -96,11 +117,22 @@ impl FakeModel {
 
 impl BatchModel for FakeModel {
     fn vocab_size(&self) -> usize {
+        // The worker asks after every step, outside the step's own guard.
+        assert!(!self.die.load(Ordering::SeqCst), "injected worker death");
         VOCAB
     }
 
     fn block_size(&self) -> usize {
         self.block_size
+    }
+
+    fn check_input(&self, blocks: &[u32], tokens: &[u32], pos: usize) -> Result<(), Error> {
+        if self.poison.is_some_and(|p| tokens.contains(&p)) {
+            return Err(Error::Forward(
+                "this model cannot run the poison token".into(),
+            ));
+        }
+        ferrox_core::batch_model::check_input(VOCAB, self.block_size, blocks, tokens, pos)
     }
 
     fn prefill(
@@ -148,8 +180,17 @@ impl BatchModel for FakeModel {
             prefill: chunks.collect(),
             decode: decode.len(),
         });
+        std::thread::sleep(self.stall);
         if self.fail_decode && !decode.is_empty() {
             return Err(Error::Forward("injected".into()));
+        }
+        if self.fail_next > 0 {
+            self.fail_next -= 1;
+            return Err(Error::Forward("injected once".into()));
+        }
+        if self.panic_next > 0 {
+            self.panic_next -= 1;
+            panic!("injected panic");
         }
         let prefill = prefill
             .iter()

@@ -93,6 +93,13 @@ impl SamplingParams {
     }
 }
 
+/// The most stop strings one request may give.
+pub const MAX_STOPS: usize = 16;
+/// The longest stop string, in bytes (the matcher holds back up to this much).
+pub const MAX_STOP_BYTES: usize = 256;
+/// The most stop token ids one request may give.
+pub const MAX_STOP_TOKEN_IDS: usize = 64;
+
 /// Turns token ids into text incrementally, never emitting half a character.
 pub trait TokenText: Send {
     /// Feeds one id; returns the text it completed (possibly empty).
@@ -117,6 +124,39 @@ pub struct GenerationRequest {
     pub ignore_eos: bool,
     /// This request's detokenizer.
     pub text: Box<dyn TokenText>,
+}
+
+impl GenerationRequest {
+    /// Checks what the caller chose: sampling ranges and the bounds on stop
+    /// lists (the worker's per-token matching cost grows with them).
+    pub fn validate(&self) -> Result<(), EngineError> {
+        self.sampling.validate()?;
+        if self.stop.len() > MAX_STOPS {
+            return Err(EngineError::invalid(
+                "stop",
+                format!("at most {MAX_STOPS} stop strings, not {}", self.stop.len()),
+            ));
+        }
+        if let Some(long) = self.stop.iter().find(|s| s.len() > MAX_STOP_BYTES) {
+            return Err(EngineError::invalid(
+                "stop",
+                format!(
+                    "a stop string is at most {MAX_STOP_BYTES} bytes, not {}",
+                    long.len()
+                ),
+            ));
+        }
+        if self.stop_token_ids.len() > MAX_STOP_TOKEN_IDS {
+            return Err(EngineError::invalid(
+                "stop_token_ids",
+                format!(
+                    "at most {MAX_STOP_TOKEN_IDS} stop token ids, not {}",
+                    self.stop_token_ids.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for GenerationRequest {

@@ -3,17 +3,17 @@
 //! The HTTP layer holds an [`EngineHandle`]; each accepted request becomes a
 //! [`Submission`] whose drop before the end is a cancel.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ferrox_core::{BlockHash, BlockHasher};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use crate::admission::{LineBound, check_fits};
 use crate::metrics::Metrics;
-use crate::{EngineConfig, EngineError, Event, GenerationRequest};
+use crate::{EngineConfig, EngineError, Event, GenerationRequest, Liveness};
 
 /// Identifies a request; assigned at submission, increasing in channel order.
 pub type RequestId = u64;
@@ -45,6 +45,11 @@ pub(crate) struct Shared {
     pub draining: AtomicBool,
     /// False once the worker thread has stopped, for whatever reason.
     pub alive: AtomicBool,
+    /// The clock origin of `tick_started`.
+    pub epoch: Instant,
+    /// Start of the tick in progress, in nanoseconds since `epoch`, plus one;
+    /// 0 between ticks.
+    pub tick_started: AtomicU64,
     pub config: EngineConfig,
     pub metrics: Arc<Metrics>,
 }
@@ -62,6 +67,17 @@ impl Shared {
     pub fn ended(&self) {
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
+
+    /// Stamps the start of a tick (`None`: the tick ended).
+    pub fn stamp_tick(&self, started: Option<Instant>) {
+        let stamp = started.map_or(0, |t| nanos(t.saturating_duration_since(self.epoch)) + 1);
+        self.tick_started.store(stamp, Ordering::SeqCst);
+    }
+}
+
+/// Nanoseconds, saturating (u64 nanoseconds last 584 years).
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1)
 }
 
 /// The HTTP layer's way into the engine. Cheap to clone.
@@ -88,7 +104,7 @@ impl EngineHandle {
         if !s.alive.load(Ordering::SeqCst) {
             return Err(EngineError::WorkerGone);
         }
-        req.sampling.validate()?;
+        req.validate()?;
         let blocks = check_fits(req.prompt.len(), req.max_tokens, &s.config)?;
         s.line.enter()?;
         // Hashed here, on the caller's thread, not on the worker's.
@@ -141,6 +157,16 @@ impl EngineHandle {
     /// True while the worker thread runs.
     pub fn is_alive(&self) -> bool {
         self.shared.alive.load(Ordering::SeqCst)
+    }
+
+    /// Whether the worker lives at `now`: its thread runs and no tick has run
+    /// longer than `bound`.
+    pub fn liveness(&self, now: Instant, bound: Duration) -> Liveness {
+        let s = &self.shared;
+        let stamp = s.tick_started.load(Ordering::SeqCst);
+        let started = (stamp > 0).then(|| Duration::from_nanos(stamp - 1));
+        let now = now.saturating_duration_since(s.epoch);
+        Liveness::judge(self.is_alive(), started, now, bound)
     }
 
     /// Requests submitted whose last event has not been sent yet.

@@ -4,7 +4,7 @@
 //! decoding row, in one model call), flush.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -77,6 +77,8 @@ impl<M: BatchModel> Scheduler<M> {
             cancels: Mutex::new(Vec::new()),
             draining: AtomicBool::new(false),
             alive: AtomicBool::new(true),
+            epoch: now,
+            tick_started: AtomicU64::new(0),
             metrics: Arc::clone(&metrics),
             config: config.clone(),
         });
@@ -144,6 +146,7 @@ impl<M: BatchModel> Scheduler<M> {
 
     /// One tick.
     pub fn tick(&mut self, now: Instant) -> TickReport {
+        self.shared.stamp_tick(Some(now));
         let mut report = TickReport::default();
         self.drain_channel();
         self.apply_cancels();
@@ -165,6 +168,7 @@ impl<M: BatchModel> Scheduler<M> {
         }
         self.flush(now);
         self.publish();
+        self.shared.stamp_tick(None);
         report
     }
 
@@ -277,6 +281,8 @@ impl<M: BatchModel> Scheduler<M> {
     /// One forward over this tick's prefill chunks (a token budget shared
     /// round-robin) and every decoding row. A row whose last chunk runs now
     /// samples its first token from that chunk and decodes from the next tick.
+    /// A row whose input the model refuses leaves the step and ends alone; a
+    /// forward that fails is retried once, then ends every row in it.
     fn step(&mut self, now: Instant) -> (Vec<(RequestId, usize)>, Vec<RequestId>) {
         let rows = &self.rows;
         let left = |id| {
@@ -297,26 +303,80 @@ impl<M: BatchModel> Scheduler<M> {
             .filter(|r| r.finish.is_none() && !r.is_prefilling() && r.pending.is_some())
             .map(|r| r.id)
             .collect();
+        let (chunks, ids) = self.checked_inputs(chunks, ids);
         if chunks.is_empty() && ids.is_empty() {
             return (chunks, ids);
         }
-        match run_step(&mut self.model, &self.rows, &chunks, &ids) {
-            Ok(l) if l.prefill.len() == chunks.len() && l.decode.len() == ids.len() => {
-                self.apply(&chunks, &ids, l, now);
+        match self.forward(&chunks, &ids) {
+            Ok(logits) => self.apply(&chunks, &ids, logits, now),
+            Err(why) => self.fail(chunks.iter().map(|c| &c.0).chain(&ids), &why),
+        }
+        (chunks, ids)
+    }
+
+    /// Keeps the chunks and decode rows whose input the model accepts; ends
+    /// each of the others with the model's reason.
+    fn checked_inputs(
+        &mut self,
+        chunks: Vec<(RequestId, usize)>,
+        ids: Vec<RequestId>,
+    ) -> (Vec<(RequestId, usize)>, Vec<RequestId>) {
+        let model = &self.model;
+        let rows = &mut self.rows;
+        let mut accept = |id: RequestId, input: fn(&Row, usize) -> (&[u32], usize), n: usize| {
+            let Some(row) = rows.get_mut(&id) else {
+                return false;
+            };
+            let (tokens, pos) = input(row, n);
+            match model.check_input(row.lease.blocks(), tokens, pos) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(id, error = %e, "the model refused a row's input");
+                    row.end(model_failed(e));
+                    false
+                }
             }
-            Ok(l) => {
-                let why = format!(
+        };
+        let chunks = chunks
+            .into_iter()
+            .filter(|&(id, n)| accept(id, chunk_input, n))
+            .collect();
+        let ids = ids
+            .into_iter()
+            .filter(|&id| accept(id, decode_input, 1))
+            .collect();
+        (chunks, ids)
+    }
+
+    /// Runs the step, once more if it fails (a panic in the model counts as
+    /// a failure); the error of the last try otherwise.
+    fn forward(
+        &mut self,
+        chunks: &[(RequestId, usize)],
+        ids: &[RequestId],
+    ) -> Result<StepLogits, String> {
+        let mut why = String::new();
+        for attempt in 1..=FORWARD_TRIES {
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                run_step(&mut self.model, &self.rows, chunks, ids)
+            }));
+            why = match ran {
+                Ok(Ok(l)) if l.prefill.len() == chunks.len() && l.decode.len() == ids.len() => {
+                    return Ok(l);
+                }
+                Ok(Ok(l)) => format!(
                     "{} prefill and {} decode logit rows for {} chunks and {} rows",
                     l.prefill.len(),
                     l.decode.len(),
                     chunks.len(),
                     ids.len()
-                );
-                self.fail(chunks.iter().map(|c| &c.0).chain(&ids), &why);
-            }
-            Err(e) => self.fail(chunks.iter().map(|c| &c.0).chain(&ids), &e.to_string()),
+                ),
+                Ok(Err(e)) => e.to_string(),
+                Err(panic) => format!("the model panicked: {}", panic_message(&*panic)),
+            };
+            tracing::warn!(attempt, error = %why, "model step failed");
         }
-        (chunks, ids)
+        Err(why)
     }
 
     /// Advances the prefill cursors and samples where the step gave logits.
@@ -327,6 +387,7 @@ impl<M: BatchModel> Scheduler<M> {
         logits: StepLogits,
         now: Instant,
     ) {
+        let vocab = self.model.vocab_size();
         for (&(id, n), l) in chunks.iter().zip(logits.prefill) {
             let Some(row) = self.rows.get_mut(&id) else {
                 continue;
@@ -334,13 +395,13 @@ impl<M: BatchModel> Scheduler<M> {
             row.cursor += n;
             match (row.is_prefilling(), l) {
                 (true, _) => {}
-                (false, Some(l)) => row.take_logits(&l, now, &self.metrics),
+                (false, Some(l)) => take_logits(row, &l, vocab, now, &self.metrics),
                 (false, None) => row.end(model_failed("prefill returned no logits")),
             }
         }
         for (id, l) in ids.iter().zip(&logits.decode) {
             if let Some(row) = self.rows.get_mut(id) {
-                row.take_logits(l, now, &self.metrics);
+                take_logits(row, l, vocab, now, &self.metrics);
             }
         }
     }
@@ -380,12 +441,12 @@ fn run_step<M: BatchModel>(
 ) -> Result<StepLogits, ferrox_core::Error> {
     let prefill: Vec<PrefillChunk<'_>> = chunks
         .iter()
-        .filter_map(|&(id, n)| rows.get(&id).map(|r| (r, n)))
-        .map(|(r, n)| PrefillChunk {
+        .filter_map(|&(id, n)| rows.get(&id).map(|r| (r, chunk_input(r, n))))
+        .map(|(r, (tokens, pos))| PrefillChunk {
             blocks: r.lease.blocks(),
-            tokens: &r.prompt[r.cursor..r.cursor + n],
-            pos: r.cursor,
-            want_logits: r.cursor + n == r.prompt.len(),
+            tokens,
+            pos,
+            want_logits: pos + tokens.len() == r.prompt.len(),
         })
         .collect();
     let decode: Vec<DecodeRow<'_>> = ids
@@ -398,6 +459,40 @@ fn run_step<M: BatchModel>(
         })
         .collect();
     model.step(&prefill, &decode)
+}
+
+/// Tries of one step before its rows fail.
+const FORWARD_TRIES: usize = 2;
+
+/// Prompt tokens and position of a row's next chunk of `n` tokens.
+fn chunk_input(r: &Row, n: usize) -> (&[u32], usize) {
+    let end = r.cursor.saturating_add(n).min(r.prompt.len());
+    (&r.prompt[r.cursor.min(end)..end], r.cursor)
+}
+
+/// The pending token and its position, of a decoding row.
+fn decode_input(r: &Row, _: usize) -> (&[u32], usize) {
+    (r.pending.as_slice(), r.decode_pos())
+}
+
+/// Samples from a row's logits, or ends the row if the model gave a row of
+/// the wrong size (that row's failure, not the batch's).
+fn take_logits(row: &mut Row, logits: &[f32], vocab: usize, now: Instant, metrics: &Metrics) {
+    if logits.len() == vocab {
+        row.take_logits(logits, now, metrics);
+    } else {
+        let why = format!("{} logits for a vocabulary of {vocab}", logits.len());
+        row.end(model_failed(why));
+    }
+}
+
+/// The text of a panic's payload.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 fn model_failed(why: impl ToString) -> Finish {

@@ -148,4 +148,49 @@ mod tests {
         }
         assert_eq!(sent, "one <|im two ");
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 2000,
+            failure_persistence: None,
+            ..Default::default()
+        })]
+
+        /// Over any stream of pieces: what is sent is always a prefix of the
+        /// text, never holds a stop, never lags by a whole stop, and at the end
+        /// is the text up to its first stop (stop excluded), or all of it.
+        #[test]
+        fn sent_text_is_the_text_before_the_first_stop(
+            stops in proptest::collection::vec("[ab日]{0,4}", 0..4),
+            pieces in proptest::collection::vec("[ab日c]{0,3}", 0..24),
+        ) {
+            let mut m = StopMatcher::new(&stops);
+            let live: Vec<&String> = stops.iter().filter(|s| !s.is_empty()).collect();
+            let longest = live.iter().map(|s| s.len()).max().unwrap_or(0);
+            let (mut seen, mut sent, mut matched) = (String::new(), String::new(), false);
+            for p in &pieces {
+                seen.push_str(p);
+                match m.push(p) {
+                    StopStep::Emit(t) => sent.push_str(&t),
+                    StopStep::Matched(t) => {
+                        sent.push_str(&t);
+                        matched = true;
+                        break;
+                    }
+                }
+                proptest::prop_assert!(seen.starts_with(&sent));
+                proptest::prop_assert!(seen.len() - sent.len() < longest.max(1));
+                proptest::prop_assert!(live.iter().all(|s| !sent.contains(s.as_str())));
+            }
+            let first = live.iter().filter_map(|s| seen.find(s.as_str())).min();
+            if matched {
+                proptest::prop_assert_eq!(Some(sent.len()), first);
+                proptest::prop_assert!(seen.starts_with(&sent));
+            } else {
+                proptest::prop_assert_eq!(first, None);
+                sent.push_str(&m.finish());
+                proptest::prop_assert_eq!(sent, seen);
+            }
+        }
+    }
 }

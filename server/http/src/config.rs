@@ -98,6 +98,62 @@ pub struct ServeConfig {
     /// `max_tokens` of a chat request that sets none (capped by what is
     /// left of `max_model_len`).
     pub default_max_tokens: usize,
+    /// The HTTP edge: keys, timeouts, connection cap, liveness bound.
+    pub http: HttpConfig,
+}
+
+/// Default of `--read-timeout`, seconds.
+pub const DEFAULT_READ_TIMEOUT_SECS: f64 = 30.0;
+/// Default of `--request-timeout`, seconds.
+pub const DEFAULT_REQUEST_TIMEOUT_SECS: f64 = 600.0;
+/// Default of `--stream-idle-timeout`, seconds.
+pub const DEFAULT_STREAM_IDLE_TIMEOUT_SECS: f64 = 60.0;
+/// Default of `--max-connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Default of `--stall-timeout`, seconds.
+pub const DEFAULT_STALL_TIMEOUT_SECS: f64 = 60.0;
+
+/// Who may call, and how long anyone may hold the server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpConfig {
+    /// Bearer keys the OpenAI routes accept; empty means no authentication.
+    pub api_keys: Vec<String>,
+    /// Headers, then the body, must each arrive within this; an idle
+    /// keep-alive connection is closed after it.
+    pub read_timeout: Duration,
+    /// A non-streaming request's answer must be ready within this.
+    pub request_timeout: Duration,
+    /// A response the client accepts no bytes of for this long is abandoned.
+    pub stream_idle_timeout: Duration,
+    /// Connections served at once; more get a 503.
+    pub max_connections: usize,
+    /// `/health` fails once one worker tick has run this long.
+    pub stall_timeout: Duration,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            api_keys: Vec::new(),
+            read_timeout: Duration::from_secs_f64(DEFAULT_READ_TIMEOUT_SECS),
+            request_timeout: Duration::from_secs_f64(DEFAULT_REQUEST_TIMEOUT_SECS),
+            stream_idle_timeout: Duration::from_secs_f64(DEFAULT_STREAM_IDLE_TIMEOUT_SECS),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            stall_timeout: Duration::from_secs_f64(DEFAULT_STALL_TIMEOUT_SECS),
+        }
+    }
+}
+
+/// Parses a number of seconds: finite, positive.
+pub fn parse_secs(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    if !(secs.is_finite() && secs > 0.0) {
+        return Err(format!("`{text}` must be a positive number of seconds"));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("`{text}`: {e}"))
 }
 
 /// Parses a byte size: `1073741824`, `512MiB`, `2GiB`, `1.5G`.
@@ -164,6 +220,15 @@ mod tests {
             ("x", false),
         ] {
             assert_eq!(parse_utilization(text).is_ok(), ok, "{text}");
+        }
+    }
+
+    #[test]
+    fn seconds() {
+        assert_eq!(parse_secs("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_secs(" 60 "), Ok(Duration::from_secs(60)));
+        for bad in ["0", "-1", "inf", "NaN", "1e300", "soon", ""] {
+            assert!(parse_secs(bad).is_err(), "{bad}");
         }
     }
 }

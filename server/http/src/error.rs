@@ -41,6 +41,25 @@ pub enum ApiError {
     /// The model is not loaded yet, or the server is draining.
     #[error("{0}")]
     Unavailable(String),
+    /// No key, or not one of the server's.
+    #[error("a valid API key is required: send it as `Authorization: Bearer <key>`")]
+    Unauthorized,
+    /// The body did not arrive within the read timeout.
+    #[error("the request body did not arrive within {0:?}")]
+    BodyTimeout(std::time::Duration),
+    /// The answer was not ready within the request timeout; the request was
+    /// cancelled.
+    #[error("the request did not finish within {0:?} and was cancelled")]
+    RequestTimeout(std::time::Duration),
+    /// Every connection slot is taken.
+    #[error("the server is serving its limit of {max} connections; retry later")]
+    TooManyConnections {
+        /// The cap.
+        max: usize,
+    },
+    /// A bug on our side (a task that panicked).
+    #[error("internal error: {0}")]
+    Internal(String),
     /// The engine refused or failed the request.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -81,6 +100,20 @@ impl ApiError {
             ApiError::NoRoute => (S::NOT_FOUND, invalid, None, None),
             ApiError::Prompt(_) => (S::BAD_REQUEST, invalid, Some("prompt".into()), None),
             ApiError::Unavailable(_) => (S::SERVICE_UNAVAILABLE, "service_unavailable", None, None),
+            ApiError::Unauthorized => (S::UNAUTHORIZED, invalid, None, Some("invalid_api_key")),
+            ApiError::BodyTimeout(_) => {
+                (S::REQUEST_TIMEOUT, invalid, None, Some("request_timeout"))
+            }
+            ApiError::RequestTimeout(_) => {
+                (S::GATEWAY_TIMEOUT, "timeout_error", None, Some("timeout"))
+            }
+            ApiError::TooManyConnections { .. } => (
+                S::SERVICE_UNAVAILABLE,
+                "service_unavailable",
+                None,
+                Some("too_many_connections"),
+            ),
+            ApiError::Internal(_) => (S::INTERNAL_SERVER_ERROR, "server_error", None, None),
             ApiError::Engine(e) => match e {
                 EngineError::Invalid { param, .. } => {
                     (S::BAD_REQUEST, invalid, param.clone(), None)
@@ -150,6 +183,11 @@ impl IntoResponse for ApiError {
                 HeaderValue::from_static(RETRY_AFTER_SECS),
             );
         }
+        if status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
         response
     }
 }
@@ -169,6 +207,17 @@ mod tests {
             (EngineError::QueueFull { max_queue: 1 }.into(), 429),
             (EngineError::Draining.into(), 503),
             (EngineError::Model("boom".into()).into(), 500),
+            (ApiError::Unauthorized, 401),
+            (
+                ApiError::BodyTimeout(std::time::Duration::from_secs(1)),
+                408,
+            ),
+            (
+                ApiError::RequestTimeout(std::time::Duration::from_secs(1)),
+                504,
+            ),
+            (ApiError::TooManyConnections { max: 1 }, 503),
+            (ApiError::Internal("panic".into()), 500),
             (
                 EngineError::TooLong {
                     prompt_tokens: 1,

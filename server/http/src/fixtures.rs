@@ -1,10 +1,12 @@
 //! Test builders: a tiny fake model and text side, and a server on loopback.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use ferrox_core::{BatchModel, DecodeRow, Error};
 use ferrox_engine::{EngineConfig, TokenText};
 
+use crate::config::HttpConfig;
 use crate::frontend::Frontend;
 use crate::state::{AppState, Loaded};
 
@@ -12,9 +14,11 @@ const VOCAB: usize = 64;
 /// The fake model's end token.
 pub const EOS: u32 = 0;
 
-/// Next token is `last + 1`, wrapping; each step sleeps `delay`.
+/// Next token is `last + 1`, wrapping; each step sleeps `delay`. Once `die`
+/// is set, the worker panics outside any step (its thread dies).
 pub struct FakeModel {
     pub delay: std::time::Duration,
+    pub die: Arc<AtomicBool>,
 }
 
 impl FakeModel {
@@ -27,6 +31,7 @@ impl FakeModel {
 
 impl BatchModel for FakeModel {
     fn vocab_size(&self) -> usize {
+        assert!(!self.die.load(Ordering::SeqCst), "injected worker death");
         VOCAB
     }
 
@@ -107,20 +112,52 @@ pub fn engine_config() -> EngineConfig {
 
 /// Serves the fake model on a free loopback port; returns its address.
 pub async fn serve(config: EngineConfig, delay_ms: u64) -> (std::net::SocketAddr, AppState) {
+    serve_with(config, delay_ms, &HttpConfig::default()).await
+}
+
+/// An engine over the fake model, and the state of a server around it.
+pub fn loaded_state(config: EngineConfig, delay_ms: u64, http: &HttpConfig) -> AppState {
     let model = FakeModel {
         delay: std::time::Duration::from_millis(delay_ms),
+        die: Arc::new(AtomicBool::new(false)),
     };
+    loaded_with(model, config, http)
+}
+
+/// A server's state around an engine over `model`.
+pub fn loaded_with(model: FakeModel, config: EngineConfig, http: &HttpConfig) -> AppState {
     let (engine, _thread) = ferrox_engine::worker::spawn(model, config).unwrap();
-    let state = AppState::new("fake".into(), 1024, DEFAULT_MAX_TOKENS);
+    let state = AppState::new("fake".into(), 1024, DEFAULT_MAX_TOKENS, http);
     state.set_loaded(Loaded {
         engine,
         frontend: Arc::new(FakeFrontend),
     });
+    state
+}
+
+/// Serves the fake model through the real edge with `http`'s limits.
+pub async fn serve_with(
+    config: EngineConfig,
+    delay_ms: u64,
+    http: &HttpConfig,
+) -> (std::net::SocketAddr, AppState) {
+    let state = loaded_state(config, delay_ms, http);
+    (serve_state(state.clone(), http).await, state)
+}
+
+/// Serves `state` through the real edge with `http`'s limits.
+pub async fn serve_state(state: AppState, http: &HttpConfig) -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = crate::routes::router(state.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (addr, state)
+    let app = crate::routes::router(state);
+    let edge = crate::serve::edge_config(http);
+    tokio::spawn(crate::edge::serve(
+        listener,
+        app,
+        edge,
+        std::future::pending(),
+    ));
+    addr
 }
 
 /// One HTTP/1.1 request; returns the status and the raw body.
@@ -130,11 +167,28 @@ pub async fn request(
     path: &str,
     body: &str,
 ) -> (u16, String) {
+    let (status, _, body) = request_with(addr, method, path, &[], body).await;
+    (status, body)
+}
+
+/// One HTTP/1.1 request with extra headers; returns the status, the raw
+/// head and the raw body.
+pub async fn request_with(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
     let head = format!(
         "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\nconnection: close\r\n\r\n",
+         content-length: {}\r\nconnection: close\r\n{extra}\r\n",
         body.len()
     );
     s.write_all(head.as_bytes()).await.unwrap();
@@ -143,6 +197,6 @@ pub async fn request(
     s.read_to_end(&mut out).await.unwrap();
     let text = String::from_utf8_lossy(&out).into_owned();
     let status = text[9..12].parse().unwrap();
-    let body = text.split_once("\r\n\r\n").map_or("", |p| p.1).to_string();
-    (status, body)
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (status, head.to_string(), body.to_string())
 }

@@ -1,7 +1,9 @@
 //! ferrox-server: the serving sidecar. `serve` runs the OpenAI-compatible
 //! server over the continuous-batching worker.
 
+mod auth;
 mod config;
+mod edge;
 mod error;
 #[cfg(test)]
 mod fixtures;
@@ -24,7 +26,9 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{
-    KvDtypeChoice, KvSizing, ServeConfig, parse_bytes, parse_kv_dtype, parse_utilization,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT_SECS, DEFAULT_REQUEST_TIMEOUT_SECS,
+    DEFAULT_STALL_TIMEOUT_SECS, DEFAULT_STREAM_IDLE_TIMEOUT_SECS, HttpConfig, KvDtypeChoice,
+    KvSizing, ServeConfig, parse_bytes, parse_kv_dtype, parse_secs, parse_utilization,
 };
 
 /// The Ferrox serving sidecar.
@@ -38,7 +42,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve a model over the OpenAI API with continuous batching.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Generate from one prompt; prints only the generated text on stdout.
     Generate(GenerateArgs),
     /// Print the model's geometry and weight bytes (for capacity planning).
@@ -188,6 +192,65 @@ struct ServeArgs {
     /// --max-model-len (admission reserves prompt + max_tokens).
     #[arg(long, env = "FERROX_DEFAULT_MAX_TOKENS", default_value_t = 1024)]
     default_max_tokens: usize,
+    #[command(flatten)]
+    edge: EdgeArgs,
+}
+
+/// Who may call, and the HTTP edge's limits.
+#[derive(Debug, Args)]
+struct EdgeArgs {
+    /// A key clients must send as `Authorization: Bearer KEY` on /v1/*
+    /// (repeatable; FERROX_API_KEY takes a comma-separated list). None: no auth.
+    #[arg(
+        long = "api-key",
+        env = "FERROX_API_KEY",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    api_keys: Vec<String>,
+    /// Seconds for a request's headers, then its body, to arrive; an idle
+    /// keep-alive connection is closed after it.
+    #[arg(long, env = "FERROX_READ_TIMEOUT", default_value_t = DEFAULT_READ_TIMEOUT_SECS, value_parser = secs)]
+    read_timeout: f64,
+    /// Seconds a non-streaming request may take; then it is cancelled (504).
+    #[arg(long, env = "FERROX_REQUEST_TIMEOUT", default_value_t = DEFAULT_REQUEST_TIMEOUT_SECS, value_parser = secs)]
+    request_timeout: f64,
+    /// Seconds a client may accept no bytes of a response before it is
+    /// abandoned (a stream's request is cancelled).
+    #[arg(long, env = "FERROX_STREAM_IDLE_TIMEOUT", default_value_t = DEFAULT_STREAM_IDLE_TIMEOUT_SECS, value_parser = secs)]
+    stream_idle_timeout: f64,
+    /// Connections served at once; more are answered 503 and closed.
+    #[arg(long, env = "FERROX_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// Seconds one worker tick may run before /health fails (the pod restarts).
+    #[arg(long, env = "FERROX_STALL_TIMEOUT", default_value_t = DEFAULT_STALL_TIMEOUT_SECS, value_parser = secs)]
+    stall_timeout: f64,
+}
+
+/// A flag's seconds, checked by [`parse_secs`].
+fn secs(text: &str) -> Result<f64, String> {
+    parse_secs(text).map(|d| d.as_secs_f64())
+}
+
+impl EdgeArgs {
+    fn into_config(self) -> anyhow::Result<HttpConfig> {
+        anyhow::ensure!(
+            self.max_connections > 0,
+            "--max-connections must be at least 1"
+        );
+        Ok(HttpConfig {
+            api_keys: self
+                .api_keys
+                .into_iter()
+                .filter(|k| !k.is_empty())
+                .collect(),
+            read_timeout: Duration::from_secs_f64(self.read_timeout),
+            request_timeout: Duration::from_secs_f64(self.request_timeout),
+            stream_idle_timeout: Duration::from_secs_f64(self.stream_idle_timeout),
+            max_connections: self.max_connections,
+            stall_timeout: Duration::from_secs_f64(self.stall_timeout),
+        })
+    }
 }
 
 /// A feature switch.
@@ -239,6 +302,7 @@ impl ServeArgs {
             max_body: usize::try_from(self.max_body).unwrap_or(usize::MAX),
             prefix_caching: self.prefix_caching == Switch::On,
             default_max_tokens: self.default_max_tokens,
+            http: self.edge.into_config()?,
         })
     }
 }

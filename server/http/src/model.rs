@@ -246,6 +246,7 @@ mod tests {
             drain_timeout: Duration::from_secs(1),
             decode_log_interval: 10,
             max_body: 1 << 20,
+            http: crate::config::HttpConfig::default(),
             prefix_caching: true,
             default_max_tokens: 1024,
         }

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use crate::error::ApiError;
 
 /// Fields both endpoints accept, OpenAI's and vLLM's extras.
-const COMMON_FIELDS: [&str; 20] = [
+pub const COMMON_FIELDS: [&str; 20] = [
     "model",
     "max_tokens",
     "temperature",

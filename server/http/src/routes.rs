@@ -1,17 +1,19 @@
 //! The HTTP routes: OpenAI endpoints, health, readiness, models, metrics.
 
+use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
 use axum::http::{StatusCode, header};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use ferrox_engine::Event;
+use ferrox_engine::{Event, Liveness};
 use serde_json::json;
 
+use crate::auth;
 use crate::error::ApiError;
 use crate::prepare::{self, Prepared};
 use crate::request::{CHAT_FIELDS, COMPLETION_FIELDS, ChatRequest, CompletionRequest, parse};
@@ -19,13 +21,20 @@ use crate::response::{Envelope, Kind, Logprobs};
 use crate::state::{AppState, Loaded};
 use crate::stream;
 
-/// The whole API.
+/// The whole API. The OpenAI routes need a key when keys are configured;
+/// probes and scraping (`/health`, `/ready`, `/metrics`) never do.
 pub fn router(state: AppState) -> Router {
     let limit = state.max_body();
-    Router::new()
+    let openai = Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(models))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_key,
+        ));
+    Router::new()
+        .merge(openai)
         .route("/health", get(health))
         .route("/ready", get(ready))
         .route("/metrics", get(metrics))
@@ -34,64 +43,106 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn completions(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
-    let prepared = read_body(&s, body).and_then(|(loaded, bytes)| {
-        let r: CompletionRequest = parse(&bytes, &COMPLETION_FIELDS)?;
-        check_model(&s, r.knobs.model.as_deref())?;
-        Ok((loaded, prepare::completion(r, loaded.frontend.as_ref())?))
+async fn completions(State(s): State<AppState>, body: Body) -> Response {
+    let prepared = read_body(&s, body).await.map(|(loaded, bytes)| {
+        let frontend = Arc::clone(&loaded.frontend);
+        let name = s.model_name().to_string();
+        off_thread(&s, move || {
+            let r: CompletionRequest = parse(&bytes, &COMPLETION_FIELDS)?;
+            check_model(&name, r.knobs.model.as_deref())?;
+            prepare::completion(r, frontend.as_ref())
+        })
     });
     match prepared {
-        Ok((loaded, p)) => answer(&s, loaded, p).await,
+        Ok(p) => match p.await {
+            Ok(p) => answer(&s, p).await,
+            Err(e) => e.into_response(),
+        },
         Err(e) => e.into_response(),
     }
 }
 
-async fn chat_completions(
-    State(s): State<AppState>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let prepared = read_body(&s, body).and_then(|(loaded, bytes)| {
-        let r: ChatRequest = parse(&bytes, &CHAT_FIELDS)?;
-        check_model(&s, r.knobs.model.as_deref())?;
+async fn chat_completions(State(s): State<AppState>, body: Body) -> Response {
+    let prepared = read_body(&s, body).await.map(|(loaded, bytes)| {
+        let frontend = Arc::clone(&loaded.frontend);
         let limit = loaded.engine.config().max_model_len;
         let default = s.default_max_tokens();
-        let prepared = prepare::chat(r, loaded.frontend.as_ref(), limit, default)?;
-        Ok((loaded, prepared))
+        let name = s.model_name().to_string();
+        off_thread(&s, move || {
+            let r: ChatRequest = parse(&bytes, &CHAT_FIELDS)?;
+            check_model(&name, r.knobs.model.as_deref())?;
+            prepare::chat(r, frontend.as_ref(), limit, default)
+        })
     });
     match prepared {
-        Ok((loaded, p)) => answer(&s, loaded, p).await,
+        Ok(p) => match p.await {
+            Ok(p) => answer(&s, p).await,
+            Err(e) => e.into_response(),
+        },
         Err(e) => e.into_response(),
     }
 }
 
-/// The body, once the model is loaded and the body is within the limit.
-fn read_body(
+/// Runs CPU-bound request work (parsing, templating, tokenizing) on the
+/// blocking pool, so that the async threads keep answering `/health` and
+/// every stream; at most one such job per core at a time, so that a flood of
+/// long prompts queues here instead of crowding the cores.
+fn off_thread<F>(
     s: &AppState,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<(&Loaded, Bytes), ApiError> {
+    work: F,
+) -> impl std::future::Future<Output = Result<Prepared, ApiError>> + use<F>
+where
+    F: FnOnce() -> Result<Prepared, ApiError> + Send + 'static,
+{
+    let slots = s.prepare_slots();
+    async move {
+        let _slot = slots
+            .acquire_owned()
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        tokio::task::spawn_blocking(work)
+            .await
+            .unwrap_or_else(|e| Err(ApiError::Internal(format!("preparing the request: {e}"))))
+    }
+}
+
+/// The body, once the model is loaded, within the size limit and the read
+/// timeout.
+async fn read_body(s: &AppState, body: Body) -> Result<(&Loaded, Bytes), ApiError> {
     let loaded = s
         .loaded()
         .ok_or_else(|| ApiError::Unavailable("the model is still loading".into()))?;
     if loaded.engine.is_draining() {
         return Err(ferrox_engine::EngineError::Draining.into());
     }
-    let bytes = body.map_err(|e| match e.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge {
-            limit: s.max_body(),
-        },
-        _ => ApiError::BadJson(e.body_text()),
-    })?;
+    let limit = s.max_body();
+    let read = tokio::time::timeout(s.read_timeout(), axum::body::to_bytes(body, limit));
+    let bytes = read
+        .await
+        .map_err(|_| ApiError::BodyTimeout(s.read_timeout()))?
+        .map_err(|e| {
+            if std::error::Error::source(&e)
+                .is_some_and(|inner| inner.is::<http_body_util::LengthLimitError>())
+            {
+                ApiError::TooLarge { limit }
+            } else {
+                ApiError::BadJson(e.to_string())
+            }
+        })?;
     Ok((loaded, bytes))
 }
 
-fn check_model(s: &AppState, asked: Option<&str>) -> Result<(), ApiError> {
+fn check_model(served: &str, asked: Option<&str>) -> Result<(), ApiError> {
     match asked {
-        Some(m) if m != s.model_name() => Err(ApiError::UnknownModel(m.to_string())),
+        Some(m) if m != served => Err(ApiError::UnknownModel(m.to_string())),
         _ => Ok(()),
     }
 }
 
-async fn answer(s: &AppState, loaded: &Loaded, p: Prepared) -> Response {
+async fn answer(s: &AppState, p: Prepared) -> Response {
+    let Some(loaded) = s.loaded() else {
+        return ApiError::Unavailable("the model is still loading".into()).into_response();
+    };
     let env = envelope(s, p.kind);
     let sub = match loaded.engine.submit(p.req, Instant::now()) {
         Ok(sub) => sub,
@@ -101,7 +152,11 @@ async fn answer(s: &AppState, loaded: &Loaded, p: Prepared) -> Response {
         let frontend = loaded.frontend.clone();
         return stream::respond(sub, env, frontend, p.include_usage, p.logprobs);
     }
-    collect(sub, env, loaded, p.logprobs).await
+    let timeout = s.request_timeout();
+    // On timeout the submission is dropped with the future, which cancels it.
+    tokio::time::timeout(timeout, collect(sub, env, loaded, p.logprobs))
+        .await
+        .unwrap_or_else(|_| ApiError::RequestTimeout(timeout).into_response())
 }
 
 /// Waits for the whole answer. Dropping this future (the client went away)
@@ -174,9 +229,21 @@ async fn models(State(s): State<AppState>) -> Response {
     .into_response()
 }
 
-/// Liveness: answers at once, whatever the model is doing.
-async fn health() -> Response {
-    (StatusCode::OK, "ok").into_response()
+/// Liveness: answers at once, whatever the model is doing; 503 once the
+/// worker has died or one tick has run past `--stall-timeout`, so that
+/// Kubernetes restarts the pod.
+async fn health(State(s): State<AppState>) -> Response {
+    match s.liveness(Instant::now()) {
+        Liveness::Live => (StatusCode::OK, "ok").into_response(),
+        Liveness::Stopped => {
+            ApiError::Unavailable("the batching worker has stopped".into()).into_response()
+        }
+        Liveness::Stalled(d) => ApiError::Unavailable(format!(
+            "the batching worker has been in one step for {:.1} s",
+            d.as_secs_f64()
+        ))
+        .into_response(),
+    }
 }
 
 /// Readiness: model loaded, worker running, not draining.
@@ -207,5 +274,7 @@ async fn not_found() -> Response {
     ApiError::NoRoute.into_response()
 }
 
+#[cfg(test)]
+mod fuzz;
 #[cfg(test)]
 mod tests;

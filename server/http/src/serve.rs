@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use tokio::net::TcpListener;
 
-use crate::config::ServeConfig;
+use crate::config::{HttpConfig, ServeConfig};
+use crate::edge::EdgeConfig;
 use crate::routes::router;
 use crate::state::{AppState, Loaded};
 
@@ -31,20 +32,22 @@ async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         config.served_model_name.clone(),
         config.max_body,
         config.default_max_tokens,
+        &config.http,
     );
     let listener = TcpListener::bind((config.host.as_str(), config.port))
         .await
         .with_context(|| format!("binding {}:{}", config.host, config.port))?;
-    tracing::info!("listening on http://{}", listener.local_addr()?);
+    tracing::info!(
+        auth = !state.api_keys().is_open(),
+        "listening on http://{}",
+        listener.local_addr()?
+    );
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let app = router(state.clone());
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = stop_rx.await;
-            })
-            .await
-    });
+    let edge = edge_config(&config.http);
+    let server = tokio::spawn(crate::edge::serve(listener, app, edge, async {
+        let _ = stop_rx.await;
+    }));
     let load_config = config.clone();
     let loading = tokio::task::spawn_blocking(move || crate::model::load(&load_config));
     let loaded: Loaded = tokio::select! {
@@ -73,12 +76,22 @@ async fn drain(state: &AppState, timeout: Duration) {
     loaded.engine.start_draining();
     let deadline = Instant::now() + timeout;
     tracing::info!(in_flight = loaded.engine.in_flight(), "draining");
-    while loaded.engine.in_flight() > 0 && Instant::now() < deadline {
+    // A dead worker ends nothing more: waiting for it would only delay exit.
+    while loaded.engine.in_flight() > 0 && loaded.engine.is_alive() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let left = loaded.engine.in_flight();
     if left > 0 {
         tracing::warn!(left, "drain timeout: abandoning in-flight requests");
+    }
+}
+
+/// The edge's limits from the HTTP config.
+pub fn edge_config(http: &HttpConfig) -> EdgeConfig {
+    EdgeConfig {
+        header_read_timeout: http.read_timeout,
+        write_stall_timeout: http.stream_idle_timeout,
+        max_connections: http.max_connections,
     }
 }
 

@@ -1,10 +1,14 @@
 //! What every handler shares: the engine once the model is loaded, the model's
-//! text side, and the server's name and limits.
+//! text side, and the server's name, keys and limits.
 
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
-use ferrox_engine::EngineHandle;
+use ferrox_engine::{EngineHandle, Liveness};
+use tokio::sync::Semaphore;
 
+use crate::auth::ApiKeys;
+use crate::config::HttpConfig;
 use crate::frontend::Frontend;
 
 /// The parts that exist once the model is loaded.
@@ -26,17 +30,34 @@ struct Inner {
     model_name: String,
     max_body: usize,
     default_max_tokens: usize,
+    api_keys: ApiKeys,
+    read_timeout: Duration,
+    request_timeout: Duration,
+    stall_timeout: Duration,
+    prepare_slots: Arc<Semaphore>,
 }
 
 impl AppState {
     /// State for a server whose model is still loading.
-    pub fn new(model_name: String, max_body: usize, default_max_tokens: usize) -> Self {
+    pub fn new(
+        model_name: String,
+        max_body: usize,
+        default_max_tokens: usize,
+        http: &HttpConfig,
+    ) -> Self {
         AppState {
             inner: Arc::new(Inner {
                 loaded: OnceLock::new(),
                 model_name,
                 max_body,
                 default_max_tokens,
+                api_keys: ApiKeys::new(&http.api_keys),
+                read_timeout: http.read_timeout,
+                request_timeout: http.request_timeout,
+                stall_timeout: http.stall_timeout,
+                prepare_slots: Arc::new(Semaphore::new(
+                    std::thread::available_parallelism().map_or(1, |n| n.get()),
+                )),
             }),
         }
     }
@@ -66,9 +87,36 @@ impl AppState {
         self.inner.default_max_tokens
     }
 
+    /// The keys the OpenAI routes accept.
+    pub fn api_keys(&self) -> &ApiKeys {
+        &self.inner.api_keys
+    }
+
+    /// How long a request body may take to arrive.
+    pub fn read_timeout(&self) -> Duration {
+        self.inner.read_timeout
+    }
+
+    /// How long a non-streaming request may take.
+    pub fn request_timeout(&self) -> Duration {
+        self.inner.request_timeout
+    }
+
+    /// Permits for CPU-bound request preparation, one per core.
+    pub fn prepare_slots(&self) -> Arc<Semaphore> {
+        Arc::clone(&self.inner.prepare_slots)
+    }
+
     /// Loaded, worker running, not draining.
     pub fn is_ready(&self) -> bool {
         self.loaded()
             .is_some_and(|l| l.engine.is_alive() && !l.engine.is_draining())
+    }
+
+    /// The worker's liveness at `now`; live while the model still loads.
+    pub fn liveness(&self, now: Instant) -> Liveness {
+        self.loaded().map_or(Liveness::Live, |l| {
+            l.engine.liveness(now, self.inner.stall_timeout)
+        })
     }
 }

@@ -15,7 +15,7 @@ use ferrox_plan::DeviceKind;
 
 use crate::config::{Arch, ModelConfig};
 use crate::error::{Error, Result};
-use crate::holding::{self, Held, Role, device_kind, kernel_type};
+use crate::holding::{self, Held, Role, device_kind, elem_count, kernel_type};
 use crate::linear::{Embedding, Linear};
 use crate::llama::Projection;
 use crate::weights::{WeightSource, check_shape};
@@ -95,11 +95,11 @@ impl GgufSource {
             .tensor_infos
             .iter()
             .map(|(name, t)| {
-                let (dtype, elems) = (t.ggml_dtype, t.shape.elem_count());
-                holding::gguf(Role::of(name, t.shape.rank()), dtype, device)
-                    .bytes(t.shape.dims(), tensor_bytes(dtype, elems))
+                let (dtype, dims) = (t.ggml_dtype, t.shape.dims());
+                let stored = elem_count(dims).map_or(usize::MAX, |n| tensor_bytes(dtype, n));
+                holding::gguf(Role::of(name, t.shape.rank()), dtype, device).bytes(dims, stored)
             })
-            .sum()
+            .fold(0, u64::saturating_add)
     }
 
     fn raw(&mut self, name: &str) -> Result<Raw> {
@@ -109,16 +109,25 @@ impl GgufSource {
             .get(name)
             .ok_or_else(|| Error::MissingTensor(name.to_string()))?;
         let (dtype, dims) = (info.ggml_dtype, info.shape.dims().to_vec());
-        let size = tensor_bytes(dtype, info.shape.elem_count());
-        let start = self.content.tensor_data_offset + info.offset;
-        if start + size as u64 > self.file_size {
-            return Err(Error::Corrupt {
-                path: self.path.clone(),
-                message: format!(
-                    "truncated: tensor {name} needs {size} bytes at offset {start}, file has {}",
-                    self.file_size
-                ),
-            });
+        // Header numbers are untrusted: a product or sum that overflows is a
+        // corrupt file, never a wrapped size.
+        let corrupt = |message: String| Error::Corrupt {
+            path: self.path.clone(),
+            message,
+        };
+        let size = elem_count(&dims)
+            .map(|n| tensor_bytes(dtype, n))
+            .ok_or_else(|| corrupt(format!("tensor {name} has impossible dimensions {dims:?}")))?;
+        let start = self.content.tensor_data_offset.checked_add(info.offset);
+        let end = start.and_then(|s| s.checked_add(size as u64));
+        let (Some(start), Some(end)) = (start, end) else {
+            return Err(corrupt(format!("tensor {name} has an impossible offset")));
+        };
+        if end > self.file_size {
+            return Err(corrupt(format!(
+                "truncated: tensor {name} needs {size} bytes at offset {start}, file has {}",
+                self.file_size
+            )));
         }
         let mut bytes = vec![0u8; size];
         let io = |source| Error::Io {
@@ -169,11 +178,19 @@ fn tensor_bytes(dtype: GgmlDType, elems: usize) -> usize {
 /// (for its RoPE); our RoPE is Hugging Face's half-split one, so put the rows
 /// back: HF row `h*d + j*d/2 + i` is GGUF row `h*d + 2i + j`.
 fn unpermute_rows(raw: &mut Raw, heads: usize) {
-    let (rows, cols) = (raw.dims[0], raw.dims[1]);
-    if heads == 0 || rows % (2 * heads) != 0 {
+    // A matrix of another rank is refused by the shape check that follows.
+    let &[rows, cols] = raw.dims.as_slice() else {
+        return;
+    };
+    let row_bytes = tensor_bytes(raw.dtype, cols);
+    // Counts from a corrupt header: leave the rows as they are and let the
+    // shape checks refuse the tensor.
+    let fits = rows
+        .checked_mul(row_bytes)
+        .is_some_and(|n| n <= raw.bytes.len());
+    if heads == 0 || !fits || heads.checked_mul(2).is_none_or(|h2| rows % h2 != 0) {
         return;
     }
-    let row_bytes = tensor_bytes(raw.dtype, cols);
     let d = rows / heads;
     let mut out = vec![0u8; raw.bytes.len()];
     for h in 0..heads {

@@ -50,7 +50,10 @@ impl Held {
     /// Bytes a tensor of `dims` (outermost first) takes: the repacked size,
     /// `stored` as quantized, else its elements in its dtype.
     pub fn bytes(self, dims: &[usize], stored: usize) -> u64 {
-        let elems: usize = dims.iter().product();
+        // A corrupt header's sizes saturate; loading refuses such a tensor.
+        let Some(elems) = elem_count(dims) else {
+            return u64::MAX;
+        };
         match self {
             Held::Packed(ty) => {
                 let cols = dims.last().copied().unwrap_or(0);
@@ -58,9 +61,14 @@ impl Held {
                 ty.held_bytes(rows, cols).unwrap_or(stored) as u64
             }
             Held::Quantized => stored as u64,
-            Held::Float(dt) => (elems * dt.size_in_bytes()) as u64,
+            Held::Float(dt) => (elems as u64).saturating_mul(dt.size_in_bytes() as u64),
         }
     }
+}
+
+/// Elements of a tensor of `dims`, if the product fits.
+pub fn elem_count(dims: &[usize]) -> Option<usize> {
+    dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
 }
 
 /// The device kind of a candle device (Metal counts as a GPU).

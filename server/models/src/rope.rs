@@ -35,8 +35,19 @@ impl Rope {
                 1.0 / theta.powf(2.0 * i as f32 / head_dim as f32) / divisor
             })
             .collect();
-        let mut cos = Vec::with_capacity(context * half);
-        let mut sin = Vec::with_capacity(context * half);
+        // The context length is the file's word: a table that cannot be
+        // allocated is an error, not an abort.
+        let table = |n: Option<usize>| -> Result<Vec<f32>> {
+            let mut v = Vec::new();
+            n.and_then(|n| v.try_reserve_exact(n).ok()).ok_or_else(|| {
+                crate::Error::Config(format!(
+                    "no memory for RoPE tables of {context} positions x {half}"
+                ))
+            })?;
+            Ok(v)
+        };
+        let n = context.checked_mul(half);
+        let (mut cos, mut sin) = (table(n)?, table(n)?);
         for pos in 0..context {
             for &f in &inv_freq {
                 // In f64 so positions near 8k keep their precision.

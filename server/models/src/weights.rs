@@ -51,7 +51,9 @@ pub fn build_llama(
 ) -> Result<Llama> {
     let c = &config;
     let embed = src.embedding("token_embd.weight", c.vocab, c.hidden, device)?;
-    let mut layers = Vec::with_capacity(c.layers);
+    // Not `with_capacity`: the count is the file's word, and a corrupt one
+    // must fail at the first missing layer, not abort on the allocation.
+    let mut layers = Vec::new();
     for i in 0..c.layers {
         layers.push(load_layer(src, c, i, device)?);
     }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::fixtures::{Call, EOS, FakeModel, Outcome, VOCAB, config, letters, request};
-use crate::{GenerationRequest, Submission};
+use crate::{GenerationRequest, Liveness, Submission};
 
 struct Rig {
     s: Scheduler<FakeModel>,
@@ -440,7 +440,7 @@ fn a_seed_gives_the_same_tokens_whatever_else_is_in_the_batch() {
 fn refused_at_the_door() {
     let mut cfg = config();
     cfg.max_queue = 2;
-    let rig = Rig::new(cfg);
+    let mut rig = Rig::new(cfg);
     let now = rig.now;
     let too_long = rig.h.submit(request(&[1; 60], 10), now).err();
     assert!(matches!(
@@ -451,12 +451,32 @@ fn refused_at_the_door() {
             ..
         })
     ));
-    let mut bad = request(&[1], 2);
-    bad.sampling.top_p = 0.0;
-    assert!(matches!(
-        rig.h.submit(bad, now),
-        Err(EngineError::Invalid { .. })
-    ));
+    // Each refused for the field named, none reaching the line.
+    type Spoil = fn(&mut GenerationRequest);
+    let invalid: [(&str, Spoil); 5] = [
+        ("top_p", |r| r.sampling.top_p = 0.0),
+        ("stop", |r| r.stop = vec!["x".into(); 17]),
+        ("stop", |r| r.stop = vec!["y".repeat(257)]),
+        ("stop_token_ids", |r| r.stop_token_ids = vec![1; 65]),
+        ("max_tokens", |r| r.max_tokens = usize::MAX),
+    ];
+    for (field, spoil) in invalid {
+        let mut bad = request(&[1], 2);
+        spoil(&mut bad);
+        let err = rig.h.submit(bad, now).err();
+        assert_eq!(
+            err.as_ref().and_then(EngineError::param),
+            Some(field),
+            "{field}"
+        );
+    }
+    // The bounds themselves are allowed.
+    let mut edge = request(&[1], 2);
+    edge.stop = vec!["z".repeat(256); 16];
+    edge.stop_token_ids = vec![1; 64];
+    let mut edge = rig.submit(edge);
+    rig.run(10);
+    assert!(outcome(&mut edge).end.is_some());
     let _a = rig.submit(request(&[1], 2));
     let _b = rig.submit(request(&[1], 2));
     let full = rig.h.submit(request(&[1], 2), now).err();
@@ -467,8 +487,13 @@ fn refused_at_the_door() {
         Some(EngineError::Draining)
     );
     let text = rig.h.metrics().render("m");
-    for reason in ["too_long", "invalid", "queue_full", "draining"] {
-        let series = format!("ferrox_requests_rejected_total{{reason=\"{reason}\"}} 1");
+    for (reason, n) in [
+        ("too_long", 2),
+        ("invalid", 4),
+        ("queue_full", 1),
+        ("draining", 1),
+    ] {
+        let series = format!("ferrox_requests_rejected_total{{reason=\"{reason}\"}} {n}");
         assert!(text.contains(&series), "{series}");
     }
 }
@@ -507,6 +532,89 @@ fn a_failed_step_fails_every_row_in_it_and_frees_their_blocks() {
     assert!(outcome(&mut decoding).error.unwrap().contains("injected"));
     assert!(outcome(&mut prefilling).error.unwrap().contains("injected"));
     rig.assert_all_blocks_back();
+}
+
+/// Outcomes of `reqs` run together on `model`, after every request ended.
+fn run_together(model: FakeModel, reqs: Vec<GenerationRequest>) -> (Vec<Outcome>, Rig) {
+    let mut rig = Rig::with_model(model, config());
+    let mut subs: Vec<_> = reqs.into_iter().map(|r| rig.submit(r)).collect();
+    rig.run(60);
+    let outcomes = subs.iter_mut().map(outcome).collect();
+    (outcomes, rig)
+}
+
+#[test]
+fn a_row_the_model_cannot_run_fails_alone_and_the_others_are_intact() {
+    // Token 20 is poison: a step that carries it fails whole, so only the
+    // input check keeps the other rows alive. One row has it in its prompt;
+    // one generates it (18 -> 19 -> 20) and must fail when it is fed back.
+    let poisoned = || {
+        let mut m = FakeModel::new(4);
+        m.poison = Some(20);
+        m
+    };
+    let reqs = || {
+        vec![
+            request(&[1, 2], 6),
+            request(&[3, 20, 4], 6),
+            request(&[18], 6),
+            request(&[5, 6, 7, 8, 9], 6),
+        ]
+    };
+    let alone: Vec<Outcome> = reqs()
+        .into_iter()
+        .map(|r| run_together(poisoned(), vec![r]).0.remove(0))
+        .collect();
+    let (together, rig) = run_together(poisoned(), reqs());
+    assert!(together[1].error.as_deref().unwrap().contains("poison"));
+    assert!(together[1].ids.is_empty());
+    assert_eq!(together[2].ids, vec![19, 20]);
+    assert!(together[2].error.as_deref().unwrap().contains("poison"));
+    for i in [0, 3] {
+        assert_eq!(together[i], alone[i], "request {i}");
+        assert_eq!(
+            together[i].end.as_ref().map(|e| e.0.clone()),
+            Some(FinishReason::Length)
+        );
+    }
+    assert_eq!(together[1..3], alone[1..3]);
+    rig.assert_all_blocks_back();
+    assert_eq!(rig.h.in_flight(), 0);
+}
+
+#[test]
+fn a_failed_forward_is_retried_once_then_ends_only_the_rows_in_it() {
+    let reqs = || vec![request(&[1, 2], 4), request(&[7; 6], 4)];
+    let (clean, _) = run_together(FakeModel::new(4), reqs());
+    assert!(clean.iter().all(|o| o.error.is_none() && o.ids.len() == 4));
+    // (name, spoil the model, rows fail)
+    type Spoil = fn(&mut FakeModel);
+    let cases: [(&str, Spoil, bool); 3] = [
+        ("fails once", |m| m.fail_next = 1, false),
+        ("panics once", |m| m.panic_next = 1, false),
+        ("fails twice", |m| m.fail_next = 2, true),
+    ];
+    for (name, spoil, fails) in cases {
+        let mut model = FakeModel::new(4);
+        spoil(&mut model);
+        let (got, mut rig) = run_together(model, reqs());
+        if fails {
+            for o in &got {
+                assert!(
+                    o.error.as_deref().unwrap().contains("injected"),
+                    "{name}: {o:?}"
+                );
+            }
+        } else {
+            assert_eq!(got, clean, "{name}");
+        }
+        rig.assert_all_blocks_back();
+        // The worker goes on: the next request is served.
+        let mut next = rig.submit(request(&[1, 2], 3));
+        rig.run(20);
+        assert_eq!(outcome(&mut next).ids, vec![3, 4, 5], "{name}");
+        rig.assert_all_blocks_back();
+    }
 }
 
 #[test]
@@ -571,3 +679,39 @@ fn the_worker_thread_serves_and_idles() {
 }
 
 mod prefix_cache;
+#[test]
+fn liveness_sees_a_stalled_tick_and_a_dead_worker() {
+    let bound = Duration::from_millis(100);
+    let mut model = FakeModel::new(4);
+    model.stall = Duration::from_millis(400);
+    let die = Arc::clone(&model.die);
+    let (h, thread) = crate::worker::spawn(model, config()).unwrap();
+    assert_eq!(h.liveness(Instant::now(), bound), Liveness::Live, "idle");
+    let mut sub = h.submit(request(&[1, 2], 2), Instant::now()).unwrap();
+    std::thread::sleep(Duration::from_millis(250));
+    assert!(
+        matches!(h.liveness(Instant::now(), bound), Liveness::Stalled(d) if d > bound),
+        "inside a 400 ms step"
+    );
+    let mut o = Outcome::default();
+    o.absorb(std::iter::from_fn(|| sub.blocking_next()));
+    assert_eq!(o.ids, vec![3, 4]);
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        h.liveness(Instant::now(), bound),
+        Liveness::Live,
+        "idle again"
+    );
+    die.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut doomed = h.submit(request(&[1, 2], 2), Instant::now()).unwrap();
+    thread.join().unwrap();
+    assert_eq!(h.liveness(Instant::now(), bound), Liveness::Stopped);
+    assert!(
+        doomed.blocking_next().is_none(),
+        "the dead worker's request ends"
+    );
+    assert_eq!(
+        h.submit(request(&[1], 1), Instant::now()).err(),
+        Some(EngineError::WorkerGone)
+    );
+}

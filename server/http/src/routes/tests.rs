@@ -242,3 +242,132 @@ async fn a_client_that_hangs_up_frees_its_blocks() {
         );
     }
 }
+
+#[tokio::test]
+async fn api_keys_guard_the_openai_routes_and_leave_probes_open() {
+    use crate::config::HttpConfig;
+    use crate::fixtures::{request_with, serve_with};
+    let http = HttpConfig {
+        api_keys: vec!["sk-a".into(), "sk-b".into()],
+        ..HttpConfig::default()
+    };
+    let (addr, _s) = serve_with(engine_config(), 0, &http).await;
+    let body = r#"{"prompt": [1], "max_tokens": 2}"#;
+    // (method, path, Authorization, expected status)
+    let cases: [(&str, &str, Option<&str>, u16); 10] = [
+        ("POST", "/v1/completions", None, 401),
+        ("POST", "/v1/completions", Some("Bearer sk-c"), 401),
+        ("POST", "/v1/completions", Some("Bearer sk-a"), 200),
+        ("POST", "/v1/completions", Some("Bearer sk-b"), 200),
+        ("POST", "/v1/chat/completions", Some("sk-a"), 401),
+        ("GET", "/v1/models", None, 401),
+        ("GET", "/v1/models", Some("Bearer sk-b"), 200),
+        ("GET", "/health", None, 200),
+        ("GET", "/ready", None, 200),
+        ("GET", "/metrics", None, 200),
+    ];
+    for (method, path, auth, want) in cases {
+        let headers: Vec<(&str, &str)> = auth.map(|a| ("authorization", a)).into_iter().collect();
+        let sent = if method == "POST" { body } else { "" };
+        let (status, head, text) = request_with(addr, method, path, &headers, sent).await;
+        assert_eq!(status, want, "{method} {path} {auth:?}: {text}");
+        if want == 401 {
+            let e = &json_of(&text)["error"];
+            assert_eq!(e["code"], "invalid_api_key", "{text}");
+            assert_eq!(e["type"], "invalid_request_error");
+            assert!(e["message"].as_str().unwrap().contains("Bearer"));
+            assert!(
+                head.to_ascii_lowercase()
+                    .contains("www-authenticate: bearer"),
+                "{head}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_request_past_its_timeout_is_cancelled_with_a_504_and_frees_its_blocks() {
+    use crate::config::HttpConfig;
+    use crate::fixtures::serve_with;
+    let http = HttpConfig {
+        request_timeout: std::time::Duration::from_millis(200),
+        ..HttpConfig::default()
+    };
+    let (addr, state) = serve_with(engine_config(), 20, &http).await;
+    let (status, text) = request(
+        addr,
+        "POST",
+        "/v1/completions",
+        r#"{"prompt": [1], "max_tokens": 100, "ignore_eos": true}"#,
+    )
+    .await;
+    assert_eq!(status, 504, "{text}");
+    assert_eq!(json_of(&text)["error"]["code"], "timeout");
+    let metrics = state.loaded().unwrap().engine.metrics().clone();
+    for _ in 0..100 {
+        if metrics.kv_used() == 0 && metrics.running() == 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("blocks still leased 1 s after the timeout");
+}
+
+#[tokio::test]
+async fn health_fails_on_a_stalled_tick_and_on_a_dead_worker() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use crate::config::HttpConfig;
+    use crate::fixtures::{FakeModel, loaded_with, serve_state};
+    let http = HttpConfig {
+        stall_timeout: std::time::Duration::from_millis(100),
+        ..HttpConfig::default()
+    };
+    let die = Arc::new(AtomicBool::new(false));
+    let model = FakeModel {
+        delay: std::time::Duration::from_millis(400),
+        die: Arc::clone(&die),
+    };
+    let state = loaded_with(model, engine_config(), &http);
+    let addr = serve_state(state.clone(), &http).await;
+    assert_eq!(request(addr, "GET", "/health", "").await.0, 200);
+    let slow = tokio::spawn(request(
+        addr,
+        "POST",
+        "/v1/completions",
+        r#"{"prompt": [1], "max_tokens": 1}"#,
+    ));
+    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    let (status, text) = request(addr, "GET", "/health", "").await;
+    assert_eq!(
+        status, 503,
+        "inside a 400 ms step with a 100 ms bound: {text}"
+    );
+    assert!(text.contains("in one step"), "{text}");
+    assert_eq!(slow.await.unwrap().0, 200);
+    assert_eq!(request(addr, "GET", "/health", "").await.0, 200);
+    die.store(true, Ordering::SeqCst);
+    let (status, _) = request(
+        addr,
+        "POST",
+        "/v1/completions",
+        r#"{"prompt": [1], "max_tokens": 1}"#,
+    )
+    .await;
+    assert_eq!(status, 503, "the request the worker died on is told why");
+    // The request ends as the worker unwinds, a moment before the thread is
+    // marked stopped; /health fails throughout, then names the cause.
+    let mut text = String::new();
+    for _ in 0..100 {
+        let (status, t) = request(addr, "GET", "/health", "").await;
+        assert_eq!(status, 503, "{t}");
+        text = t;
+        if text.contains("stopped") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(text.contains("stopped"), "{text}");
+    assert_eq!(request(addr, "GET", "/ready", "").await.0, 503);
+}

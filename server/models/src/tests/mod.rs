@@ -1,6 +1,7 @@
 //! Decoder tests: tiny random models through the real loaders, and the real
 //! default model against its reference output.
 
+mod corrupt;
 mod helpers;
 mod prefix_cache;
 mod real_model;

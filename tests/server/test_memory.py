@@ -3,6 +3,7 @@ memory model): resident set against weights + KV + reserves, and refusals
 that name every number."""
 
 import concurrent.futures
+import json
 import re
 import subprocess
 
@@ -80,8 +81,13 @@ def serve_and_fail(*flags: str) -> str:
 
 
 def test_a_budget_too_small_stops_the_server_with_every_number():
+    out = subprocess.run([server_bin(), "inspect", "--model", model_path(), "--json"],
+                         capture_output=True, text=True, timeout=120, check=True)
+    cpu = json.loads(out.stdout)["devices"]["cpu"]
+    kv_per_seq = cpu["kvBytesPerToken"] * 8192
     err = serve_and_fail("--memory-utilization", "0.001")
-    for part in ["bytes (", "weights take 98346240", "one 8192-token sequence needs 188743680 bytes of KV",
+    for part in ["bytes (", f"weights take {cpu['weightBytes']}",
+                 f"one 8192-token sequence needs {kv_per_seq} bytes of KV",
                  "--max-model-len", "--memory-utilization"]:
         assert part in err, err
     err = serve_and_fail("--kv-blocks", "100", "--max-model-len", "4096")

@@ -83,7 +83,8 @@ fn time(mut f: impl FnMut()) -> (f64, f64) {
     (start.elapsed().as_secs_f64() / n, cpu / n)
 }
 
-/// Paged attention for SmolLM2's geometry: decode steps and one prefill chunk.
+/// Paged attention for SmolLM2's geometry: decode steps and one prefill
+/// chunk, over f32 and f16 KV (alternated, so that drift hits both).
 fn bench_attention(rng: &mut Lcg) {
     let g = AttnGeometry {
         heads: 9,
@@ -97,6 +98,8 @@ fn bench_attention(rng: &mut Lcg) {
     let mut rand =
         |n: usize| -> Vec<f32> { (0..n).map(|_| rng.next() as f32 / 2e9 - 1.0).collect() };
     let (k, v) = (rand(cache_len), rand(cache_len));
+    let to_f16 = |x: &[f32]| -> Vec<f16> { x.iter().map(|&f| f16::from_f32(f)).collect() };
+    let (k16, v16) = (to_f16(&k), to_f16(&v));
     let tables: Vec<Vec<u32>> = (0..seqs_n)
         .map(|s| (0..per_seq).map(|b| (b * seqs_n + s) as u32).collect())
         .collect();
@@ -120,14 +123,21 @@ paged attention, heads 9/3 x 64, block 16 (per layer; x30 for a forward):"
             .collect();
         let q = rand(n_seqs * n_tokens * g.heads * g.head_dim);
         let mut out = vec![0f32; q.len()];
-        let (wall, cpu) = time(|| {
-            paged_attention(&g, &q, &k, &v, &seqs, &mut out).expect("valid tables");
-        });
-        println!(
-            "  {name:<32} wall {:>8.1}us  cpu {:>8.1}us",
-            wall * 1e6,
-            cpu * 1e6
-        );
+        for round in 0..2 {
+            let (wall32, cpu32) = time(|| {
+                paged_attention(&g, &q, &k, &v, &seqs, &mut out).expect("valid tables");
+            });
+            let (wall16, cpu16) = time(|| {
+                paged_attention(&g, &q, &k16, &v16, &seqs, &mut out).expect("valid tables");
+            });
+            println!(
+                "  {name:<32} [{round}] f32 KV wall {:>8.1}us cpu {:>8.1}us | f16 KV wall {:>8.1}us cpu {:>8.1}us",
+                wall32 * 1e6,
+                cpu32 * 1e6,
+                wall16 * 1e6,
+                cpu16 * 1e6
+            );
+        }
     }
 }
 

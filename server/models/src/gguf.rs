@@ -31,6 +31,8 @@ pub struct GgufSource {
     unpermute: Option<(usize, usize)>,
     /// Use ferrox-kernels for the types they cover (on CPU).
     packed: bool,
+    /// Hold weights as on this device kind, whatever device they land on.
+    hold_as: Option<DeviceKind>,
 }
 
 struct Raw {
@@ -60,6 +62,7 @@ impl GgufSource {
             file_size,
             unpermute: None,
             packed: true,
+            hold_as: None,
         })
     }
 
@@ -67,6 +70,16 @@ impl GgufSource {
     /// `QMatMul` otherwise) instead of ferrox-kernels: a reference for tests.
     pub fn set_packed_kernels(&mut self, on: bool) {
         self.packed = on;
+    }
+
+    /// Holds the weights as they are held on `kind` (another device's path,
+    /// run on this one).
+    pub fn hold_as(&mut self, kind: DeviceKind) {
+        self.hold_as = Some(kind);
+    }
+
+    fn kind(&self, device: &Device) -> DeviceKind {
+        self.hold_as.unwrap_or_else(|| device_kind(device))
     }
 
     /// The metadata key/values.
@@ -159,7 +172,7 @@ impl GgufSource {
     }
 
     fn linear(&self, raw: Raw, device: &Device) -> Result<Linear> {
-        match holding::gguf(Role::Matrix, raw.dtype, device_kind(device)) {
+        match holding::gguf(Role::Matrix, raw.dtype, self.kind(device)) {
             Held::Float(dtype) => Ok(Linear::Dense(self.dense(raw, dtype, device)?)),
             // Packed types land here only with the kernels switched off.
             Held::Packed(_) | Held::Quantized => {
@@ -232,7 +245,7 @@ impl WeightSource for GgufSource {
         let same_type = raws.iter().all(|r| r.dtype == raws[0].dtype);
         if let (Some(ty), true) = (
             kernel_type(raws[0].dtype),
-            device.is_cpu() && self.packed && same_type,
+            self.kind(device) == DeviceKind::Cpu && self.packed && same_type,
         ) {
             let rows = parts.iter().map(|p| p.1).sum();
             let bytes: Vec<u8> = raws.into_iter().flat_map(|r| r.bytes).collect();
@@ -259,7 +272,7 @@ impl WeightSource for GgufSource {
     ) -> Result<Embedding> {
         let raw = self.raw(name)?;
         check_shape(name, &raw.dims, &[vocab, hidden])?;
-        match holding::gguf(Role::Embedding, raw.dtype, device_kind(device)) {
+        match holding::gguf(Role::Embedding, raw.dtype, self.kind(device)) {
             Held::Packed(ty) if self.packed => {
                 let m = QMatrix::new(ty, vocab, hidden, raw.bytes)?;
                 Ok(Embedding::Packed(Arc::new(m)))

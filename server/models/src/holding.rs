@@ -110,11 +110,13 @@ pub fn gguf(role: Role, dtype: GgmlDType, device: DeviceKind) -> Held {
     }
 }
 
-/// The dtype a safetensors tensor stored as `stored` is held in on `device`.
-pub fn safetensors(stored: DType, device: DeviceKind) -> DType {
-    match device {
-        DeviceKind::Cpu => DType::F32,
-        DeviceKind::Cuda => stored,
+/// The dtype a safetensors tensor stored as `stored` is held in on `device`:
+/// matrices in the dtype the device computes them in, vectors (norms, biases)
+/// in f32, the residual stream's dtype.
+pub fn safetensors(role: Role, stored: DType, device: DeviceKind) -> DType {
+    match (role, device) {
+        (Role::Vector, _) | (_, DeviceKind::Cpu) => DType::F32,
+        (_, DeviceKind::Cuda) => stored,
     }
 }
 
@@ -172,8 +174,10 @@ mod tests {
                 "{role:?} {dtype:?} {device}"
             );
         }
-        assert_eq!(safetensors(DType::BF16, Cpu), DType::F32);
-        assert_eq!(safetensors(DType::BF16, Cuda), DType::BF16);
+        assert_eq!(safetensors(Role::Matrix, DType::BF16, Cpu), DType::F32);
+        assert_eq!(safetensors(Role::Matrix, DType::BF16, Cuda), DType::BF16);
+        assert_eq!(safetensors(Role::Embedding, DType::F16, Cuda), DType::F16);
+        assert_eq!(safetensors(Role::Vector, DType::BF16, Cuda), DType::F32);
     }
 
     #[test]

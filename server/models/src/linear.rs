@@ -31,6 +31,12 @@ impl Linear {
         match self {
             Linear::Packed(w) => Ok(x.contiguous()?.apply_op1_no_bwd(&PackedMatmul(w.clone()))?),
             Linear::Quant(w) => Ok(x.apply(w)?),
+            // Half weights (a GPU's): the matmul in their dtype, the
+            // residual stream kept in the caller's.
+            Linear::Dense(w) if w.dtype() != x.dtype() => Ok(x
+                .to_dtype(w.dtype())?
+                .matmul(&w.t()?)?
+                .to_dtype(x.dtype())?),
             Linear::Dense(w) => Ok(x.matmul(&w.t()?)?),
         }
     }

@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::config::{HfConfig, ModelConfig};
 use crate::error::{Error, Result};
 use crate::gguf::GgufSource;
+use crate::holding::device_kind;
 use crate::llama::Llama;
 use crate::safetensors::{self as st, SafetensorsSource, safetensors_files};
 use crate::text::TextModel;
@@ -191,15 +192,22 @@ impl Source {
 
     /// Reads the weights and builds the decoder on `device`.
     pub fn decoder(&mut self, device: &Device) -> Result<Llama> {
+        self.decoder_held_as(device, device_kind(device))
+    }
+
+    /// The decoder on `device` with its weights held as on `kind`: a GPU's
+    /// half and quantized weights run on the CPU, to test that path here.
+    pub fn decoder_held_as(&mut self, device: &Device, kind: DeviceKind) -> Result<Llama> {
         match self {
             Source::Gguf(g) => {
                 let config = g.config()?;
+                g.hold_as(kind);
                 build_llama(g.as_mut(), config, device)
             }
             Source::Dir {
                 dir, config, tied, ..
             } => {
-                let mut src = SafetensorsSource::open(dir, device)?;
+                let mut src = SafetensorsSource::open_as(dir, kind)?;
                 if !*tied && !src.has("output.weight") {
                     return Err(Error::MissingTensor("lm_head.weight".into()));
                 }

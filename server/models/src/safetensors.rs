@@ -7,7 +7,7 @@ use candle_core::{DType, Device, Tensor};
 use ferrox_plan::DeviceKind;
 
 use crate::error::{Error, Result};
-use crate::holding::{self, device_kind};
+use crate::holding::{self, Role, device_kind};
 use crate::linear::{Embedding, Linear};
 use crate::llama::Projection;
 use crate::weights::{WeightSource, check_shape};
@@ -40,11 +40,20 @@ fn map(dir: &Path) -> Result<(Vec<PathBuf>, MmapedSafetensors)> {
 /// Bytes the weights of `dir` take as held on `device`.
 pub fn weight_bytes(dir: &Path, device: DeviceKind) -> Result<u64> {
     let (files, mapped) = map(dir)?;
-    let mut total = 0;
+    let mut total = 0u64;
     for (_, view) in mapped.tensors() {
         let stored = DType::try_from(view.dtype()).map_err(|e| corrupt(&files, e))?;
-        let elems: usize = view.shape().iter().product();
-        total += (elems * holding::safetensors(stored, device).size_in_bytes()) as u64;
+        let role = Role::of("", view.shape().len());
+        let held = holding::safetensors(role, stored, device);
+        let bytes = holding::elem_count(view.shape())
+            .and_then(|n| n.checked_mul(held.size_in_bytes()))
+            .ok_or_else(|| {
+                corrupt(
+                    &files,
+                    candle_core::Error::Msg("a tensor's size overflows".into()),
+                )
+            })?;
+        total = total.saturating_add(bytes as u64);
     }
     Ok(total)
 }
@@ -52,10 +61,15 @@ pub fn weight_bytes(dir: &Path, device: DeviceKind) -> Result<u64> {
 impl SafetensorsSource {
     /// Maps every `*.safetensors` file in `dir`, for a decoder on `device`.
     pub fn open(dir: &Path, device: &Device) -> Result<Self> {
+        Self::open_as(dir, device_kind(device))
+    }
+
+    /// Maps `dir`, holding the weights as they are held on `kind`.
+    pub fn open_as(dir: &Path, kind: DeviceKind) -> Result<Self> {
         let (_, files) = map(dir)?;
         Ok(SafetensorsSource {
             files,
-            device: device_kind(device),
+            device: kind,
         })
     }
 
@@ -71,7 +85,8 @@ impl SafetensorsSource {
                 path: name,
                 message: format!("unreadable tensor: {e}"),
             })?;
-        Ok(t.to_dtype(holding::safetensors(t.dtype(), self.device))?)
+        let role = Role::of("", t.rank());
+        Ok(t.to_dtype(holding::safetensors(role, t.dtype(), self.device))?)
     }
 
     fn matrix(&self, gguf_name: &str, rows: usize, cols: usize, device: &Device) -> Result<Tensor> {

@@ -2,6 +2,7 @@
 //! default model against its reference output.
 
 mod corrupt;
+mod gpu_holding;
 mod helpers;
 mod prefix_cache;
 mod real_model;

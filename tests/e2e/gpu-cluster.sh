@@ -74,6 +74,9 @@ ETCD_PORT=43791; API_PORT=46443; KCM_PORT=46257; SCHED_PORT=46259; KWOK_PORT=462
   --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" --listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
   >"$WORK/etcd.log" 2>&1 &
 PIDS+=($!)
+# The API server gives up on an etcd that is slow to start (a loaded
+# machine): start it once etcd answers.
+for _ in $(seq 120); do curl -sf "http://127.0.0.1:$ETCD_PORT/health" >/dev/null && break; sleep 0.5; done
 openssl genrsa -out "$WORK/sa.key" 2048 2>/dev/null
 TOKEN="ferrox-gpu-$(date +%s)-$RANDOM"
 echo "$TOKEN,admin,admin,system:masters" >"$WORK/tokens.csv"

@@ -2,6 +2,7 @@
 the server (nvidia-smi; the process's RSS in a --cpu dry run), during and
 after the bench, and the KV pool back to no reserved block."""
 
+import os
 import subprocess
 import threading
 import time
@@ -26,6 +27,14 @@ def device_used(cpu: bool) -> int:
     return 0 if cpu else int(_smi("gpu=memory.used")[0][0]) * MIB
 
 
+def machine(cpu: bool) -> str:
+    """The device as nvidia-smi names it (the CPU count in a dry run)."""
+    if cpu:
+        return f"CPU only (dry run), {os.cpu_count()} cores"
+    rows = _smi("gpu=name,driver_version,memory.total,memory.used")
+    return "; ".join(f"{n}, driver {d}, {t} MiB ({u} MiB in use)" for n, d, t, u in rows)
+
+
 def process_used(pid: int, cpu: bool, before: int) -> tuple:
     """(bytes, how measured) the process `pid` holds on the device: its own
     row of nvidia-smi, else (a sandbox may hide its pid) the GPU's use less
@@ -37,7 +46,7 @@ def process_used(pid: int, cpu: bool, before: int) -> tuple:
                     return int(line.split()[1]) * 1024, "VmRSS"
         raise RuntimeError(f"no VmRSS for {pid}")
     for row in _smi("compute-apps=pid,used_memory"):
-        if row[0] == str(pid):
+        if row[0] == str(pid) and row[1].isdigit():
             return int(row[1]) * MIB, "nvidia-smi, its pid"
     return device_used(cpu) - before, "nvidia-smi, GPU use less before start"
 

@@ -1,6 +1,7 @@
 """The device check's one table: a row per figure or check, with its verdict."""
 
 import dataclasses
+import textwrap
 
 PASS, FAIL, INFO = "pass", "FAIL", "-"
 
@@ -30,13 +31,19 @@ class Report:
     def failed(self) -> bool:
         return any(r.verdict == FAIL for r in self.rows)
 
-    def render(self) -> str:
+    def render(self, figure_width: int = 100) -> str:
         head = ("section", "check", "figure", "verdict")
         cells = [head] + [(r.section, r.what, r.figure, r.verdict) for r in self.rows]
-        widths = [max(len(c[i]) for c in cells) for i in range(3)]
+        widths = [max(len(c[i]) for c in cells) for i in range(2)]
+        widths.append(min(figure_width, max(len(c[2]) for c in cells)))
         lines = [self.title, ""]
         for i, c in enumerate(cells):
-            lines.append("  ".join(c[j].ljust(widths[j]) for j in range(3)) + "  " + c[3])
+            # A long figure wraps within its column; the verdict stays on the first line.
+            parts = textwrap.wrap(c[2], widths[2]) or [""]
+            lines.append("  ".join(c[j].ljust(widths[j]) for j in range(2)) + "  "
+                         + parts[0].ljust(widths[2]) + "  " + c[3])
+            pad = " " * (widths[0] + widths[1] + 4)
+            lines += [pad + p for p in parts[1:]]
             if i == 0:
                 lines.append("  ".join("-" * w for w in widths) + "  -------")
         failed = sum(r.verdict == FAIL for r in self.rows)

@@ -167,7 +167,8 @@ pub struct ModelCacheSpec {
 }
 
 /// The model's shape facts (the `ferrox-server inspect --json` fields that matter).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[x_kube(validation = Rule::new("!has(self.kvDtype) || self.kvDtype != 'fp8'").message("geometry.kvDtype fp8 is not served by ferrox-server yet: use f32, f16 or bf16"))]
 #[serde(rename_all = "camelCase")]
 pub struct GeometrySpec {
     /// Decoder layers.

@@ -43,6 +43,13 @@ struct Shared {
         default_value = "ferrox-server:0.1.0"
     )]
     default_image: String,
+    /// ferrox-server image (a CUDA build) used when a spec with accelerators names none.
+    #[arg(
+        long,
+        env = "FERROX_SERVER_CUDA_IMAGE",
+        default_value = "ferrox-server:0.1.0-cuda"
+    )]
+    cuda_image: String,
     /// Prometheus address for KEDA triggers.
     #[arg(
         long,
@@ -95,6 +102,7 @@ impl Shared {
     fn config(&self) -> DesiredConfig {
         DesiredConfig {
             default_image: self.default_image.clone(),
+            cuda_image: self.cuda_image.clone(),
             prometheus_address: self.prometheus_address.clone(),
         }
     }

@@ -25,6 +25,8 @@ pub struct Planned {
     pub memory: Memory,
     /// The device it was planned for.
     pub device: DeviceKind,
+    /// The KV dtype it was planned with (the server is told the same).
+    pub kv_dtype: KvDtype,
     /// The pod's memory request (CPU: also its limit), whole MiB.
     pub pod_memory_bytes: u64,
     /// Tokens per request `max_seqs` was counted for.
@@ -149,6 +151,7 @@ pub fn planned(
         plan,
         memory,
         device,
+        kv_dtype: geometry.kv_dtype,
         pod_memory_bytes,
         typical_seq_len,
     })

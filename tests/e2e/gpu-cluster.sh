@@ -68,7 +68,9 @@ jp() { kubectl get "$1" -o jsonpath="$2"; }
 cond() { jp "md/$1" "{.status.conditions[?(@.type==\"$2\")].$3}"; }
 
 # Ports apart from the other control-plane tests', so all can run on one machine.
-ETCD_PORT=43791; API_PORT=46443; KCM_PORT=46257; SCHED_PORT=46259; KWOK_PORT=46280; OP_PORT=48080
+# Below the ephemeral range (32768+), where a busy machine's outgoing
+# connections would take them.
+ETCD_PORT=14379; API_PORT=14443; KCM_PORT=14257; SCHED_PORT=14259; KWOK_PORT=14280; OP_PORT=14080
 
 "$CACHE/bin/etcd" --data-dir "$WORK/etcd" --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
   --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" --listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \

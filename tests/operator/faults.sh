@@ -58,7 +58,9 @@ fail() {
 ok() { echo "ok - $*"; pass=$((pass + 1)); }
 wait_for() { for _ in $(seq "${2:-60}"); do eval "$1" >/dev/null 2>&1 && return 0; sleep 1; done; return 1; }
 
-ETCD_PORT=43791; API_PORT=46443; KCM_PORT=46257; PROXY_PORT=46480
+# Below the ephemeral range (32768+), where a busy machine's outgoing
+# connections would take them.
+ETCD_PORT=13379; API_PORT=13443; KCM_PORT=13257; PROXY_PORT=13480
 
 "$CACHE/bin/etcd" --data-dir "$WORK/etcd" --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
   --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" --listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
@@ -116,9 +118,9 @@ planned() { [ "$(kubectl get md "$1" -o jsonpath='{.status.conditions[?(@.type==
 rs_count() { kubectl get rs -l "app.kubernetes.io/instance=$1" -o name | wc -l; }
 
 # --- 1. leader failover mid-reconcile ---------------------------------------
-operator op-a 48081; A_PID=$LAST_PID
+operator op-a 13081; A_PID=$LAST_PID
 wait_for '[ "$(holder)" = op-a ]' 60 || fail "op-a did not take the Lease"
-operator op-b 48082; B_PID=$LAST_PID
+operator op-b 13082; B_PID=$LAST_PID
 sleep 6
 [ "$(holder)" = op-a ] || fail "op-b took a held Lease"
 for i in 1 2 3 4 5; do md "md-$i"; echo "---"; done | kubectl apply -f - >/dev/null
@@ -140,7 +142,7 @@ for i in 1 2 3 4 5; do
   [ "$owners" = "md-$i" ] || fail "md-$i's Deployment owners: $owners"
   [ "$(rs_count "md-$i")" = 1 ] || fail "md-$i rolled out twice: $(rs_count "md-$i") ReplicaSets"
 done
-curl -sf http://127.0.0.1:48082/metrics | grep -q '^ferrox_operator_leader 1' || fail "op-b metrics: not leader"
+curl -sf http://127.0.0.1:13082/metrics | grep -q '^ferrox_operator_leader 1' || fail "op-b metrics: not leader"
 ok "leader SIGKILLed mid-reconcile: op-b took the Lease in ${took}s (lease ${LEASE_SECONDS}s), 5/5 planned, one Deployment and one ReplicaSet each, none changed twice"
 
 # --- 2. API server restarted mid-reconcile ----------------------------------
@@ -170,14 +172,14 @@ python3 tests/operator/fault_proxy.py "$PROXY_PORT" "https://127.0.0.1:$API_PORT
 PIDS+=($!)
 kubeconfig "$WORK/proxied.kubeconfig" "http://127.0.0.1:$PROXY_PORT"
 wait_for "curl -s -o /dev/null http://127.0.0.1:$PROXY_PORT/readyz" 20 || fail "proxy not up"
-KUBECONFIG="$WORK/proxied.kubeconfig" operator op-c 48083 --no-leader-election; C_PID=$LAST_PID
+KUBECONFIG="$WORK/proxied.kubeconfig" operator op-c 13083 --no-leader-election; C_PID=$LAST_PID
 md md-409 | kubectl apply -f - >/dev/null
 wait_for "kubectl get deployment md-409" 60 || fail "md-409 never got its Deployment after the 409"
 wait_for "planned md-409" 30 || fail "md-409 not planned"
 grep -q "deployments/md-409?.* -> 409 injected" "$WORK/proxy.log" || fail "no 409 was injected"
 patches="$(grep -c "PATCH /apis/apps/v1/namespaces/default/deployments/md-409?" "$WORK/proxy.log")"
 (( patches >= 2 )) || fail "the apply was not retried ($patches PATCHes)"
-errors="$(curl -sf http://127.0.0.1:48083/metrics | sed -n 's/^ferrox_operator_reconcile_errors_total //p')"
+errors="$(curl -sf http://127.0.0.1:13083/metrics | sed -n 's/^ferrox_operator_reconcile_errors_total //p')"
 (( errors >= 1 )) || fail "the 409 was not counted as a failed reconcile"
 ok "409 on apply: counted ($errors failed reconcile), retried with backoff ($patches PATCHes), Deployment applied"
 # Another writer changes our fields with an update: the owned-object watch

@@ -34,3 +34,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- define "ferrox.serverImage" -}}
 {{- default (printf "ghcr.io/ferrox/ferrox-server:%s" .Chart.AppVersion) .Values.serverImage -}}
 {{- end -}}
+
+{{- define "ferrox.serverImageCuda" -}}
+{{- default (printf "ghcr.io/ferrox/ferrox-server:%s-cuda" .Chart.AppVersion) .Values.serverImageCuda -}}
+{{- end -}}

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use ferrox_plan::DeviceKind;
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
@@ -126,12 +127,22 @@ fn server_container(
     }
 }
 
-/// The ferrox-server image for `md`.
+/// `--device` for pods planned for `device`.
+fn device_arg(device: DeviceKind) -> &'static str {
+    match device {
+        DeviceKind::Cpu => "cpu",
+        DeviceKind::Cuda => "cuda",
+    }
+}
+
+/// The ferrox-server image for `md`: the spec's, else the operator's CUDA
+/// image for a spec with accelerators, else its CPU image.
 pub fn image(md: &ModelDeployment, config: &DesiredConfig) -> String {
-    md.spec
-        .image
-        .clone()
-        .unwrap_or_else(|| config.default_image.clone())
+    let default = match md.spec.accelerator {
+        Some(_) => &config.cuda_image,
+        None => &config.default_image,
+    };
+    md.spec.image.clone().unwrap_or_else(|| default.clone())
 }
 
 /// The model name clients send: `spec.model.servedName`, else `metadata.name`.
@@ -167,6 +178,12 @@ pub fn server_args(md: &ModelDeployment, planned: &Planned, source: &ModelSource
         plan.max_model_len.to_string(),
         "--drain-timeout".into(),
         spec.engine.drain_timeout_seconds.to_string(),
+        // The device and KV dtype the plan is for: a GPU pod that cannot see
+        // its GPU fails loudly instead of serving on the CPU.
+        "--device".into(),
+        device_arg(planned.device).into(),
+        "--kv-dtype".into(),
+        planned.kv_dtype.name().into(),
     ];
     let optional = [
         ("--prefill-chunk", spec.engine.prefill_chunk),
@@ -394,6 +411,40 @@ mod tests {
         args.iter()
             .position(|a| a == name)
             .map(|i| args[i + 1].as_str())
+    }
+
+    #[test]
+    fn the_device_decides_image_device_flag_and_kv_dtype() {
+        let defaults = DesiredConfig::default();
+        let mut own = cpu_spec("2Gi");
+        own.image = Some("mine:1".into());
+        // (spec, image, --device, --kv-dtype): the geometry fixtures' KV
+        // dtype (bf16 for the 8B, f32 for SmolLM2) is what the plan counted,
+        // and what the server is told.
+        let cases = [
+            (
+                gpu_spec(1, "80Gi"),
+                defaults.cuda_image.as_str(),
+                "cuda",
+                "bf16",
+            ),
+            (
+                cpu_spec("2Gi"),
+                defaults.default_image.as_str(),
+                "cpu",
+                "f32",
+            ),
+            (own, "mine:1", "cpu", "f32"),
+        ];
+        for (spec, image, device, kv) in cases {
+            let (d, planned) = render(spec);
+            let c = &pod(&d).containers[0];
+            let args = c.args.clone().unwrap();
+            assert_eq!(c.image.as_deref(), Some(image));
+            assert_eq!(flag(&args, "--device"), Some(device));
+            assert_eq!(flag(&args, "--kv-dtype"), Some(kv));
+            assert_eq!(planned.kv_dtype.name(), kv);
+        }
     }
 
     #[test]

@@ -34,6 +34,8 @@ pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
 pub struct DesiredConfig {
     /// ferrox-server image when the spec names none.
     pub default_image: String,
+    /// The same for specs with accelerators (a `--features cuda` build).
+    pub cuda_image: String,
     /// Prometheus the KEDA trigger queries.
     pub prometheus_address: String,
 }
@@ -42,6 +44,7 @@ impl Default for DesiredConfig {
     fn default() -> Self {
         DesiredConfig {
             default_image: "ferrox-server:0.1.0".into(),
+            cuda_image: "ferrox-server:0.1.0-cuda".into(),
             prometheus_address: "http://prometheus.monitoring.svc:9090".into(),
         }
     }

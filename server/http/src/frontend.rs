@@ -2,15 +2,19 @@
 //! template, detokenizer and end tokens. A trait, so the handlers can be
 //! tested without a model.
 
+use ferrox_core::{ChatMessage, RenderOptions};
 use ferrox_engine::TokenText;
 
 /// The model's text side.
 pub trait Frontend: Send + Sync + 'static {
     /// Tokenizes `text`.
     fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>, String>;
-    /// Renders `(role, content)` messages with the model's chat template,
-    /// ending with the assistant's turn.
-    fn render_chat(&self, messages: &[(String, String)]) -> Result<String, String>;
+    /// Renders `messages` with the model's chat template.
+    fn render_chat(
+        &self,
+        messages: &[ChatMessage],
+        options: &RenderOptions<'_>,
+    ) -> Result<String, String>;
     /// A fresh incremental detokenizer for one request.
     fn detokenizer(&self) -> Box<dyn TokenText>;
     /// The text of one token, for logprobs.

@@ -2,9 +2,11 @@
 //! server over the continuous-batching worker.
 
 mod auth;
+mod chat_request;
 mod config;
 mod edge;
 mod error;
+mod fields;
 #[cfg(test)]
 mod fixtures;
 mod frontend;

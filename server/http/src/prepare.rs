@@ -1,11 +1,13 @@
 //! Turns a parsed OpenAI request into the engine's `GenerationRequest`:
 //! tokenize or template the prompt, settle max_tokens, map the knobs.
 
+use ferrox_core::RenderOptions;
 use ferrox_engine::GenerationRequest;
 
+use crate::chat_request::ChatRequest;
 use crate::error::ApiError;
 use crate::frontend::Frontend;
-use crate::request::{ChatRequest, CompletionRequest, Knobs, Prompt};
+use crate::request::{CompletionRequest, Knobs, Prompt};
 use crate::response::Kind;
 
 /// OpenAI's default `max_tokens` for `/v1/completions`.
@@ -25,8 +27,33 @@ pub struct Prepared {
     pub logprobs: bool,
 }
 
+/// What preparing a request needs to know about the server.
+#[derive(Debug, Clone)]
+pub struct PrepareConfig {
+    /// The served model's name; a request naming another is refused.
+    pub model_name: String,
+    /// The engine's longest sequence.
+    pub max_model_len: usize,
+    /// `max_tokens` of a chat request that sets none, before the cap.
+    pub default_max_tokens: usize,
+}
+
+impl PrepareConfig {
+    fn check_model(&self, asked: Option<&str>) -> Result<(), ApiError> {
+        match asked {
+            Some(m) if m != self.model_name => Err(ApiError::UnknownModel(m.to_string())),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Prepares a `/v1/completions` request.
-pub fn completion(r: CompletionRequest, f: &dyn Frontend) -> Result<Prepared, ApiError> {
+pub fn completion(
+    r: CompletionRequest,
+    f: &dyn Frontend,
+    c: &PrepareConfig,
+) -> Result<Prepared, ApiError> {
+    c.check_model(r.knobs.model.as_deref())?;
     r.check_supported()?;
     let prompt = match r.prompt {
         Prompt::Text(t) => f.encode(&t, true).map_err(ApiError::Prompt)?,
@@ -59,29 +86,41 @@ pub fn completion(r: CompletionRequest, f: &dyn Frontend) -> Result<Prepared, Ap
 
 /// Prepares a `/v1/chat/completions` request; one without `max_tokens`
 /// gets `default_max_tokens`, capped by what `max_model_len` leaves.
-pub fn chat(
-    r: ChatRequest,
-    f: &dyn Frontend,
-    max_model_len: usize,
-    default_max_tokens: usize,
-) -> Result<Prepared, ApiError> {
+pub fn chat(r: ChatRequest, f: &dyn Frontend, c: &PrepareConfig) -> Result<Prepared, ApiError> {
+    c.check_model(r.knobs.model.as_deref())?;
     r.check_supported()?;
-    let messages = r
-        .messages
-        .iter()
-        .map(|m| Ok((m.role.clone(), m.text()?)))
-        .collect::<Result<Vec<_>, ApiError>>()?;
-    let text = f.render_chat(&messages).map_err(ApiError::Prompt)?;
-    let prompt = f.encode(&text, false).map_err(ApiError::Prompt)?;
+    let options = RenderOptions {
+        add_generation_prompt: true,
+        tools: r.template_tools(),
+    };
+    let prompt = chat_prompt(&r.messages, &options, f)?;
     // Not vLLM's rest of the context: admission reserves prompt + max_tokens
     // for the request's whole life, so that default would let a couple of
     // requests fill the pool.
-    let left = max_model_len.saturating_sub(prompt.len()).max(1);
+    let left = c.max_model_len.saturating_sub(prompt.len()).max(1);
     let max_tokens = r
         .max_tokens()
-        .map_or(default_max_tokens.clamp(1, left), clamp);
+        .map_or(c.default_max_tokens.clamp(1, left), clamp);
     let logprobs = (r.logprobs == Some(true)).then(|| r.top_logprobs.unwrap_or(0) as usize);
     Ok(build(prompt, max_tokens, logprobs, &r.knobs, f, Kind::Chat))
+}
+
+/// The conversation rendered with the chat template and tokenized (the
+/// template writes its own special tokens).
+pub fn chat_prompt(
+    messages: &[crate::chat_request::Message],
+    options: &RenderOptions<'_>,
+    f: &dyn Frontend,
+) -> Result<Vec<u32>, ApiError> {
+    let messages = messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| m.for_template(i))
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    let text = f
+        .render_chat(&messages, options)
+        .map_err(ApiError::Prompt)?;
+    f.encode(&text, false).map_err(ApiError::Prompt)
 }
 
 fn clamp(n: u64) -> usize {
@@ -113,3 +152,6 @@ fn build(
         logprobs: logprobs.is_some(),
     }
 }
+
+#[cfg(test)]
+mod tests;

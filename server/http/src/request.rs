@@ -1,65 +1,15 @@
-//! OpenAI request bodies, parsed strictly: an unknown field or an unsupported
-//! value is a 400 that names it, never silently ignored.
+//! OpenAI request bodies, parsed strictly (see [`crate::fields`]): an
+//! unsupported value is a 400 that names it, never silently ignored.
 
 use std::hash::{BuildHasher, RandomState};
 
 use ferrox_engine::SamplingParams;
-use serde::Deserialize;
-use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
 
-/// Fields both endpoints accept, OpenAI's and vLLM's extras.
-pub const COMMON_FIELDS: [&str; 20] = [
-    "model",
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "n",
-    "stream",
-    "stream_options",
-    "stop",
-    "presence_penalty",
-    "frequency_penalty",
-    "seed",
-    "user",
-    "logit_bias",
-    "ignore_eos",
-    "top_k",
-    "min_p",
-    "repetition_penalty",
-    "stop_token_ids",
-    "logprobs",
-    "skip_special_tokens",
-];
-/// Fields only `/v1/completions` accepts.
-pub const COMPLETION_FIELDS: [&str; 4] = ["prompt", "echo", "best_of", "suffix"];
-/// Fields only `/v1/chat/completions` accepts.
-pub const CHAT_FIELDS: [&str; 4] = [
-    "messages",
-    "max_completion_tokens",
-    "top_logprobs",
-    "response_format",
-];
-
-/// Parses `body` as a JSON object with only `COMMON_FIELDS` and `extra` keys.
-pub fn parse<T: DeserializeOwned>(body: &[u8], extra: &[&str]) -> Result<T, ApiError> {
-    let value: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| ApiError::BadJson(e.to_string()))?;
-    let Some(object) = value.as_object() else {
-        return Err(ApiError::BadJson("the body must be a JSON object".into()));
-    };
-    if let Some(key) = object
-        .keys()
-        .find(|k| !COMMON_FIELDS.contains(&k.as_str()) && !extra.contains(&k.as_str()))
-    {
-        return Err(ApiError::invalid(key, format!("unsupported field `{key}`")));
-    }
-    serde_json::from_value(value).map_err(|e| ApiError::BadJson(e.to_string()))
-}
-
 /// `stop`: one string or several.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum Stop {
     /// One stop string.
@@ -69,7 +19,7 @@ pub enum Stop {
 }
 
 /// `stream_options`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct StreamOptions {
     /// Send a final chunk with usage.
@@ -78,7 +28,7 @@ pub struct StreamOptions {
 }
 
 /// The sampling and stopping knobs both endpoints share.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 pub struct Knobs {
     /// The model asked for.
     pub model: Option<String>,
@@ -102,9 +52,6 @@ pub struct Knobs {
     pub frequency_penalty: Option<f32>,
     /// RNG seed.
     pub seed: Option<i64>,
-    /// End-user id; accepted and not used.
-    #[serde(rename = "user")]
-    pub _user: Option<String>,
     /// Only an empty map is accepted.
     pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
     /// Run past the model's end tokens (vLLM extra).
@@ -136,7 +83,7 @@ impl Knobs {
         if self.skip_special_tokens == Some(false) {
             return Err(ApiError::invalid(
                 "skip_special_tokens",
-                "only true is supported",
+                "skip_special_tokens: only true is supported",
             ));
         }
         if self.top_k.is_some_and(|k| k < -1) {
@@ -195,7 +142,7 @@ impl Knobs {
 }
 
 /// `prompt`: text or token ids; one prompt only.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum Prompt {
     /// Text.
@@ -208,8 +155,14 @@ pub enum Prompt {
     TokenBatches(Vec<Vec<u32>>),
 }
 
+impl Default for Prompt {
+    fn default() -> Self {
+        Prompt::Text(String::new())
+    }
+}
+
 /// `POST /v1/completions`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 pub struct CompletionRequest {
     /// The prompt.
     pub prompt: Prompt,
@@ -246,120 +199,13 @@ impl CompletionRequest {
     }
 }
 
-/// Message content: a string or text parts.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub enum Content {
-    /// Plain text.
-    Text(String),
-    /// Parts; only `{"type": "text"}` ones.
-    Parts(Vec<ContentPart>),
-}
-
-/// One content part.
-#[derive(Debug, Clone, Deserialize)]
-pub struct ContentPart {
-    /// Must be "text".
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// The text.
-    pub text: Option<String>,
-}
-
-/// One chat message.
-#[derive(Debug, Clone, Deserialize)]
-pub struct Message {
-    /// system, user, assistant...
-    pub role: String,
-    /// The content; may be null for an assistant message.
-    pub content: Option<Content>,
-    /// Participant name; accepted and not used.
-    #[serde(rename = "name")]
-    pub _name: Option<String>,
-}
-
-impl Message {
-    /// The content as one string; non-text parts are refused.
-    pub fn text(&self) -> Result<String, ApiError> {
-        match &self.content {
-            None => Ok(String::new()),
-            Some(Content::Text(t)) => Ok(t.clone()),
-            Some(Content::Parts(parts)) => parts
-                .iter()
-                .map(|p| match (p.kind.as_str(), &p.text) {
-                    ("text", Some(t)) => Ok(t.as_str()),
-                    _ => Err(ApiError::invalid(
-                        "messages",
-                        "only text content parts are supported",
-                    )),
-                })
-                .collect(),
-        }
-    }
-}
-
-/// `POST /v1/chat/completions`.
-#[derive(Debug, Clone, Deserialize)]
-pub struct ChatRequest {
-    /// The conversation.
-    pub messages: Vec<Message>,
-    /// Newer name for `max_tokens`.
-    pub max_completion_tokens: Option<u64>,
-    /// Return logprobs.
-    pub logprobs: Option<bool>,
-    /// Alternatives per token.
-    pub top_logprobs: Option<u64>,
-    /// Only `{"type": "text"}`.
-    pub response_format: Option<serde_json::Value>,
-    /// The shared knobs.
-    #[serde(flatten)]
-    pub knobs: Knobs,
-}
-
-impl ChatRequest {
-    /// Refuses values this server does not implement.
-    pub fn check_supported(&self) -> Result<(), ApiError> {
-        self.knobs.check_supported()?;
-        if self.messages.is_empty() {
-            return Err(ApiError::invalid("messages", "messages must not be empty"));
-        }
-        if self
-            .response_format
-            .as_ref()
-            .is_some_and(|f| f.get("type").and_then(|t| t.as_str()) != Some("text"))
-        {
-            return Err(ApiError::invalid(
-                "response_format",
-                "only type \"text\" is supported",
-            ));
-        }
-        if self.top_logprobs.is_some() && self.logprobs != Some(true) {
-            return Err(ApiError::invalid(
-                "top_logprobs",
-                "top_logprobs needs logprobs: true",
-            ));
-        }
-        Ok(())
-    }
-
-    /// `max_completion_tokens`, else `max_tokens`.
-    pub fn max_tokens(&self) -> Option<u64> {
-        self.max_completion_tokens.or(self.knobs.max_tokens)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fields::{COMPLETION_FIELDS, parse};
 
     fn completion(body: &str) -> Result<CompletionRequest, ApiError> {
         let req: CompletionRequest = parse(body.as_bytes(), &COMPLETION_FIELDS)?;
-        req.check_supported()?;
-        Ok(req)
-    }
-
-    fn chat(body: &str) -> Result<ChatRequest, ApiError> {
-        let req: ChatRequest = parse(body.as_bytes(), &CHAT_FIELDS)?;
         req.check_supported()?;
         Ok(req)
     }
@@ -393,21 +239,6 @@ mod tests {
             let err = completion(body).unwrap_err().to_string();
             assert!(err.contains(want), "{body}: {err}");
         }
-        let chat_cases = [
-            (r#"{"messages": []}"#, "must not be empty"),
-            (
-                r#"{"messages": [{"role": "user", "content": "x"}], "tools": []}"#,
-                "`tools`",
-            ),
-            (
-                r#"{"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}"#,
-                "logprobs: true",
-            ),
-        ];
-        for (body, want) in chat_cases {
-            let err = chat(body).unwrap_err().to_string();
-            assert!(err.contains(want), "{body}: {err}");
-        }
     }
 
     #[test]
@@ -427,12 +258,5 @@ mod tests {
         );
         assert_eq!(req.knobs.stops(), vec!["x"]);
         assert!(req.knobs.streaming() && req.knobs.include_usage());
-        let chat = chat(
-            r#"{"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
-                "max_completion_tokens": 3, "logprobs": true, "top_logprobs": 1}"#,
-        )
-        .unwrap();
-        assert_eq!(chat.messages[0].text().unwrap(), "hi");
-        assert_eq!(chat.max_tokens(), Some(3));
     }
 }

@@ -14,9 +14,11 @@ use ferrox_engine::{Event, Liveness};
 use serde_json::json;
 
 use crate::auth;
+use crate::chat_request::ChatRequest;
 use crate::error::ApiError;
-use crate::prepare::{self, Prepared};
-use crate::request::{CHAT_FIELDS, COMPLETION_FIELDS, ChatRequest, CompletionRequest, parse};
+use crate::fields::{CHAT_FIELDS, COMPLETION_FIELDS, parse};
+use crate::prepare::{self, PrepareConfig, Prepared};
+use crate::request::CompletionRequest;
 use crate::response::{Envelope, Kind, Logprobs};
 use crate::state::{AppState, Loaded};
 use crate::stream;
@@ -46,11 +48,10 @@ pub fn router(state: AppState) -> Router {
 async fn completions(State(s): State<AppState>, body: Body) -> Response {
     let prepared = read_body(&s, body).await.map(|(loaded, bytes)| {
         let frontend = Arc::clone(&loaded.frontend);
-        let name = s.model_name().to_string();
+        let config = prepare_config(&s, loaded);
         off_thread(&s, move || {
             let r: CompletionRequest = parse(&bytes, &COMPLETION_FIELDS)?;
-            check_model(&name, r.knobs.model.as_deref())?;
-            prepare::completion(r, frontend.as_ref())
+            prepare::completion(r, frontend.as_ref(), &config)
         })
     });
     match prepared {
@@ -65,13 +66,10 @@ async fn completions(State(s): State<AppState>, body: Body) -> Response {
 async fn chat_completions(State(s): State<AppState>, body: Body) -> Response {
     let prepared = read_body(&s, body).await.map(|(loaded, bytes)| {
         let frontend = Arc::clone(&loaded.frontend);
-        let limit = loaded.engine.config().max_model_len;
-        let default = s.default_max_tokens();
-        let name = s.model_name().to_string();
+        let config = prepare_config(&s, loaded);
         off_thread(&s, move || {
             let r: ChatRequest = parse(&bytes, &CHAT_FIELDS)?;
-            check_model(&name, r.knobs.model.as_deref())?;
-            prepare::chat(r, frontend.as_ref(), limit, default)
+            prepare::chat(r, frontend.as_ref(), &config)
         })
     });
     match prepared {
@@ -132,10 +130,11 @@ async fn read_body(s: &AppState, body: Body) -> Result<(&Loaded, Bytes), ApiErro
     Ok((loaded, bytes))
 }
 
-fn check_model(served: &str, asked: Option<&str>) -> Result<(), ApiError> {
-    match asked {
-        Some(m) if m != served => Err(ApiError::UnknownModel(m.to_string())),
-        _ => Ok(()),
+fn prepare_config(s: &AppState, loaded: &Loaded) -> PrepareConfig {
+    PrepareConfig {
+        model_name: s.model_name().to_string(),
+        max_model_len: loaded.engine.config().max_model_len,
+        default_max_tokens: s.default_max_tokens(),
     }
 }
 

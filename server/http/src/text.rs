@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use ferrox_core::{ChatMessage, ChatTemplate, Detokenizer, Tokenizer};
+use ferrox_core::{ChatMessage, ChatTemplate, Detokenizer, RenderOptions, Tokenizer};
 use ferrox_engine::TokenText;
 
 use crate::frontend::Frontend;
@@ -57,16 +57,18 @@ impl Frontend for CoreFrontend {
             .map_err(|e| e.to_string())
     }
 
-    fn render_chat(&self, messages: &[(String, String)]) -> Result<String, String> {
+    fn render_chat(
+        &self,
+        messages: &[ChatMessage],
+        options: &RenderOptions<'_>,
+    ) -> Result<String, String> {
         let template = self
             .template
             .as_ref()
             .ok_or("this model has no chat template; use /v1/completions")?;
-        let messages: Vec<ChatMessage> = messages
-            .iter()
-            .map(|(role, content)| ChatMessage::new(role.as_str(), content.as_str()))
-            .collect();
-        template.render(&messages, true).map_err(|e| e.to_string())
+        template
+            .render_with(messages, options)
+            .map_err(|e| e.to_string())
     }
 
     fn detokenizer(&self) -> Box<dyn TokenText> {

@@ -61,3 +61,71 @@ def test_unsupported_parts_and_fields_are_400s_that_name_them(server):
     r = requests.post(server.url + "/v1/chat/completions",
                       json={"messages": HELLO, "guided_grammar": "x"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "guided_grammar"
+
+
+def test_n_choices_are_independent_and_seeded_per_choice(server):
+    c = server.client()
+    kw = dict(model=MODEL_NAME, prompt="Once upon a time", max_tokens=12, temperature=1.0,
+              seed=11, n=3, extra_body={"ignore_eos": True})
+    first = c.completions.create(**kw)
+    assert [ch.index for ch in first.choices] == [0, 1, 2]
+    texts = [ch.text for ch in first.choices]
+    assert len(set(texts)) > 1, texts
+    assert first.usage.completion_tokens == 36
+    # Reproducible per choice, and choice i is the single request seeded 11 + i.
+    assert [ch.text for ch in c.completions.create(**kw).choices] == texts
+    single = c.completions.create(**{**kw, "n": 1, "seed": 12})
+    assert single.choices[0].text == texts[1]
+    # Streamed, the SDK sees the same three choices.
+    streamed = ["", "", ""]
+    for chunk in c.completions.create(stream=True, **kw):
+        for ch in chunk.choices:
+            streamed[ch.index] += ch.text
+    assert streamed == texts
+    chat = c.chat.completions.create(model=MODEL_NAME, messages=HELLO, max_tokens=6, n=3,
+                                     temperature=0)
+    assert len({ch.message.content for ch in chat.choices}) == 1
+
+
+def test_echo_with_logprobs_is_what_lm_eval_reads(server):
+    """lm-eval's local-completions log-likelihood: echo + logprobs + max_tokens 1."""
+    c = server.client()
+    tok = requests.post(server.url + "/tokenize",
+                        json={"model": MODEL_NAME, "prompt": "The capital of France is Paris"})
+    ids = tok.json()["tokens"]
+    ctx = requests.post(server.url + "/tokenize",
+                        json={"model": MODEL_NAME, "prompt": "The capital of France is"})
+    ctxlen = len(ctx.json()["tokens"])
+    r = c.completions.create(model=MODEL_NAME, prompt=ids, max_tokens=1, temperature=0,
+                             echo=True, logprobs=1)
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(ids) + 1
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert all(x <= 0 for x in lp.token_logprobs[1:])
+    assert r.choices[0].text.startswith("The capital of France is Paris")
+    paris = sum(lp.token_logprobs[ctxlen:-1])
+    # The same continuation scored against a worse one.
+    worse = c.completions.create(
+        model=MODEL_NAME, prompt=ids[:ctxlen] + requests.post(
+            server.url + "/tokenize", json={"prompt": " banana", "add_special_tokens": False}
+        ).json()["tokens"], max_tokens=1, temperature=0, echo=True, logprobs=1)
+    banana = sum(worse.choices[0].logprobs.token_logprobs[ctxlen:-1])
+    assert paris > banana, (paris, banana)
+    # Each prompt entry's alternatives include the token itself (lm-eval's
+    # is_greedy compares against them).
+    for tok_lp, top in zip(lp.token_logprobs[1:-1], lp.top_logprobs[1:-1]):
+        assert max(top.values()) >= tok_lp
+
+
+def test_logit_bias_forces_a_token(server):
+    c = server.client()
+    ids = requests.post(server.url + "/tokenize",
+                        json={"prompt": " banana", "add_special_tokens": False}).json()["tokens"]
+    r = c.completions.create(model=MODEL_NAME, prompt="The sky is", max_tokens=3,
+                             temperature=0, logit_bias={str(ids[0]): 100})
+    assert r.choices[0].text.startswith(" banana" if len(ids) == 1 else r.choices[0].text)
+    detok = requests.post(server.url + "/detokenize", json={"tokens": [ids[0]] * 3}).json()
+    assert r.choices[0].text == detok["prompt"]
+    with pytest.raises(openai.BadRequestError) as e:
+        c.completions.create(model=MODEL_NAME, prompt="x", logit_bias={"1": 101})
+    assert e.value.body["param"] == "logit_bias"

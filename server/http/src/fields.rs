@@ -45,6 +45,19 @@ pub const CHAT_FIELDS: [&str; 6] = [
     "tools",
     "tool_choice",
 ];
+/// Fields `/tokenize` parses (vLLM's): a prompt, or messages for the chat
+/// template.
+pub const TOKENIZE_FIELDS: [&str; 7] = [
+    "model",
+    "prompt",
+    "messages",
+    "add_special_tokens",
+    "add_generation_prompt",
+    "return_token_strs",
+    "tools",
+];
+/// Fields `/detokenize` parses (vLLM's).
+pub const DETOKENIZE_FIELDS: [&str; 2] = ["model", "tokens"];
 /// The fields of one chat message.
 pub const MESSAGE_FIELDS: [&str; 5] = ["role", "content", "name", "tool_calls", "tool_call_id"];
 
@@ -70,16 +83,22 @@ pub const IGNORED_MESSAGE_FIELDS: [&str; 4] =
 static LOGGED: [AtomicBool; IGNORED_FIELDS.len() + IGNORED_MESSAGE_FIELDS.len()] =
     [const { AtomicBool::new(false) }; IGNORED_FIELDS.len() + IGNORED_MESSAGE_FIELDS.len()];
 
-/// Parses `body` as a JSON object with only `COMMON_FIELDS`, `extra` and
-/// ignored keys (the ignored ones are dropped first); messages, if any, are
-/// held to the same rule.
+/// Parses a generation request: `body` as a JSON object with only
+/// `COMMON_FIELDS`, `extra` and ignored keys.
 pub fn parse<T: DeserializeOwned>(body: &[u8], extra: &[&str]) -> Result<T, ApiError> {
+    parse_fields(body, &[&COMMON_FIELDS, extra])
+}
+
+/// Parses `body` as a JSON object with only the keys of `lists` and the
+/// ignored ones (dropped first); messages, if any, are held to the same
+/// rule.
+pub fn parse_fields<T: DeserializeOwned>(body: &[u8], lists: &[&[&str]]) -> Result<T, ApiError> {
     let value: Value =
         serde_json::from_slice(body).map_err(|e| ApiError::BadJson(e.to_string()))?;
     let Value::Object(mut object) = value else {
         return Err(ApiError::BadJson("the body must be a JSON object".into()));
     };
-    let accepted = |k: &str| COMMON_FIELDS.contains(&k) || extra.contains(&k);
+    let accepted = |k: &str| lists.iter().any(|l| l.contains(&k));
     keep_known(&mut object, accepted, &IGNORED_FIELDS, 0, "")?;
     if let Some(Value::Array(messages)) = object.get_mut("messages") {
         for (i, m) in messages.iter_mut().enumerate() {
@@ -130,6 +149,7 @@ mod tests {
     use super::*;
     use crate::chat_request::{ChatRequest, Message};
     use crate::request::CompletionRequest;
+    use crate::tokenize::{DetokenizeRequest, TokenizeRequest};
 
     /// The keys a type parses: every field of its default, serialized.
     fn parsed<T: Serialize + Default>() -> BTreeSet<String> {
@@ -155,6 +175,8 @@ mod tests {
             listed(&[&COMMON_FIELDS, &CHAT_FIELDS])
         );
         assert_eq!(parsed::<Message>(), listed(&[&MESSAGE_FIELDS]));
+        assert_eq!(parsed::<TokenizeRequest>(), listed(&[&TOKENIZE_FIELDS]));
+        assert_eq!(parsed::<DetokenizeRequest>(), listed(&[&DETOKENIZE_FIELDS]));
         let all = listed(&[&COMMON_FIELDS, &COMPLETION_FIELDS, &CHAT_FIELDS]);
         let ignored = listed(&[&IGNORED_FIELDS]);
         assert!(

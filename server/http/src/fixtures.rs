@@ -96,12 +96,24 @@ impl Frontend for FakeFrontend {
         Ok(out)
     }
 
+    fn decode(&self, ids: &[u32]) -> Result<String, String> {
+        Ok(ids.iter().map(|&i| Chars.push(i)).collect())
+    }
+
     fn detokenizer(&self) -> Box<dyn TokenText> {
         Box::new(Chars)
     }
 
     fn token_str(&self, id: u32) -> String {
         Chars.push(id)
+    }
+
+    fn raw_token(&self, id: u32) -> Option<String> {
+        Some(Chars.push(id))
+    }
+
+    fn vocab_size(&self) -> usize {
+        VOCAB
     }
 
     fn eos_ids(&self) -> Vec<u32> {

@@ -15,10 +15,16 @@ pub trait Frontend: Send + Sync + 'static {
         messages: &[ChatMessage],
         options: &RenderOptions<'_>,
     ) -> Result<String, String>;
+    /// The text of `ids`, special tokens included.
+    fn decode(&self, ids: &[u32]) -> Result<String, String>;
     /// A fresh incremental detokenizer for one request.
     fn detokenizer(&self) -> Box<dyn TokenText>;
     /// The text of one token, for logprobs.
     fn token_str(&self, id: u32) -> String;
+    /// The tokenizer's own string for one token (`Ġthe`), if it has one.
+    fn raw_token(&self, id: u32) -> Option<String>;
+    /// Ids below this are the tokenizer's.
+    fn vocab_size(&self) -> usize;
     /// The model's end-of-generation ids.
     fn eos_ids(&self) -> Vec<u32>;
 }

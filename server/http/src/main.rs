@@ -21,6 +21,7 @@ mod serve;
 mod state;
 mod stream;
 mod text;
+mod tokenize;
 
 use std::path::PathBuf;
 use std::time::Duration;

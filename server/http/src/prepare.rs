@@ -15,8 +15,17 @@ const COMPLETION_DEFAULT_MAX_TOKENS: usize = 16;
 
 /// A request ready to submit, and how to answer it.
 pub struct Prepared {
-    /// For the engine.
+    /// For the engine: the first choice's request.
     pub req: GenerationRequest,
+    /// Choices; each after the first is the same request seeded `seed + i`.
+    pub n: usize,
+    /// How to answer.
+    pub shape: Shape,
+}
+
+/// How a request is answered.
+#[derive(Debug, Clone)]
+pub struct Shape {
     /// Which endpoint.
     pub kind: Kind,
     /// Answer as server-sent events.
@@ -25,6 +34,42 @@ pub struct Prepared {
     pub include_usage: bool,
     /// Return logprobs.
     pub logprobs: bool,
+    /// What `echo` puts before each choice (completions).
+    pub echo: Option<Echo>,
+}
+
+/// The prompt, echoed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Echo {
+    /// Its text.
+    pub text: String,
+    /// Its tokens, for their logprobs.
+    pub ids: Vec<u32>,
+}
+
+impl Prepared {
+    /// The n requests to submit, each with its own detokenizer and seed,
+    /// and how to answer them.
+    pub fn requests(self, f: &dyn Frontend) -> (Vec<GenerationRequest>, Shape) {
+        let first = self.req;
+        let mut out = Vec::with_capacity(self.n);
+        for i in 1..self.n {
+            let mut sampling = first.sampling.clone();
+            sampling.seed = sampling.seed.wrapping_add(i as u64);
+            out.push(GenerationRequest {
+                prompt: first.prompt.clone(),
+                max_tokens: first.max_tokens,
+                sampling,
+                stop: first.stop.clone(),
+                stop_token_ids: first.stop_token_ids.clone(),
+                eos_token_ids: first.eos_token_ids.clone(),
+                ignore_eos: first.ignore_eos,
+                text: f.detokenizer(),
+            });
+        }
+        out.insert(0, first);
+        (out, self.shape)
+    }
 }
 
 /// What preparing a request needs to know about the server.
@@ -36,10 +81,29 @@ pub struct PrepareConfig {
     pub max_model_len: usize,
     /// `max_tokens` of a chat request that sets none, before the cap.
     pub default_max_tokens: usize,
+    /// The engine's waiting line: n choices wait as n requests.
+    pub max_queue: usize,
 }
 
 impl PrepareConfig {
-    fn check_model(&self, asked: Option<&str>) -> Result<(), ApiError> {
+    /// Refuses more choices than the waiting line could ever hold at once,
+    /// which a retry would never cure.
+    fn check_choices(&self, knobs: &Knobs) -> Result<(), ApiError> {
+        let n = knobs.choices();
+        if n > self.max_queue {
+            return Err(ApiError::invalid(
+                "n",
+                format!(
+                    "n = {n} is more than this server's waiting line holds ({})",
+                    self.max_queue
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses a request that names another model.
+    pub fn check_model(&self, asked: Option<&str>) -> Result<(), ApiError> {
         match asked {
             Some(m) if m != self.model_name => Err(ApiError::UnknownModel(m.to_string())),
             _ => Ok(()),
@@ -55,13 +119,12 @@ pub fn completion(
 ) -> Result<Prepared, ApiError> {
     c.check_model(r.knobs.model.as_deref())?;
     r.check_supported()?;
-    let prompt = match r.prompt {
-        Prompt::Text(t) => f.encode(&t, true).map_err(ApiError::Prompt)?,
-        Prompt::Tokens(t) => t,
-        Prompt::Texts(mut v) if v.len() == 1 => {
-            f.encode(&v.remove(0), true).map_err(ApiError::Prompt)?
-        }
-        Prompt::TokenBatches(mut v) if v.len() == 1 => v.remove(0),
+    c.check_choices(&r.knobs)?;
+    let (text, prompt) = match r.prompt {
+        Prompt::Text(t) => (Some(t), None),
+        Prompt::Tokens(t) => (None, Some(t)),
+        Prompt::Texts(mut v) if v.len() == 1 => (Some(v.remove(0)), None),
+        Prompt::TokenBatches(mut v) if v.len() == 1 => (None, Some(v.remove(0))),
         Prompt::Texts(_) | Prompt::TokenBatches(_) => {
             return Err(ApiError::invalid(
                 "prompt",
@@ -69,19 +132,50 @@ pub fn completion(
             ));
         }
     };
+    let prompt = match (prompt, &text) {
+        (Some(ids), _) => ids,
+        (None, t) => f
+            .encode(t.as_deref().unwrap_or_default(), true)
+            .map_err(ApiError::Prompt)?,
+    };
     let max_tokens = r
         .knobs
         .max_tokens
         .map_or(COMPLETION_DEFAULT_MAX_TOKENS, clamp);
     let logprobs = r.logprobs.map(|k| k as usize);
-    Ok(build(
+    let echo = match (r.echo == Some(true), text) {
+        (false, _) => None,
+        (true, Some(text)) => Some(Echo {
+            text,
+            ids: prompt.clone(),
+        }),
+        (true, None) => {
+            let vocab = f.vocab_size();
+            if let Some(bad) = prompt.iter().find(|&&t| t as usize >= vocab) {
+                return Err(ApiError::invalid(
+                    "prompt",
+                    format!("token id {bad} is outside the vocabulary (size {vocab})"),
+                ));
+            }
+            Some(Echo {
+                text: f.decode(&prompt).map_err(ApiError::Prompt)?,
+                ids: prompt.clone(),
+            })
+        }
+    };
+    // Echoed with logprobs: the prompt's own logprobs come first, as
+    // evaluation harnesses read them.
+    let prompt_logprobs = logprobs.filter(|_| echo.is_some());
+    let mut p = build(
         prompt,
         max_tokens,
-        logprobs,
+        (logprobs, prompt_logprobs),
         &r.knobs,
         f,
         Kind::Completion,
-    ))
+    )?;
+    p.shape.echo = echo;
+    Ok(p)
 }
 
 /// Prepares a `/v1/chat/completions` request; one without `max_tokens`
@@ -89,6 +183,7 @@ pub fn completion(
 pub fn chat(r: ChatRequest, f: &dyn Frontend, c: &PrepareConfig) -> Result<Prepared, ApiError> {
     c.check_model(r.knobs.model.as_deref())?;
     r.check_supported()?;
+    c.check_choices(&r.knobs)?;
     let options = RenderOptions {
         add_generation_prompt: true,
         tools: r.template_tools(),
@@ -102,7 +197,14 @@ pub fn chat(r: ChatRequest, f: &dyn Frontend, c: &PrepareConfig) -> Result<Prepa
         .max_tokens()
         .map_or(c.default_max_tokens.clamp(1, left), clamp);
     let logprobs = (r.logprobs == Some(true)).then(|| r.top_logprobs.unwrap_or(0) as usize);
-    Ok(build(prompt, max_tokens, logprobs, &r.knobs, f, Kind::Chat))
+    build(
+        prompt,
+        max_tokens,
+        (logprobs, None),
+        &r.knobs,
+        f,
+        Kind::Chat,
+    )
 }
 
 /// The conversation rendered with the chat template and tokenized (the
@@ -127,30 +229,36 @@ fn clamp(n: u64) -> usize {
     usize::try_from(n).unwrap_or(usize::MAX / 2)
 }
 
+/// `logprobs`: alternatives for each generated token and for each prompt
+/// token, where asked.
 fn build(
     prompt: Vec<u32>,
     max_tokens: usize,
-    logprobs: Option<usize>,
+    (logprobs, prompt_logprobs): (Option<usize>, Option<usize>),
     knobs: &Knobs,
     f: &dyn Frontend,
     kind: Kind,
-) -> Prepared {
-    Prepared {
+) -> Result<Prepared, ApiError> {
+    Ok(Prepared {
         req: GenerationRequest {
             prompt,
             max_tokens,
-            sampling: knobs.sampling(logprobs),
+            sampling: knobs.sampling(logprobs, prompt_logprobs)?,
             stop: knobs.stops(),
             stop_token_ids: knobs.stop_token_ids.clone().unwrap_or_default(),
             eos_token_ids: f.eos_ids(),
             ignore_eos: knobs.ignore_eos == Some(true),
             text: f.detokenizer(),
         },
-        kind,
-        stream: knobs.streaming(),
-        include_usage: knobs.include_usage(),
-        logprobs: logprobs.is_some(),
-    }
+        n: knobs.choices(),
+        shape: Shape {
+            kind,
+            stream: knobs.streaming(),
+            include_usage: knobs.include_usage(),
+            logprobs: logprobs.is_some(),
+            echo: None,
+        },
+    })
 }
 
 #[cfg(test)]

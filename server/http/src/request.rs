@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
 
+/// The most choices one request may ask for (`n`).
+pub const MAX_CHOICES: usize = 16;
+
 /// `stop`: one string or several.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(untagged)]
@@ -38,7 +41,7 @@ pub struct Knobs {
     pub temperature: Option<f32>,
     /// Nucleus mass.
     pub top_p: Option<f32>,
-    /// Choices to return; only 1.
+    /// Choices to return, sampled independently (seed + index each).
     pub n: Option<u64>,
     /// Stream as server-sent events.
     pub stream: Option<bool>,
@@ -52,7 +55,7 @@ pub struct Knobs {
     pub frequency_penalty: Option<f32>,
     /// RNG seed.
     pub seed: Option<i64>,
-    /// Only an empty map is accepted.
+    /// Token id (as a string) to a bias in -100..100 added to its logit.
     pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
     /// Run past the model's end tokens (vLLM extra).
     pub ignore_eos: Option<bool>,
@@ -71,13 +74,10 @@ pub struct Knobs {
 impl Knobs {
     /// Refuses values this server does not implement.
     pub fn check_supported(&self) -> Result<(), ApiError> {
-        if self.n.is_some_and(|n| n != 1) {
-            return Err(ApiError::invalid("n", "only n = 1 is supported"));
-        }
-        if self.logit_bias.as_ref().is_some_and(|m| !m.is_empty()) {
+        if self.n.is_some_and(|n| n == 0 || n > MAX_CHOICES as u64) {
             return Err(ApiError::invalid(
-                "logit_bias",
-                "logit_bias is not supported",
+                "n",
+                format!("n must be between 1 and {MAX_CHOICES}"),
             ));
         }
         if self.skip_special_tokens == Some(false) {
@@ -101,10 +101,40 @@ impl Knobs {
         Ok(())
     }
 
+    /// Choices asked for.
+    pub fn choices(&self) -> usize {
+        self.n.map_or(1, |n| n as usize)
+    }
+
+    /// `logit_bias` as (token id, bias) pairs; the engine checks the ranges.
+    pub fn logit_bias(&self) -> Result<Vec<(u32, f32)>, ApiError> {
+        let Some(map) = &self.logit_bias else {
+            return Ok(Vec::new());
+        };
+        map.iter()
+            .map(|(k, v)| {
+                let id = k.trim().parse::<u32>().map_err(|_| {
+                    ApiError::invalid("logit_bias", format!("logit_bias: `{k}` is not a token id"))
+                })?;
+                let bias = v.as_f64().ok_or_else(|| {
+                    ApiError::invalid(
+                        "logit_bias",
+                        format!("logit_bias: the bias of {k} is not a number"),
+                    )
+                })?;
+                Ok((id, bias as f32))
+            })
+            .collect()
+    }
+
     /// The engine's sampling settings; a missing seed gets a random one.
-    pub fn sampling(&self, logprobs: Option<usize>) -> SamplingParams {
+    pub fn sampling(
+        &self,
+        logprobs: Option<usize>,
+        prompt_logprobs: Option<usize>,
+    ) -> Result<SamplingParams, ApiError> {
         let d = SamplingParams::default();
-        SamplingParams {
+        Ok(SamplingParams {
             temperature: self.temperature.unwrap_or(d.temperature),
             top_p: self.top_p.unwrap_or(d.top_p),
             top_k: self.top_k.map_or(0, |k| k.max(0) as usize),
@@ -116,7 +146,9 @@ impl Knobs {
                 .seed
                 .map_or_else(|| RandomState::new().hash_one(0u8), |s| s as u64),
             logprobs,
-        }
+            prompt_logprobs,
+            logit_bias: self.logit_bias()?,
+        })
     }
 
     /// The stop strings.
@@ -168,7 +200,8 @@ pub struct CompletionRequest {
     pub prompt: Prompt,
     /// Logprobs: this many alternatives per token.
     pub logprobs: Option<u64>,
-    /// Only false.
+    /// Return the prompt before the completion (with its logprobs when
+    /// `logprobs` is set).
     pub echo: Option<bool>,
     /// Only 1.
     pub best_of: Option<u64>,
@@ -183,9 +216,6 @@ impl CompletionRequest {
     /// Refuses values this server does not implement.
     pub fn check_supported(&self) -> Result<(), ApiError> {
         self.knobs.check_supported()?;
-        if self.echo == Some(true) {
-            return Err(ApiError::invalid("echo", "echo is not supported"));
-        }
         if self.best_of.is_some_and(|b| b != 1) {
             return Err(ApiError::invalid(
                 "best_of",
@@ -207,6 +237,7 @@ mod tests {
     fn completion(body: &str) -> Result<CompletionRequest, ApiError> {
         let req: CompletionRequest = parse(body.as_bytes(), &COMPLETION_FIELDS)?;
         req.check_supported()?;
+        req.knobs.sampling(None, None)?;
         Ok(req)
     }
 
@@ -216,14 +247,21 @@ mod tests {
         let cases = [
             ("{", "invalid request body"),
             ("[1]", "JSON object"),
-            (r#"{"prompt": "a", "n": 2}"#, "n = 1"),
+            (r#"{"prompt": "a", "n": 0}"#, "n must be between 1 and 16"),
+            (r#"{"prompt": "a", "n": 17}"#, "n must be between 1 and 16"),
             (
                 r#"{"prompt": "a", "frobnicate": 1}"#,
                 "unsupported field `frobnicate`",
             ),
-            (r#"{"prompt": "a", "echo": true}"#, "echo"),
             (r#"{"prompt": "a", "best_of": 3}"#, "best_of"),
-            (r#"{"prompt": "a", "logit_bias": {"1": 5}}"#, "logit_bias"),
+            (
+                r#"{"prompt": "a", "logit_bias": {"x": 5}}"#,
+                "`x` is not a token id",
+            ),
+            (
+                r#"{"prompt": "a", "logit_bias": {"1": "5"}}"#,
+                "not a number",
+            ),
             (r#"{"prompt": {"x": 1}}"#, "invalid request body"),
             (
                 r#"{"prompt": "a", "max_tokens": "many"}"#,
@@ -251,7 +289,7 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(req.prompt, Prompt::Tokens(ref t) if t == &[1, 2]));
-        let s = req.knobs.sampling(Some(2));
+        let s = req.knobs.sampling(Some(2), None).unwrap();
         assert_eq!(
             (s.temperature, s.top_k, s.seed, s.logprobs),
             (0.0, 0, 3, Some(2))

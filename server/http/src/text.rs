@@ -71,12 +71,24 @@ impl Frontend for CoreFrontend {
             .map_err(|e| e.to_string())
     }
 
+    fn decode(&self, ids: &[u32]) -> Result<String, String> {
+        self.tokenizer.decode(ids, false).map_err(|e| e.to_string())
+    }
+
     fn detokenizer(&self) -> Box<dyn TokenText> {
         Box::new(Stream::new(Arc::clone(&self.tokenizer)))
     }
 
     fn token_str(&self, id: u32) -> String {
         self.tokenizer.decode(&[id], false).unwrap_or_default()
+    }
+
+    fn raw_token(&self, id: u32) -> Option<String> {
+        self.tokenizer.id_to_token(id)
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.tokenizer.vocab_size()
     }
 
     fn eos_ids(&self) -> Vec<u32> {

@@ -371,3 +371,5 @@ async fn health_fails_on_a_stalled_tick_and_on_a_dead_worker() {
     assert!(text.contains("stopped"), "{text}");
     assert_eq!(request(addr, "GET", "/ready", "").await.0, 503);
 }
+
+mod choices;

@@ -117,7 +117,7 @@ def test_models_and_health(server):
 
 @pytest.mark.parametrize("body,status", [
     (b"{not json", 400),
-    (b'{"model": "smol", "prompt": "x", "n": 2}', 400),
+    (b'{"model": "smol", "prompt": "x", "n": 0}', 400),
     (b'{"model": "smol", "prompt": "x", "frobnicate": 1}', 400),
     (b'{"model": "smol", "prompt": "x", "temperature": -1}', 400),
     (b'{"model": "nope", "prompt": "x"}', 404),

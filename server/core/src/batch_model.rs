@@ -29,6 +29,10 @@ pub struct PrefillChunk<'a> {
     /// Whether the logits after the chunk's last token are wanted (the final
     /// chunk of a prompt).
     pub want_logits: bool,
+    /// Whether the logits after every token of the chunk are wanted (a
+    /// request that asked for its prompt's logprobs); costs a vocabulary-wide
+    /// row per token, so only such requests ask.
+    pub all_logits: bool,
 }
 
 /// Logits of a mixed step.
@@ -36,6 +40,9 @@ pub struct PrefillChunk<'a> {
 pub struct StepLogits {
     /// One per prefill chunk, in order: `Some` where the chunk wanted logits.
     pub prefill: Vec<Option<Vec<f32>>>,
+    /// One per prefill chunk, in order: the logits after each of its tokens
+    /// where it asked for `all_logits`, else empty.
+    pub prompt: Vec<Vec<Vec<f32>>>,
     /// One per decode row, in order.
     pub decode: Vec<Vec<f32>>,
 }
@@ -105,23 +112,36 @@ pub trait BatchModel: Send {
 
     /// One mixed step: prefill chunks of several prompts and decode rows,
     /// which a model may run as a single forward pass. The default runs each
-    /// chunk through [`BatchModel::prefill`], then the rows (if any) through
-    /// one [`BatchModel::decode`].
+    /// chunk through [`BatchModel::prefill`] (one token at a time where it
+    /// wants every token's logits), then the rows (if any) through one
+    /// [`BatchModel::decode`].
     fn step(
         &mut self,
         prefill: &[PrefillChunk<'_>],
         decode: &[DecodeRow<'_>],
     ) -> Result<StepLogits, Error> {
-        let prefill = prefill
-            .iter()
-            .map(|c| self.prefill(c.blocks, c.tokens, c.pos, c.want_logits))
-            .collect::<Result<Vec<_>, Error>>()?;
-        let decode = if decode.is_empty() {
-            Vec::new()
-        } else {
-            self.decode(decode)?
-        };
-        Ok(StepLogits { prefill, decode })
+        let mut out = StepLogits::default();
+        for c in prefill {
+            if c.all_logits {
+                let mut rows = Vec::with_capacity(c.tokens.len());
+                for (i, t) in c.tokens.iter().enumerate() {
+                    let pos = c.pos.saturating_add(i);
+                    let row = self.prefill(c.blocks, std::slice::from_ref(t), pos, true)?;
+                    rows.push(row.ok_or_else(|| Error::Forward("prefill gave no logits".into()))?);
+                }
+                out.prefill
+                    .push(c.want_logits.then(|| rows.last().cloned()).flatten());
+                out.prompt.push(rows);
+            } else {
+                out.prefill
+                    .push(self.prefill(c.blocks, c.tokens, c.pos, c.want_logits)?);
+                out.prompt.push(Vec::new());
+            }
+        }
+        if !decode.is_empty() {
+            out.decode = self.decode(decode)?;
+        }
+        Ok(out)
     }
 }
 

@@ -10,13 +10,25 @@ use crate::error::Error;
 
 const TEMPLATE_NAME: &str = "chat";
 
-/// One chat message as templates see it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// One chat message as templates see it. Optional parts are left out of
+/// the template's view when absent, so `message.name is defined` works.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct ChatMessage {
-    /// `system`, `user`, `assistant`, ...
+    /// `system`, `user`, `assistant`, `tool`, ...
     pub role: String,
-    /// The message text.
+    /// The message text (empty for an assistant turn that only calls tools).
     pub content: String,
+    /// The participant's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// An assistant turn's tool calls, `{id, type, function: {name,
+    /// arguments}}` with `arguments` as an object where it parses (the
+    /// Llama 3.x and Qwen templates index into it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<Value>>,
+    /// The call a `tool` message answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
@@ -25,8 +37,18 @@ impl ChatMessage {
         Self {
             role: role.into(),
             content: content.into(),
+            ..Self::default()
         }
     }
+}
+
+/// What one render gets besides the messages.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RenderOptions<'a> {
+    /// Open the assistant's turn at the end.
+    pub add_generation_prompt: bool,
+    /// Tool definitions (`tools` in the template), if any.
+    pub tools: Option<&'a [Value]>,
 }
 
 /// A compiled chat template plus the special token strings it may use.
@@ -46,6 +68,22 @@ fn raise_exception(message: String) -> Result<String, minijinja::Error> {
     Err(minijinja::Error::new(ErrorKind::InvalidOperation, message))
 }
 
+/// Hugging Face's `strftime_now(format)`: the current UTC time, formatted.
+/// The Llama 3.x templates call it for "Today Date".
+fn strftime_now(format: String) -> Result<String, minijinja::Error> {
+    use std::fmt::Write;
+    let now = chrono::DateTime::<chrono::Utc>::from(std::time::SystemTime::now());
+    let mut out = String::new();
+    // chrono reports a bad format specifier as a fmt error, not a panic.
+    write!(out, "{}", now.format(&format)).map_err(|_| {
+        minijinja::Error::new(
+            ErrorKind::InvalidOperation,
+            format!("strftime_now: invalid format {format:?}"),
+        )
+    })?;
+    Ok(out)
+}
+
 impl ChatTemplate {
     /// Compiles `source`; `bos_token`/`eos_token` are passed to every render.
     pub fn new(
@@ -59,6 +97,7 @@ impl ChatTemplate {
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
         env.add_template_owned(TEMPLATE_NAME, source.into())
             .map_err(template_err)?;
         Ok(Self {
@@ -94,11 +133,25 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, Error> {
+        let options = RenderOptions {
+            add_generation_prompt,
+            tools: None,
+        };
+        self.render_with(messages, &options)
+    }
+
+    /// Renders `messages` with `options` (the generation prompt, tools).
+    pub fn render_with(
+        &self,
+        messages: &[ChatMessage],
+        options: &RenderOptions<'_>,
+    ) -> Result<String, Error> {
         let template = self.env.get_template(TEMPLATE_NAME).map_err(template_err)?;
         template
             .render(context! {
                 messages => messages,
-                add_generation_prompt => add_generation_prompt,
+                add_generation_prompt => options.add_generation_prompt,
+                tools => options.tools,
                 bos_token => self.bos_token.as_deref().unwrap_or(""),
                 eos_token => self.eos_token.as_deref().unwrap_or(""),
             })
@@ -175,6 +228,51 @@ mod tests {
         );
         let err = ChatTemplate::new("{% for %}", None, None).unwrap_err();
         assert!(matches!(err, Error::ChatTemplate(_)), "{err}");
+    }
+
+    #[test]
+    fn tool_fields_names_and_helpers_reach_the_template() {
+        let src = "{% for m in messages %}{{ m.role }}\
+{% if m.name is defined %}({{ m.name }}){% endif %}:{{ m.content }}\
+{% if m.tool_calls is defined %}{% for c in m.tool_calls %}[{{ c.function.name }} {{ c.function.arguments.city }}]{% endfor %}{% endif %}\
+{% if m.tool_call_id is defined %}<{{ m.tool_call_id }}>{% endif %};{% endfor %}\
+{% if tools %}{% for t in tools %}T={{ t.function.name }};{% endfor %}{% endif %}\
+{{ strftime_now('%Y') | length }}";
+        let t = ChatTemplate::new(src, None, None).unwrap();
+        let call = serde_json::json!({"id": "c1", "type": "function",
+            "function": {"name": "weather", "arguments": {"city": "Oslo"}}});
+        let messages = [
+            ChatMessage {
+                name: Some("ann".into()),
+                ..ChatMessage::new("user", "hi")
+            },
+            ChatMessage {
+                tool_calls: Some(vec![call]),
+                ..ChatMessage::new("assistant", "")
+            },
+            ChatMessage {
+                tool_call_id: Some("c1".into()),
+                ..ChatMessage::new("tool", "sunny")
+            },
+        ];
+        let tools = [serde_json::json!({"type": "function", "function": {"name": "weather"}})];
+        let cases: [(Option<&[Value]>, &str); 2] = [
+            (
+                None,
+                "user(ann):hi;assistant:[weather Oslo];tool:sunny<c1>;4",
+            ),
+            (
+                Some(&tools),
+                "user(ann):hi;assistant:[weather Oslo];tool:sunny<c1>;T=weather;4",
+            ),
+        ];
+        for (tools, want) in cases {
+            let options = RenderOptions {
+                add_generation_prompt: false,
+                tools,
+            };
+            assert_eq!(t.render_with(&messages, &options).unwrap(), want);
+        }
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub mod tokenizer;
 pub use batch_model::{BatchModel, DecodeRow};
 pub use block_hash::{BlockHash, BlockHasher};
 pub use block_pool::{BlockLease, BlockPool, PoolStats, Reservation};
-pub use chat_template::{ChatMessage, ChatTemplate};
+pub use chat_template::{ChatMessage, ChatTemplate, RenderOptions};
 pub use detokenizer::Detokenizer;
 pub use end_of_generation::EndOfGeneration;
 pub use error::Error;

@@ -175,10 +175,16 @@ impl WaitingLine {
             return Err(Blocked::SeqCap);
         }
         let prompt = head.req.prompt.len();
+        // At least the prompt's last token is computed, for its logits; all
+        // of it when the caller wants every prompt token's logprob.
+        let max_cached = if head.req.sampling.prompt_logprobs.is_some() {
+            0
+        } else {
+            prompt.saturating_sub(1) / self.block_size
+        };
         let ask = Reservation {
             hashes: &head.hashes,
-            // At least the prompt's last token is computed, for its logits.
-            max_cached: prompt.saturating_sub(1) / self.block_size,
+            max_cached,
             now: prompt.div_ceil(self.block_size),
             total: head.blocks,
         };

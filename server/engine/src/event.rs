@@ -47,6 +47,10 @@ pub struct Usage {
 /// One message from the worker to a request's caller.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
+    /// The prompt's logprobs, once it is prefilled and before any token, for
+    /// a request that asked: one entry per prompt token, `None` for the first
+    /// (nothing predicts it).
+    PromptLogprobs(Vec<Option<TokenLogprob>>),
     /// A generated token and the text it released (may be empty while held back).
     Token {
         /// The token id.

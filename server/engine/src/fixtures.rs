@@ -11,7 +11,8 @@ use ferrox_core::{BatchModel, DecodeRow, Error};
 use crate::admission::blocks_needed;
 use crate::queue::{Job, RequestId};
 use crate::{
-    EngineConfig, Event, FinishReason, GenerationRequest, SamplingParams, TokenText, Usage,
+    EngineConfig, Event, FinishReason, GenerationRequest, SamplingParams, TokenLogprob, TokenText,
+    Usage,
 };
 
 /// Vocabulary of the fake model.
@@ -192,18 +193,26 @@ impl BatchModel for FakeModel {
             self.panic_next -= 1;
             panic!("injected panic");
         }
-        let prefill = prefill
-            .iter()
-            .map(|c| {
-                let logits = self.run(c.blocks, c.tokens, c.pos)?;
-                Ok(c.want_logits.then_some(logits))
-            })
-            .collect::<Result<_, Error>>()?;
-        let decode = decode
+        let mut out = StepLogits::default();
+        for c in prefill {
+            let mut all = Vec::new();
+            if c.all_logits {
+                for (i, t) in c.tokens.iter().enumerate() {
+                    all.push(self.run(c.blocks, std::slice::from_ref(t), c.pos + i)?);
+                }
+            }
+            let logits = match all.last() {
+                Some(last) => last.clone(),
+                None => self.run(c.blocks, c.tokens, c.pos)?,
+            };
+            out.prefill.push(c.want_logits.then_some(logits));
+            out.prompt.push(all);
+        }
+        out.decode = decode
             .iter()
             .map(|r| self.run(r.blocks, &[r.token], r.pos))
             .collect::<Result<_, Error>>()?;
-        Ok(StepLogits { prefill, decode })
+        Ok(out)
     }
 }
 
@@ -275,6 +284,7 @@ pub struct Outcome {
     pub text: String,
     pub end: Option<(FinishReason, Usage)>,
     pub error: Option<String>,
+    pub prompt_logprobs: Option<Vec<Option<TokenLogprob>>>,
 }
 
 impl Outcome {
@@ -295,6 +305,10 @@ impl Outcome {
                     self.end = Some((reason, usage));
                 }
                 Event::Error(e) => self.error = Some(e.to_string()),
+                Event::PromptLogprobs(lp) => {
+                    assert!(self.ids.is_empty(), "prompt logprobs after a token");
+                    assert!(self.prompt_logprobs.replace(lp).is_none(), "sent twice");
+                }
             }
         }
     }

@@ -23,6 +23,12 @@ pub struct SamplingParams {
     pub seed: u64,
     /// Return the chosen token's logprob, and this many alternatives.
     pub logprobs: Option<usize>,
+    /// Return every prompt token's logprob (after the first), and this many
+    /// alternatives; the prompt is then computed whole, never from the cache.
+    pub prompt_logprobs: Option<usize>,
+    /// Added to these tokens' logits before sampling (not to the logprobs,
+    /// which are the model's).
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl Default for SamplingParams {
@@ -37,17 +43,25 @@ impl Default for SamplingParams {
             presence_penalty: 0.0,
             seed: 0,
             logprobs: None,
+            prompt_logprobs: None,
+            logit_bias: Vec::new(),
         }
     }
 }
 
 /// The most alternatives `logprobs` may ask for.
 pub const MAX_TOP_LOGPROBS: usize = 20;
+/// The largest bias `logit_bias` may add or take away, as OpenAI's.
+pub const MAX_LOGIT_BIAS: f32 = 100.0;
 
 impl SamplingParams {
     /// Checks every field's range; the message names the field.
     pub fn validate(&self) -> Result<(), EngineError> {
-        let checks: [(&str, bool, &str); 7] = [
+        let bias_ok = self
+            .logit_bias
+            .iter()
+            .all(|(_, b)| (-MAX_LOGIT_BIAS..=MAX_LOGIT_BIAS).contains(b));
+        let checks: [(&str, bool, &str); 9] = [
             (
                 "temperature",
                 self.temperature.is_finite() && (0.0..=2.0).contains(&self.temperature),
@@ -83,6 +97,12 @@ impl SamplingParams {
                 self.logprobs.is_none_or(|k| k <= MAX_TOP_LOGPROBS),
                 "must be at most 20",
             ),
+            (
+                "prompt_logprobs",
+                self.prompt_logprobs.is_none_or(|k| k <= MAX_TOP_LOGPROBS),
+                "must be at most 20",
+            ),
+            ("logit_bias", bias_ok, "values must be between -100 and 100"),
         ];
         for (param, ok, why) in checks {
             if !ok {
@@ -186,6 +206,9 @@ mod tests {
             ("frequency_penalty", |p| p.frequency_penalty = 3.0),
             ("presence_penalty", |p| p.presence_penalty = -3.0),
             ("top_logprobs", |p| p.logprobs = Some(21)),
+            ("prompt_logprobs", |p| p.prompt_logprobs = Some(21)),
+            ("logit_bias", |p| p.logit_bias = vec![(1, 100.5)]),
+            ("logit_bias", |p| p.logit_bias = vec![(1, f32::NAN)]),
         ];
         for (field, spoil) in cases {
             let mut params = SamplingParams::default();

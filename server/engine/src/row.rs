@@ -7,11 +7,11 @@ use ferrox_core::{BlockHash, BlockHasher, BlockLease};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::EngineError;
-use crate::event::{Event, FinishReason, Usage};
+use crate::event::{Event, FinishReason, TokenLogprob, Usage};
 use crate::metrics::{Latency, Metrics};
 use crate::params::TokenText;
 use crate::queue::{Job, RequestId};
-use crate::sampler::{Sampled, Sampler};
+use crate::sampler::{Sampled, Sampler, logprob_of};
 use crate::stop::{StopMatcher, StopStep};
 
 /// How a row ended, decided during the tick and reported at flush.
@@ -42,6 +42,9 @@ pub(crate) struct Row {
     block_size: usize,
     pub max_tokens: usize,
     sampler: Sampler,
+    /// Alternatives per prompt token and the entries so far, for a request
+    /// that asked for its prompt's logprobs; sent once the prompt is in.
+    prompt_logprobs: Option<(usize, Vec<Option<TokenLogprob>>)>,
     stop: StopMatcher,
     text: Box<dyn TokenText>,
     stop_token_ids: Vec<u32>,
@@ -71,6 +74,14 @@ impl Row {
             );
             return Err((job.events, e));
         }
+        let biased = req.sampling.logit_bias.iter().map(|b| b.0);
+        if let Some(bad) = biased.into_iter().find(|&t| t as usize >= vocab_size) {
+            let e = EngineError::invalid(
+                "logit_bias",
+                format!("token id {bad} is outside the vocabulary (size {vocab_size})"),
+            );
+            return Err((job.events, e));
+        }
         let eos = if req.ignore_eos {
             Vec::new()
         } else {
@@ -80,6 +91,10 @@ impl Row {
             id: job.id,
             cursor: lease.cached_blocks() * block_size,
             lease,
+            prompt_logprobs: req
+                .sampling
+                .prompt_logprobs
+                .map(|k| (k, Vec::with_capacity(req.prompt.len()))),
             sampler: Sampler::new(req.sampling, &req.prompt),
             prompt: req.prompt,
             pending: None,
@@ -97,6 +112,36 @@ impl Row {
             last_token_at: None,
             finish: None,
         })
+    }
+
+    /// True when every prompt token's logits are wanted.
+    pub fn wants_prompt_logits(&self) -> bool {
+        self.prompt_logprobs.is_some()
+    }
+
+    /// Records the logprobs of the prompt tokens that follow the chunk
+    /// starting at `start`, given the logits after each of its tokens; once
+    /// the prompt is in, sends them (the first token gets `None`).
+    pub fn take_prompt_logits(&mut self, start: usize, rows: &[Vec<f32>]) {
+        let Some((k, entries)) = self.prompt_logprobs.as_mut() else {
+            return;
+        };
+        if entries.is_empty() {
+            entries.push(None);
+        }
+        for (i, logits) in rows.iter().enumerate() {
+            // The logits after token p predict token p + 1.
+            if let Some(&next) = self.prompt.get(start + i + 1) {
+                entries.push(Some(logprob_of(logits, next, *k)));
+            }
+        }
+        if entries.len() == self.prompt.len() {
+            let entries = std::mem::take(entries);
+            self.prompt_logprobs = None;
+            if self.events.send(Event::PromptLogprobs(entries)).is_err() {
+                self.end(cancelled());
+            }
+        }
     }
 
     /// True while prompt tokens remain to be prefilled.

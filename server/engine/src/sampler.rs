@@ -74,11 +74,20 @@ impl Sampler {
 
     fn has_penalties(&self) -> bool {
         let p = &self.params;
-        p.repetition_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0
+        p.repetition_penalty != 1.0
+            || p.frequency_penalty != 0.0
+            || p.presence_penalty != 0.0
+            || !p.logit_bias.is_empty()
     }
 
+    /// Penalties, then the caller's logit bias.
     fn apply_penalties(&self, logits: &mut [f32]) {
         let p = &self.params;
+        for &(id, bias) in &p.logit_bias {
+            if let Some(l) = logits.get_mut(id as usize) {
+                *l += bias;
+            }
+        }
         if p.repetition_penalty != 1.0 {
             let seen = self.prompt_seen.iter().chain(self.output_counts.keys());
             for &id in seen.collect::<HashSet<_>>() {
@@ -135,6 +144,17 @@ impl Sampler {
             r -= x;
         }
         cand[keep - 1].0
+    }
+}
+
+/// The logprob of `id` under `logits` and the `k` most likely tokens: what a
+/// prompt token's entry reports.
+pub fn logprob_of(logits: &[f32], id: u32, k: usize) -> TokenLogprob {
+    let lp = log_softmax(logits);
+    TokenLogprob {
+        id,
+        logprob: lp.get(id as usize).copied().unwrap_or(f32::NEG_INFINITY),
+        top: top_k_of(&lp, k),
     }
 }
 
@@ -243,6 +263,33 @@ mod tests {
         );
         let ids: Vec<u32> = (0..3).map(|_| s.sample(&LOGITS).id).collect();
         assert_eq!(ids, vec![1, 4, 2]);
+    }
+
+    #[test]
+    fn logit_bias_moves_the_pick_and_leaves_the_logprobs() {
+        // (bias, temperature, allowed ids)
+        type Bias = Vec<(u32, f32)>;
+        let cases: [(Bias, f32, Vec<u32>); 4] = [
+            (vec![], 0.0, vec![1]),
+            (vec![(3, 5.0)], 0.0, vec![3]),
+            (vec![(1, -100.0), (4, -100.0)], 0.0, vec![2]),
+            (vec![(0, 100.0)], 1.0, vec![0]),
+        ];
+        for (bias, temperature, allowed) in cases {
+            let mut s = Sampler::new(
+                params(|p| {
+                    p.temperature = temperature;
+                    p.logit_bias = bias.clone();
+                    p.logprobs = Some(1);
+                }),
+                &[],
+            );
+            for _ in 0..50 {
+                let got = s.sample(&LOGITS);
+                assert!(allowed.contains(&got.id), "{bias:?} drew {}", got.id);
+                assert_eq!(got.logprob.unwrap().top[0].0, 1, "logprobs are the model's");
+            }
+        }
     }
 
     #[test]

@@ -388,10 +388,22 @@ impl<M: BatchModel> Scheduler<M> {
         now: Instant,
     ) {
         let vocab = self.model.vocab_size();
+        let mut prompt_rows = logits.prompt.into_iter();
         for (&(id, n), l) in chunks.iter().zip(logits.prefill) {
+            let all = prompt_rows.next().unwrap_or_default();
             let Some(row) = self.rows.get_mut(&id) else {
                 continue;
             };
+            if row.wants_prompt_logits() {
+                if all.len() != n {
+                    row.end(model_failed(format!(
+                        "{} prompt logit rows for a chunk of {n}",
+                        all.len()
+                    )));
+                    continue;
+                }
+                row.take_prompt_logits(row.cursor, &all);
+            }
             row.cursor += n;
             match (row.is_prefilling(), l) {
                 (true, _) => {}
@@ -447,6 +459,7 @@ fn run_step<M: BatchModel>(
             tokens,
             pos,
             want_logits: pos + tokens.len() == r.prompt.len(),
+            all_logits: r.wants_prompt_logits(),
         })
         .collect();
     let decode: Vec<DecodeRow<'_>> = ids

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ferrox_core::{BatchModel, DecodeRow, Error};
+use ferrox_core::{BatchModel, ChatMessage, DecodeRow, Error, RenderOptions};
 use ferrox_engine::{EngineConfig, TokenText};
 
 use crate::config::HttpConfig;
@@ -72,11 +72,32 @@ impl Frontend for FakeFrontend {
         Ok(text.bytes().map(|b| u32::from(b) % VOCAB as u32).collect())
     }
 
-    fn render_chat(&self, messages: &[(String, String)]) -> Result<String, String> {
-        Ok(messages
-            .iter()
-            .map(|m| format!("{}:{}\n", m.0, m.1))
-            .collect())
+    /// `role:content` lines, then any tool calls, tool call id and name in
+    /// brackets, then the tools' count.
+    fn render_chat(
+        &self,
+        messages: &[ChatMessage],
+        options: &RenderOptions<'_>,
+    ) -> Result<String, String> {
+        let mut out = String::new();
+        for m in messages {
+            out.push_str(&format!("{}:{}", m.role, m.content));
+            for c in m.tool_calls.iter().flatten() {
+                out.push_str(&format!("[{}]", c["function"]));
+            }
+            for extra in [&m.tool_call_id, &m.name].into_iter().flatten() {
+                out.push_str(&format!("[{extra}]"));
+            }
+            out.push('\n');
+        }
+        if let Some(tools) = options.tools {
+            out.push_str(&format!("tools:{}\n", tools.len()));
+        }
+        Ok(out)
+    }
+
+    fn decode(&self, ids: &[u32]) -> Result<String, String> {
+        Ok(ids.iter().map(|&i| Chars.push(i)).collect())
     }
 
     fn detokenizer(&self) -> Box<dyn TokenText> {
@@ -85,6 +106,14 @@ impl Frontend for FakeFrontend {
 
     fn token_str(&self, id: u32) -> String {
         Chars.push(id)
+    }
+
+    fn raw_token(&self, id: u32) -> Option<String> {
+        Some(Chars.push(id))
+    }
+
+    fn vocab_size(&self) -> usize {
+        VOCAB
     }
 
     fn eos_ids(&self) -> Vec<u32> {

@@ -2,19 +2,29 @@
 //! template, detokenizer and end tokens. A trait, so the handlers can be
 //! tested without a model.
 
+use ferrox_core::{ChatMessage, RenderOptions};
 use ferrox_engine::TokenText;
 
 /// The model's text side.
 pub trait Frontend: Send + Sync + 'static {
     /// Tokenizes `text`.
     fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>, String>;
-    /// Renders `(role, content)` messages with the model's chat template,
-    /// ending with the assistant's turn.
-    fn render_chat(&self, messages: &[(String, String)]) -> Result<String, String>;
+    /// Renders `messages` with the model's chat template.
+    fn render_chat(
+        &self,
+        messages: &[ChatMessage],
+        options: &RenderOptions<'_>,
+    ) -> Result<String, String>;
+    /// The text of `ids`, special tokens included.
+    fn decode(&self, ids: &[u32]) -> Result<String, String>;
     /// A fresh incremental detokenizer for one request.
     fn detokenizer(&self) -> Box<dyn TokenText>;
     /// The text of one token, for logprobs.
     fn token_str(&self, id: u32) -> String;
+    /// The tokenizer's own string for one token (`Ġthe`), if it has one.
+    fn raw_token(&self, id: u32) -> Option<String>;
+    /// Ids below this are the tokenizer's.
+    fn vocab_size(&self) -> usize;
     /// The model's end-of-generation ids.
     fn eos_ids(&self) -> Vec<u32>;
 }

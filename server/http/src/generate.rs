@@ -102,6 +102,7 @@ pub fn run(config: &GenerateConfig) -> anyhow::Result<()> {
                 break;
             }
             Some(Event::Error(e)) => bail!("generation failed: {e}"),
+            Some(Event::PromptLogprobs(_)) => {}
             None => bail!("the engine stopped before the generation finished"),
         }
     }

@@ -2,9 +2,11 @@
 //! server over the continuous-batching worker.
 
 mod auth;
+mod chat_request;
 mod config;
 mod edge;
 mod error;
+mod fields;
 #[cfg(test)]
 mod fixtures;
 mod frontend;
@@ -19,6 +21,7 @@ mod serve;
 mod state;
 mod stream;
 mod text;
+mod tokenize;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,11 +1,13 @@
 //! Turns a parsed OpenAI request into the engine's `GenerationRequest`:
 //! tokenize or template the prompt, settle max_tokens, map the knobs.
 
+use ferrox_core::RenderOptions;
 use ferrox_engine::GenerationRequest;
 
+use crate::chat_request::ChatRequest;
 use crate::error::ApiError;
 use crate::frontend::Frontend;
-use crate::request::{ChatRequest, CompletionRequest, Knobs, Prompt};
+use crate::request::{CompletionRequest, Knobs, Prompt};
 use crate::response::Kind;
 
 /// OpenAI's default `max_tokens` for `/v1/completions`.
@@ -13,8 +15,17 @@ const COMPLETION_DEFAULT_MAX_TOKENS: usize = 16;
 
 /// A request ready to submit, and how to answer it.
 pub struct Prepared {
-    /// For the engine.
+    /// For the engine: the first choice's request.
     pub req: GenerationRequest,
+    /// Choices; each after the first is the same request seeded `seed + i`.
+    pub n: usize,
+    /// How to answer.
+    pub shape: Shape,
+}
+
+/// How a request is answered.
+#[derive(Debug, Clone)]
+pub struct Shape {
     /// Which endpoint.
     pub kind: Kind,
     /// Answer as server-sent events.
@@ -23,18 +34,97 @@ pub struct Prepared {
     pub include_usage: bool,
     /// Return logprobs.
     pub logprobs: bool,
+    /// What `echo` puts before each choice (completions).
+    pub echo: Option<Echo>,
+}
+
+/// The prompt, echoed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Echo {
+    /// Its text.
+    pub text: String,
+    /// Its tokens, for their logprobs.
+    pub ids: Vec<u32>,
+}
+
+impl Prepared {
+    /// The n requests to submit, each with its own detokenizer and seed,
+    /// and how to answer them.
+    pub fn requests(self, f: &dyn Frontend) -> (Vec<GenerationRequest>, Shape) {
+        let first = self.req;
+        let mut out = Vec::with_capacity(self.n);
+        for i in 1..self.n {
+            let mut sampling = first.sampling.clone();
+            sampling.seed = sampling.seed.wrapping_add(i as u64);
+            out.push(GenerationRequest {
+                prompt: first.prompt.clone(),
+                max_tokens: first.max_tokens,
+                sampling,
+                stop: first.stop.clone(),
+                stop_token_ids: first.stop_token_ids.clone(),
+                eos_token_ids: first.eos_token_ids.clone(),
+                ignore_eos: first.ignore_eos,
+                text: f.detokenizer(),
+            });
+        }
+        out.insert(0, first);
+        (out, self.shape)
+    }
+}
+
+/// What preparing a request needs to know about the server.
+#[derive(Debug, Clone)]
+pub struct PrepareConfig {
+    /// The served model's name; a request naming another is refused.
+    pub model_name: String,
+    /// The engine's longest sequence.
+    pub max_model_len: usize,
+    /// `max_tokens` of a chat request that sets none, before the cap.
+    pub default_max_tokens: usize,
+    /// The engine's waiting line: n choices wait as n requests.
+    pub max_queue: usize,
+}
+
+impl PrepareConfig {
+    /// Refuses more choices than the waiting line could ever hold at once,
+    /// which a retry would never cure.
+    fn check_choices(&self, knobs: &Knobs) -> Result<(), ApiError> {
+        let n = knobs.choices();
+        if n > self.max_queue {
+            return Err(ApiError::invalid(
+                "n",
+                format!(
+                    "n = {n} is more than this server's waiting line holds ({})",
+                    self.max_queue
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses a request that names another model.
+    pub fn check_model(&self, asked: Option<&str>) -> Result<(), ApiError> {
+        match asked {
+            Some(m) if m != self.model_name => Err(ApiError::UnknownModel(m.to_string())),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Prepares a `/v1/completions` request.
-pub fn completion(r: CompletionRequest, f: &dyn Frontend) -> Result<Prepared, ApiError> {
+pub fn completion(
+    r: CompletionRequest,
+    f: &dyn Frontend,
+    c: &PrepareConfig,
+) -> Result<Prepared, ApiError> {
+    c.check_model(r.knobs.model.as_deref())?;
     r.check_supported()?;
-    let prompt = match r.prompt {
-        Prompt::Text(t) => f.encode(&t, true).map_err(ApiError::Prompt)?,
-        Prompt::Tokens(t) => t,
-        Prompt::Texts(mut v) if v.len() == 1 => {
-            f.encode(&v.remove(0), true).map_err(ApiError::Prompt)?
-        }
-        Prompt::TokenBatches(mut v) if v.len() == 1 => v.remove(0),
+    c.check_choices(&r.knobs)?;
+    let (text, prompt) = match r.prompt {
+        Prompt::Text(t) => (Some(t), None),
+        Prompt::Tokens(t) => (None, Some(t)),
+        Prompt::Texts(mut v) if v.len() == 1 => (Some(v.remove(0)), None),
+        Prompt::TokenBatches(mut v) if v.len() == 1 => (None, Some(v.remove(0))),
         Prompt::Texts(_) | Prompt::TokenBatches(_) => {
             return Err(ApiError::invalid(
                 "prompt",
@@ -42,74 +132,134 @@ pub fn completion(r: CompletionRequest, f: &dyn Frontend) -> Result<Prepared, Ap
             ));
         }
     };
+    let prompt = match (prompt, &text) {
+        (Some(ids), _) => ids,
+        (None, t) => f
+            .encode(t.as_deref().unwrap_or_default(), true)
+            .map_err(ApiError::Prompt)?,
+    };
     let max_tokens = r
         .knobs
         .max_tokens
         .map_or(COMPLETION_DEFAULT_MAX_TOKENS, clamp);
     let logprobs = r.logprobs.map(|k| k as usize);
-    Ok(build(
+    let echo = match (r.echo == Some(true), text) {
+        (false, _) => None,
+        (true, Some(text)) => Some(Echo {
+            text,
+            ids: prompt.clone(),
+        }),
+        (true, None) => {
+            let vocab = f.vocab_size();
+            if let Some(bad) = prompt.iter().find(|&&t| t as usize >= vocab) {
+                return Err(ApiError::invalid(
+                    "prompt",
+                    format!("token id {bad} is outside the vocabulary (size {vocab})"),
+                ));
+            }
+            Some(Echo {
+                text: f.decode(&prompt).map_err(ApiError::Prompt)?,
+                ids: prompt.clone(),
+            })
+        }
+    };
+    // Echoed with logprobs: the prompt's own logprobs come first, as
+    // evaluation harnesses read them.
+    let prompt_logprobs = logprobs.filter(|_| echo.is_some());
+    let mut p = build(
         prompt,
         max_tokens,
-        logprobs,
+        (logprobs, prompt_logprobs),
         &r.knobs,
         f,
         Kind::Completion,
-    ))
+    )?;
+    p.shape.echo = echo;
+    Ok(p)
 }
 
 /// Prepares a `/v1/chat/completions` request; one without `max_tokens`
 /// gets `default_max_tokens`, capped by what `max_model_len` leaves.
-pub fn chat(
-    r: ChatRequest,
-    f: &dyn Frontend,
-    max_model_len: usize,
-    default_max_tokens: usize,
-) -> Result<Prepared, ApiError> {
+pub fn chat(r: ChatRequest, f: &dyn Frontend, c: &PrepareConfig) -> Result<Prepared, ApiError> {
+    c.check_model(r.knobs.model.as_deref())?;
     r.check_supported()?;
-    let messages = r
-        .messages
-        .iter()
-        .map(|m| Ok((m.role.clone(), m.text()?)))
-        .collect::<Result<Vec<_>, ApiError>>()?;
-    let text = f.render_chat(&messages).map_err(ApiError::Prompt)?;
-    let prompt = f.encode(&text, false).map_err(ApiError::Prompt)?;
+    c.check_choices(&r.knobs)?;
+    let options = RenderOptions {
+        add_generation_prompt: true,
+        tools: r.template_tools(),
+    };
+    let prompt = chat_prompt(&r.messages, &options, f)?;
     // Not vLLM's rest of the context: admission reserves prompt + max_tokens
     // for the request's whole life, so that default would let a couple of
     // requests fill the pool.
-    let left = max_model_len.saturating_sub(prompt.len()).max(1);
+    let left = c.max_model_len.saturating_sub(prompt.len()).max(1);
     let max_tokens = r
         .max_tokens()
-        .map_or(default_max_tokens.clamp(1, left), clamp);
+        .map_or(c.default_max_tokens.clamp(1, left), clamp);
     let logprobs = (r.logprobs == Some(true)).then(|| r.top_logprobs.unwrap_or(0) as usize);
-    Ok(build(prompt, max_tokens, logprobs, &r.knobs, f, Kind::Chat))
+    build(
+        prompt,
+        max_tokens,
+        (logprobs, None),
+        &r.knobs,
+        f,
+        Kind::Chat,
+    )
+}
+
+/// The conversation rendered with the chat template and tokenized (the
+/// template writes its own special tokens).
+pub fn chat_prompt(
+    messages: &[crate::chat_request::Message],
+    options: &RenderOptions<'_>,
+    f: &dyn Frontend,
+) -> Result<Vec<u32>, ApiError> {
+    let messages = messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| m.for_template(i))
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    let text = f
+        .render_chat(&messages, options)
+        .map_err(ApiError::Prompt)?;
+    f.encode(&text, false).map_err(ApiError::Prompt)
 }
 
 fn clamp(n: u64) -> usize {
     usize::try_from(n).unwrap_or(usize::MAX / 2)
 }
 
+/// `logprobs`: alternatives for each generated token and for each prompt
+/// token, where asked.
 fn build(
     prompt: Vec<u32>,
     max_tokens: usize,
-    logprobs: Option<usize>,
+    (logprobs, prompt_logprobs): (Option<usize>, Option<usize>),
     knobs: &Knobs,
     f: &dyn Frontend,
     kind: Kind,
-) -> Prepared {
-    Prepared {
+) -> Result<Prepared, ApiError> {
+    Ok(Prepared {
         req: GenerationRequest {
             prompt,
             max_tokens,
-            sampling: knobs.sampling(logprobs),
+            sampling: knobs.sampling(logprobs, prompt_logprobs)?,
             stop: knobs.stops(),
             stop_token_ids: knobs.stop_token_ids.clone().unwrap_or_default(),
             eos_token_ids: f.eos_ids(),
             ignore_eos: knobs.ignore_eos == Some(true),
             text: f.detokenizer(),
         },
-        kind,
-        stream: knobs.streaming(),
-        include_usage: knobs.include_usage(),
-        logprobs: logprobs.is_some(),
-    }
+        n: knobs.choices(),
+        shape: Shape {
+            kind,
+            stream: knobs.streaming(),
+            include_usage: knobs.include_usage(),
+            logprobs: logprobs.is_some(),
+            echo: None,
+        },
+    })
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,65 +1,18 @@
-//! OpenAI request bodies, parsed strictly: an unknown field or an unsupported
-//! value is a 400 that names it, never silently ignored.
+//! OpenAI request bodies, parsed strictly (see [`crate::fields`]): an
+//! unsupported value is a 400 that names it, never silently ignored.
 
 use std::hash::{BuildHasher, RandomState};
 
 use ferrox_engine::SamplingParams;
-use serde::Deserialize;
-use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
 
-/// Fields both endpoints accept, OpenAI's and vLLM's extras.
-pub const COMMON_FIELDS: [&str; 20] = [
-    "model",
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "n",
-    "stream",
-    "stream_options",
-    "stop",
-    "presence_penalty",
-    "frequency_penalty",
-    "seed",
-    "user",
-    "logit_bias",
-    "ignore_eos",
-    "top_k",
-    "min_p",
-    "repetition_penalty",
-    "stop_token_ids",
-    "logprobs",
-    "skip_special_tokens",
-];
-/// Fields only `/v1/completions` accepts.
-pub const COMPLETION_FIELDS: [&str; 4] = ["prompt", "echo", "best_of", "suffix"];
-/// Fields only `/v1/chat/completions` accepts.
-pub const CHAT_FIELDS: [&str; 4] = [
-    "messages",
-    "max_completion_tokens",
-    "top_logprobs",
-    "response_format",
-];
-
-/// Parses `body` as a JSON object with only `COMMON_FIELDS` and `extra` keys.
-pub fn parse<T: DeserializeOwned>(body: &[u8], extra: &[&str]) -> Result<T, ApiError> {
-    let value: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| ApiError::BadJson(e.to_string()))?;
-    let Some(object) = value.as_object() else {
-        return Err(ApiError::BadJson("the body must be a JSON object".into()));
-    };
-    if let Some(key) = object
-        .keys()
-        .find(|k| !COMMON_FIELDS.contains(&k.as_str()) && !extra.contains(&k.as_str()))
-    {
-        return Err(ApiError::invalid(key, format!("unsupported field `{key}`")));
-    }
-    serde_json::from_value(value).map_err(|e| ApiError::BadJson(e.to_string()))
-}
+/// The most choices one request may ask for (`n`).
+pub const MAX_CHOICES: usize = 16;
 
 /// `stop`: one string or several.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum Stop {
     /// One stop string.
@@ -69,7 +22,7 @@ pub enum Stop {
 }
 
 /// `stream_options`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct StreamOptions {
     /// Send a final chunk with usage.
@@ -78,7 +31,7 @@ pub struct StreamOptions {
 }
 
 /// The sampling and stopping knobs both endpoints share.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 pub struct Knobs {
     /// The model asked for.
     pub model: Option<String>,
@@ -88,7 +41,7 @@ pub struct Knobs {
     pub temperature: Option<f32>,
     /// Nucleus mass.
     pub top_p: Option<f32>,
-    /// Choices to return; only 1.
+    /// Choices to return, sampled independently (seed + index each).
     pub n: Option<u64>,
     /// Stream as server-sent events.
     pub stream: Option<bool>,
@@ -102,10 +55,7 @@ pub struct Knobs {
     pub frequency_penalty: Option<f32>,
     /// RNG seed.
     pub seed: Option<i64>,
-    /// End-user id; accepted and not used.
-    #[serde(rename = "user")]
-    pub _user: Option<String>,
-    /// Only an empty map is accepted.
+    /// Token id (as a string) to a bias in -100..100 added to its logit.
     pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
     /// Run past the model's end tokens (vLLM extra).
     pub ignore_eos: Option<bool>,
@@ -124,19 +74,16 @@ pub struct Knobs {
 impl Knobs {
     /// Refuses values this server does not implement.
     pub fn check_supported(&self) -> Result<(), ApiError> {
-        if self.n.is_some_and(|n| n != 1) {
-            return Err(ApiError::invalid("n", "only n = 1 is supported"));
-        }
-        if self.logit_bias.as_ref().is_some_and(|m| !m.is_empty()) {
+        if self.n.is_some_and(|n| n == 0 || n > MAX_CHOICES as u64) {
             return Err(ApiError::invalid(
-                "logit_bias",
-                "logit_bias is not supported",
+                "n",
+                format!("n must be between 1 and {MAX_CHOICES}"),
             ));
         }
         if self.skip_special_tokens == Some(false) {
             return Err(ApiError::invalid(
                 "skip_special_tokens",
-                "only true is supported",
+                "skip_special_tokens: only true is supported",
             ));
         }
         if self.top_k.is_some_and(|k| k < -1) {
@@ -154,10 +101,40 @@ impl Knobs {
         Ok(())
     }
 
+    /// Choices asked for.
+    pub fn choices(&self) -> usize {
+        self.n.map_or(1, |n| n as usize)
+    }
+
+    /// `logit_bias` as (token id, bias) pairs; the engine checks the ranges.
+    pub fn logit_bias(&self) -> Result<Vec<(u32, f32)>, ApiError> {
+        let Some(map) = &self.logit_bias else {
+            return Ok(Vec::new());
+        };
+        map.iter()
+            .map(|(k, v)| {
+                let id = k.trim().parse::<u32>().map_err(|_| {
+                    ApiError::invalid("logit_bias", format!("logit_bias: `{k}` is not a token id"))
+                })?;
+                let bias = v.as_f64().ok_or_else(|| {
+                    ApiError::invalid(
+                        "logit_bias",
+                        format!("logit_bias: the bias of {k} is not a number"),
+                    )
+                })?;
+                Ok((id, bias as f32))
+            })
+            .collect()
+    }
+
     /// The engine's sampling settings; a missing seed gets a random one.
-    pub fn sampling(&self, logprobs: Option<usize>) -> SamplingParams {
+    pub fn sampling(
+        &self,
+        logprobs: Option<usize>,
+        prompt_logprobs: Option<usize>,
+    ) -> Result<SamplingParams, ApiError> {
         let d = SamplingParams::default();
-        SamplingParams {
+        Ok(SamplingParams {
             temperature: self.temperature.unwrap_or(d.temperature),
             top_p: self.top_p.unwrap_or(d.top_p),
             top_k: self.top_k.map_or(0, |k| k.max(0) as usize),
@@ -169,7 +146,9 @@ impl Knobs {
                 .seed
                 .map_or_else(|| RandomState::new().hash_one(0u8), |s| s as u64),
             logprobs,
-        }
+            prompt_logprobs,
+            logit_bias: self.logit_bias()?,
+        })
     }
 
     /// The stop strings.
@@ -195,7 +174,7 @@ impl Knobs {
 }
 
 /// `prompt`: text or token ids; one prompt only.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum Prompt {
     /// Text.
@@ -208,14 +187,21 @@ pub enum Prompt {
     TokenBatches(Vec<Vec<u32>>),
 }
 
+impl Default for Prompt {
+    fn default() -> Self {
+        Prompt::Text(String::new())
+    }
+}
+
 /// `POST /v1/completions`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 pub struct CompletionRequest {
     /// The prompt.
     pub prompt: Prompt,
     /// Logprobs: this many alternatives per token.
     pub logprobs: Option<u64>,
-    /// Only false.
+    /// Return the prompt before the completion (with its logprobs when
+    /// `logprobs` is set).
     pub echo: Option<bool>,
     /// Only 1.
     pub best_of: Option<u64>,
@@ -230,9 +216,6 @@ impl CompletionRequest {
     /// Refuses values this server does not implement.
     pub fn check_supported(&self) -> Result<(), ApiError> {
         self.knobs.check_supported()?;
-        if self.echo == Some(true) {
-            return Err(ApiError::invalid("echo", "echo is not supported"));
-        }
         if self.best_of.is_some_and(|b| b != 1) {
             return Err(ApiError::invalid(
                 "best_of",
@@ -246,121 +229,15 @@ impl CompletionRequest {
     }
 }
 
-/// Message content: a string or text parts.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub enum Content {
-    /// Plain text.
-    Text(String),
-    /// Parts; only `{"type": "text"}` ones.
-    Parts(Vec<ContentPart>),
-}
-
-/// One content part.
-#[derive(Debug, Clone, Deserialize)]
-pub struct ContentPart {
-    /// Must be "text".
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// The text.
-    pub text: Option<String>,
-}
-
-/// One chat message.
-#[derive(Debug, Clone, Deserialize)]
-pub struct Message {
-    /// system, user, assistant...
-    pub role: String,
-    /// The content; may be null for an assistant message.
-    pub content: Option<Content>,
-    /// Participant name; accepted and not used.
-    #[serde(rename = "name")]
-    pub _name: Option<String>,
-}
-
-impl Message {
-    /// The content as one string; non-text parts are refused.
-    pub fn text(&self) -> Result<String, ApiError> {
-        match &self.content {
-            None => Ok(String::new()),
-            Some(Content::Text(t)) => Ok(t.clone()),
-            Some(Content::Parts(parts)) => parts
-                .iter()
-                .map(|p| match (p.kind.as_str(), &p.text) {
-                    ("text", Some(t)) => Ok(t.as_str()),
-                    _ => Err(ApiError::invalid(
-                        "messages",
-                        "only text content parts are supported",
-                    )),
-                })
-                .collect(),
-        }
-    }
-}
-
-/// `POST /v1/chat/completions`.
-#[derive(Debug, Clone, Deserialize)]
-pub struct ChatRequest {
-    /// The conversation.
-    pub messages: Vec<Message>,
-    /// Newer name for `max_tokens`.
-    pub max_completion_tokens: Option<u64>,
-    /// Return logprobs.
-    pub logprobs: Option<bool>,
-    /// Alternatives per token.
-    pub top_logprobs: Option<u64>,
-    /// Only `{"type": "text"}`.
-    pub response_format: Option<serde_json::Value>,
-    /// The shared knobs.
-    #[serde(flatten)]
-    pub knobs: Knobs,
-}
-
-impl ChatRequest {
-    /// Refuses values this server does not implement.
-    pub fn check_supported(&self) -> Result<(), ApiError> {
-        self.knobs.check_supported()?;
-        if self.messages.is_empty() {
-            return Err(ApiError::invalid("messages", "messages must not be empty"));
-        }
-        if self
-            .response_format
-            .as_ref()
-            .is_some_and(|f| f.get("type").and_then(|t| t.as_str()) != Some("text"))
-        {
-            return Err(ApiError::invalid(
-                "response_format",
-                "only type \"text\" is supported",
-            ));
-        }
-        if self.top_logprobs.is_some() && self.logprobs != Some(true) {
-            return Err(ApiError::invalid(
-                "top_logprobs",
-                "top_logprobs needs logprobs: true",
-            ));
-        }
-        Ok(())
-    }
-
-    /// `max_completion_tokens`, else `max_tokens`.
-    pub fn max_tokens(&self) -> Option<u64> {
-        self.max_completion_tokens.or(self.knobs.max_tokens)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fields::{COMPLETION_FIELDS, parse};
 
     fn completion(body: &str) -> Result<CompletionRequest, ApiError> {
         let req: CompletionRequest = parse(body.as_bytes(), &COMPLETION_FIELDS)?;
         req.check_supported()?;
-        Ok(req)
-    }
-
-    fn chat(body: &str) -> Result<ChatRequest, ApiError> {
-        let req: ChatRequest = parse(body.as_bytes(), &CHAT_FIELDS)?;
-        req.check_supported()?;
+        req.knobs.sampling(None, None)?;
         Ok(req)
     }
 
@@ -370,14 +247,21 @@ mod tests {
         let cases = [
             ("{", "invalid request body"),
             ("[1]", "JSON object"),
-            (r#"{"prompt": "a", "n": 2}"#, "n = 1"),
+            (r#"{"prompt": "a", "n": 0}"#, "n must be between 1 and 16"),
+            (r#"{"prompt": "a", "n": 17}"#, "n must be between 1 and 16"),
             (
                 r#"{"prompt": "a", "frobnicate": 1}"#,
                 "unsupported field `frobnicate`",
             ),
-            (r#"{"prompt": "a", "echo": true}"#, "echo"),
             (r#"{"prompt": "a", "best_of": 3}"#, "best_of"),
-            (r#"{"prompt": "a", "logit_bias": {"1": 5}}"#, "logit_bias"),
+            (
+                r#"{"prompt": "a", "logit_bias": {"x": 5}}"#,
+                "`x` is not a token id",
+            ),
+            (
+                r#"{"prompt": "a", "logit_bias": {"1": "5"}}"#,
+                "not a number",
+            ),
             (r#"{"prompt": {"x": 1}}"#, "invalid request body"),
             (
                 r#"{"prompt": "a", "max_tokens": "many"}"#,
@@ -393,21 +277,6 @@ mod tests {
             let err = completion(body).unwrap_err().to_string();
             assert!(err.contains(want), "{body}: {err}");
         }
-        let chat_cases = [
-            (r#"{"messages": []}"#, "must not be empty"),
-            (
-                r#"{"messages": [{"role": "user", "content": "x"}], "tools": []}"#,
-                "`tools`",
-            ),
-            (
-                r#"{"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}"#,
-                "logprobs: true",
-            ),
-        ];
-        for (body, want) in chat_cases {
-            let err = chat(body).unwrap_err().to_string();
-            assert!(err.contains(want), "{body}: {err}");
-        }
     }
 
     #[test]
@@ -420,19 +289,12 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(req.prompt, Prompt::Tokens(ref t) if t == &[1, 2]));
-        let s = req.knobs.sampling(Some(2));
+        let s = req.knobs.sampling(Some(2), None).unwrap();
         assert_eq!(
             (s.temperature, s.top_k, s.seed, s.logprobs),
             (0.0, 0, 3, Some(2))
         );
         assert_eq!(req.knobs.stops(), vec!["x"]);
         assert!(req.knobs.streaming() && req.knobs.include_usage());
-        let chat = chat(
-            r#"{"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
-                "max_completion_tokens": 3, "logprobs": true, "top_logprobs": 1}"#,
-        )
-        .unwrap();
-        assert_eq!(chat.messages[0].text().unwrap(), "hi");
-        assert_eq!(chat.max_tokens(), Some(3));
     }
 }

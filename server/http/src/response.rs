@@ -52,8 +52,43 @@ impl From<Usage> for UsageBody {
 /// Logprobs gathered for one choice.
 #[derive(Debug, Clone, Default)]
 pub struct Logprobs {
+    /// Echoed prompt tokens (completions): id, logprob (none for the
+    /// first) and where its text starts.
+    pub prompt: Vec<(u32, Option<TokenLogprob>, usize)>,
     /// One entry per generated token with text, and where its text starts.
     pub tokens: Vec<(TokenLogprob, usize)>,
+}
+
+impl Logprobs {
+    /// The echoed prompt's entries from the engine's, offsets counted from
+    /// the start of the echoed text.
+    pub fn echoed(ids: &[u32], entries: Vec<Option<TokenLogprob>>, f: &dyn Frontend) -> Self {
+        let mut offset = 0;
+        let prompt = ids
+            .iter()
+            .zip(entries.into_iter().chain(std::iter::repeat(None)))
+            .map(|(&id, e)| {
+                let at = offset;
+                offset += f.token_str(id).len();
+                (id, e, at)
+            })
+            .collect();
+        Logprobs {
+            prompt,
+            tokens: Vec::new(),
+        }
+    }
+}
+
+/// One finished choice.
+#[derive(Debug, Clone)]
+pub struct Choice {
+    /// Its whole text (after the echoed prompt, if any).
+    pub text: String,
+    /// Why it ended.
+    pub finish: &'static str,
+    /// Its logprobs, in the endpoint's shape.
+    pub logprobs: Option<Value>,
 }
 
 impl Envelope {
@@ -76,26 +111,33 @@ impl Envelope {
     }
 
     /// A whole, non-streamed response.
-    pub fn full(&self, text: &str, finish: &str, logprobs: Option<Value>, usage: Usage) -> Value {
-        let choice = match self.kind {
-            Kind::Completion => json!({
-                "index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish,
-            }),
-            Kind::Chat => json!({
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": logprobs,
-                "finish_reason": finish,
-            }),
-        };
-        let mut v = self.frame(false, vec![choice]);
+    pub fn full(&self, choices: Vec<Choice>, usage: Usage) -> Value {
+        let choices = choices
+            .into_iter()
+            .enumerate()
+            .map(|(index, c)| match self.kind {
+                Kind::Completion => json!({
+                    "index": index, "text": c.text, "logprobs": c.logprobs,
+                    "finish_reason": c.finish,
+                }),
+                Kind::Chat => json!({
+                    "index": index,
+                    "message": {"role": "assistant", "content": c.text},
+                    "logprobs": c.logprobs,
+                    "finish_reason": c.finish,
+                }),
+            })
+            .collect();
+        let mut v = self.frame(false, choices);
         v["usage"] = json!(UsageBody::from(usage));
         v
     }
 
-    /// One streamed chunk; `role` marks the first chat chunk.
+    /// One streamed chunk of choice `index`; `role` marks its first chat
+    /// chunk.
     pub fn chunk(
         &self,
+        index: usize,
         text: &str,
         role: bool,
         finish: Option<&str>,
@@ -103,7 +145,7 @@ impl Envelope {
     ) -> Value {
         let choice = match self.kind {
             Kind::Completion => json!({
-                "index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish,
+                "index": index, "text": text, "logprobs": logprobs, "finish_reason": finish,
             }),
             Kind::Chat => {
                 let mut delta = json!({});
@@ -113,7 +155,7 @@ impl Envelope {
                 if !text.is_empty() || role {
                     delta["content"] = json!(text);
                 }
-                json!({"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish})
+                json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish})
             }
         };
         self.frame(true, vec![choice])
@@ -135,20 +177,35 @@ impl Envelope {
     }
 }
 
+/// Echoed prompt tokens first (null for the first one, and each one's top
+/// alternatives with the token itself, as vLLM gives them), then the
+/// generated tokens.
 fn completion_logprobs(lp: &Logprobs, f: &dyn Frontend) -> Value {
-    let tokens: Vec<String> = lp.tokens.iter().map(|(t, _)| f.token_str(t.id)).collect();
-    let token_logprobs: Vec<f32> = lp.tokens.iter().map(|(t, _)| t.logprob).collect();
-    let offsets: Vec<usize> = lp.tokens.iter().map(|(_, o)| *o).collect();
-    let top: Vec<serde_json::Map<String, Value>> = lp
-        .tokens
-        .iter()
-        .map(|(t, _)| {
-            t.top
-                .iter()
-                .map(|(id, l)| (f.token_str(*id), json!(l)))
-                .collect()
-        })
-        .collect();
+    let top_map = |top: &[(u32, f32)]| -> serde_json::Map<String, Value> {
+        top.iter()
+            .map(|(id, l)| (f.token_str(*id), json!(l)))
+            .collect()
+    };
+    let mut tokens: Vec<String> = Vec::new();
+    let mut token_logprobs: Vec<Option<f32>> = Vec::new();
+    let mut top: Vec<Option<serde_json::Map<String, Value>>> = Vec::new();
+    let mut offsets: Vec<usize> = Vec::new();
+    for (id, e, offset) in &lp.prompt {
+        tokens.push(f.token_str(*id));
+        token_logprobs.push(e.as_ref().map(|t| t.logprob));
+        top.push(e.as_ref().map(|t| {
+            let mut m = top_map(&t.top);
+            m.entry(f.token_str(t.id)).or_insert(json!(t.logprob));
+            m
+        }));
+        offsets.push(*offset);
+    }
+    for (t, offset) in &lp.tokens {
+        tokens.push(f.token_str(t.id));
+        token_logprobs.push(Some(t.logprob));
+        top.push(Some(top_map(&t.top)));
+        offsets.push(*offset);
+    }
     json!({
         "tokens": tokens,
         "token_logprobs": token_logprobs,

@@ -14,10 +14,14 @@ use ferrox_engine::{Event, Liveness};
 use serde_json::json;
 
 use crate::auth;
+use crate::chat_request::ChatRequest;
 use crate::error::ApiError;
-use crate::prepare::{self, Prepared};
-use crate::request::{CHAT_FIELDS, COMPLETION_FIELDS, ChatRequest, CompletionRequest, parse};
-use crate::response::{Envelope, Kind, Logprobs};
+use crate::fields::{
+    CHAT_FIELDS, COMPLETION_FIELDS, DETOKENIZE_FIELDS, TOKENIZE_FIELDS, parse, parse_fields,
+};
+use crate::prepare::{self, PrepareConfig, Prepared, Shape};
+use crate::request::CompletionRequest;
+use crate::response::{Choice, Envelope, Kind, Logprobs};
 use crate::state::{AppState, Loaded};
 use crate::stream;
 
@@ -29,6 +33,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(models))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_key,
@@ -46,11 +52,10 @@ pub fn router(state: AppState) -> Router {
 async fn completions(State(s): State<AppState>, body: Body) -> Response {
     let prepared = read_body(&s, body).await.map(|(loaded, bytes)| {
         let frontend = Arc::clone(&loaded.frontend);
-        let name = s.model_name().to_string();
+        let config = prepare_config(&s, loaded);
         off_thread(&s, move || {
             let r: CompletionRequest = parse(&bytes, &COMPLETION_FIELDS)?;
-            check_model(&name, r.knobs.model.as_deref())?;
-            prepare::completion(r, frontend.as_ref())
+            prepare::completion(r, frontend.as_ref(), &config)
         })
     });
     match prepared {
@@ -65,13 +70,10 @@ async fn completions(State(s): State<AppState>, body: Body) -> Response {
 async fn chat_completions(State(s): State<AppState>, body: Body) -> Response {
     let prepared = read_body(&s, body).await.map(|(loaded, bytes)| {
         let frontend = Arc::clone(&loaded.frontend);
-        let limit = loaded.engine.config().max_model_len;
-        let default = s.default_max_tokens();
-        let name = s.model_name().to_string();
+        let config = prepare_config(&s, loaded);
         off_thread(&s, move || {
             let r: ChatRequest = parse(&bytes, &CHAT_FIELDS)?;
-            check_model(&name, r.knobs.model.as_deref())?;
-            prepare::chat(r, frontend.as_ref(), limit, default)
+            prepare::chat(r, frontend.as_ref(), &config)
         })
     });
     match prepared {
@@ -83,16 +85,56 @@ async fn chat_completions(State(s): State<AppState>, body: Body) -> Response {
     }
 }
 
+async fn tokenize(State(s): State<AppState>, body: Body) -> Response {
+    let answer = read_body(&s, body).await.map(|(loaded, bytes)| {
+        let frontend = Arc::clone(&loaded.frontend);
+        let config = prepare_config(&s, loaded);
+        off_thread(&s, move || {
+            let r = parse_fields(&bytes, &[&TOKENIZE_FIELDS])?;
+            crate::tokenize::tokenize(r, frontend.as_ref(), &config)
+        })
+    });
+    json_answer(answer).await
+}
+
+async fn detokenize(State(s): State<AppState>, body: Body) -> Response {
+    let answer = read_body(&s, body).await.map(|(loaded, bytes)| {
+        let frontend = Arc::clone(&loaded.frontend);
+        let config = prepare_config(&s, loaded);
+        off_thread(&s, move || {
+            let r = parse_fields(&bytes, &[&DETOKENIZE_FIELDS])?;
+            crate::tokenize::detokenize(r, frontend.as_ref(), &config)
+        })
+    });
+    json_answer(answer).await
+}
+
+async fn json_answer(
+    answer: Result<
+        impl std::future::Future<Output = Result<serde_json::Value, ApiError>>,
+        ApiError,
+    >,
+) -> Response {
+    match answer {
+        Ok(work) => match work.await {
+            Ok(v) => axum::Json(v).into_response(),
+            Err(e) => e.into_response(),
+        },
+        Err(e) => e.into_response(),
+    }
+}
+
 /// Runs CPU-bound request work (parsing, templating, tokenizing) on the
 /// blocking pool, so that the async threads keep answering `/health` and
 /// every stream; at most one such job per core at a time, so that a flood of
 /// long prompts queues here instead of crowding the cores.
-fn off_thread<F>(
+fn off_thread<F, T>(
     s: &AppState,
     work: F,
-) -> impl std::future::Future<Output = Result<Prepared, ApiError>> + use<F>
+) -> impl std::future::Future<Output = Result<T, ApiError>> + use<F, T>
 where
-    F: FnOnce() -> Result<Prepared, ApiError> + Send + 'static,
+    F: FnOnce() -> Result<T, ApiError> + Send + 'static,
+    T: Send + 'static,
 {
     let slots = s.prepare_slots();
     async move {
@@ -132,10 +174,12 @@ async fn read_body(s: &AppState, body: Body) -> Result<(&Loaded, Bytes), ApiErro
     Ok((loaded, bytes))
 }
 
-fn check_model(served: &str, asked: Option<&str>) -> Result<(), ApiError> {
-    match asked {
-        Some(m) if m != served => Err(ApiError::UnknownModel(m.to_string())),
-        _ => Ok(()),
+fn prepare_config(s: &AppState, loaded: &Loaded) -> PrepareConfig {
+    PrepareConfig {
+        model_name: s.model_name().to_string(),
+        max_model_len: loaded.engine.config().max_model_len,
+        default_max_tokens: s.default_max_tokens(),
+        max_queue: loaded.engine.config().max_queue,
     }
 }
 
@@ -143,38 +187,68 @@ async fn answer(s: &AppState, p: Prepared) -> Response {
     let Some(loaded) = s.loaded() else {
         return ApiError::Unavailable("the model is still loading".into()).into_response();
     };
-    let env = envelope(s, p.kind);
-    let sub = match loaded.engine.submit(p.req, Instant::now()) {
-        Ok(sub) => sub,
+    let (requests, shape) = p.requests(loaded.frontend.as_ref());
+    let env = envelope(s, shape.kind);
+    // All n or none: a refusal drops (cancels) the ones already submitted.
+    let subs: Result<Vec<_>, _> = requests
+        .into_iter()
+        .map(|r| loaded.engine.submit(r, Instant::now()))
+        .collect();
+    let subs = match subs {
+        Ok(subs) => subs,
         Err(e) => return ApiError::from(e).into_response(),
     };
-    if p.stream {
+    if shape.stream {
         let frontend = loaded.frontend.clone();
-        return stream::respond(sub, env, frontend, p.include_usage, p.logprobs);
+        return stream::respond(subs, env, frontend, shape);
     }
     let timeout = s.request_timeout();
-    // On timeout the submission is dropped with the future, which cancels it.
-    tokio::time::timeout(timeout, collect(sub, env, loaded, p.logprobs))
-        .await
-        .unwrap_or_else(|_| ApiError::RequestTimeout(timeout).into_response())
+    // On timeout the submissions are dropped with the future, which cancels
+    // them; the first choice to fail drops (cancels) the others.
+    let choices = subs
+        .into_iter()
+        .map(|sub| collect(sub, &env, loaded.frontend.as_ref(), &shape));
+    let all = futures::future::try_join_all(choices);
+    match tokio::time::timeout(timeout, all).await {
+        Err(_) => ApiError::RequestTimeout(timeout).into_response(),
+        Ok(Err(e)) => e.into_response(),
+        Ok(Ok(done)) => {
+            let mut usage = ferrox_engine::Usage::default();
+            for (_, u) in &done {
+                usage.prompt_tokens = u.prompt_tokens;
+                usage.completion_tokens += u.completion_tokens;
+            }
+            let choices = done.into_iter().map(|(c, _)| c).collect();
+            axum::Json(env.full(choices, usage)).into_response()
+        }
+    }
 }
 
-/// Waits for the whole answer. Dropping this future (the client went away)
-/// drops the submission, which cancels the request.
+/// Waits for one choice's whole answer. Dropping this future (the client
+/// went away) drops the submission, which cancels the request.
 async fn collect(
     mut sub: ferrox_engine::Submission,
-    env: Envelope,
-    loaded: &Loaded,
-    want_logprobs: bool,
-) -> Response {
-    let mut text = String::new();
+    env: &Envelope,
+    frontend: &dyn crate::frontend::Frontend,
+    shape: &Shape,
+) -> Result<(Choice, ferrox_engine::Usage), ApiError> {
+    let mut text = shape
+        .echo
+        .as_ref()
+        .map(|e| e.text.clone())
+        .unwrap_or_default();
     let mut lp = Logprobs::default();
     while let Some(event) = sub.next().await {
         match event {
+            Event::PromptLogprobs(entries) => {
+                if let Some(echo) = &shape.echo {
+                    lp.prompt = Logprobs::echoed(&echo.ids, entries, frontend).prompt;
+                }
+            }
             Event::Token {
                 text: t, logprob, ..
             } => {
-                if let (true, Some(l)) = (want_logprobs, logprob) {
+                if let (true, Some(l)) = (shape.logprobs, logprob) {
                     lp.tokens.push((l, text.len()));
                 }
                 text.push_str(&t);
@@ -185,14 +259,18 @@ async fn collect(
                 usage,
             } => {
                 text.push_str(&tail);
-                let logprobs = want_logprobs.then(|| env.logprobs(&lp, loaded.frontend.as_ref()));
-                return axum::Json(env.full(&text, reason.as_str(), logprobs, usage))
-                    .into_response();
+                let logprobs = shape.logprobs.then(|| env.logprobs(&lp, frontend));
+                let choice = Choice {
+                    text,
+                    finish: reason.as_str(),
+                    logprobs,
+                };
+                return Ok((choice, usage));
             }
-            Event::Error(e) => return ApiError::from(e).into_response(),
+            Event::Error(e) => return Err(e.into()),
         }
     }
-    ApiError::from(ferrox_engine::EngineError::WorkerGone).into_response()
+    Err(ferrox_engine::EngineError::WorkerGone.into())
 }
 
 fn envelope(s: &AppState, kind: Kind) -> Envelope {

@@ -1,51 +1,89 @@
-//! Server-sent events for `stream: true`. Dropping the stream (the client
-//! went away) drops the `Submission`, which cancels the request.
+//! Server-sent events for `stream: true`, one stream for all n choices.
+//! Dropping the stream (the client went away) drops every `Submission`,
+//! which cancels every choice.
 
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::response::sse::{Event as Sse, Sse as SseBody};
 use axum::response::{IntoResponse, Response};
 use ferrox_engine::{Event, Submission, Usage};
-use futures::Stream;
+use futures::stream::SelectAll;
+use futures::{Stream, StreamExt};
 
 use crate::error::ApiError;
 use crate::frontend::Frontend;
+use crate::prepare::Shape;
 use crate::response::{Envelope, Logprobs};
 
-/// Where one stream is.
-struct Cursor {
-    sub: Submission,
-    env: Envelope,
-    frontend: Arc<dyn Frontend>,
-    include_usage: bool,
-    logprobs: bool,
+/// Each choice's events, tagged with its index; `None` once its
+/// submission ended without a last event (the worker went away).
+type Tagged = Pin<Box<dyn Stream<Item = (usize, Option<Event>)> + Send>>;
+
+/// Where one choice is.
+#[derive(Debug, Default)]
+struct ChoiceState {
     first: bool,
-    /// Frames ready to send before reading the next event.
-    ready: Vec<String>,
     done: bool,
     offset: usize,
 }
 
-/// Answers with an SSE stream of this submission's events.
-pub fn respond(
-    sub: Submission,
+/// Where one stream is.
+struct Cursor {
+    events: SelectAll<Tagged>,
     env: Envelope,
     frontend: Arc<dyn Frontend>,
-    include_usage: bool,
-    logprobs: bool,
+    shape: Shape,
+    choices: Vec<ChoiceState>,
+    usage: Usage,
+    /// Frames ready to send before reading the next event.
+    ready: Vec<String>,
+    done: bool,
+}
+
+/// Answers with an SSE stream of these submissions' events, choice `i`
+/// from `subs[i]`.
+pub fn respond(
+    subs: Vec<Submission>,
+    env: Envelope,
+    frontend: Arc<dyn Frontend>,
+    shape: Shape,
 ) -> Response {
-    let cursor = Cursor {
-        sub,
+    let mut events = SelectAll::new();
+    for (i, sub) in subs.into_iter().enumerate() {
+        let tagged = futures::stream::unfold(Some(sub), move |sub| async move {
+            let mut sub = sub?;
+            match sub.next().await {
+                Some(e) => Some(((i, Some(e)), Some(sub))),
+                None => Some(((i, None), None)),
+            }
+        });
+        events.push(Box::pin(tagged) as Tagged);
+    }
+    let n = events.len();
+    let mut cursor = Cursor {
+        events,
         env,
         frontend,
-        include_usage,
-        logprobs,
-        first: true,
+        choices: (0..n)
+            .map(|_| ChoiceState {
+                first: true,
+                ..ChoiceState::default()
+            })
+            .collect(),
+        usage: Usage::default(),
         ready: Vec::new(),
         done: false,
-        offset: 0,
+        shape,
     };
+    // Echo without logprobs: the prompt's text opens every choice at once.
+    if let (Some(echo), false) = (cursor.shape.echo.clone(), cursor.shape.logprobs) {
+        for i in 0..n {
+            cursor.choices[i].offset = echo.text.len();
+            cursor.push(i, &echo.text, None, None);
+        }
+    }
     SseBody::new(frames(cursor)).into_response()
 }
 
@@ -59,30 +97,46 @@ fn frames(cursor: Cursor) -> impl Stream<Item = Result<Sse, Infallible>> {
             if c.done {
                 return None;
             }
-            match c.sub.next().await {
-                Some(event) => c.absorb(event),
-                None => c.fail(ApiError::Engine(ferrox_engine::EngineError::WorkerGone)),
+            match c.events.next().await {
+                Some((i, Some(event))) => c.absorb(i, event),
+                // A choice's channel closes after its last event.
+                Some((i, None)) if c.choices[i].done => {}
+                Some((_, None)) | None => {
+                    c.fail(ApiError::Engine(ferrox_engine::EngineError::WorkerGone))
+                }
             }
         }
     })
 }
 
 impl Cursor {
-    fn absorb(&mut self, event: Event) {
+    fn absorb(&mut self, i: usize, event: Event) {
         match event {
+            Event::PromptLogprobs(entries) => {
+                // Echo with logprobs: the prompt's text and its logprobs.
+                let Some(echo) = self.shape.echo.clone() else {
+                    return;
+                };
+                let lp = Logprobs::echoed(&echo.ids, entries, self.frontend.as_ref());
+                let lp = self.env.logprobs(&lp, self.frontend.as_ref());
+                self.choices[i].offset = echo.text.len();
+                self.push(i, &echo.text, None, Some(lp));
+            }
             Event::Token { text, logprob, .. } => {
-                let lp = match (self.logprobs, logprob) {
+                let offset = self.choices[i].offset;
+                let lp = match (self.shape.logprobs, logprob) {
                     (true, Some(t)) => {
                         let one = Logprobs {
-                            tokens: vec![(t, self.offset)],
+                            tokens: vec![(t, offset)],
+                            ..Logprobs::default()
                         };
                         Some(self.env.logprobs(&one, self.frontend.as_ref()))
                     }
                     _ => None,
                 };
-                self.offset += text.len();
-                if !text.is_empty() || lp.is_some() || self.first {
-                    self.push(&text, None, lp);
+                self.choices[i].offset += text.len();
+                if !text.is_empty() || lp.is_some() || self.choices[i].first {
+                    self.push(i, &text, None, lp);
                 }
             }
             Event::Done {
@@ -91,29 +145,37 @@ impl Cursor {
                 usage,
             } => {
                 if !text.is_empty() {
-                    self.push(&text, None, None);
+                    self.push(i, &text, None, None);
                 }
-                self.push("", Some(reason.as_str()), None);
-                self.finish(usage);
+                self.push(i, "", Some(reason.as_str()), None);
+                self.usage.prompt_tokens = usage.prompt_tokens;
+                self.usage.completion_tokens += usage.completion_tokens;
+                self.choices[i].done = true;
+                if self.choices.iter().all(|c| c.done) {
+                    self.finish();
+                }
             }
             Event::Error(e) => self.fail(ApiError::Engine(e)),
         }
     }
 
-    fn push(&mut self, text: &str, finish: Option<&str>, lp: Option<serde_json::Value>) {
-        let chunk = self.env.chunk(text, self.first, finish, lp);
-        self.first = false;
+    fn push(&mut self, i: usize, text: &str, finish: Option<&str>, lp: Option<serde_json::Value>) {
+        let chunk = self.env.chunk(i, text, self.choices[i].first, finish, lp);
+        self.choices[i].first = false;
         self.ready.push(chunk.to_string());
     }
 
-    fn finish(&mut self, usage: Usage) {
-        if self.include_usage {
-            self.ready.push(self.env.usage_chunk(usage).to_string());
+    fn finish(&mut self) {
+        if self.shape.include_usage {
+            self.ready
+                .push(self.env.usage_chunk(self.usage).to_string());
         }
         self.ready.push("[DONE]".into());
         self.done = true;
     }
 
+    /// Ends the stream with the error; the other choices are cancelled when
+    /// the stream, and with it their submissions, is dropped.
     fn fail(&mut self, e: ApiError) {
         self.ready
             .push(serde_json::to_string(&e.body()).unwrap_or_default());

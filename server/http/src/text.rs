@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use ferrox_core::{ChatMessage, ChatTemplate, Detokenizer, Tokenizer};
+use ferrox_core::{ChatMessage, ChatTemplate, Detokenizer, RenderOptions, Tokenizer};
 use ferrox_engine::TokenText;
 
 use crate::frontend::Frontend;
@@ -57,16 +57,22 @@ impl Frontend for CoreFrontend {
             .map_err(|e| e.to_string())
     }
 
-    fn render_chat(&self, messages: &[(String, String)]) -> Result<String, String> {
+    fn render_chat(
+        &self,
+        messages: &[ChatMessage],
+        options: &RenderOptions<'_>,
+    ) -> Result<String, String> {
         let template = self
             .template
             .as_ref()
             .ok_or("this model has no chat template; use /v1/completions")?;
-        let messages: Vec<ChatMessage> = messages
-            .iter()
-            .map(|(role, content)| ChatMessage::new(role.as_str(), content.as_str()))
-            .collect();
-        template.render(&messages, true).map_err(|e| e.to_string())
+        template
+            .render_with(messages, options)
+            .map_err(|e| e.to_string())
+    }
+
+    fn decode(&self, ids: &[u32]) -> Result<String, String> {
+        self.tokenizer.decode(ids, false).map_err(|e| e.to_string())
     }
 
     fn detokenizer(&self) -> Box<dyn TokenText> {
@@ -75,6 +81,14 @@ impl Frontend for CoreFrontend {
 
     fn token_str(&self, id: u32) -> String {
         self.tokenizer.decode(&[id], false).unwrap_or_default()
+    }
+
+    fn raw_token(&self, id: u32) -> Option<String> {
+        self.tokenizer.id_to_token(id)
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.tokenizer.vocab_size()
     }
 
     fn eos_ids(&self) -> Vec<u32> {

@@ -72,8 +72,11 @@ impl PagedModel {
         let mut spans = Vec::with_capacity(prefill.len() + decode.len());
         let mut logits_for = Vec::new();
         for c in prefill {
+            let first = tokens.len();
             tokens.extend_from_slice(c.tokens);
-            if c.want_logits {
+            if c.all_logits {
+                logits_for.extend(first..tokens.len());
+            } else if c.want_logits {
                 logits_for.push(tokens.len() - 1);
             }
             spans.push(SeqSpan {
@@ -99,18 +102,26 @@ impl PagedModel {
     }
 }
 
-/// Splits logit rows (one per prefill chunk that wanted them, then one per
-/// decode row) back to their chunks and rows.
+/// Splits logit rows (every token's for a chunk that wanted all, the last
+/// one's for a chunk that wanted that, then one per decode row) back to
+/// their chunks and rows.
 fn split(prefill: &[PrefillChunk<'_>], rows: Vec<Vec<f32>>) -> StepLogits {
     let mut rows = rows.into_iter();
-    let prefill = prefill
-        .iter()
-        .map(|c| if c.want_logits { rows.next() } else { None })
-        .collect();
-    StepLogits {
-        prefill,
-        decode: rows.collect(),
+    let mut out = StepLogits::default();
+    for c in prefill {
+        if c.all_logits {
+            let all: Vec<Vec<f32>> = rows.by_ref().take(c.tokens.len()).collect();
+            out.prefill
+                .push(c.want_logits.then(|| all.last().cloned()).flatten());
+            out.prompt.push(all);
+        } else {
+            out.prefill
+                .push(if c.want_logits { rows.next() } else { None });
+            out.prompt.push(Vec::new());
+        }
     }
+    out.decode = rows.collect();
+    out
 }
 
 impl BatchModel for PagedModel {
@@ -134,6 +145,7 @@ impl BatchModel for PagedModel {
             tokens,
             pos,
             want_logits,
+            all_logits: false,
         };
         Ok(self.mixed(&[chunk], &[])?.prefill.pop().flatten())
     }

@@ -502,10 +502,18 @@ fn refused_at_the_door() {
 fn a_token_outside_the_vocabulary_fails_and_frees_its_lease() {
     let mut rig = Rig::new(config());
     let mut bad = rig.submit(request(&[1, VOCAB as u32], 3));
+    let mut biased = request(&[1], 3);
+    biased.sampling.logit_bias = vec![(2, 1.0), (VOCAB as u32, 1.0)];
+    let mut bad_bias = rig.submit(biased);
     let mut good = rig.submit(request(&[1], 3));
     rig.tick();
     let got = outcome(&mut bad);
     assert!(got.error.unwrap().contains("outside the vocabulary"));
+    let got = outcome(&mut bad_bias).error.unwrap();
+    assert!(
+        got.contains(&format!("token id {VOCAB} is outside")),
+        "{got}"
+    );
     assert_eq!(rig.s.running(), 1);
     rig.run(20);
     assert!(outcome(&mut good).end.is_some());
@@ -679,6 +687,7 @@ fn the_worker_thread_serves_and_idles() {
 }
 
 mod prefix_cache;
+mod prompt_logprobs;
 #[test]
 fn liveness_sees_a_stalled_tick_and_a_dead_worker() {
     let bound = Duration::from_millis(100);

@@ -9,8 +9,8 @@ use serde_json::{Map, Value, json};
 use tower::ServiceExt;
 
 use crate::config::HttpConfig;
+use crate::fields::{CHAT_FIELDS, COMPLETION_FIELDS};
 use crate::fixtures::{engine_config, loaded_state};
-use crate::request::{CHAT_FIELDS, COMPLETION_FIELDS};
 use crate::state::AppState;
 
 /// Numbers at and past every boundary a field could wrap or truncate at.
@@ -229,7 +229,7 @@ fn body(fields: Vec<&'static str>, required: &'static str) -> impl Strategy<Valu
 }
 
 fn fields(extra: &[&'static str]) -> Vec<&'static str> {
-    crate::request::COMMON_FIELDS
+    crate::fields::COMMON_FIELDS
         .iter()
         .chain(extra)
         .copied()

@@ -217,28 +217,31 @@ async fn send_only(
 
 #[tokio::test]
 async fn a_client_that_hangs_up_frees_its_blocks() {
-    for stream in [true, false] {
+    // With n = 2 the hang-up cancels both choices.
+    for (stream, n) in [(true, 1), (false, 1), (true, 2), (false, 2)] {
         let (addr, state) = serve(engine_config(), 10).await;
         let metrics = state.loaded().unwrap().engine.metrics().clone();
         let body = format!(
-            r#"{{"prompt": [1], "max_tokens": 100, "ignore_eos": true, "stream": {stream}}}"#
+            r#"{{"prompt": [1], "max_tokens": 100, "ignore_eos": true, "stream": {stream}, "n": {n}}}"#
         );
         let socket = send_only(addr, &body, std::time::Duration::from_millis(150)).await;
-        assert_eq!(metrics.running(), 1, "stream={stream}: not running yet");
+        assert_eq!(metrics.running(), n, "stream={stream}: not running yet");
         assert!(metrics.kv_used() > 0);
         drop(socket);
         let mut waited = 0;
         while metrics.kv_used() > 0 || metrics.running() > 0 {
             assert!(
                 waited < 100,
-                "stream={stream}: blocks still leased 1 s after the hang-up"
+                "stream={stream} n={n}: blocks still leased 1 s after the hang-up"
             );
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             waited += 1;
         }
         assert!(
-            metrics.render("fake").contains("reason=\"abort\"} 1"),
-            "stream={stream}"
+            metrics
+                .render("fake")
+                .contains(&format!("reason=\"abort\"}} {n}")),
+            "stream={stream} n={n}"
         );
     }
 }
@@ -371,3 +374,5 @@ async fn health_fails_on_a_stalled_tick_and_on_a_dead_worker() {
     assert!(text.contains("stopped"), "{text}");
     assert_eq!(request(addr, "GET", "/ready", "").await.0, 503);
 }
+
+mod choices;

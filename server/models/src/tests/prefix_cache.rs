@@ -108,7 +108,7 @@ impl Engine {
                 while let Some(e) = sub.try_next() {
                     match e {
                         Event::Token { id, .. } => ids.push(id),
-                        Event::Done { .. } => {}
+                        Event::Done { .. } | Event::PromptLogprobs(_) => {}
                         Event::Error(e) => panic!("{e}"),
                     }
                 }

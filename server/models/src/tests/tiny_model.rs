@@ -313,6 +313,7 @@ fn a_mixed_step_gives_the_logits_of_separate_prefill_and_decode_calls() {
         tokens,
         pos,
         want_logits,
+        all_logits: false,
     };
     let row = |token, pos, blocks| DecodeRow { token, pos, blocks };
     // Step 1: y's first chunk (mid-block end), z whole, x decodes.
@@ -361,6 +362,52 @@ fn a_mixed_step_gives_the_logits_of_separate_prefill_and_decode_calls() {
     assert_eq!(got.decode.len(), 2);
     // An empty step is empty, not an error.
     assert_eq!(mixed.step(&[], &[]).unwrap(), StepLogits::default());
+}
+
+#[test]
+fn all_logits_of_a_chunk_are_each_prefix_s_last_logits() {
+    let t = Tiny::default();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q8.gguf");
+    write_gguf(&path, &t, &random_weights(&t, 7), GgmlDType::Q8_0);
+    let (mut mixed, mut alone) = (open(&path), open(&path));
+    let pool = BlockPool::new(64);
+    let (x, y) = (pool.allocate(8).unwrap(), pool.allocate(8).unwrap());
+    let (px, py) = (prompt(9, 1), prompt(7, 2));
+    prefill(&mut mixed, &x, &px, 64);
+    // y's second chunk wants every token's logits, beside a decode row of x.
+    let first = PrefillChunk {
+        blocks: y.blocks(),
+        tokens: &py[..3],
+        pos: 0,
+        want_logits: false,
+        all_logits: false,
+    };
+    mixed.step(&[first], &[]).unwrap();
+    let second = PrefillChunk {
+        tokens: &py[3..],
+        pos: 3,
+        want_logits: true,
+        all_logits: true,
+        ..first
+    };
+    let row = DecodeRow {
+        token: 5,
+        pos: 9,
+        blocks: x.blocks(),
+    };
+    let got = mixed.step(&[second], &[row]).unwrap();
+    assert_eq!((got.prompt.len(), got.prompt[0].len()), (1, 4));
+    for (i, logits) in got.prompt[0].iter().enumerate() {
+        let want = last_logits(&mut alone, &py[..4 + i], 64);
+        assert!(
+            max_diff(logits, &want) < 1e-4,
+            "token {i}: {}",
+            max_diff(logits, &want)
+        );
+    }
+    assert_eq!(got.prefill[0].as_ref(), got.prompt[0].last());
+    assert_eq!(got.decode.len(), 1);
 }
 
 #[test]

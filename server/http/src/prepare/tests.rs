@@ -1,0 +1,251 @@
+//! Every field an endpoint parses changes what is submitted, or is refused
+//! by value with an error that names it; the table must cover the lists.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::fields::{CHAT_FIELDS, COMMON_FIELDS, COMPLETION_FIELDS, parse};
+use crate::fixtures::FakeFrontend;
+
+fn config() -> PrepareConfig {
+    PrepareConfig {
+        model_name: "fake".into(),
+        max_model_len: 128,
+        default_max_tokens: 5,
+        max_queue: 8,
+    }
+}
+
+/// Everything a field can change about a prepared request.
+fn fingerprint(p: &Prepared) -> String {
+    let r = &p.req;
+    format!(
+        "{:?} {} {:?} {:?} {:?} {} {} {:?}",
+        r.prompt, r.max_tokens, r.sampling, r.stop, r.stop_token_ids, r.ignore_eos, p.n, p.shape,
+    )
+}
+
+fn merged(base: &Value, over: &Value) -> Vec<u8> {
+    let mut m = base.as_object().cloned().unwrap_or_default();
+    m.extend(over.as_object().cloned().unwrap_or_default());
+    serde_json::to_vec(&Value::Object(m)).unwrap()
+}
+
+fn prepare(chat_endpoint: bool, body: &[u8]) -> Result<Prepared, ApiError> {
+    if chat_endpoint {
+        chat(parse(body, &CHAT_FIELDS)?, &FakeFrontend, &config())
+    } else {
+        completion(parse(body, &COMPLETION_FIELDS)?, &FakeFrontend, &config())
+    }
+}
+
+/// What setting a field does.
+enum Expect {
+    /// The prepared request differs from the one without it.
+    Changes,
+    /// This value is refused; the message contains the fragment.
+    Refused(&'static str),
+}
+
+/// (endpoint is chat, field, fields set, what the result is compared with
+/// beyond the base, expectation)
+type Case = (bool, &'static str, Value, Value, Expect);
+
+fn cases() -> Vec<Case> {
+    use Expect::{Changes, Refused};
+    let none = json!({});
+    let mut out: Vec<Case> = Vec::new();
+    for chat in [false, true] {
+        let logprobs = if chat { json!(true) } else { json!(2) };
+        let common: Vec<(&str, Value, Value, Expect)> = vec![
+            (
+                "model",
+                json!({"model": "other"}),
+                none.clone(),
+                Refused("does not exist"),
+            ),
+            (
+                "max_tokens",
+                json!({"max_tokens": 3}),
+                none.clone(),
+                Changes,
+            ),
+            (
+                "temperature",
+                json!({"temperature": 0.5}),
+                none.clone(),
+                Changes,
+            ),
+            ("top_p", json!({"top_p": 0.5}), none.clone(), Changes),
+            ("n", json!({"n": 2}), none.clone(), Changes),
+            ("stream", json!({"stream": true}), none.clone(), Changes),
+            (
+                "stream_options",
+                json!({"stream": true, "stream_options": {"include_usage": true}}),
+                json!({"stream": true}),
+                Changes,
+            ),
+            ("stop", json!({"stop": "x"}), none.clone(), Changes),
+            (
+                "presence_penalty",
+                json!({"presence_penalty": 0.5}),
+                none.clone(),
+                Changes,
+            ),
+            (
+                "frequency_penalty",
+                json!({"frequency_penalty": 0.5}),
+                none.clone(),
+                Changes,
+            ),
+            ("seed", json!({"seed": 2}), none.clone(), Changes),
+            (
+                "logit_bias",
+                json!({"logit_bias": {"1": 5}}),
+                none.clone(),
+                Changes,
+            ),
+            (
+                "ignore_eos",
+                json!({"ignore_eos": true}),
+                none.clone(),
+                Changes,
+            ),
+            ("top_k", json!({"top_k": 2}), none.clone(), Changes),
+            ("min_p", json!({"min_p": 0.1}), none.clone(), Changes),
+            (
+                "repetition_penalty",
+                json!({"repetition_penalty": 1.1}),
+                none.clone(),
+                Changes,
+            ),
+            (
+                "stop_token_ids",
+                json!({"stop_token_ids": [7]}),
+                none.clone(),
+                Changes,
+            ),
+            (
+                "logprobs",
+                json!({"logprobs": logprobs}),
+                none.clone(),
+                Changes,
+            ),
+            (
+                "skip_special_tokens",
+                json!({"skip_special_tokens": false}),
+                none.clone(),
+                Refused("skip_special_tokens"),
+            ),
+        ];
+        out.extend(
+            common
+                .into_iter()
+                .map(|(f, set, against, e)| (chat, f, set, against, e)),
+        );
+    }
+    let completion: Vec<(&str, Value, Value, Expect)> = vec![
+        ("prompt", json!({"prompt": "cd"}), none.clone(), Changes),
+        ("echo", json!({"echo": true}), none.clone(), Changes),
+        (
+            "best_of",
+            json!({"best_of": 2}),
+            none.clone(),
+            Refused("best_of"),
+        ),
+        (
+            "suffix",
+            json!({"suffix": "x"}),
+            none.clone(),
+            Refused("suffix"),
+        ),
+    ];
+    out.extend(
+        completion
+            .into_iter()
+            .map(|(f, s, a, e)| (false, f, s, a, e)),
+    );
+    let tool = json!([{"type": "function", "function": {"name": "f"}}]);
+    let chat: Vec<(&str, Value, Value, Expect)> = vec![
+        (
+            "messages",
+            json!({"messages": [{"role": "user", "content": "cd"}]}),
+            none.clone(),
+            Changes,
+        ),
+        (
+            "max_completion_tokens",
+            json!({"max_completion_tokens": 3}),
+            none.clone(),
+            Changes,
+        ),
+        (
+            "top_logprobs",
+            json!({"logprobs": true, "top_logprobs": 2}),
+            json!({"logprobs": true}),
+            Changes,
+        ),
+        (
+            "response_format",
+            json!({"response_format": {"type": "json_object"}}),
+            none.clone(),
+            Refused("response_format"),
+        ),
+        (
+            "tools",
+            json!({"tools": tool, "tool_choice": "none"}),
+            json!({"tool_choice": "none"}),
+            Changes,
+        ),
+        (
+            "tool_choice",
+            json!({"tool_choice": "required"}),
+            none.clone(),
+            Refused("tool_choice"),
+        ),
+    ];
+    out.extend(chat.into_iter().map(|(f, s, a, e)| (true, f, s, a, e)));
+    out
+}
+
+#[test]
+fn every_parsed_field_changes_the_request_or_is_refused_by_value() {
+    let completion_base = json!({"prompt": "ab", "seed": 1});
+    let chat_base = json!({"messages": [{"role": "user", "content": "ab"}], "seed": 1});
+    let mut covered = [BTreeSet::new(), BTreeSet::new()];
+    for (is_chat, field, set, against, expect) in cases() {
+        let base = if is_chat {
+            &chat_base
+        } else {
+            &completion_base
+        };
+        covered[usize::from(is_chat)].insert(field);
+        let got = prepare(is_chat, &merged(base, &set));
+        match expect {
+            Expect::Changes => {
+                let before = prepare(is_chat, &merged(base, &against)).unwrap();
+                let after = got.unwrap_or_else(|e| panic!("{field}: {e}"));
+                assert_ne!(
+                    fingerprint(&before),
+                    fingerprint(&after),
+                    "{field} changed nothing"
+                );
+            }
+            Expect::Refused(w) => {
+                let e = got.err().unwrap_or_else(|| panic!("{field}: accepted"));
+                assert!(e.to_string().contains(w), "{field}: {e}");
+            }
+        }
+    }
+    let want = |extra: &[&'static str]| -> BTreeSet<&'static str> {
+        COMMON_FIELDS.iter().chain(extra).copied().collect()
+    };
+    assert_eq!(
+        covered[0],
+        want(&COMPLETION_FIELDS),
+        "completion fields without a case"
+    );
+    assert_eq!(covered[1], want(&CHAT_FIELDS), "chat fields without a case");
+}

@@ -72,13 +72,8 @@ cond() { jp "md/$1" "{.status.conditions[?(@.type==\"$2\")].$3}"; }
 # connections would take them.
 ETCD_PORT=14379; API_PORT=14443; KCM_PORT=14257; SCHED_PORT=14259; KWOK_PORT=14280; OP_PORT=14080
 
-"$CACHE/bin/etcd" --data-dir "$WORK/etcd" --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
-  --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" --listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
-  >"$WORK/etcd.log" 2>&1 &
-PIDS+=($!)
-# The API server gives up on an etcd that is slow to start (a loaded
-# machine): start it once etcd answers.
-for _ in $(seq 120); do curl -sf "http://127.0.0.1:$ETCD_PORT/health" >/dev/null && break; sleep 0.5; done
+source "$ROOT/tests/operator/etcd.sh"
+start_etcd || fail "etcd not up"
 openssl genrsa -out "$WORK/sa.key" 2048 2>/dev/null
 TOKEN="ferrox-gpu-$(date +%s)-$RANDOM"
 echo "$TOKEN,admin,admin,system:masters" >"$WORK/tokens.csv"

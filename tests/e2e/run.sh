@@ -62,13 +62,8 @@ wait_for() { for _ in $(seq "${2:-60}"); do eval "$1" >/dev/null 2>&1 && return 
 ETCD_PORT=12379; API_PORT=12443; KCM_PORT=12257; OP_PORT=12080
 NS=ferrox-system; SA=ferrox
 
-"$CACHE/bin/etcd" --data-dir "$WORK/etcd" --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
-  --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" --listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
-  >"$WORK/etcd.log" 2>&1 &
-PIDS+=($!)
-# The API server gives up on an etcd that is slow to start (a loaded
-# machine): start it once etcd answers.
-for _ in $(seq 120); do curl -sf "http://127.0.0.1:$ETCD_PORT/health" >/dev/null && break; sleep 0.5; done
+source "$ROOT/tests/operator/etcd.sh"
+start_etcd || fail "etcd not up"
 openssl genrsa -out "$WORK/sa.key" 2048 2>/dev/null
 TOKEN="ferrox-e2e-$(date +%s)-$RANDOM"
 echo "$TOKEN,admin,admin,system:masters" >"$WORK/tokens.csv"

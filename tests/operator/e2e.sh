@@ -20,13 +20,8 @@ pass=0
 ok() { echo "ok - $*"; pass=$((pass + 1)); }
 
 ETCD_PORT=23791; API_PORT=26443
-"$CACHE/bin/etcd" --data-dir "$WORK/etcd" --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
-  --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" --listen-peer-urls http://127.0.0.1:23792 \
-  >"$WORK/etcd.log" 2>&1 &
-PIDS+=($!)
-# The API server gives up on an etcd that is slow to start (a loaded
-# machine): start it once etcd answers.
-for _ in $(seq 120); do curl -sf "http://127.0.0.1:$ETCD_PORT/health" >/dev/null && break; sleep 0.5; done
+source "$ROOT/tests/operator/etcd.sh"
+start_etcd || fail "etcd not up"
 openssl genrsa -out "$WORK/sa.key" 2048 2>/dev/null
 TOKEN="ferrox-e2e-$(date +%s)"
 echo "$TOKEN,admin,admin,system:masters" > "$WORK/tokens.csv"

@@ -90,6 +90,11 @@ def plan_rows(r: Report, s, plan: dict, metrics: dict) -> int:
           f"{plan['kv_dtype']}) + activations {gib(int(plan['activation_bytes']))} + overhead "
           f"{gib(int(plan['overhead_bytes']))}; of {gib(int(plan['memory_bytes']))} "
           f"({plan['memory_source']})")
+    profiled = s.log_fields("activation reserve profiled")
+    if profiled:
+        r.add("c memory", "activation reserve (profile run)",
+              f"measured {gib(int(profiled['measured']))}, estimated "
+              f"{gib(int(profiled['estimated']))}; the plan uses the measured figure")
     gauges = {k: v for k, v in metrics.items() if k.startswith("ferrox_plan_")}
     r.add("c memory", "ferrox_plan_* gauges",
           ", ".join(f"{k}={v:.0f}" for k, v in sorted(gauges.items())) or "none")

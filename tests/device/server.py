@@ -93,8 +93,12 @@ class Server:
 
     def plan_line(self) -> dict:
         """The fields of the `KV pool planned` log line."""
+        return self.log_fields("KV pool planned")
+
+    def log_fields(self, message: str) -> dict:
+        """The fields of the first log line saying `message`."""
         for line in self.log_text().splitlines():
-            if "KV pool planned" in line:
+            if message in line:
                 return {k: v.strip('"') for k, v in re.findall(r"(\w+)=(\S+)", line)}
         return {}
 

@@ -29,12 +29,14 @@ pub struct Sizing {
     pub sized_by: &'static str,
 }
 
-/// Plans the server for `info` on `device` with `memory`, or says why it
+/// Plans the server for `info` on `device` with `memory` (and the activation
+/// bytes a profile run measured, else the plan's estimate), or says why it
 /// cannot run there with every number and what to change.
 pub fn size(
     info: &ModelInfo,
     device: DeviceKind,
     memory: DeviceMemory,
+    activation: Option<u64>,
     cfg: &ServeConfig,
 ) -> anyhow::Result<Sizing> {
     let kv_dtype = cfg.kv_dtype.resolve(device, info.model_half);
@@ -46,6 +48,7 @@ pub fn size(
         prefill_chunk: cfg.prefill_chunk as u64,
         max_model_len: cfg.max_model_len.map(|n| n as u64),
         max_seqs_cap: Some(cfg.max_seqs as u64),
+        activation_reserve_bytes: activation,
         ..PlanConfig::for_device(device)
     };
     let block_bytes = (config.block_size * geometry.kv_bytes_per_token()).max(1);
@@ -136,12 +139,40 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
             .context("reading the host's memory")?,
         DeviceKind::Cuda => ferrox_models::device::gpu_memory(&gpus, &selected.device)?,
     };
-    let sizing = size(&info, selected.kind, memory, cfg)?;
-    log_plan(&sizing);
+    // With the estimate first: what cannot fit is refused before loading.
+    let sizing = size(&info, selected.kind, memory, None, cfg)?;
     let text = source.text().context("loading the tokenizer")?;
     let llama = source
         .decoder(&selected.device)
         .context("loading the weights")?;
+    let (llama, sizing) = match selected.kind {
+        DeviceKind::Cpu => (llama, sizing),
+        DeviceKind::Cuda => {
+            let shape = ferrox_models::profile::ProfileShape {
+                prefill_chunk: cfg.prefill_chunk,
+                max_seqs: cfg.max_seqs,
+                block_size: cfg.block_size,
+            };
+            let (llama, measured) = ferrox_models::profile::profile(
+                llama,
+                &shape,
+                sizing.kv_dtype,
+                &gpus,
+                &selected.device,
+            )
+            .context("the profile run")?;
+            tracing::info!(
+                estimated = sizing.plan.activation_reserve_bytes,
+                measured,
+                "activation reserve profiled"
+            );
+            (
+                llama,
+                size(&info, selected.kind, memory, Some(measured), cfg)?,
+            )
+        }
+    };
+    log_plan(&sizing);
     let model = ferrox_models::PagedModel::new(
         llama,
         sizing.engine.kv_blocks,
@@ -310,6 +341,7 @@ mod tests {
                 &info(),
                 DeviceKind::Cpu,
                 memory(mem),
+                None,
                 &serve_config(kv, len),
             );
             let got = got.ok().map(|s| {
@@ -322,27 +354,34 @@ mod tests {
             });
             assert_eq!(got, want, "{kv:?} {len:?} {mem}");
         }
+        // A profiled reserve replaces the estimate: 10 blocks' worth more
+        // activations leave 10 blocks fewer.
+        let cfg = serve_config(KvSizing::Device, None);
+        let measured = act + 10 * 512;
+        let s = size(&info(), DeviceKind::Cpu, memory(gib), Some(measured), &cfg).unwrap();
+        assert_eq!(s.plan.activation_reserve_bytes, measured);
+        assert_eq!(s.engine.kv_blocks as u64, (gib / 2 - base) / 512 - 10);
     }
 
     #[test]
     fn the_device_decides_weights_and_kv_dtype() {
         let cfg = serve_config(KvSizing::Blocks(16), None);
-        let cpu = size(&info(), DeviceKind::Cpu, memory(1 << 30), &cfg).unwrap();
-        let gpu = size(&info(), DeviceKind::Cuda, memory(1 << 30), &cfg).unwrap();
+        let cpu = size(&info(), DeviceKind::Cpu, memory(1 << 30), None, &cfg).unwrap();
+        let gpu = size(&info(), DeviceKind::Cuda, memory(1 << 30), None, &cfg).unwrap();
         assert_eq!((cpu.kv_dtype, cpu.plan.weight_bytes), (KvDtype::F16, 1000));
         assert_eq!((gpu.kv_dtype, gpu.plan.weight_bytes), (KvDtype::Bf16, 500));
         let f32 = ServeConfig {
             kv_dtype: KvDtypeChoice::Fixed(KvDtype::F32),
             ..cfg
         };
-        let wide = size(&info(), DeviceKind::Cpu, memory(1 << 30), &f32).unwrap();
+        let wide = size(&info(), DeviceKind::Cpu, memory(1 << 30), None, &f32).unwrap();
         assert_eq!(wide.plan.block_bytes, 2 * cpu.plan.block_bytes);
     }
 
     #[test]
     fn a_refusal_names_every_number_and_what_to_change() {
         let cfg = serve_config(KvSizing::Device, None);
-        let err = size(&info(), DeviceKind::Cpu, memory(60 << 20), &cfg)
+        let err = size(&info(), DeviceKind::Cpu, memory(60 << 20), None, &cfg)
             .unwrap_err()
             .to_string();
         for part in [
@@ -360,7 +399,7 @@ mod tests {
             kv_dtype: KvDtypeChoice::Fixed(KvDtype::F32),
             ..cfg
         };
-        let err = size(&info(), DeviceKind::Cpu, memory(1 << 30), &wide)
+        let err = size(&info(), DeviceKind::Cpu, memory(1 << 30), None, &wide)
             .unwrap_err()
             .to_string();
         assert!(err.contains("--kv-dtype f16, fewer --kv-blocks"), "{err}");
@@ -378,7 +417,7 @@ mod tests {
                 prefix_caching: caching,
                 ..serve_config(kv, None)
             };
-            let s = size(&info(), DeviceKind::Cpu, memory(1 << 30), &cfg).unwrap();
+            let s = size(&info(), DeviceKind::Cpu, memory(1 << 30), None, &cfg).unwrap();
             assert_eq!(s.engine.prefix_caching, caching);
             let want = PlanInfo {
                 block_size: 16,
@@ -403,7 +442,7 @@ mod tests {
                 kv_dtype: KvDtypeChoice::Fixed(kv_dtype),
                 ..serve_config(KvSizing::Blocks(16), None)
             };
-            size(&info(), DeviceKind::Cpu, memory(1 << 30), &cfg)
+            size(&info(), DeviceKind::Cpu, memory(1 << 30), None, &cfg)
                 .unwrap()
                 .engine
                 .cache_salt

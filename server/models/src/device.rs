@@ -47,6 +47,20 @@ pub struct GpuInfo {
     pub total_bytes: u64,
 }
 
+/// A device's memory and its allocator's pool, at one moment (see
+/// [`crate::profile`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolReading {
+    /// Free bytes on the device.
+    pub free_bytes: u64,
+    /// Bytes the pool has handed out.
+    pub pool_used: u64,
+    /// The most the pool had handed out at once since the last reset.
+    pub pool_used_high: u64,
+    /// Bytes the pool holds from the device (handed out or cached).
+    pub pool_reserved: u64,
+}
+
 /// The GPUs of this machine, as far as this build can see them.
 pub trait Gpus {
     /// How many there are, or why none can be used (`Err`: no CUDA in this
@@ -56,6 +70,10 @@ pub trait Gpus {
     fn open(&self, ordinal: usize) -> Result<Device>;
     /// Its name and memory, now.
     fn info(&self, device: &Device) -> Result<GpuInfo>;
+    /// Its memory and its allocator pool's figures, once queued work is done.
+    fn reading(&self, device: &Device) -> Result<PoolReading>;
+    /// Starts a new high-water mark for [`PoolReading::pool_used_high`].
+    fn reset_peak(&self, device: &Device) -> Result<()>;
 }
 
 /// The device chosen, and how to say so in the log.
@@ -139,6 +157,80 @@ impl Gpus for CudaGpus {
             total_bytes: total as u64,
         })
     }
+
+    fn reading(&self, device: &Device) -> Result<PoolReading> {
+        use cudarc_pool::Attr;
+        device.synchronize()?;
+        let pool = cudarc_pool::default_pool(device)?;
+        Ok(PoolReading {
+            free_bytes: self.info(device)?.free_bytes,
+            pool_used: cudarc_pool::get(pool, Attr::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?,
+            pool_used_high: cudarc_pool::get(pool, Attr::CU_MEMPOOL_ATTR_USED_MEM_HIGH)?,
+            pool_reserved: cudarc_pool::get(pool, Attr::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?,
+        })
+    }
+
+    fn reset_peak(&self, device: &Device) -> Result<()> {
+        device.synchronize()?;
+        let pool = cudarc_pool::default_pool(device)?;
+        cudarc_pool::reset_high(pool)
+    }
+}
+
+/// The device's default memory pool, which candle allocates from
+/// (`cuMemAllocAsync`), read through the driver's pool attributes.
+#[cfg(feature = "cuda")]
+mod cudarc_pool {
+    use candle_core::Device;
+    use candle_core::cuda_backend::cudarc::driver::sys;
+
+    use crate::error::{Error, Result};
+
+    pub use sys::CUmemPool_attribute_enum as Attr;
+
+    fn driver(what: &str, e: sys::CUresult) -> Error {
+        Error::Config(format!("CUDA driver: {what}: {e:?}"))
+    }
+
+    pub fn default_pool(device: &Device) -> Result<sys::CUmemoryPool> {
+        let cuda = device.as_cuda_device()?;
+        let context = cuda.cuda_stream().context().clone();
+        context
+            .bind_to_thread()
+            .map_err(|e| Error::Config(format!("CUDA driver: {e}")))?;
+        let mut pool = std::mem::MaybeUninit::uninit();
+        // SAFETY: the context is current and `pool` is written by the call.
+        match unsafe { sys::cuDeviceGetDefaultMemPool(pool.as_mut_ptr(), context.cu_device()) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(unsafe { pool.assume_init() }),
+            e => Err(driver("cuDeviceGetDefaultMemPool", e)),
+        }
+    }
+
+    pub fn get(pool: sys::CUmemoryPool, attr: Attr) -> Result<u64> {
+        let mut value: u64 = 0;
+        // SAFETY: these attributes are cuuint64_t, written into `value`.
+        let r = unsafe { sys::cuMemPoolGetAttribute(pool, attr, (&mut value as *mut u64).cast()) };
+        match r {
+            sys::CUresult::CUDA_SUCCESS => Ok(value),
+            e => Err(driver("cuMemPoolGetAttribute", e)),
+        }
+    }
+
+    pub fn reset_high(pool: sys::CUmemoryPool) -> Result<()> {
+        let mut zero: u64 = 0;
+        // SAFETY: the high-water mark may only be set to zero, as here.
+        let r = unsafe {
+            sys::cuMemPoolSetAttribute(
+                pool,
+                Attr::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+                (&mut zero as *mut u64).cast(),
+            )
+        };
+        match r {
+            sys::CUresult::CUDA_SUCCESS => Ok(()),
+            e => Err(driver("cuMemPoolSetAttribute", e)),
+        }
+    }
 }
 
 /// A build without CUDA: no GPUs, and it says why.
@@ -158,6 +250,14 @@ impl Gpus for CudaGpus {
     }
 
     fn info(&self, _device: &Device) -> Result<GpuInfo> {
+        Err(Error::Config("no CUDA in this build".into()))
+    }
+
+    fn reading(&self, _device: &Device) -> Result<PoolReading> {
+        Err(Error::Config("no CUDA in this build".into()))
+    }
+
+    fn reset_peak(&self, _device: &Device) -> Result<()> {
         Err(Error::Config("no CUDA in this build".into()))
     }
 }
@@ -183,6 +283,12 @@ mod tests {
                 free_bytes: 140 << 30,
                 total_bytes: 143 << 30,
             })
+        }
+        fn reading(&self, _device: &Device) -> Result<PoolReading> {
+            unreachable!("selection never reads the pool")
+        }
+        fn reset_peak(&self, _device: &Device) -> Result<()> {
+            unreachable!("selection never resets the pool")
         }
     }
 

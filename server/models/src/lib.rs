@@ -18,6 +18,7 @@ pub mod linear;
 pub mod llama;
 pub mod memory;
 pub mod paged;
+pub mod profile;
 pub mod rope;
 pub mod safetensors;
 pub mod text;

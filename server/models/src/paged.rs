@@ -36,6 +36,11 @@ impl PagedModel {
         &self.llama
     }
 
+    /// The decoder, its pool dropped (after a profile run).
+    pub fn into_llama(self) -> Llama {
+        self.llama
+    }
+
     /// The decoder, mutably (to switch attention paths in tests).
     pub fn llama_mut(&mut self) -> &mut Llama {
         &mut self.llama

@@ -149,7 +149,8 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
         DeviceKind::Cpu => (llama, sizing),
         DeviceKind::Cuda => {
             let shape = ferrox_models::profile::ProfileShape {
-                prefill_chunk: cfg.prefill_chunk,
+                // No step holds more prompt than a sequence may.
+                prefill_chunk: cfg.prefill_chunk.min(sizing.engine.max_model_len),
                 max_seqs: cfg.max_seqs,
                 block_size: cfg.block_size,
             };

@@ -130,9 +130,13 @@ def tiny_servers(a, r: Report, bins: dict, model: pathlib.Path, weights: dict,
     flags = ["--kv-cache-memory", "64MiB", "--max-seqs", "4", "--max-model-len", "512"]
     prompt = prompt_ids(g)
     runs = {}
-    for role, device in (("cpu", "cpu"), ("cuda", "cpu" if a.cpu else "cuda")):
-        s = Server(bins[role], model, logs / f"tiny-{role}.log", flags + ["--device", device],
-                   d.left(120))
+    gpu = "cpu" if a.cpu else "cuda"
+    # The CUDA build twice: its paged-attention kernel, and the gather path.
+    roles = (("cpu", "cpu", "cpu", []), ("cuda", "cuda", gpu, []),
+             ("gather", "cuda", gpu, ["--attention-backend", "gather"]))
+    for role, binary, device, extra in roles:
+        s = Server(bins[binary], model, logs / f"tiny-{role}.log",
+                   flags + ["--device", device] + extra, d.left(120))
         try:
             runs[role] = greedy_of(s, prompt, ids, d)
         finally:
@@ -140,7 +144,9 @@ def tiny_servers(a, r: Report, bins: dict, model: pathlib.Path, weights: dict,
     ref = agreement.reference_steps(reference.greedy(weights, g, prompt, STEPS))
     for what, expected, got in ((f"{cuda} server vs cpu server", runs["cpu"], runs["cuda"]),
                                 ("cpu server vs reference", ref, runs["cpu"]),
-                                (f"{cuda} server vs reference", ref, runs["cuda"])):
+                                (f"{cuda} server vs reference", ref, runs["cuda"]),
+                                (f"{cuda} paged kernel vs gather path", runs["gather"],
+                                 runs["cuda"])):
         agree = agreement.compare(expected, got, a.tie_tol)
         r.check("a tiny", f"{what}, greedy + top-5", agree.figure(), agree.ok(a.lp_tol))
 
@@ -153,16 +159,17 @@ def reference_run(a, r: Report, weights: dict, g, section: str) -> list:
     return greedy
 
 
-def big_server(a, bins: dict, model: pathlib.Path, logs: pathlib.Path, d: Deadline) -> Server:
+def big_server(a, bins: dict, model: pathlib.Path, logs: pathlib.Path, d: Deadline,
+               backend: str = "paged") -> Server:
     streams = max(int(s) for s in a.streams.split(","))
-    flags = ["--max-seqs", str(streams)]
+    flags = ["--max-seqs", str(streams), "--attention-backend", backend]
     if a.cpu:
         # The plan's default takes 90% of the host: too much for a shared machine.
         flags += ["--device", "cpu", "--kv-cache-memory", "256MiB", "--max-model-len", "1024"]
     else:
         # The plan's default: 90% of the GPU's free memory.
         flags += ["--device", "cuda", "--max-model-len", "4096"]
-    return Server(bins["cuda"], model, logs / "big-server.log", flags, d.left(300))
+    return Server(bins["cuda"], model, logs / f"big-server-{backend}.log", flags, d.left(300))
 
 
 def against_reference(a, r: Report, s: Server, expected: list, g, section: str,
@@ -173,9 +180,10 @@ def against_reference(a, r: Report, s: Server, expected: list, g, section: str,
     r.check(section, "server vs reference, greedy + top-5", agree.figure(), agree.ok(a.lp_tol))
 
 
-def benches(a, r: Report, bins: dict, s: Server, d: Deadline) -> None:
+def benches(a, r: Report, bins: dict, s: Server, d: Deadline, streams: list | None = None,
+            label: str = "") -> None:
     """(b) aggregate tok/s, TTFT and ITL at each stream count."""
-    for n in (int(x) for x in a.streams.split(",")):
+    for n in streams or [int(x) for x in a.streams.split(",")]:
         try:
             b = run_bench(bins["bench"], s.url, s.name, n, a.prompt_len, a.output_len,
                           d.left(150))
@@ -185,7 +193,7 @@ def benches(a, r: Report, bins: dict, s: Server, d: Deadline) -> None:
         ok = b["failed"] == 0 and b["ok"] > 0
         aim = "" if a.cpu or n not in AIMS else (
             f"; aim {AIMS[n]}: {'met' if b['tok_s'] >= AIMS[n] else 'not met'}")
-        r.check("b bench", f"{n} streams x {a.output_len} tokens ({a.prompt_len}-word prompt)",
+        r.check("b bench", f"{label}{n} streams x {a.output_len} tokens ({a.prompt_len}-word prompt)",
                 f"{b['tok_s']:.1f} tok/s; TTFT p50 {b['ttft_p50']:.0f} ms p99 "
                 f"{b['ttft_p99']:.0f} ms; ITL p50 {b['itl_p50']:.1f} ms p99 {b['itl_p99']:.1f} ms;"
                 f" {b['ok']} ok {b['failed']} failed{aim}", ok)
@@ -222,6 +230,22 @@ def run(a, r: Report, bins: dict, work: pathlib.Path, logs: pathlib.Path, d: Dea
         peak = memory.Peak(s.proc.pid, a.cpu, before)
         benches(a, r, bins, s, d)
         section(r, "c memory", lambda: memory.check(r, s, before, a.cpu, peak))
+    finally:
+        s.stop()
+    section(r, "b bench", lambda: gather_bench(a, r, bins, big, logs, d))
+
+
+def gather_bench(a, r: Report, bins: dict, model: pathlib.Path, logs: pathlib.Path,
+                 d: Deadline) -> None:
+    """The paged kernel's gain: the gather path at the middle stream count,
+    when the run has time left for a second load."""
+    counts = [int(x) for x in a.streams.split(",")]
+    if d.left(600) < 240:
+        r.add("b bench", "gather path", "skipped: under 240 s of the run left")
+        return
+    s = big_server(a, bins, model, logs, d, backend="gather")
+    try:
+        benches(a, r, bins, s, d, [counts[len(counts) // 2]], "gather path, ")
     finally:
         s.stop()
 

@@ -75,6 +75,8 @@ pub struct ServeConfig {
     pub device: DeviceChoice,
     /// KV element type.
     pub kv_dtype: KvDtypeChoice,
+    /// How attention reads the KV pool.
+    pub attention: ferrox_models::attention::AttentionBackend,
     /// Fraction of the device's memory the plan may take.
     pub memory_utilization: f64,
     /// Tokens per KV block.

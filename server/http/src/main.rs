@@ -163,6 +163,10 @@ struct ServeArgs {
     /// KV cache element type: auto (f16 on CPU), f16, bf16 or f32.
     #[arg(long, env = "FERROX_KV_DTYPE", default_value = "auto", value_parser = parse_kv_dtype)]
     kv_dtype: KvDtypeChoice,
+    /// Attention over the KV pool: paged (our kernel, on CPU and CUDA) or
+    /// gather (tensor ops over gathered slots; to measure the kernel against).
+    #[arg(long, env = "FERROX_ATTENTION_BACKEND", default_value = "paged")]
+    attention_backend: ferrox_models::attention::AttentionBackend,
     /// Tokens per KV block.
     #[arg(long, env = "FERROX_BLOCK_SIZE", default_value_t = 16)]
     block_size: usize,
@@ -289,6 +293,7 @@ impl ServeArgs {
             },
             device: self.device,
             kv_dtype: self.kv_dtype,
+            attention: self.attention_backend,
             memory_utilization: self.memory_utilization,
             model,
             host: self.host,

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use ferrox_engine::{EngineConfig, PlanInfo};
 use ferrox_models::ModelInfo;
+use ferrox_models::attention::AttentionBackend;
 use ferrox_models::memory::DeviceMemory;
 use ferrox_plan::{DeviceKind, KvDtype, Plan, PlanConfig, plan, plan_for_blocks};
 
@@ -142,9 +143,10 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
     // With the estimate first: what cannot fit is refused before loading.
     let sizing = size(&info, selected.kind, memory, None, cfg)?;
     let text = source.text().context("loading the tokenizer")?;
-    let llama = source
+    let mut llama = source
         .decoder(&selected.device)
         .context("loading the weights")?;
+    llama.set_fused_attention(cfg.attention == AttentionBackend::Paged);
     let (llama, sizing) = match selected.kind {
         DeviceKind::Cpu => (llama, sizing),
         DeviceKind::Cuda => {
@@ -269,6 +271,7 @@ mod tests {
             kv,
             device: ferrox_models::device::DeviceChoice::Cpu,
             kv_dtype: KvDtypeChoice::Auto,
+            attention: Default::default(),
             memory_utilization: 0.5,
             block_size: 16,
             prefill_chunk: 64,

@@ -2,9 +2,11 @@
 //! own block table, start position and number of new tokens.
 //!
 //! On CPU this runs ferrox-kernels' fused paged attention, which reads K and
-//! V (f32, f16 or bf16) straight out of the blocks. Elsewhere (and in tests,
-//! as the reference) it gathers each sequence's slots, widens them to the
-//! queries' dtype and uses ordinary tensor ops.
+//! V (f32, f16 or bf16) straight out of the blocks; on CUDA the same op runs
+//! a kernel of ours compiled with NVRTC ([`cuda`]). The gather path (the
+//! reference in tests, and `--attention-backend gather`) gathers each
+//! sequence's slots, widens them to the queries' dtype and uses ordinary
+//! tensor ops.
 
 use std::sync::Arc;
 
@@ -13,6 +15,34 @@ use ferrox_kernels::{AttnGeometry, AttnSeq, KvElem};
 
 use crate::error::Result;
 use crate::kv_cache::KvCache;
+
+#[cfg(feature = "cuda")]
+pub mod cuda;
+
+/// How attention reads the paged KV (`--attention-backend`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AttentionBackend {
+    /// Our kernel reads K and V through the block tables (CPU and CUDA).
+    #[default]
+    Paged,
+    /// Gather each sequence's slots and use tensor ops: the reference, kept
+    /// to measure the kernel against.
+    Gather,
+}
+
+impl std::str::FromStr for AttentionBackend {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "paged" => Ok(AttentionBackend::Paged),
+            "gather" => Ok(AttentionBackend::Gather),
+            other => Err(format!(
+                "`{other}` is not an attention backend (paged or gather)"
+            )),
+        }
+    }
+}
 
 /// The new tokens of one sequence in a step.
 #[derive(Debug, Clone)]
@@ -48,7 +78,8 @@ pub fn attention(
     fused: bool,
 ) -> Result<Tensor> {
     let (k, v) = cache.layer(layer);
-    if fused && q.device().is_cpu() {
+    let has_kernel = q.device().is_cpu() || (cfg!(feature = "cuda") && q.device().is_cuda());
+    if fused && has_kernel {
         let op = PagedAttention {
             spans: spans.clone(),
             geometry: AttnGeometry {
@@ -58,7 +89,9 @@ pub fn attention(
                 block_size: cache.block_size(),
             },
         };
-        return Ok(q.contiguous()?.apply_op3_no_bwd(k, v, &op)?);
+        // Both kernels take f32 queries (the residual stream's type).
+        let q = q.to_dtype(candle_core::DType::F32)?.contiguous()?;
+        return Ok(q.apply_op3_no_bwd(k, v, &op)?);
     }
     gathered(q, cache, layer, spans, heads)
 }
@@ -97,6 +130,19 @@ impl PagedAttention {
 impl CustomOp3 for PagedAttention {
     fn name(&self) -> &'static str {
         "ferrox-paged-attention"
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        cuda::forward(self, s1, l1, s2, l2, s3, l3)
     }
 
     fn cpu_fwd(
@@ -193,4 +239,18 @@ fn causal_mask(start: usize, n: usize, device: &Device) -> Result<Tensor> {
         })
         .collect();
     Ok(Tensor::from_vec(mask, (1, n, ctx), device)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AttentionBackend;
+
+    #[test]
+    fn backends_parse() {
+        assert_eq!("paged".parse(), Ok(AttentionBackend::Paged));
+        assert_eq!("gather".parse(), Ok(AttentionBackend::Gather));
+        assert_eq!(AttentionBackend::default(), AttentionBackend::Paged);
+        let err = "flash".parse::<AttentionBackend>().unwrap_err();
+        assert!(err.contains("paged or gather"), "{err}");
+    }
 }

@@ -174,7 +174,8 @@ impl Llama {
         &self.device
     }
 
-    /// Uses the device-generic attention even on CPU (a reference for tests).
+    /// Our paged-attention kernel (on), or the gather path (off: the
+    /// reference in tests, `--attention-backend gather`).
     pub fn set_fused_attention(&mut self, on: bool) {
         self.fused_attention = on;
     }

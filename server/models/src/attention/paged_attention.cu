@@ -1,0 +1,93 @@
+// Paged attention over the KV pool on a CUDA device, compiled at run time
+// with NVRTC (no headers: halves are widened with bit operations and PTX).
+//
+// One warp per (query token, query head). The warp's lanes split the head
+// dimension; keys are visited in order through the sequence's block table,
+// each score reduced across the warp, with an online softmax, so nothing is
+// gathered and nothing the size of the context is written.
+//
+// q:      [tokens, heads, head_dim] f32
+// k, v:   [slots, kv_heads * head_dim] in KV (f32, f16 or bf16)
+// out:    [tokens, heads * head_dim] f32
+// tables: every sequence's block table, concatenated
+// table_of[t]: where token t's sequence's table starts in `tables`
+// pos_of[t]:   token t's position; it attends to positions 0..=pos_of[t]
+
+#define MAX_DIMS_PER_LANE 8  // head_dim <= 256
+
+__device__ __forceinline__ float widen_f32(float x) { return x; }
+
+__device__ __forceinline__ float widen_bf16(unsigned short x) {
+    return __uint_as_float(((unsigned int)x) << 16);
+}
+
+__device__ __forceinline__ float widen_f16(unsigned short x) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
+    return f;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+#define PAGED_ATTENTION(NAME, T, WIDEN)                                          \
+extern "C" __global__ void NAME(                                                 \
+    const float* __restrict__ q, const T* __restrict__ k,                        \
+    const T* __restrict__ v, float* __restrict__ out,                            \
+    const unsigned int* __restrict__ tables,                                     \
+    const unsigned int* __restrict__ table_of,                                   \
+    const unsigned int* __restrict__ pos_of, int tokens, int heads,              \
+    int kv_heads, int head_dim, int block_size, float scale) {                   \
+    const int lane = threadIdx.x & 31;                                           \
+    const long long pair = (long long)blockIdx.x * (blockDim.x >> 5)             \
+                           + (threadIdx.x >> 5);                                 \
+    if (pair >= (long long)tokens * heads) return;                               \
+    const int t = (int)(pair / heads), h = (int)(pair % heads);                  \
+    const int kvh = h / (heads / kv_heads);                                      \
+    const int per_lane = (head_dim + 31) >> 5;                                   \
+    const float* qt = q + ((long long)t * heads + h) * head_dim;                 \
+    float qr[MAX_DIMS_PER_LANE], acc[MAX_DIMS_PER_LANE];                         \
+    for (int i = 0; i < MAX_DIMS_PER_LANE; ++i) {                                \
+        const int d = lane + 32 * i;                                             \
+        qr[i] = (i < per_lane && d < head_dim) ? qt[d] * scale : 0.0f;           \
+        acc[i] = 0.0f;                                                           \
+    }                                                                            \
+    const unsigned int* table = tables + table_of[t];                            \
+    const long long row = (long long)kv_heads * head_dim;                        \
+    const int last = (int)pos_of[t];                                             \
+    float m = __int_as_float(0xff800000), l = 0.0f;                                              \
+    for (int j = 0; j <= last; ++j) {                                            \
+        const long long slot =                                                   \
+            (long long)table[j / block_size] * block_size + j % block_size;      \
+        const T* kj = k + slot * row + (long long)kvh * head_dim;                \
+        const T* vj = v + slot * row + (long long)kvh * head_dim;                \
+        float s = 0.0f;                                                          \
+        for (int i = 0; i < per_lane; ++i) {                                     \
+            const int d = lane + 32 * i;                                         \
+            if (d < head_dim) s += qr[i] * WIDEN(kj[d]);                         \
+        }                                                                        \
+        s = warp_sum(s);                                                         \
+        const float m_new = fmaxf(m, s);                                         \
+        const float correction = __expf(m - m_new);                              \
+        const float p = __expf(s - m_new);                                       \
+        l = l * correction + p;                                                  \
+        for (int i = 0; i < per_lane; ++i) {                                     \
+            const int d = lane + 32 * i;                                         \
+            const float vd = d < head_dim ? WIDEN(vj[d]) : 0.0f;                 \
+            acc[i] = acc[i] * correction + p * vd;                               \
+        }                                                                        \
+        m = m_new;                                                               \
+    }                                                                            \
+    float* ot = out + ((long long)t * heads + h) * head_dim;                     \
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;                                \
+    for (int i = 0; i < per_lane; ++i) {                                         \
+        const int d = lane + 32 * i;                                             \
+        if (d < head_dim) ot[d] = acc[i] * inv;                                  \
+    }                                                                            \
+}
+
+PAGED_ATTENTION(ferrox_paged_attention_f32, float, widen_f32)
+PAGED_ATTENTION(ferrox_paged_attention_f16, unsigned short, widen_f16)
+PAGED_ATTENTION(ferrox_paged_attention_bf16, unsigned short, widen_bf16)

@@ -66,14 +66,87 @@ pub struct Heads {
     pub head_dim: usize,
 }
 
+/// A step's block tables as a device kernel reads them, made once per step
+/// (not per layer): every table concatenated, and for each token where its
+/// table starts and its position (it attends to positions `0..=pos`).
+#[derive(Debug)]
+pub struct StepTables {
+    /// Every sequence's block table, concatenated (u32).
+    pub tables: Tensor,
+    /// Per token: where its sequence's table starts in `tables` (u32).
+    pub table_of: Tensor,
+    /// Per token: its position (u32).
+    pub pos_of: Tensor,
+    /// Blocks in the pool every table entry was checked to be inside.
+    pub pool_blocks: usize,
+}
+
+/// The host side of [`StepTables`]: `(tables, table_of, pos_of)`; an error
+/// when a position is past its table, a block outside the pool of
+/// `pool_blocks`, or a figure past u32.
+pub fn step_tables(
+    spans: &[SeqSpan],
+    block_size: usize,
+    pool_blocks: usize,
+) -> Result<(Vec<u32>, Vec<u32>, Vec<u32>)> {
+    let (mut tables, mut table_of, mut pos_of) = (Vec::new(), Vec::new(), Vec::new());
+    let too_big = || crate::Error::Input("attention: block tables past u32".into());
+    for s in spans {
+        let start = u32::try_from(tables.len()).map_err(|_| too_big())?;
+        if let Some(bad) = s.blocks.iter().find(|&&b| b as usize >= pool_blocks) {
+            return Err(crate::Error::Input(format!(
+                "attention: block {bad} outside the pool of {pool_blocks}"
+            )));
+        }
+        tables.extend_from_slice(&s.blocks);
+        for pos in s.start_pos..s.start_pos + s.n_tokens {
+            if pos / block_size.max(1) >= s.blocks.len() {
+                return Err(crate::Error::Input(format!(
+                    "attention: position {pos} is past its {} blocks",
+                    s.blocks.len()
+                )));
+            }
+            table_of.push(start);
+            pos_of.push(u32::try_from(pos).map_err(|_| too_big())?);
+        }
+    }
+    Ok((tables, table_of, pos_of))
+}
+
+impl StepTables {
+    /// The tables of `spans` on `device`, where a device kernel will read
+    /// them; `None` where attention needs none (the CPU kernel reads the
+    /// spans, the gather path its own index).
+    pub fn for_step(
+        spans: &[SeqSpan],
+        cache: &KvCache,
+        device: &Device,
+        paged: bool,
+    ) -> Result<Option<Arc<StepTables>>> {
+        if !(paged && device.is_cuda()) {
+            return Ok(None);
+        }
+        let pool_blocks = cache.num_blocks();
+        let (tables, table_of, pos_of) = step_tables(spans, cache.block_size(), pool_blocks)?;
+        Ok(Some(Arc::new(StepTables {
+            pool_blocks,
+            tables: Tensor::new(tables.as_slice(), device)?,
+            table_of: Tensor::new(table_of.as_slice(), device)?,
+            pos_of: Tensor::new(pos_of.as_slice(), device)?,
+        })))
+    }
+}
+
 /// `q`: `(tokens, heads, head_dim)`, the spans' tokens in order; returns
 /// `(tokens, heads * head_dim)`. Causal: a token sees its own and earlier
-/// positions of its own sequence only.
+/// positions of its own sequence only. `tables`: the step's tables on the
+/// device, for a device kernel (see [`StepTables::for_step`]).
 pub fn attention(
     q: &Tensor,
     cache: &KvCache,
     layer: usize,
     spans: &Arc<[SeqSpan]>,
+    tables: Option<&Arc<StepTables>>,
     heads: Heads,
     fused: bool,
 ) -> Result<Tensor> {
@@ -82,6 +155,7 @@ pub fn attention(
     if fused && has_kernel {
         let op = PagedAttention {
             spans: spans.clone(),
+            tables: tables.cloned(),
             geometry: AttnGeometry {
                 heads: heads.heads,
                 kv_heads: heads.kv_heads,
@@ -98,6 +172,8 @@ pub fn attention(
 
 struct PagedAttention {
     spans: Arc<[SeqSpan]>,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    tables: Option<Arc<StepTables>>,
     geometry: AttnGeometry,
 }
 
@@ -243,7 +319,27 @@ fn causal_mask(start: usize, n: usize, device: &Device) -> Result<Tensor> {
 
 #[cfg(test)]
 mod tests {
-    use super::AttentionBackend;
+    use super::{AttentionBackend, SeqSpan, step_tables};
+
+    #[test]
+    fn step_tables_name_each_tokens_table_and_position() {
+        let span = |blocks: &[u32], start_pos, n_tokens| SeqSpan {
+            blocks: blocks.to_vec(),
+            start_pos,
+            n_tokens,
+        };
+        // A 3-token chunk at 4 (blocks of 4), then a decode row at 0.
+        let spans = [span(&[7, 2], 4, 3), span(&[5], 0, 1)];
+        let (tables, table_of, pos_of) = step_tables(&spans, 4, 8).unwrap();
+        assert_eq!(tables, [7, 2, 5]);
+        assert_eq!(table_of, [0, 0, 0, 2]);
+        assert_eq!(pos_of, [4, 5, 6, 0]);
+        // What a kernel would read out of bounds is an error instead.
+        let err = step_tables(&[span(&[1], 3, 2)], 4, 8).unwrap_err();
+        assert!(err.to_string().contains("position 4"), "{err}");
+        let err = step_tables(&spans, 4, 7).unwrap_err();
+        assert!(err.to_string().contains("block 7 outside"), "{err}");
+    }
 
     #[test]
     fn backends_parse() {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use candle_core::{Device, Tensor};
 use ferrox_plan::KvDtype;
 
-use crate::attention::{Heads, SeqSpan, attention};
+use crate::attention::{Heads, SeqSpan, StepTables, attention};
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::fused::{Dims, FusedHead, FusedLayer, Scratch};
@@ -229,9 +229,11 @@ impl Llama {
         let slot_index = cache.slot_index(&slots, &self.device)?;
         let mut x = self.embed.forward(step.tokens, &self.device)?;
         let fused = self.fused.as_ref().filter(|_| self.use_fused);
+        let tables = StepTables::for_step(&step.spans, cache, &self.device, self.fused_attention)?;
         let ctx = LayerCtx {
             cache,
             spans: &step.spans,
+            tables: tables.as_ref(),
             cos: &cos,
             sin: &sin,
             slot_index: &slot_index,
@@ -326,7 +328,15 @@ impl Llama {
             kv_heads: c.kv_heads,
             head_dim: c.head_dim,
         };
-        let a = attention(&q, ctx.cache, index, ctx.spans, heads, self.fused_attention)?;
+        let a = attention(
+            &q,
+            ctx.cache,
+            index,
+            ctx.spans,
+            ctx.tables,
+            heads,
+            self.fused_attention,
+        )?;
         let x = (x + l.o.forward(&a)?)?;
         let h = candle_nn::ops::rms_norm(&x, &l.ffn_norm, eps)?;
         let gu = l.gate_up.forward(&h)?;
@@ -367,7 +377,15 @@ impl Llama {
             kv_heads: c.kv_heads,
             head_dim: c.head_dim,
         };
-        let a = attention(&q, ctx.cache, index, ctx.spans, heads, self.fused_attention)?;
+        let a = attention(
+            &q,
+            ctx.cache,
+            index,
+            ctx.spans,
+            ctx.tables,
+            heads,
+            self.fused_attention,
+        )?;
         l.attn_out(x, &a, &self.scratch)?;
         l.mlp(x, dims, &self.scratch)
     }
@@ -376,6 +394,7 @@ impl Llama {
 struct LayerCtx<'a> {
     cache: &'a KvCache,
     spans: &'a Arc<[SeqSpan]>,
+    tables: Option<&'a Arc<StepTables>>,
     cos: &'a Tensor,
     sin: &'a Tensor,
     slot_index: &'a Tensor,

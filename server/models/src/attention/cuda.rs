@@ -1,15 +1,16 @@
 //! Paged attention on a CUDA device: `paged_attention.cu`, compiled once per
 //! process with NVRTC and run by candle as the CUDA side of the same custom
 //! op the CPU kernel is. It reads K and V through the block tables on the
-//! device; the host sends only the tables and each token's position.
+//! device; the tables and each token's position go to the device once per
+//! step ([`super::StepTables`]), not once per layer.
 
 use std::sync::OnceLock;
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::WrapErr;
-use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::cudarc::nvrtc;
-use candle_core::{CudaStorage, DType, Layout, Shape};
+use candle_core::{CudaStorage, DType, Layout, Shape, Storage};
 
 use super::PagedAttention;
 
@@ -38,25 +39,13 @@ pub fn ptx() -> Result<&'static str, String> {
     .map_err(Clone::clone)
 }
 
-/// Each token's table offset and position, and the tables, as the kernel
-/// reads them.
-fn metadata(op: &PagedAttention) -> candle_core::Result<(Vec<u32>, Vec<u32>, Vec<u32>)> {
-    let (mut tables, mut table_of, mut pos_of) = (Vec::new(), Vec::new(), Vec::new());
-    for s in op.spans.iter() {
-        let start = u32::try_from(tables.len()).map_err(|_| {
-            candle_core::Error::Msg("paged attention: block tables too long".into())
-        })?;
-        tables.extend_from_slice(&s.blocks);
-        for i in 0..s.n_tokens {
-            let pos = s.start_pos + i;
-            if pos / op.geometry.block_size >= s.blocks.len() {
-                candle_core::bail!("paged attention: position {pos} is past its block table");
-            }
-            table_of.push(start);
-            pos_of.push(pos as u32);
-        }
+/// A u32 tensor's storage on the device, as the kernel reads it.
+fn u32_view<'a>(storage: &'a Storage, layout: &Layout) -> candle_core::Result<CudaView<'a, u32>> {
+    let (a, b) = offsets(layout, "step tables")?;
+    match storage {
+        Storage::Cuda(s) => Ok(s.as_cuda_slice::<u32>()?.slice(a..b)),
+        _ => candle_core::bail!("paged attention: the step's tables are not on the GPU"),
     }
-    Ok((tables, table_of, pos_of))
 }
 
 fn offsets(l: &Layout, what: &str) -> candle_core::Result<(usize, usize)> {
@@ -85,8 +74,10 @@ pub(super) fn forward(
         );
     }
     let dev = q.device.clone();
-    let (tables, table_of, pos_of) = metadata(op)?;
-    let tokens = pos_of.len();
+    let Some(t) = op.tables.as_ref() else {
+        candle_core::bail!("paged attention on CUDA needs the step's tables");
+    };
+    let tokens = t.pos_of.dim(0)?;
     let (qa, qb) = offsets(lq, "q")?;
     if qb - qa != tokens * g.heads * g.head_dim {
         candle_core::bail!(
@@ -94,14 +85,16 @@ pub(super) fn forward(
             qb - qa
         );
     }
-    // Every block the tokens reach must be inside the pool the kernel reads.
-    let (ka, kb) = offsets(lk, "k cache")?;
-    let pool_blocks = (kb - ka) / (g.kv_heads * g.head_dim * g.block_size).max(1);
-    if let Some(bad) = tables.iter().find(|&&b| b as usize >= pool_blocks) {
-        candle_core::bail!("paged attention: block {bad} outside the pool of {pool_blocks}");
-    }
-    if offsets(lv, "v cache")?.1 - offsets(lv, "v cache")?.0 != kb - ka {
-        candle_core::bail!("paged attention: K and V pools differ in size");
+    // The tables were checked against a pool of `pool_blocks`; these must
+    // be that pool.
+    let pool = t.pool_blocks * g.block_size * g.kv_heads * g.head_dim;
+    let ((ka, kb), (va, vb)) = (offsets(lk, "k cache")?, offsets(lv, "v cache")?);
+    if kb - ka != pool || vb - va != pool {
+        candle_core::bail!(
+            "paged attention: K/V pools of {} and {} values, tables for {pool}",
+            kb - ka,
+            vb - va
+        );
     }
     let kernel = match k.dtype() {
         DType::F32 => "ferrox_paged_attention_f32",
@@ -121,9 +114,9 @@ pub(super) fn forward(
             Shape::from((0, g.heads * g.head_dim)),
         ));
     }
-    let tables = dev.clone_htod(&tables)?;
-    let table_of = dev.clone_htod(&table_of)?;
-    let pos_of = dev.clone_htod(&pos_of)?;
+    let guards = [&t.tables, &t.table_of, &t.pos_of].map(|x| x.storage_and_layout());
+    let [tables, table_of, pos_of] = [0, 1, 2].map(|i| u32_view(&guards[i].0, guards[i].1));
+    let (tables, table_of, pos_of) = (tables?, table_of?, pos_of?);
     let q = q.as_cuda_slice::<f32>()?.slice(qa..qb);
     let int = |n: usize| {
         i32::try_from(n)
@@ -149,8 +142,6 @@ pub(super) fn forward(
     b.arg(&q);
     macro_rules! kv_args {
         ($t:ty) => {{
-            let (ka, kb) = offsets(lk, "k cache")?;
-            let (va, vb) = offsets(lv, "v cache")?;
             let kk = k.as_cuda_slice::<$t>()?.slice(ka..kb);
             let vv = v.as_cuda_slice::<$t>()?.slice(va..vb);
             b.arg(&kk)

@@ -1,7 +1,8 @@
 // Paged attention over the KV pool on a CUDA device, compiled at run time
 // with NVRTC (no headers: halves are widened with bit operations and PTX).
 //
-// One warp per (query token, query head). The warp's lanes split the head
+// One warp per (query token, query head); loops over a lane's dimensions
+// are unrolled to the most a lane holds, so q and the sums stay in registers. The warp's lanes split the head
 // dimension; keys are visited in order through the sequence's block table,
 // each score reduced across the warp, with an online softmax, so nothing is
 // gathered and nothing the size of the context is written.
@@ -49,6 +50,7 @@ extern "C" __global__ void NAME(                                                
     const int per_lane = (head_dim + 31) >> 5;                                   \
     const float* qt = q + ((long long)t * heads + h) * head_dim;                 \
     float qr[MAX_DIMS_PER_LANE], acc[MAX_DIMS_PER_LANE];                         \
+    _Pragma("unroll")                                                            \
     for (int i = 0; i < MAX_DIMS_PER_LANE; ++i) {                                \
         const int d = lane + 32 * i;                                             \
         qr[i] = (i < per_lane && d < head_dim) ? qt[d] * scale : 0.0f;           \
@@ -64,27 +66,30 @@ extern "C" __global__ void NAME(                                                
         const T* kj = k + slot * row + (long long)kvh * head_dim;                \
         const T* vj = v + slot * row + (long long)kvh * head_dim;                \
         float s = 0.0f;                                                          \
-        for (int i = 0; i < per_lane; ++i) {                                     \
+        _Pragma("unroll")                                                        \
+        for (int i = 0; i < MAX_DIMS_PER_LANE; ++i) {                            \
             const int d = lane + 32 * i;                                         \
-            if (d < head_dim) s += qr[i] * WIDEN(kj[d]);                         \
+            if (i < per_lane && d < head_dim) s += qr[i] * WIDEN(kj[d]);         \
         }                                                                        \
         s = warp_sum(s);                                                         \
         const float m_new = fmaxf(m, s);                                         \
         const float correction = __expf(m - m_new);                              \
         const float p = __expf(s - m_new);                                       \
         l = l * correction + p;                                                  \
-        for (int i = 0; i < per_lane; ++i) {                                     \
+        _Pragma("unroll")                                                        \
+        for (int i = 0; i < MAX_DIMS_PER_LANE; ++i) {                            \
             const int d = lane + 32 * i;                                         \
-            const float vd = d < head_dim ? WIDEN(vj[d]) : 0.0f;                 \
+            const float vd = (i < per_lane && d < head_dim) ? WIDEN(vj[d]) : 0.0f; \
             acc[i] = acc[i] * correction + p * vd;                               \
         }                                                                        \
         m = m_new;                                                               \
     }                                                                            \
     float* ot = out + ((long long)t * heads + h) * head_dim;                     \
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;                                \
-    for (int i = 0; i < per_lane; ++i) {                                         \
+    _Pragma("unroll")                                                            \
+    for (int i = 0; i < MAX_DIMS_PER_LANE; ++i) {                                \
         const int d = lane + 32 * i;                                             \
-        if (d < head_dim) ot[d] = acc[i] * inv;                                  \
+        if (i < per_lane && d < head_dim) ot[d] = acc[i] * inv;                  \
     }                                                                            \
 }
 

@@ -55,6 +55,7 @@ pub struct RenderOptions<'a> {
 #[derive(Debug)]
 pub struct ChatTemplate {
     env: Environment<'static>,
+    source: String,
     bos_token: Option<String>,
     eos_token: Option<String>,
 }
@@ -98,10 +99,12 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        env.add_template_owned(TEMPLATE_NAME, source.into())
+        let source = source.into();
+        env.add_template_owned(TEMPLATE_NAME, source.clone())
             .map_err(template_err)?;
         Ok(Self {
             env,
+            source,
             bos_token,
             eos_token,
         })
@@ -125,6 +128,11 @@ impl ChatTemplate {
             token_string(&config, "bos_token"),
             token_string(&config, "eos_token"),
         )
+    }
+
+    /// The template's text (what tool-call family it writes is read from it).
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// Renders `messages`; `add_generation_prompt` opens the assistant's turn.

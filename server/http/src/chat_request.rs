@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use crate::error::ApiError;
 use crate::request::Knobs;
+use crate::tool_choice::ToolRequest;
 
 /// Message content: a string or text parts.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -139,10 +140,12 @@ pub struct ChatRequest {
     pub top_logprobs: Option<u64>,
     /// Only `{"type": "text"}`.
     pub response_format: Option<Value>,
-    /// Tool definitions; rendered into the template with `tool_choice: "none"`.
+    /// Tool definitions, rendered into the template.
     pub tools: Option<Vec<Value>>,
-    /// Only `"none"`, or `"auto"` without tools.
+    /// `none`, `auto`, `required` or a named function.
     pub tool_choice: Option<Value>,
+    /// More than one call per answer (default true).
+    pub parallel_tool_calls: Option<bool>,
     /// The shared knobs.
     #[serde(flatten)]
     pub knobs: Knobs,
@@ -171,23 +174,17 @@ impl ChatRequest {
                 "top_logprobs needs logprobs: true",
             ));
         }
-        self.check_tools()
+        self.tool_request().map(|_| ())
     }
 
-    fn check_tools(&self) -> Result<(), ApiError> {
-        let has_tools = self.tools.as_ref().is_some_and(|t| !t.is_empty());
-        match (self.tool_choice.as_ref().and_then(Value::as_str), has_tools) {
-            (Some("none"), _) | (None | Some("auto"), false) => Ok(()),
-            (None | Some("auto"), true) => Err(ApiError::invalid(
-                "tools",
-                "tool calling is not supported yet; send tool_choice: \"none\" to have \
-                 the tools rendered into the prompt without calls",
-            )),
-            _ => Err(ApiError::invalid(
-                "tool_choice",
-                "only tool_choice \"none\", or \"auto\" without tools, is supported",
-            )),
-        }
+    /// The checked tools and what to do with them; `None` when no call
+    /// can be made.
+    pub fn tool_request(&self) -> Result<Option<ToolRequest>, ApiError> {
+        ToolRequest::check(
+            self.tools.as_deref(),
+            self.tool_choice.as_ref(),
+            self.parallel_tool_calls,
+        )
     }
 
     /// The tools to render into the template, if any.
@@ -224,11 +221,11 @@ mod tests {
             ),
             (
                 format!(r#"{{{USER}, "tools": [{{"type": "function"}}]}}"#),
-                "tool_choice: \"none\"",
+                "tools[0].function",
             ),
             (
                 format!(r#"{{{USER}, "tool_choice": "required"}}"#),
-                "tool_choice",
+                "needs `tools`",
             ),
             (
                 format!(r#"{{{USER}, "response_format": {{"type": "json_object"}}}}"#),

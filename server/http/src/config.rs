@@ -6,6 +6,8 @@ use std::time::Duration;
 use ferrox_models::device::DeviceChoice;
 use ferrox_plan::{DeviceKind, KvDtype};
 
+use crate::tool_parser::ParserChoice;
+
 /// How the KV pool is sized.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KvSizing {
@@ -100,6 +102,8 @@ pub struct ServeConfig {
     /// `max_tokens` of a chat request that sets none (capped by what is
     /// left of `max_model_len`).
     pub default_max_tokens: usize,
+    /// How tool calls are read out of answers.
+    pub tool_call_parser: ParserChoice,
     /// The HTTP edge: keys, timeouts, connection cap, liveness bound.
     pub http: HttpConfig,
 }

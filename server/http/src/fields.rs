@@ -37,13 +37,14 @@ pub const COMMON_FIELDS: [&str; 19] = [
 /// Fields only `/v1/completions` parses.
 pub const COMPLETION_FIELDS: [&str; 4] = ["prompt", "echo", "best_of", "suffix"];
 /// Fields only `/v1/chat/completions` parses.
-pub const CHAT_FIELDS: [&str; 6] = [
+pub const CHAT_FIELDS: [&str; 7] = [
     "messages",
     "max_completion_tokens",
     "top_logprobs",
     "response_format",
     "tools",
     "tool_choice",
+    "parallel_tool_calls",
 ];
 /// Fields `/tokenize` parses (vLLM's): a prompt, or messages for the chat
 /// template.
@@ -62,15 +63,12 @@ pub const DETOKENIZE_FIELDS: [&str; 2] = ["model", "tokens"];
 pub const MESSAGE_FIELDS: [&str; 5] = ["role", "content", "name", "tool_calls", "tool_call_id"];
 
 /// Request fields that change nothing a self-hosted server returns: who the
-/// end user is, OpenAI-side storage, billing tier and cache routing, and
-/// `parallel_tool_calls` (no tools are run in parallel or not: the model
-/// writes what it writes).
-pub const IGNORED_FIELDS: [&str; 7] = [
+/// end user is, OpenAI-side storage, billing tier and cache routing.
+pub const IGNORED_FIELDS: [&str; 6] = [
     "user",
     "store",
     "metadata",
     "service_tier",
-    "parallel_tool_calls",
     "prompt_cache_key",
     "safety_identifier",
 ];
@@ -194,7 +192,7 @@ mod tests {
         let cases: [(&str, Result<&[&str], &str>); 6] = [
             (
                 r#"{"prompt": "a", "user": "u", "store": false, "metadata": {"k": "v"},
-                    "service_tier": "auto", "parallel_tool_calls": true}"#,
+                    "service_tier": "auto"}"#,
                 Ok(&["prompt"]),
             ),
             (

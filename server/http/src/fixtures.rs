@@ -160,6 +160,10 @@ pub fn loaded_with(model: FakeModel, config: EngineConfig, http: &HttpConfig) ->
     state.set_loaded(Loaded {
         engine,
         frontend: Arc::new(FakeFrontend),
+        tools: crate::tool_parser::ToolSetup {
+            family: Some(crate::tool_parser::ToolFamily::Hermes),
+            describe: true,
+        },
     });
     state
 }

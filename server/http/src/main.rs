@@ -22,6 +22,9 @@ mod state;
 mod stream;
 mod text;
 mod tokenize;
+mod tool_choice;
+mod tool_parser;
+mod tool_prompt;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -199,6 +202,10 @@ struct ServeArgs {
     /// --max-model-len (admission reserves prompt + max_tokens).
     #[arg(long, env = "FERROX_DEFAULT_MAX_TOKENS", default_value_t = 1024)]
     default_max_tokens: usize,
+    /// How tool calls are read out of answers: auto (from the chat template;
+    /// hermes when it has no tool markup), hermes, llama3-json, or none (off).
+    #[arg(long, env = "FERROX_TOOL_CALL_PARSER", default_value = "auto", value_parser = parse_tool_parser)]
+    tool_call_parser: tool_parser::ParserChoice,
     #[command(flatten)]
     edge: EdgeArgs,
 }
@@ -232,6 +239,11 @@ struct EdgeArgs {
     /// Seconds one worker tick may run before /health fails (the pod restarts).
     #[arg(long, env = "FERROX_STALL_TIMEOUT", default_value_t = DEFAULT_STALL_TIMEOUT_SECS, value_parser = secs)]
     stall_timeout: f64,
+}
+
+/// `--tool-call-parser`.
+fn parse_tool_parser(text: &str) -> Result<tool_parser::ParserChoice, String> {
+    text.parse()
 }
 
 /// A flag's seconds, checked by [`parse_secs`].
@@ -310,6 +322,7 @@ impl ServeArgs {
             max_body: usize::try_from(self.max_body).unwrap_or(usize::MAX),
             prefix_caching: self.prefix_caching == Switch::On,
             default_max_tokens: self.default_max_tokens,
+            tool_call_parser: self.tool_call_parser,
             http: self.edge.into_config()?,
         })
     }

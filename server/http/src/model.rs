@@ -13,6 +13,7 @@ use ferrox_plan::{DeviceKind, KvDtype, Plan, PlanConfig, plan, plan_for_blocks};
 use crate::config::{KvSizing, ServeConfig};
 use crate::state::Loaded;
 use crate::text::CoreFrontend;
+use crate::tool_parser::ToolSetup;
 
 /// What the server runs with: the engine's limits, the plan behind them and
 /// the memory figure it was made from.
@@ -184,6 +185,9 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
     )
     .context("allocating the KV cache")?;
     let eos = text.end_of_generation.ids().to_vec();
+    let template = text.chat_template.as_ref().map(|t| t.source());
+    let tools = ToolSetup::new(cfg.tool_call_parser, template);
+    tracing::info!(family = ?tools.family, describe = tools.describe, "tool calls");
     let frontend = CoreFrontend::new(text.tokenizer, text.chat_template, eos);
     let (engine, _worker) = ferrox_engine::worker::spawn(model, sizing.engine.clone())
         .context("starting the worker thread")?;
@@ -196,6 +200,7 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
     Ok(Loaded {
         engine,
         frontend: Arc::new(frontend),
+        tools,
     })
 }
 
@@ -284,6 +289,7 @@ mod tests {
             http: crate::config::HttpConfig::default(),
             prefix_caching: true,
             default_max_tokens: 1024,
+            tool_call_parser: crate::tool_parser::ParserChoice::Auto,
         }
     }
 

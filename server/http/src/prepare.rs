@@ -1,7 +1,7 @@
 //! Turns a parsed OpenAI request into the engine's `GenerationRequest`:
 //! tokenize or template the prompt, settle max_tokens, map the knobs.
 
-use ferrox_core::RenderOptions;
+use ferrox_core::{ChatMessage, RenderOptions};
 use ferrox_engine::GenerationRequest;
 
 use crate::chat_request::ChatRequest;
@@ -9,6 +9,9 @@ use crate::error::ApiError;
 use crate::frontend::Frontend;
 use crate::request::{CompletionRequest, Knobs, Prompt};
 use crate::response::Kind;
+use crate::tool_choice::ToolRequest;
+use crate::tool_parser::{ToolFamily, ToolSetup};
+use crate::tool_prompt::with_tool_prompt;
 
 /// OpenAI's default `max_tokens` for `/v1/completions`.
 const COMPLETION_DEFAULT_MAX_TOKENS: usize = 16;
@@ -36,6 +39,17 @@ pub struct Shape {
     pub logprobs: bool,
     /// What `echo` puts before each choice (completions).
     pub echo: Option<Echo>,
+    /// Tool calls are read out of the answer (chat).
+    pub tools: Option<ToolShape>,
+}
+
+/// How tool calls are read out of an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolShape {
+    /// The markup.
+    pub family: ToolFamily,
+    /// More than one call.
+    pub parallel: bool,
 }
 
 /// The prompt, echoed.
@@ -83,6 +97,8 @@ pub struct PrepareConfig {
     pub default_max_tokens: usize,
     /// The engine's waiting line: n choices wait as n requests.
     pub max_queue: usize,
+    /// How the model calls tools.
+    pub tools: ToolSetup,
 }
 
 impl PrepareConfig {
@@ -100,6 +116,29 @@ impl PrepareConfig {
             ));
         }
         Ok(())
+    }
+
+    /// How calls are read for `request`, refused when this server reads
+    /// none.
+    fn tool_shape(&self, request: &ToolRequest) -> Result<ToolShape, ApiError> {
+        let Some(family) = self.tools.family else {
+            return Err(ApiError::invalid(
+                "tool_choice",
+                "tool calling is off on this server (--tool-call-parser none); send \
+                 tool_choice \"none\" to have the tools only rendered into the prompt",
+            ));
+        };
+        if request.forced() {
+            return Err(ApiError::invalid(
+                "tool_choice",
+                "tool_choice \"required\" or a named function is not supported yet; use \
+                 \"auto\"",
+            ));
+        }
+        Ok(ToolShape {
+            family,
+            parallel: request.parallel,
+        })
     }
 
     /// Refuses a request that names another model.
@@ -184,11 +223,17 @@ pub fn chat(r: ChatRequest, f: &dyn Frontend, c: &PrepareConfig) -> Result<Prepa
     c.check_model(r.knobs.model.as_deref())?;
     r.check_supported()?;
     c.check_choices(&r.knobs)?;
+    let tools = r.tool_request()?;
+    let tool_shape = tools.as_ref().map(|t| c.tool_shape(t)).transpose()?;
     let options = RenderOptions {
         add_generation_prompt: true,
         tools: r.template_tools(),
     };
-    let prompt = chat_prompt(&r.messages, &options, f)?;
+    let mut messages = template_messages(&r.messages)?;
+    if let (Some(_), Some(defs), true) = (tool_shape, r.template_tools(), c.tools.describe) {
+        messages = with_tool_prompt(messages, defs);
+    }
+    let prompt = render_prompt(&messages, &options, f)?;
     // Not vLLM's rest of the context: admission reserves prompt + max_tokens
     // for the request's whole life, so that default would let a couple of
     // requests fill the pool.
@@ -197,14 +242,16 @@ pub fn chat(r: ChatRequest, f: &dyn Frontend, c: &PrepareConfig) -> Result<Prepa
         .max_tokens()
         .map_or(c.default_max_tokens.clamp(1, left), clamp);
     let logprobs = (r.logprobs == Some(true)).then(|| r.top_logprobs.unwrap_or(0) as usize);
-    build(
+    let mut p = build(
         prompt,
         max_tokens,
         (logprobs, None),
         &r.knobs,
         f,
         Kind::Chat,
-    )
+    )?;
+    p.shape.tools = tool_shape;
+    Ok(p)
 }
 
 /// The conversation rendered with the chat template and tokenized (the
@@ -214,14 +261,26 @@ pub fn chat_prompt(
     options: &RenderOptions<'_>,
     f: &dyn Frontend,
 ) -> Result<Vec<u32>, ApiError> {
-    let messages = messages
+    render_prompt(&template_messages(messages)?, options, f)
+}
+
+/// The messages as the template reads them.
+fn template_messages(
+    messages: &[crate::chat_request::Message],
+) -> Result<Vec<ChatMessage>, ApiError> {
+    messages
         .iter()
         .enumerate()
         .map(|(i, m)| m.for_template(i))
-        .collect::<Result<Vec<_>, ApiError>>()?;
-    let text = f
-        .render_chat(&messages, options)
-        .map_err(ApiError::Prompt)?;
+        .collect()
+}
+
+fn render_prompt(
+    messages: &[ChatMessage],
+    options: &RenderOptions<'_>,
+    f: &dyn Frontend,
+) -> Result<Vec<u32>, ApiError> {
+    let text = f.render_chat(messages, options).map_err(ApiError::Prompt)?;
     f.encode(&text, false).map_err(ApiError::Prompt)
 }
 
@@ -257,6 +316,7 @@ fn build(
             include_usage: knobs.include_usage(),
             logprobs: logprobs.is_some(),
             echo: None,
+            tools: None,
         },
     })
 }

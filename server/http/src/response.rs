@@ -5,6 +5,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::frontend::Frontend;
+use crate::tool_parser::{ParsedCall, ToolEvent, call_id};
 
 /// Which endpoint a response is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +90,8 @@ pub struct Choice {
     pub finish: &'static str,
     /// Its logprobs, in the endpoint's shape.
     pub logprobs: Option<Value>,
+    /// The tool calls read out of it (chat).
+    pub tool_calls: Vec<ParsedCall>,
 }
 
 impl Envelope {
@@ -122,7 +125,7 @@ impl Envelope {
                 }),
                 Kind::Chat => json!({
                     "index": index,
-                    "message": {"role": "assistant", "content": c.text},
+                    "message": self.message(index, &c),
                     "logprobs": c.logprobs,
                     "finish_reason": c.finish,
                 }),
@@ -131,6 +134,49 @@ impl Envelope {
         let mut v = self.frame(false, choices);
         v["usage"] = json!(UsageBody::from(usage));
         v
+    }
+
+    /// A chat choice's message: its text, and its calls with their ids.
+    fn message(&self, index: usize, c: &Choice) -> Value {
+        if c.tool_calls.is_empty() {
+            return json!({"role": "assistant", "content": c.text});
+        }
+        let calls: Vec<Value> = c
+            .tool_calls
+            .iter()
+            .enumerate()
+            .map(|(j, call)| {
+                json!({
+                    "id": call_id(&self.id, index, j),
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                })
+            })
+            .collect();
+        let content = (!c.text.is_empty()).then_some(c.text.as_str());
+        json!({"role": "assistant", "content": content, "tool_calls": calls})
+    }
+
+    /// A streamed chunk of choice `index` from the tool reader: text, or a
+    /// call's start (index, id, type, name and empty arguments) or more of
+    /// its arguments, as OpenAI streams them.
+    pub fn tool_chunk(&self, index: usize, event: &ToolEvent, role: bool) -> Value {
+        let mut delta = match event {
+            ToolEvent::Content(text) => json!({"content": text}),
+            ToolEvent::Start { index: k, name } => json!({"tool_calls": [{
+                "index": k, "id": call_id(&self.id, index, *k), "type": "function",
+                "function": {"name": name, "arguments": ""},
+            }]}),
+            ToolEvent::Arguments { index: k, fragment } => json!({"tool_calls": [{
+                "index": k, "function": {"arguments": fragment},
+            }]}),
+        };
+        if role {
+            delta["role"] = json!("assistant");
+        }
+        let choice =
+            json!({"index": index, "delta": delta, "logprobs": null, "finish_reason": null});
+        self.frame(true, vec![choice])
     }
 
     /// One streamed chunk of choice `index`; `role` marks its first chat

@@ -24,6 +24,7 @@ use crate::request::CompletionRequest;
 use crate::response::{Choice, Envelope, Kind, Logprobs};
 use crate::state::{AppState, Loaded};
 use crate::stream;
+use crate::tool_parser::{finish_reason, parse_answer};
 
 /// The whole API. The OpenAI routes need a key when keys are configured;
 /// probes and scraping (`/health`, `/ready`, `/metrics`) never do.
@@ -180,6 +181,7 @@ fn prepare_config(s: &AppState, loaded: &Loaded) -> PrepareConfig {
         max_model_len: loaded.engine.config().max_model_len,
         default_max_tokens: s.default_max_tokens(),
         max_queue: loaded.engine.config().max_queue,
+        tools: loaded.tools,
     }
 }
 
@@ -260,10 +262,18 @@ async fn collect(
             } => {
                 text.push_str(&tail);
                 let logprobs = shape.logprobs.then(|| env.logprobs(&lp, frontend));
+                let (text, tool_calls) = match shape.tools {
+                    None => (text, Vec::new()),
+                    Some(t) => {
+                        let answer = parse_answer(t.family, t.parallel, &text);
+                        (answer.content.unwrap_or_default(), answer.calls)
+                    }
+                };
                 let choice = Choice {
                     text,
-                    finish: reason.as_str(),
+                    finish: finish_reason(reason.as_str(), tool_calls.len()),
                     logprobs,
+                    tool_calls,
                 };
                 return Ok((choice, usage));
             }

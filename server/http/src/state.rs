@@ -17,6 +17,8 @@ pub struct Loaded {
     pub engine: EngineHandle,
     /// Tokenizer, template, detokenizer.
     pub frontend: Arc<dyn Frontend>,
+    /// How the model calls tools.
+    pub tools: crate::tool_parser::ToolSetup,
 }
 
 /// Handler state. Cheap to clone.

@@ -16,6 +16,7 @@ use crate::error::ApiError;
 use crate::frontend::Frontend;
 use crate::prepare::Shape;
 use crate::response::{Envelope, Logprobs};
+use crate::tool_parser::{ToolEvent, ToolStream, finish_reason};
 
 /// Each choice's events, tagged with its index; `None` once its
 /// submission ended without a last event (the worker went away).
@@ -27,6 +28,8 @@ struct ChoiceState {
     first: bool,
     done: bool,
     offset: usize,
+    /// Reads tool calls out of the text, when the request has tools.
+    tools: Option<ToolStream>,
 }
 
 /// Where one stream is.
@@ -69,6 +72,7 @@ pub fn respond(
         choices: (0..n)
             .map(|_| ChoiceState {
                 first: true,
+                tools: shape.tools.map(|t| ToolStream::new(t.family, t.parallel)),
                 ..ChoiceState::default()
             })
             .collect(),
@@ -135,19 +139,29 @@ impl Cursor {
                     _ => None,
                 };
                 self.choices[i].offset += text.len();
-                if !text.is_empty() || lp.is_some() || self.choices[i].first {
-                    self.push(i, &text, None, lp);
-                }
+                self.text(i, &text, lp);
             }
             Event::Done {
                 reason,
                 text,
                 usage,
             } => {
-                if !text.is_empty() {
-                    self.push(i, &text, None, None);
-                }
-                self.push(i, "", Some(reason.as_str()), None);
+                let calls = match self.choices[i].tools.as_mut() {
+                    Some(tools) => {
+                        let mut events = tools.push(&text);
+                        events.extend(tools.finish());
+                        let calls = tools.calls();
+                        self.tool_events(i, events);
+                        calls
+                    }
+                    None => {
+                        if !text.is_empty() {
+                            self.push(i, &text, None, None);
+                        }
+                        0
+                    }
+                };
+                self.push(i, "", Some(finish_reason(reason.as_str(), calls)), None);
                 self.usage.prompt_tokens = usage.prompt_tokens;
                 self.usage.completion_tokens += usage.completion_tokens;
                 self.choices[i].done = true;
@@ -156,6 +170,29 @@ impl Cursor {
                 }
             }
             Event::Error(e) => self.fail(ApiError::Engine(e)),
+        }
+    }
+
+    /// Generated text of choice `i`, through its tool reader if it has one.
+    fn text(&mut self, i: usize, text: &str, lp: Option<serde_json::Value>) {
+        let Some(tools) = self.choices[i].tools.as_mut() else {
+            if !text.is_empty() || lp.is_some() || self.choices[i].first {
+                self.push(i, text, None, lp);
+            }
+            return;
+        };
+        let events = tools.push(text);
+        self.tool_events(i, events);
+        if lp.is_some() || self.choices[i].first {
+            self.push(i, "", None, lp);
+        }
+    }
+
+    fn tool_events(&mut self, i: usize, events: Vec<ToolEvent>) {
+        for e in events {
+            let chunk = self.env.tool_chunk(i, &e, self.choices[i].first);
+            self.choices[i].first = false;
+            self.ready.push(chunk.to_string());
         }
     }
 

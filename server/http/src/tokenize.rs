@@ -119,6 +119,10 @@ mod tests {
             max_model_len: 128,
             default_max_tokens: 5,
             max_queue: 8,
+            tools: crate::tool_parser::ToolSetup {
+                family: Some(crate::tool_parser::ToolFamily::Hermes),
+                describe: false,
+            },
         }
     }
 

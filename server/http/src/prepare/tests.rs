@@ -15,6 +15,10 @@ fn config() -> PrepareConfig {
         max_model_len: 128,
         default_max_tokens: 5,
         max_queue: 8,
+        tools: crate::tool_parser::ToolSetup {
+            family: Some(crate::tool_parser::ToolFamily::Hermes),
+            describe: false,
+        },
     }
 }
 
@@ -201,9 +205,15 @@ fn cases() -> Vec<Case> {
         ),
         (
             "tool_choice",
-            json!({"tool_choice": "required"}),
-            none.clone(),
-            Refused("tool_choice"),
+            json!({"tools": tool, "tool_choice": "auto"}),
+            json!({"tools": tool, "tool_choice": "none"}),
+            Changes,
+        ),
+        (
+            "parallel_tool_calls",
+            json!({"tools": tool, "parallel_tool_calls": false}),
+            json!({"tools": tool}),
+            Changes,
         ),
     ];
     out.extend(chat.into_iter().map(|(f, s, a, e)| (true, f, s, a, e)));

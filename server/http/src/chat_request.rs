@@ -10,7 +10,7 @@ use crate::error::ApiError;
 use crate::request::Knobs;
 
 /// Message content: a string or text parts.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum Content {
     /// Plain text.
@@ -20,7 +20,7 @@ pub enum Content {
 }
 
 /// One content part.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct ContentPart {
     /// Must be "text".
     #[serde(rename = "type")]
@@ -30,7 +30,7 @@ pub struct ContentPart {
 }
 
 /// A function call of an earlier assistant turn.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct ToolCall {
     /// The call's id, which a `tool` message answers.
     pub id: Option<String>,
@@ -42,7 +42,7 @@ pub struct ToolCall {
 }
 
 /// The function and its arguments.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct FunctionCall {
     /// The function's name.
     pub name: String,
@@ -69,7 +69,7 @@ impl ToolCall {
 }
 
 /// One chat message.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct Message {
     /// system, user, assistant, tool, ...
     pub role: String,
@@ -127,7 +127,7 @@ impl Message {
 }
 
 /// `POST /v1/chat/completions`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct ChatRequest {
     /// The conversation.
     pub messages: Vec<Message>,

@@ -32,6 +32,7 @@ CASES = [
     ("POST", "/tokenize", {"prompt": "Hello world", "return_token_strs": True}, 200, None),
     ("POST", "/tokenize", {"messages": CHAT["messages"], "add_generation_prompt": True}, 200, None),
     ("POST", "/detokenize", {"tokens": [19556, 905]}, 200, None),
+    ("GET", "/tokenizer_info", None, 200, None),
     ("GET", "/health", None, 200, None),
     ("GET", "/ready", None, 200, None),
     ("GET", "/metrics", None, 200, None),

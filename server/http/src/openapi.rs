@@ -29,6 +29,7 @@ pub const BEARER: &str = "bearer";
         info::models,
         routes::tokenize,
         routes::detokenize,
+        info::tokenizer_info,
         info::health,
         info::ready,
         info::metrics,

@@ -246,5 +246,21 @@ pub struct DetokenizeResponse {
     pub prompt: String,
 }
 
+/// `GET /tokenizer_info`: vLLM's, what lm-eval's remote tokenizer reads.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TokenizerInfo {
+    /// `ferrox`: the server's own tokenizer (from `tokenizer.json` or GGUF).
+    pub tokenizer_class: String,
+    /// The BOS token's string, if the tokenizer has one.
+    pub bos_token: Option<String>,
+    /// The EOS token's string, if the tokenizer has one.
+    pub eos_token: Option<String>,
+    /// Always null: no padding.
+    pub pad_token: Option<String>,
+    /// The context the server runs with.
+    pub model_max_length: usize,
+}
+
 #[cfg(test)]
 mod tests;

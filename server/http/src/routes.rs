@@ -88,6 +88,7 @@ pub fn table() -> Vec<Route> {
         route(Get, "/v1/models", Keyed, info::models),
         route(Post, "/tokenize", Keyed, tokenize),
         route(Post, "/detokenize", Keyed, detokenize),
+        route(Get, "/tokenizer_info", Keyed, info::tokenizer_info),
         route(Get, "/health", Public, info::health),
         route(Get, "/ready", Public, info::ready),
         route(Get, "/metrics", Public, info::metrics),

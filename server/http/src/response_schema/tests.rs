@@ -69,6 +69,12 @@ async fn every_real_body_is_what_the_schema_says() {
         ),
         ("GET", "/v1/models", String::new(), parses::<ModelList>),
         (
+            "GET",
+            "/tokenizer_info",
+            String::new(),
+            parses::<TokenizerInfo>,
+        ),
+        (
             "POST",
             "/tokenize",
             r#"{"prompt": "AB", "return_token_strs": true}"#.into(),

@@ -10,7 +10,7 @@ use ferrox_engine::Liveness;
 use serde_json::json;
 
 use crate::error::{ApiError, ErrorBody};
-use crate::response_schema::ModelList;
+use crate::response_schema::{ModelList, TokenizerInfo};
 use crate::state::AppState;
 
 /// `GET /v1/models`: the one served model.
@@ -31,6 +31,29 @@ pub(crate) async fn models(State(s): State<AppState>) -> Response {
             "max_model_len": max_model_len,
         }],
     }))
+    .into_response()
+}
+
+/// `GET /tokenizer_info` (vLLM's): the special tokens, for clients that
+/// tokenize through `/tokenize` (lm-eval's `tokenizer_backend=remote`).
+#[utoipa::path(get, path = "/tokenizer_info", tag = "tokenizer",
+    responses(
+        (status = 200, description = "The special tokens and the context length", body = TokenizerInfo),
+        (status = 401, description = "No valid key (when the server has keys)", body = ErrorBody),
+        (status = 503, description = "The model is still loading", body = ErrorBody),
+    ))]
+pub(crate) async fn tokenizer_info(State(s): State<AppState>) -> Response {
+    let Some(loaded) = s.loaded() else {
+        return ApiError::Unavailable("the model is still loading".into()).into_response();
+    };
+    let (bos_token, eos_token) = loaded.frontend.bos_eos_tokens();
+    axum::Json(TokenizerInfo {
+        tokenizer_class: "ferrox".into(),
+        bos_token,
+        eos_token,
+        pad_token: None,
+        model_max_length: loaded.engine.config().max_model_len,
+    })
     .into_response()
 }
 

@@ -240,3 +240,13 @@ def test_sigterm_drains_in_flight_and_exits_zero(start_server):
     last = json.loads(rest[-2][len("data: "):])
     assert last["choices"][0]["finish_reason"] == "length"
     assert s.proc.wait(timeout=30) == 0
+
+
+def test_tokenizer_info_names_the_special_tokens_as_lm_eval_reads_them(server):
+    # lm-eval's remote tokenizer: the EOS string from /tokenizer_info, its id
+    # as the first token /tokenize gives for it without special tokens.
+    info = requests.get(server.url + "/tokenizer_info", timeout=10).json()
+    assert info["eos_token"] == "<|im_end|>" and info["model_max_length"] == 1024
+    ids = requests.post(server.url + "/tokenize", timeout=10,
+                        json={"prompt": info["eos_token"], "add_special_tokens": False}).json()
+    assert ids["tokens"] == [2]

@@ -11,7 +11,7 @@ use crate::request::Knobs;
 use crate::tool_choice::ToolRequest;
 
 /// Message content: a string or text parts.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum Content {
     /// Plain text.
@@ -21,7 +21,7 @@ pub enum Content {
 }
 
 /// One content part.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct ContentPart {
     /// Must be "text".
     #[serde(rename = "type")]
@@ -31,7 +31,7 @@ pub struct ContentPart {
 }
 
 /// A function call of an earlier assistant turn.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct ToolCall {
     /// The call's id, which a `tool` message answers.
     pub id: Option<String>,
@@ -43,7 +43,7 @@ pub struct ToolCall {
 }
 
 /// The function and its arguments.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct FunctionCall {
     /// The function's name.
     pub name: String,
@@ -70,7 +70,7 @@ impl ToolCall {
 }
 
 /// One chat message.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct Message {
     /// system, user, assistant, tool, ...
     pub role: String,
@@ -128,7 +128,7 @@ impl Message {
 }
 
 /// `POST /v1/chat/completions`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct ChatRequest {
     /// The conversation.
     pub messages: Vec<Message>,

@@ -153,14 +153,14 @@ impl ApiError {
 }
 
 /// `{"error": {...}}`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     /// The detail.
     pub error: ErrorDetail,
 }
 
 /// OpenAI's error detail.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
     /// Human-readable.
     pub message: String,

@@ -119,6 +119,10 @@ impl Frontend for FakeFrontend {
     fn eos_ids(&self) -> Vec<u32> {
         vec![EOS]
     }
+
+    fn bos_eos_tokens(&self) -> (Option<String>, Option<String>) {
+        (None, Some(Chars.push(EOS)))
+    }
 }
 
 /// `max_tokens` of a chat request without one, on the fake server.

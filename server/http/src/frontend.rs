@@ -27,4 +27,6 @@ pub trait Frontend: Send + Sync + 'static {
     fn vocab_size(&self) -> usize;
     /// The model's end-of-generation ids.
     fn eos_ids(&self) -> Vec<u32>;
+    /// The BOS and EOS tokens' strings, where the tokenizer names them.
+    fn bos_eos_tokens(&self) -> (Option<String>, Option<String>);
 }

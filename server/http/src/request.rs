@@ -12,7 +12,7 @@ use crate::error::ApiError;
 pub const MAX_CHOICES: usize = 16;
 
 /// `stop`: one string or several.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum Stop {
     /// One stop string.
@@ -22,7 +22,7 @@ pub enum Stop {
 }
 
 /// `stream_options`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StreamOptions {
     /// Send a final chunk with usage.
@@ -31,7 +31,7 @@ pub struct StreamOptions {
 }
 
 /// The sampling and stopping knobs both endpoints share.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct Knobs {
     /// The model asked for.
     pub model: Option<String>,
@@ -174,7 +174,7 @@ impl Knobs {
 }
 
 /// `prompt`: text or token ids; one prompt only.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum Prompt {
     /// Text.
@@ -194,7 +194,7 @@ impl Default for Prompt {
 }
 
 /// `POST /v1/completions`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct CompletionRequest {
     /// The prompt.
     pub prompt: Prompt,

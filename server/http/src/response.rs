@@ -30,7 +30,7 @@ pub struct Envelope {
 }
 
 /// OpenAI's usage object.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct UsageBody {
     /// Prompt tokens.
     pub prompt_tokens: usize,

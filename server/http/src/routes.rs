@@ -1,4 +1,5 @@
-//! The HTTP routes: OpenAI endpoints, health, readiness, models, metrics.
+//! The HTTP routes: OpenAI endpoints, tokenizer, health, readiness,
+//! models, metrics and the API description, all in one table.
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -6,50 +7,127 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::handler::Handler;
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use ferrox_engine::{Event, Liveness};
-use serde_json::json;
+use axum::routing::{MethodRouter, get, post};
+use ferrox_engine::Event;
 
 use crate::auth;
 use crate::chat_request::ChatRequest;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 use crate::fields::{
     CHAT_FIELDS, COMPLETION_FIELDS, DETOKENIZE_FIELDS, TOKENIZE_FIELDS, parse, parse_fields,
 };
 use crate::prepare::{self, PrepareConfig, Prepared, Shape};
 use crate::request::CompletionRequest;
 use crate::response::{Choice, Envelope, Kind, Logprobs};
+use crate::response_schema::{
+    ChatCompletionResponse, CompletionResponse, DetokenizeResponse, TokenizeResponse,
+};
 use crate::state::{AppState, Loaded};
 use crate::stream;
 use crate::tool_parser::{finish_reason, parse_answer};
+use crate::tokenize::{DetokenizeRequest, TokenizeRequest};
 
-/// The whole API. The OpenAI routes need a key when keys are configured;
-/// probes and scraping (`/health`, `/ready`, `/metrics`) never do.
+pub(crate) mod info;
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone: probes, scraping, the API description.
+    Public,
+    /// Only with a configured API key, when the server has any.
+    Keyed,
+}
+
+/// A route's HTTP method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    /// GET.
+    Get,
+    /// POST.
+    Post,
+}
+
+/// One entry of [`table`].
+pub struct Route {
+    /// The method.
+    pub verb: Verb,
+    /// The path.
+    pub path: &'static str,
+    /// Who may call it.
+    pub access: Access,
+    handler: MethodRouter<AppState>,
+}
+
+fn route<H, T>(verb: Verb, path: &'static str, access: Access, handler: H) -> Route
+where
+    H: Handler<T, AppState>,
+    T: 'static,
+{
+    let handler = match verb {
+        Verb::Get => get(handler),
+        Verb::Post => post(handler),
+    };
+    Route {
+        verb,
+        path,
+        access,
+        handler,
+    }
+}
+
+/// The one list of routes: the router is built from it, and the OpenAPI
+/// document's test walks it.
+pub fn table() -> Vec<Route> {
+    use Access::{Keyed, Public};
+    use Verb::{Get, Post};
+    vec![
+        route(Post, "/v1/completions", Keyed, completions),
+        route(Post, "/v1/chat/completions", Keyed, chat_completions),
+        route(Get, "/v1/models", Keyed, info::models),
+        route(Post, "/tokenize", Keyed, tokenize),
+        route(Post, "/detokenize", Keyed, detokenize),
+        route(Get, "/tokenizer_info", Keyed, info::tokenizer_info),
+        route(Get, "/health", Public, info::health),
+        route(Get, "/ready", Public, info::ready),
+        route(Get, "/metrics", Public, info::metrics),
+        route(Get, "/openapi.json", Public, info::openapi_json),
+    ]
+}
+
+/// The whole API. The keyed routes need a key when keys are configured;
+/// probes, scraping and the API description never do.
 pub fn router(state: AppState) -> Router {
     let limit = state.max_body();
-    let openai = Router::new()
-        .route("/v1/completions", post(completions))
-        .route("/v1/chat/completions", post(chat_completions))
-        .route("/v1/models", get(models))
-        .route("/tokenize", post(tokenize))
-        .route("/detokenize", post(detokenize))
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::require_key,
-        ));
-    Router::new()
-        .merge(openai)
-        .route("/health", get(health))
-        .route("/ready", get(ready))
-        .route("/metrics", get(metrics))
+    let (mut keyed, mut public) = (Router::new(), Router::new());
+    for r in table() {
+        match r.access {
+            Access::Keyed => keyed = keyed.route(r.path, r.handler),
+            Access::Public => public = public.route(r.path, r.handler),
+        }
+    }
+    let keyed = keyed.route_layer(middleware::from_fn_with_state(
+        state.clone(),
+        auth::require_key,
+    ));
+    public
+        .merge(keyed)
         .fallback(not_found)
         .layer(axum::extract::DefaultBodyLimit::max(limit))
         .with_state(state)
 }
 
+/// `POST /v1/completions`.
+#[utoipa::path(post, path = "/v1/completions", tag = "openai",
+    request_body = CompletionRequest,
+    responses(
+        (status = 200, description = "The completion; with `stream: true`, server-sent events whose data are `CompletionChunk`s, then `[DONE]`",
+            content((CompletionResponse = "application/json"), (String = "text/event-stream"))),
+        (status = "4XX", description = "Refused: 400 bad field or value, 401 no key, 404 unknown model, 408 body too slow, 413 body too large, 429 queue full (with Retry-After)", body = ErrorBody),
+        (status = "5XX", description = "503 loading or draining, 504 request timeout, 500 a bug", body = ErrorBody),
+    ))]
 async fn completions(State(s): State<AppState>, body: Body) -> Response {
     let prepared = read_body(&s, body).await.map(|(loaded, bytes)| {
         let frontend = Arc::clone(&loaded.frontend);
@@ -68,6 +146,15 @@ async fn completions(State(s): State<AppState>, body: Body) -> Response {
     }
 }
 
+/// `POST /v1/chat/completions`.
+#[utoipa::path(post, path = "/v1/chat/completions", tag = "openai",
+    request_body = ChatRequest,
+    responses(
+        (status = 200, description = "The reply; with `stream: true`, server-sent events whose data are `ChatCompletionChunk`s, then `[DONE]`",
+            content((ChatCompletionResponse = "application/json"), (String = "text/event-stream"))),
+        (status = "4XX", description = "Refused: 400 bad field or value, 401 no key, 404 unknown model, 408 body too slow, 413 body too large, 429 queue full (with Retry-After)", body = ErrorBody),
+        (status = "5XX", description = "503 loading or draining, 504 request timeout, 500 a bug", body = ErrorBody),
+    ))]
 async fn chat_completions(State(s): State<AppState>, body: Body) -> Response {
     let prepared = read_body(&s, body).await.map(|(loaded, bytes)| {
         let frontend = Arc::clone(&loaded.frontend);
@@ -86,6 +173,14 @@ async fn chat_completions(State(s): State<AppState>, body: Body) -> Response {
     }
 }
 
+/// `POST /tokenize` (vLLM's).
+#[utoipa::path(post, path = "/tokenize", tag = "tokenizer",
+    request_body = TokenizeRequest,
+    responses(
+        (status = 200, description = "The token ids", body = TokenizeResponse),
+        (status = "4XX", description = "Refused: 400 bad field or value, 401 no key, 404 unknown model, 408 body too slow, 413 body too large, 429 queue full (with Retry-After)", body = ErrorBody),
+        (status = "5XX", description = "503 loading or draining, 504 request timeout, 500 a bug", body = ErrorBody),
+    ))]
 async fn tokenize(State(s): State<AppState>, body: Body) -> Response {
     let answer = read_body(&s, body).await.map(|(loaded, bytes)| {
         let frontend = Arc::clone(&loaded.frontend);
@@ -98,6 +193,14 @@ async fn tokenize(State(s): State<AppState>, body: Body) -> Response {
     json_answer(answer).await
 }
 
+/// `POST /detokenize` (vLLM's).
+#[utoipa::path(post, path = "/detokenize", tag = "tokenizer",
+    request_body = DetokenizeRequest,
+    responses(
+        (status = 200, description = "The text", body = DetokenizeResponse),
+        (status = "4XX", description = "Refused: 400 bad field or value, 401 no key, 404 unknown model, 408 body too slow, 413 body too large, 429 queue full (with Retry-After)", body = ErrorBody),
+        (status = "5XX", description = "503 loading or draining, 504 request timeout, 500 a bug", body = ErrorBody),
+    ))]
 async fn detokenize(State(s): State<AppState>, body: Body) -> Response {
     let answer = read_body(&s, body).await.map(|(loaded, bytes)| {
         let frontend = Arc::clone(&loaded.frontend);
@@ -300,62 +403,6 @@ fn envelope(s: &AppState, kind: Kind) -> Envelope {
         created,
         model: s.model_name().to_string(),
     }
-}
-
-async fn models(State(s): State<AppState>) -> Response {
-    let max_model_len = s.loaded().map(|l| l.engine.config().max_model_len);
-    axum::Json(json!({
-        "object": "list",
-        "data": [{
-            "id": s.model_name(),
-            "object": "model",
-            "created": 0,
-            "owned_by": "ferrox",
-            "max_model_len": max_model_len,
-        }],
-    }))
-    .into_response()
-}
-
-/// Liveness: answers at once, whatever the model is doing; 503 once the
-/// worker has died or one tick has run past `--stall-timeout`, so that
-/// Kubernetes restarts the pod.
-async fn health(State(s): State<AppState>) -> Response {
-    match s.liveness(Instant::now()) {
-        Liveness::Live => (StatusCode::OK, "ok").into_response(),
-        Liveness::Stopped => {
-            ApiError::Unavailable("the batching worker has stopped".into()).into_response()
-        }
-        Liveness::Stalled(d) => ApiError::Unavailable(format!(
-            "the batching worker has been in one step for {:.1} s",
-            d.as_secs_f64()
-        ))
-        .into_response(),
-    }
-}
-
-/// Readiness: model loaded, worker running, not draining.
-async fn ready(State(s): State<AppState>) -> Response {
-    if s.is_ready() {
-        (StatusCode::OK, "ready").into_response()
-    } else {
-        ApiError::Unavailable("not ready".into()).into_response()
-    }
-}
-
-async fn metrics(State(s): State<AppState>) -> Response {
-    let text = s
-        .loaded()
-        .map(|l| l.engine.metrics().render(s.model_name()))
-        .unwrap_or_default();
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        text,
-    )
-        .into_response()
 }
 
 async fn not_found() -> Response {

@@ -94,4 +94,12 @@ impl Frontend for CoreFrontend {
     fn eos_ids(&self) -> Vec<u32> {
         self.eos.clone()
     }
+
+    fn bos_eos_tokens(&self) -> (Option<String>, Option<String>) {
+        let t = &self.tokenizer;
+        (
+            t.bos_token().map(str::to_string),
+            t.eos_token().map(str::to_string),
+        )
+    }
 }

@@ -11,7 +11,7 @@ use crate::frontend::Frontend;
 use crate::prepare::{PrepareConfig, chat_prompt};
 
 /// `POST /tokenize`: `prompt`, or `messages` (with the chat template).
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct TokenizeRequest {
     /// The model asked for.
     pub model: Option<String>,
@@ -31,7 +31,7 @@ pub struct TokenizeRequest {
 }
 
 /// `POST /detokenize`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct DetokenizeRequest {
     /// The model asked for.
     pub model: Option<String>,

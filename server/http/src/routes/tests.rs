@@ -376,3 +376,16 @@ async fn health_fails_on_a_stalled_tick_and_on_a_dead_worker() {
 }
 
 mod choices;
+
+#[tokio::test]
+async fn tokenizer_info_names_the_special_tokens_and_the_context() {
+    let (addr, _s) = serve(engine_config(), 0).await;
+    let (status, body) = request(addr, "GET", "/tokenizer_info", "").await;
+    assert_eq!(status, 200, "{body}");
+    // The fake tokenizer's end token 0 reads "0"; it has no BOS.
+    assert_eq!(
+        json_of(&body),
+        serde_json::json!({"tokenizer_class": "ferrox", "bos_token": null, "eos_token": "0",
+            "pad_token": null, "model_max_length": 128})
+    );
+}

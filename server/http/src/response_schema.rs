@@ -1,0 +1,266 @@
+//! The response bodies as schemas for `/openapi.json`. The handlers write
+//! these bodies as JSON (response.rs, tokenize.rs, routes/info.rs); the
+//! types here describe them, refuse unknown fields, and the tests read
+//! every real body back through them, so the two cannot drift apart.
+#![allow(
+    dead_code,
+    reason = "read only by the schema derive and by the tests that parse real bodies"
+)]
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::response::UsageBody;
+
+/// `POST /v1/completions`, not streamed.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompletionResponse {
+    /// `cmpl-...`.
+    pub id: String,
+    /// `text_completion`.
+    pub object: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// The served model name.
+    pub model: String,
+    /// One per `n`.
+    pub choices: Vec<CompletionChoice>,
+    /// Tokens: the prompt once, every choice's output.
+    pub usage: UsageBody,
+}
+
+/// One streamed `/v1/completions` event; the last one (with
+/// `stream_options.include_usage`) has no choices and the usage.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompletionChunk {
+    /// `cmpl-...`, the same in every chunk.
+    pub id: String,
+    /// `text_completion`.
+    pub object: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// The served model name.
+    pub model: String,
+    /// The choice this chunk continues.
+    pub choices: Vec<CompletionChoice>,
+    /// Only in the last chunk.
+    pub usage: Option<UsageBody>,
+}
+
+/// A completion choice, whole or one chunk of it.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompletionChoice {
+    /// Which of the `n`.
+    pub index: usize,
+    /// The text (after the echoed prompt with `echo`).
+    pub text: String,
+    /// With `logprobs`.
+    pub logprobs: Option<CompletionLogprobs>,
+    /// `stop` or `length`; null until the choice ends.
+    pub finish_reason: Option<String>,
+}
+
+/// Completion logprobs, the prompt's first with `echo`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompletionLogprobs {
+    /// Each token's text.
+    pub tokens: Vec<String>,
+    /// Each token's logprob; null for the echoed prompt's first.
+    pub token_logprobs: Vec<Option<f32>>,
+    /// Each token's alternatives; null for the echoed prompt's first.
+    pub top_logprobs: Vec<Option<BTreeMap<String, f32>>>,
+    /// Where each token's text starts.
+    pub text_offset: Vec<usize>,
+}
+
+/// `POST /v1/chat/completions`, not streamed.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChatCompletionResponse {
+    /// `chatcmpl-...`.
+    pub id: String,
+    /// `chat.completion`.
+    pub object: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// The served model name.
+    pub model: String,
+    /// One per `n`.
+    pub choices: Vec<ChatChoice>,
+    /// Tokens: the prompt once, every choice's output.
+    pub usage: UsageBody,
+}
+
+/// A whole chat choice.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChatChoice {
+    /// Which of the `n`.
+    pub index: usize,
+    /// The assistant's turn.
+    pub message: AssistantMessage,
+    /// With `logprobs: true`.
+    pub logprobs: Option<ChatLogprobs>,
+    /// `stop` or `length`.
+    pub finish_reason: String,
+}
+
+/// The assistant's reply.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AssistantMessage {
+    /// `assistant`.
+    pub role: String,
+    /// The text.
+    pub content: Option<String>,
+}
+
+/// One streamed `/v1/chat/completions` event; the last one (with
+/// `stream_options.include_usage`) has no choices and the usage.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChatCompletionChunk {
+    /// `chatcmpl-...`, the same in every chunk.
+    pub id: String,
+    /// `chat.completion.chunk`.
+    pub object: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// The served model name.
+    pub model: String,
+    /// The choice this chunk continues.
+    pub choices: Vec<ChatChunkChoice>,
+    /// Only in the last chunk.
+    pub usage: Option<UsageBody>,
+}
+
+/// One chunk of a chat choice.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChatChunkChoice {
+    /// Which of the `n`.
+    pub index: usize,
+    /// What this chunk adds.
+    pub delta: ChatDelta,
+    /// With `logprobs: true`.
+    pub logprobs: Option<ChatLogprobs>,
+    /// Null until the choice ends.
+    pub finish_reason: Option<String>,
+}
+
+/// What one chat chunk adds: the role in the first, then text.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChatDelta {
+    /// `assistant`, in a choice's first chunk only.
+    pub role: Option<String>,
+    /// More text.
+    pub content: Option<String>,
+}
+
+/// Chat logprobs.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChatLogprobs {
+    /// One per generated token.
+    pub content: Vec<ChatTokenLogprob>,
+}
+
+/// One generated token's logprob and alternatives.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChatTokenLogprob {
+    /// Its text.
+    pub token: String,
+    /// Its logprob.
+    pub logprob: f32,
+    /// Its text's UTF-8 bytes.
+    pub bytes: Vec<u8>,
+    /// The `top_logprobs` most likely tokens at this step.
+    pub top_logprobs: Vec<ChatTopLogprob>,
+}
+
+/// An alternative token.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChatTopLogprob {
+    /// Its text.
+    pub token: String,
+    /// Its logprob.
+    pub logprob: f32,
+    /// Its text's UTF-8 bytes.
+    pub bytes: Vec<u8>,
+}
+
+/// `GET /v1/models`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelList {
+    /// `list`.
+    pub object: String,
+    /// The served model.
+    pub data: Vec<ModelCard>,
+}
+
+/// The served model.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelCard {
+    /// The served name (`--served-model-name`).
+    pub id: String,
+    /// `model`.
+    pub object: String,
+    /// Always 0.
+    pub created: u64,
+    /// `ferrox`.
+    pub owned_by: String,
+    /// The context the server runs with; null while loading.
+    pub max_model_len: Option<usize>,
+}
+
+/// `POST /tokenize`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TokenizeResponse {
+    /// How many tokens.
+    pub count: usize,
+    /// The context the server runs with.
+    pub max_model_len: usize,
+    /// The token ids.
+    pub tokens: Vec<u32>,
+    /// With `return_token_strs`: each token's string in the vocabulary.
+    pub token_strs: Option<Vec<Option<String>>>,
+}
+
+/// `POST /detokenize`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DetokenizeResponse {
+    /// The text.
+    pub prompt: String,
+}
+
+/// `GET /tokenizer_info`: vLLM's, what lm-eval's remote tokenizer reads.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TokenizerInfo {
+    /// `ferrox`: the server's own tokenizer (from `tokenizer.json` or GGUF).
+    pub tokenizer_class: String,
+    /// The BOS token's string, if the tokenizer has one.
+    pub bos_token: Option<String>,
+    /// The EOS token's string, if the tokenizer has one.
+    pub eos_token: Option<String>,
+    /// Always null: no padding.
+    pub pad_token: Option<String>,
+    /// The context the server runs with.
+    pub model_max_length: usize,
+}
+
+#[cfg(test)]
+mod tests;

@@ -10,6 +10,7 @@ from openapi_schema_validator import OAS31Validator
 from openapi_spec_validator import validate
 
 from conftest import MODEL_NAME
+from test_tool_calls import REPEAT, WEATHER
 
 CHAT = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, "temperature": 0}
 
@@ -28,6 +29,12 @@ CASES = [
                                       "stream_options": {"include_usage": True}},
      200, "ChatCompletionChunk"),
     ("POST", "/v1/chat/completions", {"messages": []}, 400, None),
+    # Answers that call a tool, whole and streamed (see test_tool_calls.py).
+    ("POST", "/v1/chat/completions", {"messages": REPEAT, "tools": [WEATHER], "max_tokens": 60,
+                                      "temperature": 0}, 200, None),
+    ("POST", "/v1/chat/completions", {"messages": REPEAT, "tools": [WEATHER], "max_tokens": 60,
+                                      "temperature": 0, "stream": True}, 200,
+     "ChatCompletionChunk"),
     ("GET", "/v1/models", None, 200, None),
     ("POST", "/tokenize", {"prompt": "Hello world", "return_token_strs": True}, 200, None),
     ("POST", "/tokenize", {"messages": CHAT["messages"], "add_generation_prompt": True}, 200, None),

@@ -107,7 +107,7 @@ pub struct ChatChoice {
     pub message: AssistantMessage,
     /// With `logprobs: true`.
     pub logprobs: Option<ChatLogprobs>,
-    /// `stop` or `length`.
+    /// `stop`, `length` or `tool_calls`.
     pub finish_reason: String,
 }
 
@@ -117,8 +117,52 @@ pub struct ChatChoice {
 pub struct AssistantMessage {
     /// `assistant`.
     pub role: String,
-    /// The text.
+    /// The text (null when the reply is only tool calls).
     pub content: Option<String>,
+    /// The tool calls read out of the reply, when tools were offered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallBody>>,
+}
+
+/// One tool call of a whole reply.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCallBody {
+    /// `call_...`, the same as the streamed call's.
+    pub id: String,
+    /// `function`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The function called.
+    pub function: FunctionCallBody,
+}
+
+/// A called function: its name and its arguments as a JSON string.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FunctionCallBody {
+    /// The tool's name (absent in a streamed call's later chunks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The arguments, a JSON object as text (streamed: the next fragment).
+    pub arguments: String,
+}
+
+/// One streamed piece of a tool call: its start (index, id, type, name and
+/// empty arguments), then fragments of its arguments.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCallDelta {
+    /// Which call of the reply.
+    pub index: usize,
+    /// `call_...`, in the call's first chunk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// `function`, in the call's first chunk.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// The name (first chunk) or more arguments.
+    pub function: FunctionCallBody,
 }
 
 /// One streamed `/v1/chat/completions` event; the last one (with
@@ -161,7 +205,11 @@ pub struct ChatDelta {
     /// `assistant`, in a choice's first chunk only.
     pub role: Option<String>,
     /// More text.
+    #[serde(default)]
     pub content: Option<String>,
+    /// More of the tool calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
 /// Chat logprobs.

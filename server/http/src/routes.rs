@@ -27,8 +27,8 @@ use crate::response_schema::{
 };
 use crate::state::{AppState, Loaded};
 use crate::stream;
-use crate::tool_parser::{finish_reason, parse_answer};
 use crate::tokenize::{DetokenizeRequest, TokenizeRequest};
+use crate::tool_parser::{finish_reason, parse_answer};
 
 pub(crate) mod info;
 

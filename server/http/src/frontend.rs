@@ -3,7 +3,8 @@
 //! tested without a model.
 
 use ferrox_core::{ChatMessage, RenderOptions};
-use ferrox_engine::TokenText;
+use ferrox_engine::{TokenConstraint, TokenText};
+use ferrox_grammar::GrammarSpec;
 
 /// The model's text side.
 pub trait Frontend: Send + Sync + 'static {
@@ -27,4 +28,7 @@ pub trait Frontend: Send + Sync + 'static {
     fn vocab_size(&self) -> usize;
     /// The model's end-of-generation ids.
     fn eos_ids(&self) -> Vec<u32>;
+    /// `spec` compiled over this vocabulary: one row's constraint, or why
+    /// not (for a 400).
+    fn constraint(&self, spec: &GrammarSpec) -> Result<Box<dyn TokenConstraint>, String>;
 }

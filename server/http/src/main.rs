@@ -20,6 +20,7 @@ mod routes;
 mod serve;
 mod state;
 mod stream;
+mod structured;
 mod text;
 mod tokenize;
 

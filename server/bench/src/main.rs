@@ -47,6 +47,10 @@ struct Args {
     /// Per-request timeout in seconds.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
+    /// A JSON schema (a file, or the JSON itself) every request's output
+    /// must match, sent as `response_format` json_schema.
+    #[arg(long)]
+    schema: Option<String>,
 }
 
 #[tokio::main]
@@ -57,14 +61,20 @@ async fn main() -> anyhow::Result<()> {
         .build()?;
     let prefix = shared_prefix(args.shared_prefix_len);
     let question = vec!["hello"; args.prompt_len].join(" ");
+    let schema = args.schema.as_deref().map(read_schema).transpose()?;
     let body = |i: usize| {
         // Each request's own part starts on a new line, so the shared
         // prefix tokenizes the same in every request.
         let prompt = format!("{prefix}\nQuestion {i}: {question}");
-        json!({
+        let mut body = json!({
             "model": args.model, "prompt": prompt, "max_tokens": args.output_len,
             "temperature": 0, "ignore_eos": true, "stream": true,
-        })
+        });
+        if let Some(schema) = &schema {
+            body["response_format"] = json!({"type": "json_schema",
+                "json_schema": {"name": "bench", "schema": schema}});
+        }
+        body
     };
     let url = format!("{}/v1/completions", args.url.trim_end_matches('/'));
     let started = Instant::now();
@@ -79,6 +89,16 @@ async fn main() -> anyhow::Result<()> {
     let report = Report::from_samples(&samples, started.elapsed());
     println!("{}", report.render(args.concurrency));
     Ok(())
+}
+
+/// `--schema`: inline JSON, else a file holding it.
+fn read_schema(arg: &str) -> anyhow::Result<serde_json::Value> {
+    let text = if arg.trim_start().starts_with('{') {
+        arg.to_string()
+    } else {
+        std::fs::read_to_string(arg).with_context(|| format!("reading {arg}"))?
+    };
+    serde_json::from_str(&text).context("--schema is not JSON")
 }
 
 /// A system prompt of `words` words of ordinary English (not one word

@@ -16,6 +16,7 @@ pub mod detokenizer;
 pub mod end_of_generation;
 pub mod error;
 pub mod gguf_vocab;
+pub mod token_bytes;
 pub mod tokenizer;
 
 pub use batch_model::{BatchModel, DecodeRow};
@@ -26,4 +27,5 @@ pub use detokenizer::Detokenizer;
 pub use end_of_generation::EndOfGeneration;
 pub use error::Error;
 pub use gguf_vocab::GgufVocab;
+pub use token_bytes::TokenBytes;
 pub use tokenizer::Tokenizer;

@@ -158,6 +158,11 @@ impl Tokenizer {
     pub fn eos_token(&self) -> Option<&str> {
         self.eos.as_deref()
     }
+
+    /// The Hugging Face tokenizer underneath.
+    pub(crate) fn hf(&self) -> &tokenizers::Tokenizer {
+        &self.inner
+    }
 }
 
 #[cfg(test)]

@@ -11,8 +11,8 @@ use ferrox_core::{BatchModel, DecodeRow, Error};
 use crate::admission::blocks_needed;
 use crate::queue::{Job, RequestId};
 use crate::{
-    EngineConfig, Event, FinishReason, GenerationRequest, SamplingParams, TokenLogprob, TokenText,
-    Usage,
+    EngineConfig, Event, FinishReason, GenerationRequest, SamplingParams, TokenConstraint,
+    TokenLogprob, TokenText, Usage,
 };
 
 /// Vocabulary of the fake model.
@@ -274,6 +274,7 @@ pub fn request(prompt: &[u32], max_tokens: usize) -> GenerationRequest {
         eos_token_ids: vec![EOS],
         ignore_eos: false,
         text: Box::new(Letters),
+        constraint: None,
     }
 }
 
@@ -311,5 +312,72 @@ impl Outcome {
                 }
             }
         }
+    }
+}
+
+/// A constraint that allows, at step `i`, only the ids of `steps[i]`, and
+/// is complete after the last step; it can be made to break at a step.
+#[derive(Debug, Clone)]
+pub struct AllowSteps {
+    steps: Vec<Vec<u32>>,
+    at: usize,
+    fail_mask_at: Option<usize>,
+    fail_advance_at: Option<usize>,
+}
+
+impl AllowSteps {
+    pub fn new(steps: Vec<Vec<u32>>) -> Self {
+        AllowSteps {
+            steps,
+            at: 0,
+            fail_mask_at: None,
+            fail_advance_at: None,
+        }
+    }
+
+    /// Allows anything, but its mask fails at step `i`.
+    pub fn failing_mask_at(i: usize) -> Self {
+        let mut c = AllowSteps::new(vec![(1..VOCAB as u32).collect(); 8]);
+        c.fail_mask_at = Some(i);
+        c
+    }
+
+    /// Allows anything, but advancing fails at step `i`.
+    pub fn failing_advance_at(i: usize) -> Self {
+        let mut c = AllowSteps::new(vec![(1..VOCAB as u32).collect(); 8]);
+        c.fail_advance_at = Some(i);
+        c
+    }
+}
+
+impl TokenConstraint for AllowSteps {
+    fn mask(&mut self, logits: &mut [f32]) -> Result<(), String> {
+        if self.fail_mask_at == Some(self.at) {
+            return Err("mask broke".into());
+        }
+        let allowed = self.steps.get(self.at).ok_or("past the end")?;
+        for (id, l) in logits.iter_mut().enumerate() {
+            if !allowed.contains(&(id as u32)) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+        Ok(())
+    }
+
+    fn advance(&mut self, id: u32) -> Result<(), String> {
+        let allowed = self.steps.get(self.at).ok_or("past the end")?;
+        if self.fail_advance_at == Some(self.at) || !allowed.contains(&id) {
+            return Err(format!("{id} was not allowed"));
+        }
+        self.at += 1;
+        Ok(())
+    }
+
+    fn is_finished(&self) -> bool {
+        self.at >= self.steps.len()
+    }
+
+    fn fork(&self) -> Box<dyn TokenConstraint> {
+        Box::new(self.clone())
     }
 }

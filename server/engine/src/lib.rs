@@ -6,6 +6,7 @@
 
 pub mod admission;
 pub mod config;
+pub mod constraint;
 pub mod error;
 pub mod event;
 pub mod liveness;
@@ -24,6 +25,7 @@ pub mod worker;
 mod fixtures;
 
 pub use config::EngineConfig;
+pub use constraint::TokenConstraint;
 pub use error::EngineError;
 pub use event::{Event, FinishReason, TokenLogprob, Usage};
 pub use liveness::Liveness;

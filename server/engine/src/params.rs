@@ -1,6 +1,7 @@
 //! What a caller asks the engine for: the prompt and how to sample it.
 
 use crate::EngineError;
+use crate::constraint::TokenConstraint;
 
 /// Per-request sampling settings. Temperature 0 means greedy.
 #[derive(Debug, Clone, PartialEq)]
@@ -144,6 +145,8 @@ pub struct GenerationRequest {
     pub ignore_eos: bool,
     /// This request's detokenizer.
     pub text: Box<dyn TokenText>,
+    /// What the output must match (structured outputs); `None` samples freely.
+    pub constraint: Option<Box<dyn TokenConstraint>>,
 }
 
 impl GenerationRequest {
@@ -186,6 +189,7 @@ impl std::fmt::Debug for GenerationRequest {
             .field("max_tokens", &self.max_tokens)
             .field("sampling", &self.sampling)
             .field("stop", &self.stop)
+            .field("constrained", &self.constraint.is_some())
             .finish_non_exhaustive()
     }
 }

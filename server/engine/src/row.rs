@@ -7,6 +7,7 @@ use ferrox_core::{BlockHash, BlockHasher, BlockLease};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::EngineError;
+use crate::constraint::TokenConstraint;
 use crate::event::{Event, FinishReason, TokenLogprob, Usage};
 use crate::metrics::{Latency, Metrics};
 use crate::params::TokenText;
@@ -47,6 +48,8 @@ pub(crate) struct Row {
     prompt_logprobs: Option<(usize, Vec<Option<TokenLogprob>>)>,
     stop: StopMatcher,
     text: Box<dyn TokenText>,
+    /// What the output must match, if anything.
+    constraint: Option<Box<dyn TokenConstraint>>,
     stop_token_ids: Vec<u32>,
     eos_token_ids: Vec<u32>,
     pub events: UnboundedSender<Event>,
@@ -105,6 +108,7 @@ impl Row {
             max_tokens: req.max_tokens,
             stop: StopMatcher::new(&req.stop),
             text: req.text,
+            constraint: req.constraint,
             stop_token_ids: req.stop_token_ids,
             eos_token_ids: eos,
             events: job.events,
@@ -213,8 +217,31 @@ impl Row {
 
     /// Samples from `logits` and applies the token: text, stops, length.
     pub fn take_logits(&mut self, logits: &[f32], now: Instant, metrics: &Metrics) {
-        let sampled = self.sampler.sample(logits);
-        self.accept(sampled, now, metrics);
+        let Some(constraint) = self.constraint.as_mut() else {
+            let sampled = self.sampler.sample(logits);
+            self.accept(sampled, now, metrics);
+            return;
+        };
+        let mut masked = logits.to_vec();
+        let sampled = constraint
+            .mask(&mut masked)
+            .map(|()| self.sampler.sample_masked(logits, &masked))
+            .and_then(|s| constraint.advance(s.id).map(|()| s));
+        match sampled {
+            Ok(s) => self.accept(s, now, metrics),
+            Err(e) => {
+                let why = format!("structured output: {e}");
+                return self.end(Finish::Failed(EngineError::Model(why)));
+            }
+        }
+        // The grammar is complete: the row ends as if on a stop.
+        if self.constraint.as_ref().is_some_and(|c| c.is_finished()) {
+            let tail = self.stop.finish();
+            self.end(Finish::Done {
+                reason: FinishReason::Stop,
+                tail,
+            });
+        }
     }
 
     fn accept(&mut self, sampled: Sampled, now: Instant, metrics: &Metrics) {

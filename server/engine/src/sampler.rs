@@ -47,13 +47,20 @@ impl Sampler {
 
     /// Picks the next token and records it as part of the output.
     pub fn sample(&mut self, logits: &[f32]) -> Sampled {
+        self.sample_masked(logits, logits)
+    }
+
+    /// Picks the next token from `masked` (the model's `logits` with the
+    /// tokens a constraint forbids at negative infinity); the logprobs stay
+    /// the model's, as with `logit_bias`.
+    pub fn sample_masked(&mut self, logits: &[f32], masked: &[f32]) -> Sampled {
         let logprob = self.params.logprobs.map(|k| (log_softmax(logits), k));
         let greedy = self.params.temperature == 0.0 || self.params.top_k == 1;
         let id = if greedy && !self.has_penalties() {
             // The common benchmark path: no copy of the vocabulary-wide row.
-            argmax(logits)
+            argmax(masked)
         } else {
-            let mut adjusted = logits.to_vec();
+            let mut adjusted = masked.to_vec();
             self.apply_penalties(&mut adjusted);
             if greedy {
                 argmax(&adjusted)
@@ -126,7 +133,13 @@ impl Sampler {
         let total: f32 = probs.iter().sum();
         probs.iter_mut().for_each(|x| *x /= total);
         let floor = p.min_p * probs[0];
-        let mut keep = probs.iter().take_while(|&&x| x >= floor).count().max(1);
+        // Masked tokens (probability 0) are never kept, even by rounding.
+        let live = probs.iter().take_while(|&&x| x > 0.0).count().max(1);
+        let mut keep = probs
+            .iter()
+            .take_while(|&&x| x >= floor)
+            .count()
+            .clamp(1, live);
         let mut mass = 0.0;
         for (i, x) in probs[..keep].iter().enumerate() {
             mass += x;

@@ -138,8 +138,6 @@ pub struct ChatRequest {
     pub logprobs: Option<bool>,
     /// Alternatives per token.
     pub top_logprobs: Option<u64>,
-    /// Only `{"type": "text"}`.
-    pub response_format: Option<Value>,
     /// Tool definitions, rendered into the template.
     pub tools: Option<Vec<Value>>,
     /// `none`, `auto`, `required` or a named function.
@@ -157,16 +155,6 @@ impl ChatRequest {
         self.knobs.check_supported()?;
         if self.messages.is_empty() {
             return Err(ApiError::invalid("messages", "messages must not be empty"));
-        }
-        if self
-            .response_format
-            .as_ref()
-            .is_some_and(|f| f.get("type").and_then(|t| t.as_str()) != Some("text"))
-        {
-            return Err(ApiError::invalid(
-                "response_format",
-                "response_format: only type \"text\" is supported",
-            ));
         }
         if self.top_logprobs.is_some() && self.logprobs != Some(true) {
             return Err(ApiError::invalid(
@@ -226,10 +214,6 @@ mod tests {
             (
                 format!(r#"{{{USER}, "tool_choice": "required"}}"#),
                 "needs `tools`",
-            ),
-            (
-                format!(r#"{{{USER}, "response_format": {{"type": "json_object"}}}}"#),
-                "response_format",
             ),
             (
                 r#"{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}"#.into(),

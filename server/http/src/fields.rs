@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use crate::error::ApiError;
 
 /// Fields both generation endpoints parse, OpenAI's and vLLM's extras.
-pub const COMMON_FIELDS: [&str; 19] = [
+pub const COMMON_FIELDS: [&str; 23] = [
     "model",
     "max_tokens",
     "temperature",
@@ -33,15 +33,18 @@ pub const COMMON_FIELDS: [&str; 19] = [
     "stop_token_ids",
     "logprobs",
     "skip_special_tokens",
+    "response_format",
+    "guided_json",
+    "guided_grammar",
+    "structured_outputs",
 ];
 /// Fields only `/v1/completions` parses.
 pub const COMPLETION_FIELDS: [&str; 4] = ["prompt", "echo", "best_of", "suffix"];
 /// Fields only `/v1/chat/completions` parses.
-pub const CHAT_FIELDS: [&str; 7] = [
+pub const CHAT_FIELDS: [&str; 6] = [
     "messages",
     "max_completion_tokens",
     "top_logprobs",
-    "response_format",
     "tools",
     "tool_choice",
     "parallel_tool_calls",

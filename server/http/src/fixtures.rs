@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use ferrox_core::{BatchModel, ChatMessage, DecodeRow, Error, RenderOptions};
-use ferrox_engine::{EngineConfig, TokenText};
+use ferrox_engine::{EngineConfig, TokenConstraint, TokenText};
+use ferrox_grammar::{GrammarSpec, Grammars, Vocab};
 
 use crate::config::HttpConfig;
 use crate::frontend::Frontend;
@@ -122,6 +123,18 @@ impl Frontend for FakeFrontend {
 
     fn bos_eos_tokens(&self) -> (Option<String>, Option<String>) {
         (None, Some(Chars.push(EOS)))
+    }
+
+    /// Grammars over one token per byte (ids past the fake model's
+    /// vocabulary are masked off).
+    fn constraint(&self, spec: &GrammarSpec) -> Result<Box<dyn TokenConstraint>, String> {
+        let vocab = Vocab {
+            tokens: (0..=255u8).map(|b| vec![b]).collect(),
+            special: Vec::new(),
+            eos: vec![EOS],
+        };
+        let grammars = Grammars::new(vocab).map_err(|e| e.to_string())?;
+        Ok(Box::new(grammars.compile(spec).map_err(|e| e.to_string())?))
     }
 }
 

@@ -3,7 +3,8 @@
 //! tested without a model.
 
 use ferrox_core::{ChatMessage, RenderOptions};
-use ferrox_engine::TokenText;
+use ferrox_engine::{TokenConstraint, TokenText};
+use ferrox_grammar::GrammarSpec;
 
 /// The model's text side.
 pub trait Frontend: Send + Sync + 'static {
@@ -29,4 +30,7 @@ pub trait Frontend: Send + Sync + 'static {
     fn eos_ids(&self) -> Vec<u32>;
     /// The BOS and EOS tokens' strings, where the tokenizer names them.
     fn bos_eos_tokens(&self) -> (Option<String>, Option<String>);
+    /// `spec` compiled over this vocabulary: one row's constraint, or why
+    /// not (for a 400).
+    fn constraint(&self, spec: &GrammarSpec) -> Result<Box<dyn TokenConstraint>, String>;
 }

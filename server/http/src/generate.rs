@@ -88,6 +88,7 @@ pub fn run(config: &GenerateConfig) -> anyhow::Result<()> {
         eos_token_ids: text.end_of_generation.ids().to_vec(),
         ignore_eos: false,
         text: Box::new(Stream::new(Arc::new(text.tokenizer))),
+        constraint: None,
     };
     let mut submission = handle.submit(request, Instant::now())?;
     let mut out = std::io::stdout().lock();

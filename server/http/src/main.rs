@@ -22,6 +22,7 @@ mod routes;
 mod serve;
 mod state;
 mod stream;
+mod structured;
 mod text;
 mod tokenize;
 mod tool_choice;

@@ -79,6 +79,7 @@ impl Prepared {
                 eos_token_ids: first.eos_token_ids.clone(),
                 ignore_eos: first.ignore_eos,
                 text: f.detokenizer(),
+                constraint: first.constraint.as_ref().map(|c| c.fork()),
             });
         }
         out.insert(0, first);
@@ -288,6 +289,20 @@ fn clamp(n: u64) -> usize {
     usize::try_from(n).unwrap_or(usize::MAX / 2)
 }
 
+/// The compiled grammar a request asks for; a schema or grammar that does
+/// not compile is a 400 naming the field it came in.
+fn constraint(
+    knobs: &Knobs,
+    f: &dyn Frontend,
+) -> Result<Option<Box<dyn ferrox_engine::TokenConstraint>>, ApiError> {
+    let Some(asked) = knobs.grammar()? else {
+        return Ok(None);
+    };
+    f.constraint(&asked.spec)
+        .map(Some)
+        .map_err(|e| ApiError::invalid(asked.field, format!("{}: {e}", asked.field)))
+}
+
 /// `logprobs`: alternatives for each generated token and for each prompt
 /// token, where asked.
 fn build(
@@ -308,6 +323,7 @@ fn build(
             eos_token_ids: f.eos_ids(),
             ignore_eos: knobs.ignore_eos == Some(true),
             text: f.detokenizer(),
+            constraint: constraint(knobs, f)?,
         },
         n: knobs.choices(),
         shape: Shape {

@@ -69,6 +69,14 @@ pub struct Knobs {
     pub stop_token_ids: Option<Vec<u32>>,
     /// Only `true` (the default) is supported.
     pub skip_special_tokens: Option<bool>,
+    /// Structured output, OpenAI's way (see [`crate::structured`]).
+    pub response_format: Option<serde_json::Value>,
+    /// A JSON schema the output must match (vLLM extra).
+    pub guided_json: Option<serde_json::Value>,
+    /// A Lark grammar the output must match (vLLM extra).
+    pub guided_grammar: Option<String>,
+    /// `{"json": schema}` or `{"grammar": lark}` (vLLM extra).
+    pub structured_outputs: Option<serde_json::Value>,
 }
 
 impl Knobs {

@@ -4,26 +4,46 @@
 use std::sync::Arc;
 
 use ferrox_core::{ChatMessage, ChatTemplate, Detokenizer, RenderOptions, Tokenizer};
-use ferrox_engine::TokenText;
+use ferrox_engine::{TokenConstraint, TokenText};
+use ferrox_grammar::{GrammarSpec, Grammars, Vocab};
 
 use crate::frontend::Frontend;
 
-/// Tokenizer, optional chat template and end ids of one model.
+/// Tokenizer, optional chat template and end ids of one model, and the
+/// grammar compiler over its vocabulary.
 pub struct CoreFrontend {
     tokenizer: Arc<Tokenizer>,
     template: Option<ChatTemplate>,
     eos: Vec<u32>,
+    /// Why not, where this vocabulary cannot drive a grammar.
+    grammars: Result<Grammars, String>,
 }
 
 impl CoreFrontend {
-    /// Wraps the model's text parts.
+    /// Wraps the model's text parts and builds the grammar compiler.
     pub fn new(tokenizer: Tokenizer, template: Option<ChatTemplate>, eos: Vec<u32>) -> Self {
+        let grammars = grammars(&tokenizer, &eos);
+        if let Err(e) = &grammars {
+            tracing::warn!("structured outputs are off: {e}");
+        }
         CoreFrontend {
             tokenizer: Arc::new(tokenizer),
             template,
             eos,
+            grammars,
         }
     }
+}
+
+/// The grammar compiler over `tokenizer`'s vocabulary.
+pub fn grammars(tokenizer: &Tokenizer, eos: &[u32]) -> Result<Grammars, String> {
+    let bytes = tokenizer.token_bytes();
+    let vocab = Vocab {
+        tokens: bytes.tokens,
+        special: bytes.special,
+        eos: eos.to_vec(),
+    };
+    Grammars::new(vocab).map_err(|e| e.to_string())
 }
 
 /// One request's detokenizer (special tokens are not shown).
@@ -101,5 +121,11 @@ impl Frontend for CoreFrontend {
             t.bos_token().map(str::to_string),
             t.eos_token().map(str::to_string),
         )
+    }
+
+    fn constraint(&self, spec: &GrammarSpec) -> Result<Box<dyn TokenConstraint>, String> {
+        let grammars = self.grammars.as_ref().map_err(String::clone)?;
+        let matcher = grammars.compile(spec).map_err(|e| e.to_string())?;
+        Ok(Box::new(matcher))
     }
 }

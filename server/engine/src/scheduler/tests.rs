@@ -686,6 +686,7 @@ fn the_worker_thread_serves_and_idles() {
     panic!("blocks still used after every request ended");
 }
 
+mod constraint;
 mod prefix_cache;
 mod prompt_logprobs;
 #[test]

@@ -26,8 +26,16 @@ fn config() -> PrepareConfig {
 fn fingerprint(p: &Prepared) -> String {
     let r = &p.req;
     format!(
-        "{:?} {} {:?} {:?} {:?} {} {} {:?}",
-        r.prompt, r.max_tokens, r.sampling, r.stop, r.stop_token_ids, r.ignore_eos, p.n, p.shape,
+        "{:?} {} {:?} {:?} {:?} {} {} {:?} {}",
+        r.prompt,
+        r.max_tokens,
+        r.sampling,
+        r.stop,
+        r.stop_token_ids,
+        r.ignore_eos,
+        p.n,
+        p.shape,
+        r.constraint.is_some(),
     )
 }
 
@@ -143,6 +151,30 @@ fn cases() -> Vec<Case> {
                 none.clone(),
                 Refused("skip_special_tokens"),
             ),
+            (
+                "response_format",
+                json!({"response_format": {"type": "json_object"}}),
+                none.clone(),
+                Changes,
+            ),
+            (
+                "guided_json",
+                json!({"guided_json": {"type": "integer"}}),
+                none.clone(),
+                Changes,
+            ),
+            (
+                "guided_grammar",
+                json!({"guided_grammar": "start: \"yes\""}),
+                none.clone(),
+                Changes,
+            ),
+            (
+                "structured_outputs",
+                json!({"structured_outputs": {"json": {"type": "object"}}}),
+                none.clone(),
+                Changes,
+            ),
         ];
         out.extend(
             common
@@ -190,12 +222,6 @@ fn cases() -> Vec<Case> {
             json!({"logprobs": true, "top_logprobs": 2}),
             json!({"logprobs": true}),
             Changes,
-        ),
-        (
-            "response_format",
-            json!({"response_format": {"type": "json_object"}}),
-            none.clone(),
-            Refused("response_format"),
         ),
         (
             "tools",
@@ -258,4 +284,51 @@ fn every_parsed_field_changes_the_request_or_is_refused_by_value() {
         "completion fields without a case"
     );
     assert_eq!(covered[1], want(&CHAT_FIELDS), "chat fields without a case");
+}
+
+#[test]
+fn a_grammar_that_does_not_compile_is_a_400_naming_its_field() {
+    // (endpoint is chat, fields, field named)
+    let cases = [
+        (
+            true,
+            json!({"response_format": {"type": "json_schema",
+            "json_schema": {"name": "x", "schema": {"type": "frobnicate"}}}}),
+            "response_format",
+        ),
+        (
+            false,
+            json!({"guided_json": {"type": "string", "pattern": "(a"}}),
+            "guided_json",
+        ),
+        (
+            false,
+            json!({"guided_grammar": "start: missing"}),
+            "guided_grammar",
+        ),
+    ];
+    for (is_chat, fields, field) in cases {
+        let base = if is_chat {
+            json!({"messages": [{"role": "user", "content": "ab"}]})
+        } else {
+            json!({"prompt": "ab"})
+        };
+        match prepare(is_chat, &merged(&base, &fields)) {
+            Err(ApiError::Invalid { message, param }) => {
+                assert_eq!(param.as_deref(), Some(field), "{fields}");
+                assert!(message.starts_with(field), "{message}");
+            }
+            Err(e) => panic!("{fields}: {e}"),
+            Ok(_) => panic!("{fields}: accepted"),
+        }
+    }
+}
+
+#[test]
+fn each_choice_gets_its_own_constraint() {
+    let body = json!({"prompt": "ab", "n": 3, "response_format": {"type": "json_object"}});
+    let p = prepare(false, &serde_json::to_vec(&body).unwrap()).unwrap();
+    let (reqs, _) = p.requests(&FakeFrontend);
+    assert_eq!(reqs.len(), 3);
+    assert!(reqs.iter().all(|r| r.constraint.is_some()));
 }

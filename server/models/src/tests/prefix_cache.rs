@@ -47,6 +47,7 @@ fn generation(ask: &Ask, n: usize) -> GenerationRequest {
         eos_token_ids: Vec::new(),
         ignore_eos: true,
         text: Box::new(NoText),
+        constraint: None,
     }
 }
 

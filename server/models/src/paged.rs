@@ -57,7 +57,11 @@ impl PagedModel {
             spans: Arc::from(spans),
             logits_for,
         };
-        match self.llama.forward(&self.cache, &step)? {
+        // The whole step on a pool worker: each kernel's parallel loop is then
+        // joined by a thread that helps with it, instead of a caller parked on
+        // a futex and woken per op (hundreds of ops a step at one row).
+        let logits = rayon::scope(|_| self.llama.forward(&self.cache, &step))?;
+        match logits {
             Some(logits) => Ok(logits.to_vec2::<f32>()?),
             None => Ok(Vec::new()),
         }

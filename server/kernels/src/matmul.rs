@@ -43,29 +43,21 @@ impl Parts {
     /// # Safety
     /// `m + rr <= rows`, `n + aa <= batch`, and no other thread touches these cells.
     unsafe fn put_tile(&self, (m, rr): (usize, usize), (n, aa): (usize, usize), res: &Tile) {
-        let mut i = 0;
-        while i < rr {
+        for (i, res_row) in res.iter().enumerate().take(rr) {
             let row = m + i;
             let p = self.parts[..self.count]
                 .iter()
                 .find(|p| row < p.start + p.len)
                 .unwrap_or(&self.parts[self.count - 1]);
-            // The tile's rows that fall in this part (usually all of them).
-            let end = rr.min(p.start + p.len - m);
-            for (j, n) in (n..n + aa).enumerate() {
-                debug_assert!(n < self.batch);
-                // SAFETY: rows `m+i..m+end` lie in part `p` (the parts cover
-                // `0..rows` in order), whose buffer holds `batch * len` values.
-                let cells = unsafe { p.ptr.add(n * p.len + (row - p.start)) };
-                for (k, r) in res[i..end].iter().enumerate() {
-                    // SAFETY: as above.
-                    unsafe {
-                        let cell = cells.add(k);
-                        *cell = if self.add { *cell + r[j] } else { r[j] };
-                    }
+            for (j, &v) in res_row.iter().enumerate().take(aa) {
+                debug_assert!(n + j < self.batch);
+                // SAFETY: `row` lies in part `p` (the parts cover `0..rows`
+                // in order), whose buffer holds `batch * len` values.
+                unsafe {
+                    let cell = p.ptr.add((n + j) * p.len + (row - p.start));
+                    *cell = if self.add { *cell + v } else { v };
                 }
             }
-            i = end;
         }
     }
 }

@@ -17,6 +17,9 @@ pub(crate) const PB: usize = 32;
 /// task's scratch, so tiles do not clear it.
 pub(crate) type Scales = [[f32; PB]; 16];
 
+/// Receives one tile's results: weight rows `(m, rr)`, activation rows `(n, aa)`.
+pub(crate) type Sink<'a> = dyn FnMut((usize, usize), (usize, usize), &Tile) + 'a;
+
 /// Which instruction set computes the tiles (tests and benchmarks pick one;
 /// everything else runs [`Kernel::detect`]'s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +89,63 @@ impl Kernel {
             Self::Avx512Vnni => (4, 4),
             _ if acts == 1 => (4, 1),
             _ => (2, 4),
+        }
+    }
+
+    /// Every tile of weight rows `m0..m1` x activation rows `n0..n1`, in this
+    /// kernel's tile shape, each handed to `sink`. The 256-bit kernels run
+    /// the full tiles in one monomorphised loop (no per-tile dispatch); the
+    /// remainders, and the other kernels, go tile by tile.
+    pub(crate) fn tiles(
+        self,
+        w: &QMatrix,
+        (m0, m1): (usize, usize),
+        acts: &QActs,
+        (n0, n1): (usize, usize),
+        sink: &mut Sink<'_>,
+    ) {
+        // The SIMD loops read through raw pointers: these bounds make them sound.
+        assert!(m0 <= m1 && m1 <= w.rows() && n0 <= n1 && n1 <= acts.batch());
+        assert_eq!(acts.cols(), w.cols());
+        let shape = self.tile_shape(n1 - n0);
+        let mut sc: Scales = [[0f32; PB]; 16];
+        let (fm, fa) = match self {
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx2 => x86::run::<false>(w, (m0, m1), acts, (n0, n1), shape, &mut sc, sink),
+            #[cfg(target_arch = "x86_64")]
+            Self::AvxVnni => x86::run::<true>(w, (m0, m1), acts, (n0, n1), shape, &mut sc, sink),
+            _ => (m0, n0),
+        };
+        // What the full-tile loop left: the activation tail of its rows, then the row tail.
+        if fm > m0 {
+            self.each_tile(w, (m0, fm), acts, (fa, n1), shape, &mut sc, sink);
+        }
+        self.each_tile(w, (fm, m1), acts, (n0, n1), shape, &mut sc, sink);
+    }
+
+    /// [`Self::tiles`] one dispatched tile at a time.
+    #[allow(clippy::too_many_arguments)]
+    fn each_tile(
+        self,
+        w: &QMatrix,
+        (m0, m1): (usize, usize),
+        acts: &QActs,
+        (n0, n1): (usize, usize),
+        (tr, ta): (usize, usize),
+        sc: &mut Scales,
+        sink: &mut Sink<'_>,
+    ) {
+        let mut m = m0;
+        while m < m1 {
+            let rr = (m1 - m).min(tr);
+            let mut n = n0;
+            while n < n1 {
+                let aa = (n1 - n).min(ta);
+                let res = self.tile(w, (m, rr), acts, (n, aa), sc);
+                sink((m, rr), (n, aa), &res);
+                n += aa;
+            }
+            m += rr;
         }
     }
 

@@ -4,7 +4,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{PB, Scales, Tile};
+use super::{PB, Scales, Sink, Tile};
 use crate::qact::QActs;
 use crate::qmatrix::QMatrix;
 use crate::quant_type::{QK, QuantType};
@@ -68,22 +68,72 @@ pub(super) fn tile<const VNNI: bool>(
     }
 }
 
-/// Eight f16 values from `p` (only the first `k` read, the rest zero) as f32.
+/// Runs the full `tr x ta` tiles of rows `m0..m1` x activations `n0..n1`
+/// in one monomorphised loop; returns the ends it covered (rows `m0..fm` x
+/// activations `n0..fa`), the rest being the caller's.
+pub(super) fn run<const VNNI: bool>(
+    w: &QMatrix,
+    rows: (usize, usize),
+    acts: &QActs,
+    batch: (usize, usize),
+    (tr, ta): (usize, usize),
+    sc: &mut Scales,
+    sink: &mut Sink<'_>,
+) -> (usize, usize) {
+    macro_rules! go {
+        ($r:literal, $a:literal) => {
+            // SAFETY: `Kernel::detect` chose these paths only with the CPU
+            // features present, and `Kernel::tiles` checked the bounds.
+            unsafe {
+                match (VNNI, code(w.quant_type())) {
+                    (true, Q4_0) => run_vnni::<Q4_0, $r, $a>(w, rows, acts, batch, sc, sink),
+                    (true, Q4_1) => run_vnni::<Q4_1, $r, $a>(w, rows, acts, batch, sc, sink),
+                    (true, _) => run_vnni::<Q8_0, $r, $a>(w, rows, acts, batch, sc, sink),
+                    (false, Q4_0) => run_avx2::<Q4_0, $r, $a>(w, rows, acts, batch, sc, sink),
+                    (false, Q4_1) => run_avx2::<Q4_1, $r, $a>(w, rows, acts, batch, sc, sink),
+                    (false, _) => run_avx2::<Q8_0, $r, $a>(w, rows, acts, batch, sc, sink),
+                }
+            }
+        };
+    }
+    match (tr, ta) {
+        (4, 1) => go!(4, 1),
+        (2, 4) => go!(2, 4),
+        _ => (rows.0, batch.0),
+    }
+}
+
+/// Eight f16 values `base[at..at+k]` as f32 (lanes past `k` zero).
+///
+/// A short group (a row's last blocks) is read as the 8 values ending at
+/// `at + k` and moved down a lane permute, so it costs a load, not a
+/// loop; only when fewer than 8 values precede its end (a first row
+/// shorter than 8 blocks) does it go element by element.
 ///
 /// # Safety
-/// F16C present; `p..p+k` readable.
+/// F16C present; `base[at..at+k]` readable.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn load8_f16(p: *const u16, k: usize) -> __m256 {
-    // SAFETY: the caller guarantees `k` readable elements.
+unsafe fn load8_f16(base: *const u16, at: usize, k: usize) -> __m256 {
+    // SAFETY: the caller guarantees `base[at..at+k]`; the shifted load
+    // reads `base[at+k-8..at+k]`, inside the same allocation when `at + k >= 8`.
     unsafe {
         if k >= 8 {
-            _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
+            _mm256_cvtph_ps(_mm_loadu_si128(base.add(at).cast()))
+        } else if at + k >= 8 {
+            let v = _mm256_cvtph_ps(_mm_loadu_si128(base.add(at + k - 8).cast()));
+            let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            let moved = _mm256_permutevar8x32_ps(
+                v,
+                _mm256_add_epi32(lanes, _mm256_set1_epi32(8 - k as i32)),
+            );
+            let keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(k as i32), lanes);
+            _mm256_and_ps(moved, _mm256_castsi256_ps(keep))
         } else {
-            // A panel's last group: element by element, no library copy.
             let mut t = [0f32; 8];
             for (q, o) in t.iter_mut().enumerate().take(k) {
-                *o = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(*p.add(q)))));
+                let h = i32::from(*base.add(at + q));
+                *o = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
             }
             _mm256_loadu_ps(t.as_ptr())
         }
@@ -132,27 +182,36 @@ pub(super) unsafe fn panel_scales<const R: usize, const A: usize>(
 ) {
     let nb = w.blocks_per_row();
     let q41 = !w.m.is_empty();
+    let (wd, wm) = (w.d.as_ptr(), w.m.as_ptr());
     let mut b = 0;
     while b < n {
         let k = (n - b).min(8);
+        // The activation rows' scales once per group, for every weight row.
+        let mut dx = [_mm256_setzero_ps(); A];
+        let mut sx = [_mm256_setzero_ps(); A];
+        for j in 0..A {
+            let xi = (n0 + j) * nb + b0 + b;
+            // SAFETY: `k` blocks from `b0 + b` are inside activation row `n0 + j`.
+            unsafe {
+                dx[j] = load8_f32(acts.d.as_ptr().add(xi), k);
+                if q41 {
+                    sx[j] = load8_f32(acts.s.as_ptr().add(xi), k);
+                }
+            }
+        }
         for i in 0..R {
             let wi = (row + i) * nb + b0 + b;
-            // SAFETY: `k` blocks from `b0 + b` are inside row `row + i` and
-            // inside activation row `n0 + j`; `b + 8 <= PB` for the store.
+            // SAFETY: `k` blocks from `b0 + b` are inside row `row + i`;
+            // `b + 8 <= PB` for the store.
             unsafe {
-                let dw = load8_f16(w.d.as_ptr().add(wi), k);
-                let mw = if q41 {
-                    load8_f16(w.m.as_ptr().add(wi), k)
-                } else {
-                    _mm256_setzero_ps()
-                };
+                let dw = load8_f16(wd, wi, k);
                 for j in 0..A {
-                    let xi = (n0 + j) * nb + b0 + b;
-                    let dx = load8_f32(acts.d.as_ptr().add(xi), k);
-                    _mm256_storeu_ps(sc[i * A + j].as_mut_ptr().add(b), _mm256_mul_ps(dw, dx));
-                    if q41 {
-                        let sx = load8_f32(acts.s.as_ptr().add(xi), k);
-                        off[i][j] = _mm256_fmadd_ps(mw, sx, off[i][j]);
+                    _mm256_storeu_ps(sc[i * A + j].as_mut_ptr().add(b), _mm256_mul_ps(dw, dx[j]));
+                }
+                if q41 {
+                    let mw = load8_f16(wm, wi, k);
+                    for j in 0..A {
+                        off[i][j] = _mm256_fmadd_ps(mw, sx[j], off[i][j]);
                     }
                 }
             }
@@ -187,11 +246,42 @@ unsafe fn corr_lane0(v: i32) -> __m256i {
 /// `255 * 127 * 2`): `|w|` times `x` with `w`'s sign. With VNNI, Q8 runs as
 /// `w + 128` (u8) and the offset `-128 * sum(q_x)` is added exactly in integers.
 macro_rules! tile_kernel {
-    ($name:ident, $features:literal, $vnni:literal, $dot:ident) => {
+    ($name:ident, $run:ident, $features:literal, $vnni:literal, $dot:ident) => {
+        /// The full `R x A` tiles of rows `m0..m1` x activations `n0..n1`,
+        /// each to `sink`; returns the ends covered.
+        ///
+        /// # Safety
+        /// The CPU has `$features`; `Kernel::tiles` checked the bounds.
+        #[target_feature(enable = $features)]
+        unsafe fn $run<const T: u8, const R: usize, const A: usize>(
+            w: &QMatrix,
+            (m0, m1): (usize, usize),
+            acts: &QActs,
+            (n0, n1): (usize, usize),
+            sc: &mut Scales,
+            sink: &mut Sink<'_>,
+        ) -> (usize, usize) {
+            let (fm, fa) = (m0 + (m1 - m0) / R * R, n0 + (n1 - n0) / A * A);
+            let mut m = m0;
+            while m < fm {
+                let mut n = n0;
+                while n < fa {
+                    // SAFETY: rows `m..m+R` and activations `n..n+A` are
+                    // inside both operands.
+                    let res = unsafe { $name::<T, R, A>(w, m, acts, n, sc) };
+                    sink((m, R), (n, A), &res);
+                    n += A;
+                }
+                m += R;
+            }
+            (fm, fa)
+        }
+
         /// # Safety
         /// The CPU has `$features`; `Kernel::tile` checked the bounds.
         // Index loops over the const-size register tiles read clearer than zips.
         #[allow(clippy::needless_range_loop)]
+        #[inline]
         #[target_feature(enable = $features)]
         unsafe fn $name<const T: u8, const R: usize, const A: usize>(
             w: &QMatrix,
@@ -201,10 +291,57 @@ macro_rules! tile_kernel {
             sc: &mut Scales,
         ) -> Tile {
             let (nb, stride) = (w.blocks_per_row(), w.row_stride());
-            let m_int = if T == Q8_0 && $vnni { -128 } else { w.m_int };
+            // The integer offset every quant carries, fixed by the format
+            // (`QMatrix::m_int`; Q8 under VNNI runs as `q + 128`), so the
+            // formats without one compile without the correction.
+            let m_int: i32 = match T {
+                Q4_0 => -8,
+                Q8_0 if $vnni => -128,
+                _ => 0,
+            };
+            debug_assert!(T == Q8_0 || m_int == w.m_int);
+            // Row bases hoisted: the inner loop only adds block offsets.
+            // SAFETY: `Kernel::tiles` checked rows `row..row+R` and
+            // activation rows `n0..n0+A` exist.
+            let wp: [*const u8; R] =
+                std::array::from_fn(|i| unsafe { w.qs.as_ptr().add((row + i) * stride) });
+            let xp: [*const i8; A] =
+                std::array::from_fn(|j| unsafe { acts.qs.as_ptr().add((n0 + j) * nb * QK) });
+            let xs: [*const i32; A] =
+                std::array::from_fn(|j| unsafe { acts.isum.as_ptr().add((n0 + j) * nb) });
             let mut acc = [[_mm256_setzero_ps(); A]; R];
             let mut off = [[_mm256_setzero_ps(); A]; R];
             let nib = _mm256_set1_epi8(0x0F);
+            // One block `blk` (panel slot `bl`) against every activation row:
+            // `wq` the dot's unsigned operand (Q8 without VNNI: `|w|`, with
+            // `raw` giving the signs).
+            let block = |acc: &mut [[__m256; A]; R],
+                         sc: &Scales,
+                         wq: &[__m256i; R],
+                         raw: &[__m256i; R],
+                         blk: usize,
+                         bl: usize| {
+                for j in 0..A {
+                    // SAFETY: block `blk` is inside activation row `n0 + j`.
+                    let x = unsafe { _mm256_loadu_si256(xp[j].add(blk * QK).cast()) };
+                    let corr = if m_int != 0 {
+                        // SAFETY: as above; AVX2 is among this kernel's features.
+                        unsafe { corr_lane0(m_int * *xs[j].add(blk)) }
+                    } else {
+                        _mm256_setzero_si256()
+                    };
+                    for i in 0..R {
+                        let x = if T == Q8_0 && !$vnni {
+                            _mm256_sign_epi8(x, raw[i])
+                        } else {
+                            x
+                        };
+                        let d = $dot(wq[i], x, corr, m_int != 0);
+                        let s = _mm256_broadcast_ss(&sc[i * A + j][bl]);
+                        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), s, acc[i][j]);
+                    }
+                }
+            };
             let mut b0 = 0;
             while b0 < nb {
                 let n = (nb - b0).min(PB);
@@ -215,58 +352,30 @@ macro_rules! tile_kernel {
                     let blk = b0 + b;
                     // A 4-bit pair (low nibbles block `blk`, high `blk + 1`)
                     // or one 8-bit block: raw bytes per row.
-                    let mut raw = [_mm256_setzero_si256(); R];
-                    for i in 0..R {
-                        let at = if T == Q8_0 { blk * QK } else { blk * 16 };
-                        // SAFETY: the pair or block at `at` of row `row + i` is inside `w`.
-                        raw[i] = unsafe {
-                            _mm256_loadu_si256(w.qs.as_ptr().add((row + i) * stride + at).cast())
-                        };
-                    }
-                    let halves = if T != Q8_0 && b + 1 < n { 2 } else { 1 };
-                    for h in 0..halves {
-                        // `wq`: the dot's unsigned operand (Q8 without VNNI:
-                        // `|w|`, with `raw` giving the signs).
-                        let mut wq = [_mm256_setzero_si256(); R];
-                        for i in 0..R {
-                            wq[i] = if T != Q8_0 {
-                                let v = if h == 0 {
-                                    raw[i]
-                                } else {
-                                    _mm256_srli_epi16(raw[i], 4)
-                                };
-                                _mm256_and_si256(v, nib)
-                            } else if $vnni {
-                                _mm256_xor_si256(raw[i], _mm256_set1_epi8(-128))
+                    let at = if T == Q8_0 { blk * QK } else { blk * 16 };
+                    // SAFETY: the pair or block at `at` is inside each row.
+                    let raw: [__m256i; R] = std::array::from_fn(|i| unsafe {
+                        _mm256_loadu_si256(wp[i].add(at).cast())
+                    });
+                    if T == Q8_0 {
+                        let wq = raw.map(|r| {
+                            if $vnni {
+                                _mm256_xor_si256(r, _mm256_set1_epi8(-128))
                             } else {
-                                _mm256_sign_epi8(raw[i], raw[i])
-                            };
-                        }
-                        let (blk, bl) = (blk + h, b + h);
-                        for j in 0..A {
-                            let xb = (n0 + j) * nb + blk;
-                            // SAFETY: `Kernel::tile` checked `(n0 + A) * nb` blocks exist.
-                            let x =
-                                unsafe { _mm256_loadu_si256(acts.qs.as_ptr().add(xb * QK).cast()) };
-                            let corr = if m_int != 0 {
-                                // SAFETY: AVX2 is among this kernel's features.
-                                unsafe { corr_lane0(m_int * acts.isum[xb]) }
-                            } else {
-                                _mm256_setzero_si256()
-                            };
-                            for i in 0..R {
-                                let x = if T == Q8_0 && !$vnni {
-                                    _mm256_sign_epi8(x, raw[i])
-                                } else {
-                                    x
-                                };
-                                let d = $dot(wq[i], x, corr, m_int != 0);
-                                let s = _mm256_broadcast_ss(&sc[i * A + j][bl]);
-                                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), s, acc[i][j]);
+                                _mm256_sign_epi8(r, r)
                             }
+                        });
+                        block(&mut acc, sc, &wq, &raw, blk, b);
+                        b += 1;
+                    } else {
+                        let lo = raw.map(|r| _mm256_and_si256(r, nib));
+                        block(&mut acc, sc, &lo, &raw, blk, b);
+                        if b + 1 < n {
+                            let hi = raw.map(|r| _mm256_and_si256(_mm256_srli_epi16(r, 4), nib));
+                            block(&mut acc, sc, &hi, &raw, blk + 1, b + 1);
                         }
+                        b += 2;
                     }
-                    b += if T == Q8_0 { 1 } else { 2 };
                 }
                 b0 += n;
             }
@@ -302,5 +411,5 @@ fn dot_vnni(a: __m256i, b: __m256i, corr: __m256i, _with_corr: bool) -> __m256i 
     _mm256_dpbusd_avx_epi32(corr, a, b)
 }
 
-tile_kernel!(tile_avx2, "avx2,fma,f16c", false, dot_avx2);
-tile_kernel!(tile_vnni, "avx2,fma,f16c,avxvnni", true, dot_vnni);
+tile_kernel!(tile_avx2, run_avx2, "avx2,fma,f16c", false, dot_avx2);
+tile_kernel!(tile_vnni, run_vnni, "avx2,fma,f16c,avxvnni", true, dot_vnni);

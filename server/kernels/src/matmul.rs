@@ -5,7 +5,7 @@
 use rayon::prelude::*;
 
 use crate::Error;
-use crate::dot::{Kernel, PB, Scales};
+use crate::dot::{Kernel, Tile};
 use crate::qact::QActs;
 use crate::qmatrix::QMatrix;
 
@@ -37,20 +37,27 @@ struct Parts {
 unsafe impl Sync for Parts {}
 
 impl Parts {
-    /// Writes (or adds) result `v` of matrix row `m`, activation row `n`.
+    /// Writes (or adds) a tile's results `res[i][j]` for matrix rows
+    /// `m..m+rr` and activation rows `n..n+aa`.
     ///
     /// # Safety
-    /// `m < rows`, `n < batch`, and no other thread touches this cell.
-    unsafe fn put(&self, m: usize, n: usize, v: f32) {
-        let p = self.parts[..self.count]
-            .iter()
-            .find(|p| m < p.start + p.len)
-            .unwrap_or(&self.parts[self.count - 1]);
-        // SAFETY: `m` lies in part `p` (the parts cover `0..rows` in
-        // order), whose buffer holds `batch * len` values.
-        unsafe {
-            let cell = p.ptr.add(n * p.len + (m - p.start));
-            *cell = if self.add { *cell + v } else { v };
+    /// `m + rr <= rows`, `n + aa <= batch`, and no other thread touches these cells.
+    unsafe fn put_tile(&self, (m, rr): (usize, usize), (n, aa): (usize, usize), res: &Tile) {
+        for (i, res_row) in res.iter().enumerate().take(rr) {
+            let row = m + i;
+            let p = self.parts[..self.count]
+                .iter()
+                .find(|p| row < p.start + p.len)
+                .unwrap_or(&self.parts[self.count - 1]);
+            for (j, &v) in res_row.iter().enumerate().take(aa) {
+                debug_assert!(n + j < self.batch);
+                // SAFETY: `row` lies in part `p` (the parts cover `0..rows`
+                // in order), whose buffer holds `batch * len` values.
+                unsafe {
+                    let cell = p.ptr.add((n + j) * p.len + (row - p.start));
+                    *cell = if self.add { *cell + v } else { v };
+                }
+            }
         }
     }
 }
@@ -173,36 +180,20 @@ impl QMatrix {
         Ok(out)
     }
 
-    /// One task: weight rows `m0..m1` against activation rows `n0..n1`, tile by tile.
+    /// One task: weight rows `m0..m1` against activation rows `n0..n1`.
     fn task(
         &self,
         kernel: Kernel,
         acts: &QActs,
         out: &Parts,
-        (m0, m1): (usize, usize),
-        (n0, n1): (usize, usize),
+        rows: (usize, usize),
+        batch: (usize, usize),
     ) {
-        let (tr, ta) = kernel.tile_shape(n1 - n0);
-        let mut sc: Scales = [[0f32; PB]; 16];
-        let mut m = m0;
-        while m < m1 {
-            let rr = (m1 - m).min(tr);
-            let mut n = n0;
-            while n < n1 {
-                let aa = (n1 - n).min(ta);
-                let res = kernel.tile(self, (m, rr), acts, (n, aa), &mut sc);
-                for (i, res_row) in res.iter().enumerate().take(rr) {
-                    for (j, &v) in res_row.iter().enumerate().take(aa) {
-                        debug_assert!(n + j < out.batch);
-                        // SAFETY: `m + i < rows` and `n + j < batch`, and this
-                        // task alone owns rows `m0..m1` x activations `n0..n1`.
-                        unsafe { out.put(m + i, n + j, v) };
-                    }
-                }
-                n += aa;
-            }
-            m += rr;
-        }
+        kernel.tiles(self, rows, acts, batch, &mut |m, n, res| {
+            // SAFETY: `Kernel::tiles` hands out tiles inside `rows` x
+            // `batch`, which this task alone owns.
+            unsafe { out.put_tile(m, n, res) }
+        });
     }
 }
 

@@ -191,6 +191,34 @@ fn every_kernel_agrees_with_scalar_on_every_tile_remainder() {
 }
 
 #[test]
+fn a_row_gets_the_same_bits_in_any_batch_and_tile() {
+    // Batch invariance at the kernel: activation row n's outputs do not
+    // depend on which tile shape, tile position or panel computed them
+    // (batch 1 runs the 4x1 tile, larger batches 2x4 and their tails,
+    // over 64 rows 32-row panels).
+    let mut rng = Rng::new(9);
+    for ty in TYPES {
+        for (rows, cols) in [(13, 576), (9, 1056), (7, 96)] {
+            let w = QMatrix::new(ty, rows, cols, random_blocks(&mut rng, ty, rows, cols)).unwrap();
+            let x = rng.vec(70 * cols);
+            for k in kernels() {
+                let all = run(k, &w, &x, 70);
+                for (n0, batch) in [(0, 1), (5, 1), (3, 3), (60, 10), (1, 6)] {
+                    let got = run(k, &w, &x[n0 * cols..(n0 + batch) * cols], batch);
+                    let want = &all[n0 * rows..(n0 + batch) * rows];
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&got),
+                        bits(want),
+                        "{k:?} {ty:?} {rows}x{cols} rows {n0}+{batch}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn parts_split_the_rows_and_add_accumulates() {
     let mut rng = Rng::new(5);
     let (rows, cols, batch) = (40, 64, 6);
@@ -204,27 +232,32 @@ fn parts_split_the_rows_and_add_accumulates() {
     let x = rng.vec(batch * cols);
     let mut acts = QActs::new();
     acts.quantize(&x, batch).unwrap();
-    for k in kernels() {
-        let whole = run(k, &w, &x, batch);
-        let (mut a, mut b, mut c) = (
-            vec![1f32; batch * 24],
-            vec![2f32; batch * 8],
-            vec![3f32; batch * 8],
-        );
-        w.matmul_acts_with(k, &acts, &mut [&mut a, &mut b, &mut c], true)
-            .unwrap();
-        for n in 0..batch {
-            for m in 0..rows {
-                let got = match m {
-                    0..24 => a[n * 24 + m] - 1.0,
-                    24..32 => b[n * 8 + m - 24] - 2.0,
-                    _ => c[n * 8 + m - 32] - 3.0,
-                };
-                let want = whole[n * rows + m];
-                assert!(
-                    (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
-                    "{k:?} row {m} act {n}"
-                );
+    // Part lengths at tile boundaries (24, 8, 8) and across them (5, 2, 33):
+    // a tile's rows may fall in two or three parts.
+    for lens in [[24, 8, 8], [5, 2, 33]] {
+        for k in kernels() {
+            let whole = run(k, &w, &x, batch);
+            let mut bufs: Vec<Vec<f32>> = lens
+                .iter()
+                .enumerate()
+                .map(|(p, &len)| vec![p as f32 + 1.0; batch * len])
+                .collect();
+            let mut parts: Vec<&mut [f32]> = bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
+            w.matmul_acts_with(k, &acts, &mut parts, true).unwrap();
+            for n in 0..batch {
+                let mut start = 0;
+                for (p, &len) in lens.iter().enumerate() {
+                    for r in 0..len {
+                        let got = bufs[p][n * len + r] - (p as f32 + 1.0);
+                        let want = whole[n * rows + start + r];
+                        assert!(
+                            (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                            "{k:?} parts {lens:?} row {} act {n}",
+                            start + r
+                        );
+                    }
+                    start += len;
+                }
             }
         }
     }

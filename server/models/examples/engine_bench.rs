@@ -3,13 +3,15 @@
 //!
 //! `RAYON_NUM_THREADS=2 cargo run --release -p ferrox-models --example engine_bench -- MODEL.gguf [ROWS,..] [PREFILL_LEN] [STEPS]`
 //! (a prefill length of 0 skips prefill; few steps suit `valgrind --tool=callgrind`).
-//! (`KV_DTYPE=f32` for an f32 KV cache; the default is f16, the server's).
+//! (`KV_DTYPE=f32` for an f32 KV cache; the default is f16, the server's;
+//! `CONTEXT=N` starts the decode rows at N tokens instead of 128).
 
 use std::time::Instant;
 
 use ferrox_core::{BatchModel, BlockPool, DecodeRow};
 use ferrox_models::{Device, PagedModel, Source};
 
+/// Context each decode row starts at (`CONTEXT=16` keeps callgrind runs short).
 const CONTEXT: usize = 128;
 const BLOCK: usize = 16;
 
@@ -29,10 +31,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .unwrap_or(default))
     };
     let (prefill_len, steps) = (arg(3, 512)?, arg(4, 32)?);
+    let context: usize = match std::env::var("CONTEXT") {
+        Ok(c) => c.parse()?,
+        Err(_) => CONTEXT,
+    };
     let llama = Source::open(path.as_ref())?.decoder(&Device::Cpu)?;
     let vocab = llama.config().vocab as u32;
     let max_rows = *rows.iter().max().unwrap_or(&1);
-    let per_seq = (CONTEXT + steps)
+    let per_seq = (context + steps)
         .div_ceil(BLOCK)
         .max(prefill_len / BLOCK + 1);
     let blocks = per_seq * max_rows;
@@ -67,7 +73,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map(|_| pool.allocate(per_seq))
             .collect::<Result<_, _>>()?;
         for (i, l) in leases.iter().enumerate() {
-            model.prefill(l.blocks(), &prompt(i + 1, CONTEXT), 0, true)?;
+            model.prefill(l.blocks(), &prompt(i + 1, context), 0, true)?;
         }
         let mut tokens: Vec<u32> = (0..n as u32).map(|i| i + 2).collect();
         let t = Instant::now();
@@ -77,7 +83,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .zip(&tokens)
                 .map(|(l, &token)| DecodeRow {
                     token,
-                    pos: CONTEXT + step,
+                    pos: context + step,
                     blocks: l.blocks(),
                 })
                 .collect();

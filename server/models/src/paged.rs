@@ -62,7 +62,17 @@ impl PagedModel {
             spans: Arc::from(spans),
             logits_for,
         };
-        match self.llama.forward(&self.cache, &step)? {
+        // On CPU the whole step runs on a pool worker: each kernel's parallel
+        // loop is then joined by a thread that helps with it, instead of a
+        // caller parked on a futex and woken per op (hundreds of ops a step
+        // at one row). A GPU step stays on the thread that holds its context.
+        let forward = || self.llama.forward(&self.cache, &step);
+        let logits = if self.llama.device().is_cpu() {
+            rayon::scope(|_| forward())?
+        } else {
+            forward()?
+        };
+        match logits {
             Some(logits) => Ok(logits.to_vec2::<f32>()?),
             None => Ok(Vec::new()),
         }

@@ -1,9 +1,11 @@
 """Tool calling against the real server and the default 135M model, with the
 openai SDK and LangChain: calls read out of the answer whole and streamed,
-tool-result turns, and the refusals."""
+tool-result turns, forced choices held to the tool's schema by the grammar
+engine, and the refusals."""
 
 import json
 
+import jsonschema
 import openai
 import pytest
 import requests
@@ -130,3 +132,59 @@ def test_langchain_bind_tools(server):
     msg = llm.bind_tools([get_weather]).invoke([HumanMessage(REPEAT[0]["content"])])
     assert [(t["name"], t["args"]) for t in msg.tool_calls] == [("get_weather", {"city": "Oslo"})]
     assert msg.tool_calls[0]["id"].startswith("call_")
+
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "The current time in a time zone",
+    "parameters": {"type": "object", "properties": {
+        "zone": {"type": "string", "enum": ["UTC", "CET", "PST"]},
+        "hour24": {"type": "boolean"}}, "required": ["zone", "hour24"]}}}
+ASK = [{"role": "user", "content": "What is the weather like in Paris today?"}]
+
+
+@pytest.mark.parametrize("choice, want", [
+    ("required", None),
+    ({"type": "function", "function": {"name": "get_time"}}, "get_time"),
+])
+def test_a_forced_choice_is_a_call_whose_arguments_validate(server, choice, want):
+    r = chat(server.client(), ASK, tools=[WEATHER, TIME], tool_choice=choice, max_tokens=80)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls", c
+    [call] = c.message.tool_calls
+    tools = {t["function"]["name"]: t for t in (WEATHER, TIME)}
+    assert call.function.name in tools and (want is None or call.function.name == want)
+    jsonschema.validate(json.loads(call.function.arguments),
+                        tools[call.function.name]["function"]["parameters"])
+
+
+def test_a_forced_call_streams_and_the_sdk_reassembles_it(server):
+    with server.client().chat.completions.stream(
+            model=MODEL_NAME, messages=ASK, tools=[WEATHER], tool_choice="required",
+            temperature=0, max_tokens=80) as stream:
+        final = stream.get_final_completion()
+    [call] = final.choices[0].message.tool_calls
+    assert call.function.name == "get_weather" and call.id.startswith("call_")
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
+    assert final.choices[0].finish_reason == "tool_calls"
+
+
+def test_a_forced_choice_with_response_format_is_refused(server):
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(server.client(), ASK, tools=[WEATHER], tool_choice="required",
+             response_format={"type": "json_object"})
+    assert e.value.body["param"] == "tool_choice"
+
+
+def test_langchain_bind_tools_with_a_forced_choice(server):
+    from langchain_core.messages import HumanMessage
+    from langchain_openai import ChatOpenAI
+
+    def get_weather(city: str) -> str:
+        """Get the current weather in a city."""
+        return "sunny"
+
+    llm = ChatOpenAI(model=MODEL_NAME, base_url=server.url + "/v1", api_key="none",
+                     temperature=0, max_tokens=80)
+    msg = llm.bind_tools([get_weather], tool_choice="get_weather").invoke(
+        [HumanMessage("What is the weather like in Paris today?")])
+    [call] = msg.tool_calls
+    assert call["name"] == "get_weather" and isinstance(call["args"]["city"], str)

@@ -26,6 +26,7 @@ mod structured;
 mod text;
 mod tokenize;
 mod tool_choice;
+mod tool_grammar;
 mod tool_parser;
 mod tool_prompt;
 

@@ -10,6 +10,7 @@ use crate::frontend::Frontend;
 use crate::request::{CompletionRequest, Knobs, Prompt};
 use crate::response::Kind;
 use crate::tool_choice::ToolRequest;
+use crate::tool_grammar::tool_grammar;
 use crate::tool_parser::{ToolFamily, ToolSetup};
 use crate::tool_prompt::with_tool_prompt;
 
@@ -129,13 +130,6 @@ impl PrepareConfig {
                  tool_choice \"none\" to have the tools only rendered into the prompt",
             ));
         };
-        if request.forced() {
-            return Err(ApiError::invalid(
-                "tool_choice",
-                "tool_choice \"required\" or a named function is not supported yet; use \
-                 \"auto\"",
-            ));
-        }
         Ok(ToolShape {
             family,
             parallel: request.parallel,
@@ -251,8 +245,33 @@ pub fn chat(r: ChatRequest, f: &dyn Frontend, c: &PrepareConfig) -> Result<Prepa
         f,
         Kind::Chat,
     )?;
+    if let (Some(t), Some(shape)) = (&tools, tool_shape)
+        && t.forced()
+    {
+        p.req.constraint = Some(forced_call(t, shape.family, p.req.constraint.take(), f)?);
+    }
     p.shape.tools = tool_shape;
     Ok(p)
+}
+
+/// A forced `tool_choice` ("required" or named) holds the answer to one
+/// call of a callable tool, arguments matching its schema; it cannot share
+/// the answer with a `response_format`.
+fn forced_call(
+    t: &ToolRequest,
+    family: ToolFamily,
+    asked: Option<Box<dyn ferrox_engine::TokenConstraint>>,
+    f: &dyn Frontend,
+) -> Result<Box<dyn ferrox_engine::TokenConstraint>, ApiError> {
+    if asked.is_some() {
+        return Err(ApiError::invalid(
+            "tool_choice",
+            "tool_choice \"required\" or a named function cannot be combined with \
+             response_format or a guided grammar",
+        ));
+    }
+    f.constraint(&tool_grammar(t, family))
+        .map_err(|e| ApiError::invalid("tool_choice", format!("tool_choice: {e}")))
 }
 
 /// The conversation rendered with the chat template and tokenized (the

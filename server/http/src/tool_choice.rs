@@ -87,6 +87,14 @@ impl ToolRequest {
     pub fn forced(&self) -> bool {
         matches!(self.choice, ToolChoice::Required | ToolChoice::Named(_))
     }
+
+    /// The tools the model may call: the named one, or all.
+    pub fn callable(&self) -> impl Iterator<Item = &Tool> {
+        self.tools.iter().filter(|t| match &self.choice {
+            ToolChoice::Named(name) => &t.name == name,
+            _ => true,
+        })
+    }
 }
 
 fn check_tool(i: usize, t: &Value) -> Result<Tool, ApiError> {

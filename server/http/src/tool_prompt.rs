@@ -52,7 +52,8 @@ mod tests {
         assert!(
             added[0]
                 .content
-                .contains(r#"{"function":{"name":"get_weather"}"#)
+                .contains(r#"{"type":"function","function":{"name":"get_weather"}}"#),
+            "the tool as the client wrote it, keys in its order"
         );
         assert!(added[0].content.contains("<tool_call>"));
         assert_eq!(added[1], user);

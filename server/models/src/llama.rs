@@ -323,20 +323,7 @@ impl Llama {
         let q = Rope::apply(&q, ctx.cos, ctx.sin)?;
         let k = Rope::apply(&k, ctx.cos, ctx.sin)?.reshape((tokens, kv_dim))?;
         ctx.cache.write(index, ctx.slot_index, &k, &v)?;
-        let heads = Heads {
-            heads: c.heads,
-            kv_heads: c.kv_heads,
-            head_dim: c.head_dim,
-        };
-        let a = attention(
-            &q,
-            ctx.cache,
-            index,
-            ctx.spans,
-            ctx.tables,
-            heads,
-            self.fused_attention,
-        )?;
+        let a = self.attend(&q, index, ctx)?;
         let x = (x + l.o.forward(&a)?)?;
         let h = candle_nn::ops::rms_norm(&x, &l.ffn_norm, eps)?;
         let gu = l.gate_up.forward(&h)?;
@@ -372,22 +359,30 @@ impl Llama {
             .narrow(0, tokens * (q_dim + kv_dim), tokens * kv_dim)?
             .reshape((tokens, kv_dim))?;
         ctx.cache.write(index, ctx.slot_index, &k, &v)?;
+        let a = self.attend(&q, index, ctx)?;
+        l.attn_out(x, &a, &self.scratch)?;
+        l.mlp(x, dims, &self.scratch)
+    }
+}
+
+impl Llama {
+    /// Layer `index`'s attention of `q` over the cache, by the step's spans.
+    fn attend(&self, q: &Tensor, index: usize, ctx: &LayerCtx<'_>) -> Result<Tensor> {
+        let c = &self.config;
         let heads = Heads {
             heads: c.heads,
             kv_heads: c.kv_heads,
             head_dim: c.head_dim,
         };
-        let a = attention(
-            &q,
+        attention(
+            q,
             ctx.cache,
             index,
             ctx.spans,
             ctx.tables,
             heads,
             self.fused_attention,
-        )?;
-        l.attn_out(x, &a, &self.scratch)?;
-        l.mlp(x, dims, &self.scratch)
+        )
     }
 }
 

@@ -12,7 +12,7 @@ use crate::Error;
 /// An element type the KV cache may be held in.
 pub trait KvElem: Copy + Send + Sync + 'static {
     /// `src` as f32: `src` itself for f32, else widened into `buf`
-    /// (F16C/AVX-512 conversions where the CPU has them).
+    /// (f16 with F16C where the CPU has it; every conversion is exact).
     fn widen<'a>(src: &'a [Self], buf: &'a mut [f32]) -> &'a [f32];
 }
 
@@ -25,6 +25,12 @@ impl KvElem for f32 {
 impl KvElem for f16 {
     fn widen<'a>(src: &'a [f16], buf: &'a mut [f32]) -> &'a [f32] {
         let buf = &mut buf[..src.len()];
+        #[cfg(target_arch = "x86_64")]
+        if simd() {
+            // SAFETY: `simd` checked the features; the lengths are equal.
+            unsafe { x86::widen_f16(src, buf) };
+            return buf;
+        }
         src.convert_to_f32_slice(buf);
         buf
     }
@@ -78,6 +84,23 @@ pub fn paged_attention<T: KvElem>(
     seqs: &[AttnSeq<'_>],
     out: &mut [f32],
 ) -> Result<(), Error> {
+    #[cfg(target_arch = "x86_64")]
+    let fast = simd();
+    #[cfg(not(target_arch = "x86_64"))]
+    let fast = false;
+    attention_on(fast, g, q, (k_cache, v_cache), seqs, out)
+}
+
+/// [`paged_attention`], its loops in AVX2 registers when `fast` (which the
+/// caller has checked the CPU supports) or portable ones.
+pub(crate) fn attention_on<T: KvElem>(
+    fast: bool,
+    g: &AttnGeometry,
+    q: &[f32],
+    (k_cache, v_cache): (&[T], &[T]),
+    seqs: &[AttnSeq<'_>],
+    out: &mut [f32],
+) -> Result<(), Error> {
     let tokens = plan(g, k_cache, v_cache, seqs)?;
     let expected = tokens.len() * g.heads * g.head_dim;
     if q.len() != expected {
@@ -112,6 +135,11 @@ pub fn paged_attention<T: KvElem>(
                 blocks: seqs[seq].blocks,
                 kv_head,
             };
+            #[cfg(target_arch = "x86_64")]
+            if fast {
+                // SAFETY: the caller checked the features.
+                return unsafe { x86::attend_group(&kv, qg, pos, scale, scratch, o) };
+            }
             attend_group(&kv, qg, pos, scale, scratch, o);
         });
     Ok(())
@@ -182,19 +210,45 @@ struct KvView<'a, T> {
 }
 
 impl<T> KvView<'_, T> {
-    /// Calls `f(position, offset of the head's row)` for positions `0..=pos`.
-    fn for_each_row(&self, pos: usize, mut f: impl FnMut(usize, usize)) {
+    /// Calls `f(position, offset of the head's row)` for positions `0..=pos`
+    /// of `cache` (K or V), asking for the next block's rows ahead: the
+    /// blocks are scattered, so the hardware prefetcher cannot guess them.
+    #[inline(always)]
+    fn for_each_row(&self, cache: &[T], pos: usize, mut f: impl FnMut(usize, usize)) {
         let (bs, hd) = (self.g.block_size, self.g.head_dim);
         let row = self.g.kv_heads * hd;
-        for (bi, &blk) in self.blocks[..=pos / bs].iter().enumerate() {
+        let base = |blk: u32| blk as usize * bs * row + self.kv_head * hd;
+        let table = &self.blocks[..=pos / bs];
+        for (bi, &blk) in table.iter().enumerate() {
+            if let Some(&next) = table.get(bi + 1) {
+                prefetch_rows(cache, base(next), (row, bs), hd);
+            }
             let first = bi * bs;
             let n = bs.min(pos + 1 - first);
-            let base = blk as usize * bs * row + self.kv_head * hd;
             for t in 0..n {
-                f(first + t, base + t * row);
+                f(first + t, base(blk) + t * row);
             }
         }
     }
+}
+
+/// Hints the cache lines of `n` rows of `len` elements, `stride` apart from `at`.
+#[inline(always)]
+fn prefetch_rows<T>(cache: &[T], at: usize, (stride, n): (usize, usize), len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let bytes = len * std::mem::size_of::<T>();
+        for t in 0..n {
+            let p = cache.as_ptr().wrapping_add(at + t * stride).cast::<i8>();
+            for line in (0..bytes).step_by(64) {
+                // SAFETY: a prefetch never faults, whatever the address.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line)) };
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (cache, at, stride, n, len);
 }
 
 /// One task's reusable buffers: the scores and one widened K or V row.
@@ -204,8 +258,18 @@ struct Scratch {
     row: Vec<f32>,
 }
 
+/// Whether the AVX2 + FMA + F16C versions run (the same arithmetic in wider
+/// registers: no op is fused or reordered, so the results are the same bits).
+#[cfg(target_arch = "x86_64")]
+fn simd() -> bool {
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+}
+
 /// One token's query heads of one kv group: softmax(q.K^T * scale) . V over
 /// positions `0..=pos`, for each of the `q.len() / head_dim` heads.
+#[inline(always)]
 fn attend_group<T: KvElem>(
     kv: &KvView<'_, T>,
     q: &[f32],
@@ -220,7 +284,7 @@ fn attend_group<T: KvElem>(
     scores.clear();
     scores.resize(q.len() / hd * n, 0.0);
     row.resize(hd, 0.0);
-    kv.for_each_row(pos, |p, off| {
+    kv.for_each_row(kv.k, pos, |p, off| {
         let k = T::widen(&kv.k[off..off + hd], row);
         for (h, qh) in q.chunks_exact(hd).enumerate() {
             scores[h * n + p] = dot(qh, k) * scale;
@@ -230,7 +294,7 @@ fn attend_group<T: KvElem>(
         softmax(s);
     }
     o.fill(0.0);
-    kv.for_each_row(pos, |p, off| {
+    kv.for_each_row(kv.v, pos, |p, off| {
         let v = T::widen(&kv.v[off..off + hd], row);
         for (h, oh) in o.chunks_exact_mut(hd).enumerate() {
             axpy(oh, scores[h * n + p], v);
@@ -239,6 +303,7 @@ fn attend_group<T: KvElem>(
 }
 
 /// In-place numerically stable softmax.
+#[inline(always)]
 fn softmax(s: &mut [f32]) {
     let max = s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
     for v in s.iter_mut() {
@@ -252,6 +317,7 @@ fn softmax(s: &mut [f32]) {
 
 /// `e^x` for `x <= 0` (softmax after max subtraction), relative error < 1e-6;
 /// `x < -87` gives ~0. Plain arithmetic, so loops over it vectorise, unlike libm's.
+#[inline(always)]
 fn exp_nonpositive(x: f32) -> f32 {
     // e^x = 2^n * e^f with n = round(x log2(e)) and f = x - n ln2, |f| <= ln2/2.
     // ln2 is split in two (Cody-Waite) so `n * LN2_HI` is exact.
@@ -269,6 +335,7 @@ fn exp_nonpositive(x: f32) -> f32 {
 }
 
 /// Dot product with eight independent accumulators so it vectorises.
+#[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
@@ -287,9 +354,56 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// `o += w * v`.
+#[inline(always)]
 fn axpy(o: &mut [f32], w: f32, v: &[f32]) {
     for (o, &v) in o.iter_mut().zip(v) {
         *o += w * v;
+    }
+}
+
+/// The hot loops compiled for AVX2 + FMA + F16C.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use half::f16;
+
+    use super::{KvElem, KvView, Scratch};
+
+    /// [`super::attend_group`] in 256-bit registers.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn attend_group<T: KvElem>(
+        kv: &KvView<'_, T>,
+        q: &[f32],
+        pos: usize,
+        scale: f32,
+        scratch: &mut Scratch,
+        o: &mut [f32],
+    ) {
+        super::attend_group(kv, q, pos, scale, scratch, o);
+    }
+
+    /// f16 to f32, eight at a time.
+    ///
+    /// # Safety
+    /// The CPU has AVX and F16C; `out.len() == src.len()`.
+    #[target_feature(enable = "avx,f16c")]
+    pub(super) unsafe fn widen_f16(src: &[f16], out: &mut [f32]) {
+        let (s, o) = (src.chunks_exact(8), out.chunks_exact_mut(8));
+        for (s, o) in s.zip(o) {
+            // SAFETY: 8 f16 readable, 8 f32 writable.
+            unsafe {
+                let v = _mm256_cvtph_ps(_mm_loadu_si128(s.as_ptr().cast()));
+                _mm256_storeu_ps(o.as_mut_ptr(), v);
+            }
+        }
+        let done = src.len() / 8 * 8;
+        for (o, s) in out[done..].iter_mut().zip(&src[done..]) {
+            *o = s.to_f32();
+        }
     }
 }
 

@@ -70,9 +70,19 @@ fn check(g: AttnGeometry, num_blocks: usize, seqs: &[AttnSeq<'_>], seed: u64) {
     assert!(rel_err(&want16, &want) < 2e-3);
 }
 
+/// The attention through the public entry, checked to give the same bits
+/// as the portable loops (the SIMD ones reorder nothing).
 fn run<T: KvElem>(g: &AttnGeometry, q: &[f32], k: &[T], v: &[T], seqs: &[AttnSeq<'_>]) -> Vec<f32> {
     let mut out = vec![f32::NAN; q.len()];
     paged_attention(g, q, k, v, seqs, &mut out).unwrap();
+    let mut portable = vec![f32::NAN; q.len()];
+    attention_on(false, g, q, (k, v), seqs, &mut portable).unwrap();
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        bits(&out),
+        bits(&portable),
+        "{g:?}: SIMD and portable loops differ"
+    );
     out
 }
 

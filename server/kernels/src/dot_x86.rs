@@ -1,415 +1,225 @@
-//! x86_64 256-bit tiles: AVX2 + FMA (`maddubs` + `madd`), and the same with
-//! AVX-VNNI's fused u8 x i8 dot. Also the panel scale products that the
-//! AVX-512 tile shares.
+//! x86_64 256-bit tiles over the row-interleaved layout: AVX2 + FMA
+//! (`maddubs`), and the same with AVX-VNNI's fused u8 x i8 dot.
+//!
+//! A block of a row group is 8 registers (Q4: 4 loads, each split into low
+//! and high nibbles; Q8: 8 loads), register `u` holding weights `4u..4u+4`
+//! of each of the 8 rows in its lanes; against the activation's same 4
+//! bytes broadcast, `maddubs`/`vpdpbusd` leave each row's partial dot in its
+//! own lane, so 8 such ops give the group's 8 block dots in one register.
 
 use std::arch::x86_64::*;
 
-use super::{PB, Scales, Sink, Tile};
+use super::{ACTS, Sink, Tile};
 use crate::qact::QActs;
-use crate::qmatrix::QMatrix;
+use crate::qmatrix::{GROUP, QMatrix};
 use crate::quant_type::{QK, QuantType};
 
 /// Format codes for the const generics.
-pub(super) const Q4_0: u8 = 0;
-pub(super) const Q4_1: u8 = 1;
-pub(super) const Q8_0: u8 = 2;
+const Q4_0: u8 = 0;
+const Q4_1: u8 = 1;
+const Q8_0: u8 = 2;
 
-pub(super) fn code(ty: QuantType) -> u8 {
-    match ty {
-        QuantType::Q4_0 => Q4_0,
-        QuantType::Q4_1 => Q4_1,
-        QuantType::Q8_0 => Q8_0,
-    }
-}
-
-/// Dispatches the runtime tile shape and format to a monomorphised kernel.
-pub(super) fn tile<const VNNI: bool>(
-    w: &QMatrix,
-    row: usize,
-    rr: usize,
-    acts: &QActs,
-    n0: usize,
-    aa: usize,
-    sc: &mut Scales,
-) -> Tile {
-    macro_rules! go {
-        ($r:literal, $a:literal) => {
-            // SAFETY: `Kernel::detect` chose these paths only with the CPU
-            // features present, and `Kernel::tile` checked the operand bounds.
-            unsafe {
-                match (VNNI, code(w.quant_type())) {
-                    (true, Q4_0) => tile_vnni::<Q4_0, $r, $a>(w, row, acts, n0, sc),
-                    (true, Q4_1) => tile_vnni::<Q4_1, $r, $a>(w, row, acts, n0, sc),
-                    (true, _) => tile_vnni::<Q8_0, $r, $a>(w, row, acts, n0, sc),
-                    (false, Q4_0) => tile_avx2::<Q4_0, $r, $a>(w, row, acts, n0, sc),
-                    (false, Q4_1) => tile_avx2::<Q4_1, $r, $a>(w, row, acts, n0, sc),
-                    (false, _) => tile_avx2::<Q8_0, $r, $a>(w, row, acts, n0, sc),
-                }
-            }
-        };
-    }
-    match (rr, aa) {
-        (4, 4) => go!(4, 4),
-        (4, 3) => go!(4, 3),
-        (4, 2) => go!(4, 2),
-        (4, 1) => go!(4, 1),
-        (3, 4) => go!(3, 4),
-        (3, 3) => go!(3, 3),
-        (3, 2) => go!(3, 2),
-        (3, 1) => go!(3, 1),
-        (2, 4) => go!(2, 4),
-        (2, 3) => go!(2, 3),
-        (2, 2) => go!(2, 2),
-        (2, 1) => go!(2, 1),
-        (1, 4) => go!(1, 4),
-        (1, 3) => go!(1, 3),
-        (1, 2) => go!(1, 2),
-        _ => go!(1, 1),
-    }
-}
-
-/// Runs the full `tr x ta` tiles of rows `m0..m1` x activations `n0..n1`
-/// in one monomorphised loop; returns the ends it covered (rows `m0..fm` x
-/// activations `n0..fa`), the rest being the caller's.
+/// Every tile of groups `g0..g1` x activations `n0..n1` to `sink`, on the
+/// kernel monomorphised for this format.
 pub(super) fn run<const VNNI: bool>(
     w: &QMatrix,
-    rows: (usize, usize),
+    groups: (usize, usize),
     acts: &QActs,
     batch: (usize, usize),
-    (tr, ta): (usize, usize),
-    sc: &mut Scales,
     sink: &mut Sink<'_>,
-) -> (usize, usize) {
-    macro_rules! go {
-        ($r:literal, $a:literal) => {
-            // SAFETY: `Kernel::detect` chose these paths only with the CPU
-            // features present, and `Kernel::tiles` checked the bounds.
-            unsafe {
-                match (VNNI, code(w.quant_type())) {
-                    (true, Q4_0) => run_vnni::<Q4_0, $r, $a>(w, rows, acts, batch, sc, sink),
-                    (true, Q4_1) => run_vnni::<Q4_1, $r, $a>(w, rows, acts, batch, sc, sink),
-                    (true, _) => run_vnni::<Q8_0, $r, $a>(w, rows, acts, batch, sc, sink),
-                    (false, Q4_0) => run_avx2::<Q4_0, $r, $a>(w, rows, acts, batch, sc, sink),
-                    (false, Q4_1) => run_avx2::<Q4_1, $r, $a>(w, rows, acts, batch, sc, sink),
-                    (false, _) => run_avx2::<Q8_0, $r, $a>(w, rows, acts, batch, sc, sink),
-                }
-            }
-        };
-    }
-    match (tr, ta) {
-        (4, 1) => go!(4, 1),
-        (2, 4) => go!(2, 4),
-        _ => (rows.0, batch.0),
-    }
-}
-
-/// Eight f16 values `base[at..at+k]` as f32 (lanes past `k` zero).
-///
-/// A short group (a row's last blocks) is read as the 8 values ending at
-/// `at + k` and moved down a lane permute, so it costs a load, not a
-/// loop; only when fewer than 8 values precede its end (a first row
-/// shorter than 8 blocks) does it go element by element.
-///
-/// # Safety
-/// F16C present; `base[at..at+k]` readable.
-#[inline]
-#[target_feature(enable = "avx2,f16c")]
-unsafe fn load8_f16(base: *const u16, at: usize, k: usize) -> __m256 {
-    // SAFETY: the caller guarantees `base[at..at+k]`; the shifted load
-    // reads `base[at+k-8..at+k]`, inside the same allocation when `at + k >= 8`.
-    unsafe {
-        if k >= 8 {
-            _mm256_cvtph_ps(_mm_loadu_si128(base.add(at).cast()))
-        } else if at + k >= 8 {
-            let v = _mm256_cvtph_ps(_mm_loadu_si128(base.add(at + k - 8).cast()));
-            let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-            let moved = _mm256_permutevar8x32_ps(
-                v,
-                _mm256_add_epi32(lanes, _mm256_set1_epi32(8 - k as i32)),
-            );
-            let keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(k as i32), lanes);
-            _mm256_and_ps(moved, _mm256_castsi256_ps(keep))
-        } else {
-            let mut t = [0f32; 8];
-            for (q, o) in t.iter_mut().enumerate().take(k) {
-                let h = i32::from(*base.add(at + q));
-                *o = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
-            }
-            _mm256_loadu_ps(t.as_ptr())
-        }
-    }
-}
-
-/// Eight f32 values from `p` (only the first `k` read, the rest zero).
-///
-/// # Safety
-/// AVX present; `p..p+k` readable.
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn load8_f32(p: *const f32, k: usize) -> __m256 {
-    // SAFETY: the caller guarantees `k` readable elements; masked-off lanes
-    // are not read.
-    unsafe {
-        if k >= 8 {
-            _mm256_loadu_ps(p)
-        } else {
-            let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-            let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(k as i32), lanes);
-            _mm256_maskload_ps(p, mask)
-        }
-    }
-}
-
-/// Scale products `d_w * d_x` of blocks `b0..b0+n` (`n <= PB`) for weight
-/// rows `row..row+R` and activation rows `n0..n0+A` into `sc` (entries past
-/// `n` in the last group of 8 are zero); for Q4_1 also adds the offset terms
-/// `m_w * s_x` of those blocks to `off`, lane-wise.
-///
-/// # Safety
-/// AVX2, FMA and F16C present; the rows and blocks are inside both operands.
-// Index loops over the const-size register tiles read clearer than zips.
-#[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn panel_scales<const R: usize, const A: usize>(
-    w: &QMatrix,
-    row: usize,
-    acts: &QActs,
-    n0: usize,
-    (b0, n): (usize, usize),
-    sc: &mut Scales,
-    off: &mut [[__m256; A]; R],
 ) {
-    let nb = w.blocks_per_row();
-    let q41 = !w.m.is_empty();
-    let (wd, wm) = (w.d.as_ptr(), w.m.as_ptr());
-    let mut b = 0;
-    while b < n {
-        let k = (n - b).min(8);
-        // The activation rows' scales once per group, for every weight row.
-        let mut dx = [_mm256_setzero_ps(); A];
-        let mut sx = [_mm256_setzero_ps(); A];
-        for j in 0..A {
-            let xi = (n0 + j) * nb + b0 + b;
-            // SAFETY: `k` blocks from `b0 + b` are inside activation row `n0 + j`.
-            unsafe {
-                dx[j] = load8_f32(acts.d.as_ptr().add(xi), k);
-                if q41 {
-                    sx[j] = load8_f32(acts.s.as_ptr().add(xi), k);
-                }
-            }
+    // SAFETY: `Kernel::detect` chose these paths only with the CPU features
+    // present, and `Kernel::tiles` checked the bounds.
+    unsafe {
+        match (VNNI, w.quant_type()) {
+            (true, QuantType::Q4_0) => run_vnni::<Q4_0>(w, groups, acts, batch, sink),
+            (true, QuantType::Q4_1) => run_vnni::<Q4_1>(w, groups, acts, batch, sink),
+            (true, QuantType::Q8_0) => run_vnni::<Q8_0>(w, groups, acts, batch, sink),
+            (false, QuantType::Q4_0) => run_avx2::<Q4_0>(w, groups, acts, batch, sink),
+            (false, QuantType::Q4_1) => run_avx2::<Q4_1>(w, groups, acts, batch, sink),
+            (false, QuantType::Q8_0) => run_avx2::<Q8_0>(w, groups, acts, batch, sink),
         }
-        for i in 0..R {
-            let wi = (row + i) * nb + b0 + b;
-            // SAFETY: `k` blocks from `b0 + b` are inside row `row + i`;
-            // `b + 8 <= PB` for the store.
-            unsafe {
-                let dw = load8_f16(wd, wi, k);
-                for j in 0..A {
-                    _mm256_storeu_ps(sc[i * A + j].as_mut_ptr().add(b), _mm256_mul_ps(dw, dx[j]));
-                }
-                if q41 {
-                    let mw = load8_f16(wm, wi, k);
-                    for j in 0..A {
-                        off[i][j] = _mm256_fmadd_ps(mw, sx[j], off[i][j]);
-                    }
-                }
-            }
-        }
-        b += 8;
     }
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-pub(super) fn hsum(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    _mm_cvtss_f32(s)
-}
-
-/// A block's integer offset correction `m_int * sum(q_x)` in lane 0.
+/// Eight i32 lanes of one block's dots (8 rows) via `maddubs`: Q4 sums the
+/// eight i16 products in i16 (16 products of at most 15 * 127 fit), Q8 runs
+/// `|w|` against `x` with `w`'s sign and widens each product pair.
 ///
 /// # Safety
-/// AVX2 present.
+/// AVX2 present; `x` points at a block's 32 activation bytes.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn corr_lane0(v: i32) -> __m256i {
-    _mm256_zextsi128_si256(_mm_cvtsi32_si128(v))
+unsafe fn dot_avx2<const T: u8>(wq: &[__m256i; 8], wraw: &[__m256i; 8], x: *const i8) -> __m256i {
+    // SAFETY: `x..x+32` readable (the caller's guarantee).
+    let xb = |u: usize| unsafe { _mm256_set1_epi32(x.add(4 * u).cast::<i32>().read_unaligned()) };
+    let ones = _mm256_set1_epi16(1);
+    if T == Q8_0 {
+        let mut s = _mm256_setzero_si256();
+        for (u, (&w, &raw)) in wq.iter().zip(wraw).enumerate() {
+            let p = _mm256_maddubs_epi16(w, _mm256_sign_epi8(xb(u), raw));
+            s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
+        }
+        s
+    } else {
+        let mut s = _mm256_setzero_si256();
+        for (u, &w) in wq.iter().enumerate() {
+            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(w, xb(u)));
+        }
+        _mm256_madd_epi16(s, ones)
+    }
 }
 
-/// Defines an R weight rows x A activation rows tile kernel for one feature
-/// set; each weight block is loaded once and used against all A rows.
+/// The same dots with `vpdpbusd` (Q8 runs as `w + 128`; the caller adds
+/// the exact correction).
 ///
-/// Without VNNI, Q8 runs signed (`maddubs` would saturate i16 on unsigned
-/// `255 * 127 * 2`): `|w|` times `x` with `w`'s sign. With VNNI, Q8 runs as
-/// `w + 128` (u8) and the offset `-128 * sum(q_x)` is added exactly in integers.
+/// # Safety
+/// AVX-VNNI present; `x` points at a block's 32 activation bytes.
+#[inline]
+#[target_feature(enable = "avx2,avxvnni")]
+unsafe fn dot_vnni<const T: u8>(wq: &[__m256i; 8], _raw: &[__m256i; 8], x: *const i8) -> __m256i {
+    let mut s = _mm256_setzero_si256();
+    for (u, &w) in wq.iter().enumerate() {
+        // SAFETY: `x..x+32` readable (the caller's guarantee).
+        let xb = unsafe { _mm256_set1_epi32(x.add(4 * u).cast::<i32>().read_unaligned()) };
+        s = _mm256_dpbusd_avx_epi32(s, w, xb);
+    }
+    s
+}
+
+/// Defines the tile loop and tile for one feature set.
 macro_rules! tile_kernel {
-    ($name:ident, $run:ident, $features:literal, $vnni:literal, $dot:ident) => {
-        /// The full `R x A` tiles of rows `m0..m1` x activations `n0..n1`,
-        /// each to `sink`; returns the ends covered.
-        ///
+    ($run:ident, $tile:ident, $features:literal, $vnni:literal, $dot:ident) => {
         /// # Safety
         /// The CPU has `$features`; `Kernel::tiles` checked the bounds.
         #[target_feature(enable = $features)]
-        unsafe fn $run<const T: u8, const R: usize, const A: usize>(
+        unsafe fn $run<const T: u8>(
             w: &QMatrix,
-            (m0, m1): (usize, usize),
+            (g0, g1): (usize, usize),
             acts: &QActs,
             (n0, n1): (usize, usize),
-            sc: &mut Scales,
             sink: &mut Sink<'_>,
-        ) -> (usize, usize) {
-            let (fm, fa) = (m0 + (m1 - m0) / R * R, n0 + (n1 - n0) / A * A);
-            let mut m = m0;
-            while m < fm {
+        ) {
+            let full = n0 + (n1 - n0) / ACTS * ACTS;
+            for g in g0..g1 {
                 let mut n = n0;
-                while n < fa {
-                    // SAFETY: rows `m..m+R` and activations `n..n+A` are
-                    // inside both operands.
-                    let res = unsafe { $name::<T, R, A>(w, m, acts, n, sc) };
-                    sink((m, R), (n, A), &res);
-                    n += A;
+                // SAFETY (each call): group `g` and activations `n..n+A` are
+                // inside both operands.
+                while n < full {
+                    sink(g, (n, ACTS), &unsafe { $tile::<T, ACTS>(w, g, acts, n) });
+                    n += ACTS;
                 }
-                m += R;
+                let res = match n1 - n {
+                    0 => continue,
+                    1 => unsafe { $tile::<T, 1>(w, g, acts, n) },
+                    2 => unsafe { $tile::<T, 2>(w, g, acts, n) },
+                    _ => unsafe { $tile::<T, 3>(w, g, acts, n) },
+                };
+                sink(g, (n, n1 - n), &res);
             }
-            (fm, fa)
         }
 
+        /// Group `g` against activation rows `n0..n0+A`.
+        ///
         /// # Safety
-        /// The CPU has `$features`; `Kernel::tile` checked the bounds.
+        /// The CPU has `$features`; the group and rows are inside both operands.
         // Index loops over the const-size register tiles read clearer than zips.
         #[allow(clippy::needless_range_loop)]
         #[inline]
         #[target_feature(enable = $features)]
-        unsafe fn $name<const T: u8, const R: usize, const A: usize>(
+        unsafe fn $tile<const T: u8, const A: usize>(
             w: &QMatrix,
-            row: usize,
+            g: usize,
             acts: &QActs,
             n0: usize,
-            sc: &mut Scales,
         ) -> Tile {
-            let (nb, stride) = (w.blocks_per_row(), w.row_stride());
+            let nb = w.blocks_per_row();
+            let gbb = if T == Q8_0 {
+                GROUP * QK
+            } else {
+                GROUP * QK / 2
+            };
+            debug_assert_eq!(gbb, w.quant_type().group_block_bytes());
             // The integer offset every quant carries, fixed by the format
-            // (`QMatrix::m_int`; Q8 under VNNI runs as `q + 128`), so the
-            // formats without one compile without the correction.
+            // (Q8 under VNNI runs as `q + 128`).
             let m_int: i32 = match T {
                 Q4_0 => -8,
                 Q8_0 if $vnni => -128,
                 _ => 0,
             };
-            debug_assert!(T == Q8_0 || m_int == w.m_int);
-            // Row bases hoisted: the inner loop only adds block offsets.
-            // SAFETY: `Kernel::tiles` checked rows `row..row+R` and
-            // activation rows `n0..n0+A` exist.
-            let wp: [*const u8; R] =
-                std::array::from_fn(|i| unsafe { w.qs.as_ptr().add((row + i) * stride) });
-            let xp: [*const i8; A] =
-                std::array::from_fn(|j| unsafe { acts.qs.as_ptr().add((n0 + j) * nb * QK) });
-            let xs: [*const i32; A] =
-                std::array::from_fn(|j| unsafe { acts.isum.as_ptr().add((n0 + j) * nb) });
-            let mut acc = [[_mm256_setzero_ps(); A]; R];
-            let mut off = [[_mm256_setzero_ps(); A]; R];
-            let nib = _mm256_set1_epi8(0x0F);
-            // One block `blk` (panel slot `bl`) against every activation row:
-            // `wq` the dot's unsigned operand (Q8 without VNNI: `|w|`, with
-            // `raw` giving the signs).
-            let block = |acc: &mut [[__m256; A]; R],
-                         sc: &Scales,
-                         wq: &[__m256i; R],
-                         raw: &[__m256i; R],
-                         blk: usize,
-                         bl: usize| {
-                for j in 0..A {
-                    // SAFETY: block `blk` is inside activation row `n0 + j`.
-                    let x = unsafe { _mm256_loadu_si256(xp[j].add(blk * QK).cast()) };
-                    let corr = if m_int != 0 {
-                        // SAFETY: as above; AVX2 is among this kernel's features.
-                        unsafe { corr_lane0(m_int * *xs[j].add(blk)) }
-                    } else {
-                        _mm256_setzero_si256()
-                    };
-                    for i in 0..R {
-                        let x = if T == Q8_0 && !$vnni {
-                            _mm256_sign_epi8(x, raw[i])
-                        } else {
-                            x
-                        };
-                        let d = $dot(wq[i], x, corr, m_int != 0);
-                        let s = _mm256_broadcast_ss(&sc[i * A + j][bl]);
-                        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), s, acc[i][j]);
-                    }
-                }
+            let first = g * nb;
+            // SAFETY: `Kernel::tiles` checked group `g` and rows `n0..n0+A`
+            // exist; every offset below stays inside them.
+            let (wq, wd, wm) = unsafe {
+                (
+                    w.qs.as_ptr().add(first * gbb),
+                    w.d.as_ptr().add(first * GROUP),
+                    w.m.as_ptr().wrapping_add(first * GROUP),
+                )
             };
-            let mut b0 = 0;
-            while b0 < nb {
-                let n = (nb - b0).min(PB);
-                // SAFETY: blocks `b0..b0+n` are inside both operands.
-                unsafe { panel_scales::<R, A>(w, row, acts, n0, (b0, n), sc, &mut off) };
-                let mut b = 0;
-                while b < n {
-                    let blk = b0 + b;
-                    // A 4-bit pair (low nibbles block `blk`, high `blk + 1`)
-                    // or one 8-bit block: raw bytes per row.
-                    let at = if T == Q8_0 { blk * QK } else { blk * 16 };
-                    // SAFETY: the pair or block at `at` is inside each row.
-                    let raw: [__m256i; R] = std::array::from_fn(|i| unsafe {
-                        _mm256_loadu_si256(wp[i].add(at).cast())
-                    });
-                    if T == Q8_0 {
-                        let wq = raw.map(|r| {
-                            if $vnni {
-                                _mm256_xor_si256(r, _mm256_set1_epi8(-128))
-                            } else {
-                                _mm256_sign_epi8(r, r)
-                            }
-                        });
-                        block(&mut acc, sc, &wq, &raw, blk, b);
-                        b += 1;
+            let at = |j: usize| (n0 + j) * nb;
+            let xq: [*const i8; A] =
+                std::array::from_fn(|j| unsafe { acts.qs.as_ptr().add(at(j) * QK) });
+            let xd: [*const f32; A] =
+                std::array::from_fn(|j| unsafe { acts.d.as_ptr().add(at(j)) });
+            let xs: [*const f32; A] = std::array::from_fn(|j| acts.s.as_ptr().wrapping_add(at(j)));
+            let xi: [*const i32; A] =
+                std::array::from_fn(|j| unsafe { acts.isum.as_ptr().add(at(j)) });
+            let nib = _mm256_set1_epi8(0x0F);
+            let mut acc = [_mm256_setzero_ps(); A];
+            for b in 0..nb {
+                // SAFETY: block `b` of group `g` and of each activation row.
+                unsafe {
+                    let blk = wq.add(b * gbb);
+                    let load = |u: usize| _mm256_loadu_si256(blk.add(32 * u).cast());
+                    let raw: [__m256i; 8] = if T == Q8_0 {
+                        std::array::from_fn(load)
                     } else {
-                        let lo = raw.map(|r| _mm256_and_si256(r, nib));
-                        block(&mut acc, sc, &lo, &raw, blk, b);
-                        if b + 1 < n {
-                            let hi = raw.map(|r| _mm256_and_si256(_mm256_srli_epi16(r, 4), nib));
-                            block(&mut acc, sc, &hi, &raw, blk + 1, b + 1);
+                        // Low nibbles are weights 4u.., high ones 16 + 4u...
+                        std::array::from_fn(|u| {
+                            let r = load(u % 4);
+                            if u < 4 {
+                                _mm256_and_si256(r, nib)
+                            } else {
+                                _mm256_and_si256(_mm256_srli_epi16(r, 4), nib)
+                            }
+                        })
+                    };
+                    let wu: [__m256i; 8] = if T != Q8_0 {
+                        raw
+                    } else if $vnni {
+                        raw.map(|r| _mm256_xor_si256(r, _mm256_set1_epi8(-128)))
+                    } else {
+                        raw.map(|r| _mm256_sign_epi8(r, r))
+                    };
+                    let dw = _mm256_cvtph_ps(_mm_loadu_si128(wd.add(b * GROUP).cast()));
+                    let mw = if T == Q4_1 {
+                        _mm256_cvtph_ps(_mm_loadu_si128(wm.add(b * GROUP).cast()))
+                    } else {
+                        _mm256_setzero_ps()
+                    };
+                    for j in 0..A {
+                        let mut d = $dot::<T>(&wu, &raw, xq[j].add(b * QK));
+                        if m_int != 0 {
+                            d = _mm256_add_epi32(d, _mm256_set1_epi32(m_int * *xi[j].add(b)));
                         }
-                        b += 2;
+                        let s = _mm256_mul_ps(dw, _mm256_set1_ps(*xd[j].add(b)));
+                        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), s, acc[j]);
+                        if T == Q4_1 {
+                            acc[j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(*xs[j].add(b)), acc[j]);
+                        }
                     }
                 }
-                b0 += n;
             }
-            let mut res = [[0f32; 4]; 4];
-            for i in 0..R {
-                for j in 0..A {
-                    res[i][j] = hsum(acc[i][j]) + if T == Q4_1 { hsum(off[i][j]) } else { 0.0 };
-                }
+            let mut res = [[0f32; GROUP]; ACTS];
+            for j in 0..A {
+                // SAFETY: a row of `res` holds 8 f32.
+                unsafe { _mm256_storeu_ps(res[j].as_mut_ptr(), acc[j]) };
             }
             res
         }
     };
 }
 
-/// Eight i32 lanes of `sum(u8 a * i8 b)` (+ `corr`) via `maddubs` + `madd`;
-/// no pair of products can saturate i16 because |a| <= 128 and |b| <= 127
-/// (Q8 runs as `|w|` against signed `x`).
-#[inline]
-#[target_feature(enable = "avx2")]
-fn dot_avx2(a: __m256i, b: __m256i, corr: __m256i, with_corr: bool) -> __m256i {
-    let d = _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
-    if with_corr {
-        _mm256_add_epi32(d, corr)
-    } else {
-        d
-    }
-}
-
-/// The same sum in one `vpdpbusd`, accumulated onto `corr`.
-#[inline]
-#[target_feature(enable = "avx2,avxvnni")]
-fn dot_vnni(a: __m256i, b: __m256i, corr: __m256i, _with_corr: bool) -> __m256i {
-    _mm256_dpbusd_avx_epi32(corr, a, b)
-}
-
-tile_kernel!(tile_avx2, run_avx2, "avx2,fma,f16c", false, dot_avx2);
-tile_kernel!(tile_vnni, run_vnni, "avx2,fma,f16c,avxvnni", true, dot_vnni);
+tile_kernel!(run_avx2, tile_avx2, "avx2,fma,f16c", false, dot_avx2);
+tile_kernel!(run_vnni, tile_vnni, "avx2,fma,f16c,avxvnni", true, dot_vnni);

@@ -3,14 +3,17 @@
 //! KV cache.
 //!
 //! Weights are repacked at load into the layout the tiles read (see
-//! [`QMatrix`]); activations are quantised once per op into a reusable
-//! [`QActs`], fused with the RMSNorm or SiLU-and-multiply that produces them.
+//! [`QMatrix`]: 8 rows interleaved, so a register's lanes are 8 rows and a
+//! block's scales are one vector); activations are quantised once per op
+//! into a reusable [`QActs`], fused with the RMSNorm or SiLU-and-multiply
+//! that produces them.
 //!
-//! Every kernel has a portable scalar path. On x86_64 the matmul picks at run
-//! time the widest of AVX2+FMA+F16C (`maddubs`), AVX-VNNI (`vpdpbusd`, 256-bit)
-//! and AVX-512 VNNI (512-bit, two blocks per op; never AMX); the tests check
-//! each one the CPU supports against the scalar path. Work is spread over
-//! rayon's global pool.
+//! Every kernel has a portable scalar path, and every SIMD path computes
+//! each output with the scalar path's operations in its order, so all agree
+//! bit for bit. On x86_64 the matmul picks at run time the wider of AVX2+FMA+F16C
+//! (`maddubs`) and AVX-VNNI (`vpdpbusd`; never AMX); the tests check each
+//! one the CPU supports against the scalar path. Work is spread over rayon's
+//! global pool.
 
 mod attention;
 mod dot;

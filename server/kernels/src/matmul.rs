@@ -7,7 +7,7 @@ use rayon::prelude::*;
 use crate::Error;
 use crate::dot::{Kernel, Tile};
 use crate::qact::QActs;
-use crate::qmatrix::QMatrix;
+use crate::qmatrix::{GROUP, QMatrix};
 
 /// Most output parts one call may split its rows into.
 pub const MAX_PARTS: usize = 4;
@@ -37,26 +37,61 @@ struct Parts {
 unsafe impl Sync for Parts {}
 
 impl Parts {
-    /// Writes (or adds) a tile's results `res[i][j]` for matrix rows
-    /// `m..m+rr` and activation rows `n..n+aa`.
+    /// Writes (or adds) a tile's results `res[j][r]` for matrix rows
+    /// `g * GROUP + r` (those below `rows`) and activation rows `n..n+aa`:
+    /// a group inside one part is 8 contiguous cells per activation row.
     ///
     /// # Safety
-    /// `m + rr <= rows`, `n + aa <= batch`, and no other thread touches these cells.
-    unsafe fn put_tile(&self, (m, rr): (usize, usize), (n, aa): (usize, usize), res: &Tile) {
-        for (i, res_row) in res.iter().enumerate().take(rr) {
-            let row = m + i;
-            let p = self.parts[..self.count]
-                .iter()
-                .find(|p| row < p.start + p.len)
-                .unwrap_or(&self.parts[self.count - 1]);
-            for (j, &v) in res_row.iter().enumerate().take(aa) {
-                debug_assert!(n + j < self.batch);
-                // SAFETY: `row` lies in part `p` (the parts cover `0..rows`
-                // in order), whose buffer holds `batch * len` values.
-                unsafe {
-                    let cell = p.ptr.add((n + j) * p.len + (row - p.start));
-                    *cell = if self.add { *cell + v } else { v };
-                }
+    /// `n + aa <= batch`, and no other thread touches these cells.
+    unsafe fn put_tile(&self, g: usize, (n, aa): (usize, usize), res: &Tile) {
+        let last = &self.parts[self.count - 1];
+        let row0 = g * GROUP;
+        let live = GROUP.min((last.start + last.len).saturating_sub(row0));
+        let p = self.parts[..self.count]
+            .iter()
+            .find(|p| row0 < p.start + p.len)
+            .unwrap_or(last);
+        if row0 + live > p.start + p.len {
+            // The group straddles parts: cell by cell.
+            for r in 0..live {
+                // SAFETY: as the caller guarantees, for one row.
+                unsafe { self.put_row(row0 + r, (n, aa), res, r) };
+            }
+            return;
+        }
+        for (j, res_act) in res.iter().enumerate().take(aa) {
+            debug_assert!(n + j < self.batch);
+            // SAFETY: rows `row0..row0+live` lie in part `p`, whose buffer
+            // holds `batch * len` values laid out `[batch][len]`.
+            let cells = unsafe {
+                std::slice::from_raw_parts_mut(p.ptr.add((n + j) * p.len + (row0 - p.start)), live)
+            };
+            if self.add {
+                cells.iter_mut().zip(res_act).for_each(|(c, &v)| *c += v);
+            } else {
+                cells.copy_from_slice(&res_act[..live]);
+            }
+        }
+    }
+
+    /// [`Self::put_tile`] for one matrix row `row`, the tile's row `r`.
+    ///
+    /// # Safety
+    /// As [`Self::put_tile`], and `row` is below the matrix's rows.
+    unsafe fn put_row(&self, row: usize, (n, aa): (usize, usize), res: &Tile, r: usize) {
+        let p = self.parts[..self.count]
+            .iter()
+            .find(|p| row < p.start + p.len)
+            .unwrap_or(&self.parts[self.count - 1]);
+        for (j, res_act) in res.iter().enumerate().take(aa) {
+            // SAFETY: `row` lies in part `p`, whose buffer holds `batch * len` values.
+            unsafe {
+                let cell = p.ptr.add((n + j) * p.len + (row - p.start));
+                *cell = if self.add {
+                    *cell + res_act[r]
+                } else {
+                    res_act[r]
+                };
             }
         }
     }
@@ -105,21 +140,21 @@ impl QMatrix {
             return Err(Error::Unsupported(kernel));
         }
         let parts = self.parts(acts, parts, add)?;
-        let (rows, batch) = (self.rows(), acts.batch());
-        let rc = chunk_rows(rows, batch);
+        let (groups, batch) = (self.groups(), acts.batch());
+        let rc = chunk_groups(groups, batch);
         let ap = if batch <= 2 * ACT_PANEL {
             batch
         } else {
             ACT_PANEL
         };
-        let (nrc, nap) = (rows.div_ceil(rc), batch.div_ceil(ap));
+        let (nrc, nap) = (groups.div_ceil(rc), batch.div_ceil(ap));
         let task = |t: usize| {
             let (m0, n0) = ((t % nrc) * rc, (t / nrc) * ap);
             self.task(
                 kernel,
                 acts,
                 &parts,
-                (m0, (m0 + rc).min(rows)),
+                (m0, (m0 + rc).min(groups)),
                 (n0, (n0 + ap).min(batch)),
             );
         };
@@ -180,28 +215,27 @@ impl QMatrix {
         Ok(out)
     }
 
-    /// One task: weight rows `m0..m1` against activation rows `n0..n1`.
+    /// One task: row groups `g0..g1` against activation rows `n0..n1`.
     fn task(
         &self,
         kernel: Kernel,
         acts: &QActs,
         out: &Parts,
-        rows: (usize, usize),
+        groups: (usize, usize),
         batch: (usize, usize),
     ) {
-        kernel.tiles(self, rows, acts, batch, &mut |m, n, res| {
+        kernel.tiles(self, groups, acts, batch, &mut |g, n, res| {
             // SAFETY: `Kernel::tiles` hands out tiles inside `rows` x
             // `batch`, which this task alone owns.
-            unsafe { out.put_tile(m, n, res) }
+            unsafe { out.put_tile(g, n, res) }
         });
     }
 }
 
-/// Rows per task: enough tasks to keep every thread busy (even at batch 1
-/// on small matrices), few enough that scheduling stays cheap. A multiple of
-/// 4, so the tiles rarely hit a row tail.
-fn chunk_rows(rows: usize, batch: usize) -> usize {
+/// Row groups per task: enough tasks to keep every thread busy (even at
+/// batch 1 on small matrices), few enough that scheduling stays cheap.
+fn chunk_groups(groups: usize, batch: usize) -> usize {
     let threads = rayon::current_num_threads().max(1);
-    let max = if batch >= 16 { 32 } else { 64 };
-    rows.div_ceil(threads * 4).clamp(8, max).next_multiple_of(4)
+    let max = if batch >= 16 { 4 } else { 8 };
+    groups.div_ceil(threads * 4).clamp(1, max)
 }

@@ -6,26 +6,32 @@ use half::f16;
 use crate::Error;
 use crate::quant_type::{QK, QuantType};
 
+/// Weight rows interleaved per group: one 256-bit register holds 4 bytes
+/// of each of a group's rows, so its lanes are the group's rows.
+pub(crate) const GROUP: usize = 8;
+
 /// A quantized weight matrix, `rows` output features by `cols` input features.
 ///
-/// Repacked on construction, once, for the tiles: the f16 scales `d` (and
-/// Q4_1's minima `m`) of a row are contiguous, so a tile converts eight
-/// blocks' scales with one instruction; 4-bit quants are stored as 32-byte
-/// block pairs (byte `t` holds weight `t` of block `2p` in its low nibble and
-/// of block `2p + 1` in its high nibble), so one load and two masks give two
-/// whole blocks in activation order; 8-bit quants keep GGML's signed bytes.
-/// Values: Q4_0 `d * (u - 8)`, Q4_1 `d * u + m`, Q8_0 `d * q`. The bytes
-/// held are [`QuantType::held_bytes`].
+/// Repacked on construction, once, for the tiles: rows in groups of
+/// [`GROUP`] (the last padded with zero rows), each block of a group stored
+/// as its rows' f16 scales side by side (`d`, and Q4_1's minima `m`: one
+/// conversion gives the 8 rows' scales as a vector) and its quants
+/// interleaved 4 bytes a row: 4-bit blocks keep GGML's 16 bytes a row (byte
+/// `j` holds weight `j` low and `j + 16` high), so group byte `32 t + 4 r + i`
+/// is row `r`'s byte `4 t + i`; 8-bit blocks the same with GGML's 32 signed
+/// bytes. A tile then gets a block's integer dots for 8 rows in the lanes of
+/// one register, with no horizontal sums. Values: Q4_0 `d * (u - 8)`, Q4_1
+/// `d * u + m`, Q8_0 `d * q`. The bytes held are [`QuantType::held_bytes`].
 #[derive(Debug, Clone)]
 pub struct QMatrix {
     ty: QuantType,
     rows: usize,
     cols: usize,
-    /// f16 bits of each block's scale, `[row][block]`.
+    /// f16 bits of each block's scale, `[group][block][row in group]`.
     pub(crate) d: Vec<u16>,
-    /// f16 bits of each block's minimum (Q4_1 only, else empty), `[row][block]`.
+    /// f16 bits of each block's minimum (Q4_1 only, else empty), as `d`.
     pub(crate) m: Vec<u16>,
-    /// Quants, `row_stride` bytes a row.
+    /// Quants, `[group][block][QuantType::group_block_bytes]`.
     pub(crate) qs: Vec<u8>,
     /// Integer offset every quant carries (Q4_0's -8), applied exactly to
     /// the block dots in integers.
@@ -48,30 +54,29 @@ impl QMatrix {
                 got: data.len(),
             });
         }
-        let stride = ty.row_quant_bytes(nb);
-        let mut d = Vec::with_capacity(rows * nb);
-        let mut m = Vec::with_capacity(if ty == QuantType::Q4_1 { rows * nb } else { 0 });
-        let mut qs = vec![0u8; rows * stride];
+        let slots = rows.next_multiple_of(GROUP) * nb;
+        let mut d = vec![0u16; slots];
+        let mut m = vec![0u16; if ty == QuantType::Q4_1 { slots } else { 0 }];
+        let gbb = ty.group_block_bytes();
+        let mut qs = vec![0u8; slots / GROUP * gbb];
         let u16_at = |b: &[u8], i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
+        let quants = match ty {
+            QuantType::Q4_0 => 2..18,
+            QuantType::Q4_1 => 4..20,
+            QuantType::Q8_0 => 2..34,
+        };
         for (i, blk) in data.chunks_exact(ty.block_bytes()).enumerate() {
             let (row, b) = (i / nb, i % nb);
-            d.push(u16_at(blk, 0));
-            let dst = &mut qs[row * stride..(row + 1) * stride];
-            match ty {
-                QuantType::Q4_0 | QuantType::Q4_1 => {
-                    let q = if ty == QuantType::Q4_1 {
-                        m.push(u16_at(blk, 2));
-                        &blk[4..20]
-                    } else {
-                        &blk[2..18]
-                    };
-                    let (pair, shift) = (&mut dst[(b / 2) * 32..(b / 2 + 1) * 32], 4 * (b % 2));
-                    for (k, &byte) in q.iter().enumerate() {
-                        pair[k] |= (byte & 0x0F) << shift;
-                        pair[k + 16] |= (byte >> 4) << shift;
-                    }
-                }
-                QuantType::Q8_0 => dst[b * QK..(b + 1) * QK].copy_from_slice(&blk[2..34]),
+            let (g, r) = (row / GROUP, row % GROUP);
+            let slot = (g * nb + b) * GROUP + r;
+            d[slot] = u16_at(blk, 0);
+            if ty == QuantType::Q4_1 {
+                m[slot] = u16_at(blk, 2);
+            }
+            let dst = &mut qs[(g * nb + b) * gbb..(g * nb + b + 1) * gbb];
+            for (t, four) in blk[quants.clone()].chunks_exact(4).enumerate() {
+                let at = t * 4 * GROUP + 4 * r;
+                dst[at..at + 4].copy_from_slice(four);
             }
         }
         Ok(Self {
@@ -110,30 +115,35 @@ impl QMatrix {
         self.cols / QK
     }
 
-    /// Quant bytes per row.
-    pub(crate) fn row_stride(&self) -> usize {
-        self.ty.row_quant_bytes(self.blocks_per_row())
+    /// Row groups, the last padded.
+    pub(crate) fn groups(&self) -> usize {
+        self.rows.div_ceil(GROUP)
+    }
+
+    /// Index of block `b` of row `row` in the scale arrays.
+    fn slot(&self, row: usize, b: usize) -> usize {
+        ((row / GROUP) * self.blocks_per_row() + b) * GROUP + row % GROUP
     }
 
     /// Weight `k` of block `b` of row `row` as its stored integer: the
     /// nibble `u` for 4-bit formats, the signed `q` for Q8_0.
     pub(crate) fn quant(&self, row: usize, b: usize, k: usize) -> i32 {
-        let base = row * self.row_stride();
+        let block = ((row / GROUP) * self.blocks_per_row() + b) * self.ty.group_block_bytes();
+        let byte = |j: usize| self.qs[block + (j / 4) * 4 * GROUP + 4 * (row % GROUP) + j % 4];
         if self.ty.is_q4() {
-            let byte = self.qs[base + (b / 2) * 32 + k];
-            i32::from(if b.is_multiple_of(2) {
-                byte & 0x0F
+            i32::from(if k < 16 {
+                byte(k) & 0x0F
             } else {
-                byte >> 4
+                byte(k - 16) >> 4
             })
         } else {
-            i32::from(self.qs[base + b * QK + k] as i8)
+            i32::from(byte(k) as i8)
         }
     }
 
     /// `(d, m)` of block `b` of row `row` as f32 (`m` is Q4_1's stored minimum, else 0).
     pub(crate) fn stored_scales(&self, row: usize, b: usize) -> (f32, f32) {
-        let i = row * self.blocks_per_row() + b;
+        let i = self.slot(row, b);
         let m = self.m.get(i).map_or(0.0, |&m| f16::from_bits(m).to_f32());
         (f16::from_bits(self.d[i]).to_f32(), m)
     }

@@ -1,6 +1,7 @@
 //! The GGML block formats the kernels run, and the bytes a repacked matrix holds.
 
 use crate::Error;
+use crate::qmatrix::GROUP;
 
 /// Weights per quantization block.
 pub const QK: usize = 32;
@@ -26,33 +27,29 @@ impl QuantType {
         }
     }
 
-    /// Whether weights are 4-bit (stored two blocks to a 32-byte pair).
+    /// Whether weights are 4-bit (two to a byte).
     pub(crate) fn is_q4(self) -> bool {
         matches!(self, Self::Q4_0 | Self::Q4_1)
     }
 
-    /// Quant bytes of one row of `nb` blocks in the repacked layout: 4-bit
-    /// rows are whole 32-byte block pairs (an odd last block is paired with
-    /// zeros), 8-bit rows are 32 bytes a block.
-    pub(crate) fn row_quant_bytes(self, nb: usize) -> usize {
-        if self.is_q4() {
-            nb.div_ceil(2) * 32
-        } else {
-            nb * QK
-        }
+    /// Quant bytes of one block of a whole row group (`GROUP` rows) in the
+    /// repacked layout: GGML's quant bytes, row after row.
+    pub(crate) fn group_block_bytes(self) -> usize {
+        GROUP * if self.is_q4() { QK / 2 } else { QK }
     }
 
     /// Exactly the bytes [`crate::QMatrix::new`] allocates for a `rows x cols`
-    /// matrix of this format (the memory planner counts weights with it).
-    /// Equal to the GGML size whenever a row has an even number of blocks.
+    /// matrix of this format (the memory planner counts weights with it):
+    /// GGML's size, with the rows rounded up to a whole group of 8.
     pub fn held_bytes(self, rows: usize, cols: usize) -> Result<usize, Error> {
         if cols == 0 || !cols.is_multiple_of(QK) {
             return Err(Error::BadCols { cols });
         }
         let nb = cols / QK;
         let scales = if self == Self::Q4_1 { 4 } else { 2 };
-        let per_row = self.row_quant_bytes(nb) + scales * nb;
-        rows.checked_mul(per_row)
+        rows.checked_next_multiple_of(GROUP)
+            .and_then(|r| r.checked_mul(nb))
+            .and_then(|n| n.checked_mul(self.group_block_bytes() / GROUP + scales))
             .ok_or(Error::Overflow("weight bytes"))
     }
 }

@@ -248,7 +248,11 @@ impl WeightSource for GgufSource {
             self.kind(device) == DeviceKind::Cpu && self.packed && same_type,
         ) {
             let rows = parts.iter().map(|p| p.1).sum();
-            let bytes: Vec<u8> = raws.into_iter().flat_map(|r| r.bytes).collect();
+            let bytes = raws
+                .into_iter()
+                .map(|r| r.bytes)
+                .collect::<Vec<_>>()
+                .concat();
             let m = QMatrix::new(ty, rows, cols, bytes)?;
             return Ok(Projection::Fused(Linear::Packed(Arc::new(m))));
         }

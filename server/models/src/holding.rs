@@ -183,9 +183,10 @@ mod tests {
     #[test]
     fn bytes_follow_the_holding() {
         assert_eq!(Held::Quantized.bytes(&[2, 32], 36), 36);
-        // Odd block counts pair the last 4-bit block with zeros.
-        assert_eq!(Held::Packed(QuantType::Q4_1).bytes(&[1, 32], 20), 36);
-        assert_eq!(Held::Packed(QuantType::Q8_0).bytes(&[2, 32], 68), 68);
+        // Rows round up to a whole group of 8 (the repacked layout's).
+        assert_eq!(Held::Packed(QuantType::Q4_1).bytes(&[1, 32], 20), 160);
+        assert_eq!(Held::Packed(QuantType::Q8_0).bytes(&[2, 32], 68), 272);
+        assert_eq!(Held::Packed(QuantType::Q8_0).bytes(&[16, 64], 1088), 1088);
         assert_eq!(Held::Float(DType::F32).bytes(&[2, 32], 36), 256);
         assert_eq!(Held::Float(DType::BF16).bytes(&[64], 128), 128);
         assert_eq!(Role::of("token_embd.weight", 2), Role::Embedding);

@@ -183,7 +183,7 @@ fn kernels_agree_with_candle_on_real_weights() {
             let mut ours = vec![0f32; batch * rows];
             km.matmul(&x, batch, &mut ours).unwrap();
             // Every instruction set this CPU has (AVX2 forced even where
-            // AVX-512 is the default) against the scalar reference.
+            // AVX-VNNI is the default) against the scalar reference.
             let mut acts = ferrox_kernels::QActs::new();
             acts.quantize(&x, batch).unwrap();
             let mut reference = vec![0f32; batch * rows];

@@ -118,16 +118,27 @@ pub(crate) fn attention_on<T: KvElem>(
         });
     }
     let scale = 1.0 / (g.head_dim as f32).sqrt();
-    let group = g.heads / g.kv_heads;
-    let hd = g.head_dim;
-    // One task per (token, kv head): the `group` query heads that share a kv
-    // head are adjacent in `q` and `out`, and each K/V row is read once for all.
-    out.par_chunks_mut(group * hd)
-        .zip(q.par_chunks(group * hd))
-        .enumerate()
-        .for_each_init(Scratch::default, |scratch, (i, (o, qg))| {
-            let (seq, pos) = tokens[i / g.kv_heads];
-            let kv_head = i % g.kv_heads;
+    let width = g.heads / g.kv_heads * g.head_dim;
+    // One task per (tile of a sequence's consecutive query tokens, kv head):
+    // the query heads sharing a kv head are adjacent in `q` and `out`, and
+    // each K/V row is widened once for every token and head of the tile.
+    let tiles = query_tiles(&tokens);
+    let mut tasks: Vec<(usize, Vec<&mut [f32]>)> = (0..tiles.len() * g.kv_heads)
+        .map(|t| (t, Vec::with_capacity(tiles[t / g.kv_heads].1)))
+        .collect();
+    let mut tile_of = Vec::with_capacity(tokens.len());
+    for (t, &(_, len)) in tiles.iter().enumerate() {
+        tile_of.extend(std::iter::repeat_n(t, len));
+    }
+    for (c, o) in out.chunks_mut(width).enumerate() {
+        let (token, kv_head) = (c / g.kv_heads, c % g.kv_heads);
+        tasks[tile_of[token] * g.kv_heads + kv_head].1.push(o);
+    }
+    tasks
+        .into_par_iter()
+        .for_each_init(Scratch::default, |scratch, (t, mut outs)| {
+            let ((first, _), kv_head) = (tiles[t / g.kv_heads], t % g.kv_heads);
+            let (seq, pos0) = tokens[first];
             let kv = KvView {
                 g,
                 k: k_cache,
@@ -135,12 +146,19 @@ pub(crate) fn attention_on<T: KvElem>(
                 blocks: seqs[seq].blocks,
                 kv_head,
             };
+            let queries = QueryTile {
+                q,
+                base: (first * g.kv_heads + kv_head) * width,
+                stride: g.kv_heads * width,
+                width,
+                pos0,
+            };
             #[cfg(target_arch = "x86_64")]
             if fast {
                 // SAFETY: the caller checked the features.
-                return unsafe { x86::attend_group(&kv, qg, pos, scale, scratch, o) };
+                return unsafe { x86::attend_tile(&kv, &queries, scale, scratch, &mut outs) };
             }
-            attend_group(&kv, qg, pos, scale, scratch, o);
+            attend_tile(&kv, &queries, scale, scratch, &mut outs);
         });
     Ok(())
 }
@@ -198,6 +216,39 @@ fn plan<T>(
         tokens.extend((s.start_pos..=last_pos).map(|p| (si, p)));
     }
     Ok(tokens)
+}
+
+/// Query tokens per tile: K/V rows are widened once for this many tokens.
+const QUERY_TILE: usize = 16;
+
+/// Runs of up to [`QUERY_TILE`] consecutive tokens of one sequence, as
+/// `(first token, count)`, over `tokens` (`(seq, position)`, in order).
+fn query_tiles(tokens: &[(usize, usize)]) -> Vec<(usize, usize)> {
+    let mut tiles: Vec<(usize, usize)> = Vec::new();
+    for (i, &(seq, _)) in tokens.iter().enumerate() {
+        match tiles.last_mut() {
+            Some((first, len)) if tokens[*first].0 == seq && *len < QUERY_TILE => *len += 1,
+            _ => tiles.push((i, 1)),
+        }
+    }
+    tiles
+}
+
+/// The queries of one tile for one kv head: token `i` (position `pos0 + i`)
+/// has its group's heads at `q[base + i * stride..][..width]`.
+struct QueryTile<'a> {
+    q: &'a [f32],
+    base: usize,
+    stride: usize,
+    width: usize,
+    pos0: usize,
+}
+
+impl QueryTile<'_> {
+    #[inline(always)]
+    fn token(&self, i: usize) -> &[f32] {
+        &self.q[self.base + i * self.stride..][..self.width]
+    }
 }
 
 /// One kv head of one sequence, seen through its block table.
@@ -267,37 +318,51 @@ fn simd() -> bool {
         && is_x86_feature_detected!("f16c")
 }
 
-/// One token's query heads of one kv group: softmax(q.K^T * scale) . V over
-/// positions `0..=pos`, for each of the `q.len() / head_dim` heads.
+/// A tile's query heads of one kv group: softmax(q.K^T * scale) . V over
+/// positions `0..=pos0 + i` for token `i`, each head's result into
+/// `outs[i]`. Every (token, head) sees exactly the operations, in the order,
+/// it would alone: tiling saves widening and loads, never changes a bit.
 #[inline(always)]
-fn attend_group<T: KvElem>(
+fn attend_tile<T: KvElem>(
     kv: &KvView<'_, T>,
-    q: &[f32],
-    pos: usize,
+    q: &QueryTile<'_>,
     scale: f32,
     scratch: &mut Scratch,
-    o: &mut [f32],
+    outs: &mut [&mut [f32]],
 ) {
     let hd = kv.g.head_dim;
-    let n = pos + 1;
+    let (len, heads) = (outs.len(), q.width / hd);
+    let last = q.pos0 + len - 1;
+    // Each (token, head) row of scores is `n` long; token i uses `pos0 + i + 1`.
+    let n = last + 1;
     let Scratch { scores, row } = scratch;
     scores.clear();
-    scores.resize(q.len() / hd * n, 0.0);
+    scores.resize(len * heads * n, 0.0);
     row.resize(hd, 0.0);
-    kv.for_each_row(kv.k, pos, |p, off| {
+    // The first token of the tile that sees position `p`.
+    let seen_from = |p: usize| p.saturating_sub(q.pos0);
+    kv.for_each_row(kv.k, last, |p, off| {
         let k = T::widen(&kv.k[off..off + hd], row);
-        for (h, qh) in q.chunks_exact(hd).enumerate() {
-            scores[h * n + p] = dot(qh, k) * scale;
+        for i in seen_from(p)..len {
+            for (h, qh) in q.token(i).chunks_exact(hd).enumerate() {
+                scores[(i * heads + h) * n + p] = dot(qh, k) * scale;
+            }
         }
     });
-    for s in scores.chunks_exact_mut(n) {
-        softmax(s);
+    for i in 0..len {
+        for h in 0..heads {
+            softmax(&mut scores[(i * heads + h) * n..][..q.pos0 + i + 1]);
+        }
     }
-    o.fill(0.0);
-    kv.for_each_row(kv.v, pos, |p, off| {
+    for o in outs.iter_mut() {
+        o.fill(0.0);
+    }
+    kv.for_each_row(kv.v, last, |p, off| {
         let v = T::widen(&kv.v[off..off + hd], row);
-        for (h, oh) in o.chunks_exact_mut(hd).enumerate() {
-            axpy(oh, scores[h * n + p], v);
+        for (i, o) in outs.iter_mut().enumerate().skip(seen_from(p)) {
+            for (h, oh) in o.chunks_exact_mut(hd).enumerate() {
+                axpy(oh, scores[(i * heads + h) * n + p], v);
+            }
         }
     });
 }
@@ -368,22 +433,21 @@ mod x86 {
 
     use half::f16;
 
-    use super::{KvElem, KvView, Scratch};
+    use super::{KvElem, KvView, QueryTile, Scratch};
 
-    /// [`super::attend_group`] in 256-bit registers.
+    /// [`super::attend_tile`] in 256-bit registers.
     ///
     /// # Safety
     /// The CPU has AVX2, FMA and F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn attend_group<T: KvElem>(
+    pub(super) unsafe fn attend_tile<T: KvElem>(
         kv: &KvView<'_, T>,
-        q: &[f32],
-        pos: usize,
+        q: &QueryTile<'_>,
         scale: f32,
         scratch: &mut Scratch,
-        o: &mut [f32],
+        outs: &mut [&mut [f32]],
     ) {
-        super::attend_group(kv, q, pos, scale, scratch, o);
+        super::attend_tile(kv, q, scale, scratch, outs);
     }
 
     /// f16 to f32, eight at a time.

@@ -188,6 +188,49 @@ fn chunked_prefill_mid_block_and_mixed_batch() {
 }
 
 #[test]
+fn a_token_gets_the_same_bits_in_any_query_tile() {
+    // Two sequences' chunks (37 tokens from position 5: tiles of 16, 16 and
+    // 5; 3 tokens from 14) against every token attended alone, as in decode:
+    // tiling query tokens shares K/V widening, never an operation on a cell.
+    let g = geo(9, 3, 64, 16);
+    let (a, b) = ([4u32, 0, 6], [1u32, 3]);
+    let chunk = [
+        AttnSeq {
+            blocks: &a,
+            start_pos: 5,
+            n_tokens: 37,
+        },
+        AttnSeq {
+            blocks: &b,
+            start_pos: 14,
+            n_tokens: 3,
+        },
+    ];
+    let mut rng = Rng::new(11);
+    let cache = 8 * g.block_size * g.kv_heads * g.head_dim;
+    let (k, v) = (rng.vec(cache), rng.vec(cache));
+    let (k, v) = (narrow(&k, f16::from_f32), narrow(&v, f16::from_f32));
+    let width = g.heads * g.head_dim;
+    let q = rng.vec(40 * width);
+    let all = run(&g, &q, &k, &v, &chunk);
+    let mut token = 0;
+    for s in &chunk {
+        for pos in s.start_pos..s.start_pos + s.n_tokens {
+            let alone = [AttnSeq {
+                blocks: s.blocks,
+                start_pos: pos,
+                n_tokens: 1,
+            }];
+            let got = run(&g, &q[token * width..][..width], &k, &v, &alone);
+            let want = &all[token * width..][..width];
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(want), "token {token} at position {pos}");
+            token += 1;
+        }
+    }
+}
+
+#[test]
 fn rejects_bad_inputs() {
     let g = geo(4, 2, 8, 4);
     let cache = vec![0f32; 3 * 4 * 2 * 8];

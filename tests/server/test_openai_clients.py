@@ -117,6 +117,45 @@ def test_echo_with_logprobs_is_what_lm_eval_reads(server):
         assert max(top.values()) >= tok_lp
 
 
+def test_a_batch_of_prompts_answers_each_prompt_as_alone(server):
+    """OpenAI's prompt list (lm-eval's --batch_size N sends one): choice
+    p * n + i is prompt p's choice i; usage counts each prompt once."""
+    c = server.client()
+    prompts = ["The capital of France is", "1, 2, 3,", "Once upon a time"]
+    alone = [c.completions.create(model=MODEL_NAME, prompt=p, max_tokens=6, temperature=0)
+             for p in prompts]
+    batch = c.completions.create(model=MODEL_NAME, prompt=prompts, n=2, max_tokens=6,
+                                 temperature=0)
+    assert [ch.index for ch in batch.choices] == list(range(6))
+    assert [ch.text for ch in batch.choices] == [a.choices[0].text for a in alone for _ in "ab"]
+    assert batch.usage.prompt_tokens == sum(a.usage.prompt_tokens for a in alone)
+    assert batch.usage.completion_tokens == 2 * sum(a.usage.completion_tokens for a in alone)
+    # Streamed: the same texts per index, and the same usage.
+    texts = [""] * 3
+    usage = None
+    for chunk in c.completions.create(model=MODEL_NAME, prompt=prompts, max_tokens=6,
+                                      temperature=0, stream=True,
+                                      stream_options={"include_usage": True}):
+        for ch in chunk.choices:
+            texts[ch.index] += ch.text
+        usage = chunk.usage or usage
+    assert texts == [a.choices[0].text for a in alone]
+    assert usage.prompt_tokens == batch.usage.prompt_tokens
+    # Token-id prompts echoed with logprobs, as lm-eval scores a batch.
+    ids = [requests.post(server.url + "/tokenize", json={"prompt": p}).json()["tokens"]
+           for p in prompts[:2]]
+    one = [c.completions.create(model=MODEL_NAME, prompt=x, max_tokens=1, temperature=0,
+                                echo=True, logprobs=1).choices[0] for x in ids]
+    both = c.completions.create(model=MODEL_NAME, prompt=ids, max_tokens=1, temperature=0,
+                                echo=True, logprobs=1).choices
+    assert [ch.text for ch in both] == [ch.text for ch in one]
+    assert [ch.logprobs.token_logprobs for ch in both] == \
+        [ch.logprobs.token_logprobs for ch in one]
+    with pytest.raises(openai.BadRequestError) as e:
+        c.completions.create(model=MODEL_NAME, prompt=[], max_tokens=1)
+    assert e.value.body["param"] == "prompt"
+
+
 def test_logit_bias_forces_a_token(server):
     c = server.client()
     ids = requests.post(server.url + "/tokenize",

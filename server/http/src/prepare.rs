@@ -19,12 +19,31 @@ const COMPLETION_DEFAULT_MAX_TOKENS: usize = 16;
 
 /// A request ready to submit, and how to answer it.
 pub struct Prepared {
-    /// For the engine: the first choice's request.
-    pub req: GenerationRequest,
-    /// Choices; each after the first is the same request seeded `seed + i`.
+    /// For the engine: one job per prompt (completions take a batch).
+    pub jobs: Vec<Job>,
+    /// Choices per prompt; each after a prompt's first is the same request
+    /// seeded `seed + i`.
     pub n: usize,
     /// How to answer.
     pub shape: Shape,
+}
+
+/// One prompt's first choice, and what its choices echo.
+pub struct Job {
+    /// The engine's request.
+    pub req: GenerationRequest,
+    /// What `echo` puts before each of its choices (completions).
+    pub echo: Option<Echo>,
+}
+
+/// What answering one choice needs besides its events.
+#[derive(Debug, Clone, Default)]
+pub struct ChoiceMeta {
+    /// The echoed prompt, if any.
+    pub echo: Option<Echo>,
+    /// Its usage counts the prompt's tokens (a prompt's first choice: the
+    /// others share that prompt).
+    pub counts_prompt: bool,
 }
 
 /// How a request is answered.
@@ -38,8 +57,6 @@ pub struct Shape {
     pub include_usage: bool,
     /// Return logprobs.
     pub logprobs: bool,
-    /// What `echo` puts before each choice (completions).
-    pub echo: Option<Echo>,
     /// Tool calls are read out of the answer (chat).
     pub tools: Option<ToolShape>,
 }
@@ -62,28 +79,49 @@ pub struct Echo {
     pub ids: Vec<u32>,
 }
 
-impl Prepared {
-    /// The n requests to submit, each with its own detokenizer and seed,
-    /// and how to answer them.
-    pub fn requests(self, f: &dyn Frontend) -> (Vec<GenerationRequest>, Shape) {
-        let first = self.req;
-        let mut out = Vec::with_capacity(self.n);
-        for i in 1..self.n {
-            let mut sampling = first.sampling.clone();
-            sampling.seed = sampling.seed.wrapping_add(i as u64);
-            out.push(GenerationRequest {
-                prompt: first.prompt.clone(),
-                max_tokens: first.max_tokens,
-                sampling,
-                stop: first.stop.clone(),
-                stop_token_ids: first.stop_token_ids.clone(),
-                eos_token_ids: first.eos_token_ids.clone(),
-                ignore_eos: first.ignore_eos,
-                text: f.detokenizer(),
-                constraint: first.constraint.as_ref().map(|c| c.fork()),
-            });
+impl ChoiceMeta {
+    /// Adds this choice's usage to the request's: every choice's generated
+    /// tokens, each prompt's tokens once.
+    pub fn add_usage(&self, total: &mut ferrox_engine::Usage, u: &ferrox_engine::Usage) {
+        if self.counts_prompt {
+            total.prompt_tokens += u.prompt_tokens;
         }
-        out.insert(0, first);
+        total.completion_tokens += u.completion_tokens;
+    }
+}
+
+impl Prepared {
+    /// The requests to submit, prompt by prompt and `n` to a prompt (choice
+    /// `p * n + i`), each with its own detokenizer and seed, and how to
+    /// answer them.
+    pub fn requests(self, f: &dyn Frontend) -> (Vec<(GenerationRequest, ChoiceMeta)>, Shape) {
+        let mut out = Vec::with_capacity(self.jobs.len() * self.n);
+        for Job { req: first, echo } in self.jobs {
+            let meta = |i: usize| ChoiceMeta {
+                echo: echo.clone(),
+                counts_prompt: i == 0,
+            };
+            let others: Vec<_> = (1..self.n)
+                .map(|i| {
+                    let mut sampling = first.sampling.clone();
+                    sampling.seed = sampling.seed.wrapping_add(i as u64);
+                    let req = GenerationRequest {
+                        prompt: first.prompt.clone(),
+                        max_tokens: first.max_tokens,
+                        sampling,
+                        stop: first.stop.clone(),
+                        stop_token_ids: first.stop_token_ids.clone(),
+                        eos_token_ids: first.eos_token_ids.clone(),
+                        ignore_eos: first.ignore_eos,
+                        text: f.detokenizer(),
+                        constraint: first.constraint.as_ref().map(|c| c.fork()),
+                    };
+                    (req, meta(i))
+                })
+                .collect();
+            out.push((first, meta(0)));
+            out.extend(others);
+        }
         (out, self.shape)
     }
 }
@@ -104,15 +142,20 @@ pub struct PrepareConfig {
 }
 
 impl PrepareConfig {
-    /// Refuses more choices than the waiting line could ever hold at once,
-    /// which a retry would never cure.
-    fn check_choices(&self, knobs: &Knobs) -> Result<(), ApiError> {
+    /// Refuses more choices (`n` for each of `prompts`) than the waiting
+    /// line could ever hold at once, which a retry would never cure.
+    fn check_choices(&self, knobs: &Knobs, prompts: usize) -> Result<(), ApiError> {
         let n = knobs.choices();
-        if n > self.max_queue {
+        if n.saturating_mul(prompts) > self.max_queue {
+            let (field, what) = if prompts == 1 {
+                ("n", format!("n = {n}"))
+            } else {
+                ("prompt", format!("{prompts} prompts x n = {n} choices"))
+            };
             return Err(ApiError::invalid(
-                "n",
+                field,
                 format!(
-                    "n = {n} is more than this server's waiting line holds ({})",
+                    "{what} is more than this server's waiting line holds ({})",
                     self.max_queue
                 ),
             ));
@@ -145,7 +188,7 @@ impl PrepareConfig {
     }
 }
 
-/// Prepares a `/v1/completions` request.
+/// Prepares a `/v1/completions` request: one job per prompt of a batch.
 pub fn completion(
     r: CompletionRequest,
     f: &dyn Frontend,
@@ -153,20 +196,35 @@ pub fn completion(
 ) -> Result<Prepared, ApiError> {
     c.check_model(r.knobs.model.as_deref())?;
     r.check_supported()?;
-    c.check_choices(&r.knobs)?;
-    let (text, prompt) = match r.prompt {
-        Prompt::Text(t) => (Some(t), None),
-        Prompt::Tokens(t) => (None, Some(t)),
-        Prompt::Texts(mut v) if v.len() == 1 => (Some(v.remove(0)), None),
-        Prompt::TokenBatches(mut v) if v.len() == 1 => (None, Some(v.remove(0))),
-        Prompt::Texts(_) | Prompt::TokenBatches(_) => {
-            return Err(ApiError::invalid(
-                "prompt",
-                "exactly one prompt per request is supported",
-            ));
-        }
+    let prompts: Vec<(Option<String>, Option<Vec<u32>>)> = match &r.prompt {
+        Prompt::Text(t) => vec![(Some(t.clone()), None)],
+        Prompt::Tokens(t) => vec![(None, Some(t.clone()))],
+        Prompt::Texts(v) => v.iter().map(|t| (Some(t.clone()), None)).collect(),
+        Prompt::TokenBatches(v) => v.iter().map(|t| (None, Some(t.clone()))).collect(),
     };
-    let prompt = match (prompt, &text) {
+    if prompts.is_empty() {
+        return Err(ApiError::invalid("prompt", "the prompt list is empty"));
+    }
+    c.check_choices(&r.knobs, prompts.len())?;
+    let jobs = prompts
+        .into_iter()
+        .map(|(text, ids)| completion_job(&r, text, ids, f))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Prepared {
+        jobs,
+        n: r.knobs.choices(),
+        shape: shape(&r.knobs, r.logprobs.is_some(), Kind::Completion),
+    })
+}
+
+/// One prompt of a completions request.
+fn completion_job(
+    r: &CompletionRequest,
+    text: Option<String>,
+    ids: Option<Vec<u32>>,
+    f: &dyn Frontend,
+) -> Result<Job, ApiError> {
+    let prompt = match (ids, &text) {
         (Some(ids), _) => ids,
         (None, t) => f
             .encode(t.as_deref().unwrap_or_default(), true)
@@ -200,16 +258,8 @@ pub fn completion(
     // Echoed with logprobs: the prompt's own logprobs come first, as
     // evaluation harnesses read them.
     let prompt_logprobs = logprobs.filter(|_| echo.is_some());
-    let mut p = build(
-        prompt,
-        max_tokens,
-        (logprobs, prompt_logprobs),
-        &r.knobs,
-        f,
-        Kind::Completion,
-    )?;
-    p.shape.echo = echo;
-    Ok(p)
+    let req = request(prompt, max_tokens, (logprobs, prompt_logprobs), &r.knobs, f)?;
+    Ok(Job { req, echo })
 }
 
 /// Prepares a `/v1/chat/completions` request; one without `max_tokens`
@@ -217,7 +267,7 @@ pub fn completion(
 pub fn chat(r: ChatRequest, f: &dyn Frontend, c: &PrepareConfig) -> Result<Prepared, ApiError> {
     c.check_model(r.knobs.model.as_deref())?;
     r.check_supported()?;
-    c.check_choices(&r.knobs)?;
+    c.check_choices(&r.knobs, 1)?;
     let tools = r.tool_request()?;
     let tool_shape = tools.as_ref().map(|t| c.tool_shape(t)).transpose()?;
     let options = RenderOptions {
@@ -237,21 +287,20 @@ pub fn chat(r: ChatRequest, f: &dyn Frontend, c: &PrepareConfig) -> Result<Prepa
         .max_tokens()
         .map_or(c.default_max_tokens.clamp(1, left), clamp);
     let logprobs = (r.logprobs == Some(true)).then(|| r.top_logprobs.unwrap_or(0) as usize);
-    let mut p = build(
-        prompt,
-        max_tokens,
-        (logprobs, None),
-        &r.knobs,
-        f,
-        Kind::Chat,
-    )?;
+    let mut req = request(prompt, max_tokens, (logprobs, None), &r.knobs, f)?;
     if let (Some(t), Some(shape)) = (&tools, tool_shape)
         && t.forced()
     {
-        p.req.constraint = Some(forced_call(t, shape.family, p.req.constraint.take(), f)?);
+        req.constraint = Some(forced_call(t, shape.family, req.constraint.take(), f)?);
     }
-    p.shape.tools = tool_shape;
-    Ok(p)
+    Ok(Prepared {
+        jobs: vec![Job { req, echo: None }],
+        n: r.knobs.choices(),
+        shape: Shape {
+            tools: tool_shape,
+            ..shape(&r.knobs, logprobs.is_some(), Kind::Chat)
+        },
+    })
 }
 
 /// A forced `tool_choice` ("required" or named) holds the answer to one
@@ -322,38 +371,37 @@ fn constraint(
         .map_err(|e| ApiError::invalid(asked.field, format!("{}: {e}", asked.field)))
 }
 
-/// `logprobs`: alternatives for each generated token and for each prompt
-/// token, where asked.
-fn build(
+/// The engine's request for one prompt; `logprobs`: alternatives for each
+/// generated token and for each prompt token, where asked.
+fn request(
     prompt: Vec<u32>,
     max_tokens: usize,
     (logprobs, prompt_logprobs): (Option<usize>, Option<usize>),
     knobs: &Knobs,
     f: &dyn Frontend,
-    kind: Kind,
-) -> Result<Prepared, ApiError> {
-    Ok(Prepared {
-        req: GenerationRequest {
-            prompt,
-            max_tokens,
-            sampling: knobs.sampling(logprobs, prompt_logprobs)?,
-            stop: knobs.stops(),
-            stop_token_ids: knobs.stop_token_ids.clone().unwrap_or_default(),
-            eos_token_ids: f.eos_ids(),
-            ignore_eos: knobs.ignore_eos == Some(true),
-            text: f.detokenizer(),
-            constraint: constraint(knobs, f)?,
-        },
-        n: knobs.choices(),
-        shape: Shape {
-            kind,
-            stream: knobs.streaming(),
-            include_usage: knobs.include_usage(),
-            logprobs: logprobs.is_some(),
-            echo: None,
-            tools: None,
-        },
+) -> Result<GenerationRequest, ApiError> {
+    Ok(GenerationRequest {
+        prompt,
+        max_tokens,
+        sampling: knobs.sampling(logprobs, prompt_logprobs)?,
+        stop: knobs.stops(),
+        stop_token_ids: knobs.stop_token_ids.clone().unwrap_or_default(),
+        eos_token_ids: f.eos_ids(),
+        ignore_eos: knobs.ignore_eos == Some(true),
+        text: f.detokenizer(),
+        constraint: constraint(knobs, f)?,
     })
+}
+
+/// How a request's choices are answered (tools set by the chat endpoint).
+fn shape(knobs: &Knobs, logprobs: bool, kind: Kind) -> Shape {
+    Shape {
+        kind,
+        stream: knobs.streaming(),
+        include_usage: knobs.include_usage(),
+        logprobs,
+        tools: None,
+    }
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use crate::error::{ApiError, ErrorBody};
 use crate::fields::{
     CHAT_FIELDS, COMPLETION_FIELDS, DETOKENIZE_FIELDS, TOKENIZE_FIELDS, parse, parse_fields,
 };
-use crate::prepare::{self, PrepareConfig, Prepared, Shape};
+use crate::prepare::{self, ChoiceMeta, PrepareConfig, Prepared, Shape};
 use crate::request::CompletionRequest;
 use crate::response::{Choice, Envelope, Kind, Logprobs};
 use crate::response_schema::{
@@ -292,9 +292,10 @@ async fn answer(s: &AppState, p: Prepared) -> Response {
     let Some(loaded) = s.loaded() else {
         return ApiError::Unavailable("the model is still loading".into()).into_response();
     };
-    let (requests, shape) = p.requests(loaded.frontend.as_ref());
+    let (choices, shape) = p.requests(loaded.frontend.as_ref());
+    let (requests, metas): (Vec<_>, Vec<_>) = choices.into_iter().unzip();
     let env = envelope(s, shape.kind);
-    // All n or none: a refusal drops (cancels) the ones already submitted.
+    // All or none: a refusal drops (cancels) the ones already submitted.
     let subs: Result<Vec<_>, _> = requests
         .into_iter()
         .map(|r| loaded.engine.submit(r, Instant::now()))
@@ -305,23 +306,23 @@ async fn answer(s: &AppState, p: Prepared) -> Response {
     };
     if shape.stream {
         let frontend = loaded.frontend.clone();
-        return stream::respond(subs, env, frontend, shape);
+        return stream::respond(subs, metas, env, frontend, shape);
     }
     let timeout = s.request_timeout();
     // On timeout the submissions are dropped with the future, which cancels
     // them; the first choice to fail drops (cancels) the others.
     let choices = subs
         .into_iter()
-        .map(|sub| collect(sub, &env, loaded.frontend.as_ref(), &shape));
+        .zip(&metas)
+        .map(|(sub, meta)| collect(sub, meta, &env, loaded.frontend.as_ref(), &shape));
     let all = futures::future::try_join_all(choices);
     match tokio::time::timeout(timeout, all).await {
         Err(_) => ApiError::RequestTimeout(timeout).into_response(),
         Ok(Err(e)) => e.into_response(),
         Ok(Ok(done)) => {
             let mut usage = ferrox_engine::Usage::default();
-            for (_, u) in &done {
-                usage.prompt_tokens = u.prompt_tokens;
-                usage.completion_tokens += u.completion_tokens;
+            for ((_, u), meta) in done.iter().zip(&metas) {
+                meta.add_usage(&mut usage, u);
             }
             let choices = done.into_iter().map(|(c, _)| c).collect();
             axum::Json(env.full(choices, usage)).into_response()
@@ -333,11 +334,12 @@ async fn answer(s: &AppState, p: Prepared) -> Response {
 /// went away) drops the submission, which cancels the request.
 async fn collect(
     mut sub: ferrox_engine::Submission,
+    meta: &ChoiceMeta,
     env: &Envelope,
     frontend: &dyn crate::frontend::Frontend,
     shape: &Shape,
 ) -> Result<(Choice, ferrox_engine::Usage), ApiError> {
-    let mut text = shape
+    let mut text = meta
         .echo
         .as_ref()
         .map(|e| e.text.clone())
@@ -346,7 +348,7 @@ async fn collect(
     while let Some(event) = sub.next().await {
         match event {
             Event::PromptLogprobs(entries) => {
-                if let Some(echo) = &shape.echo {
+                if let Some(echo) = &meta.echo {
                     lp.prompt = Logprobs::echoed(&echo.ids, entries, frontend).prompt;
                 }
             }

@@ -14,7 +14,7 @@ use futures::{Stream, StreamExt};
 
 use crate::error::ApiError;
 use crate::frontend::Frontend;
-use crate::prepare::Shape;
+use crate::prepare::{ChoiceMeta, Shape};
 use crate::response::{Envelope, Logprobs};
 use crate::tool_parser::{ToolEvent, ToolStream, finish_reason};
 
@@ -28,6 +28,8 @@ struct ChoiceState {
     first: bool,
     done: bool,
     offset: usize,
+    /// Its echo, and whether its usage counts its prompt.
+    meta: ChoiceMeta,
     /// Reads tool calls out of the text, when the request has tools.
     tools: Option<ToolStream>,
 }
@@ -46,9 +48,10 @@ struct Cursor {
 }
 
 /// Answers with an SSE stream of these submissions' events, choice `i`
-/// from `subs[i]`.
+/// from `subs[i]`, answered as `metas[i]` says.
 pub fn respond(
     subs: Vec<Submission>,
+    metas: Vec<ChoiceMeta>,
     env: Envelope,
     frontend: Arc<dyn Frontend>,
     shape: Shape,
@@ -69,10 +72,12 @@ pub fn respond(
         events,
         env,
         frontend,
-        choices: (0..n)
-            .map(|_| ChoiceState {
+        choices: metas
+            .into_iter()
+            .map(|meta| ChoiceState {
                 first: true,
                 tools: shape.tools.map(|t| ToolStream::new(t.family, t.parallel)),
+                meta,
                 ..ChoiceState::default()
             })
             .collect(),
@@ -82,8 +87,8 @@ pub fn respond(
         shape,
     };
     // Echo without logprobs: the prompt's text opens every choice at once.
-    if let (Some(echo), false) = (cursor.shape.echo.clone(), cursor.shape.logprobs) {
-        for i in 0..n {
+    for i in 0..n {
+        if let (Some(echo), false) = (cursor.choices[i].meta.echo.clone(), cursor.shape.logprobs) {
             cursor.choices[i].offset = echo.text.len();
             cursor.push(i, &echo.text, None, None);
         }
@@ -118,7 +123,7 @@ impl Cursor {
         match event {
             Event::PromptLogprobs(entries) => {
                 // Echo with logprobs: the prompt's text and its logprobs.
-                let Some(echo) = self.shape.echo.clone() else {
+                let Some(echo) = self.choices[i].meta.echo.clone() else {
                     return;
                 };
                 let lp = Logprobs::echoed(&echo.ids, entries, self.frontend.as_ref());
@@ -162,8 +167,7 @@ impl Cursor {
                     }
                 };
                 self.push(i, "", Some(finish_reason(reason.as_str(), calls)), None);
-                self.usage.prompt_tokens = usage.prompt_tokens;
-                self.usage.completion_tokens += usage.completion_tokens;
+                self.choices[i].meta.add_usage(&mut self.usage, &usage);
                 self.choices[i].done = true;
                 if self.choices.iter().all(|c| c.done) {
                     self.finish();

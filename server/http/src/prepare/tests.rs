@@ -24,9 +24,9 @@ fn config() -> PrepareConfig {
 
 /// Everything a field can change about a prepared request.
 fn fingerprint(p: &Prepared) -> String {
-    let r = &p.req;
+    let r = &p.jobs[0].req;
     format!(
-        "{:?} {} {:?} {:?} {:?} {} {} {:?} {}",
+        "{:?} {} {:?} {:?} {:?} {} {} {:?} {} {:?} {}",
         r.prompt,
         r.max_tokens,
         r.sampling,
@@ -36,6 +36,8 @@ fn fingerprint(p: &Prepared) -> String {
         p.n,
         p.shape,
         r.constraint.is_some(),
+        p.jobs[0].echo,
+        p.jobs.len(),
     )
 }
 
@@ -330,5 +332,33 @@ fn each_choice_gets_its_own_constraint() {
     let p = prepare(false, &serde_json::to_vec(&body).unwrap()).unwrap();
     let (reqs, _) = p.requests(&FakeFrontend);
     assert_eq!(reqs.len(), 3);
-    assert!(reqs.iter().all(|r| r.constraint.is_some()));
+    assert!(reqs.iter().all(|(r, _)| r.constraint.is_some()));
+}
+
+#[test]
+fn a_prompt_batch_gets_n_choices_per_prompt_in_order() {
+    let body = json!({"prompt": ["ab", "c", "abc"], "n": 2, "echo": true, "seed": 7});
+    let p = prepare(false, &serde_json::to_vec(&body).unwrap()).unwrap();
+    let (reqs, _) = p.requests(&FakeFrontend);
+    let got: Vec<_> = reqs
+        .iter()
+        .map(|(r, m)| {
+            let echo = m.echo.as_ref().map(|e| e.text.as_str());
+            (r.prompt.len(), r.sampling.seed, echo, m.counts_prompt)
+        })
+        .collect();
+    let want = [
+        (2, 7, Some("ab"), true),
+        (2, 8, Some("ab"), false),
+        (1, 7, Some("c"), true),
+        (1, 8, Some("c"), false),
+        (3, 7, Some("abc"), true),
+        (3, 8, Some("abc"), false),
+    ];
+    assert_eq!(got, want);
+    let too_many = json!({"prompt": ["a", "b", "c"], "n": 3});
+    let err = prepare(false, &serde_json::to_vec(&too_many).unwrap())
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("3 prompts x n = 3"), "{err}");
 }

@@ -190,17 +190,17 @@ impl PrepareConfig {
 
 /// Prepares a `/v1/completions` request: one job per prompt of a batch.
 pub fn completion(
-    r: CompletionRequest,
+    mut r: CompletionRequest,
     f: &dyn Frontend,
     c: &PrepareConfig,
 ) -> Result<Prepared, ApiError> {
     c.check_model(r.knobs.model.as_deref())?;
     r.check_supported()?;
-    let prompts: Vec<(Option<String>, Option<Vec<u32>>)> = match &r.prompt {
-        Prompt::Text(t) => vec![(Some(t.clone()), None)],
-        Prompt::Tokens(t) => vec![(None, Some(t.clone()))],
-        Prompt::Texts(v) => v.iter().map(|t| (Some(t.clone()), None)).collect(),
-        Prompt::TokenBatches(v) => v.iter().map(|t| (None, Some(t.clone()))).collect(),
+    let prompts: Vec<(Option<String>, Option<Vec<u32>>)> = match std::mem::take(&mut r.prompt) {
+        Prompt::Text(t) => vec![(Some(t), None)],
+        Prompt::Tokens(t) => vec![(None, Some(t))],
+        Prompt::Texts(v) => v.into_iter().map(|t| (Some(t), None)).collect(),
+        Prompt::TokenBatches(v) => v.into_iter().map(|t| (None, Some(t))).collect(),
     };
     if prompts.is_empty() {
         return Err(ApiError::invalid("prompt", "the prompt list is empty"));

@@ -274,11 +274,7 @@ pub fn chat(r: ChatRequest, f: &dyn Frontend, c: &PrepareConfig) -> Result<Prepa
         add_generation_prompt: true,
         tools: r.template_tools(),
     };
-    let mut messages = template_messages(&r.messages)?;
-    if let (Some(_), Some(defs), true) = (tool_shape, r.template_tools(), c.tools.describe) {
-        messages = with_tool_prompt(messages, defs);
-    }
-    let prompt = render_prompt(&messages, &options, f)?;
+    let prompt = chat_prompt(&r.messages, &options, tool_shape.is_some(), c, f)?;
     // Not vLLM's rest of the context: admission reserves prompt + max_tokens
     // for the request's whole life, so that default would let a couple of
     // requests fill the pool.
@@ -324,13 +320,22 @@ fn forced_call(
 }
 
 /// The conversation rendered with the chat template and tokenized (the
-/// template writes its own special tokens).
+/// template writes its own special tokens). When calls are read
+/// (`reads_calls`) and the template does not render tools itself, the
+/// tools are described in the system message: chat and `/tokenize` both
+/// come here, so a count is what chat submits.
 pub fn chat_prompt(
     messages: &[crate::chat_request::Message],
     options: &RenderOptions<'_>,
+    reads_calls: bool,
+    c: &PrepareConfig,
     f: &dyn Frontend,
 ) -> Result<Vec<u32>, ApiError> {
-    render_prompt(&template_messages(messages)?, options, f)
+    let mut messages = template_messages(messages)?;
+    if let (true, Some(defs), true) = (reads_calls, options.tools, c.tools.describe) {
+        messages = with_tool_prompt(messages, defs);
+    }
+    render_prompt(&messages, options, f)
 }
 
 /// The messages as the template reads them.

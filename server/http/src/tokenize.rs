@@ -63,7 +63,9 @@ pub fn tokenize(
                 add_generation_prompt: r.add_generation_prompt.unwrap_or(true),
                 tools: r.tools.as_deref().filter(|t| !t.is_empty()),
             };
-            let mut ids = chat_prompt(messages, &options, f)?;
+            // As chat with tools and no tool_choice ("auto"): calls are read
+            // whenever this server reads any.
+            let mut ids = chat_prompt(messages, &options, c.tools.family.is_some(), c, f)?;
             if r.add_special_tokens == Some(true) {
                 // As vLLM: the tokenizer's own special tokens on top.
                 let mut with = f.encode("", true).map_err(ApiError::Prompt)?;
@@ -202,5 +204,31 @@ mod tests {
                 (g, w) => panic!("{body}: {g:?} vs {w:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_conversation_with_tools_counts_what_chat_submits() {
+        // A template that renders no tools: both describe them in the system
+        // message, from the one function.
+        let mut c = config();
+        c.tools.describe = true;
+        let body = r#"{"messages": [{"role": "user", "content": "A"}],
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}"#;
+        let counted = tokenize(
+            parse_fields(body.as_bytes(), &[&TOKENIZE_FIELDS]).unwrap(),
+            &FakeFrontend,
+            &c,
+        )
+        .unwrap();
+        let chat_body = crate::fields::parse(body.as_bytes(), &crate::fields::CHAT_FIELDS).unwrap();
+        let chat = crate::prepare::chat(chat_body, &FakeFrontend, &c).unwrap();
+        let submitted = &chat.jobs[0].req.prompt;
+        assert_eq!(counted["tokens"], json!(submitted));
+        let plain = run(
+            "tokenize",
+            r#"{"messages": [{"role": "user", "content": "A"}]}"#,
+        )
+        .unwrap();
+        assert!(submitted.len() > plain["count"].as_u64().unwrap() as usize + 20);
     }
 }

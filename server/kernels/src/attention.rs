@@ -262,10 +262,23 @@ struct KvView<'a, T> {
 
 impl<T> KvView<'_, T> {
     /// Calls `f(position, offset of the head's row)` for positions `0..=pos`
-    /// of `cache` (K or V), asking for the next block's rows ahead: the
-    /// blocks are scattered, so the hardware prefetcher cannot guess them.
+    /// of `cache` (K or V).
     #[inline(always)]
     fn for_each_row(&self, cache: &[T], pos: usize, mut f: impl FnMut(usize, usize)) {
+        let row = self.g.kv_heads * self.g.head_dim;
+        self.for_each_block(cache, pos, |first, n, base| {
+            for t in 0..n {
+                f(first + t, base + t * row);
+            }
+        });
+    }
+
+    /// Calls `f(first position, rows, offset of the first row)` for each
+    /// block of positions `0..=pos` of `cache` (rows `kv_heads * head_dim`
+    /// apart), asking for the next block's rows ahead: the blocks are
+    /// scattered, so the hardware prefetcher cannot guess them.
+    #[inline(always)]
+    fn for_each_block(&self, cache: &[T], pos: usize, mut f: impl FnMut(usize, usize, usize)) {
         let (bs, hd) = (self.g.block_size, self.g.head_dim);
         let row = self.g.kv_heads * hd;
         let base = |blk: u32| blk as usize * bs * row + self.kv_head * hd;
@@ -275,10 +288,7 @@ impl<T> KvView<'_, T> {
                 prefetch_rows(cache, base(next), (row, bs), hd);
             }
             let first = bi * bs;
-            let n = bs.min(pos + 1 - first);
-            for t in 0..n {
-                f(first + t, base(blk) + t * row);
-            }
+            f(first, bs.min(pos + 1 - first), base(blk));
         }
     }
 }
@@ -307,6 +317,8 @@ fn prefetch_rows<T>(cache: &[T], at: usize, (stride, n): (usize, usize), len: us
 struct Scratch {
     scores: Vec<f32>,
     row: Vec<f32>,
+    /// One block's V rows, widened.
+    block: Vec<f32>,
 }
 
 /// Whether the AVX2 + FMA + F16C versions run (the same arithmetic in wider
@@ -335,7 +347,7 @@ fn attend_tile<T: KvElem>(
     let last = q.pos0 + len - 1;
     // Each (token, head) row of scores is `n` long; token i uses `pos0 + i + 1`.
     let n = last + 1;
-    let Scratch { scores, row } = scratch;
+    let Scratch { scores, row, block } = scratch;
     scores.clear();
     scores.resize(len * heads * n, 0.0);
     row.resize(hd, 0.0);
@@ -354,17 +366,52 @@ fn attend_tile<T: KvElem>(
             softmax(&mut scores[(i * heads + h) * n..][..q.pos0 + i + 1]);
         }
     }
+    // V a block at a time: its rows widened once, then each (token, head)
+    // adds the rows it sees in position order, its output held in registers.
     for o in outs.iter_mut() {
         o.fill(0.0);
     }
-    kv.for_each_row(kv.v, last, |p, off| {
-        let v = T::widen(&kv.v[off..off + hd], row);
-        for (i, o) in outs.iter_mut().enumerate().skip(seen_from(p)) {
+    block.resize(kv.g.block_size * hd, 0.0);
+    let stride = kv.g.kv_heads * hd;
+    kv.for_each_block(kv.v, last, |first, rows, base| {
+        for t in 0..rows {
+            let at = base + t * stride;
+            let v = T::widen(&kv.v[at..at + hd], row);
+            block[t * hd..(t + 1) * hd].copy_from_slice(v);
+        }
+        for (i, o) in outs.iter_mut().enumerate().skip(seen_from(first)) {
+            let seen = rows.min(q.pos0 + i + 1 - first);
             for (h, oh) in o.chunks_exact_mut(hd).enumerate() {
-                axpy(oh, scores[(i * heads + h) * n + p], v);
+                let w = &scores[(i * heads + h) * n + first..][..seen];
+                weighted_sum(oh, w, &block[..seen * hd]);
             }
         }
     });
+}
+
+/// `o += sum_t w[t] * v[t]` (rows of `o.len()`), row after row, each element
+/// `o + w * v` as one `axpy` per row computes it, with `o` held in
+/// registers 64 elements at a time instead of loaded and stored per row.
+#[inline(always)]
+fn weighted_sum(o: &mut [f32], w: &[f32], v: &[f32]) {
+    const CHUNK: usize = 64;
+    let hd = o.len();
+    let mut c = 0;
+    while c + CHUNK <= hd {
+        let mut acc = [0f32; CHUNK];
+        acc.copy_from_slice(&o[c..c + CHUNK]);
+        for (t, &wt) in w.iter().enumerate() {
+            let vt = &v[t * hd + c..t * hd + c + CHUNK];
+            for (a, &x) in acc.iter_mut().zip(vt) {
+                *a += wt * x;
+            }
+        }
+        o[c..c + CHUNK].copy_from_slice(&acc);
+        c += CHUNK;
+    }
+    for (t, &wt) in w.iter().enumerate() {
+        axpy(&mut o[c..], wt, &v[t * hd + c..(t + 1) * hd]);
+    }
 }
 
 /// In-place numerically stable softmax.

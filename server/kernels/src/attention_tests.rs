@@ -231,6 +231,28 @@ fn a_token_gets_the_same_bits_in_any_query_tile() {
 }
 
 #[test]
+fn blocked_v_sums_equal_row_by_row_axpy() {
+    // The V pass adds a block's rows with the output held in registers; each
+    // element must still be `o + w * v` row after row, as one axpy a row
+    // computes it (head sizes with and without a 64-element tail).
+    let mut rng = Rng::new(12);
+    for hd in [64, 128, 80, 32] {
+        let rows = 13;
+        let w = rng.vec(rows);
+        let v = rng.vec(rows * hd);
+        let start = rng.vec(hd);
+        let mut blocked = start.clone();
+        weighted_sum(&mut blocked, &w, &v);
+        let mut by_row = start;
+        for (t, &wt) in w.iter().enumerate() {
+            axpy(&mut by_row, wt, &v[t * hd..(t + 1) * hd]);
+        }
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&blocked), bits(&by_row), "head_dim {hd}");
+    }
+}
+
+#[test]
 fn rejects_bad_inputs() {
     let g = geo(4, 2, 8, 4);
     let cache = vec![0f32; 3 * 4 * 2 * 8];

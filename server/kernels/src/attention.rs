@@ -134,9 +134,8 @@ pub(crate) fn attention_on<T: KvElem>(
         let (token, kv_head) = (c / g.kv_heads, c % g.kv_heads);
         tasks[tile_of[token] * g.kv_heads + kv_head].1.push(o);
     }
-    tasks
-        .into_par_iter()
-        .for_each_init(Scratch::default, |scratch, (t, mut outs)| {
+    tasks.into_par_iter().for_each(|(t, mut outs)| {
+        SCRATCH.with_borrow_mut(|scratch| {
             let ((first, _), kv_head) = (tiles[t / g.kv_heads], t % g.kv_heads);
             let (seq, pos0) = tokens[first];
             let kv = KvView {
@@ -159,8 +158,16 @@ pub(crate) fn attention_on<T: KvElem>(
                 return unsafe { x86::attend_tile(&kv, &queries, scale, scratch, &mut outs) };
             }
             attend_tile(&kv, &queries, scale, scratch, &mut outs);
-        });
+        })
+    });
     Ok(())
+}
+
+thread_local! {
+    /// Each thread's buffers, kept between calls: a tile's scores grow with
+    /// the context, and allocating them per task churned the heap (resident
+    /// memory past the plan's reserve under a full pool).
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
 }
 
 /// Checks the geometry and tables; returns `(seq index, position)` per query token.

@@ -47,10 +47,7 @@ impl Parts {
         let last = &self.parts[self.count - 1];
         let row0 = g * GROUP;
         let live = GROUP.min((last.start + last.len).saturating_sub(row0));
-        let p = self.parts[..self.count]
-            .iter()
-            .find(|p| row0 < p.start + p.len)
-            .unwrap_or(last);
+        let p = self.part_of(row0);
         if row0 + live > p.start + p.len {
             // The group straddles parts: cell by cell.
             for r in 0..live {
@@ -74,15 +71,21 @@ impl Parts {
         }
     }
 
+    /// The part holding matrix row `row` (the parts cover `0..rows` in order).
+    fn part_of(&self, row: usize) -> &Part {
+        let parts = &self.parts[..self.count];
+        parts
+            .iter()
+            .find(|p| row < p.start + p.len)
+            .unwrap_or(&parts[self.count - 1])
+    }
+
     /// [`Self::put_tile`] for one matrix row `row`, the tile's row `r`.
     ///
     /// # Safety
     /// As [`Self::put_tile`], and `row` is below the matrix's rows.
     unsafe fn put_row(&self, row: usize, (n, aa): (usize, usize), res: &Tile, r: usize) {
-        let p = self.parts[..self.count]
-            .iter()
-            .find(|p| row < p.start + p.len)
-            .unwrap_or(&self.parts[self.count - 1]);
+        let p = self.part_of(row);
         for (j, res_act) in res.iter().enumerate().take(aa) {
             // SAFETY: `row` lies in part `p`, whose buffer holds `batch * len` values.
             unsafe {

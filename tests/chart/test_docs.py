@@ -73,3 +73,15 @@ def test_metrics_doc_types_match_the_code():
         (body,) = re.findall(rf"const {const}: \[&str; \d+\] = \[([^\]]*)\]", src)
         for reason in re.findall(r'"(\w+)"', body):
             assert f"`{reason}`" in METRICS_MD, (const, reason)
+
+
+def test_every_script_the_docs_run_exists_and_is_executable():
+    # A script named as a command (README, docs, Dockerfile) that lost its
+    # executable bit fails only for the user who types it.
+    texts = [ROOT / "README.md", ROOT / "Dockerfile", *sorted((ROOT / "docs").glob("*.md"))]
+    named = {m for t in texts for m in re.findall(r"\bscripts/[a-z][a-z-]+\b", t.read_text())}
+    assert "scripts/build-cuda" in named and "scripts/test" in named
+    for name in sorted(named):
+        path = ROOT / name
+        assert path.is_file(), f"{name} is named in the docs but does not exist"
+        assert path.stat().st_mode & 0o111 == 0o111, f"{name} is not executable"

@@ -3,6 +3,7 @@ the output parses and validates, streamed or not, through the openai SDK
 and LangChain; what cannot compile is a 400 naming response_format."""
 
 import json
+import re
 
 import jsonschema
 import openai
@@ -73,6 +74,55 @@ def test_completions_take_response_format_and_vllm_guided_json(server):
                                  temperature=0, extra_body=extra)
         assert r.choices[0].finish_reason == "stop", extra
         jsonschema.validate(json.loads(r.choices[0].text), PERSON)
+
+
+DATE = r"20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9])"
+# Regex metacharacters in a choice are literal text.
+CHOICES = ["positive", "negative", "neutral (n/a)"]
+
+
+@pytest.mark.parametrize("extra", [
+    {"guided_regex": DATE}, {"structured_outputs": {"regex": DATE}}])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_regex_output_matches_whole_on_both_endpoints(server, extra, temperature):
+    c = server.client()
+    chat = c.chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": "When did it happen?"}],
+        max_tokens=30, temperature=temperature, seed=11, extra_body=extra)
+    text = c.completions.create(
+        model=MODEL_NAME, prompt="The date was", max_tokens=30, temperature=temperature,
+        seed=11, extra_body=extra).choices[0]
+    for choice, out in ((chat.choices[0], chat.choices[0].message.content), (text, text.text)):
+        assert choice.finish_reason == "stop", choice
+        assert re.fullmatch(DATE, out), out
+
+
+@pytest.mark.parametrize("extra", [
+    {"guided_choice": CHOICES}, {"structured_outputs": {"choice": CHOICES}}])
+def test_choice_output_is_exactly_one_choice_streamed_or_not(server, extra):
+    kw = dict(model=MODEL_NAME, max_tokens=20, temperature=1.0, seed=2, n=4, extra_body=extra,
+              messages=[{"role": "user", "content": "Is 'I love it' positive or negative?"}])
+    whole = server.client().chat.completions.create(**kw)
+    texts = [ch.message.content for ch in whole.choices]
+    assert all(t in CHOICES for t in texts), texts
+    streamed = [""] * 4
+    for ch in server.client().chat.completions.create(stream=True, **kw):
+        for c in ch.choices:
+            streamed[c.index] += c.delta.content or ""
+    assert streamed == texts
+
+
+@pytest.mark.parametrize("extra, param", [
+    ({"guided_regex": "(unclosed"}, "guided_regex"),
+    ({"guided_choice": []}, "guided_choice"),
+    ({"structured_outputs": {"regex": "a", "choice": ["a"]}}, "structured_outputs"),
+    ({"guided_regex": "a", "guided_json": {"type": "object"}}, "guided_regex"),
+])
+def test_a_bad_regex_or_choice_is_a_400_naming_its_field(server, extra, param):
+    with pytest.raises(openai.BadRequestError) as e:
+        server.client().completions.create(
+            model=MODEL_NAME, prompt="x", max_tokens=5, extra_body=extra)
+    assert e.value.body["param"] == param, e.value.body
 
 
 def test_max_tokens_cuts_with_length(server):

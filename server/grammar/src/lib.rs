@@ -1,6 +1,6 @@
 //! Structured outputs. A [`GrammarSpec`] (JSON mode, a JSON schema, a Lark
-//! grammar) is compiled by llguidance, once per request, against the model's
-//! vocabulary into a [`GrammarMatcher`]: the engine's
+//! grammar, a regex, a fixed choice) is compiled by llguidance, once per
+//! request, against the model's vocabulary into a [`GrammarMatcher`]: the engine's
 //! [`ferrox_engine::TokenConstraint`] for one row, which masks the tokens the
 //! grammar does not allow next and ends the row when the output is complete.
 //!

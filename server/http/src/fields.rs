@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use crate::error::ApiError;
 
 /// Fields both generation endpoints parse, OpenAI's and vLLM's extras.
-pub const COMMON_FIELDS: [&str; 23] = [
+pub const COMMON_FIELDS: [&str; 25] = [
     "model",
     "max_tokens",
     "temperature",
@@ -35,6 +35,8 @@ pub const COMMON_FIELDS: [&str; 23] = [
     "skip_special_tokens",
     "response_format",
     "guided_json",
+    "guided_regex",
+    "guided_choice",
     "guided_grammar",
     "structured_outputs",
 ];

@@ -73,9 +73,14 @@ pub struct Knobs {
     pub response_format: Option<serde_json::Value>,
     /// A JSON schema the output must match (vLLM extra).
     pub guided_json: Option<serde_json::Value>,
+    /// A regex the whole output must match (vLLM extra).
+    pub guided_regex: Option<String>,
+    /// The output is exactly one of these strings (vLLM extra).
+    pub guided_choice: Option<Vec<String>>,
     /// A Lark grammar the output must match (vLLM extra).
     pub guided_grammar: Option<String>,
-    /// `{"json": schema}` or `{"grammar": lark}` (vLLM extra).
+    /// `{"json": ..}`, `{"regex": ..}`, `{"choice": [..]}`, `{"grammar": ..}`
+    /// or `{"json_object": true}` (vLLM extra).
     pub structured_outputs: Option<serde_json::Value>,
 }
 

@@ -1,6 +1,7 @@
 //! Structured outputs as clients ask for them: OpenAI's `response_format`
 //! (`text`, `json_object`, `json_schema`), and vLLM's `guided_json`,
-//! `guided_grammar` and `structured_outputs` (`json` or `grammar`), on both
+//! `guided_regex`, `guided_choice`, `guided_grammar` and `structured_outputs`
+//! (`json`, `regex`, `choice`, `grammar` or `json_object`), on both
 //! generation endpoints. At most one of them per request.
 
 use ferrox_grammar::GrammarSpec;
@@ -29,6 +30,12 @@ impl Knobs {
             self.guided_json
                 .as_ref()
                 .map(|v| json_schema("guided_json", v).map(|s| Some(("guided_json", s)))),
+            self.guided_regex
+                .as_ref()
+                .map(|r| Ok(Some(("guided_regex", GrammarSpec::Regex(r.clone()))))),
+            self.guided_choice
+                .as_ref()
+                .map(|c| choice("guided_choice", c).map(|s| Some(("guided_choice", s)))),
             self.guided_grammar
                 .as_ref()
                 .map(|g| Ok(Some(("guided_grammar", GrammarSpec::Lark(g.clone()))))),
@@ -47,8 +54,8 @@ impl Knobs {
             Err(v) => Err(ApiError::invalid(
                 v[1].field,
                 format!(
-                    "give one of response_format, guided_json, guided_grammar and \
-                     structured_outputs, not both {} and {}",
+                    "give one of response_format, guided_json, guided_regex, \
+                     guided_choice, guided_grammar and structured_outputs, not both {} and {}",
                     v[0].field, v[1].field
                 ),
             )),
@@ -98,18 +105,35 @@ fn json_schema(field: &'static str, v: &Value) -> Result<GrammarSpec, ApiError> 
     Ok(GrammarSpec::JsonSchema(schema))
 }
 
-/// vLLM's `structured_outputs`: `{"json": schema}` or `{"grammar": lark}`.
+/// A non-empty list of choices; the output is exactly one of them.
+fn choice(field: &'static str, choices: &[String]) -> Result<GrammarSpec, ApiError> {
+    GrammarSpec::choice(choices)
+        .ok_or_else(|| ApiError::invalid(field, format!("{field}: give at least one choice")))
+}
+
+/// vLLM's `structured_outputs`: one of `{"json": schema}`, `{"regex": rx}`,
+/// `{"choice": [..]}`, `{"grammar": lark}` or `{"json_object": true}`.
 fn structured_outputs(v: &Value) -> Result<GrammarSpec, ApiError> {
     const P: &str = "structured_outputs";
+    let refused = || {
+        ApiError::invalid(
+            P,
+            "structured_outputs: give exactly one of `json` (a schema), `regex` (a \
+             string), `choice` (a list of strings), `grammar` (a Lark grammar) or \
+             `json_object: true`",
+        )
+    };
     let obj = v.as_object().filter(|o| o.len() == 1);
     match obj.and_then(|o| o.iter().next()) {
         Some((k, schema)) if k == "json" => json_schema(P, schema),
+        Some((k, Value::String(r))) if k == "regex" => Ok(GrammarSpec::Regex(r.clone())),
+        Some((k, Value::Array(c))) if k == "choice" => {
+            let c: Option<Vec<String>> = c.iter().map(|c| c.as_str().map(str::to_owned)).collect();
+            choice(P, &c.ok_or_else(refused)?)
+        }
         Some((k, Value::String(g))) if k == "grammar" => Ok(GrammarSpec::Lark(g.clone())),
-        _ => Err(ApiError::invalid(
-            P,
-            "structured_outputs: give exactly one of `json` (a schema) or `grammar` \
-             (a Lark grammar)",
-        )),
+        Some((k, Value::Bool(true))) if k == "json_object" => Ok(GrammarSpec::JsonObject),
+        _ => Err(refused()),
     }
 }
 
@@ -165,6 +189,29 @@ mod tests {
                     "structured_outputs",
                 )),
             ),
+            (
+                json!({"guided_regex": "[0-9]+"}),
+                Some((GrammarSpec::Regex("[0-9]+".into()), "guided_regex")),
+            ),
+            (
+                json!({"structured_outputs": {"regex": "[0-9]+"}}),
+                Some((GrammarSpec::Regex("[0-9]+".into()), "structured_outputs")),
+            ),
+            (
+                json!({"guided_choice": ["a.b", "c"]}),
+                Some((GrammarSpec::choice(&["a.b", "c"]).unwrap(), "guided_choice")),
+            ),
+            (
+                json!({"structured_outputs": {"choice": ["a.b", "c"]}}),
+                Some((
+                    GrammarSpec::choice(&["a.b", "c"]).unwrap(),
+                    "structured_outputs",
+                )),
+            ),
+            (
+                json!({"structured_outputs": {"json_object": true}}),
+                Some((GrammarSpec::JsonObject, "structured_outputs")),
+            ),
         ];
         for (fields, want) in cases {
             let got = knobs(fields.clone()).grammar().unwrap();
@@ -193,9 +240,34 @@ mod tests {
             ),
             (json!({"guided_json": "{"}), "guided_json", "not JSON"),
             (
-                json!({"structured_outputs": {"regex": "a+"}}),
+                json!({"structured_outputs": {"regex": "a+", "choice": ["a"]}}),
                 "structured_outputs",
                 "exactly one",
+            ),
+            (
+                json!({"structured_outputs": {"choice": ["a", 1]}}),
+                "structured_outputs",
+                "list of strings",
+            ),
+            (
+                json!({"structured_outputs": {"json_object": false}}),
+                "structured_outputs",
+                "exactly one",
+            ),
+            (
+                json!({"structured_outputs": {"choice": []}}),
+                "structured_outputs",
+                "at least one choice",
+            ),
+            (
+                json!({"guided_choice": []}),
+                "guided_choice",
+                "at least one",
+            ),
+            (
+                json!({"guided_regex": "a", "guided_choice": ["a"]}),
+                "guided_choice",
+                "not both guided_regex and guided_choice",
             ),
             (
                 json!({"response_format": {"type": "json_object"}, "guided_json": {}}),

@@ -112,6 +112,17 @@ fn each_schema_accepts_its_valid_outputs_and_refuses_the_rest() {
             vec!["yes", "no"],
             vec!["maybe", "ye"],
         ),
+        (
+            GrammarSpec::Regex("[0-9]{3}-[a-z]+".into()),
+            vec!["123-abc", "000-z"],
+            vec!["12-abc", "123-", "123-abcX", " 123-abc"],
+        ),
+        // Choices are literal text, regex metacharacters and all.
+        (
+            GrammarSpec::choice(&["yes", "no.", "a|b", "(x)"]).unwrap(),
+            vec!["yes", "no.", "a|b", "(x)"],
+            vec!["no", "noX", "a", "x", "yesno", ""],
+        ),
     ];
     for (spec, good, bad) in cases {
         for text in good {
@@ -121,6 +132,11 @@ fn each_schema_accepts_its_valid_outputs_and_refuses_the_rest() {
             assert!(!accepts(&spec, text), "{spec:?} should refuse {text}");
         }
     }
+}
+
+#[test]
+fn nothing_to_choose_is_no_grammar() {
+    assert_eq!(GrammarSpec::choice::<&str>(&[]), None);
 }
 
 #[test]
@@ -198,6 +214,7 @@ fn unsupported_or_hostile_grammars_are_refused_at_compile_with_a_message() {
         (schema(json!({"enum": big_enum})), "too big"),
         (GrammarSpec::Lark("start: missing_rule".into()), ""),
         (GrammarSpec::Lark("start: ((".into()), ""),
+        (GrammarSpec::Regex("(a".into()), ""),
     ];
     let g = grammars();
     for (spec, fragment) in cases {

@@ -166,6 +166,18 @@ fn cases() -> Vec<Case> {
                 Changes,
             ),
             (
+                "guided_regex",
+                json!({"guided_regex": "[0-9]+"}),
+                none.clone(),
+                Changes,
+            ),
+            (
+                "guided_choice",
+                json!({"guided_choice": ["yes", "no"]}),
+                none.clone(),
+                Changes,
+            ),
+            (
                 "guided_grammar",
                 json!({"guided_grammar": "start: \"yes\""}),
                 none.clone(),

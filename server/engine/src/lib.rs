@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod params;
 pub mod plan_info;
 pub mod queue;
+mod ranking;
 mod row;
 pub mod sampler;
 pub mod scheduler;

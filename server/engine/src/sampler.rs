@@ -8,6 +8,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::event::TokenLogprob;
 use crate::params::SamplingParams;
+use crate::ranking;
 
 /// One request's sampler: settings, RNG and the counts penalties need.
 #[derive(Debug)]
@@ -54,28 +55,25 @@ impl Sampler {
     /// tokens a constraint forbids at negative infinity); the logprobs stay
     /// the model's, as with `logit_bias`.
     pub fn sample_masked(&mut self, logits: &[f32], masked: &[f32]) -> Sampled {
-        let logprob = self.params.logprobs.map(|k| (log_softmax(logits), k));
         let greedy = self.params.temperature == 0.0 || self.params.top_k == 1;
-        let id = if greedy && !self.has_penalties() {
-            // The common benchmark path: no copy of the vocabulary-wide row.
-            argmax(masked)
-        } else {
-            let mut adjusted = masked.to_vec();
-            self.apply_penalties(&mut adjusted);
-            if greedy {
-                argmax(&adjusted)
-            } else {
-                self.draw(&adjusted)
+        let id = match (greedy, self.has_penalties()) {
+            // The common paths: no copy of the vocabulary-wide row.
+            (true, false) => ranking::argmax(masked),
+            (false, false) => self.draw(masked),
+            (_, true) => {
+                let mut adjusted = masked.to_vec();
+                self.apply_penalties(&mut adjusted);
+                if greedy {
+                    ranking::argmax(&adjusted)
+                } else {
+                    self.draw(&adjusted)
+                }
             }
         };
         *self.output_counts.entry(id).or_insert(0) += 1;
         Sampled {
             id,
-            logprob: logprob.map(|(lp, k)| TokenLogprob {
-                id,
-                logprob: lp[id as usize],
-                top: top_k_of(&lp, k),
-            }),
+            logprob: self.params.logprobs.map(|k| logprob_of(logits, id, k)),
         }
     }
 
@@ -118,83 +116,41 @@ impl Sampler {
 
     /// Temperature, then top-k, min-p and top-p, then one draw.
     fn draw(&mut self, logits: &[f32]) -> u32 {
-        let p = &self.params;
-        let mut cand: Vec<(u32, f32)> = logits
-            .iter()
-            .enumerate()
-            .map(|(i, &l)| (i as u32, l / p.temperature))
-            .collect();
-        cand.sort_unstable_by(|a, b| b.1.total_cmp(&a.1));
-        if p.top_k > 0 {
-            cand.truncate(p.top_k);
-        }
-        let max = cand[0].1;
-        let mut probs: Vec<f32> = cand.iter().map(|c| (c.1 - max).exp()).collect();
-        let total: f32 = probs.iter().sum();
-        probs.iter_mut().for_each(|x| *x /= total);
-        let floor = p.min_p * probs[0];
-        // Masked tokens (probability 0) are never kept, even by rounding.
-        let live = probs.iter().take_while(|&&x| x > 0.0).count().max(1);
-        let mut keep = probs
-            .iter()
-            .take_while(|&&x| x >= floor)
-            .count()
-            .clamp(1, live);
-        let mut mass = 0.0;
-        for (i, x) in probs[..keep].iter().enumerate() {
-            mass += x;
-            if mass >= p.top_p {
-                keep = i + 1;
-                break;
-            }
-        }
-        let kept: f32 = probs[..keep].iter().sum();
+        let cand = ranking::candidates(logits, &self.params);
+        let kept: f32 = cand.iter().map(|c| c.1).sum();
         let mut r = self.rng.random::<f32>() * kept;
-        for (c, x) in cand[..keep].iter().zip(&probs[..keep]) {
-            if r < *x {
-                return c.0;
+        for &(id, weight) in &cand {
+            if r < weight {
+                return id;
             }
-            r -= x;
+            r -= weight;
         }
-        cand[keep - 1].0
+        // Rounding left r at the end: the last candidate.
+        cand.last().map_or(0, |c| c.0)
     }
 }
 
 /// The logprob of `id` under `logits` and the `k` most likely tokens: what a
 /// prompt token's entry reports.
 pub fn logprob_of(logits: &[f32], id: u32, k: usize) -> TokenLogprob {
-    let lp = log_softmax(logits);
+    let log_z = log_normaliser(logits);
     TokenLogprob {
         id,
-        logprob: lp.get(id as usize).copied().unwrap_or(f32::NEG_INFINITY),
-        top: top_k_of(&lp, k),
+        logprob: logits
+            .get(id as usize)
+            .map_or(f32::NEG_INFINITY, |l| l - log_z),
+        top: ranking::top_k(logits, k)
+            .into_iter()
+            .map(|(i, l)| (i, l - log_z))
+            .collect(),
     }
 }
 
-fn argmax(logits: &[f32]) -> u32 {
-    logits
-        .iter()
-        .enumerate()
-        .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(&a.0)))
-        .map_or(0, |(i, _)| i as u32)
-}
-
-fn log_softmax(logits: &[f32]) -> Vec<f32> {
+/// log(sum(exp(logits))), the log-softmax's shift.
+fn log_normaliser(logits: &[f32]) -> f32 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let sum: f32 = logits.iter().map(|l| (l - max).exp()).sum();
-    let log_z = max + sum.ln();
-    logits.iter().map(|l| l - log_z).collect()
-}
-
-fn top_k_of(logprobs: &[f32], k: usize) -> Vec<(u32, f32)> {
-    let mut all: Vec<(u32, f32)> = logprobs
-        .iter()
-        .enumerate()
-        .map(|(i, &l)| (i as u32, l))
-        .collect();
-    all.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    all.truncate(k);
-    all
+    max + sum.ln()
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 """The prefix cache on the real server: a second request with the same long
-system prompt takes it from the cache (the status line and the vLLM counters
-say so) and answers exactly as a server with the cache off does."""
+system prompt takes it from the cache (the status line, the vLLM counters and
+the answer's usage say so) and answers exactly as a server with the cache off
+does."""
 
 import re
 
@@ -17,7 +18,7 @@ def ask(server, question):
     r = server.client(timeout=120).chat.completions.create(
         model=MODEL_NAME, temperature=0, max_tokens=16,
         messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}])
-    return r.choices[0].message.content, r.usage.prompt_tokens
+    return r.choices[0].message.content, r.usage.prompt_tokens, r.usage.prompt_tokens_details.cached_tokens
 
 
 def cached_tokens(server):
@@ -43,9 +44,13 @@ def test_a_shared_system_prompt_is_computed_once_and_answers_the_same(start_serv
     queries = on.metric(f'vllm:prefix_cache_queries_total{{model_name="{MODEL_NAME}"}}')
     assert queries == answers["on"][0][1] + prompt_tokens
     assert on.metric("ferrox_prefix_cache_hits_total") == second
+    # Each answer's usage says what it took from the cache (OpenAI's
+    # usage.prompt_tokens_details.cached_tokens).
+    assert [a[2] for a in answers["on"]] == [0, second]
+    assert [a[2] for a in answers["off"]] == [0, 0]
     assert cached_tokens(off) == [0, 0]
     assert off.metric("ferrox_prefix_cache_hits_total") == 0
-    assert answers["on"] == answers["off"]
+    assert [a[:2] for a in answers["on"]] == [a[:2] for a in answers["off"]]
     # Its blocks stay cached, unpinned, once nothing runs.
     assert on.metric("ferrox_kv_blocks_used") == 0
     assert on.metric("ferrox_kv_blocks_pinned") == 0

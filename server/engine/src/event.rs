@@ -42,6 +42,8 @@ pub struct Usage {
     pub prompt_tokens: usize,
     /// Generated tokens (an end token counts).
     pub completion_tokens: usize,
+    /// Prompt tokens read from the prefix cache instead of computed.
+    pub cached_tokens: usize,
 }
 
 /// One message from the worker to a request's caller.

@@ -32,6 +32,8 @@ pub(crate) struct Row {
     pub prompt: Vec<u32>,
     /// Prompt tokens already in the KV (from the cache or computed).
     pub cursor: usize,
+    /// Prompt tokens the prefix cache held at admission.
+    cached: usize,
     /// The last sampled token, not yet fed to the model (decoding rows).
     pub pending: Option<u32>,
     pub generated: usize,
@@ -93,6 +95,7 @@ impl Row {
         Ok(Row {
             id: job.id,
             cursor: lease.cached_blocks() * block_size,
+            cached: lease.cached_blocks() * block_size,
             lease,
             prompt_logprobs: req
                 .sampling
@@ -205,6 +208,7 @@ impl Row {
         Usage {
             prompt_tokens: self.prompt.len(),
             completion_tokens: self.generated,
+            cached_tokens: self.cached,
         }
     }
 

@@ -199,6 +199,7 @@ impl<M: BatchModel> Scheduler<M> {
             let usage = Usage {
                 prompt_tokens: job.req.prompt.len(),
                 completion_tokens: 0,
+                cached_tokens: 0,
             };
             let _ = job.events.send(Event::Done {
                 reason: FinishReason::Cancelled,

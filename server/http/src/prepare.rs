@@ -85,6 +85,7 @@ impl ChoiceMeta {
     pub fn add_usage(&self, total: &mut ferrox_engine::Usage, u: &ferrox_engine::Usage) {
         if self.counts_prompt {
             total.prompt_tokens += u.prompt_tokens;
+            total.cached_tokens += u.cached_tokens;
         }
         total.completion_tokens += u.completion_tokens;
     }

@@ -38,6 +38,15 @@ pub struct UsageBody {
     pub completion_tokens: usize,
     /// Both.
     pub total_tokens: usize,
+    /// Where the prompt tokens came from.
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+/// OpenAI's `usage.prompt_tokens_details`.
+#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens read from the prefix cache instead of computed.
+    pub cached_tokens: usize,
 }
 
 impl From<Usage> for UsageBody {
@@ -46,6 +55,9 @@ impl From<Usage> for UsageBody {
             prompt_tokens: u.prompt_tokens,
             completion_tokens: u.completion_tokens,
             total_tokens: u.prompt_tokens + u.completion_tokens,
+            prompt_tokens_details: PromptTokensDetails {
+                cached_tokens: u.cached_tokens,
+            },
         }
     }
 }

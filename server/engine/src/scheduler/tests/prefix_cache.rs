@@ -74,7 +74,14 @@ fn a_repeated_prompt_is_taken_from_the_cache_and_answers_the_same() {
         "{calls:?}"
     );
     rig.run(20);
-    assert_eq!(outcome(&mut second), first);
+    let mut second = outcome(&mut second);
+    // The usage says where the prompt came from; nothing else differs.
+    let cached = |o: &Outcome| o.end.as_ref().map(|e| e.1.cached_tokens);
+    assert_eq!((cached(&first), cached(&second)), (Some(0), Some(12)));
+    if let Some(end) = second.end.as_mut() {
+        end.1.cached_tokens = 0;
+    }
+    assert_eq!(second, first);
     let text = rig.h.metrics().render("m");
     for (series, want) in [
         ("ferrox_prefix_cache_queries_total", 28),
@@ -121,13 +128,21 @@ fn outputs_with_the_cache_equal_those_without_it() {
         (outcomes, cached, rig)
     };
     let (off, none, _) = run(false);
-    let (on, cached, rig) = run(true);
-    assert_eq!(on, off);
+    let (mut on, cached, rig) = run(true);
     assert_eq!(none, 0);
     // The first round is admitted in one tick, before anything is computed:
     // no hits. The second finds every full block but each prompt's last:
-    // 12 + 4 + 4 + 12 + 12 tokens.
+    // 12 + 4 + 4 + 12 + 12 tokens, and each request's usage says so.
     assert_eq!(cached, 44);
+    let per_request: Vec<usize> = on
+        .iter_mut()
+        .map(|o| o.end.as_mut().unwrap().1.cached_tokens)
+        .collect();
+    assert_eq!(per_request, [0, 0, 0, 0, 0, 12, 4, 4, 12, 12]);
+    for o in &mut on {
+        o.end.as_mut().unwrap().1.cached_tokens = 0;
+    }
+    assert_eq!(on, off);
     let sequences: Vec<Vec<u32>> = prompts
         .iter()
         .zip(&on)

@@ -51,6 +51,20 @@ fn max_of(values: impl Iterator<Item = f32>) -> f32 {
     values.fold(f32::NEG_INFINITY, |m, x| if x > m { x } else { m })
 }
 
+/// The sum of `values`, in 8 lanes (so it vectorises), then across them.
+pub fn sum(values: &[f32]) -> f32 {
+    const LANES: usize = 8;
+    let mut lanes = [0.0f32; LANES];
+    let chunks = values.chunks_exact(LANES);
+    let tail: f32 = chunks.remainder().iter().sum();
+    for chunk in chunks {
+        for (s, &x) in lanes.iter_mut().zip(chunk) {
+            *s += x;
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
 /// The `k` best (id, value) pairs of `row`, best first.
 pub fn top_k(row: &[f32], k: usize) -> Vec<(u32, f32)> {
     if k == 0 {
@@ -110,7 +124,7 @@ pub fn candidates(logits: &[f32], p: &SamplingParams) -> Vec<(u32, f32)> {
         // the tokens that can be drawn.
         let scaled_max = max_of(logits.iter().copied()) / t;
         let weights: Vec<f32> = logits.iter().map(|&l| weight(l / t - scaled_max)).collect();
-        let total: f32 = weights.iter().sum();
+        let total = sum(&weights);
         // Exact: the tokens lighter than this hold less than 1 - top_p of
         // the mass together, so the heavier ones fill the nucleus first.
         let light = if p.top_p < 1.0 {

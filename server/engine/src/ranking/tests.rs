@@ -52,6 +52,16 @@ fn argmax_is_the_lowest_id_of_the_largest_and_never_nan() {
 }
 
 #[test]
+fn sum_counts_every_value_tail_included() {
+    for n in [0, 1, 7, 8, 9, 17, 1000] {
+        // Small integers: every order of addition gives the exact sum.
+        let values: Vec<f32> = (0..n).map(|i| (i % 5) as f32).collect();
+        let want: f32 = values.iter().sum();
+        assert_eq!(sum(&values), want, "{n}");
+    }
+}
+
+#[test]
 fn top_k_is_the_head_of_the_sorted_row() {
     for seed in 0..10 {
         let mut r = row(700, seed, 5);

@@ -102,15 +102,65 @@ fn keep_best(v: &mut Vec<(u32, f32)>, k: usize) {
     v.sort_unstable_by(best_first);
 }
 
-/// What one draw picks from: (id, weight) pairs, the weight proportional to
-/// the token's probability at `temperature` (> 0), after top-k, min-p and
-/// top-p, as the model's distribution restricted to them. Tokens at
-/// negative infinity (masked) or NaN are never candidates; a row with none
-/// left gives its argmax alone. Best first when top-k or top-p applies,
-/// else in id order.
-pub fn candidates(logits: &[f32], p: &SamplingParams) -> Vec<(u32, f32)> {
+/// What one draw picks from, each weight proportional to the token's
+/// probability at `temperature` (> 0) after top-k, min-p and top-p: the
+/// model's distribution restricted to the kept tokens. Tokens at negative
+/// infinity (masked) or NaN weigh 0 and are never picked.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Candidates {
+    /// Every token's weight, by id (temperature and min-p only, the common
+    /// case): nothing is gathered or sorted.
+    Dense(Vec<f32>),
+    /// The kept (id, weight) pairs, best first (top-k or top-p).
+    Sparse(Vec<(u32, f32)>),
+}
+
+impl Candidates {
+    /// The candidate at fraction `u` (in [0, 1)) of the kept mass, walking
+    /// the candidates in their order (a dense row 256 ids at a time).
+    pub fn pick(&self, u: f32) -> u32 {
+        match self {
+            Candidates::Sparse(cand) => {
+                let mut r = u * cand.iter().map(|c| c.1).sum::<f32>();
+                for &(id, w) in cand {
+                    if r < w {
+                        return id;
+                    }
+                    r -= w;
+                }
+                cand.last().map_or(0, |c| c.0)
+            }
+            Candidates::Dense(weights) => {
+                const CHUNK: usize = 256;
+                let mut r = u * sum(weights);
+                for (k, chunk) in weights.chunks(CHUNK).enumerate() {
+                    let s = sum(chunk);
+                    if r >= s {
+                        r -= s;
+                        continue;
+                    }
+                    for (i, &w) in chunk.iter().enumerate() {
+                        if r < w {
+                            return (k * CHUNK + i) as u32;
+                        }
+                        r -= w;
+                    }
+                }
+                // Rounding ran past the end: the last token with weight.
+                weights
+                    .iter()
+                    .rposition(|&w| w > 0.0)
+                    .map_or(0, |i| i as u32)
+            }
+        }
+    }
+}
+
+/// The candidates of `logits` under `p`'s temperature, top-k, min-p and
+/// top-p; a row with nothing left gives its argmax alone.
+pub fn candidates(logits: &[f32], p: &SamplingParams) -> Candidates {
     let t = p.temperature;
-    let (mut cand, total) = if p.top_k > 0 {
+    if p.top_k > 0 {
         let best = top_k(logits, p.top_k);
         let scaled_max = max_of(best.iter().map(|c| c.1)) / t;
         let cand: Vec<(u32, f32)> = best
@@ -118,26 +168,37 @@ pub fn candidates(logits: &[f32], p: &SamplingParams) -> Vec<(u32, f32)> {
             .map(|(i, l)| (i, weight(l / t - scaled_max)))
             .collect();
         let total = cand.iter().map(|c| c.1).sum();
-        (cand, total)
-    } else {
-        // The whole row: one vectorised pass for the weights, then only
-        // the tokens that can be drawn.
-        let scaled_max = max_of(logits.iter().copied()) / t;
-        let weights: Vec<f32> = logits.iter().map(|&l| weight(l / t - scaled_max)).collect();
-        let total = sum(&weights);
-        // Exact: the tokens lighter than this hold less than 1 - top_p of
-        // the mass together, so the heavier ones fill the nucleus first.
-        let light = if p.top_p < 1.0 {
-            (1.0 - p.top_p) * total / weights.len() as f32
+        return sparse(cand, total, p, logits);
+    }
+    // The whole row: one vectorised pass for the weights.
+    let scaled_max = max_of(logits.iter().copied()) / t;
+    let mut weights: Vec<f32> = logits.iter().map(|&l| weight(l / t - scaled_max)).collect();
+    let total = sum(&weights);
+    if p.top_p >= 1.0 {
+        // The best weight is exp(0) = 1, so min-p's floor is min_p itself.
+        for w in &mut weights {
+            if *w < p.min_p {
+                *w = 0.0;
+            }
+        }
+        return if weights.iter().any(|&w| w > 0.0) {
+            Candidates::Dense(weights)
         } else {
-            0.0
+            Candidates::Sparse(vec![(argmax(logits), 1.0)])
         };
-        let cand = pairs(&weights)
-            .filter(|c| c.1 > 0.0 && c.1 >= light)
-            .collect();
-        (cand, total)
-    };
-    // The best weight is exp(0) = 1, so min-p's floor is min_p itself.
+    }
+    // Exact: the tokens lighter than this hold less than 1 - top_p of the
+    // mass together, so the heavier ones fill the nucleus first.
+    let light = (1.0 - p.top_p) * total / weights.len() as f32;
+    let cand = pairs(&weights)
+        .filter(|c| c.1 > 0.0 && c.1 >= light)
+        .collect();
+    sparse(cand, total, p, logits)
+}
+
+/// min-p, then top-p, over gathered candidates whose weights sum to
+/// `total` before either.
+fn sparse(mut cand: Vec<(u32, f32)>, total: f32, p: &SamplingParams, logits: &[f32]) -> Candidates {
     cand.retain(|c| c.1 > 0.0 && c.1 >= p.min_p);
     if p.top_p < 1.0 {
         nucleus(&mut cand, total, p.top_p);
@@ -145,7 +206,7 @@ pub fn candidates(logits: &[f32], p: &SamplingParams) -> Vec<(u32, f32)> {
     if cand.is_empty() {
         cand.push((argmax(logits), 1.0));
     }
-    cand
+    Candidates::Sparse(cand)
 }
 
 /// exp(x) for x <= 0, within one ulp of libm's (tested), and 0 where that

@@ -116,17 +116,7 @@ impl Sampler {
 
     /// Temperature, then top-k, min-p and top-p, then one draw.
     fn draw(&mut self, logits: &[f32]) -> u32 {
-        let cand = ranking::candidates(logits, &self.params);
-        let kept: f32 = cand.iter().map(|c| c.1).sum();
-        let mut r = self.rng.random::<f32>() * kept;
-        for &(id, weight) in &cand {
-            if r < weight {
-                return id;
-            }
-            r -= weight;
-        }
-        // Rounding left r at the end: the last candidate.
-        cand.last().map_or(0, |c| c.0)
+        ranking::candidates(logits, &self.params).pick(self.rng.random::<f32>())
     }
 }
 

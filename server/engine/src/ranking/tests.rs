@@ -20,6 +20,14 @@ fn row(n: usize, seed: u64, masked_every: usize) -> Vec<f32> {
         .collect()
 }
 
+/// The kept candidates as (id, weight) pairs, in their order.
+fn listed(c: Candidates) -> Vec<(u32, f32)> {
+    match c {
+        Candidates::Dense(w) => pairs(&w).filter(|c| c.1 > 0.0).collect(),
+        Candidates::Sparse(c) => c,
+    }
+}
+
 fn sorted(row: &[f32]) -> Vec<(u32, f32)> {
     let mut all: Vec<(u32, f32)> = pairs(row).collect();
     all.sort_by(best_first);
@@ -157,7 +165,7 @@ fn candidates_are_the_sorted_rows_filters_without_the_sort() {
     for params in &cases {
         for seed in 0..8 {
             let r = row(5000, seed, 7);
-            let mut got = candidates(&r, params);
+            let mut got = listed(candidates(&r, params));
             let mut want = reference(&r, params);
             if params.top_k == 0 && params.top_p >= 1.0 {
                 // Id order there; the reference's is best first.
@@ -210,8 +218,14 @@ fn weight_is_exp_within_one_ulp_and_zero_below_the_normal_range() {
 fn a_row_with_nothing_finite_gives_its_argmax() {
     let params = SamplingParams::default();
     let inf = f32::NEG_INFINITY;
-    assert_eq!(candidates(&[inf, inf, inf], &params), vec![(0, 1.0)]);
-    assert_eq!(candidates(&[f32::NAN, inf], &params), vec![(1, 1.0)]);
+    assert_eq!(
+        listed(candidates(&[inf, inf, inf], &params)),
+        vec![(0, 1.0)]
+    );
+    assert_eq!(
+        listed(candidates(&[f32::NAN, inf], &params)),
+        vec![(1, 1.0)]
+    );
     // Masked tokens never come back through top-k or top-p.
     let one = [inf, 2.0, inf];
     for params in [
@@ -224,6 +238,58 @@ fn a_row_with_nothing_finite_gives_its_argmax() {
             ..SamplingParams::default()
         },
     ] {
-        assert_eq!(candidates(&one, &params), vec![(1, 1.0)]);
+        assert_eq!(listed(candidates(&one, &params)), vec![(1, 1.0)]);
+    }
+}
+
+#[test]
+fn temperature_and_min_p_alone_gather_nothing() {
+    let r = row(600, 3, 4);
+    let dense = |params: &SamplingParams| matches!(candidates(&r, params), Candidates::Dense(_));
+    let p = SamplingParams::default();
+    assert!(
+        dense(&p)
+            && dense(&SamplingParams {
+                min_p: 0.1,
+                ..p.clone()
+            })
+    );
+    assert!(!dense(&SamplingParams {
+        top_p: 0.9,
+        ..p.clone()
+    }));
+    assert!(!dense(&SamplingParams { top_k: 5, ..p }));
+}
+
+#[test]
+fn pick_draws_each_candidate_in_proportion_to_its_weight() {
+    // Dense (with zeros, past a 256-id chunk) and sparse, over a fine grid
+    // of u: each id is picked for the share of the grid its weight holds.
+    let mut weights = vec![0.0f32; 700];
+    for (id, w) in [(3, 1.0), (255, 0.5), (256, 2.0), (600, 0.25), (699, 0.25)] {
+        weights[id] = w;
+    }
+    let kept: Vec<(u32, f32)> = pairs(&weights).filter(|c| c.1 > 0.0).collect();
+    let total: f32 = kept.iter().map(|c| c.1).sum();
+    let grid = 40_000;
+    for c in [
+        Candidates::Dense(weights.clone()),
+        Candidates::Sparse(kept.clone()),
+    ] {
+        let mut counts = std::collections::BTreeMap::new();
+        for i in 0..grid {
+            let u = (i as f32 + 0.5) / grid as f32;
+            *counts.entry(c.pick(u)).or_insert(0) += 1;
+        }
+        assert_eq!(
+            counts.keys().copied().collect::<Vec<_>>(),
+            kept.iter().map(|k| k.0).collect::<Vec<_>>()
+        );
+        for &(id, w) in &kept {
+            let share = f64::from(counts[&id]) / f64::from(grid);
+            assert!((share - f64::from(w / total)).abs() < 1e-3, "{id}: {share}");
+        }
+        assert_eq!(c.pick(0.0), 3);
+        assert_eq!(c.pick(0.999_999_9), 699);
     }
 }

@@ -180,9 +180,10 @@ pub struct GeometrySpec {
     /// Dimension of one head.
     #[schemars(range(min = 1))]
     pub head_dim: i64,
-    /// Element type of the KV cache.
-    #[serde(default)]
-    pub kv_dtype: KvDtypeSpec,
+    /// Element type of the KV cache; absent, what the server's `--kv-dtype
+    /// auto` picks on the pods' device (f16 on CPU, bf16 on a GPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_dtype: Option<KvDtypeSpec>,
     /// Bytes of weights resident in memory.
     #[schemars(range(min = 0))]
     pub weight_bytes: i64,
@@ -207,12 +208,13 @@ pub struct GeometrySpec {
     pub vocab_size: Option<i64>,
 }
 
-/// KV cache element type.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+/// Element type of the KV cache (in a spec's geometry, absent means what the
+/// server's `--kv-dtype auto` picks on the pods' device: f16 on CPU, bf16 on
+/// a GPU).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum KvDtypeSpec {
     /// 4 bytes.
-    #[default]
     F32,
     /// 2 bytes.
     F16,

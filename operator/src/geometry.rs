@@ -64,7 +64,7 @@ pub fn observed(source: &str, inspected: &Inspected) -> ObservedGeometry {
 /// The geometry to plan with on `device`: the inspected device's weights and
 /// KV dtype when known, else the recorded (or spec's) figures as given.
 pub fn held_on(g: &ObservedGeometry, device: DeviceKind) -> ModelGeometry {
-    let base = to_geometry(&g.geometry);
+    let base = to_geometry(&g.geometry, device);
     match &g.devices {
         Some(d) => base.held_as(&to_footprint(match device {
             DeviceKind::Cpu => &d.cpu,
@@ -225,5 +225,22 @@ mod tests {
         assert!(known(&md).is_none());
         md.spec.model.geometry = Some(from_geometry(&fixtures::llama3_8b()));
         assert_eq!(known(&md).unwrap().source, FROM_SPEC);
+    }
+
+    #[test]
+    fn a_spec_without_a_kv_dtype_plans_with_the_devices_auto_and_records_it() {
+        let mut spec = from_geometry(&fixtures::llama3_8b());
+        spec.kv_dtype = None;
+        let mut md = fixtures::md("m", fixtures::gpu_spec(1, "80Gi"));
+        md.spec.model.geometry = Some(spec);
+        let g = known(&md).unwrap();
+        for (device, want) in [
+            (DeviceKind::Cpu, KvDtype::F16),
+            (DeviceKind::Cuda, KvDtype::Bf16),
+        ] {
+            assert_eq!(held_on(&g, device).kv_dtype, want, "{device}");
+            let recorded = as_planned(&g, device).geometry.kv_dtype;
+            assert_eq!(recorded.map(to_dtype), Some(want), "{device}");
+        }
     }
 }

@@ -190,15 +190,18 @@ pub fn plan_offline(
     planned(spec, geometry, memory).map_err(|e| Error::InvalidSpec(e.to_string()))
 }
 
-/// The CRD's geometry as ferrox-plan's.
-pub fn to_geometry(g: &GeometrySpec) -> ModelGeometry {
+/// The CRD's geometry as ferrox-plan's, as held on `device` (an absent KV
+/// dtype is the one the server's `--kv-dtype auto` picks there).
+pub fn to_geometry(g: &GeometrySpec, device: DeviceKind) -> ModelGeometry {
     let n = |v: i64| u64::try_from(v).unwrap_or(0);
     let o = |v: Option<i64>| v.map_or(0, n);
     ModelGeometry {
         layers: n(g.layers),
         kv_heads: n(g.kv_heads),
         head_dim: n(g.head_dim),
-        kv_dtype: to_dtype(g.kv_dtype),
+        kv_dtype: g
+            .kv_dtype
+            .map_or(device.auto_kv_dtype(KvDtype::Bf16), to_dtype),
         weight_bytes: n(g.weight_bytes),
         context_length: n(g.context_length),
         heads: o(g.heads),
@@ -216,7 +219,7 @@ pub fn from_geometry(g: &ModelGeometry) -> GeometrySpec {
         layers: n(g.layers),
         kv_heads: n(g.kv_heads),
         head_dim: n(g.head_dim),
-        kv_dtype: from_dtype(g.kv_dtype),
+        kv_dtype: Some(from_dtype(g.kv_dtype)),
         weight_bytes: n(g.weight_bytes),
         context_length: n(g.context_length),
         heads: o(g.heads),

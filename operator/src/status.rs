@@ -9,7 +9,7 @@ use crate::crd::{AcceleratorStatus, ModelDeployment, ModelDeploymentStatus, Obse
 use crate::desired::deployment::served_name;
 use crate::desired::selector_string;
 use crate::observed_plan::{Expected, verdict};
-use crate::plan::{Planned, to_dtype, to_status};
+use crate::plan::{Planned, to_status};
 
 /// What the reconciler learnt about the plan.
 #[derive(Debug, Clone, PartialEq)]
@@ -193,7 +193,7 @@ fn conditions(md: &ModelDeployment, o: &Observed) -> Vec<Cond> {
 
 /// `PlanVerified`: the servers' reported plan against this one.
 fn verified(md: &ModelDeployment, o: &Observed) -> Cond {
-    let (PlanOutcome::Planned(p), Some(g)) = (&o.outcome, &o.geometry) else {
+    let (PlanOutcome::Planned(p), Some(_)) = (&o.outcome, &o.geometry) else {
         return (
             "PlanVerified",
             "Unknown",
@@ -204,7 +204,7 @@ fn verified(md: &ModelDeployment, o: &Observed) -> Cond {
     let plan = to_status(p);
     let expected = Expected {
         plan: &plan,
-        kv_dtype: to_dtype(g.geometry.kv_dtype).name(),
+        kv_dtype: p.kv_dtype.name(),
     };
     let observed = md.status.as_ref().and_then(|s| s.observed_plan.as_ref());
     let (status, reason, message) = verdict(observed, &expected);

@@ -76,7 +76,8 @@ pub fn status_changed(old: Option<&AutoscalerStatus>, new: &AutoscalerStatus) ->
 pub fn expected(md: &ModelDeployment) -> Option<Expected<'_>> {
     let status = md.status.as_ref()?;
     let plan = status.plan.as_ref()?;
-    let dtype = status.geometry.as_ref()?.geometry.kv_dtype;
+    // The geometry as planned with: its KV dtype is always recorded.
+    let dtype = status.geometry.as_ref()?.geometry.kv_dtype?;
     Some(Expected {
         plan,
         kv_dtype: to_dtype(dtype).name(),

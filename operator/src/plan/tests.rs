@@ -197,9 +197,30 @@ fn geometry_round_trips() {
         vocab_size: 128_256,
         ..fixtures::llama3_8b()
     };
-    assert_eq!(to_geometry(&from_geometry(&g)), g);
-    assert_eq!(
-        to_geometry(&from_geometry(&fixtures::llama3_8b())),
-        fixtures::llama3_8b()
-    );
+    for device in [DeviceKind::Cpu, DeviceKind::Cuda] {
+        assert_eq!(to_geometry(&from_geometry(&g), device), g);
+        assert_eq!(
+            to_geometry(&from_geometry(&fixtures::llama3_8b()), device),
+            fixtures::llama3_8b()
+        );
+    }
+}
+
+#[test]
+fn an_absent_kv_dtype_is_the_servers_auto_on_the_device() {
+    let mut spec = from_geometry(&fixtures::llama3_8b());
+    spec.kv_dtype = None;
+    // (device, KV dtype planned, bytes per token)
+    let cases = [
+        (DeviceKind::Cpu, KvDtype::F16),
+        (DeviceKind::Cuda, KvDtype::Bf16),
+    ];
+    for (device, want) in cases {
+        let g = to_geometry(&spec, device);
+        assert_eq!(g.kv_dtype, want, "{device}");
+        assert_eq!(g.kv_bytes_per_token(), 2 * 32 * 8 * 128 * 2);
+    }
+    // Given, it is used as given on either device.
+    spec.kv_dtype = Some(KvDtypeSpec::F32);
+    assert_eq!(to_geometry(&spec, DeviceKind::Cuda).kv_dtype, KvDtype::F32);
 }

@@ -93,13 +93,19 @@ class Server:
                 self.proc.wait()
         return self.proc.returncode
 
+    def close(self) -> None:
+        """Stops the server and removes its log (a failed test has already
+        shown what it needed from it)."""
+        self.stop()
+        pathlib.Path(self.log.name).unlink(missing_ok=True)
+
 
 @pytest.fixture(scope="module")
 def server():
     s = Server("--kv-blocks", "256", "--max-seqs", "8", "--max-model-len", "1024",
                "--decode-log-interval", "1", "--max-queue", "64", "--max-body", "64KiB")
     yield s
-    s.stop()
+    s.close()
 
 
 @pytest.fixture
@@ -113,4 +119,4 @@ def start_server():
 
     yield start
     for s in started:
-        s.stop()
+        s.close()

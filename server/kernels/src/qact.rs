@@ -174,17 +174,32 @@ fn quantize_block(x: &[f32; QK], q: &mut [i8]) -> (f32, i32) {
     let mut lanes = [0f32; 8];
     for c in x.chunks_exact(8) {
         for (m, v) in lanes.iter_mut().zip(c) {
-            *m = m.max(v.abs());
+            // As `m.max(|v|)` (NaN never wins), in a form that vectorises.
+            let a = v.abs();
+            if a > *m {
+                *m = a;
+            }
         }
     }
     let amax = lanes.iter().fold(0f32, |a, &b| a.max(b));
     let d = amax / 127.0;
     let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+    // Round half away from zero (GGML's roundf) into i32 lanes first, then
+    // narrow. A saturating `as` cast is a scalar instruction sequence per
+    // value; the value here is already finite and in range, so the plain
+    // conversion (one vector instruction for 8) is exact. The clamp guards
+    // rounding at the edge; NaN becomes 0, as `as` made it.
+    let mut wide = [0i32; QK];
+    for (w, &v) in wide.iter_mut().zip(x) {
+        let r = (v * inv).round().clamp(-127.0, 127.0);
+        let r = if r.is_nan() { 0.0 } else { r };
+        // SAFETY: `r` is finite and within [-127, 127], so it fits an i32.
+        *w = unsafe { r.to_int_unchecked::<i32>() };
+    }
     let mut sum = 0i32;
-    for (qv, &v) in q.iter_mut().zip(x) {
-        // The clamp guards rounding at the edge; NaN casts to 0.
-        *qv = (v * inv).round().clamp(-127.0, 127.0) as i8;
-        sum += i32::from(*qv);
+    for (qv, &w) in q.iter_mut().zip(&wide) {
+        *qv = w as i8;
+        sum += w;
     }
     (d, sum)
 }
@@ -214,6 +229,28 @@ mod tests {
         assert_eq!(a.d[0], f16r(0.02));
         assert_eq!(a.s[0], f16r(0.02 * 62.0));
         assert_eq!(a.isum[0], 62);
+    }
+
+    #[test]
+    fn rounding_is_half_away_from_zero_as_ggml_and_nan_is_zero() {
+        // With 127 in the block, d = 1 and each value is rounded as it is:
+        // ties, the floats either side of them, and NaN.
+        let below = |v: f32| f32::from_bits(v.to_bits() - 1);
+        let mut x = vec![127.0f32];
+        for k in [0.5f32, 1.5, 2.5, 63.5, 126.5] {
+            x.extend([k, -k, below(k), -below(k), f32::from_bits(k.to_bits() + 1)]);
+        }
+        x.extend([f32::NAN, -127.0, 0.0, -0.0]);
+        x.resize(QK, 0.25);
+        let a = quantized(&x, 1);
+        assert_eq!(a.d[0], 1.0);
+        let want: Vec<i8> = x
+            .iter()
+            .map(|&v| if v.is_nan() { 0 } else { v.round() as i8 })
+            .collect();
+        assert_eq!(a.qs, want);
+        assert_eq!(&a.qs[1..6], &[1, -1, 0, 0, 1]);
+        assert_eq!(a.isum[0], want.iter().map(|&q| i32::from(q)).sum::<i32>());
     }
 
     #[test]

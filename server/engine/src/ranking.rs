@@ -65,6 +65,21 @@ pub fn sum(values: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
+/// The sum of `weight(x - shift)` over `row`, in 8 lanes, without
+/// materialising the weights.
+pub fn weight_sum(row: &[f32], shift: f32) -> f32 {
+    const LANES: usize = 8;
+    let mut lanes = [0.0f32; LANES];
+    let chunks = row.chunks_exact(LANES);
+    let tail: f32 = chunks.remainder().iter().map(|&x| weight(x - shift)).sum();
+    for chunk in chunks {
+        for (s, &x) in lanes.iter_mut().zip(chunk) {
+            *s += weight(x - shift);
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
 /// The `k` best (id, value) pairs of `row`, best first.
 pub fn top_k(row: &[f32], k: usize) -> Vec<(u32, f32)> {
     if k == 0 {

@@ -139,8 +139,7 @@ pub fn logprob_of(logits: &[f32], id: u32, k: usize) -> TokenLogprob {
 /// log(sum(exp(logits))), the log-softmax's shift.
 fn log_normaliser(logits: &[f32]) -> f32 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let weights: Vec<f32> = logits.iter().map(|&l| ranking::weight(l - max)).collect();
-    max + ranking::sum(&weights).ln()
+    max + ranking::weight_sum(logits, max).ln()
 }
 
 #[cfg(test)]

@@ -70,6 +70,15 @@ fn sum_counts_every_value_tail_included() {
 }
 
 #[test]
+fn weight_sum_is_the_sum_of_the_weights() {
+    for n in [0, 5, 8, 13, 1000] {
+        let r = row(n, 9, 3);
+        let weights: Vec<f32> = r.iter().map(|&x| weight(x - 2.0)).collect();
+        assert_eq!(weight_sum(&r, 2.0), sum(&weights), "{n}");
+    }
+}
+
+#[test]
 fn top_k_is_the_head_of_the_sorted_row() {
     for seed in 0..10 {
         let mut r = row(700, seed, 5);

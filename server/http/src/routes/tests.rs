@@ -193,16 +193,8 @@ async fn models_and_metrics() {
     // Counted before the tokens were sent.
     assert!(text.contains("ferrox_generation_tokens_total 2"), "{text}");
     // The running gauge is published when the tick that sent the answer ends.
-    let running = "vllm:num_requests_running{model_name=\"fake\"}";
-    let mut text = text;
-    for _ in 0..500 {
-        if text.contains(&format!("{running} 0")) {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        text = request(addr, "GET", "/metrics", "").await.1;
-    }
-    panic!("{running} not 0 5 s after the answer: {text}");
+    let running = "vllm:num_requests_running{model_name=\"fake\"} 0";
+    answers_with(addr, "/metrics", 200, running).await;
 }
 
 /// Sends a request and waits `after` without reading the answer; dropping the
@@ -324,18 +316,18 @@ async fn a_request_past_its_timeout_is_cancelled_with_a_504_and_frees_its_blocks
     panic!("blocks still leased 1 s after the timeout");
 }
 
-/// Polls `/health` (for up to 5 s, generous for a loaded CI machine) until
-/// it answers `status` with a body containing `fragment`.
-async fn health_becomes(addr: std::net::SocketAddr, status: u16, fragment: &str) {
+/// Polls GET `path` (for up to 5 s, generous for a loaded CI machine)
+/// until it answers `status` with a body containing `fragment`.
+async fn answers_with(addr: std::net::SocketAddr, path: &str, status: u16, fragment: &str) {
     let mut last = (0, String::new());
     for _ in 0..500 {
-        last = request(addr, "GET", "/health", "").await;
+        last = request(addr, "GET", path, "").await;
         if last.0 == status && last.1.contains(fragment) {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    panic!("/health answered {last:?}, not {status} {fragment:?}");
+    panic!("{path} answered {last:?}, not {status} {fragment:?}");
 }
 
 #[tokio::test]
@@ -372,7 +364,7 @@ async fn health_fails_on_a_stalled_tick_and_on_a_dead_worker() {
     assert!(text.contains("in one step"), "{text}");
     assert_eq!(slow.await.unwrap().0, 200);
     // The answer is sent inside the tick; the stall clears when it ends.
-    health_becomes(addr, 200, "ok").await;
+    answers_with(addr, "/health", 200, "ok").await;
     die.store(true, Ordering::SeqCst);
     let (status, _) = request(
         addr,
@@ -384,7 +376,7 @@ async fn health_fails_on_a_stalled_tick_and_on_a_dead_worker() {
     assert_eq!(status, 503, "the request the worker died on is told why");
     // The request ends as the worker unwinds, a moment before the thread is
     // marked stopped; from then on /health fails and names the cause.
-    health_becomes(addr, 503, "stopped").await;
+    answers_with(addr, "/health", 503, "stopped").await;
     for _ in 0..10 {
         assert_eq!(request(addr, "GET", "/health", "").await.0, 503);
     }

@@ -4,6 +4,7 @@ pure parts (how two greedy runs agree, ferrox-bench's figures) decide right."""
 
 import os
 import py_compile
+import shutil
 import subprocess
 import sys
 
@@ -78,3 +79,39 @@ def test_bench_figures_parse_from_what_ferrox_bench_prints():
                                  "ttft_p99": 40.0, "itl_p50": 3.1, "itl_p99": 9.9}
     with pytest.raises(RuntimeError, match="throughput"):
         bench.parse("requests: 1 ok, 0 failed")
+
+
+def fake_pack_tree(tmp_path, commit: str):
+    """A target dir with a CUDA binary recorded as built from `commit`, and
+    CPU binaries to strip."""
+    target = tmp_path / "target"
+    (target / "cuda").mkdir(parents=True)
+    (target / "cuda" / "ferrox-server-cuda.xz").write_bytes(b"not really xz")
+    (target / "cuda" / "ferrox-server-cuda.commit").write_text(commit + "\n")
+    (target / "release").mkdir()
+    for b in ("ferrox-server", "ferrox-bench"):
+        shutil.copy("/bin/true", target / "release" / b)
+    return target
+
+
+@pytest.mark.parametrize("flags,ok", [([], False), (["--any-commit"], True)])
+def test_pack_refuses_a_cuda_binary_from_another_commit(tmp_path, flags, ok):
+    target = fake_pack_tree(tmp_path, "0" * 40)
+    env = {**os.environ, "CARGO_TARGET_DIR": str(target)}
+    done = subprocess.run([str(SCRIPT), "--pack", str(tmp_path / "bin"), *flags],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert (done.returncode == 0) == ok, done
+    if not ok:
+        assert "built from commit " + "0" * 40 in done.stderr, done.stderr
+        assert not (tmp_path / "bin" / "ferrox-server-cuda.xz").exists()
+
+
+def test_pack_takes_a_cuda_binary_from_this_commit(tmp_path):
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True, check=True).stdout.strip()
+    target = fake_pack_tree(tmp_path, head)
+    env = {**os.environ, "CARGO_TARGET_DIR": str(target)}
+    done = subprocess.run([str(SCRIPT), "--pack", str(tmp_path / "bin")],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done
+    assert (tmp_path / "bin" / "ferrox-server-cuda.xz").exists()

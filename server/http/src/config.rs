@@ -69,8 +69,8 @@ pub struct ServeConfig {
     pub port: u16,
     /// The name clients ask for; defaults to the model file's stem.
     pub served_model_name: String,
-    /// Most rows at once.
-    pub max_seqs: usize,
+    /// Most rows at once; `None` takes the plan's figure.
+    pub max_seqs: Option<usize>,
     /// KV pool size.
     pub kv: KvSizing,
     /// The device to run on.

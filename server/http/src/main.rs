@@ -151,9 +151,10 @@ struct ServeArgs {
     /// Model name clients use (default: the model file's stem).
     #[arg(long, env = "FERROX_SERVED_MODEL_NAME")]
     served_model_name: Option<String>,
-    /// Most sequences prefilling or decoding at once.
-    #[arg(long, env = "FERROX_MAX_SEQS", default_value_t = 16)]
-    max_seqs: usize,
+    /// Most sequences prefilling or decoding at once (default: the plan's
+    /// figure, at most 16 on CPU and 256 on GPU, as the operator plans).
+    #[arg(long, env = "FERROX_MAX_SEQS")]
+    max_seqs: Option<usize>,
     /// KV cache blocks in the pool (default: sized from the device's memory).
     #[arg(long, env = "FERROX_KV_BLOCKS", conflicts_with = "kv_cache_memory")]
     kv_blocks: Option<u64>,
@@ -286,7 +287,7 @@ enum Switch {
 impl ServeArgs {
     fn into_config(self) -> anyhow::Result<ServeConfig> {
         anyhow::ensure!(self.block_size > 0, "--block-size must be at least 1");
-        anyhow::ensure!(self.max_seqs > 0, "--max-seqs must be at least 1");
+        anyhow::ensure!(self.max_seqs != Some(0), "--max-seqs must be at least 1");
         anyhow::ensure!(self.prefill_chunk > 0, "--prefill-chunk must be at least 1");
         anyhow::ensure!(
             self.default_max_tokens > 0,

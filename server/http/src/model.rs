@@ -8,7 +8,11 @@ use ferrox_engine::{EngineConfig, PlanInfo};
 use ferrox_models::ModelInfo;
 use ferrox_models::attention::AttentionBackend;
 use ferrox_models::memory::DeviceMemory;
-use ferrox_plan::{DeviceKind, KvDtype, Plan, PlanConfig, plan, plan_for_blocks};
+use ferrox_models::memory::MemorySource;
+use ferrox_plan::{
+    DEFAULT_TYPICAL_SEQ_LEN, DeviceKind, KvDtype, MemoryKind, Plan, PlanConfig, plan_default,
+    plan_for_blocks,
+};
 
 use crate::config::{KvSizing, ServeConfig};
 use crate::state::Loaded;
@@ -27,7 +31,8 @@ pub struct Sizing {
     pub kv_dtype: KvDtype,
     /// The memory the plan was made from or checked against.
     pub memory: DeviceMemory,
-    /// What sized the pool: the memory's source, or the flag that did.
+    /// What sized the pool: the rule (`max-seqs-fit`, `memory-budget`) or
+    /// the flag that did.
     pub sized_by: &'static str,
 }
 
@@ -49,13 +54,19 @@ pub fn size(
         block_size: cfg.block_size as u64,
         prefill_chunk: cfg.prefill_chunk as u64,
         max_model_len: cfg.max_model_len.map(|n| n as u64),
-        max_seqs_cap: Some(cfg.max_seqs as u64),
+        max_seqs_cap: Some(cfg.max_seqs.map_or(device.default_max_seqs(), |n| n as u64)),
+        // As the operator counts: what sized the pool decides `max_seqs`
+        // for requests of this many tokens (admission reserves each one's own).
+        typical_seq_len: Some(DEFAULT_TYPICAL_SEQ_LEN),
         activation_reserve_bytes: activation,
         ..PlanConfig::for_device(device)
     };
     let block_bytes = (config.block_size * geometry.kv_bytes_per_token()).max(1);
     let (planned, sized_by) = match cfg.kv {
-        KvSizing::Device => (plan(&geometry, &config), memory.source.as_str()),
+        KvSizing::Device => match plan_default(&geometry, &config, memory_kind(memory.source)) {
+            Ok((p, rule)) => (Ok(p), rule.name()),
+            Err(e) => (Err(e), "memory-budget"),
+        },
         KvSizing::Blocks(n) => (plan_for_blocks(&geometry, &config, n), "kv-blocks"),
         KvSizing::Memory(bytes) => (
             plan_for_blocks(&geometry, &config, bytes / block_bytes),
@@ -73,7 +84,9 @@ pub fn size(
         )
     })?;
     let engine = EngineConfig {
-        max_seqs: cfg.max_seqs,
+        max_seqs: cfg
+            .max_seqs
+            .unwrap_or(usize::try_from(plan.max_seqs).context("max_seqs is too large")?),
         max_queue: cfg.max_queue,
         prefill_chunk: cfg.prefill_chunk,
         max_model_len: plan.max_model_len as usize,
@@ -108,6 +121,17 @@ impl Sizing {
             memory_source: self.memory.source.as_str().to_string(),
             max_seqs: self.engine.max_seqs,
             max_model_len: self.engine.max_model_len,
+        }
+    }
+}
+
+/// Free memory the server takes what it can use of; a limit or a GPU was
+/// set aside for it.
+fn memory_kind(source: MemorySource) -> MemoryKind {
+    match source {
+        MemorySource::MemInfo => MemoryKind::Free,
+        MemorySource::CgroupV2 | MemorySource::CgroupV1 | MemorySource::Cuda => {
+            MemoryKind::Reserved
         }
     }
 }
@@ -154,7 +178,7 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
             let shape = ferrox_models::profile::ProfileShape {
                 // No step holds more prompt than a sequence may.
                 prefill_chunk: cfg.prefill_chunk.min(sizing.engine.max_model_len),
-                max_seqs: cfg.max_seqs,
+                max_seqs: sizing.engine.max_seqs,
                 block_size: cfg.block_size,
             };
             let (llama, measured) = ferrox_models::profile::profile(
@@ -218,10 +242,10 @@ fn log_plan(s: &Sizing) {
         total_bytes = p.total_bytes(),
         memory_bytes = s.memory.bytes,
         memory_source = s.memory.source.as_str(),
-        sized_by = s.sized_by,
+        rule = s.sized_by,
         prefix_caching = s.engine.prefix_caching,
         max_model_len = p.max_model_len,
-        full_length_seqs = p.max_seqs,
+        plan_max_seqs = p.max_seqs,
         max_seqs = s.engine.max_seqs,
         "KV pool planned"
     );
@@ -231,7 +255,6 @@ fn log_plan(s: &Sizing) {
 mod tests {
     use std::time::Duration;
 
-    use ferrox_models::memory::MemorySource;
     use ferrox_models::{Format, ModelInfo};
     use ferrox_plan::{Footprint, Footprints};
 
@@ -272,7 +295,7 @@ mod tests {
             host: "127.0.0.1".into(),
             port: 0,
             served_model_name: "m".into(),
-            max_seqs: 4,
+            max_seqs: Some(4),
             kv,
             device: ferrox_models::device::DeviceChoice::Cpu,
             kv_dtype: KvDtypeChoice::Auto,
@@ -314,7 +337,7 @@ mod tests {
                 KvSizing::Device,
                 None,
                 gib,
-                Some(((gib / 2 - base) / 512, 256, "cgroup-v2")),
+                Some(((gib / 2 - base) / 512, 256, "memory-budget")),
             ),
             (KvSizing::Device, None, 2 * base, None),
             (
@@ -371,6 +394,64 @@ mod tests {
         let s = size(&info(), DeviceKind::Cpu, memory(gib), Some(measured), &cfg).unwrap();
         assert_eq!(s.plan.activation_reserve_bytes, measured);
         assert_eq!(s.engine.kv_blocks as u64, (gib / 2 - base) / 512 - 10);
+    }
+
+    #[test]
+    fn with_no_flags_free_memory_is_fitted_and_a_limit_is_the_budget() {
+        // 256 tokens a sequence is 16 blocks; 16 on CPU (no --max-seqs) x 16
+        // + 25% = 320 blocks, in 4 GiB of MemAvailable.
+        let gib = 1u64 << 30;
+        let no_cap = ServeConfig {
+            max_seqs: None,
+            ..serve_config(KvSizing::Device, None)
+        };
+        let at = |bytes, source| DeviceMemory { bytes, source };
+        for (source, device, want_fit) in [
+            (MemorySource::MemInfo, DeviceKind::Cpu, true),
+            (MemorySource::CgroupV2, DeviceKind::Cpu, false),
+            (MemorySource::Cuda, DeviceKind::Cuda, false),
+        ] {
+            let s = size(&info(), device, at(4 * gib, source), None, &no_cap).unwrap();
+            let (blocks, rule) = (s.engine.kv_blocks as u64, s.sized_by);
+            if want_fit {
+                assert_eq!((blocks, rule, s.engine.max_seqs), (320, "max-seqs-fit", 16));
+            } else {
+                // The whole budget: half of 4 GiB in 512-byte blocks, less
+                // reserves (32 MiB on CPU, 768 MiB on GPU).
+                assert!(
+                    blocks > (2 * gib - (800 << 20)) / 512,
+                    "{source:?} {blocks}"
+                );
+                assert_eq!(rule, "memory-budget", "{source:?}");
+                // The plan's figure: 16 (CPU) or 256 (GPU) sequences at most.
+                let cap = device.default_max_seqs() as usize;
+                assert_eq!(s.engine.max_seqs, cap, "{source:?}");
+            }
+            assert_eq!(s.info(&no_cap).kv_blocks, s.engine.kv_blocks);
+            assert_eq!(s.info(&no_cap).max_seqs, s.engine.max_seqs);
+        }
+        // Little MemAvailable: utilization bounds the fit.
+        let small = size(
+            &info(),
+            DeviceKind::Cpu,
+            at((64 << 20) + 200_000, MemorySource::MemInfo),
+            None,
+            &no_cap,
+        )
+        .unwrap();
+        assert_eq!(small.sized_by, "memory-budget");
+        assert!(small.engine.kv_blocks < 320);
+        // A given --max-seqs is what the fit counts and what the engine runs.
+        let four = serve_config(KvSizing::Device, None);
+        let s = size(
+            &info(),
+            DeviceKind::Cpu,
+            at(4 * gib, MemorySource::MemInfo),
+            None,
+            &four,
+        )
+        .unwrap();
+        assert_eq!((s.engine.kv_blocks, s.engine.max_seqs), (80, 4));
     }
 
     #[test]

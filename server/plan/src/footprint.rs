@@ -17,6 +17,17 @@ pub enum DeviceKind {
 }
 
 impl DeviceKind {
+    /// Concurrent sequences when none are asked for, on the server and in
+    /// the operator's plan alike: 16 on CPU, where every row of a decode step
+    /// costs compute (and 16 full 8k-token SmolLM2 sequences are 3 GB of KV);
+    /// vLLM's 256 on GPU.
+    pub fn default_max_seqs(self) -> u64 {
+        match self {
+            DeviceKind::Cpu => 16,
+            DeviceKind::Cuda => crate::DEFAULT_MAX_SEQS,
+        }
+    }
+
     /// Bytes the runtime itself takes on the device beyond weights, KV and
     /// activations: on CPU code, threads and allocator slack (measured: 32
     /// MiB, see docs/benchmarks.md); on CUDA the context and cuBLAS workspaces.

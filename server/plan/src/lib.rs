@@ -139,8 +139,56 @@ pub struct PlanConfig {
     pub typical_seq_len: Option<u64>,
 }
 
-/// The default cap on concurrent sequences (vLLM's `max_num_seqs` default).
+/// The cap on concurrent sequences of a [`PlanConfig`] that names none
+/// (vLLM's `max_num_seqs` default); callers that know the device take
+/// [`DeviceKind::default_max_seqs`].
 pub const DEFAULT_MAX_SEQS: u64 = 256;
+
+/// Tokens (prompt + completion) of a typical request, which `max_seqs` is
+/// counted for when the memory sized the pool (the operator's
+/// `typicalSeqLen` default, and the server's).
+pub const DEFAULT_TYPICAL_SEQ_LEN: u64 = 2048;
+
+/// The prefix cache's allowance over `max_seqs` full-length sequences, in
+/// percent: a quarter more blocks, so a full set of running sequences still
+/// leaves cached prefixes to share (a shared system prompt, a chat's earlier
+/// turns) instead of evicting them at once; more would be memory a host
+/// holds for a cache that rarely grows past a few prompts.
+pub const PREFIX_CACHE_ALLOWANCE_PERCENT: u64 = 25;
+
+/// Which rule sized the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SizingRule {
+    /// `max_seqs` full-length sequences plus the prefix cache's allowance
+    /// (memory the host has free, which the server need not take whole).
+    MaxSeqsFit,
+    /// The whole budget: `memory * utilization` less weights and reserves (a
+    /// container's limit or a GPU, sized for this server).
+    MemoryBudget,
+}
+
+impl SizingRule {
+    /// The name the log's plan line gives (`max-seqs-fit`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SizingRule::MaxSeqsFit => "max-seqs-fit",
+            SizingRule::MemoryBudget => "memory-budget",
+        }
+    }
+}
+
+/// Blocks `max_seqs` sequences of `max_model_len` tokens need, plus
+/// [`PREFIX_CACHE_ALLOWANCE_PERCENT`] (rounded up).
+pub fn fit_blocks(max_seqs: u64, max_model_len: u64, block_size: u64) -> u64 {
+    let seqs = max_seqs
+        .max(1)
+        .saturating_mul(blocks_for(max_model_len, block_size));
+    seqs.saturating_add(
+        seqs.saturating_mul(PREFIX_CACHE_ALLOWANCE_PERCENT)
+            .div_ceil(100),
+    )
+}
 
 /// The default prompt tokens per step (the server's `--prefill-chunk`).
 pub const DEFAULT_PREFILL_CHUNK: u64 = 512;
@@ -333,6 +381,40 @@ pub fn plan(geometry: &ModelGeometry, config: &PlanConfig) -> Result<Plan, PlanE
         },
         other => other,
     })
+}
+
+/// What a memory figure is to the server that plans in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryKind {
+    /// Memory the host has free for anyone (`MemAvailable`, no limit of
+    /// the server's own): the server takes what it can use of it.
+    Free,
+    /// Memory set aside for this server (a container's limit, a GPU): the
+    /// whole budget is the plan, as whoever set it sized it.
+    Reserved,
+}
+
+/// Plans with no pool size given. In [`MemoryKind::Reserved`] memory this is
+/// [`plan`]. In [`MemoryKind::Free`] memory the pool is what `max_seqs_cap`
+/// full-length sequences and the prefix cache's allowance need
+/// ([`fit_blocks`]), never more than [`plan`] finds in `memory *
+/// utilization`; the rule says which bound.
+pub fn plan_default(
+    geometry: &ModelGeometry,
+    config: &PlanConfig,
+    memory: MemoryKind,
+) -> Result<(Plan, SizingRule), PlanError> {
+    let budget = plan(geometry, config)?;
+    let fit = fit_blocks(
+        config.max_seqs_cap(),
+        budget.max_model_len,
+        config.block_size,
+    );
+    if memory == MemoryKind::Reserved || fit >= budget.kv_blocks {
+        return Ok((budget, SizingRule::MemoryBudget));
+    }
+    let fitted = from_blocks(geometry, config, budget.max_model_len, fit)?;
+    Ok((fitted, SizingRule::MaxSeqsFit))
 }
 
 /// Plans around a pool of exactly `kv_blocks` blocks (the server's

@@ -319,3 +319,100 @@ fn kv_dtype_names_round_trip() {
     }
     assert!("f8".parse::<KvDtype>().unwrap_err().contains("f16"));
 }
+
+#[test]
+fn the_default_pool_fits_max_seqs_in_free_memory_and_takes_a_reserved_budget() {
+    // SmolLM2-135M in f16 (23,040 bytes a token; 368,640 a block), 8,192
+    // tokens a sequence (512 blocks), on CPU: the server's defaults.
+    let geometry = ModelGeometry {
+        kv_dtype: KvDtype::F16,
+        ..smollm2_135m()
+    };
+    let at = |memory_bytes, utilization, cap: Option<u64>, typical| PlanConfig {
+        memory_bytes,
+        utilization,
+        max_seqs_cap: cap,
+        typical_seq_len: typical,
+        ..PlanConfig::default()
+    };
+    let budget = |c: &PlanConfig| plan(&geometry, c).unwrap().kv_blocks;
+    let cpu = DeviceKind::Cpu.default_max_seqs();
+    // (readings, kind, config, want blocks or None = the whole budget, max_seqs, rule)
+    let free_24g = at(24 * GIB, 0.9, Some(cpu), Some(DEFAULT_TYPICAL_SEQ_LEN));
+    let free_2g = at(2 * GIB, 0.9, Some(cpu), None);
+    let free_1_seq = at(24 * GIB, 0.9, Some(1), None);
+    let cgroup_8g = at(8 * GIB, 0.9, Some(cpu), Some(DEFAULT_TYPICAL_SEQ_LEN));
+    let cuda_free = PlanConfig {
+        activation_elem_bytes: 2,
+        overhead_bytes: DeviceKind::Cuda.runtime_overhead_bytes(),
+        ..at(80 * GIB, 0.9, Some(256), Some(DEFAULT_TYPICAL_SEQ_LEN))
+    };
+    use MemoryKind::*;
+    use SizingRule::*;
+    let cases = [
+        // meminfo: 16 x 512 blocks + 25% = 10,240, well under the budget.
+        (
+            "meminfo 24 GiB",
+            &free_24g,
+            Free,
+            Some(10_240),
+            16,
+            MaxSeqsFit,
+        ),
+        // One sequence: 512 + 128.
+        (
+            "meminfo, 1 seq",
+            &free_1_seq,
+            Free,
+            Some(640),
+            1,
+            MaxSeqsFit,
+        ),
+        // Little free memory: the utilization's budget is the bound.
+        ("meminfo 2 GiB", &free_2g, Free, None, 9, MemoryBudget),
+        // A cgroup v2 limit or a GPU's free memory: the whole budget.
+        (
+            "cgroup-v2 8 GiB",
+            &cgroup_8g,
+            Reserved,
+            None,
+            16,
+            MemoryBudget,
+        ),
+        ("cuda 80 GiB", &cuda_free, Reserved, None, 256, MemoryBudget),
+    ];
+    for (name, config, kind, want, max_seqs, rule) in cases {
+        let (p, got_rule) = plan_default(&geometry, config, kind).unwrap();
+        let want = want.unwrap_or_else(|| budget(config));
+        assert_eq!(
+            (p.kv_blocks, p.max_seqs, got_rule),
+            (want, max_seqs, rule),
+            "{name}"
+        );
+        assert!(p.kv_blocks <= budget(config), "{name}: over the budget");
+        assert_eq!(p.kv_budget_bytes, p.kv_blocks * 368_640, "{name}");
+    }
+    // The fit is the budget's when the budget is smaller: never more than
+    // utilization allows.
+    assert!(budget(&free_2g) < 10_240);
+    assert_eq!(SizingRule::MaxSeqsFit.name(), "max-seqs-fit");
+    assert_eq!(SizingRule::MemoryBudget.name(), "memory-budget");
+    // Too little memory for one sequence is refused either way.
+    let tiny = at(100 << 20, 0.9, Some(cpu), None);
+    for kind in [Free, Reserved] {
+        let e = plan_default(&geometry, &tiny, kind).unwrap_err();
+        assert!(matches!(e, PlanError::InsufficientMemory { .. }), "{e}");
+    }
+}
+
+#[test]
+fn fit_blocks_adds_a_quarter_rounded_up() {
+    for (seqs, len, block, want) in [
+        (16, 8192, 16, 10_240),
+        (1, 16, 16, 2),
+        (3, 100, 16, 27), // 3 x 7 = 21, + 6
+        (0, 16, 16, 2),   // at least one sequence
+    ] {
+        assert_eq!(fit_blocks(seqs, len, block), want, "{seqs} {len} {block}");
+    }
+}

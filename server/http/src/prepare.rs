@@ -44,6 +44,8 @@ pub struct ChoiceMeta {
     /// Its usage counts the prompt's tokens (a prompt's first choice: the
     /// others share that prompt).
     pub counts_prompt: bool,
+    /// Its prompt's length in tokens, for the usage so far.
+    pub prompt_tokens: usize,
 }
 
 /// How a request is answered.
@@ -55,6 +57,8 @@ pub struct Shape {
     pub stream: bool,
     /// End the stream with a usage chunk.
     pub include_usage: bool,
+    /// Every chunk carries the usage so far.
+    pub continuous_usage: bool,
     /// Return logprobs.
     pub logprobs: bool,
     /// Tool calls are read out of the answer (chat).
@@ -98,9 +102,11 @@ impl Prepared {
     pub fn requests(self, f: &dyn Frontend) -> (Vec<(GenerationRequest, ChoiceMeta)>, Shape) {
         let mut out = Vec::with_capacity(self.jobs.len() * self.n);
         for Job { req: first, echo } in self.jobs {
+            let prompt_tokens = first.prompt.len();
             let meta = |i: usize| ChoiceMeta {
                 echo: echo.clone(),
                 counts_prompt: i == 0,
+                prompt_tokens,
             };
             let others: Vec<_> = (1..self.n)
                 .map(|i| {
@@ -405,6 +411,7 @@ fn shape(knobs: &Knobs, logprobs: bool, kind: Kind) -> Shape {
         kind,
         stream: knobs.streaming(),
         include_usage: knobs.include_usage(),
+        continuous_usage: knobs.continuous_usage(),
         logprobs,
         tools: None,
     }

@@ -28,6 +28,10 @@ pub struct StreamOptions {
     /// Send a final chunk with usage.
     #[serde(default)]
     pub include_usage: bool,
+    /// With `include_usage`, every chunk also carries the usage so far
+    /// (vLLM extra).
+    #[serde(default)]
+    pub continuous_usage_stats: bool,
 }
 
 /// The sampling and stopping knobs both endpoints share.
@@ -183,6 +187,14 @@ impl Knobs {
         self.stream_options
             .as_ref()
             .is_some_and(|o| o.include_usage)
+    }
+
+    /// True when every chunk carries the usage so far: vLLM sends it only
+    /// when `include_usage` is set too.
+    pub fn continuous_usage(&self) -> bool {
+        self.stream_options
+            .as_ref()
+            .is_some_and(|o| o.include_usage && o.continuous_usage_stats)
     }
 }
 

@@ -15,7 +15,7 @@ use futures::{Stream, StreamExt};
 use crate::error::ApiError;
 use crate::frontend::Frontend;
 use crate::prepare::{ChoiceMeta, Shape};
-use crate::response::{Envelope, Logprobs};
+use crate::response::{Envelope, Logprobs, UsageBody};
 use crate::tool_parser::{ToolEvent, ToolStream, finish_reason};
 
 /// Each choice's events, tagged with its index; `None` once its
@@ -28,6 +28,8 @@ struct ChoiceState {
     first: bool,
     done: bool,
     offset: usize,
+    /// Tokens generated so far.
+    generated: usize,
     /// Its echo, and whether its usage counts its prompt.
     meta: ChoiceMeta,
     /// Reads tool calls out of the text, when the request has tools.
@@ -144,6 +146,7 @@ impl Cursor {
                     _ => None,
                 };
                 self.choices[i].offset += text.len();
+                self.choices[i].generated += 1;
                 self.text(i, &text, lp);
             }
             Event::Done {
@@ -151,6 +154,10 @@ impl Cursor {
                 text,
                 usage,
             } => {
+                // Counted first, so that this choice's last chunks carry its
+                // final usage.
+                self.choices[i].meta.add_usage(&mut self.usage, &usage);
+                self.choices[i].done = true;
                 let calls = match self.choices[i].tools.as_mut() {
                     Some(tools) => {
                         let mut events = tools.push(&text);
@@ -167,8 +174,6 @@ impl Cursor {
                     }
                 };
                 self.push(i, "", Some(finish_reason(reason.as_str(), calls)), None);
-                self.choices[i].meta.add_usage(&mut self.usage, &usage);
-                self.choices[i].done = true;
                 if self.choices.iter().all(|c| c.done) {
                     self.finish();
                 }
@@ -196,14 +201,37 @@ impl Cursor {
         for e in events {
             let chunk = self.env.tool_chunk(i, &e, self.choices[i].first);
             self.choices[i].first = false;
-            self.ready.push(chunk.to_string());
+            self.send(chunk);
         }
     }
 
     fn push(&mut self, i: usize, text: &str, finish: Option<&str>, lp: Option<serde_json::Value>) {
         let chunk = self.env.chunk(i, text, self.choices[i].first, finish, lp);
         self.choices[i].first = false;
+        self.send(chunk);
+    }
+
+    /// Queues a choice's chunk, with the usage so far when every chunk
+    /// carries it (`continuous_usage_stats`).
+    fn send(&mut self, mut chunk: serde_json::Value) {
+        if self.shape.continuous_usage {
+            chunk["usage"] = serde_json::json!(UsageBody::from(self.usage_so_far()));
+        }
         self.ready.push(chunk.to_string());
+    }
+
+    /// The finished choices' usage and the running ones' prompts and tokens
+    /// so far: it only grows, and once every choice is done it is the final
+    /// usage.
+    fn usage_so_far(&self) -> Usage {
+        let mut u = self.usage;
+        for c in self.choices.iter().filter(|c| !c.done) {
+            if c.meta.counts_prompt {
+                u.prompt_tokens += c.meta.prompt_tokens;
+            }
+            u.completion_tokens += c.generated;
+        }
+        u
     }
 
     fn finish(&mut self) {

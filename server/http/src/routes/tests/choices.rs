@@ -135,3 +135,57 @@ async fn logit_bias_steers_the_fake_model_and_bad_biases_are_400s() {
         assert_eq!(e["param"], "logit_bias");
     }
 }
+
+#[tokio::test]
+async fn continuous_usage_grows_chunk_by_chunk_to_the_final_usage() {
+    let (addr, _s) = serve(engine_config(), 0).await;
+    let opts = r#""stream": true, "stream_options": {"include_usage": true, "continuous_usage_stats": true}"#;
+    let bodies = [
+        (
+            "/v1/completions",
+            format!(r#"{{"prompt": [1, 2], "max_tokens": 4, "n": 2, {opts}}}"#),
+        ),
+        (
+            "/v1/chat/completions",
+            format!(
+                r#"{{"messages": [{{"role": "user", "content": "x"}}], "max_tokens": 3, {opts}}}"#
+            ),
+        ),
+    ];
+    for (path, body) in bodies {
+        let (status, text) = request(addr, "POST", path, &body).await;
+        assert_eq!(status, 200, "{text}");
+        let chunks = chunks(&text);
+        let (last, choice_chunks) = chunks.split_last().unwrap();
+        assert!(last["choices"].as_array().unwrap().is_empty(), "{last}");
+        let final_usage = &last["usage"];
+        let mut previous = 0;
+        for c in choice_chunks {
+            let u = &c["usage"];
+            let completion = u["completion_tokens"].as_u64().unwrap();
+            assert!(completion >= previous, "{path}: {text}");
+            assert_eq!(u["prompt_tokens"], final_usage["prompt_tokens"], "{c}");
+            assert_eq!(
+                u["total_tokens"].as_u64().unwrap(),
+                u["prompt_tokens"].as_u64().unwrap() + completion
+            );
+            previous = completion;
+        }
+        assert!(choice_chunks.len() > 2, "{text}");
+        assert_eq!(
+            &choice_chunks.last().unwrap()["usage"],
+            final_usage,
+            "{path}"
+        );
+        assert!(final_usage["completion_tokens"].as_u64().unwrap() > 1);
+    }
+    // Without include_usage it is off, as in vLLM.
+    let body = r#"{"prompt": [1], "max_tokens": 2, "stream": true,
+        "stream_options": {"continuous_usage_stats": true}}"#;
+    let (status, text) = request(addr, "POST", "/v1/completions", body).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        chunks(&text).iter().all(|c| c.get("usage").is_none()),
+        "{text}"
+    );
+}

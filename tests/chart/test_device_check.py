@@ -7,6 +7,7 @@ import py_compile
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -115,3 +116,143 @@ def test_pack_takes_a_cuda_binary_from_this_commit(tmp_path):
                           capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0, done
     assert (tmp_path / "bin" / "ferrox-server-cuda.xz").exists()
+
+
+import report  # noqa: E402
+import sequence  # noqa: E402
+from server import Server  # noqa: E402
+
+
+class FakeSteps:
+    """sequence.run's steps, each a row; the ones named in `fail` raise
+    (`tiny_run:cuda`, `start_big:paged`, `bench:16`, ...)."""
+
+    def __init__(self, r, fail=(), left=1000.0):
+        self.r, self.fail, self.left = r, set(fail), left
+        self.streams, self.big_section = [1, 16, 64], "a 8B"
+        self.calls = []
+
+    def _step(self, name, row=None):
+        self.calls.append(name)
+        if name in self.fail or name.split(":")[0] in self.fail:
+            raise RuntimeError(f"{name} failed")
+        if row:
+            self.r.add(*row)
+        return name
+
+    def time_left(self):
+        return self.left
+
+    def machine(self):
+        return self._step("machine")
+
+    def write_tiny(self):
+        return self._step("write_tiny")
+
+    def tiny_run(self, role):
+        return self._step(f"tiny_run:{role}")
+
+    def tiny_reference(self):
+        return self._step("tiny_reference")
+
+    def compare_tiny(self, expected, got, runs):
+        self._step(f"compare:{got}-{expected}", ("a tiny", f"{got} vs {expected}", "ok"))
+
+    def write_big(self):
+        return self._step("write_big")
+
+    def big_reference(self):
+        return self._step("big_reference")
+
+    def start_big(self, backend):
+        return self._step(f"start_big:{backend}", ("a 8B", f"loaded {backend}", "ok"))
+
+    def against_reference(self, big, expected):
+        self._step(f"against_reference:{big}", ("a 8B", f"vs reference on {big}", "ok"))
+
+    def bench(self, big, n, label):
+        self._step(f"bench:{n}", ("b bench", f"{label}{n} streams", "ok"))
+
+    def memory(self, big):
+        self._step(f"memory:{big}", ("c memory", f"memory on {big}", "ok"))
+
+    def stop(self, big):
+        self._step(f"stop:{big}")
+
+
+def run_fake(tmp_path, **kw):
+    live = tmp_path / "out" / "device-check.txt"
+    r = report.Report("fake", live=live)
+    steps = FakeSteps(r, **kw)
+    sequence.run(r, steps)
+    lines = live.read_text().splitlines()
+    # Every row is in the file as it was made, in order.
+    assert lines[0] == "fake"
+    assert lines[1:] == [f"[{x.section}] {x.what}: {x.figure} [{x.verdict}]" for x in r.rows]
+    return steps, [x.what for x in r.rows]
+
+
+ALL_BENCHES = ["1 streams", "16 streams", "64 streams"]
+
+
+@pytest.mark.parametrize("fail,ran,not_ran", [
+    # Nothing fails: every step, the gather bench at the middle count last.
+    ((), ALL_BENCHES + ["memory on start_big:paged", "gather path, 16 streams"], []),
+    # Each later step still runs when one before it fails.
+    (("machine",), ALL_BENCHES + ["memory on start_big:paged"], []),
+    (("tiny_run:cuda",), ALL_BENCHES, ["call:compare:cuda-cpu", "call:compare:cuda-gather"]),
+    (("tiny_run:cpu",), ["cuda vs reference"] + ALL_BENCHES, ["call:compare:cpu-reference"]),
+    (("tiny_reference",), ["cuda vs cpu"] + ALL_BENCHES, []),
+    (("big_reference",), ALL_BENCHES + ["memory on start_big:paged"],
+     ["vs reference on start_big:paged"]),
+    (("against_reference",), ALL_BENCHES + ["memory on start_big:paged"], []),
+    (("bench:1",), ["16 streams", "64 streams", "memory on start_big:paged",
+                    "gather path, 16 streams"], []),
+    (("memory",), ALL_BENCHES + ["gather path, 16 streams"], []),
+    # The paged server failing: comparison, benches and memory on the gather path.
+    (("start_big:paged",), ["fallback", "vs reference on start_big:gather",
+                            "gather path, 1 streams", "gather path, 16 streams",
+                            "gather path, 64 streams", "memory on start_big:gather"],
+     ["1 streams"]),
+    # Both tiny CUDA roles failing skips only the 8B steps.
+    (("tiny_run:cuda", "tiny_run:gather"), ["cpu vs reference", "skipped"], ALL_BENCHES),
+    (("write_tiny",), ["skipped"], ALL_BENCHES),
+])
+def test_a_failing_step_does_not_skip_the_later_ones(tmp_path, fail, ran, not_ran):
+    steps, rows = run_fake(tmp_path, fail=fail)
+    for what in ran:
+        assert what in rows, (fail, rows)
+    for what in not_ran:
+        if what.startswith("call:"):
+            assert what[5:] not in steps.calls, (fail, steps.calls)
+        else:
+            assert what not in rows, (fail, rows)
+    # Every 8B server started is stopped.
+    started = [c.split(":", 1)[1] for c in steps.calls if c.startswith("start_big:")
+               and c not in fail]
+    assert [c for c in steps.calls if c.startswith("stop:")] == \
+        [f"stop:start_big:{b}" for b in started]
+    if "tiny_run:gather" in fail or "write_tiny" in fail:
+        assert "write_big" not in steps.calls
+
+
+def test_the_gather_bench_is_skipped_without_the_time_for_a_second_load(tmp_path):
+    steps, rows = run_fake(tmp_path, left=sequence.GATHER_BENCH_NEEDS - 1)
+    assert "gather path" in rows and "gather path, 16 streams" not in rows
+    assert "start_big:gather" not in steps.calls
+
+
+def test_a_server_that_never_gets_ready_is_cut_at_its_wait(tmp_path):
+    # A "server" that ignores SIGTERM and never answers: the wait ends at its
+    # limit and the process is gone after (killed when SIGTERM is ignored).
+    fake = tmp_path / "hangs"
+    fake.write_text("#!/usr/bin/env python3\nimport signal, time\n"
+                    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(600)\n")
+    fake.chmod(0o755)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="not ready after 2 s"):
+        Server(str(fake), tmp_path, tmp_path / "hangs.log", [], ready_timeout=2)
+    took = time.monotonic() - started
+    assert took < 2 + 5 + 3, took  # the wait, then SIGTERM's 5 s grace, then the kill
+    gone = subprocess.run(["pgrep", "-f", str(fake)], capture_output=True)
+    assert gone.returncode == 1, gone.stdout

@@ -3,18 +3,22 @@
 server on a tiny model, and against a plain-torch reference forward on
 random weights of Llama-3.1-8B's geometry; (b) ferrox-bench at 1, 16 and 64
 streams; (c) the server's plan against the memory the device reports in use,
-and no KV block left reserved. One table at the end ($OUT/device-check.txt).
+and no KV block left reserved. Each row goes to $OUT/device-check.txt as it
+is found, the table after them at the end; the order of the steps and what a
+failure skips are sequence.py's.
 
 `--cpu`: a dry run here, torch on the CPU, the tiny model in every role, the
 CPU binaries as both servers; the memory in use is the process's RSS."""
 
 import argparse
+import importlib.metadata
 import lzma
 import os
 import pathlib
 import random
 import shutil
 import signal
+import subprocess
 import tempfile
 import time
 
@@ -24,6 +28,7 @@ import agreement
 import llama_files
 import memory
 import reference
+import sequence
 from bench import run_bench
 from report import FAIL, Report
 from server import Server
@@ -32,6 +37,8 @@ STEPS = 16  # greedy tokens compared
 # Issue 9's speed aims on one H200, aggregate tok/s by streams (a figure, not a verdict).
 AIMS = {1: 160, 64: 3700}
 PROMPT = 32  # prompt tokens (ids) of the comparisons
+# Seconds a server may take to be ready (tiny model, 8B) and one bench run.
+TINY_START, BIG_START, BENCH_CAP = 60, 180, 90
 
 
 class Stopped(BaseException):
@@ -62,7 +69,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--cuda-server", required=True, help="the CUDA ferrox-server (may be .xz)")
     p.add_argument("--cpu-server", required=True, help="a CPU ferrox-server (may be .xz)")
     p.add_argument("--bench", required=True, help="ferrox-bench (may be .xz)")
-    p.add_argument("--work", help="folder for the models (default: /dev/shm if it has room)")
+    p.add_argument("--work", help="folder for the models (default: the one of /dev/shm, the temp folder and the checkout with the most free space)")
     p.add_argument("--streams", default="1,16,64")
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--output-len", type=int, default=128)
@@ -87,28 +94,26 @@ def unpack(path: str, into: pathlib.Path) -> str:
     return str(dst)
 
 
-def work_dir(arg: str | None, need: int) -> pathlib.Path:
+BIG_GIB = 17.2  # the 8B model's bf16 files and a margin: the work folder's least free space
+
+
+def work_dir(arg: str | None, need: int, root: pathlib.Path) -> tuple:
+    """(folder for the models, the df row): `--work`, else whichever of
+    /dev/shm, the temp folder and the checkout has the most free space; a
+    clear stop when even that is under `need`."""
     if arg:
-        base = pathlib.Path(arg)
+        candidates = [pathlib.Path(arg)]
+        candidates[0].mkdir(parents=True, exist_ok=True)
     else:
-        shm = pathlib.Path("/dev/shm")
-        roomy = shm.is_dir() and shutil.disk_usage(shm).free > need * 1.2
-        base = shm if roomy else pathlib.Path(tempfile.gettempdir())
-    base.mkdir(parents=True, exist_ok=True)
-    return pathlib.Path(tempfile.mkdtemp(prefix="ferrox-device-check-", dir=base))
-
-
-def write_model(r: Report, section: str, dir: pathlib.Path, g, device) -> dict:
-    started = time.monotonic()
-    weights = llama_files.write(dir, g, device)
-    if device != "cpu":
-        torch.cuda.synchronize()
-    secs = time.monotonic() - started
-    size = (dir / "model.safetensors").stat().st_size
-    r.add(section, "random weights written",
-          f"{g.params() / 1e9:.3f} B params, {size / 1e9:.2f} GB bf16 in {secs:.1f} s "
-          f"({size / 1e9 / max(secs, 1e-9):.2f} GB/s) to {dir.parent}")
-    return weights
+        candidates = [p for p in (pathlib.Path("/dev/shm"), pathlib.Path(tempfile.gettempdir()),
+                                  root) if p.is_dir()]
+    free = {p: shutil.disk_usage(p).free for p in candidates}
+    base = max(candidates, key=lambda p: free[p])
+    df = "; ".join(f"{p} {free[p] / 1e9:.1f} GB free" for p in candidates)
+    if free[base] < need:
+        raise SystemExit(f"device-check: no folder has {need / 1e9:.1f} GB free for the models ({df})")
+    return pathlib.Path(tempfile.mkdtemp(prefix="ferrox-device-check-", dir=base)), \
+        f"{df}; models in {base}"
 
 
 def prompt_ids(g) -> list:
@@ -116,147 +121,185 @@ def prompt_ids(g) -> list:
     return [rng.randrange(len(llama_files.SPECIALS), g.vocab) for _ in range(PROMPT)]
 
 
-def greedy_of(s: Server, prompt: list, ids: dict, d: Deadline) -> list:
-    response = s.complete(prompt, STEPS, 5, d.left(120))
-    return agreement.server_steps(response, ids)
+class Big:
+    """An 8B server and what its memory check measures beside it."""
+
+    def __init__(self, server: Server, before: int, cpu: bool):
+        self.server, self.before = server, before
+        self.peak = memory.Peak(server.proc.pid, cpu, before)
 
 
-def tiny_servers(a, r: Report, bins: dict, model: pathlib.Path, weights: dict,
-                 logs: pathlib.Path, d: Deadline) -> None:
-    """(a) the CUDA server against the CPU server on the tiny model, and each
-    against the reference (which of the two is off, when they differ)."""
-    g, cuda = llama_files.TINY, "cpu (in the cuda role)" if a.cpu else "cuda"
-    ids = {w: i for i, w in enumerate(llama_files.vocab(g))}
-    flags = ["--kv-cache-memory", "64MiB", "--max-seqs", "4", "--max-model-len", "512"]
-    prompt = prompt_ids(g)
-    runs = {}
-    gpu = "cpu" if a.cpu else "cuda"
-    # The CUDA build twice: its paged-attention kernel, and the gather path.
-    roles = (("cpu", "cpu", "cpu", []), ("cuda", "cuda", gpu, []),
-             ("gather", "cuda", gpu, ["--attention-backend", "gather"]))
-    for role, binary, device, extra in roles:
-        s = Server(bins[binary], model, logs / f"tiny-{role}.log",
-                   flags + ["--device", device] + extra, d.left(120))
+class Steps:
+    """The real steps of `sequence.run`, on this machine's device."""
+
+    def __init__(self, a, r: Report, bins: dict, work: pathlib.Path, logs: pathlib.Path,
+                 d: Deadline):
+        self.a, self.r, self.bins, self.work, self.logs, self.d = a, r, bins, work, logs, d
+        self.device = "cpu" if a.cpu else "cuda"
+        self.streams = [int(x) for x in a.streams.split(",")]
+        self.big_section = "a 8B (tiny)" if a.cpu else "a 8B"
+        self.g = llama_files.TINY if a.cpu else llama_files.LLAMA_8B
+        self.tiny_dir = work / "tiny"
+        # In the dry run the 8B's steps run on the tiny model.
+        self.big_dir = self.tiny_dir if a.cpu else work / "llama-8b"
+        self.weights: dict = {}
+
+    def time_left(self) -> float:
+        return self.d.end - time.monotonic()
+
+    def machine(self) -> str:
+        return memory.machine(self.a.cpu)
+
+    def _write(self, section: str, dir: pathlib.Path, g) -> dict:
+        started = time.monotonic()
+        weights = llama_files.write(dir, g, self.device)
+        if self.device != "cpu":
+            torch.cuda.synchronize()
+        secs = time.monotonic() - started
+        size = (dir / "model.safetensors").stat().st_size
+        self.r.add(section, "random weights written",
+                   f"{g.params() / 1e9:.3f} B params, {size / 1e9:.2f} GB bf16 in {secs:.1f} s "
+                   f"({size / 1e9 / max(secs, 1e-9):.2f} GB/s) to {dir.parent}")
+        return weights
+
+    def write_tiny(self) -> bool:
+        self.weights["tiny"] = self._write("a tiny", self.tiny_dir, llama_files.TINY)
+        return True
+
+    def _ids(self, g) -> dict:
+        return {w: i for i, w in enumerate(llama_files.vocab(g))}
+
+    def tiny_run(self, role: str) -> list:
+        binary, extra = ("cpu", []) if role == "cpu" else ("cuda", [])
+        if role == "gather":
+            extra = ["--attention-backend", "gather"]
+        device = "cpu" if role == "cpu" or self.a.cpu else "cuda"
+        flags = ["--kv-cache-memory", "64MiB", "--max-seqs", "4", "--max-model-len", "512",
+                 "--device", device, *extra]
+        s = Server(self.bins[binary], self.tiny_dir, self.logs / f"tiny-{role}.log", flags,
+                   self.d.left(TINY_START))
         try:
-            runs[role] = greedy_of(s, prompt, ids, d)
+            response = s.complete(prompt_ids(llama_files.TINY), STEPS, 5, self.d.left(60))
+            return agreement.server_steps(response, self._ids(llama_files.TINY))
         finally:
             s.stop()
-    ref = agreement.reference_steps(reference.greedy(weights, g, prompt, STEPS))
-    for what, expected, got in ((f"{cuda} server vs cpu server", runs["cpu"], runs["cuda"]),
-                                ("cpu server vs reference", ref, runs["cpu"]),
-                                (f"{cuda} server vs reference", ref, runs["cuda"]),
-                                (f"{cuda} paged kernel vs gather path", runs["gather"],
-                                 runs["cuda"])):
-        agree = agreement.compare(expected, got, a.tie_tol)
-        r.check("a tiny", f"{what}, greedy + top-5", agree.figure(), agree.ok(a.lp_tol))
 
+    def tiny_reference(self) -> list:
+        g = llama_files.TINY
+        return agreement.reference_steps(
+            reference.greedy(self.weights["tiny"], g, prompt_ids(g), STEPS))
 
-def reference_run(a, r: Report, weights: dict, g, section: str) -> list:
-    started = time.monotonic()
-    greedy = agreement.reference_steps(reference.greedy(weights, g, prompt_ids(g), STEPS))
-    r.add(section, "reference forward (plain torch, f32)",
-          f"{STEPS} greedy tokens in {time.monotonic() - started:.1f} s")
-    return greedy
+    def compare_tiny(self, expected: str, got: str, runs: dict) -> None:
+        name = {"cuda": "cpu (in the cuda role)" if self.a.cpu else "cuda", "cpu": "cpu",
+                "reference": "reference"}
+        what = (f"{name['cuda']} paged kernel vs gather path" if expected == "gather"
+                else f"{name[got]} server vs {name[expected]}"
+                + ("" if expected == "reference" else " server"))
+        agree = agreement.compare(runs[expected], runs[got], self.a.tie_tol)
+        self.r.check("a tiny", f"{what}, greedy + top-5", agree.figure(),
+                     agree.ok(self.a.lp_tol))
 
+    def write_big(self) -> bool:
+        if self.a.cpu:
+            self.weights["big"] = self.weights.get("tiny") or self._write(
+                self.big_section, self.tiny_dir, llama_files.TINY)
+        else:
+            self.weights.pop("tiny", None)
+            self.weights["big"] = self._write(self.big_section, self.big_dir, self.g)
+        return True
 
-def big_server(a, bins: dict, model: pathlib.Path, logs: pathlib.Path, d: Deadline,
-               backend: str = "paged") -> Server:
-    streams = max(int(s) for s in a.streams.split(","))
-    flags = ["--max-seqs", str(streams), "--attention-backend", backend]
-    if a.cpu:
-        # The plan's default takes 90% of the host: too much for a shared machine.
-        flags += ["--device", "cpu", "--kv-cache-memory", "256MiB", "--max-model-len", "1024"]
-    else:
-        # The plan's default: 90% of the GPU's free memory.
-        flags += ["--device", "cuda", "--max-model-len", "4096"]
-    return Server(bins["cuda"], model, logs / f"big-server-{backend}.log", flags, d.left(300))
+    def big_reference(self) -> list:
+        # The reference takes the weights and drops them: the server gets the GPU.
+        weights = self.weights.pop("big")
+        started = time.monotonic()
+        greedy = agreement.reference_steps(reference.greedy(weights, self.g, prompt_ids(self.g),
+                                                            STEPS))
+        del weights
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+        self.r.add(self.big_section, "reference forward (plain torch, f32)",
+                   f"{STEPS} greedy tokens in {time.monotonic() - started:.1f} s")
+        return greedy
 
+    def start_big(self, backend: str) -> Big:
+        self.weights.pop("big", None)
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+        flags = ["--max-seqs", str(max(self.streams)), "--attention-backend", backend]
+        if self.a.cpu:
+            # The plan's default would size the pool from the shared host's memory.
+            flags += ["--device", "cpu", "--kv-cache-memory", "256MiB", "--max-model-len", "1024"]
+        else:
+            # The plan's default: 90% of the GPU's free memory.
+            flags += ["--device", "cuda", "--max-model-len", "4096"]
+        before = memory.device_used(self.a.cpu)
+        started = time.monotonic()
+        s = Server(self.bins["cuda"], self.big_dir, self.logs / f"big-server-{backend}.log", flags,
+                   self.d.left(BIG_START))
+        self.r.add(self.big_section, f"server loaded ({backend})",
+                   f"{time.monotonic() - started:.1f} s; {s.device_line()}")
+        return Big(s, before, self.a.cpu)
 
-def against_reference(a, r: Report, s: Server, expected: list, g, section: str,
-                      d: Deadline) -> None:
-    ids = {w: i for i, w in enumerate(llama_files.vocab(g))}
-    got = greedy_of(s, prompt_ids(g), ids, d)
-    agree = agreement.compare(expected, got, a.tie_tol)
-    r.check(section, "server vs reference, greedy + top-5", agree.figure(), agree.ok(a.lp_tol))
+    def against_reference(self, big: Big, expected: list) -> None:
+        response = big.server.complete(prompt_ids(self.g), STEPS, 5, self.d.left(120))
+        got = agreement.server_steps(response, self._ids(self.g))
+        agree = agreement.compare(expected, got, self.a.tie_tol)
+        self.r.check(self.big_section, "server vs reference, greedy + top-5", agree.figure(),
+                     agree.ok(self.a.lp_tol))
 
-
-def benches(a, r: Report, bins: dict, s: Server, d: Deadline, streams: list | None = None,
-            label: str = "") -> None:
-    """(b) aggregate tok/s, TTFT and ITL at each stream count."""
-    for n in streams or [int(x) for x in a.streams.split(",")]:
-        try:
-            b = run_bench(bins["bench"], s.url, s.name, n, a.prompt_len, a.output_len,
-                          d.left(150))
-        except Exception as e:  # noqa: BLE001 - the table says what failed
-            r.add("b bench", f"{n} streams", f"{type(e).__name__}: {e}", FAIL)
-            continue
+    def bench(self, big: Big, n: int, label: str) -> None:
+        """(b) aggregate tok/s, TTFT and ITL at `n` streams."""
+        a = self.a
+        b = run_bench(self.bins["bench"], big.server.url, big.server.name, n, a.prompt_len,
+                      a.output_len, self.d.left(BENCH_CAP))
         ok = b["failed"] == 0 and b["ok"] > 0
         aim = "" if a.cpu or n not in AIMS else (
             f"; aim {AIMS[n]}: {'met' if b['tok_s'] >= AIMS[n] else 'not met'}")
-        r.check("b bench", f"{label}{n} streams x {a.output_len} tokens ({a.prompt_len}-word prompt)",
-                f"{b['tok_s']:.1f} tok/s; TTFT p50 {b['ttft_p50']:.0f} ms p99 "
-                f"{b['ttft_p99']:.0f} ms; ITL p50 {b['itl_p50']:.1f} ms p99 {b['itl_p99']:.1f} ms;"
-                f" {b['ok']} ok {b['failed']} failed{aim}", ok)
+        self.r.check("b bench", f"{label}{n} streams x {a.output_len} tokens ({a.prompt_len}-word"
+                     " prompt)",
+                     f"{b['tok_s']:.1f} tok/s; TTFT p50 {b['ttft_p50']:.0f} ms p99 "
+                     f"{b['ttft_p99']:.0f} ms; ITL p50 {b['itl_p50']:.1f} ms p99 "
+                     f"{b['itl_p99']:.1f} ms; {b['ok']} ok {b['failed']} failed{aim}", ok)
+
+    def memory(self, big: Big) -> None:
+        memory.check(self.r, big.server, big.before, self.a.cpu, big.peak)
+
+    def stop(self, big: Big) -> None:
+        big.peak.stop()
+        big.server.stop()
 
 
-def run(a, r: Report, bins: dict, work: pathlib.Path, logs: pathlib.Path, d: Deadline) -> None:
-    device = "cpu" if a.cpu else "cuda"
-    r.add("run", "machine", memory.machine(a.cpu))
-    tiny = work / "tiny"
-    tiny_weights = write_model(r, "a tiny", tiny, llama_files.TINY, device)
-    section(r, "a tiny", lambda: tiny_servers(a, r, bins, tiny, tiny_weights, logs, d))
-    if a.cpu:
-        # The 8B's steps, on the tiny model.
-        g, big, weights, sec = llama_files.TINY, tiny, tiny_weights, "a 8B (tiny)"
-    else:
-        del tiny_weights
-        g, big, sec = llama_files.LLAMA_8B, work / "llama-8b", "a 8B"
-        weights = write_model(r, sec, big, g, device)
-    # The reference takes the weights and drops them: the server gets the GPU.
-    held = {"weights": weights}
-    del weights
-    expected = section(r, sec, lambda: reference_run(a, r, held.pop("weights"), g, sec))
-    if device == "cuda":
-        torch.cuda.empty_cache()
-    before = memory.device_used(a.cpu)
-    started = time.monotonic()
-    s = section(r, sec, lambda: big_server(a, bins, big, logs, d))
-    if s is None:
-        return
-    try:
-        r.add(sec, "server loaded", f"{time.monotonic() - started:.1f} s; {s.device_line()}")
-        if expected is not None:
-            section(r, sec, lambda: against_reference(a, r, s, expected, g, sec, d))
-        peak = memory.Peak(s.proc.pid, a.cpu, before)
-        benches(a, r, bins, s, d)
-        section(r, "c memory", lambda: memory.check(r, s, before, a.cpu, peak))
-    finally:
-        s.stop()
-    section(r, "b bench", lambda: gather_bench(a, r, bins, big, logs, d))
+def preflight(r: Report, bins: dict, cpu: bool) -> None:
+    """What the binaries will run against: the driver's CUDA, the CUDA wheels'
+    versions, and `ldd` of each unpacked binary (a stop, exit 2, naming what
+    is missing)."""
+    if not cpu:
+        r.add("run", "driver", memory.driver_cuda())
+    r.add("run", "CUDA wheels", wheel_versions())
+    for name, path in bins.items():
+        done = subprocess.run(["ldd", path], capture_output=True, text=True, timeout=30)
+        missing = sorted({l.split()[0] for l in done.stdout.splitlines() if "not found" in l})
+        if missing:
+            raise Unrunnable(f"{path} needs {', '.join(missing)}: not found on the loader's path "
+                             "(LD_LIBRARY_PATH)")
 
 
-def gather_bench(a, r: Report, bins: dict, model: pathlib.Path, logs: pathlib.Path,
-                 d: Deadline) -> None:
-    """The paged kernel's gain: the gather path at the middle stream count,
-    when the run has time left for a second load."""
-    counts = [int(x) for x in a.streams.split(",")]
-    if d.left(600) < 240:
-        r.add("b bench", "gather path", "skipped: under 240 s of the run left")
-        return
-    s = big_server(a, bins, model, logs, d, backend="gather")
-    try:
-        benches(a, r, bins, s, d, [counts[len(counts) // 2]], "gather path, ")
-    finally:
-        s.stop()
+class Unrunnable(Exception):
+    """A binary cannot run here: the check stops with exit 2."""
 
 
-def section(r: Report, name: str, step):
-    """Runs `step`; a failure is a FAIL row, and the run goes on."""
-    try:
-        return step()
-    except Exception as e:  # noqa: BLE001 - the table says what failed
-        r.add(name, "error", f"{type(e).__name__}: {str(e)[-600:]}", FAIL)
-        return None
+def wheel_versions() -> str:
+    found = []
+    for base in ("nvidia-cuda-nvrtc", "nvidia-cublas", "nvidia-cuda-runtime"):
+        for name in (base, f"{base}-cu13", f"{base}-cu12"):
+            try:
+                found.append(f"{name} {importlib.metadata.version(name)}")
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+        else:
+            found.append(f"{base} not installed")
+    return ", ".join(found)
 
 
 def main() -> int:
@@ -270,32 +313,39 @@ def main() -> int:
     if a.cpu:
         # The dry run's host is shared: more threads only spin against each other.
         torch.set_num_threads(1)
-    need = 0 if a.cpu else 2 * llama_files.LLAMA_8B.params() + (1 << 30)
-    work = work_dir(a.work, need)
+    root = pathlib.Path(__file__).resolve().parents[2]
+    work, df = work_dir(a.work, 0 if a.cpu else int(BIG_GIB * 1e9), root)
     out = pathlib.Path(os.environ["OUT"]) if os.environ.get("OUT") else None
-    logs = work / "logs"
-    logs.mkdir()
+    # Logs straight to $OUT (at most 5 files), so a cut run still brings them back.
+    logs = out or work / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
     title = (f"ferrox device check ({'--cpu dry run' if a.cpu else torch.cuda.get_device_name()}"
              f", torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M:%S %Z')})")
-    r = Report(title)
+    r = Report(title, live=out / "device-check.txt" if out else None)
+    r.add("run", "disk", df)
+    code = 0
     try:
-        bins = {k: unpack(v, work) for k, v in
+        # On disk beside the packed binaries, not in the model folder (/dev/shm may be noexec).
+        unpacked = root / ".device-bin" / "unpacked"
+        unpacked.mkdir(parents=True, exist_ok=True)
+        bins = {k: unpack(v, unpacked) for k, v in
                 (("cuda", a.cuda_server), ("cpu", a.cpu_server), ("bench", a.bench))}
-        run(a, r, bins, work, logs, d)
+        preflight(r, bins, a.cpu)
+        sequence.run(r, Steps(a, r, bins, work, logs, d))
+    except Unrunnable as e:
+        r.add("run", "stopped", str(e), FAIL)
+        code = 2
     except (Exception, Stopped) as e:  # noqa: BLE001 - the table says what failed
         r.add("run", "stopped", f"{type(e).__name__}: {e}", FAIL)
     finally:
         text = r.render()
         print("\n" + text)
         if out:
-            out.mkdir(parents=True, exist_ok=True)
-            (out / "device-check.txt").write_text(text + "\n")
-            for log in sorted(logs.glob("*.log")):
-                # The last 4 MB: what comes back from the device is limited.
-                (out / log.name).write_bytes(log.read_bytes()[-(4 << 20):])
+            with open(out / "device-check.txt", "a") as f:
+                f.write("\n" + text + "\n")
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)
-    return 1 if r.failed() else 0
+    return code or (1 if r.failed() else 0)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ the server (nvidia-smi; the process's RSS in a --cpu dry run), during and
 after the bench, and the KV pool back to no reserved block."""
 
 import os
+import re
 import subprocess
 import threading
 import time
@@ -33,6 +34,14 @@ def machine(cpu: bool) -> str:
         return f"CPU only (dry run), {os.cpu_count()} cores"
     rows = _smi("gpu=name,driver_version,memory.total,memory.used")
     return "; ".join(f"{n}, driver {d}, {t} MiB ({u} MiB in use)" for n, d, t, u in rows)
+
+
+def driver_cuda() -> str:
+    """The driver's version and the CUDA version it supports (nvidia-smi's
+    header): PTX from a newer NVRTC than this is refused."""
+    out = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=20).stdout
+    m = re.search(r"Driver Version: (\S+).*CUDA Version: (\S+)", out)
+    return f"driver {m.group(1)}, CUDA {m.group(2)}" if m else "nvidia-smi printed no CUDA version"
 
 
 def process_used(pid: int, cpu: bool, before: int) -> tuple:

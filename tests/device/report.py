@@ -1,6 +1,7 @@
 """The device check's one table: a row per figure or check, with its verdict."""
 
 import dataclasses
+import pathlib
 import textwrap
 
 PASS, FAIL, INFO = "pass", "FAIL", "-"
@@ -15,15 +16,25 @@ class Row:
 
 
 class Report:
-    """Rows in the order they were found; failed when any row failed."""
+    """Rows in the order they were found; failed when any row failed. With
+    `live`, each row is also appended to that file as it is found, so a run
+    cut short still leaves every row it made."""
 
-    def __init__(self, title: str):
+    def __init__(self, title: str, live: pathlib.Path | None = None):
         self.title = title
         self.rows: list[Row] = []
+        self.live = live
+        if live:
+            live.parent.mkdir(parents=True, exist_ok=True)
+            live.write_text(title + "\n")
 
     def add(self, section: str, what: str, figure: str, verdict: str = INFO) -> None:
         self.rows.append(Row(section, what, figure, verdict))
-        print(f"[{section}] {what}: {figure} [{verdict}]", flush=True)
+        line = f"[{section}] {what}: {figure} [{verdict}]"
+        print(line, flush=True)
+        if self.live:
+            with open(self.live, "a") as f:
+                f.write(line + "\n")
 
     def check(self, section: str, what: str, figure: str, ok: bool) -> None:
         self.add(section, what, figure, PASS if ok else FAIL)

@@ -31,7 +31,9 @@ class Server:
         self.log = log
         self.name = "m"
         args = [binary, "serve", "--model", str(model), "--host", "127.0.0.1",
-                "--port", str(self.port), "--served-model-name", self.name, *flags]
+                "--port", str(self.port), "--served-model-name", self.name,
+                # Stopping is part of the run's budget: no 30 s drain.
+                "--drain-timeout", "1", *flags]
         self.command = " ".join(args)
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
@@ -106,7 +108,7 @@ class Server:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=15)
+                self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()

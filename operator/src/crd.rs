@@ -303,7 +303,7 @@ fn default_utilization() -> f64 {
 }
 
 /// The default `engine.typicalSeqLen`: a chat turn's prompt and answer.
-pub const DEFAULT_TYPICAL_SEQ_LEN: i64 = 2048;
+pub const DEFAULT_TYPICAL_SEQ_LEN: i64 = ferrox_plan::DEFAULT_TYPICAL_SEQ_LEN as i64;
 
 fn default_typical_seq_len() -> i64 {
     DEFAULT_TYPICAL_SEQ_LEN

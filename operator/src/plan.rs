@@ -115,7 +115,12 @@ pub fn plan_config(spec: &ModelDeploymentSpec, memory_bytes: u64) -> PlanConfig 
         utilization: engine.memory_utilization,
         block_size: n(i64::from(engine.block_size)),
         max_model_len: engine.max_model_len.map(n),
-        max_seqs_cap: engine.max_seqs.map(n),
+        // Absent, the server's own default for the device (one figure, in
+        // ferrox-plan), so a pod and `ferrox-server serve` run the same.
+        max_seqs_cap: engine
+            .max_seqs
+            .map(n)
+            .or(Some(device_kind(spec).default_max_seqs())),
         prefill_chunk: engine
             .prefill_chunk
             .map_or(defaults.prefill_chunk, |v| n(v).max(1)),

@@ -146,7 +146,8 @@ async fn first_reconcile_applies_children_and_writes_status() {
     result.expect("reconcile ok");
     assert_eq!(condition(&status, "Planned"), ("True", "Planned"));
     assert_eq!(condition(&status, "Ready"), ("False", "ReplicasNotReady"));
-    assert_eq!(status["plan"]["maxSeqs"], 19);
+    // Memory holds 19; the CPU default (16, the server's own) caps it.
+    assert_eq!(status["plan"]["maxSeqs"], 16);
     assert_eq!(status["servedName"], "model");
     assert_eq!(
         condition(&status, "PlanVerified"),

@@ -110,9 +110,10 @@ spec:
   resources:
     limits:
       memory: 2Gi
-  # Above what memory holds, so the plan shows the activation reserve.
+  # Above what memory holds (the activation reserve counts a decode row
+  # for each), so the plan shows the reserve the inspection's shape sizes.
   engine:
-    maxSeqs: 64
+    maxSeqs: 256
   replicas: 2
 ";
     const INSPECT: &str = r#"{"architecture":"llama","layers":30,"kvHeads":3,"headDim":64,"kvDtype":"f32","weightBytes":98362432,"contextLength":8192,"hiddenSize":576,"heads":9,"vocabSize":49152}"#;

@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use crate::error::ApiError;
 
 /// Fields both generation endpoints parse, OpenAI's and vLLM's extras.
-pub const COMMON_FIELDS: [&str; 25] = [
+pub const COMMON_FIELDS: [&str; 26] = [
     "model",
     "max_tokens",
     "temperature",
@@ -39,6 +39,7 @@ pub const COMMON_FIELDS: [&str; 25] = [
     "guided_choice",
     "guided_grammar",
     "structured_outputs",
+    "priority",
 ];
 /// Fields only `/v1/completions` parses.
 pub const COMPLETION_FIELDS: [&str; 4] = ["prompt", "echo", "best_of", "suffix"];

@@ -86,6 +86,8 @@ pub struct Knobs {
     /// `{"json": ..}`, `{"regex": ..}`, `{"choice": [..]}`, `{"grammar": ..}`
     /// or `{"json_object": true}` (vLLM extra).
     pub structured_outputs: Option<serde_json::Value>,
+    /// Scheduling priority (vLLM extra): only 0, admission is strictly FIFO.
+    pub priority: Option<i64>,
 }
 
 impl Knobs {
@@ -107,6 +109,14 @@ impl Knobs {
             return Err(ApiError::invalid(
                 "top_k",
                 "top_k must be -1, 0 or positive",
+            ));
+        }
+        if self.priority.is_some_and(|p| p != 0) {
+            // One line, first come first served: a priority line would let
+            // a stream of high-priority requests starve the rest.
+            return Err(ApiError::invalid(
+                "priority",
+                "priority: admission is strictly first come, first served here; only 0 is accepted",
             ));
         }
         if self.stream_options.is_some() && self.stream != Some(true) {
@@ -293,6 +303,7 @@ mod tests {
                 "invalid request body",
             ),
             (r#"{"prompt": "a", "top_k": -5}"#, "top_k"),
+            (r#"{"prompt": "a", "priority": 1}"#, "only 0 is accepted"),
             (
                 r#"{"prompt": "a", "stream_options": {"include_usage": true}}"#,
                 "stream: true",
@@ -310,7 +321,7 @@ mod tests {
             r#"{"model": "m", "prompt": [1, 2], "max_tokens": 5, "temperature": 0, "stop": "x",
                 "ignore_eos": true, "top_k": -1, "min_p": 0.1, "repetition_penalty": 1.1,
                 "stop_token_ids": [7], "seed": 3, "stream": true,
-                "stream_options": {"include_usage": true}, "logprobs": 2}"#,
+                "stream_options": {"include_usage": true}, "logprobs": 2, "priority": 0}"#,
         )
         .unwrap();
         assert!(matches!(req.prompt, Prompt::Tokens(ref t) if t == &[1, 2]));

@@ -154,6 +154,12 @@ fn cases() -> Vec<Case> {
                 Refused("skip_special_tokens"),
             ),
             (
+                "priority",
+                json!({"priority": 1}),
+                none.clone(),
+                Refused("only 0 is accepted"),
+            ),
+            (
                 "response_format",
                 json!({"response_format": {"type": "json_object"}}),
                 none.clone(),

@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use crate::error::ApiError;
 
 /// Fields both generation endpoints parse, OpenAI's and vLLM's extras.
-pub const COMMON_FIELDS: [&str; 26] = [
+pub const COMMON_FIELDS: [&str; 27] = [
     "model",
     "max_tokens",
     "temperature",
@@ -40,6 +40,7 @@ pub const COMMON_FIELDS: [&str; 26] = [
     "guided_grammar",
     "structured_outputs",
     "priority",
+    "request_id",
 ];
 /// Fields only `/v1/completions` parses.
 pub const COMPLETION_FIELDS: [&str; 4] = ["prompt", "echo", "best_of", "suffix"];

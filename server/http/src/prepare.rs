@@ -59,6 +59,8 @@ pub struct Shape {
     pub include_usage: bool,
     /// Every chunk carries the usage so far.
     pub continuous_usage: bool,
+    /// The client's id for the request (`request_id`), if it gave one.
+    pub request_id: Option<String>,
     /// Return logprobs.
     pub logprobs: bool,
     /// Tool calls are read out of the answer (chat).
@@ -412,6 +414,7 @@ fn shape(knobs: &Knobs, logprobs: bool, kind: Kind) -> Shape {
         stream: knobs.streaming(),
         include_usage: knobs.include_usage(),
         continuous_usage: knobs.continuous_usage(),
+        request_id: knobs.request_id.clone(),
         logprobs,
         tools: None,
     }

@@ -88,6 +88,9 @@ pub struct Knobs {
     pub structured_outputs: Option<serde_json::Value>,
     /// Scheduling priority (vLLM extra): only 0, admission is strictly FIFO.
     pub priority: Option<i64>,
+    /// The request's id (vLLM extra): the response's `id` is
+    /// `chatcmpl-<request_id>` (or `cmpl-`); an `X-Request-Id` header wins.
+    pub request_id: Option<String>,
 }
 
 impl Knobs {
@@ -118,6 +121,9 @@ impl Knobs {
                 "priority",
                 "priority: admission is strictly first come, first served here; only 0 is accepted",
             ));
+        }
+        if let Some(id) = &self.request_id {
+            check_request_id(id).map_err(|why| ApiError::invalid("request_id", why))?;
         }
         if self.stream_options.is_some() && self.stream != Some(true) {
             return Err(ApiError::invalid(
@@ -206,6 +212,21 @@ impl Knobs {
             .as_ref()
             .is_some_and(|o| o.include_usage && o.continuous_usage_stats)
     }
+}
+
+/// Longest request id taken (body or `X-Request-Id`).
+pub const MAX_REQUEST_ID: usize = 128;
+
+/// A request id goes into response ids and log lines: 1 to
+/// [`MAX_REQUEST_ID`] visible ASCII characters, nothing that could split
+/// a log line or a header.
+pub fn check_request_id(id: &str) -> Result<(), String> {
+    if id.is_empty() || id.len() > MAX_REQUEST_ID || !id.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "a request id is 1 to {MAX_REQUEST_ID} visible ASCII characters"
+        ));
+    }
+    Ok(())
 }
 
 /// `prompt`: text or token ids; one prompt only.
@@ -304,6 +325,8 @@ mod tests {
             ),
             (r#"{"prompt": "a", "top_k": -5}"#, "top_k"),
             (r#"{"prompt": "a", "priority": 1}"#, "only 0 is accepted"),
+            (r#"{"prompt": "a", "request_id": "a b"}"#, "visible ASCII"),
+            (r#"{"prompt": "a", "request_id": ""}"#, "request id"),
             (
                 r#"{"prompt": "a", "stream_options": {"include_usage": true}}"#,
                 "stream: true",

@@ -8,6 +8,7 @@ use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::handler::Handler;
+use axum::http::HeaderMap;
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
@@ -20,7 +21,10 @@ use crate::fields::{
     CHAT_FIELDS, COMPLETION_FIELDS, DETOKENIZE_FIELDS, TOKENIZE_FIELDS, parse, parse_fields,
 };
 use crate::prepare::{self, ChoiceMeta, PrepareConfig, Prepared, Shape};
-use crate::request::CompletionRequest;
+use crate::request::{CompletionRequest, check_request_id};
+
+/// The header a client names its request with (vLLM's, and proxies').
+const REQUEST_ID_HEADER: &str = "x-request-id";
 use crate::response::{Choice, Envelope, Kind, Logprobs};
 use crate::response_schema::{
     ChatCompletionResponse, CompletionResponse, DetokenizeResponse, TokenizeResponse,
@@ -128,7 +132,7 @@ pub fn router(state: AppState) -> Router {
         (status = "4XX", description = "Refused: 400 bad field or value, 401 no key, 404 unknown model, 408 body too slow, 413 body too large, 429 queue full (with Retry-After)", body = ErrorBody),
         (status = "5XX", description = "503 loading or draining, 504 request timeout, 500 a bug", body = ErrorBody),
     ))]
-async fn completions(State(s): State<AppState>, body: Body) -> Response {
+async fn completions(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let prepared = read_body(&s, body).await.map(|(loaded, bytes)| {
         let frontend = Arc::clone(&loaded.frontend);
         let config = prepare_config(&s, loaded);
@@ -139,7 +143,7 @@ async fn completions(State(s): State<AppState>, body: Body) -> Response {
     });
     match prepared {
         Ok(p) => match p.await {
-            Ok(p) => answer(&s, p).await,
+            Ok(p) => answer(&s, p, &headers).await,
             Err(e) => e.into_response(),
         },
         Err(e) => e.into_response(),
@@ -155,7 +159,7 @@ async fn completions(State(s): State<AppState>, body: Body) -> Response {
         (status = "4XX", description = "Refused: 400 bad field or value, 401 no key, 404 unknown model, 408 body too slow, 413 body too large, 429 queue full (with Retry-After)", body = ErrorBody),
         (status = "5XX", description = "503 loading or draining, 504 request timeout, 500 a bug", body = ErrorBody),
     ))]
-async fn chat_completions(State(s): State<AppState>, body: Body) -> Response {
+async fn chat_completions(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let prepared = read_body(&s, body).await.map(|(loaded, bytes)| {
         let frontend = Arc::clone(&loaded.frontend);
         let config = prepare_config(&s, loaded);
@@ -166,7 +170,7 @@ async fn chat_completions(State(s): State<AppState>, body: Body) -> Response {
     });
     match prepared {
         Ok(p) => match p.await {
-            Ok(p) => answer(&s, p).await,
+            Ok(p) => answer(&s, p, &headers).await,
             Err(e) => e.into_response(),
         },
         Err(e) => e.into_response(),
@@ -288,13 +292,19 @@ fn prepare_config(s: &AppState, loaded: &Loaded) -> PrepareConfig {
     }
 }
 
-async fn answer(s: &AppState, p: Prepared) -> Response {
+async fn answer(s: &AppState, p: Prepared, headers: &HeaderMap) -> Response {
     let Some(loaded) = s.loaded() else {
         return ApiError::Unavailable("the model is still loading".into()).into_response();
     };
+    // vLLM's order: the `X-Request-Id` header, else the body's `request_id`.
+    let header_id = match header_request_id(headers) {
+        Ok(id) => id,
+        Err(e) => return e.into_response(),
+    };
     let (choices, shape) = p.requests(loaded.frontend.as_ref());
     let (requests, metas): (Vec<_>, Vec<_>) = choices.into_iter().unzip();
-    let env = envelope(s, shape.kind);
+    let env = envelope(s, shape.kind, header_id.or(shape.request_id.as_deref()));
+    tracing::debug!(id = %env.id, choices = requests.len(), "request submitted");
     // All or none: a refusal drops (cancels) the ones already submitted.
     let subs: Result<Vec<_>, _> = requests
         .into_iter()
@@ -388,7 +398,20 @@ async fn collect(
     Err(ferrox_engine::EngineError::WorkerGone.into())
 }
 
-fn envelope(s: &AppState, kind: Kind) -> Envelope {
+/// The `X-Request-Id` header, checked as the body's `request_id` is.
+fn header_request_id(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
+    let Some(value) = headers.get(REQUEST_ID_HEADER) else {
+        return Ok(None);
+    };
+    let id = value.to_str().map_err(|_| "not visible ASCII".to_string());
+    id.and_then(|id| check_request_id(id).map(|()| id))
+        .map(Some)
+        .map_err(|why| ApiError::invalid("X-Request-Id", why))
+}
+
+/// The envelope of one answer: its id is `<prefix>-<request id>` when the
+/// client named the request, else `<prefix>-<a clock-derived hex>`.
+fn envelope(s: &AppState, kind: Kind, request_id: Option<&str>) -> Envelope {
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -401,7 +424,10 @@ fn envelope(s: &AppState, kind: Kind) -> Envelope {
         .map_or(0, |d| d.as_nanos());
     Envelope {
         kind,
-        id: format!("{prefix}-{nanos:x}"),
+        id: request_id.map_or_else(
+            || format!("{prefix}-{nanos:x}"),
+            |id| format!("{prefix}-{id}"),
+        ),
         created,
         model: s.model_name().to_string(),
     }

@@ -160,6 +160,12 @@ fn cases() -> Vec<Case> {
                 Refused("only 0 is accepted"),
             ),
             (
+                "request_id",
+                json!({"request_id": "r-1"}),
+                none.clone(),
+                Changes,
+            ),
+            (
                 "response_format",
                 json!({"response_format": {"type": "json_object"}}),
                 none.clone(),

@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::json_of;
-use crate::fixtures::{engine_config, request, serve};
+use crate::fixtures::{engine_config, request, request_with, serve};
 
 /// The `data:` payloads of an SSE body, less `[DONE]` (checked last).
 fn chunks(body: &str) -> Vec<Value> {
@@ -188,4 +188,63 @@ async fn continuous_usage_grows_chunk_by_chunk_to_the_final_usage() {
         chunks(&text).iter().all(|c| c.get("usage").is_none()),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn request_ids_name_the_answer_and_the_header_wins() {
+    let (addr, _s) = serve(engine_config(), 0).await;
+    let chat = |extra: &str| {
+        format!(r#"{{"messages": [{{"role": "user", "content": "x"}}], "max_tokens": 2{extra}}}"#)
+    };
+    // (body, headers, expected id prefix of every chunk or the whole answer)
+    type Headers<'a> = &'a [(&'a str, &'a str)];
+    let cases: [(String, Headers, &str); 4] = [
+        (chat(r#", "request_id": "abc-1""#), &[], "chatcmpl-abc-1"),
+        (
+            chat(r#", "request_id": "abc-1""#),
+            &[("X-Request-Id", "hdr-2")],
+            "chatcmpl-hdr-2",
+        ),
+        (
+            chat(r#", "stream": true, "request_id": "s-3""#),
+            &[],
+            "chatcmpl-s-3",
+        ),
+        (chat(""), &[], "chatcmpl-"),
+    ];
+    for (body, headers, want) in cases {
+        let (status, _, text) =
+            request_with(addr, "POST", "/v1/chat/completions", headers, &body).await;
+        assert_eq!(status, 200, "{text}");
+        let ids: Vec<String> = if body.contains("stream") {
+            chunks(&text)
+                .iter()
+                .map(|c| c["id"].as_str().unwrap().to_string())
+                .collect()
+        } else {
+            vec![json_of(&text)["id"].as_str().unwrap().to_string()]
+        };
+        assert!(!ids.is_empty());
+        for id in ids {
+            if want == "chatcmpl-" {
+                assert!(id.starts_with(want) && id.len() > want.len(), "{id}");
+            } else {
+                assert_eq!(id, want, "{body}");
+            }
+        }
+    }
+    let body = r#"{"prompt": [1], "max_tokens": 1, "request_id": "c-4"}"#;
+    let (_, text) = request(addr, "POST", "/v1/completions", body).await;
+    assert_eq!(json_of(&text)["id"], "cmpl-c-4");
+    // A header that could split a log line is a 400 naming it.
+    let (status, _, text) = request_with(
+        addr,
+        "POST",
+        "/v1/completions",
+        &[("X-Request-Id", "a\tb")],
+        r#"{"prompt": [1], "max_tokens": 1}"#,
+    )
+    .await;
+    assert_eq!(status, 400, "{text}");
+    assert_eq!(json_of(&text)["error"]["param"], "X-Request-Id");
 }

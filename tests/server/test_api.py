@@ -250,3 +250,46 @@ def test_tokenizer_info_names_the_special_tokens_as_lm_eval_reads_them(server):
     ids = requests.post(server.url + "/tokenize", timeout=10,
                         json={"prompt": info["eos_token"], "add_special_tokens": False}).json()
     assert ids["tokens"] == [2]
+
+
+def test_min_tokens_runs_past_the_answers_end(server):
+    # vLLM's min_tokens: the end tokens are masked until N tokens are out.
+    c = server.client()
+    kw = dict(model=MODEL_NAME, messages=HELLO, max_tokens=64, temperature=0)
+    short = c.chat.completions.create(**kw)
+    assert short.choices[0].finish_reason == "stop"
+    n = short.usage.completion_tokens + 8
+    longer = c.chat.completions.create(**kw, extra_body={"min_tokens": n})
+    assert longer.usage.completion_tokens >= n, longer
+    # It is the same greedy answer up to where the short one ended.
+    assert longer.choices[0].message.content.startswith(short.choices[0].message.content)
+    with pytest.raises(openai.BadRequestError, match="min_tokens"):
+        c.chat.completions.create(**{**kw, "max_tokens": 4}, extra_body={"min_tokens": 5})
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_include_stop_str_in_output_keeps_the_stop(server, stream):
+    c = server.client()
+    kw = dict(model=MODEL_NAME, prompt="List three colors: red, green,", max_tokens=24,
+              temperature=0, extra_body={"ignore_eos": True})
+    free = c.completions.create(**kw).choices[0].text
+    # A stop that the greedy text really contains, after its first token.
+    stop = free.strip()[2:4]
+    assert len(stop) == 2 and stop in free, free
+
+    def text(include):
+        body = {**kw, "stop": [stop], "stream": stream,
+                "extra_body": {**kw["extra_body"], "include_stop_str_in_output": include}}
+        r = c.completions.create(**body)
+        if not stream:
+            return r.choices[0].text, r.choices[0].finish_reason
+        parts, finish = [], None
+        for chunk in r:
+            if chunk.choices:
+                parts.append(chunk.choices[0].text)
+                finish = chunk.choices[0].finish_reason or finish
+        return "".join(parts), finish
+
+    cut = free[:free.index(stop)]
+    assert text(False) == (cut, "stop")
+    assert text(True) == (cut + stop, "stop")

@@ -270,6 +270,8 @@ pub fn request(prompt: &[u32], max_tokens: usize) -> GenerationRequest {
             ..SamplingParams::default()
         },
         stop: Vec::new(),
+        include_stop_str: false,
+        min_tokens: 0,
         stop_token_ids: Vec::new(),
         eos_token_ids: vec![EOS],
         ignore_eos: false,

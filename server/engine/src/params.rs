@@ -135,8 +135,16 @@ pub struct GenerationRequest {
     pub max_tokens: usize,
     /// How to pick each token.
     pub sampling: SamplingParams,
-    /// Strings that end the output (excluded from it).
+    /// Strings that end the output (excluded from it unless
+    /// `include_stop_str`).
     pub stop: Vec<String>,
+    /// Keep the matched stop string at the end of the output (vLLM's
+    /// `include_stop_str_in_output`).
+    pub include_stop_str: bool,
+    /// Tokens generated before any end: until then the end tokens (the
+    /// model's and `stop_token_ids`) are masked and stop strings do not
+    /// match (vLLM's `min_tokens`).
+    pub min_tokens: usize,
     /// Token ids that end the output.
     pub stop_token_ids: Vec<u32>,
     /// The model's end-of-generation ids; ignored when `ignore_eos`.
@@ -154,6 +162,15 @@ impl GenerationRequest {
     /// lists (the worker's per-token matching cost grows with them).
     pub fn validate(&self) -> Result<(), EngineError> {
         self.sampling.validate()?;
+        if self.min_tokens > self.max_tokens {
+            return Err(EngineError::invalid(
+                "min_tokens",
+                format!(
+                    "min_tokens ({}) is more than max_tokens ({})",
+                    self.min_tokens, self.max_tokens
+                ),
+            ));
+        }
         if self.stop.len() > MAX_STOPS {
             return Err(EngineError::invalid(
                 "stop",

@@ -54,6 +54,8 @@ pub(crate) struct Row {
     constraint: Option<Box<dyn TokenConstraint>>,
     stop_token_ids: Vec<u32>,
     eos_token_ids: Vec<u32>,
+    /// Tokens before which no end counts (`min_tokens`).
+    min_tokens: usize,
     pub events: UnboundedSender<Event>,
     submitted: Instant,
     last_token_at: Option<Instant>,
@@ -109,7 +111,8 @@ impl Row {
             hashes: job.hashes,
             block_size,
             max_tokens: req.max_tokens,
-            stop: StopMatcher::new(&req.stop),
+            stop: StopMatcher::new(&req.stop, req.include_stop_str),
+            min_tokens: req.min_tokens,
             text: req.text,
             constraint: req.constraint,
             stop_token_ids: req.stop_token_ids,
@@ -221,12 +224,22 @@ impl Row {
 
     /// Samples from `logits` and applies the token: text, stops, length.
     pub fn take_logits(&mut self, logits: &[f32], now: Instant, metrics: &Metrics) {
+        let early = self.generated < self.min_tokens;
         let Some(constraint) = self.constraint.as_mut() else {
-            let sampled = self.sampler.sample(logits);
+            let sampled = if early {
+                let mut masked = logits.to_vec();
+                mask_ids(&mut masked, &self.eos_token_ids, &self.stop_token_ids);
+                self.sampler.sample_masked(logits, &masked)
+            } else {
+                self.sampler.sample(logits)
+            };
             self.accept(sampled, now, metrics);
             return;
         };
         let mut masked = logits.to_vec();
+        if early {
+            mask_ids(&mut masked, &self.eos_token_ids, &self.stop_token_ids);
+        }
         let sampled = constraint
             .mask(&mut masked)
             .map(|()| self.sampler.sample_masked(logits, &masked))
@@ -270,7 +283,13 @@ impl Row {
             return;
         }
         let piece = self.text.push(id);
-        let (text, matched) = match self.stop.push(&piece) {
+        // Before `min_tokens` a stop string is text like any other.
+        let step = if self.generated < self.min_tokens {
+            StopStep::Emit(self.stop.push_unmatched(&piece))
+        } else {
+            self.stop.push(&piece)
+        };
+        let (text, matched) = match step {
             StopStep::Emit(t) => (t, false),
             StopStep::Matched(t) => (t, true),
         };
@@ -319,6 +338,15 @@ impl Row {
 }
 
 /// The finish of a request whose caller went away.
+/// Sets the end tokens' logits to negative infinity (before `min_tokens`).
+fn mask_ids(logits: &mut [f32], eos: &[u32], stops: &[u32]) {
+    for &id in eos.iter().chain(stops) {
+        if let Some(l) = logits.get_mut(id as usize) {
+            *l = f32::NEG_INFINITY;
+        }
+    }
+}
+
 pub(crate) fn cancelled() -> Finish {
     Finish::Done {
         reason: FinishReason::Cancelled,

@@ -8,7 +8,8 @@
 pub enum StopStep {
     /// No stop yet; this text is safe to send (possibly empty).
     Emit(String),
-    /// A stop matched; this is the text before it. The stop itself is dropped.
+    /// A stop matched; this is the text before it, and the stop itself
+    /// when the matcher keeps stops.
     Matched(String),
 }
 
@@ -17,14 +18,18 @@ pub enum StopStep {
 pub struct StopMatcher {
     stops: Vec<String>,
     held: String,
+    /// Keep the matched stop in the text (`include_stop_str_in_output`).
+    keep_stop: bool,
 }
 
 impl StopMatcher {
-    /// A matcher for `stops`; empty strings are ignored.
-    pub fn new(stops: &[String]) -> Self {
+    /// A matcher for `stops`; empty strings are ignored. With `keep_stop`
+    /// a match ends the text after the stop instead of before it.
+    pub fn new(stops: &[String], keep_stop: bool) -> Self {
         StopMatcher {
             stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
             held: String::new(),
+            keep_stop,
         }
     }
 
@@ -33,15 +38,31 @@ impl StopMatcher {
         self.held.push_str(piece);
         // Everything held was, before this piece, a strict prefix of a stop,
         // so the earliest match anywhere in `held` is the first real one.
-        let earliest = self.stops.iter().filter_map(|s| self.held.find(s)).min();
-        if let Some(at) = earliest {
-            let before = self.held[..at].to_string();
+        let earliest = (self.stops.iter())
+            .filter_map(|s| self.held.find(s).map(|at| (at, s.len())))
+            .min_by_key(|&(at, len)| (at, std::cmp::Reverse(len)));
+        if let Some((at, len)) = earliest {
+            let end = if self.keep_stop { at + len } else { at };
+            let text = self.held[..end].to_string();
             self.held.clear();
-            return StopStep::Matched(before);
+            return StopStep::Matched(text);
         }
+        StopStep::Emit(self.release_safe())
+    }
+
+    /// Feeds the text of the next token without matching whole stops (the
+    /// output is not allowed to end yet): returns what is safe to send, and
+    /// still holds a tail that may begin a stop.
+    pub fn push_unmatched(&mut self, piece: &str) -> String {
+        self.held.push_str(piece);
+        self.release_safe()
+    }
+
+    /// Takes the held text up to the tail that may still begin a stop.
+    fn release_safe(&mut self) -> String {
         let keep = self.partial_len();
         let safe = self.held.len() - keep;
-        StopStep::Emit(self.held.drain(..safe).collect())
+        self.held.drain(..safe).collect()
     }
 
     /// Releases whatever is held (the output ended some other way).
@@ -74,7 +95,7 @@ mod tests {
     /// Feeds `pieces` and returns (text sent, matched?).
     fn run(stops: &[&str], pieces: &[&str]) -> (Vec<String>, bool) {
         let stops: Vec<String> = stops.iter().map(|s| s.to_string()).collect();
-        let mut m = StopMatcher::new(&stops);
+        let mut m = StopMatcher::new(&stops, false);
         let mut sent = Vec::new();
         for p in pieces {
             match m.push(p) {
@@ -131,10 +152,24 @@ mod tests {
     }
 
     #[test]
+    fn a_kept_stop_ends_the_text_and_unmatched_pushes_only_hold() {
+        let stops = vec!["END".to_string(), "EN!".to_string()];
+        let mut m = StopMatcher::new(&stops, true);
+        assert_eq!(m.push("abE"), StopStep::Emit("ab".into()));
+        assert_eq!(m.push("NDzz"), StopStep::Matched("END".into()));
+        // Unmatched (before min_tokens): a whole stop is sent as text, a
+        // tail that may begin one is still held.
+        let mut m = StopMatcher::new(&stops, false);
+        assert_eq!(m.push_unmatched("xENDyE"), "xENDy");
+        assert_eq!(m.push_unmatched("N"), "");
+        assert_eq!(m.push("D"), StopStep::Matched(String::new()));
+    }
+
+    #[test]
     fn sent_text_is_always_a_prefix_of_the_final_text() {
         let stops = vec!["<|im_end|>".to_string()];
         let text = "one <|im two <|im_end|> three";
-        let mut m = StopMatcher::new(&stops);
+        let mut m = StopMatcher::new(&stops, false);
         let mut sent = String::new();
         for ch in text.chars() {
             match m.push(&ch.to_string()) {
@@ -164,7 +199,7 @@ mod tests {
             stops in proptest::collection::vec("[ab日]{0,4}", 0..4),
             pieces in proptest::collection::vec("[ab日c]{0,3}", 0..24),
         ) {
-            let mut m = StopMatcher::new(&stops);
+            let mut m = StopMatcher::new(&stops, false);
             let live: Vec<&String> = stops.iter().filter(|s| !s.is_empty()).collect();
             let longest = live.iter().map(|s| s.len()).max().unwrap_or(0);
             let (mut seen, mut sent, mut matched) = (String::new(), String::new(), false);

@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use crate::error::ApiError;
 
 /// Fields both generation endpoints parse, OpenAI's and vLLM's extras.
-pub const COMMON_FIELDS: [&str; 27] = [
+pub const COMMON_FIELDS: [&str; 29] = [
     "model",
     "max_tokens",
     "temperature",
@@ -41,6 +41,8 @@ pub const COMMON_FIELDS: [&str; 27] = [
     "structured_outputs",
     "priority",
     "request_id",
+    "min_tokens",
+    "include_stop_str_in_output",
 ];
 /// Fields only `/v1/completions` parses.
 pub const COMPLETION_FIELDS: [&str; 4] = ["prompt", "echo", "best_of", "suffix"];

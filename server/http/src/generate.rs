@@ -84,6 +84,8 @@ pub fn run(config: &GenerateConfig) -> anyhow::Result<()> {
             ..SamplingParams::default()
         },
         stop: Vec::new(),
+        include_stop_str: false,
+        min_tokens: 0,
         stop_token_ids: Vec::new(),
         eos_token_ids: text.end_of_generation.ids().to_vec(),
         ignore_eos: false,

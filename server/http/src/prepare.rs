@@ -119,6 +119,8 @@ impl Prepared {
                         max_tokens: first.max_tokens,
                         sampling,
                         stop: first.stop.clone(),
+                        include_stop_str: first.include_stop_str,
+                        min_tokens: first.min_tokens,
                         stop_token_ids: first.stop_token_ids.clone(),
                         eos_token_ids: first.eos_token_ids.clone(),
                         ignore_eos: first.ignore_eos,
@@ -399,6 +401,10 @@ fn request(
         max_tokens,
         sampling: knobs.sampling(logprobs, prompt_logprobs)?,
         stop: knobs.stops(),
+        include_stop_str: knobs.include_stop_str_in_output == Some(true),
+        min_tokens: knobs
+            .min_tokens
+            .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX)),
         stop_token_ids: knobs.stop_token_ids.clone().unwrap_or_default(),
         eos_token_ids: f.eos_ids(),
         ignore_eos: knobs.ignore_eos == Some(true),

@@ -91,6 +91,11 @@ pub struct Knobs {
     /// The request's id (vLLM extra): the response's `id` is
     /// `chatcmpl-<request_id>` (or `cmpl-`); an `X-Request-Id` header wins.
     pub request_id: Option<String>,
+    /// Tokens before any end (vLLM extra): end tokens masked and stop
+    /// strings not matched until then; at most `max_tokens`.
+    pub min_tokens: Option<u64>,
+    /// Keep the matched stop string in the output (vLLM extra).
+    pub include_stop_str_in_output: Option<bool>,
 }
 
 impl Knobs {

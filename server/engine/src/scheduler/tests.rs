@@ -87,6 +87,23 @@ fn every_way_out_returns_the_reservation_once() {
     let mut eos_but_stop_id = request(&[29], 6);
     eos_but_stop_id.ignore_eos = true;
     eos_but_stop_id.stop_token_ids = vec![1];
+    // min_tokens: the model's EOS (after 30, 31) is masked at the third
+    // token, so the fake model's flat row gives token 1 and counts on.
+    let mut min_past_eos = request(&[29], 5);
+    min_past_eos.min_tokens = 3;
+    let mut min_past_stop_id = request(&[6], 5);
+    min_past_stop_id.stop_token_ids = vec![8];
+    min_past_stop_id.min_tokens = 3;
+    // ... and a stop string inside the first min_tokens is text.
+    let mut min_past_stop = request(&[6], 6);
+    min_past_stop.stop = vec!["ij".into()];
+    min_past_stop.min_tokens = 4;
+    // At min_tokens the end counts again.
+    let mut min_then_eos = request(&[27], 10);
+    min_then_eos.min_tokens = 2;
+    let mut keep_stop = request(&[6], 10);
+    keep_stop.stop = vec!["ij".into()];
+    keep_stop.include_stop_str = true;
     let cases: Vec<(&str, GenerationRequest, FinishReason, usize, String)> = vec![
         (
             "length",
@@ -123,6 +140,41 @@ fn every_way_out_returns_the_reservation_once() {
             FinishReason::Stop,
             4,
             letters([30, 31, EOS]),
+        ),
+        (
+            "min_tokens masks the end token",
+            min_past_eos,
+            FinishReason::Length,
+            5,
+            letters([30, 31, 1, 2, 3]),
+        ),
+        (
+            "min_tokens masks stop ids",
+            min_past_stop_id,
+            FinishReason::Length,
+            5,
+            letters([7, 1, 2, 3, 4]),
+        ),
+        (
+            "min_tokens: a stop string before it is text",
+            min_past_stop,
+            FinishReason::Length,
+            6,
+            letters(7..13),
+        ),
+        (
+            "min_tokens: the end counts once reached",
+            min_then_eos,
+            FinishReason::Stop,
+            5,
+            letters([28, 29, 30, 31]),
+        ),
+        (
+            "include_stop_str keeps the stop",
+            keep_stop,
+            FinishReason::Stop,
+            3,
+            "hij".into(),
         ),
     ];
     for (name, req, reason, generated, text) in cases {
@@ -454,12 +506,13 @@ fn refused_at_the_door() {
     ));
     // Each refused for the field named, none reaching the line.
     type Spoil = fn(&mut GenerationRequest);
-    let invalid: [(&str, Spoil); 5] = [
+    let invalid: [(&str, Spoil); 6] = [
         ("top_p", |r| r.sampling.top_p = 0.0),
         ("stop", |r| r.stop = vec!["x".into(); 17]),
         ("stop", |r| r.stop = vec!["y".repeat(257)]),
         ("stop_token_ids", |r| r.stop_token_ids = vec![1; 65]),
         ("max_tokens", |r| r.max_tokens = usize::MAX),
+        ("min_tokens", |r| r.min_tokens = r.max_tokens + 1),
     ];
     for (field, spoil) in invalid {
         let mut bad = request(&[1], 2);
@@ -490,7 +543,7 @@ fn refused_at_the_door() {
     let text = rig.h.metrics().render("m");
     for (reason, n) in [
         ("too_long", 2),
-        ("invalid", 4),
+        ("invalid", 5),
         ("queue_full", 1),
         ("draining", 1),
     ] {

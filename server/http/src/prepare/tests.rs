@@ -26,11 +26,13 @@ fn config() -> PrepareConfig {
 fn fingerprint(p: &Prepared) -> String {
     let r = &p.jobs[0].req;
     format!(
-        "{:?} {} {:?} {:?} {:?} {} {} {:?} {} {:?} {}",
+        "{:?} {} {:?} {:?} {} {} {:?} {} {} {:?} {} {:?} {}",
         r.prompt,
         r.max_tokens,
         r.sampling,
         r.stop,
+        r.include_stop_str,
+        r.min_tokens,
         r.stop_token_ids,
         r.ignore_eos,
         p.n,
@@ -163,6 +165,18 @@ fn cases() -> Vec<Case> {
                 "request_id",
                 json!({"request_id": "r-1"}),
                 none.clone(),
+                Changes,
+            ),
+            (
+                "min_tokens",
+                json!({"min_tokens": 2, "max_tokens": 4}),
+                json!({"max_tokens": 4}),
+                Changes,
+            ),
+            (
+                "include_stop_str_in_output",
+                json!({"stop": "x", "include_stop_str_in_output": true}),
+                json!({"stop": "x"}),
                 Changes,
             ),
             (

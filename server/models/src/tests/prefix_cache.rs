@@ -43,6 +43,8 @@ fn generation(ask: &Ask, n: usize) -> GenerationRequest {
             ..SamplingParams::default()
         },
         stop: Vec::new(),
+        include_stop_str: false,
+        min_tokens: 0,
         stop_token_ids: Vec::new(),
         eos_token_ids: Vec::new(),
         ignore_eos: true,

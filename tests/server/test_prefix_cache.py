@@ -5,6 +5,8 @@ does."""
 
 import re
 
+import openai
+import pytest
 import requests
 
 from conftest import MODEL_NAME
@@ -85,3 +87,25 @@ def test_a_chat_without_max_tokens_reserves_the_default_not_the_context(start_se
         extra_body={"ignore_eos": True})
     assert r.usage.completion_tokens == 8
     assert r.choices[0].finish_reason == "length"
+
+
+def test_cache_salt_parts_tenants(start_server):
+    # vLLM's cache_salt: requests share cached blocks only with the same salt,
+    # so one tenant cannot learn another's prompts from its time to first token.
+    s = start_server("--kv-blocks", "256", "--max-model-len", "1024", "--block-size", "16")
+    c = s.client(timeout=120)
+
+    def cached(salt, question):
+        extra = {} if salt is None else {"cache_salt": salt}
+        r = c.chat.completions.create(
+            model=MODEL_NAME, temperature=0, max_tokens=4, extra_body=extra,
+            messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}])
+        return r.usage.prompt_tokens_details.cached_tokens
+
+    assert cached("tenant-a", "Where is my parcel?") == 0
+    assert cached("tenant-b", "How long do refunds take?") == 0
+    assert cached(None, "Can I pay by card?") == 0
+    assert cached("tenant-a", "How long do refunds take?") >= 160
+    assert cached("tenant-b", "Where is my parcel?") >= 160
+    with pytest.raises(openai.BadRequestError, match="cache_salt"):
+        cached("", "Hi")

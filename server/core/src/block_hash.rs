@@ -34,6 +34,21 @@ impl BlockHasher {
         }
     }
 
+    /// The hasher of one tenant's chains (vLLM's `cache_salt`): its root
+    /// mixes `salt` in, so a salted request's blocks never share a hash
+    /// with another salt's or with unsalted ones (no probing another
+    /// tenant's prompts through time to first token).
+    pub fn salted(&self, salt: &str) -> Self {
+        let mut h = Sha256::new();
+        h.update(b"cache_salt\0");
+        h.update(self.root.0);
+        h.update(salt.as_bytes());
+        BlockHasher {
+            root: BlockHash(h.finalize().into()),
+            block_size: self.block_size,
+        }
+    }
+
     /// Tokens per block.
     pub fn block_size(&self) -> usize {
         self.block_size
@@ -76,6 +91,22 @@ impl BlockHasher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn salts_part_chains_from_the_first_block() {
+        let h = BlockHasher::new("m", 2);
+        let tokens = [1, 2, 3, 4];
+        let plain = h.chain(&tokens);
+        let (a, b) = (h.salted("a"), h.salted("b"));
+        assert_eq!(a.chain(&tokens), h.salted("a").chain(&tokens));
+        for (x, y) in [
+            (&plain, &a.chain(&tokens)),
+            (&a.chain(&tokens), &b.chain(&tokens)),
+        ] {
+            assert!(x.iter().zip(y).all(|(p, q)| p != q), "{x:?} {y:?}");
+        }
+        assert_eq!(a.block_size(), 2);
+    }
 
     #[test]
     fn equal_hashes_mean_equal_tokens_after_an_equal_prefix() {

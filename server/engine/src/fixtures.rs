@@ -255,6 +255,7 @@ pub fn job(id: RequestId, req: GenerationRequest, config: &EngineConfig) -> Job 
         req,
         blocks,
         hashes: Vec::new(),
+        hasher: None,
         submitted: Instant::now(),
         events: tokio::sync::mpsc::unbounded_channel().0,
     }
@@ -272,6 +273,7 @@ pub fn request(prompt: &[u32], max_tokens: usize) -> GenerationRequest {
         stop: Vec::new(),
         include_stop_str: false,
         min_tokens: 0,
+        cache_salt: None,
         stop_token_ids: Vec::new(),
         eos_token_ids: vec![EOS],
         ignore_eos: false,

@@ -115,6 +115,8 @@ impl SamplingParams {
 }
 
 /// The most stop strings one request may give.
+/// Longest `cache_salt` taken (it is hashed once per request).
+pub const MAX_CACHE_SALT_BYTES: usize = 256;
 pub const MAX_STOPS: usize = 16;
 /// The longest stop string, in bytes (the matcher holds back up to this much).
 pub const MAX_STOP_BYTES: usize = 256;
@@ -145,6 +147,9 @@ pub struct GenerationRequest {
     /// model's and `stop_token_ids`) are masked and stop strings do not
     /// match (vLLM's `min_tokens`).
     pub min_tokens: usize,
+    /// Mixed into the prefix cache's chain (vLLM's `cache_salt`): only
+    /// requests with the same salt share cached blocks.
+    pub cache_salt: Option<String>,
     /// Token ids that end the output.
     pub stop_token_ids: Vec<u32>,
     /// The model's end-of-generation ids; ignored when `ignore_eos`.
@@ -169,6 +174,14 @@ impl GenerationRequest {
                     "min_tokens ({}) is more than max_tokens ({})",
                     self.min_tokens, self.max_tokens
                 ),
+            ));
+        }
+        if let Some(salt) = &self.cache_salt
+            && (salt.is_empty() || salt.len() > MAX_CACHE_SALT_BYTES)
+        {
+            return Err(EngineError::invalid(
+                "cache_salt",
+                format!("cache_salt is 1 to {MAX_CACHE_SALT_BYTES} bytes"),
             ));
         }
         if self.stop.len() > MAX_STOPS {

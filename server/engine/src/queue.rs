@@ -25,6 +25,9 @@ pub(crate) struct Job {
     pub blocks: usize,
     /// Chain hashes of the prompt's full blocks; empty with the cache off.
     pub hashes: Vec<BlockHash>,
+    /// This request's hasher (the server's, salted by its `cache_salt`);
+    /// `None` with the cache off.
+    pub hasher: Option<BlockHasher>,
     pub submitted: Instant,
     pub events: UnboundedSender<Event>,
 }
@@ -108,8 +111,11 @@ impl EngineHandle {
         let blocks = check_fits(req.prompt.len(), req.max_tokens, &s.config)?;
         s.line.enter()?;
         // Hashed here, on the caller's thread, not on the worker's.
-        let hashes = s
-            .hasher
+        let hasher = s.hasher.as_ref().map(|h| match &req.cache_salt {
+            Some(salt) => h.salted(salt),
+            None => h.clone(),
+        });
+        let hashes = hasher
             .as_ref()
             .map_or_else(Vec::new, |h| h.chain(&req.prompt));
         let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -121,6 +127,7 @@ impl EngineHandle {
             req,
             blocks,
             hashes,
+            hasher,
             submitted: now,
             events: events_tx,
         };

@@ -42,6 +42,8 @@ pub(crate) struct Row {
     /// Chain hashes of the sequence's full blocks known so far: the
     /// prompt's from submission, then each block as it fills.
     hashes: Vec<BlockHash>,
+    /// Extends `hashes` as blocks fill; `None` with the cache off.
+    hasher: Option<BlockHasher>,
     block_size: usize,
     pub max_tokens: usize,
     sampler: Sampler,
@@ -109,6 +111,7 @@ impl Row {
             generated: 0,
             output: Vec::new(),
             hashes: job.hashes,
+            hasher: job.hasher,
             block_size,
             max_tokens: req.max_tokens,
             stop: StopMatcher::new(&req.stop, req.include_stop_str),
@@ -178,9 +181,9 @@ impl Row {
     /// Tells the lease what the KV now holds: every block written to, and
     /// (with the cache on) every full block under its chain hash, so it is
     /// shared from the next admission on and stays cached after the row.
-    pub fn commit_blocks(&mut self, hasher: Option<&BlockHasher>) {
+    pub fn commit_blocks(&mut self) {
         let in_kv = self.kv_tokens();
-        let full = if let Some(h) = hasher {
+        let full = if let Some(h) = &self.hasher {
             let mut hashes = std::mem::take(&mut self.hashes);
             h.extend(&mut hashes, |i| self.token(i), in_kv);
             self.hashes = hashes;

@@ -221,9 +221,8 @@ impl<M: BatchModel> Scheduler<M> {
     /// needs; then reports and drops every ended row, whose drop returns its
     /// blocks.
     fn flush(&mut self, now: Instant) {
-        let hasher = self.shared.hasher.as_ref();
         for row in self.rows.values_mut() {
-            row.commit_blocks(hasher);
+            row.commit_blocks();
             if row.finish.is_none() {
                 row.grow_blocks();
             }

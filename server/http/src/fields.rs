@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use crate::error::ApiError;
 
 /// Fields both generation endpoints parse, OpenAI's and vLLM's extras.
-pub const COMMON_FIELDS: [&str; 29] = [
+pub const COMMON_FIELDS: [&str; 30] = [
     "model",
     "max_tokens",
     "temperature",
@@ -43,6 +43,7 @@ pub const COMMON_FIELDS: [&str; 29] = [
     "request_id",
     "min_tokens",
     "include_stop_str_in_output",
+    "cache_salt",
 ];
 /// Fields only `/v1/completions` parses.
 pub const COMPLETION_FIELDS: [&str; 4] = ["prompt", "echo", "best_of", "suffix"];

@@ -96,6 +96,9 @@ pub struct Knobs {
     pub min_tokens: Option<u64>,
     /// Keep the matched stop string in the output (vLLM extra).
     pub include_stop_str_in_output: Option<bool>,
+    /// Only requests with the same salt share prefix-cache blocks (vLLM
+    /// extra): a tenant cannot probe another's prompts through TTFT.
+    pub cache_salt: Option<String>,
 }
 
 impl Knobs {

@@ -26,13 +26,14 @@ fn config() -> PrepareConfig {
 fn fingerprint(p: &Prepared) -> String {
     let r = &p.jobs[0].req;
     format!(
-        "{:?} {} {:?} {:?} {} {} {:?} {} {} {:?} {} {:?} {}",
+        "{:?} {} {:?} {:?} {} {} {:?} {:?} {} {} {:?} {} {:?} {}",
         r.prompt,
         r.max_tokens,
         r.sampling,
         r.stop,
         r.include_stop_str,
         r.min_tokens,
+        r.cache_salt,
         r.stop_token_ids,
         r.ignore_eos,
         p.n,
@@ -171,6 +172,12 @@ fn cases() -> Vec<Case> {
                 "min_tokens",
                 json!({"min_tokens": 2, "max_tokens": 4}),
                 json!({"max_tokens": 4}),
+                Changes,
+            ),
+            (
+                "cache_salt",
+                json!({"cache_salt": "tenant-1"}),
+                none.clone(),
                 Changes,
             ),
             (

@@ -45,6 +45,7 @@ fn generation(ask: &Ask, n: usize) -> GenerationRequest {
         stop: Vec::new(),
         include_stop_str: false,
         min_tokens: 0,
+        cache_salt: None,
         stop_token_ids: Vec::new(),
         eos_token_ids: Vec::new(),
         ignore_eos: true,

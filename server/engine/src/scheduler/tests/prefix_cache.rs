@@ -322,3 +322,36 @@ fn a_pool_full_of_cached_blocks_still_admits_and_evicts_the_oldest() {
     assert!(outcome(&mut big).end.is_some());
     rig.assert_all_blocks_back();
 }
+
+#[test]
+fn only_requests_with_the_same_salt_share_blocks() {
+    let p = prompt(14, &[]);
+    let salted = |salt: Option<&str>| {
+        let mut r = request(&p, 2);
+        r.cache_salt = salt.map(String::from);
+        r
+    };
+    let mut rig = Rig::new(with_cache(true));
+    // (salt, prompt tokens it takes from the cache): the first of each salt
+    // computes everything, including the blocks' tail it generated into.
+    for (salt, cached) in [
+        (Some("a"), 0),
+        (Some("b"), 0),
+        (None, 0),
+        (Some("a"), 12),
+        (Some("b"), 12),
+        (None, 12),
+    ] {
+        let mut sub = rig.submit(salted(salt));
+        rig.run(20);
+        let got = outcome(&mut sub);
+        assert_eq!(got.end.map(|e| e.1.cached_tokens), Some(cached), "{salt:?}");
+    }
+    let bad = salted(Some(""));
+    let err = rig.h.submit(bad, Instant::now()).err();
+    assert_eq!(
+        err.as_ref().and_then(EngineError::param),
+        Some("cache_salt")
+    );
+    rig.assert_all_blocks_back();
+}

@@ -293,3 +293,42 @@ def test_include_stop_str_in_output_keeps_the_stop(server, stream):
     cut = free[:free.index(stop)]
     assert text(False) == (cut, "stop")
     assert text(True) == (cut + stop, "stop")
+
+
+def test_template_fields_reach_the_chat_template(server):
+    # vLLM's add_generation_prompt, continue_final_message and
+    # chat_template_kwargs, on /tokenize and chat alike.
+    start = [{"role": "user", "content": "Finish the sentence."},
+             {"role": "assistant", "content": "The capital of France is"}]
+
+    def tokens(**fields):
+        r = requests.post(server.url + "/tokenize", timeout=10,
+                          json={"model": MODEL_NAME, "messages": start, **fields})
+        assert r.status_code == 200, r.text
+        return r.json()["tokens"]
+
+    def text(ids):
+        r = requests.post(server.url + "/detokenize", timeout=10,
+                          json={"model": MODEL_NAME, "tokens": ids})
+        return r.json()["prompt"]
+
+    opened, closed = tokens(), tokens(add_generation_prompt=False)
+    assert text(opened).endswith("<|im_start|>assistant\n"), text(opened)
+    assert opened[:len(closed)] == closed and len(opened) > len(closed)
+    cont = tokens(continue_final_message=True)
+    assert text(cont).endswith("The capital of France is"), text(cont)
+    # Unknown kwargs are the template's business (SmolLM2's reads none).
+    assert tokens(chat_template_kwargs={"enable_thinking": False}) == opened
+    c = server.client()
+    kw = dict(model=MODEL_NAME, messages=start, max_tokens=6, temperature=0)
+    continued = c.chat.completions.create(**kw, extra_body={"continue_final_message": True})
+    # The answer continues the message: as a completion of the same tokens.
+    plain = c.completions.create(model=MODEL_NAME, prompt=cont, max_tokens=6, temperature=0)
+    assert continued.choices[0].message.content == plain.choices[0].text
+    assert continued.usage.prompt_tokens == len(cont)
+    with pytest.raises(openai.BadRequestError, match="cannot both be true"):
+        c.chat.completions.create(**kw, extra_body={"continue_final_message": True,
+                                                    "add_generation_prompt": True})
+    r = c.chat.completions.create(**kw, extra_body={
+        "chat_template_kwargs": {"enable_thinking": False}, "reasoning_effort": "low"})
+    assert r.choices[0].message.content

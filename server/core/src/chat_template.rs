@@ -47,8 +47,15 @@ impl ChatMessage {
 pub struct RenderOptions<'a> {
     /// Open the assistant's turn at the end.
     pub add_generation_prompt: bool,
+    /// End the text right after the last message's content, so the model
+    /// continues that message (vLLM's and transformers'
+    /// `continue_final_message`).
+    pub continue_final_message: bool,
     /// Tool definitions (`tools` in the template), if any.
     pub tools: Option<&'a [Value]>,
+    /// More variables for the template (`chat_template_kwargs`, e.g.
+    /// `enable_thinking`); the named ones above win over these.
+    pub kwargs: Option<&'a serde_json::Map<String, Value>>,
 }
 
 /// A compiled chat template plus the special token strings it may use.
@@ -143,7 +150,7 @@ impl ChatTemplate {
     ) -> Result<String, Error> {
         let options = RenderOptions {
             add_generation_prompt,
-            tools: None,
+            ..RenderOptions::default()
         };
         self.render_with(messages, &options)
     }
@@ -155,16 +162,41 @@ impl ChatTemplate {
         options: &RenderOptions<'_>,
     ) -> Result<String, Error> {
         let template = self.env.get_template(TEMPLATE_NAME).map_err(template_err)?;
-        template
+        let extra = minijinja::Value::from_serialize(options.kwargs);
+        let text = template
             .render(context! {
                 messages => messages,
                 add_generation_prompt => options.add_generation_prompt,
                 tools => options.tools,
                 bos_token => self.bos_token.as_deref().unwrap_or(""),
                 eos_token => self.eos_token.as_deref().unwrap_or(""),
+                ..extra
             })
-            .map_err(template_err)
+            .map_err(template_err)?;
+        match (options.continue_final_message, messages.last()) {
+            (true, Some(last)) => continue_final(text, &last.content),
+            _ => Ok(text),
+        }
     }
+}
+
+/// `text` cut right after the last occurrence of the final message's
+/// content (trailing whitespace aside), as transformers does it: whatever
+/// the template closes the turn with is dropped.
+fn continue_final(mut text: String, content: &str) -> Result<String, Error> {
+    let content = content.trim_end();
+    let at = text
+        .rfind(content)
+        .filter(|_| !content.is_empty())
+        .ok_or_else(|| {
+            Error::ChatTemplate(
+                "continue_final_message: the final message's content is not in the rendered \
+             template (an empty message, or one the template rewrites)"
+                    .into(),
+            )
+        })?;
+    text.truncate(at + content.len());
+    Ok(text)
 }
 
 /// The default template of a config: the string, or the list entry named
@@ -276,11 +308,58 @@ mod tests {
         ];
         for (tools, want) in cases {
             let options = RenderOptions {
-                add_generation_prompt: false,
                 tools,
+                ..RenderOptions::default()
             };
             assert_eq!(t.render_with(&messages, &options).unwrap(), want);
         }
+    }
+
+    #[test]
+    fn kwargs_reach_the_template_and_a_final_message_is_continued() {
+        let source = "{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}\
+                      {% if enable_thinking is defined and not enable_thinking %}[no-think]{% endif %}\
+                      {% if add_generation_prompt %}<assistant>{% endif %}";
+        let t = ChatTemplate::new(source, None, None).unwrap();
+        let messages = [
+            ChatMessage::new("user", "hi"),
+            ChatMessage::new("assistant", "Once upon  "),
+        ];
+        let off: serde_json::Map<String, Value> =
+            serde_json::from_str(r#"{"enable_thinking": false, "add_generation_prompt": true}"#)
+                .unwrap();
+        // (options, rendered text)
+        let cases = [
+            (
+                RenderOptions::default(),
+                "<user>hi</user><assistant>Once upon  </assistant>",
+            ),
+            (
+                RenderOptions {
+                    kwargs: Some(&off),
+                    ..RenderOptions::default()
+                },
+                // A kwarg cannot turn on what the request turned off.
+                "<user>hi</user><assistant>Once upon  </assistant>[no-think]",
+            ),
+            (
+                RenderOptions {
+                    continue_final_message: true,
+                    ..RenderOptions::default()
+                },
+                "<user>hi</user><assistant>Once upon",
+            ),
+        ];
+        for (options, want) in cases {
+            assert_eq!(t.render_with(&messages, &options).unwrap(), want);
+        }
+        let empty = [ChatMessage::new("assistant", "")];
+        let cont = RenderOptions {
+            continue_final_message: true,
+            ..RenderOptions::default()
+        };
+        let e = t.render_with(&empty, &cont).unwrap_err().to_string();
+        assert!(e.contains("continue_final_message"), "{e}");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use ferrox_core::ChatMessage;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
 use crate::request::Knobs;
@@ -127,6 +127,43 @@ impl Message {
     }
 }
 
+/// The chat template's request fields (vLLM's), read by chat and
+/// `/tokenize` alike.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
+pub struct TemplateArgs {
+    /// Open the assistant's turn (default: true; false with
+    /// `continue_final_message`).
+    pub add_generation_prompt: Option<bool>,
+    /// Continue the last message instead of opening a new turn.
+    pub continue_final_message: Option<bool>,
+    /// More variables for the template, e.g. `{"enable_thinking": false}`
+    /// (what they do is the template's business).
+    pub chat_template_kwargs: Option<Map<String, Value>>,
+}
+
+impl TemplateArgs {
+    /// (add_generation_prompt, continue_final_message); both true is a 400,
+    /// as in vLLM.
+    pub fn turn(&self) -> Result<(bool, bool), ApiError> {
+        let cont = self.continue_final_message == Some(true);
+        let add = self.add_generation_prompt.unwrap_or(!cont);
+        if add && cont {
+            return Err(ApiError::invalid(
+                "continue_final_message",
+                "continue_final_message and add_generation_prompt cannot both be true",
+            ));
+        }
+        Ok((add, cont))
+    }
+
+    /// True when any field is set (they go with messages only).
+    pub fn any(&self) -> bool {
+        self.add_generation_prompt.is_some()
+            || self.continue_final_message.is_some()
+            || self.chat_template_kwargs.is_some()
+    }
+}
+
 /// `POST /v1/chat/completions`.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
 pub struct ChatRequest {
@@ -144,12 +181,39 @@ pub struct ChatRequest {
     pub tool_choice: Option<Value>,
     /// More than one call per answer (default true).
     pub parallel_tool_calls: Option<bool>,
+    /// Passed to the template as `reasoning_effort` (vLLM does; templates
+    /// without it ignore it).
+    pub reasoning_effort: Option<String>,
+    /// Passed to the template as `verbosity`, as `reasoning_effort`.
+    pub verbosity: Option<String>,
+    /// The chat template's fields.
+    #[serde(flatten)]
+    pub template: TemplateArgs,
     /// The shared knobs.
     #[serde(flatten)]
     pub knobs: Knobs,
 }
 
 impl ChatRequest {
+    /// The template's extra variables: `chat_template_kwargs`, with
+    /// `reasoning_effort` and `verbosity` where given and not already there.
+    pub fn template_kwargs(&self) -> Option<Map<String, Value>> {
+        let mut kwargs = self
+            .template
+            .chat_template_kwargs
+            .clone()
+            .unwrap_or_default();
+        for (name, value) in [
+            ("reasoning_effort", &self.reasoning_effort),
+            ("verbosity", &self.verbosity),
+        ] {
+            if let Some(v) = value {
+                kwargs.entry(name).or_insert_with(|| json!(v));
+            }
+        }
+        (!kwargs.is_empty()).then_some(kwargs)
+    }
+
     /// Refuses values this server does not implement.
     pub fn check_supported(&self) -> Result<(), ApiError> {
         self.knobs.check_supported()?;

@@ -48,22 +48,29 @@ pub const COMMON_FIELDS: [&str; 30] = [
 /// Fields only `/v1/completions` parses.
 pub const COMPLETION_FIELDS: [&str; 4] = ["prompt", "echo", "best_of", "suffix"];
 /// Fields only `/v1/chat/completions` parses.
-pub const CHAT_FIELDS: [&str; 6] = [
+pub const CHAT_FIELDS: [&str; 11] = [
     "messages",
     "max_completion_tokens",
     "top_logprobs",
     "tools",
     "tool_choice",
     "parallel_tool_calls",
+    "add_generation_prompt",
+    "continue_final_message",
+    "chat_template_kwargs",
+    "reasoning_effort",
+    "verbosity",
 ];
 /// Fields `/tokenize` parses (vLLM's): a prompt, or messages for the chat
 /// template.
-pub const TOKENIZE_FIELDS: [&str; 7] = [
+pub const TOKENIZE_FIELDS: [&str; 9] = [
     "model",
     "prompt",
     "messages",
     "add_special_tokens",
     "add_generation_prompt",
+    "continue_final_message",
+    "chat_template_kwargs",
     "return_token_strs",
     "tools",
 ];

@@ -94,6 +94,16 @@ impl Frontend for FakeFrontend {
         if let Some(tools) = options.tools {
             out.push_str(&format!("tools:{}\n", tools.len()));
         }
+        // The turn and extra variables, marked only when not the default.
+        if !options.add_generation_prompt {
+            out.push_str("no-generation-prompt\n");
+        }
+        if options.continue_final_message {
+            out.push_str("continue\n");
+        }
+        for (k, v) in options.kwargs.into_iter().flatten() {
+            out.push_str(&format!("{k}={v}\n"));
+        }
         Ok(out)
     }
 

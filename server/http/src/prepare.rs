@@ -282,9 +282,13 @@ pub fn chat(r: ChatRequest, f: &dyn Frontend, c: &PrepareConfig) -> Result<Prepa
     c.check_choices(&r.knobs, 1)?;
     let tools = r.tool_request()?;
     let tool_shape = tools.as_ref().map(|t| c.tool_shape(t)).transpose()?;
+    let (add_generation_prompt, continue_final_message) = r.template.turn()?;
+    let kwargs = r.template_kwargs();
     let options = RenderOptions {
-        add_generation_prompt: true,
+        add_generation_prompt,
+        continue_final_message,
         tools: r.template_tools(),
+        kwargs: kwargs.as_ref(),
     };
     let prompt = chat_prompt(&r.messages, &options, tool_shape.is_some(), c, f)?;
     // Not vLLM's rest of the context: admission reserves prompt + max_tokens

@@ -5,7 +5,7 @@ use ferrox_core::RenderOptions;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::chat_request::Message;
+use crate::chat_request::{Message, TemplateArgs};
 use crate::error::ApiError;
 use crate::frontend::Frontend;
 use crate::prepare::{PrepareConfig, chat_prompt};
@@ -22,8 +22,9 @@ pub struct TokenizeRequest {
     /// Add the tokenizer's special tokens (default: true for a prompt; the
     /// template writes its own, so false for messages).
     pub add_special_tokens: Option<bool>,
-    /// Open the assistant's turn (messages only; default true).
-    pub add_generation_prompt: Option<bool>,
+    /// The chat template's fields (messages only).
+    #[serde(flatten)]
+    pub template: TemplateArgs,
     /// Also return each token's string.
     pub return_token_strs: Option<bool>,
     /// Tool definitions for the template (messages only).
@@ -49,19 +50,23 @@ pub fn tokenize(
     c.check_model(r.model.as_deref())?;
     let tokens = match (&r.prompt, &r.messages) {
         (Some(prompt), None) => {
-            if r.add_generation_prompt.is_some() || r.tools.is_some() {
+            if r.template.any() || r.tools.is_some() {
                 return Err(ApiError::invalid(
                     "add_generation_prompt",
-                    "add_generation_prompt and tools go with messages, not prompt",
+                    "add_generation_prompt, continue_final_message, chat_template_kwargs and \
+                     tools go with messages, not prompt",
                 ));
             }
             let special = r.add_special_tokens.unwrap_or(true);
             f.encode(prompt, special).map_err(ApiError::Prompt)?
         }
         (None, Some(messages)) => {
+            let (add_generation_prompt, continue_final_message) = r.template.turn()?;
             let options = RenderOptions {
-                add_generation_prompt: r.add_generation_prompt.unwrap_or(true),
+                add_generation_prompt,
+                continue_final_message,
                 tools: r.tools.as_deref().filter(|t| !t.is_empty()),
+                kwargs: r.template.chat_template_kwargs.as_ref(),
             };
             // As chat with tools and no tool_choice ("auto"): calls are read
             // whenever this server reads any.

@@ -288,6 +288,36 @@ fn cases() -> Vec<Case> {
             json!({"tools": tool}),
             Changes,
         ),
+        (
+            "add_generation_prompt",
+            json!({"add_generation_prompt": false}),
+            none.clone(),
+            Changes,
+        ),
+        (
+            "continue_final_message",
+            json!({"continue_final_message": true, "add_generation_prompt": true}),
+            none.clone(),
+            Refused("cannot both be true"),
+        ),
+        (
+            "chat_template_kwargs",
+            json!({"chat_template_kwargs": {"enable_thinking": false}}),
+            none.clone(),
+            Changes,
+        ),
+        (
+            "reasoning_effort",
+            json!({"reasoning_effort": "low"}),
+            none.clone(),
+            Changes,
+        ),
+        (
+            "verbosity",
+            json!({"verbosity": "low"}),
+            none.clone(),
+            Changes,
+        ),
     ];
     out.extend(chat.into_iter().map(|(f, s, a, e)| (true, f, s, a, e)));
     out

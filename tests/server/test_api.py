@@ -332,3 +332,18 @@ def test_template_fields_reach_the_chat_template(server):
     r = c.chat.completions.create(**kw, extra_body={
         "chat_template_kwargs": {"enable_thinking": False}, "reasoning_effort": "low"})
     assert r.choices[0].message.content
+
+
+def test_truncate_prompt_tokens_keeps_the_last_ones(server):
+    c = server.client()
+    ids = [504, 3458, 314, 4649, 282, 8590, 314]
+    kw = dict(model=MODEL_NAME, max_tokens=5, temperature=0, extra_body={"ignore_eos": True})
+    cut = c.completions.create(prompt=ids, **{**kw, "extra_body": {
+        "ignore_eos": True, "truncate_prompt_tokens": 3}})
+    assert cut.usage.prompt_tokens == 3
+    assert cut.choices[0].text == c.completions.create(prompt=ids[-3:], **kw).choices[0].text
+    chat = c.chat.completions.create(model=MODEL_NAME, messages=HELLO, max_tokens=2,
+                                     extra_body={"truncate_prompt_tokens": 4})
+    assert chat.usage.prompt_tokens == 4
+    with pytest.raises(openai.BadRequestError, match="truncate_prompt_tokens"):
+        c.completions.create(prompt=ids, **{**kw, "extra_body": {"truncate_prompt_tokens": -2}})

@@ -220,7 +220,7 @@ pub fn completion(
     c.check_choices(&r.knobs, prompts.len())?;
     let jobs = prompts
         .into_iter()
-        .map(|(text, ids)| completion_job(&r, text, ids, f))
+        .map(|(text, ids)| completion_job(&r, text, ids, f, c))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Prepared {
         jobs,
@@ -235,6 +235,7 @@ fn completion_job(
     text: Option<String>,
     ids: Option<Vec<u32>>,
     f: &dyn Frontend,
+    c: &PrepareConfig,
 ) -> Result<Job, ApiError> {
     let prompt = match (ids, &text) {
         (Some(ids), _) => ids,
@@ -242,6 +243,10 @@ fn completion_job(
             .encode(t.as_deref().unwrap_or_default(), true)
             .map_err(ApiError::Prompt)?,
     };
+    let full = prompt.len();
+    let prompt = truncated(prompt, r.knobs.truncate_prompt_tokens, c.max_model_len);
+    // An echo of a cut prompt is of what the model saw.
+    let text = text.filter(|_| prompt.len() == full);
     let max_tokens = r
         .knobs
         .max_tokens
@@ -291,6 +296,7 @@ pub fn chat(r: ChatRequest, f: &dyn Frontend, c: &PrepareConfig) -> Result<Prepa
         kwargs: kwargs.as_ref(),
     };
     let prompt = chat_prompt(&r.messages, &options, tool_shape.is_some(), c, f)?;
+    let prompt = truncated(prompt, r.knobs.truncate_prompt_tokens, c.max_model_len);
     // Not vLLM's rest of the context: admission reserves prompt + max_tokens
     // for the request's whole life, so that default would let a couple of
     // requests fill the pool.
@@ -372,6 +378,20 @@ fn render_prompt(
 ) -> Result<Vec<u32>, ApiError> {
     let text = f.render_chat(messages, options).map_err(ApiError::Prompt)?;
     f.encode(&text, false).map_err(ApiError::Prompt)
+}
+
+/// The last `keep` tokens of `prompt` (vLLM's `truncate_prompt_tokens`; -1
+/// keeps `max_model_len`), before admission sees it. The value was checked.
+fn truncated(mut prompt: Vec<u32>, keep: Option<i64>, max_model_len: usize) -> Vec<u32> {
+    let keep = match keep {
+        None => return prompt,
+        Some(-1) => max_model_len,
+        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+    };
+    if prompt.len() > keep {
+        prompt.drain(..prompt.len() - keep);
+    }
+    prompt
 }
 
 fn clamp(n: u64) -> usize {

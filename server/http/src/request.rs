@@ -99,6 +99,9 @@ pub struct Knobs {
     /// Only requests with the same salt share prefix-cache blocks (vLLM
     /// extra): a tenant cannot probe another's prompts through TTFT.
     pub cache_salt: Option<String>,
+    /// Keep only the last N prompt tokens, -1 for `max_model_len` (vLLM
+    /// extra).
+    pub truncate_prompt_tokens: Option<i64>,
 }
 
 impl Knobs {
@@ -128,6 +131,15 @@ impl Knobs {
             return Err(ApiError::invalid(
                 "priority",
                 "priority: admission is strictly first come, first served here; only 0 is accepted",
+            ));
+        }
+        if self
+            .truncate_prompt_tokens
+            .is_some_and(|n| n == 0 || n < -1)
+        {
+            return Err(ApiError::invalid(
+                "truncate_prompt_tokens",
+                "truncate_prompt_tokens is -1 (the model's length) or at least 1",
             ));
         }
         if let Some(id) = &self.request_id {
@@ -333,6 +345,10 @@ mod tests {
             ),
             (r#"{"prompt": "a", "top_k": -5}"#, "top_k"),
             (r#"{"prompt": "a", "priority": 1}"#, "only 0 is accepted"),
+            (
+                r#"{"prompt": "a", "truncate_prompt_tokens": 0}"#,
+                "at least 1",
+            ),
             (r#"{"prompt": "a", "request_id": "a b"}"#, "visible ASCII"),
             (r#"{"prompt": "a", "request_id": ""}"#, "request id"),
             (

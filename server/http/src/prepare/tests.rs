@@ -175,6 +175,12 @@ fn cases() -> Vec<Case> {
                 Changes,
             ),
             (
+                "truncate_prompt_tokens",
+                json!({"truncate_prompt_tokens": 1}),
+                none.clone(),
+                Changes,
+            ),
+            (
                 "cache_salt",
                 json!({"cache_salt": "tenant-1"}),
                 none.clone(),

@@ -347,3 +347,24 @@ def test_truncate_prompt_tokens_keeps_the_last_ones(server):
     assert chat.usage.prompt_tokens == 4
     with pytest.raises(openai.BadRequestError, match="truncate_prompt_tokens"):
         c.completions.create(prompt=ids, **{**kw, "extra_body": {"truncate_prompt_tokens": -2}})
+
+
+def test_allowed_token_ids_and_bad_words_mask_the_tokens(server):
+    c = server.client()
+    ids = requests.post(server.url + "/tokenize", timeout=10,
+                        json={"model": MODEL_NAME, "prompt": " blue",
+                              "add_special_tokens": False}).json()["tokens"]
+    assert len(ids) == 1, ids
+    kw = dict(model=MODEL_NAME, prompt="List three colors:", max_tokens=3, temperature=0)
+    only = c.completions.create(**kw, extra_body={"ignore_eos": True, "allowed_token_ids": ids})
+    assert only.choices[0].text == " blue" * 3
+    free = c.completions.create(**{**kw, "max_tokens": 24}).choices[0].text
+    words = [w.strip(",.") for w in free.split() if w.strip(",.").isalpha()]
+    assert words, free
+    banned = words[0]
+    masked = c.completions.create(**{**kw, "max_tokens": 24},
+                                  extra_body={"bad_words": [banned]}).choices[0].text
+    assert banned not in [w.strip(",.") for w in masked.split()], (banned, free, masked)
+    assert masked != free
+    with pytest.raises(openai.BadRequestError, match="allowed_token_ids"):
+        c.completions.create(**kw, extra_body={"allowed_token_ids": []})

@@ -30,6 +30,12 @@ pub struct SamplingParams {
     /// Added to these tokens' logits before sampling (not to the logprobs,
     /// which are the model's).
     pub logit_bias: Vec<(u32, f32)>,
+    /// Only these tokens may be sampled (vLLM's `allowed_token_ids`).
+    pub allowed_token_ids: Option<Vec<u32>>,
+    /// Token sequences never generated (vLLM's `bad_words`, tokenized): a
+    /// sequence's last token is masked wherever the output ends with the
+    /// rest of it.
+    pub bad_words: Vec<Vec<u32>>,
 }
 
 impl Default for SamplingParams {
@@ -46,6 +52,8 @@ impl Default for SamplingParams {
             logprobs: None,
             prompt_logprobs: None,
             logit_bias: Vec::new(),
+            allowed_token_ids: None,
+            bad_words: Vec::new(),
         }
     }
 }
@@ -54,6 +62,11 @@ impl Default for SamplingParams {
 pub const MAX_TOP_LOGPROBS: usize = 20;
 /// The largest bias `logit_bias` may add or take away, as OpenAI's.
 pub const MAX_LOGIT_BIAS: f32 = 100.0;
+/// The most `bad_words` token sequences (each is checked against the
+/// output's tail every step).
+pub const MAX_BAD_WORDS: usize = 256;
+/// The most tokens of one `bad_words` sequence.
+pub const MAX_BAD_WORD_TOKENS: usize = 16;
 
 impl SamplingParams {
     /// Checks every field's range; the message names the field.
@@ -62,7 +75,9 @@ impl SamplingParams {
             .logit_bias
             .iter()
             .all(|(_, b)| (-MAX_LOGIT_BIAS..=MAX_LOGIT_BIAS).contains(b));
-        let checks: [(&str, bool, &str); 9] = [
+        let bad_words_ok = self.bad_words.len() <= MAX_BAD_WORDS
+            && (self.bad_words.iter()).all(|w| !w.is_empty() && w.len() <= MAX_BAD_WORD_TOKENS);
+        let checks: [(&str, bool, &str); 11] = [
             (
                 "temperature",
                 self.temperature.is_finite() && (0.0..=2.0).contains(&self.temperature),
@@ -104,6 +119,19 @@ impl SamplingParams {
                 "must be at most 20",
             ),
             ("logit_bias", bias_ok, "values must be between -100 and 100"),
+            (
+                "allowed_token_ids",
+                self.allowed_token_ids
+                    .as_ref()
+                    .is_none_or(|a| !a.is_empty()),
+                "must not be empty",
+            ),
+            (
+                "bad_words",
+                bad_words_ok,
+                "must be at most 256 token sequences of 1 to 16 tokens each (a word is \
+                 tokenized with and without a leading space)",
+            ),
         ];
         for (param, ok, why) in checks {
             if !ok {
@@ -114,9 +142,9 @@ impl SamplingParams {
     }
 }
 
-/// The most stop strings one request may give.
 /// Longest `cache_salt` taken (it is hashed once per request).
 pub const MAX_CACHE_SALT_BYTES: usize = 256;
+/// The most stop strings one request may give.
 pub const MAX_STOPS: usize = 16;
 /// The longest stop string, in bytes (the matcher holds back up to this much).
 pub const MAX_STOP_BYTES: usize = 256;

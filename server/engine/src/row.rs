@@ -58,6 +58,10 @@ pub(crate) struct Row {
     eos_token_ids: Vec<u32>,
     /// Tokens before which no end counts (`min_tokens`).
     min_tokens: usize,
+    /// `allowed_token_ids` as a vocabulary-wide flag row, if given.
+    allowed: Option<Vec<bool>>,
+    /// `bad_words`, tokenized.
+    bad_words: Vec<Vec<u32>>,
     pub events: UnboundedSender<Event>,
     submitted: Instant,
     last_token_at: Option<Instant>,
@@ -75,7 +79,7 @@ impl Row {
         vocab_size: usize,
         block_size: usize,
     ) -> Result<Row, (UnboundedSender<Event>, EngineError)> {
-        let req = job.req;
+        let mut req = job.req;
         if let Some(&bad) = req.prompt.iter().find(|&&t| t as usize >= vocab_size) {
             let e = EngineError::invalid(
                 "prompt",
@@ -83,14 +87,32 @@ impl Row {
             );
             return Err((job.events, e));
         }
-        let biased = req.sampling.logit_bias.iter().map(|b| b.0);
-        if let Some(bad) = biased.into_iter().find(|&t| t as usize >= vocab_size) {
-            let e = EngineError::invalid(
-                "logit_bias",
-                format!("token id {bad} is outside the vocabulary (size {vocab_size})"),
-            );
-            return Err((job.events, e));
+        let s = &req.sampling;
+        let named: [(&str, Vec<u32>); 3] = [
+            ("logit_bias", s.logit_bias.iter().map(|b| b.0).collect()),
+            (
+                "allowed_token_ids",
+                s.allowed_token_ids.clone().unwrap_or_default(),
+            ),
+            ("bad_words", s.bad_words.iter().flatten().copied().collect()),
+        ];
+        for (param, ids) in named {
+            if let Some(bad) = ids.into_iter().find(|&t| t as usize >= vocab_size) {
+                let e = EngineError::invalid(
+                    param,
+                    format!("token id {bad} is outside the vocabulary (size {vocab_size})"),
+                );
+                return Err((job.events, e));
+            }
         }
+        let allowed = req.sampling.allowed_token_ids.take().map(|ids| {
+            let mut row = vec![false; vocab_size];
+            for id in ids {
+                row[id as usize] = true;
+            }
+            row
+        });
+        let bad_words = std::mem::take(&mut req.sampling.bad_words);
         let eos = if req.ignore_eos {
             Vec::new()
         } else {
@@ -116,6 +138,8 @@ impl Row {
             max_tokens: req.max_tokens,
             stop: StopMatcher::new(&req.stop, req.include_stop_str),
             min_tokens: req.min_tokens,
+            allowed,
+            bad_words,
             text: req.text,
             constraint: req.constraint,
             stop_token_ids: req.stop_token_ids,
@@ -227,22 +251,16 @@ impl Row {
 
     /// Samples from `logits` and applies the token: text, stops, length.
     pub fn take_logits(&mut self, logits: &[f32], now: Instant, metrics: &Metrics) {
-        let early = self.generated < self.min_tokens;
+        let masked = self.token_masks(logits);
         let Some(constraint) = self.constraint.as_mut() else {
-            let sampled = if early {
-                let mut masked = logits.to_vec();
-                mask_ids(&mut masked, &self.eos_token_ids, &self.stop_token_ids);
-                self.sampler.sample_masked(logits, &masked)
-            } else {
-                self.sampler.sample(logits)
+            let sampled = match &masked {
+                Some(masked) => self.sampler.sample_masked(logits, masked),
+                None => self.sampler.sample(logits),
             };
             self.accept(sampled, now, metrics);
             return;
         };
-        let mut masked = logits.to_vec();
-        if early {
-            mask_ids(&mut masked, &self.eos_token_ids, &self.stop_token_ids);
-        }
+        let mut masked = masked.unwrap_or_else(|| logits.to_vec());
         let sampled = constraint
             .mask(&mut masked)
             .map(|()| self.sampler.sample_masked(logits, &masked))
@@ -262,6 +280,36 @@ impl Row {
                 tail,
             });
         }
+    }
+
+    /// `logits` with the request's own token masks (the end tokens before
+    /// `min_tokens`, `allowed_token_ids`, `bad_words`) at negative
+    /// infinity; `None`, and no copy, when none applies this step. A
+    /// grammar's mask goes on top; `logit_bias` is added by the sampler.
+    fn token_masks(&self, logits: &[f32]) -> Option<Vec<f32>> {
+        let early = self.generated < self.min_tokens;
+        if !early && self.allowed.is_none() && self.bad_words.is_empty() {
+            return None;
+        }
+        let mut masked = logits.to_vec();
+        if early {
+            mask_ids(&mut masked, &self.eos_token_ids, &self.stop_token_ids);
+        }
+        if let Some(allowed) = &self.allowed {
+            for (l, &ok) in masked.iter_mut().zip(allowed) {
+                if !ok {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
+        for word in &self.bad_words {
+            if let Some((&last, before)) = word.split_last()
+                && self.output.ends_with(before)
+            {
+                mask_ids(&mut masked, &[last], &[]);
+            }
+        }
+        Some(masked)
     }
 
     fn accept(&mut self, sampled: Sampled, now: Instant, metrics: &Metrics) {

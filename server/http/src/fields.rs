@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use crate::error::ApiError;
 
 /// Fields both generation endpoints parse, OpenAI's and vLLM's extras.
-pub const COMMON_FIELDS: [&str; 31] = [
+pub const COMMON_FIELDS: [&str; 33] = [
     "model",
     "max_tokens",
     "temperature",
@@ -45,6 +45,8 @@ pub const COMMON_FIELDS: [&str; 31] = [
     "include_stop_str_in_output",
     "cache_salt",
     "truncate_prompt_tokens",
+    "allowed_token_ids",
+    "bad_words",
 ];
 /// Fields only `/v1/completions` parses.
 pub const COMPLETION_FIELDS: [&str; 4] = ["prompt", "echo", "best_of", "suffix"];

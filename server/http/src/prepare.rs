@@ -380,6 +380,22 @@ fn render_prompt(
     f.encode(&text, false).map_err(ApiError::Prompt)
 }
 
+/// `bad_words` as token sequences, as vLLM makes them: each word as
+/// written and with a leading space (how it appears mid-sentence).
+fn bad_words(words: &[String], f: &dyn Frontend) -> Result<Vec<Vec<u32>>, ApiError> {
+    let mut out: Vec<Vec<u32>> = Vec::with_capacity(words.len() * 2);
+    for word in words {
+        let spaced = format!(" {}", word.trim_start());
+        for form in [word.as_str(), spaced.as_str()] {
+            let ids = f.encode(form, false).map_err(ApiError::Prompt)?;
+            if !ids.is_empty() && !out.contains(&ids) {
+                out.push(ids);
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The last `keep` tokens of `prompt` (vLLM's `truncate_prompt_tokens`; -1
 /// keeps `max_model_len`), before admission sees it. The value was checked.
 fn truncated(mut prompt: Vec<u32>, keep: Option<i64>, max_model_len: usize) -> Vec<u32> {
@@ -421,10 +437,12 @@ fn request(
     knobs: &Knobs,
     f: &dyn Frontend,
 ) -> Result<GenerationRequest, ApiError> {
+    let mut sampling = knobs.sampling(logprobs, prompt_logprobs)?;
+    sampling.bad_words = bad_words(knobs.bad_words.as_deref().unwrap_or_default(), f)?;
     Ok(GenerationRequest {
         prompt,
         max_tokens,
-        sampling: knobs.sampling(logprobs, prompt_logprobs)?,
+        sampling,
         stop: knobs.stops(),
         include_stop_str: knobs.include_stop_str_in_output == Some(true),
         min_tokens: knobs

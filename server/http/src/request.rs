@@ -102,6 +102,11 @@ pub struct Knobs {
     /// Keep only the last N prompt tokens, -1 for `max_model_len` (vLLM
     /// extra).
     pub truncate_prompt_tokens: Option<i64>,
+    /// Only these token ids may be sampled (vLLM extra).
+    pub allowed_token_ids: Option<Vec<u32>>,
+    /// Words never generated (vLLM extra): each with and without a leading
+    /// space, tokenized; a word's last token is masked after the rest of it.
+    pub bad_words: Option<Vec<String>>,
 }
 
 impl Knobs {
@@ -201,6 +206,9 @@ impl Knobs {
             logprobs,
             prompt_logprobs,
             logit_bias: self.logit_bias()?,
+            allowed_token_ids: self.allowed_token_ids.clone(),
+            // Tokenized by the caller, which has the tokenizer.
+            bad_words: Vec::new(),
         })
     }
 

@@ -779,3 +779,74 @@ fn liveness_sees_a_stalled_tick_and_a_dead_worker() {
         Some(EngineError::WorkerGone)
     );
 }
+
+#[test]
+fn token_masks_steer_the_fake_model() {
+    // The fake model's next token is last + 1 (all others at 0): a masked
+    // prediction leaves a flat row, whose argmax is the lowest allowed id.
+    use crate::SamplingParams;
+    type Mask = fn(&mut SamplingParams);
+    let cases: [(&str, Mask, Vec<u32>); 5] = [
+        ("none", |_| {}, vec![2, 3, 4, 5]),
+        (
+            "allowed",
+            |s| s.allowed_token_ids = Some(vec![9, 5]),
+            vec![5, 5, 5, 5],
+        ),
+        (
+            "a one-token bad word",
+            |s| s.bad_words = vec![vec![3]],
+            vec![2, EOS, 1, 2],
+        ),
+        (
+            "a two-token bad word after its prefix",
+            |s| s.bad_words = vec![vec![2, 3]],
+            vec![2, EOS, 1, 2],
+        ),
+        (
+            "a two-token bad word without its prefix",
+            |s| s.bad_words = vec![vec![5, 3]],
+            vec![2, 3, 4, 5],
+        ),
+    ];
+    for (name, mask, want) in cases {
+        let mut rig = Rig::new(config());
+        let mut req = request(&[1], 4);
+        req.ignore_eos = true;
+        mask(&mut req.sampling);
+        let mut sub = rig.submit(req);
+        rig.run(20);
+        assert_eq!(outcome(&mut sub).ids, want, "{name}");
+        rig.assert_all_blocks_back();
+    }
+    // Empty lists are refused at the door, ids outside the vocabulary at
+    // admission; both name the field.
+    let mut rig = Rig::new(config());
+    type Spoil = fn(&mut SamplingParams);
+    let empty: [(&str, Spoil); 2] = [
+        ("allowed_token_ids", |s| s.allowed_token_ids = Some(vec![])),
+        ("bad_words", |s| s.bad_words = vec![vec![]]),
+    ];
+    for (field, spoil) in empty {
+        let mut req = request(&[1], 2);
+        spoil(&mut req.sampling);
+        let err = rig.h.submit(req, Instant::now()).err();
+        assert_eq!(err.as_ref().and_then(EngineError::param), Some(field));
+    }
+    let outside: [Spoil; 2] = [
+        |s| s.allowed_token_ids = Some(vec![VOCAB as u32]),
+        |s| s.bad_words = vec![vec![1, VOCAB as u32]],
+    ];
+    for spoil in outside {
+        let mut req = request(&[1], 2);
+        spoil(&mut req.sampling);
+        let mut sub = rig.submit(req);
+        rig.run(10);
+        let got = outcome(&mut sub).error.unwrap_or_default();
+        assert!(
+            got.contains(&format!("token id {VOCAB} is outside")),
+            "{got}"
+        );
+    }
+    rig.assert_all_blocks_back();
+}

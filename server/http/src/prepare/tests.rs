@@ -175,6 +175,18 @@ fn cases() -> Vec<Case> {
                 Changes,
             ),
             (
+                "allowed_token_ids",
+                json!({"allowed_token_ids": [3]}),
+                none.clone(),
+                Changes,
+            ),
+            (
+                "bad_words",
+                json!({"bad_words": ["x"]}),
+                none.clone(),
+                Changes,
+            ),
+            (
                 "truncate_prompt_tokens",
                 json!({"truncate_prompt_tokens": 1}),
                 none.clone(),

@@ -368,3 +368,22 @@ def test_allowed_token_ids_and_bad_words_mask_the_tokens(server):
     assert masked != free
     with pytest.raises(openai.BadRequestError, match="allowed_token_ids"):
         c.completions.create(**kw, extra_body={"allowed_token_ids": []})
+
+
+def test_return_tokens_as_token_ids_names_tokens_by_id(server):
+    c = server.client()
+    kw = dict(model=MODEL_NAME, prompt="The capital of France is", max_tokens=3, temperature=0,
+              logprobs=2)
+    by_text = c.completions.create(**kw).choices[0].logprobs
+    by_id = c.completions.create(**kw, extra_body={"return_tokens_as_token_ids": True}) \
+        .choices[0].logprobs
+    assert len(by_id.tokens) == 3 and all(re.fullmatch(r"token_id:\d+", t) for t in by_id.tokens)
+    assert by_id.token_logprobs == by_text.token_logprobs
+    texts = requests.post(server.url + "/detokenize", timeout=10, json={
+        "tokens": [int(t.split(":")[1]) for t in by_id.tokens]}).json()["prompt"]
+    assert texts == "".join(by_text.tokens)
+    chat = c.chat.completions.create(model=MODEL_NAME, messages=HELLO, max_tokens=2,
+                                     temperature=0, logprobs=True, top_logprobs=1,
+                                     extra_body={"return_tokens_as_token_ids": True})
+    entry = chat.choices[0].logprobs.content[0]
+    assert entry.token.startswith("token_id:") and entry.top_logprobs[0].token.startswith("token_id:")

@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use crate::error::ApiError;
 
 /// Fields both generation endpoints parse, OpenAI's and vLLM's extras.
-pub const COMMON_FIELDS: [&str; 33] = [
+pub const COMMON_FIELDS: [&str; 34] = [
     "model",
     "max_tokens",
     "temperature",
@@ -47,6 +47,7 @@ pub const COMMON_FIELDS: [&str; 33] = [
     "truncate_prompt_tokens",
     "allowed_token_ids",
     "bad_words",
+    "return_tokens_as_token_ids",
 ];
 /// Fields only `/v1/completions` parses.
 pub const COMPLETION_FIELDS: [&str; 4] = ["prompt", "echo", "best_of", "suffix"];

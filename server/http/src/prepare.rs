@@ -61,6 +61,8 @@ pub struct Shape {
     pub continuous_usage: bool,
     /// The client's id for the request (`request_id`), if it gave one.
     pub request_id: Option<String>,
+    /// Logprobs name tokens `token_id:N`.
+    pub token_ids: bool,
     /// Return logprobs.
     pub logprobs: bool,
     /// Tool calls are read out of the answer (chat).
@@ -465,6 +467,7 @@ fn shape(knobs: &Knobs, logprobs: bool, kind: Kind) -> Shape {
         include_usage: knobs.include_usage(),
         continuous_usage: knobs.continuous_usage(),
         request_id: knobs.request_id.clone(),
+        token_ids: knobs.return_tokens_as_token_ids == Some(true),
         logprobs,
         tools: None,
     }

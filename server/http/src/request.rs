@@ -107,6 +107,9 @@ pub struct Knobs {
     /// Words never generated (vLLM extra): each with and without a leading
     /// space, tokenized; a word's last token is masked after the rest of it.
     pub bad_words: Option<Vec<String>>,
+    /// Logprobs name each token `token_id:N` (vLLM extra), for tokens
+    /// whose text is not valid UTF-8 on its own.
+    pub return_tokens_as_token_ids: Option<bool>,
 }
 
 impl Knobs {

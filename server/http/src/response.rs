@@ -27,6 +27,9 @@ pub struct Envelope {
     pub created: u64,
     /// The served model name.
     pub model: String,
+    /// Logprobs name tokens `token_id:N` (vLLM's
+    /// `return_tokens_as_token_ids`), not by their text.
+    pub token_ids: bool,
 }
 
 /// OpenAI's usage object.
@@ -228,9 +231,17 @@ impl Envelope {
 
     /// Logprobs in this endpoint's shape.
     pub fn logprobs(&self, lp: &Logprobs, frontend: &dyn Frontend) -> Value {
+        let token_ids = self.token_ids;
+        let name = |id: u32| {
+            if token_ids {
+                format!("token_id:{id}")
+            } else {
+                frontend.token_str(id)
+            }
+        };
         match self.kind {
-            Kind::Completion => completion_logprobs(lp, frontend),
-            Kind::Chat => chat_logprobs(lp, frontend),
+            Kind::Completion => completion_logprobs(lp, &name),
+            Kind::Chat => chat_logprobs(lp, &name),
         }
     }
 }
@@ -238,28 +249,26 @@ impl Envelope {
 /// Echoed prompt tokens first (null for the first one, and each one's top
 /// alternatives with the token itself, as vLLM gives them), then the
 /// generated tokens.
-fn completion_logprobs(lp: &Logprobs, f: &dyn Frontend) -> Value {
+fn completion_logprobs(lp: &Logprobs, name: &dyn Fn(u32) -> String) -> Value {
     let top_map = |top: &[(u32, f32)]| -> serde_json::Map<String, Value> {
-        top.iter()
-            .map(|(id, l)| (f.token_str(*id), json!(l)))
-            .collect()
+        top.iter().map(|(id, l)| (name(*id), json!(l))).collect()
     };
     let mut tokens: Vec<String> = Vec::new();
     let mut token_logprobs: Vec<Option<f32>> = Vec::new();
     let mut top: Vec<Option<serde_json::Map<String, Value>>> = Vec::new();
     let mut offsets: Vec<usize> = Vec::new();
     for (id, e, offset) in &lp.prompt {
-        tokens.push(f.token_str(*id));
+        tokens.push(name(*id));
         token_logprobs.push(e.as_ref().map(|t| t.logprob));
         top.push(e.as_ref().map(|t| {
             let mut m = top_map(&t.top);
-            m.entry(f.token_str(t.id)).or_insert(json!(t.logprob));
+            m.entry(name(t.id)).or_insert(json!(t.logprob));
             m
         }));
         offsets.push(*offset);
     }
     for (t, offset) in &lp.tokens {
-        tokens.push(f.token_str(t.id));
+        tokens.push(name(t.id));
         token_logprobs.push(Some(t.logprob));
         top.push(Some(top_map(&t.top)));
         offsets.push(*offset);
@@ -272,9 +281,9 @@ fn completion_logprobs(lp: &Logprobs, f: &dyn Frontend) -> Value {
     })
 }
 
-fn chat_logprobs(lp: &Logprobs, f: &dyn Frontend) -> Value {
+fn chat_logprobs(lp: &Logprobs, name: &dyn Fn(u32) -> String) -> Value {
     let entry = |id: u32, logprob: f32| {
-        let token = f.token_str(id);
+        let token = name(id);
         json!({"token": token, "logprob": logprob, "bytes": token.as_bytes()})
     };
     let content: Vec<Value> = lp

@@ -303,7 +303,7 @@ async fn answer(s: &AppState, p: Prepared, headers: &HeaderMap) -> Response {
     };
     let (choices, shape) = p.requests(loaded.frontend.as_ref());
     let (requests, metas): (Vec<_>, Vec<_>) = choices.into_iter().unzip();
-    let env = envelope(s, shape.kind, header_id.or(shape.request_id.as_deref()));
+    let env = envelope(s, &shape, header_id);
     tracing::debug!(id = %env.id, choices = requests.len(), "request submitted");
     // All or none: a refusal drops (cancels) the ones already submitted.
     let subs: Result<Vec<_>, _> = requests
@@ -410,8 +410,11 @@ fn header_request_id(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
 }
 
 /// The envelope of one answer: its id is `<prefix>-<request id>` when the
-/// client named the request, else `<prefix>-<a clock-derived hex>`.
-fn envelope(s: &AppState, kind: Kind, request_id: Option<&str>) -> Envelope {
+/// client named the request (the header first, then the body), else
+/// `<prefix>-<a clock-derived hex>`.
+fn envelope(s: &AppState, shape: &Shape, header_id: Option<&str>) -> Envelope {
+    let kind = shape.kind;
+    let request_id = header_id.or(shape.request_id.as_deref());
     let created = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -430,6 +433,7 @@ fn envelope(s: &AppState, kind: Kind, request_id: Option<&str>) -> Envelope {
         ),
         created,
         model: s.model_name().to_string(),
+        token_ids: shape.token_ids,
     }
 }
 

@@ -175,6 +175,12 @@ fn cases() -> Vec<Case> {
                 Changes,
             ),
             (
+                "return_tokens_as_token_ids",
+                json!({"return_tokens_as_token_ids": true}),
+                none.clone(),
+                Changes,
+            ),
+            (
                 "allowed_token_ids",
                 json!({"allowed_token_ids": [3]}),
                 none.clone(),

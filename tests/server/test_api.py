@@ -387,3 +387,16 @@ def test_return_tokens_as_token_ids_names_tokens_by_id(server):
                                      extra_body={"return_tokens_as_token_ids": True})
     entry = chat.choices[0].logprobs.content[0]
     assert entry.token.startswith("token_id:") and entry.top_logprobs[0].token.startswith("token_id:")
+
+
+def test_skip_special_tokens_false_shows_them(server):
+    c = server.client()
+    kw = dict(model=MODEL_NAME, messages=HELLO, max_tokens=40, temperature=0)
+    shown = c.chat.completions.create(**kw, extra_body={"ignore_eos": True,
+                                                        "skip_special_tokens": False})
+    hidden = c.chat.completions.create(**kw, extra_body={"ignore_eos": True})
+    # Past its end of turn the model writes ChatML's markers: text only when asked.
+    assert "<|im_end|>" in shown.choices[0].message.content, shown
+    assert "<|im_" not in hidden.choices[0].message.content, hidden
+    r = c.chat.completions.create(**kw, extra_body={"spaces_between_special_tokens": False})
+    assert r.choices[0].message.content

@@ -84,14 +84,18 @@ pub const DETOKENIZE_FIELDS: [&str; 2] = ["model", "tokens"];
 pub const MESSAGE_FIELDS: [&str; 5] = ["role", "content", "name", "tool_calls", "tool_call_id"];
 
 /// Request fields that change nothing a self-hosted server returns: who the
-/// end user is, OpenAI-side storage, billing tier and cache routing.
-pub const IGNORED_FIELDS: [&str; 6] = [
+/// end user is, OpenAI-side storage, billing tier, cache routing, and a
+/// detokenizer option only slow tokenizers have.
+pub const IGNORED_FIELDS: [&str; 7] = [
     "user",
     "store",
     "metadata",
     "service_tier",
     "prompt_cache_key",
     "safety_identifier",
+    // vLLM applies it only with slow (Python) tokenizers; a fast one's
+    // decode, which ours is, never puts spaces between special tokens.
+    "spaces_between_special_tokens",
 ];
 /// Message fields clients send back from an earlier response that the
 /// template has no use for.

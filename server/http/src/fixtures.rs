@@ -111,7 +111,7 @@ impl Frontend for FakeFrontend {
         Ok(ids.iter().map(|&i| Chars.push(i)).collect())
     }
 
-    fn detokenizer(&self) -> Box<dyn TokenText> {
+    fn detokenizer(&self, _skip_special_tokens: bool) -> Box<dyn TokenText> {
         Box::new(Chars)
     }
 

@@ -18,8 +18,9 @@ pub trait Frontend: Send + Sync + 'static {
     ) -> Result<String, String>;
     /// The text of `ids`, special tokens included.
     fn decode(&self, ids: &[u32]) -> Result<String, String>;
-    /// A fresh incremental detokenizer for one request.
-    fn detokenizer(&self) -> Box<dyn TokenText>;
+    /// A fresh incremental detokenizer for one request; with
+    /// `skip_special_tokens` false, special tokens are text too.
+    fn detokenizer(&self, skip_special_tokens: bool) -> Box<dyn TokenText>;
     /// The text of one token, for logprobs.
     fn token_str(&self, id: u32) -> String;
     /// The tokenizer's own string for one token (`Ġthe`), if it has one.

@@ -90,7 +90,7 @@ pub fn run(config: &GenerateConfig) -> anyhow::Result<()> {
         stop_token_ids: Vec::new(),
         eos_token_ids: text.end_of_generation.ids().to_vec(),
         ignore_eos: false,
-        text: Box::new(Stream::new(Arc::new(text.tokenizer))),
+        text: Box::new(Stream::new(Arc::new(text.tokenizer), true)),
         constraint: None,
     };
     let mut submission = handle.submit(request, Instant::now())?;

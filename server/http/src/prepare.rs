@@ -63,6 +63,8 @@ pub struct Shape {
     pub request_id: Option<String>,
     /// Logprobs name tokens `token_id:N`.
     pub token_ids: bool,
+    /// Special tokens are left out of the text (the default).
+    pub skip_special_tokens: bool,
     /// Return logprobs.
     pub logprobs: bool,
     /// Tool calls are read out of the answer (chat).
@@ -127,7 +129,7 @@ impl Prepared {
                         stop_token_ids: first.stop_token_ids.clone(),
                         eos_token_ids: first.eos_token_ids.clone(),
                         ignore_eos: first.ignore_eos,
-                        text: f.detokenizer(),
+                        text: f.detokenizer(self.shape.skip_special_tokens),
                         constraint: first.constraint.as_ref().map(|c| c.fork()),
                     };
                     (req, meta(i))
@@ -454,7 +456,7 @@ fn request(
         stop_token_ids: knobs.stop_token_ids.clone().unwrap_or_default(),
         eos_token_ids: f.eos_ids(),
         ignore_eos: knobs.ignore_eos == Some(true),
-        text: f.detokenizer(),
+        text: f.detokenizer(knobs.skip_special_tokens != Some(false)),
         constraint: constraint(knobs, f)?,
     })
 }
@@ -468,6 +470,7 @@ fn shape(knobs: &Knobs, logprobs: bool, kind: Kind) -> Shape {
         continuous_usage: knobs.continuous_usage(),
         request_id: knobs.request_id.clone(),
         token_ids: knobs.return_tokens_as_token_ids == Some(true),
+        skip_special_tokens: knobs.skip_special_tokens != Some(false),
         logprobs,
         tools: None,
     }

@@ -71,7 +71,7 @@ pub struct Knobs {
     pub repetition_penalty: Option<f32>,
     /// Token ids that end the output (vLLM extra).
     pub stop_token_ids: Option<Vec<u32>>,
-    /// Only `true` (the default) is supported.
+    /// Leave special tokens out of the text (default true, vLLM extra).
     pub skip_special_tokens: Option<bool>,
     /// Structured output, OpenAI's way (see [`crate::structured`]).
     pub response_format: Option<serde_json::Value>,
@@ -119,12 +119,6 @@ impl Knobs {
             return Err(ApiError::invalid(
                 "n",
                 format!("n must be between 1 and {MAX_CHOICES}"),
-            ));
-        }
-        if self.skip_special_tokens == Some(false) {
-            return Err(ApiError::invalid(
-                "skip_special_tokens",
-                "skip_special_tokens: only true is supported",
             ));
         }
         if self.top_k.is_some_and(|k| k < -1) {

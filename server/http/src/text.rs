@@ -46,7 +46,7 @@ pub fn grammars(tokenizer: &Tokenizer, eos: &[u32]) -> Result<Grammars, String> 
     Grammars::new(vocab).map_err(|e| e.to_string())
 }
 
-/// One request's detokenizer (special tokens are not shown).
+/// One request's detokenizer (special tokens shown only when asked).
 pub(crate) struct Stream {
     tokenizer: Arc<Tokenizer>,
     detok: Detokenizer,
@@ -54,10 +54,10 @@ pub(crate) struct Stream {
 
 impl Stream {
     /// A fresh stream over `tokenizer`.
-    pub(crate) fn new(tokenizer: Arc<Tokenizer>) -> Self {
+    pub(crate) fn new(tokenizer: Arc<Tokenizer>, skip_special_tokens: bool) -> Self {
         Stream {
             tokenizer,
-            detok: Detokenizer::new(true),
+            detok: Detokenizer::new(skip_special_tokens),
         }
     }
 }
@@ -95,8 +95,11 @@ impl Frontend for CoreFrontend {
         self.tokenizer.decode(ids, false).map_err(|e| e.to_string())
     }
 
-    fn detokenizer(&self) -> Box<dyn TokenText> {
-        Box::new(Stream::new(Arc::clone(&self.tokenizer)))
+    fn detokenizer(&self, skip_special_tokens: bool) -> Box<dyn TokenText> {
+        Box::new(Stream::new(
+            Arc::clone(&self.tokenizer),
+            skip_special_tokens,
+        ))
     }
 
     fn token_str(&self, id: u32) -> String {

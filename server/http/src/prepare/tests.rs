@@ -154,7 +154,7 @@ fn cases() -> Vec<Case> {
                 "skip_special_tokens",
                 json!({"skip_special_tokens": false}),
                 none.clone(),
-                Refused("skip_special_tokens"),
+                Changes,
             ),
             (
                 "priority",

@@ -400,3 +400,26 @@ def test_skip_special_tokens_false_shows_them(server):
     assert "<|im_" not in hidden.choices[0].message.content, hidden
     r = c.chat.completions.create(**kw, extra_body={"spaces_between_special_tokens": False})
     assert r.choices[0].message.content
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_echo_opens_the_answer_with_the_continued_message(server, stream):
+    c = server.client()
+    start = [{"role": "user", "content": "Finish the sentence."},
+             {"role": "assistant", "content": "The capital of France is"}]
+    kw = dict(model=MODEL_NAME, messages=start, max_tokens=6, temperature=0, stream=stream)
+
+    def content(extra):
+        r = c.chat.completions.create(**kw, extra_body=extra)
+        if not stream:
+            return r.choices[0].message.content
+        return "".join(ch.choices[0].delta.content or "" for ch in r if ch.choices)
+
+    plain = content({"continue_final_message": True})
+    echoed = content({"continue_final_message": True, "echo": True})
+    assert echoed == "The capital of France is" + plain
+    # After a user message there is nothing of the answer's role to echo.
+    user_only = [{"role": "user", "content": "Say hello."}]
+    r = c.chat.completions.create(model=MODEL_NAME, messages=user_only, max_tokens=4,
+                                  temperature=0, extra_body={"echo": True})
+    assert not r.choices[0].message.content.startswith("Say hello.")

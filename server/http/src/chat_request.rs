@@ -181,6 +181,9 @@ pub struct ChatRequest {
     pub tool_choice: Option<Value>,
     /// More than one call per answer (default true).
     pub parallel_tool_calls: Option<bool>,
+    /// Open the answer with the last message's content when it is in the
+    /// answer's role (vLLM extra).
+    pub echo: Option<bool>,
     /// Passed to the template as `reasoning_effort` (vLLM does; templates
     /// without it ignore it).
     pub reasoning_effort: Option<String>,

@@ -52,7 +52,7 @@ pub const COMMON_FIELDS: [&str; 34] = [
 /// Fields only `/v1/completions` parses.
 pub const COMPLETION_FIELDS: [&str; 4] = ["prompt", "echo", "best_of", "suffix"];
 /// Fields only `/v1/chat/completions` parses.
-pub const CHAT_FIELDS: [&str; 11] = [
+pub const CHAT_FIELDS: [&str; 12] = [
     "messages",
     "max_completion_tokens",
     "top_logprobs",
@@ -64,6 +64,7 @@ pub const CHAT_FIELDS: [&str; 11] = [
     "chat_template_kwargs",
     "reasoning_effort",
     "verbosity",
+    "echo",
 ];
 /// Fields `/tokenize` parses (vLLM's): a prompt, or messages for the chat
 /// template.

@@ -316,13 +316,34 @@ pub fn chat(r: ChatRequest, f: &dyn Frontend, c: &PrepareConfig) -> Result<Prepa
         req.constraint = Some(forced_call(t, shape.family, req.constraint.take(), f)?);
     }
     Ok(Prepared {
-        jobs: vec![Job { req, echo: None }],
+        jobs: vec![Job {
+            req,
+            echo: chat_echo(&r, add_generation_prompt)?,
+        }],
         n: r.knobs.choices(),
         shape: Shape {
             tools: tool_shape,
             ..shape(&r.knobs, logprobs.is_some(), Kind::Chat)
         },
     })
+}
+
+/// Chat's `echo` (vLLM's): the last message's content opens the answer when
+/// that message is in the answer's role (the assistant's, or with no
+/// generation prompt the last message's own), as a continued message reads
+/// whole. No logprobs of its own (`ids` empty).
+fn chat_echo(r: &ChatRequest, add_generation_prompt: bool) -> Result<Option<Echo>, ApiError> {
+    let Some(last) = r.messages.last().filter(|_| r.echo == Some(true)) else {
+        return Ok(None);
+    };
+    if add_generation_prompt && last.role != "assistant" {
+        return Ok(None);
+    }
+    let text = last.text(r.messages.len() - 1)?;
+    Ok(Some(Echo {
+        text,
+        ids: Vec::new(),
+    }))
 }
 
 /// A forced `tool_choice` ("required" or named) holds the answer to one

@@ -88,9 +88,11 @@ pub fn respond(
         done: false,
         shape,
     };
-    // Echo without logprobs: the prompt's text opens every choice at once.
+    // An echo without prompt logprobs to wait for (no logprobs asked, or
+    // chat's, which has no tokens of its own) opens every choice at once.
     for i in 0..n {
-        if let (Some(echo), false) = (cursor.choices[i].meta.echo.clone(), cursor.shape.logprobs) {
+        let echo = cursor.choices[i].meta.echo.clone();
+        if let Some(echo) = echo.filter(|e| !cursor.shape.logprobs || e.ids.is_empty()) {
             cursor.choices[i].offset = echo.text.len();
             cursor.push(i, &echo.text, None, None);
         }

@@ -342,6 +342,14 @@ fn cases() -> Vec<Case> {
             none.clone(),
             Changes,
         ),
+        (
+            "echo",
+            json!({"echo": true, "messages": [
+                {"role": "user", "content": "ab"}, {"role": "assistant", "content": "c"}]}),
+            json!({"messages": [
+                {"role": "user", "content": "ab"}, {"role": "assistant", "content": "c"}]}),
+            Changes,
+        ),
     ];
     out.extend(chat.into_iter().map(|(f, s, a, e)| (true, f, s, a, e)));
     out

@@ -423,3 +423,31 @@ def test_chat_echo_opens_the_answer_with_the_continued_message(server, stream):
     r = c.chat.completions.create(model=MODEL_NAME, messages=user_only, max_tokens=4,
                                   temperature=0, extra_body={"echo": True})
     assert not r.choices[0].message.content.startswith("Say hello.")
+
+
+def test_prompt_logprobs_score_every_prompt_token(server):
+    ids = [504, 3458, 314, 4649, 282]
+    body = {"model": MODEL_NAME, "prompt": ids, "max_tokens": 1, "temperature": 0,
+            "prompt_logprobs": 2}
+    r = requests.post(server.url + "/v1/completions", json=body, timeout=30).json()
+    plp = r["choices"][0]["prompt_logprobs"]
+    assert len(plp) == len(ids) and plp[0] is None, plp
+    for tok, entry in zip(ids[1:], plp[1:]):
+        mine = entry[str(tok)]
+        assert mine["logprob"] <= 0 and mine["rank"] >= 1 and mine["decoded_token"]
+        # The top 2 alternatives are ranks 1 and 2 (the token may be one).
+        assert {1, 2} <= {e["rank"] for e in entry.values()}, entry
+    # The same numbers as echo's prompt logprobs.
+    echo = requests.post(server.url + "/v1/completions", timeout=30, json={
+        **{k: v for k, v in body.items() if k != "prompt_logprobs"},
+        "echo": True, "logprobs": 2}).json()["choices"][0]["logprobs"]["token_logprobs"]
+    assert [round(e[str(t)]["logprob"], 4) for t, e in zip(ids[1:], plp[1:])] == \
+        [round(x, 4) for x in echo[1:len(ids)]]
+    chat = requests.post(server.url + "/v1/chat/completions", timeout=30, json={
+        "model": MODEL_NAME, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1,
+        "prompt_logprobs": 0}).json()
+    assert chat["prompt_logprobs"][0] is None
+    assert len(chat["prompt_logprobs"]) == chat["usage"]["prompt_tokens"]
+    bad = requests.post(server.url + "/v1/completions", timeout=30,
+                        json={**body, "stream": True})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "prompt_logprobs"

@@ -31,6 +31,9 @@ pub struct TokenLogprob {
     pub id: u32,
     /// Its log-probability.
     pub logprob: f32,
+    /// Its rank in the vocabulary, 1 for the most likely (ties share the
+    /// better rank), as vLLM's prompt logprobs give it.
+    pub rank: usize,
     /// The top alternatives, most likely first.
     pub top: Vec<(u32, f32)>,
 }

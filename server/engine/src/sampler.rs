@@ -124,11 +124,14 @@ impl Sampler {
 /// prompt token's entry reports.
 pub fn logprob_of(logits: &[f32], id: u32, k: usize) -> TokenLogprob {
     let log_z = log_normaliser(logits);
+    let own = logits
+        .get(id as usize)
+        .copied()
+        .unwrap_or(f32::NEG_INFINITY);
     TokenLogprob {
         id,
-        logprob: logits
-            .get(id as usize)
-            .map_or(f32::NEG_INFINITY, |l| l - log_z),
+        logprob: own - log_z,
+        rank: 1 + logits.iter().filter(|&&l| l > own).count(),
         top: ranking::top_k(logits, k)
             .into_iter()
             .map(|(i, l)| (i, l - log_z))
@@ -264,5 +267,13 @@ mod tests {
         assert!((lp.logprob - (3.0 - z.ln())).abs() < 1e-5);
         assert_eq!(lp.top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![1, 4]);
         assert!(lp.top[0].1 >= lp.top[1].1);
+        assert_eq!(lp.rank, 1);
+        // Ranks count the tokens above: 1 + how many are more likely.
+        for (id, rank) in [
+            (1, 1),
+            (0, LOGITS.iter().filter(|&&l| l > LOGITS[0]).count() + 1),
+        ] {
+            assert_eq!(logprob_of(&LOGITS, id, 0).rank, rank, "{id}");
+        }
     }
 }

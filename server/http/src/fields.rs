@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use crate::error::ApiError;
 
 /// Fields both generation endpoints parse, OpenAI's and vLLM's extras.
-pub const COMMON_FIELDS: [&str; 34] = [
+pub const COMMON_FIELDS: [&str; 35] = [
     "model",
     "max_tokens",
     "temperature",
@@ -48,6 +48,7 @@ pub const COMMON_FIELDS: [&str; 34] = [
     "allowed_token_ids",
     "bad_words",
     "return_tokens_as_token_ids",
+    "prompt_logprobs",
 ];
 /// Fields only `/v1/completions` parses.
 pub const COMPLETION_FIELDS: [&str; 4] = ["prompt", "echo", "best_of", "suffix"];

@@ -65,6 +65,8 @@ pub struct Shape {
     pub token_ids: bool,
     /// Special tokens are left out of the text (the default).
     pub skip_special_tokens: bool,
+    /// The answer carries the prompt's logprobs (`prompt_logprobs`).
+    pub prompt_logprobs: bool,
     /// Return logprobs.
     pub logprobs: bool,
     /// Tool calls are read out of the answer (chat).
@@ -278,7 +280,9 @@ fn completion_job(
     };
     // Echoed with logprobs: the prompt's own logprobs come first, as
     // evaluation harnesses read them.
-    let prompt_logprobs = logprobs.filter(|_| echo.is_some());
+    let prompt_logprobs = logprobs
+        .filter(|_| echo.is_some())
+        .max(r.knobs.prompt_logprobs_k());
     let req = request(prompt, max_tokens, (logprobs, prompt_logprobs), &r.knobs, f)?;
     Ok(Job { req, echo })
 }
@@ -309,7 +313,8 @@ pub fn chat(r: ChatRequest, f: &dyn Frontend, c: &PrepareConfig) -> Result<Prepa
         .max_tokens()
         .map_or(c.default_max_tokens.clamp(1, left), clamp);
     let logprobs = (r.logprobs == Some(true)).then(|| r.top_logprobs.unwrap_or(0) as usize);
-    let mut req = request(prompt, max_tokens, (logprobs, None), &r.knobs, f)?;
+    let prompt_logprobs = r.knobs.prompt_logprobs_k();
+    let mut req = request(prompt, max_tokens, (logprobs, prompt_logprobs), &r.knobs, f)?;
     if let (Some(t), Some(shape)) = (&tools, tool_shape)
         && t.forced()
     {
@@ -492,6 +497,7 @@ fn shape(knobs: &Knobs, logprobs: bool, kind: Kind) -> Shape {
         request_id: knobs.request_id.clone(),
         token_ids: knobs.return_tokens_as_token_ids == Some(true),
         skip_special_tokens: knobs.skip_special_tokens != Some(false),
+        prompt_logprobs: knobs.prompt_logprobs.is_some(),
         logprobs,
         tools: None,
     }

@@ -110,6 +110,9 @@ pub struct Knobs {
     /// Logprobs name each token `token_id:N` (vLLM extra), for tokens
     /// whose text is not valid UTF-8 on its own.
     pub return_tokens_as_token_ids: Option<bool>,
+    /// Each prompt token's logprob and this many alternatives, in the whole
+    /// answer (vLLM extra; at most 20).
+    pub prompt_logprobs: Option<u64>,
 }
 
 impl Knobs {
@@ -147,6 +150,12 @@ impl Knobs {
         if let Some(id) = &self.request_id {
             check_request_id(id).map_err(|why| ApiError::invalid("request_id", why))?;
         }
+        if self.prompt_logprobs.is_some() && self.streaming() {
+            return Err(ApiError::invalid(
+                "prompt_logprobs",
+                "prompt_logprobs come with the whole answer, not a stream",
+            ));
+        }
         if self.stream_options.is_some() && self.stream != Some(true) {
             return Err(ApiError::invalid(
                 "stream_options",
@@ -154,6 +163,13 @@ impl Knobs {
             ));
         }
         Ok(())
+    }
+
+    /// `prompt_logprobs` as the engine counts it (values past 20 are
+    /// refused there, naming the field).
+    pub fn prompt_logprobs_k(&self) -> Option<usize> {
+        self.prompt_logprobs
+            .map(|k| usize::try_from(k).unwrap_or(usize::MAX))
     }
 
     /// Choices asked for.

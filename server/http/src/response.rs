@@ -107,6 +107,8 @@ pub struct Choice {
     pub logprobs: Option<Value>,
     /// The tool calls read out of it (chat).
     pub tool_calls: Vec<ParsedCall>,
+    /// The prompt's logprobs in vLLM's shape, with `prompt_logprobs`.
+    pub prompt_logprobs: Option<Value>,
 }
 
 impl Envelope {
@@ -130,14 +132,25 @@ impl Envelope {
 
     /// A whole, non-streamed response.
     pub fn full(&self, choices: Vec<Choice>, usage: Usage) -> Value {
+        // Chat gives the prompt's logprobs once, beside the choices (vLLM).
+        let chat_prompt_logprobs = match self.kind {
+            Kind::Chat => choices.first().and_then(|c| c.prompt_logprobs.clone()),
+            Kind::Completion => None,
+        };
         let choices = choices
             .into_iter()
             .enumerate()
             .map(|(index, c)| match self.kind {
-                Kind::Completion => json!({
-                    "index": index, "text": c.text, "logprobs": c.logprobs,
-                    "finish_reason": c.finish,
-                }),
+                Kind::Completion => {
+                    let mut v = json!({
+                        "index": index, "text": c.text, "logprobs": c.logprobs,
+                        "finish_reason": c.finish,
+                    });
+                    if let Some(p) = c.prompt_logprobs {
+                        v["prompt_logprobs"] = p;
+                    }
+                    v
+                }
                 Kind::Chat => json!({
                     "index": index,
                     "message": self.message(index, &c),
@@ -148,7 +161,30 @@ impl Envelope {
             .collect();
         let mut v = self.frame(false, choices);
         v["usage"] = json!(UsageBody::from(usage));
+        if let Some(p) = chat_prompt_logprobs {
+            v["prompt_logprobs"] = p;
+        }
         v
+    }
+
+    /// The prompt's logprobs as vLLM gives them: null for the first token,
+    /// then per token a map from token id to its logprob, rank and text, for
+    /// the token itself and its top alternatives.
+    pub fn prompt_logprobs(&self, entries: &[Option<TokenLogprob>], f: &dyn Frontend) -> Value {
+        let one = |id: u32, logprob: f32, rank: usize| json!({"logprob": logprob, "rank": rank, "decoded_token": f.token_str(id)});
+        let body: Vec<Value> = entries
+            .iter()
+            .map(|e| {
+                let Some(t) = e else { return Value::Null };
+                let mut m = serde_json::Map::new();
+                for (rank, (id, l)) in t.top.iter().enumerate() {
+                    m.insert(id.to_string(), one(*id, *l, rank + 1));
+                }
+                m.insert(t.id.to_string(), one(t.id, t.logprob, t.rank));
+                Value::Object(m)
+            })
+            .collect();
+        Value::Array(body)
     }
 
     /// A chat choice's message: its text, and its calls with their ids.

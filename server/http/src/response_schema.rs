@@ -63,6 +63,25 @@ pub struct CompletionChoice {
     pub logprobs: Option<CompletionLogprobs>,
     /// `stop` or `length`; null until the choice ends.
     pub finish_reason: Option<String>,
+    /// With `prompt_logprobs` (whole answers only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<PromptLogprobs>,
+}
+
+/// vLLM's prompt logprobs: null for the first prompt token, then per token
+/// its id (as a string) and its top alternatives' ids to their entries.
+pub type PromptLogprobs = Vec<Option<BTreeMap<String, PromptLogprob>>>;
+
+/// One entry of [`PromptLogprobs`].
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PromptLogprob {
+    /// The token's log-probability at that position.
+    pub logprob: f32,
+    /// Its rank in the vocabulary (1: the most likely).
+    pub rank: usize,
+    /// Its text.
+    pub decoded_token: String,
 }
 
 /// Completion logprobs, the prompt's first with `echo`.
@@ -95,6 +114,9 @@ pub struct ChatCompletionResponse {
     pub choices: Vec<ChatChoice>,
     /// Tokens: the prompt once, every choice's output.
     pub usage: UsageBody,
+    /// With `prompt_logprobs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<PromptLogprobs>,
 }
 
 /// A whole chat choice.

@@ -355,10 +355,14 @@ async fn collect(
         .map(|e| e.text.clone())
         .unwrap_or_default();
     let mut lp = Logprobs::default();
+    let mut prompt_logprobs = None;
     while let Some(event) = sub.next().await {
         match event {
             Event::PromptLogprobs(entries) => {
-                if let Some(echo) = &meta.echo {
+                if shape.prompt_logprobs {
+                    prompt_logprobs = Some(env.prompt_logprobs(&entries, frontend));
+                }
+                if let Some(echo) = meta.echo.as_ref().filter(|_| shape.logprobs) {
                     lp.prompt = Logprobs::echoed(&echo.ids, entries, frontend).prompt;
                 }
             }
@@ -389,6 +393,7 @@ async fn collect(
                     finish: finish_reason(reason.as_str(), tool_calls.len()),
                     logprobs,
                     tool_calls,
+                    prompt_logprobs,
                 };
                 return Ok((choice, usage));
             }

@@ -175,6 +175,12 @@ fn cases() -> Vec<Case> {
                 Changes,
             ),
             (
+                "prompt_logprobs",
+                json!({"prompt_logprobs": 2}),
+                none.clone(),
+                Changes,
+            ),
+            (
                 "return_tokens_as_token_ids",
                 json!({"return_tokens_as_token_ids": true}),
                 none.clone(),

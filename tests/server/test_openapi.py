@@ -35,6 +35,14 @@ CASES = [
     ("POST", "/v1/chat/completions", {"messages": REPEAT, "tools": [WEATHER], "max_tokens": 60,
                                       "temperature": 0, "stream": True}, 200,
      "ChatCompletionChunk"),
+    ("POST", "/v1/responses", {"model": MODEL_NAME, "input": "Say hi.", "max_output_tokens": 4,
+                               "temperature": 0, "instructions": "Be brief."}, 200, None),
+    ("POST", "/v1/responses", {"input": [{"role": "user", "content": [
+        {"type": "input_text", "text": "Pick one."}]}], "max_output_tokens": 24,
+        "text": {"format": {"type": "json_schema", "name": "p", "schema": {
+            "type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}}}},
+     200, None),
+    ("POST", "/v1/responses", {"input": "Hi", "store": True}, 400, None),
     ("GET", "/v1/models", None, 200, None),
     ("POST", "/tokenize", {"prompt": "Hello world", "return_token_strs": True}, 200, None),
     ("POST", "/tokenize", {"messages": CHAT["messages"], "add_generation_prompt": True}, 200, None),

@@ -80,6 +80,26 @@ pub const TOKENIZE_FIELDS: [&str; 9] = [
     "return_token_strs",
     "tools",
 ];
+/// Fields `/v1/responses` parses (OpenAI's Responses API).
+pub const RESPONSES_FIELDS: [&str; 17] = [
+    "model",
+    "input",
+    "instructions",
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "text",
+    "stream",
+    "store",
+    "previous_response_id",
+    "conversation",
+    "include",
+    "truncation",
+    "reasoning",
+];
 /// Fields `/detokenize` parses (vLLM's).
 pub const DETOKENIZE_FIELDS: [&str; 2] = ["model", "tokens"];
 /// The fields of one chat message.
@@ -157,7 +177,9 @@ fn keep_known(
             format!("unsupported field `{at}{key}`"),
         ));
     }
-    for (i, name) in ignored.iter().enumerate() {
+    // An ignored name an endpoint implements (the Responses API's `store`)
+    // is that endpoint's to read.
+    for (i, name) in ignored.iter().enumerate().filter(|(_, n)| !known(n)) {
         if object.remove(*name).is_some() && !LOGGED[log_offset + i].swap(true, Ordering::Relaxed) {
             tracing::debug!(field = %format!("{at}{name}"), "accepted and ignored (logged once)");
         }
@@ -202,6 +224,10 @@ mod tests {
         assert_eq!(parsed::<Message>(), listed(&[&MESSAGE_FIELDS]));
         assert_eq!(parsed::<TokenizeRequest>(), listed(&[&TOKENIZE_FIELDS]));
         assert_eq!(parsed::<DetokenizeRequest>(), listed(&[&DETOKENIZE_FIELDS]));
+        assert_eq!(
+            parsed::<crate::responses::request::ResponsesRequest>(),
+            listed(&[&RESPONSES_FIELDS])
+        );
         let all = listed(&[&COMMON_FIELDS, &COMPLETION_FIELDS, &CHAT_FIELDS]);
         let ignored = listed(&[&IGNORED_FIELDS]);
         assert!(

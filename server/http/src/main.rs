@@ -18,6 +18,7 @@ mod prepare;
 mod request;
 mod response;
 mod response_schema;
+mod responses;
 mod routes;
 mod serve;
 mod state;

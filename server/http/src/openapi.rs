@@ -26,6 +26,7 @@ pub const BEARER: &str = "bearer";
     paths(
         routes::completions,
         routes::chat_completions,
+        routes::responses,
         info::models,
         routes::tokenize,
         routes::detokenize,

@@ -18,7 +18,8 @@ use crate::auth;
 use crate::chat_request::ChatRequest;
 use crate::error::{ApiError, ErrorBody};
 use crate::fields::{
-    CHAT_FIELDS, COMPLETION_FIELDS, DETOKENIZE_FIELDS, TOKENIZE_FIELDS, parse, parse_fields,
+    CHAT_FIELDS, COMPLETION_FIELDS, DETOKENIZE_FIELDS, RESPONSES_FIELDS, TOKENIZE_FIELDS, parse,
+    parse_fields,
 };
 use crate::prepare::{self, ChoiceMeta, PrepareConfig, Prepared, Shape};
 use crate::request::{CompletionRequest, check_request_id};
@@ -29,6 +30,8 @@ use crate::response::{Choice, Envelope, Kind, Logprobs};
 use crate::response_schema::{
     ChatCompletionResponse, CompletionResponse, DetokenizeResponse, TokenizeResponse,
 };
+use crate::responses::body::{ResponseObject, Settings};
+use crate::responses::request::ResponsesRequest;
 use crate::state::{AppState, Loaded};
 use crate::stream;
 use crate::tokenize::{DetokenizeRequest, TokenizeRequest};
@@ -90,6 +93,7 @@ pub fn table() -> Vec<Route> {
     vec![
         route(Post, "/v1/completions", Keyed, completions),
         route(Post, "/v1/chat/completions", Keyed, chat_completions),
+        route(Post, "/v1/responses", Keyed, responses),
         route(Get, "/v1/models", Keyed, info::models),
         route(Post, "/tokenize", Keyed, tokenize),
         route(Post, "/detokenize", Keyed, detokenize),
@@ -143,7 +147,7 @@ async fn completions(State(s): State<AppState>, headers: HeaderMap, body: Body) 
     });
     match prepared {
         Ok(p) => match p.await {
-            Ok(p) => answer(&s, p, &headers).await,
+            Ok(p) => answer(&s, p, &headers, Reply::OpenAi).await,
             Err(e) => e.into_response(),
         },
         Err(e) => e.into_response(),
@@ -170,7 +174,37 @@ async fn chat_completions(State(s): State<AppState>, headers: HeaderMap, body: B
     });
     match prepared {
         Ok(p) => match p.await {
-            Ok(p) => answer(&s, p, &headers).await,
+            Ok(p) => answer(&s, p, &headers, Reply::OpenAi).await,
+            Err(e) => e.into_response(),
+        },
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `POST /v1/responses` (OpenAI's Responses API, no response store).
+#[utoipa::path(post, path = "/v1/responses", tag = "openai",
+    request_body = ResponsesRequest,
+    responses(
+        (status = 200, description = "The response; with `stream: true`, server-sent events of the Responses API (`response.created` ... `response.completed`, each with `type` and `sequence_number`)",
+            content((ResponseObject = "application/json"), (String = "text/event-stream"))),
+        (status = "4XX", description = "Refused: 400 bad field or value (`store: true` and `previous_response_id` too: no response store), 401 no key, 404 unknown model, 408 body too slow, 413 body too large, 429 queue full (with Retry-After)", body = ErrorBody),
+        (status = "5XX", description = "503 loading or draining, 504 request timeout, 500 a bug", body = ErrorBody),
+    ))]
+async fn responses(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let prepared = read_body(&s, body).await.map(|(loaded, bytes)| {
+        let frontend = Arc::clone(&loaded.frontend);
+        let config = prepare_config(&s, loaded);
+        off_thread(&s, move || {
+            let r: ResponsesRequest = parse_fields(&bytes, &[&RESPONSES_FIELDS])?;
+            let p = prepare::chat(r.to_chat()?, frontend.as_ref(), &config)?;
+            Ok((p, Settings::from(&r)))
+        })
+    });
+    match prepared {
+        Ok(p) => match p.await {
+            Ok((p, settings)) => {
+                answer(&s, p, &headers, Reply::Responses(Box::new(settings))).await
+            }
             Err(e) => e.into_response(),
         },
         Err(e) => e.into_response(),
@@ -292,7 +326,15 @@ fn prepare_config(s: &AppState, loaded: &Loaded) -> PrepareConfig {
     }
 }
 
-async fn answer(s: &AppState, p: Prepared, headers: &HeaderMap) -> Response {
+/// Whose shape an answer takes.
+enum Reply {
+    /// Completions' or chat's (the prepared request's kind).
+    OpenAi,
+    /// The Responses API's, echoing these settings.
+    Responses(Box<Settings>),
+}
+
+async fn answer(s: &AppState, p: Prepared, headers: &HeaderMap, reply: Reply) -> Response {
     let Some(loaded) = s.loaded() else {
         return ApiError::Unavailable("the model is still loading".into()).into_response();
     };
@@ -310,13 +352,25 @@ async fn answer(s: &AppState, p: Prepared, headers: &HeaderMap) -> Response {
         .into_iter()
         .map(|r| loaded.engine.submit(r, Instant::now()))
         .collect();
-    let subs = match subs {
+    let mut subs = match subs {
         Ok(subs) => subs,
         Err(e) => return ApiError::from(e).into_response(),
     };
+    let responses = match reply {
+        Reply::OpenAi => None,
+        Reply::Responses(settings) => Some(responses_meta(&env, *settings)),
+    };
     if shape.stream {
-        let frontend = loaded.frontend.clone();
-        return stream::respond(subs, metas, env, frontend, shape);
+        return match (responses, subs.pop()) {
+            // The Responses API has one choice (no `n`).
+            (Some(meta), Some(sub)) => crate::responses::stream::respond(sub, meta, shape.tools),
+            (None, last) => {
+                subs.extend(last);
+                let frontend = loaded.frontend.clone();
+                stream::respond(subs, metas, env, frontend, shape)
+            }
+            (Some(_), None) => ApiError::Internal("no choice to answer".into()).into_response(),
+        };
     }
     let timeout = s.request_timeout();
     // On timeout the submissions are dropped with the future, which cancels
@@ -326,17 +380,36 @@ async fn answer(s: &AppState, p: Prepared, headers: &HeaderMap) -> Response {
         .zip(&metas)
         .map(|(sub, meta)| collect(sub, meta, &env, loaded.frontend.as_ref(), &shape));
     let all = futures::future::try_join_all(choices);
-    match tokio::time::timeout(timeout, all).await {
-        Err(_) => ApiError::RequestTimeout(timeout).into_response(),
-        Ok(Err(e)) => e.into_response(),
-        Ok(Ok(done)) => {
-            let mut usage = ferrox_engine::Usage::default();
-            for ((_, u), meta) in done.iter().zip(&metas) {
-                meta.add_usage(&mut usage, u);
-            }
-            let choices = done.into_iter().map(|(c, _)| c).collect();
+    let done = match tokio::time::timeout(timeout, all).await {
+        Err(_) => return ApiError::RequestTimeout(timeout).into_response(),
+        Ok(Err(e)) => return e.into_response(),
+        Ok(Ok(done)) => done,
+    };
+    let mut usage = ferrox_engine::Usage::default();
+    for ((_, u), meta) in done.iter().zip(&metas) {
+        meta.add_usage(&mut usage, u);
+    }
+    let mut choices: Vec<Choice> = done.into_iter().map(|(c, _)| c).collect();
+    match (responses, choices.pop()) {
+        (Some(meta), Some(choice)) => {
+            axum::Json(crate::responses::body::whole(&meta, choice, usage)).into_response()
+        }
+        (_, last) => {
+            choices.extend(last);
             axum::Json(env.full(choices, usage)).into_response()
         }
+    }
+}
+
+/// The Responses API's ids and echoes for the answer `env` names:
+/// `resp_<the id's tail>`.
+fn responses_meta(env: &Envelope, settings: Settings) -> crate::responses::body::Meta {
+    let tail = env.id.split_once('-').map_or(env.id.as_str(), |(_, t)| t);
+    crate::responses::body::Meta {
+        id: format!("resp_{tail}"),
+        created_at: env.created,
+        model: env.model.clone(),
+        settings,
     }
 }
 

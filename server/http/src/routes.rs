@@ -30,7 +30,7 @@ use crate::response::{Choice, Envelope, Kind, Logprobs};
 use crate::response_schema::{
     ChatCompletionResponse, CompletionResponse, DetokenizeResponse, TokenizeResponse,
 };
-use crate::responses::body::{ResponseObject, Settings};
+use crate::responses::body::{Meta, ResponseObject, Settings};
 use crate::responses::request::ResponsesRequest;
 use crate::state::{AppState, Loaded};
 use crate::stream;
@@ -358,7 +358,7 @@ async fn answer(s: &AppState, p: Prepared, headers: &HeaderMap, reply: Reply) ->
     };
     let responses = match reply {
         Reply::OpenAi => None,
-        Reply::Responses(settings) => Some(responses_meta(&env, *settings)),
+        Reply::Responses(settings) => Some(Meta::new(&env, *settings)),
     };
     if shape.stream {
         return match (responses, subs.pop()) {
@@ -398,18 +398,6 @@ async fn answer(s: &AppState, p: Prepared, headers: &HeaderMap, reply: Reply) ->
             choices.extend(last);
             axum::Json(env.full(choices, usage)).into_response()
         }
-    }
-}
-
-/// The Responses API's ids and echoes for the answer `env` names:
-/// `resp_<the id's tail>`.
-fn responses_meta(env: &Envelope, settings: Settings) -> crate::responses::body::Meta {
-    let tail = env.id.split_once('-').map_or(env.id.as_str(), |(_, t)| t);
-    crate::responses::body::Meta {
-        id: format!("resp_{tail}"),
-        created_at: env.created,
-        model: env.model.clone(),
-        settings,
     }
 }
 

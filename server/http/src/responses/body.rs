@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::request::ResponsesRequest;
-use crate::response::Choice;
+use crate::response::{Choice, Envelope};
 use crate::tool_parser::call_id;
 
 /// A response (`object: "response"`).
@@ -203,6 +203,18 @@ pub struct Meta {
 }
 
 impl Meta {
+    /// The response that answers `env`: `resp_<the id's tail>`, its time
+    /// and model.
+    pub fn new(env: &Envelope, settings: Settings) -> Self {
+        let tail = env.id.split_once('-').map_or(env.id.as_str(), |(_, t)| t);
+        Meta {
+            id: format!("resp_{tail}"),
+            created_at: env.created,
+            model: env.model.clone(),
+            settings,
+        }
+    }
+
     /// The response with `output` so far; `end` is the finish reason and
     /// usage once it ended.
     pub fn snapshot(&self, output: Vec<OutputItem>, end: Option<(&str, Usage)>) -> ResponseObject {

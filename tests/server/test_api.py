@@ -451,3 +451,18 @@ def test_prompt_logprobs_score_every_prompt_token(server):
     bad = requests.post(server.url + "/v1/completions", timeout=30,
                         json={**body, "stream": True})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "prompt_logprobs"
+
+
+def test_request_ids_reach_the_answer_and_the_status_lines(server):
+    r = requests.post(server.url + "/v1/chat/completions", timeout=30,
+                      headers={"X-Request-Id": "trace-7f3a"},
+                      json={"model": MODEL_NAME, "messages": HELLO, "max_tokens": 2,
+                            "request_id": "body-id"})
+    assert r.json()["id"] == "chatcmpl-trace-7f3a"
+    c = server.client()
+    done = c.completions.create(model=MODEL_NAME, prompt="Hi", max_tokens=2,
+                                extra_body={"request_id": "job-42"})
+    assert done.id == "cmpl-job-42"
+    lines = [l for l in server.log_text().splitlines() if "Prefill batch" in l]
+    assert any("ids: chatcmpl-trace-7f3a" in l for l in lines), lines[-3:]
+    assert any("ids: cmpl-job-42" in l for l in lines), lines[-3:]

@@ -274,6 +274,7 @@ pub fn request(prompt: &[u32], max_tokens: usize) -> GenerationRequest {
         include_stop_str: false,
         min_tokens: 0,
         cache_salt: None,
+        request_id: None,
         stop_token_ids: Vec::new(),
         eos_token_ids: vec![EOS],
         ignore_eos: false,

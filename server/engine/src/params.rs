@@ -175,6 +175,8 @@ pub struct GenerationRequest {
     /// model's and `stop_token_ids`) are masked and stop strings do not
     /// match (vLLM's `min_tokens`).
     pub min_tokens: usize,
+    /// The answer's id (`chatcmpl-...`), named in the status lines.
+    pub request_id: Option<String>,
     /// Mixed into the prefix cache's chain (vLLM's `cache_salt`): only
     /// requests with the same salt share cached blocks.
     pub cache_salt: Option<String>,

@@ -16,7 +16,7 @@ use crate::admission::{Admitted, LineBound, WaitingLine};
 use crate::metrics::{Latency, Metrics};
 use crate::queue::{EngineHandle, Job, RequestId, Shared};
 use crate::row::{Finish, Row, cancelled};
-use crate::status::{BatchGauges, DecodeReporter, PrefillFacts, prefill_line};
+use crate::status::{BatchGauges, DecodeReporter, MAX_LINE_IDS, PrefillFacts, prefill_line};
 use crate::{EngineConfig, EngineError, Event, FinishReason, Usage};
 use prefill_plan::plan_prefill;
 use rayon::prelude::*;
@@ -257,6 +257,11 @@ impl<M: BatchModel> Scheduler<M> {
             let prompt = job.req.prompt.len();
             let cached = lease.cached_blocks() * block_size;
             facts.new_seqs += 1;
+            if let Some(id) =
+                (job.req.request_id.as_ref()).filter(|_| facts.ids.len() < MAX_LINE_IDS)
+            {
+                facts.ids.push(id.clone());
+            }
             facts.new_tokens += prompt - cached;
             facts.cached_tokens += cached;
             self.metrics.add_prompt_tokens(prompt);

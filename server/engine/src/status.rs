@@ -30,7 +30,7 @@ impl BatchGauges {
 }
 
 /// What one admission round accepted, counted as each request was admitted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PrefillFacts {
     /// Requests admitted.
     pub new_seqs: usize,
@@ -38,11 +38,16 @@ pub struct PrefillFacts {
     pub new_tokens: usize,
     /// Prompt tokens taken from the prefix cache instead.
     pub cached_tokens: usize,
+    /// The first [`MAX_LINE_IDS`] admitted requests' ids, where they have one.
+    pub ids: Vec<String>,
 }
+
+/// Request ids a prefill line names at most (the rest are counted).
+pub const MAX_LINE_IDS: usize = 8;
 
 /// The line logged on each admission round.
 pub fn prefill_line(facts: &PrefillFacts, g: &BatchGauges) -> String {
-    format!(
+    let mut line = format!(
         "Prefill batch, #new-seq: {}, #new-token: {}, #cached-token: {}, token usage: {:.2}, \
          #running-req: {}, #queue-req: {}",
         facts.new_seqs,
@@ -51,7 +56,17 @@ pub fn prefill_line(facts: &PrefillFacts, g: &BatchGauges) -> String {
         g.usage(),
         g.running,
         g.queued
-    )
+    );
+    if !facts.ids.is_empty() {
+        line.push_str(", ids: ");
+        line.push_str(&facts.ids.join(" "));
+        // Admitted requests past the named ones (with or without an id).
+        let more = facts.new_seqs.saturating_sub(facts.ids.len());
+        if more > 0 {
+            line.push_str(&format!(" +{more}"));
+        }
+    }
+    line
 }
 
 /// Emits a decode line every `interval` steps, with the throughput since the
@@ -115,6 +130,7 @@ mod tests {
     fn prefill_line_prints_the_facts() {
         let facts = PrefillFacts {
             new_seqs: 2,
+            ids: Vec::new(),
             new_tokens: 37,
             cached_tokens: 0,
         };
@@ -129,6 +145,17 @@ mod tests {
             prefill_line(&facts, &g),
             "Prefill batch, #new-seq: 2, #new-token: 37, #cached-token: 0, token usage: 0.25, \
              #running-req: 3, #queue-req: 4"
+        );
+        // Ids name the requests (the first MAX_LINE_IDS, the rest counted).
+        let named = PrefillFacts {
+            ids: vec!["chatcmpl-a".into(), "cmpl-b".into()],
+            new_seqs: 3,
+            ..facts
+        };
+        assert!(
+            prefill_line(&named, &g).ends_with("#queue-req: 4, ids: chatcmpl-a cmpl-b +1"),
+            "{}",
+            prefill_line(&named, &g)
         );
     }
 

@@ -87,6 +87,7 @@ pub fn run(config: &GenerateConfig) -> anyhow::Result<()> {
         include_stop_str: false,
         min_tokens: 0,
         cache_salt: None,
+        request_id: None,
         stop_token_ids: Vec::new(),
         eos_token_ids: text.end_of_generation.ids().to_vec(),
         ignore_eos: false,

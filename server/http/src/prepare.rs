@@ -128,6 +128,7 @@ impl Prepared {
                         include_stop_str: first.include_stop_str,
                         min_tokens: first.min_tokens,
                         cache_salt: first.cache_salt.clone(),
+                        request_id: first.request_id.clone(),
                         stop_token_ids: first.stop_token_ids.clone(),
                         eos_token_ids: first.eos_token_ids.clone(),
                         ignore_eos: first.ignore_eos,
@@ -479,6 +480,8 @@ fn request(
             .min_tokens
             .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX)),
         cache_salt: knobs.cache_salt.clone(),
+        // Set to the answer's id when it is submitted.
+        request_id: None,
         stop_token_ids: knobs.stop_token_ids.clone().unwrap_or_default(),
         eos_token_ids: f.eos_ids(),
         ignore_eos: knobs.ignore_eos == Some(true),

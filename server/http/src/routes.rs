@@ -347,6 +347,10 @@ async fn answer(s: &AppState, p: Prepared, headers: &HeaderMap, reply: Reply) ->
     let (requests, metas): (Vec<_>, Vec<_>) = choices.into_iter().unzip();
     let env = envelope(s, &shape, header_id);
     tracing::debug!(id = %env.id, choices = requests.len(), "request submitted");
+    let requests = requests.into_iter().map(|mut r| {
+        r.request_id = Some(env.id.clone());
+        r
+    });
     // All or none: a refusal drops (cancels) the ones already submitted.
     let subs: Result<Vec<_>, _> = requests
         .into_iter()

@@ -46,6 +46,7 @@ fn generation(ask: &Ask, n: usize) -> GenerationRequest {
         include_stop_str: false,
         min_tokens: 0,
         cache_salt: None,
+        request_id: None,
         stop_token_ids: Vec::new(),
         eos_token_ids: Vec::new(),
         ignore_eos: true,

@@ -74,7 +74,11 @@ def parse() -> argparse.Namespace:
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--budget", type=float, default=460.0, help="seconds for the whole run")
-    p.add_argument("--lp-tol", type=float, default=0.15, help="|d logprob| allowed (bf16)")
+    # bf16 against f32 over Llama-3.1-8B's 32 layers moved the top-5
+    # logprobs by at most 0.111 (p99 0.093) over 96 positions, and flipped
+    # the greedy token once, at an f32 gap of 0.036 (bf16_drift.py,
+    # docs/benchmarks.md): 0.2 is twice the p99; a gap under 0.3 is a tie.
+    p.add_argument("--lp-tol", type=float, default=0.2, help="|d logprob| allowed (bf16)")
     p.add_argument("--tie-tol", type=float, default=0.3, help="a gap under this is a near-tie")
     p.add_argument("--keep", action="store_true", help="keep the work folder")
     return p.parse_args()

@@ -466,3 +466,16 @@ def test_request_ids_reach_the_answer_and_the_status_lines(server):
     lines = [l for l in server.log_text().splitlines() if "Prefill batch" in l]
     assert any("ids: chatcmpl-trace-7f3a" in l for l in lines), lines[-3:]
     assert any("ids: cmpl-job-42" in l for l in lines), lines[-3:]
+
+
+def test_vllm_histogram_and_counter_names_count_what_ferrox_counts(server):
+    server.client().chat.completions.create(model=MODEL_NAME, messages=HELLO, max_tokens=3)
+    label = f'{{model_name="{MODEL_NAME}"}}'
+    pairs = [("ferrox_time_to_first_token_seconds_count", f"vllm:time_to_first_token_seconds_count{label}"),
+             ("ferrox_inter_token_latency_seconds_count", f"vllm:inter_token_latency_seconds_count{label}"),
+             ("ferrox_inter_token_latency_seconds_count", f"vllm:time_per_output_token_seconds_count{label}"),
+             ("ferrox_e2e_request_latency_seconds_count", f"vllm:e2e_request_latency_seconds_count{label}"),
+             ("ferrox_prompt_tokens_total", f"vllm:prompt_tokens_total{label}"),
+             ("ferrox_generation_tokens_total", f"vllm:generation_tokens_total{label}")]
+    for ours, vllms in pairs:
+        assert server.metric(vllms) == server.metric(ours) > 0, (ours, vllms)

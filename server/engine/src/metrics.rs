@@ -2,14 +2,14 @@
 //! Prometheus text by the `prometheus` crate. Ferrox's own names plus the
 //! vLLM names autoscalers and routers already read.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use ferrox_core::PoolStats;
 use prometheus::core::Collector;
 use prometheus::{
-    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 use crate::PlanInfo;
@@ -59,6 +59,39 @@ const LATENCIES: [(Latency, &str, &str); 4] = [
     ),
 ];
 
+/// vLLM's names for the same latencies (inter-token latency under both the
+/// current and the older name), so vLLM's dashboards and alerts read them.
+const VLLM_LATENCIES: [(Latency, &str, &str); 5] = [
+    (
+        Latency::TimeToFirstToken,
+        "vllm:time_to_first_token_seconds",
+        "Time to first token (vLLM name).",
+    ),
+    (
+        Latency::InterToken,
+        "vllm:inter_token_latency_seconds",
+        "Time between tokens (vLLM name).",
+    ),
+    (
+        Latency::InterToken,
+        "vllm:time_per_output_token_seconds",
+        "Time between tokens (vLLM's older name).",
+    ),
+    (
+        Latency::EndToEnd,
+        "vllm:e2e_request_latency_seconds",
+        "End-to-end request latency (vLLM name).",
+    ),
+    (
+        Latency::Queue,
+        "vllm:request_queue_time_seconds",
+        "Time waiting for admission (vLLM name).",
+    ),
+];
+
+/// Finish reasons vLLM's `request_success_total` counts.
+const VLLM_FINISH_REASONS: [&str; 3] = ["stop", "length", "abort"];
+
 /// The KV pool's gauges, in blocks.
 struct KvGauges {
     reserved: IntGauge,
@@ -77,6 +110,12 @@ struct VllmSeries {
     kv_usage: GaugeVec,
     prefix_queries: IntCounterVec,
     prefix_hits: IntCounterVec,
+    prompt_tokens: IntCounterVec,
+    generation_tokens: IntCounterVec,
+    success: IntCounterVec,
+    /// As [`VLLM_LATENCIES`]; observed as they happen (a histogram cannot
+    /// be copied at render), through [`Metrics::set_model_name`]'s children.
+    latency: [HistogramVec; 5],
 }
 
 /// The plan the server runs with; absent until [`Metrics::set_plan`].
@@ -103,6 +142,9 @@ pub struct Metrics {
     rejected: IntCounterVec,
     latency: [Histogram; 4],
     vllm: VllmSeries,
+    /// The served model's children of the vLLM latency histograms, once
+    /// its name is known.
+    vllm_latency: OnceLock<[Histogram; 5]>,
     plan: PlanSeries,
     /// Renders copy into the vLLM series; one at a time.
     rendering: Mutex<()>,
@@ -241,6 +283,33 @@ impl VllmSeries {
                 "vllm:prefix_cache_hits_total",
                 "Prompt tokens found in the prefix cache (vLLM name).",
             )?,
+            prompt_tokens: model_counter(
+                r,
+                "vllm:prompt_tokens_total",
+                "Prompt tokens admitted (vLLM name).",
+            )?,
+            generation_tokens: model_counter(
+                r,
+                "vllm:generation_tokens_total",
+                "Tokens generated (vLLM name).",
+            )?,
+            success: reg(
+                r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "vllm:request_success_total",
+                        "Requests finished, by finish reason (vLLM name).",
+                    ),
+                    &["model_name", "finished_reason"],
+                )?,
+            )?,
+            latency: {
+                let [a, b, c, d, e] = VLLM_LATENCIES.map(|(_, name, help)| {
+                    let opts = HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec());
+                    HistogramVec::new(opts, &["model_name"]).and_then(|h| reg(r, h))
+                });
+                [a?, b?, c?, d?, e?]
+            },
         })
     }
 }
@@ -354,6 +423,7 @@ impl Metrics {
             )?,
             latency: [a?, b?, c?, d?],
             vllm: VllmSeries::new(&r)?,
+            vllm_latency: OnceLock::new(),
             plan: PlanSeries::new(&r)?,
             registry: r,
             rendering: Mutex::new(()),
@@ -445,10 +515,30 @@ impl Metrics {
         }
     }
 
-    /// Records one latency.
+    /// Names the served model in the vLLM series' `model_name` label; the
+    /// latency histograms under vLLM's names count from here (call once,
+    /// before the first request; a later call changes nothing).
+    pub fn set_model_name(&self, name: &str) {
+        let children = self
+            .vllm
+            .latency
+            .each_ref()
+            .map(|h| h.with_label_values(&[name]));
+        let _ = self.vllm_latency.set(children);
+    }
+
+    /// Records one latency, under Ferrox's name and vLLM's.
     pub fn observe(&self, which: Latency, d: Duration) {
+        let secs = d.as_secs_f64();
         let i = LATENCIES.iter().position(|l| l.0 == which).unwrap_or(0);
-        self.latency[i].observe(d.as_secs_f64());
+        self.latency[i].observe(secs);
+        if let Some(children) = self.vllm_latency.get() {
+            for (h, (l, ..)) in children.iter().zip(&VLLM_LATENCIES) {
+                if *l == which {
+                    h.observe(secs);
+                }
+            }
+        }
     }
 
     /// Copies the current values into the vLLM series of `model_name`.
@@ -469,11 +559,23 @@ impl Metrics {
         let counters = [
             (&v.prefix_queries, self.prefix_queries.get()),
             (&v.prefix_hits, self.prefix_hits.get()),
+            (&v.prompt_tokens, self.prompt_tokens.get()),
+            (&v.generation_tokens, self.generation_tokens.get()),
         ];
         for (vec, value) in counters {
             vec.reset();
             if let Ok(c) = vec.get_metric_with_label_values(&label) {
                 c.inc_by(value);
+            }
+        }
+        v.success.reset();
+        for reason in VLLM_FINISH_REASONS {
+            let done = self.finished.get_metric_with_label_values(&[reason]);
+            let into = v
+                .success
+                .get_metric_with_label_values(&[model_name, reason]);
+            if let (Ok(done), Ok(into)) = (done, into) {
+                into.inc_by(done.get());
             }
         }
     }

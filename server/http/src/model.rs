@@ -216,6 +216,7 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
     let (engine, _worker) = ferrox_engine::worker::spawn(model, sizing.engine.clone())
         .context("starting the worker thread")?;
     engine.metrics().set_plan(&sizing.info(cfg));
+    engine.metrics().set_model_name(&cfg.served_model_name);
     tracing::info!(
         secs = started.elapsed().as_secs_f64(),
         "model {} loaded",

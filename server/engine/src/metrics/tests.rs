@@ -139,3 +139,67 @@ fn the_plan_is_absent_until_set_then_exported_once() {
     assert!(t.contains("enable_prefix_caching=\"False\""), "{t}");
     assert_eq!(t.matches("ferrox_plan_memory_bytes{").count(), 1, "{t}");
 }
+
+#[test]
+fn vllm_names_count_the_same_facts() {
+    let m = Metrics::new().unwrap();
+    // Before the model is named, no vLLM latency series counts anything.
+    m.observe(Latency::TimeToFirstToken, Duration::from_millis(5));
+    m.set_model_name("smol");
+    m.add_prompt_tokens(7);
+    m.add_generation_tokens(11);
+    m.finished("stop");
+    m.finished("stop");
+    m.finished("abort");
+    m.finished("error");
+    m.observe(Latency::TimeToFirstToken, Duration::from_millis(30));
+    m.observe(Latency::InterToken, Duration::from_millis(8));
+    m.observe(Latency::InterToken, Duration::from_millis(9));
+    m.observe(Latency::EndToEnd, Duration::from_secs(2));
+    m.observe(Latency::Queue, Duration::from_millis(1));
+    let t = m.render("smol");
+    let label = "{model_name=\"smol\"}";
+    let cases: Vec<(String, f64)> = vec![
+        (format!("vllm:prompt_tokens_total{label}"), 7.0),
+        (format!("vllm:generation_tokens_total{label}"), 11.0),
+        (
+            "vllm:request_success_total{finished_reason=\"stop\",model_name=\"smol\"}".into(),
+            2.0,
+        ),
+        (
+            "vllm:request_success_total{finished_reason=\"abort\",model_name=\"smol\"}".into(),
+            1.0,
+        ),
+        (
+            "vllm:request_success_total{finished_reason=\"length\",model_name=\"smol\"}".into(),
+            0.0,
+        ),
+        (
+            format!("vllm:time_to_first_token_seconds_count{label}"),
+            1.0,
+        ),
+        (format!("vllm:time_to_first_token_seconds_sum{label}"), 0.03),
+        (
+            format!("vllm:inter_token_latency_seconds_count{label}"),
+            2.0,
+        ),
+        (
+            format!("vllm:time_per_output_token_seconds_count{label}"),
+            2.0,
+        ),
+        (
+            format!("vllm:e2e_request_latency_seconds_count{label}"),
+            1.0,
+        ),
+        (format!("vllm:request_queue_time_seconds_count{label}"), 1.0),
+        // Ferrox's own names count everything, named or not.
+        ("ferrox_time_to_first_token_seconds_count".into(), 2.0),
+    ];
+    for (series, want) in cases {
+        assert_eq!(value(&t, &series), Some(want), "{series}\n{t}");
+    }
+    assert!(
+        !t.contains("finished_reason=\"error\""),
+        "vLLM counts no error reason"
+    );
+}

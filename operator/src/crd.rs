@@ -295,11 +295,11 @@ pub struct EngineSpec {
 }
 
 fn default_block_size() -> i32 {
-    16
+    ferrox_plan::DEFAULT_BLOCK_SIZE as i32
 }
 
 fn default_utilization() -> f64 {
-    0.9
+    ferrox_plan::DEFAULT_UTILIZATION
 }
 
 /// The default `engine.typicalSeqLen`: a chat turn's prompt and answer.

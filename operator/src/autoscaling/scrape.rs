@@ -7,25 +7,11 @@ use prometheus_parse::{Sample, Scrape, Value};
 use super::decision::{Decision, History, Observation, Policy, decide};
 use crate::Error;
 
-/// Queue depth series.
-pub const WAITING: &str = "ferrox_requests_waiting";
-/// Running requests series.
-pub const RUNNING: &str = "ferrox_requests_running";
-/// KV usage ratio series: reserved blocks, what admission counts, so it
-/// predicts a full server.
-pub const KV_USAGE: &str = "ferrox_kv_usage_ratio";
-/// vLLM's info gauge of the cache the server runs with.
-pub const CACHE_CONFIG_INFO: &str = "vllm:cache_config_info";
-/// The plan gauges ferrox-server exports beside it.
-pub const PLAN_WEIGHT_BYTES: &str = "ferrox_plan_weight_bytes";
-/// Bytes of one KV block.
-pub const PLAN_KV_BLOCK_BYTES: &str = "ferrox_plan_kv_block_bytes";
-/// Concurrent sequences.
-pub const PLAN_MAX_SEQS: &str = "ferrox_plan_max_seqs";
-/// Longest sequence.
-pub const PLAN_MAX_MODEL_LEN: &str = "ferrox_plan_max_model_len";
-/// The memory figure planned from, labelled with its `source`.
-pub const PLAN_MEMORY_BYTES: &str = "ferrox_plan_memory_bytes";
+// The series names are the contract's, shared with the server's exporter.
+pub use ferrox_plan::contract::metric::{
+    CACHE_CONFIG_INFO, KV_USAGE, PLAN_KV_BLOCK_BYTES, PLAN_MAX_MODEL_LEN, PLAN_MAX_SEQS,
+    PLAN_MEMORY_BYTES, PLAN_WEIGHT_BYTES, RUNNING, WAITING,
+};
 
 /// One pod's numbers.
 #[derive(Debug, Clone, PartialEq, Default)]

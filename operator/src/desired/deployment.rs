@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use ferrox_plan::DeviceKind;
+use ferrox_plan::{DeviceKind, contract};
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
@@ -128,13 +128,6 @@ fn server_container(
 }
 
 /// `--device` for pods planned for `device`.
-fn device_arg(device: DeviceKind) -> &'static str {
-    match device {
-        DeviceKind::Cpu => "cpu",
-        DeviceKind::Cuda => "cuda",
-    }
-}
-
 /// The ferrox-server image for `md`: the spec's, else the operator's CUDA
 /// image for a spec with accelerators, else its CPU image.
 pub fn image(md: &ModelDeployment, config: &DesiredConfig) -> String {
@@ -154,46 +147,29 @@ pub fn served_name(md: &ModelDeployment) -> String {
         .unwrap_or_else(|| md.name_any())
 }
 
-/// `ferrox-server serve` arguments carrying the plan.
+/// `ferrox-server serve` arguments carrying the plan (the contract's typed
+/// value, so a flag the server renames fails to compile here), then the
+/// spec's extra arguments.
 pub fn server_args(md: &ModelDeployment, planned: &Planned, source: &ModelSource) -> Vec<String> {
     let spec = &md.spec;
     let plan = &planned.plan;
-    let mut args: Vec<String> = vec![
-        "serve".into(),
-        "--model".into(),
-        source::server_arg(source, &spec.model.source),
-        "--host".into(),
-        "0.0.0.0".into(),
-        "--port".into(),
-        SERVER_PORT.to_string(),
-        "--served-model-name".into(),
-        served_name(md),
-        "--kv-blocks".into(),
-        plan.kv_blocks.to_string(),
-        "--block-size".into(),
-        plan.block_size.to_string(),
-        "--max-seqs".into(),
-        plan.max_seqs.to_string(),
-        "--max-model-len".into(),
-        plan.max_model_len.to_string(),
-        "--drain-timeout".into(),
-        spec.engine.drain_timeout_seconds.to_string(),
-        // The device and KV dtype the plan is for: a GPU pod that cannot see
-        // its GPU fails loudly instead of serving on the CPU.
-        "--device".into(),
-        device_arg(planned.device).into(),
-        "--kv-dtype".into(),
-        planned.kv_dtype.name().into(),
-    ];
-    let optional = [
-        ("--prefill-chunk", spec.engine.prefill_chunk),
-        ("--max-queue", spec.engine.max_queue),
-    ];
-    for (flag, value) in optional {
-        if let Some(v) = value {
-            args.extend([flag.to_string(), v.to_string()]);
-        }
+    let n = |v: i64| u64::try_from(v).unwrap_or(0);
+    let mut args = contract::ServeArgs {
+        model: source::server_arg(source, &spec.model.source),
+        host: "0.0.0.0".into(),
+        port: u16::try_from(SERVER_PORT).unwrap_or(8000),
+        served_model_name: served_name(md),
+        kv_blocks: plan.kv_blocks,
+        block_size: plan.block_size,
+        max_seqs: plan.max_seqs,
+        max_model_len: plan.max_model_len,
+        drain_timeout_seconds: n(spec.engine.drain_timeout_seconds),
+        device: planned.device,
+        kv_dtype: planned.kv_dtype,
+        prefill_chunk: spec.engine.prefill_chunk.map(n),
+        max_queue: spec.engine.max_queue.map(n),
     }
+    .to_args();
     args.extend(spec.engine.extra_args.iter().cloned());
     args
 }

@@ -12,6 +12,8 @@ use prometheus::{
     IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+use ferrox_plan::contract::metric;
+
 use crate::PlanInfo;
 
 /// Finish reasons always exported, even at zero.
@@ -247,7 +249,7 @@ impl KvGauges {
             ratio: reg(
                 r,
                 Gauge::new(
-                    "ferrox_kv_usage_ratio",
+                    metric::KV_USAGE,
                     "Fraction of KV cache blocks reserved by running requests.",
                 )?,
             )?,
@@ -326,32 +328,32 @@ impl PlanSeries {
         Ok(PlanSeries {
             cache_config: int_gauges(
                 r,
-                "vllm:cache_config_info",
+                metric::CACHE_CONFIG_INFO,
                 "The KV cache the server planned (vLLM's info gauge).",
                 &cache_labels,
             )?,
             weight_bytes: int_gauges(
                 r,
-                "ferrox_plan_weight_bytes",
+                metric::PLAN_WEIGHT_BYTES,
                 "Bytes of the weights as held on the device, as planned.",
                 &[],
             )?,
             kv_block_bytes: int_gauges(
                 r,
-                "ferrox_plan_kv_block_bytes",
+                metric::PLAN_KV_BLOCK_BYTES,
                 "Bytes of one KV block.",
                 &[],
             )?,
-            max_seqs: int_gauges(r, "ferrox_plan_max_seqs", "Most sequences at once.", &[])?,
+            max_seqs: int_gauges(r, metric::PLAN_MAX_SEQS, "Most sequences at once.", &[])?,
             max_model_len: int_gauges(
                 r,
-                "ferrox_plan_max_model_len",
+                metric::PLAN_MAX_MODEL_LEN,
                 "Longest sequence (prompt + output) in tokens.",
                 &[],
             )?,
             memory_bytes: int_gauges(
                 r,
-                "ferrox_plan_memory_bytes",
+                metric::PLAN_MEMORY_BYTES,
                 "The memory figure the plan was made from, by where it came from.",
                 &["source"],
             )?,
@@ -380,12 +382,12 @@ impl Metrics {
         Ok(Metrics {
             waiting: int_gauge(
                 &r,
-                "ferrox_requests_waiting",
+                metric::WAITING,
                 "Requests waiting for admission.",
             )?,
             running: int_gauge(
                 &r,
-                "ferrox_requests_running",
+                metric::RUNNING,
                 "Requests prefilling or decoding.",
             )?,
             kv: KvGauges::new(&r)?,

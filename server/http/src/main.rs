@@ -2,6 +2,8 @@
 //! server over the continuous-batching worker.
 
 mod auth;
+#[cfg(test)]
+mod cli_tests;
 mod chat_request;
 mod config;
 mod edge;
@@ -35,6 +37,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use ferrox_plan::contract::flag;
 
 use crate::config::{
     DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT_SECS, DEFAULT_REQUEST_TIMEOUT_SECS,
@@ -139,60 +142,60 @@ struct InspectArgs {
 #[derive(Debug, Args)]
 struct ServeArgs {
     /// GGUF file or HF model directory; or file:///abs, hf://org/name[@rev][/file.gguf], https://.../file.gguf.
-    #[arg(long, env = "FERROX_MODEL")]
+    #[arg(long = flag::MODEL, env = "FERROX_MODEL")]
     model: String,
     #[command(flatten)]
     fetch: FetchArgs,
     /// Address to bind.
-    #[arg(long, env = "FERROX_HOST", default_value = "0.0.0.0")]
+    #[arg(long = flag::HOST, env = "FERROX_HOST", default_value = "0.0.0.0")]
     host: String,
     /// Port to bind.
-    #[arg(long, env = "FERROX_PORT", default_value_t = 8000)]
+    #[arg(long = flag::PORT, env = "FERROX_PORT", default_value_t = 8000)]
     port: u16,
     /// Model name clients use (default: the model file's stem).
-    #[arg(long, env = "FERROX_SERVED_MODEL_NAME")]
+    #[arg(long = flag::SERVED_MODEL_NAME, env = "FERROX_SERVED_MODEL_NAME")]
     served_model_name: Option<String>,
     /// Most sequences prefilling or decoding at once (default: the plan's
     /// figure, at most 16 on CPU and 256 on GPU, as the operator plans).
-    #[arg(long, env = "FERROX_MAX_SEQS")]
+    #[arg(long = flag::MAX_SEQS, env = "FERROX_MAX_SEQS")]
     max_seqs: Option<usize>,
     /// KV cache blocks in the pool (default: sized from the device's memory).
-    #[arg(long, env = "FERROX_KV_BLOCKS", conflicts_with = "kv_cache_memory")]
+    #[arg(long = flag::KV_BLOCKS, env = "FERROX_KV_BLOCKS", conflicts_with = "kv_cache_memory")]
     kv_blocks: Option<u64>,
     /// KV cache memory, e.g. 1GiB (default: sized from the device's memory).
     #[arg(long, env = "FERROX_KV_CACHE_MEMORY", value_parser = parse_bytes)]
     kv_cache_memory: Option<u64>,
     /// Fraction of the device's memory (the container's limit on CPU) the
     /// plan may take when neither --kv-blocks nor --kv-cache-memory is given.
-    #[arg(long, env = "FERROX_MEMORY_UTILIZATION", default_value = "0.9", value_parser = parse_utilization)]
+    #[arg(long, env = "FERROX_MEMORY_UTILIZATION", default_value_t = ferrox_plan::DEFAULT_UTILIZATION, value_parser = parse_utilization)]
     memory_utilization: f64,
     /// Device: auto (the first CUDA GPU in a CUDA build, else CPU), cpu, cuda or cuda:N.
-    #[arg(long, env = "FERROX_DEVICE", default_value = "auto")]
+    #[arg(long = flag::DEVICE, env = "FERROX_DEVICE", default_value = "auto")]
     device: ferrox_models::device::DeviceChoice,
     /// KV cache element type: auto (f16 on CPU), f16, bf16 or f32.
-    #[arg(long, env = "FERROX_KV_DTYPE", default_value = "auto", value_parser = parse_kv_dtype)]
+    #[arg(long = flag::KV_DTYPE, env = "FERROX_KV_DTYPE", default_value = "auto", value_parser = parse_kv_dtype)]
     kv_dtype: KvDtypeChoice,
     /// Attention over the KV pool: paged (our kernel, on CPU and CUDA) or
     /// gather (tensor ops over gathered slots; to measure the kernel against).
     #[arg(long, env = "FERROX_ATTENTION_BACKEND", default_value = "paged")]
     attention_backend: ferrox_models::attention::AttentionBackend,
     /// Tokens per KV block.
-    #[arg(long, env = "FERROX_BLOCK_SIZE", default_value_t = 16)]
+    #[arg(long = flag::BLOCK_SIZE, env = "FERROX_BLOCK_SIZE", default_value_t = ferrox_plan::DEFAULT_BLOCK_SIZE as usize)]
     block_size: usize,
     /// Most prompt tokens in one prefill chunk.
-    #[arg(long, env = "FERROX_PREFILL_CHUNK", default_value_t = 512)]
+    #[arg(long = flag::PREFILL_CHUNK, env = "FERROX_PREFILL_CHUNK", default_value_t = ferrox_plan::DEFAULT_PREFILL_CHUNK as usize)]
     prefill_chunk: usize,
     /// Most requests waiting for admission; more get 429.
-    #[arg(long, env = "FERROX_MAX_QUEUE", default_value_t = 256)]
+    #[arg(long = flag::MAX_QUEUE, env = "FERROX_MAX_QUEUE", default_value_t = 256)]
     max_queue: usize,
     /// Longest sequence (prompt + max_tokens); default the model's context.
-    #[arg(long, env = "FERROX_MAX_MODEL_LEN")]
+    #[arg(long = flag::MAX_MODEL_LEN, env = "FERROX_MAX_MODEL_LEN")]
     max_model_len: Option<usize>,
     /// Compute threads (rayon's global pool).
     #[arg(long, env = "FERROX_THREADS")]
     threads: Option<usize>,
     /// Seconds in-flight requests get after SIGTERM.
-    #[arg(long, env = "FERROX_DRAIN_TIMEOUT", default_value_t = 30.0)]
+    #[arg(long = flag::DRAIN_TIMEOUT, env = "FERROX_DRAIN_TIMEOUT", default_value_t = 30.0)]
     drain_timeout: f64,
     /// Log a decode status line every this many steps (0: never).
     #[arg(long, env = "FERROX_DECODE_LOG_INTERVAL", default_value_t = 40)]

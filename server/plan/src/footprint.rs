@@ -17,6 +17,14 @@ pub enum DeviceKind {
 }
 
 impl DeviceKind {
+    /// The server's `--device` value for this kind.
+    pub fn arg(self) -> &'static str {
+        match self {
+            DeviceKind::Cpu => "cpu",
+            DeviceKind::Cuda => "cuda",
+        }
+    }
+
     /// Concurrent sequences when none are asked for, on the server and in
     /// the operator's plan alike: 16 on CPU, where every row of a decode step
     /// costs compute (and 16 full 8k-token SmolLM2 sequences are 3 GB of KV);

@@ -13,6 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod contract;
 mod footprint;
 
 pub use footprint::{DeviceKind, Footprint, Footprints};
@@ -193,13 +194,21 @@ pub fn fit_blocks(max_seqs: u64, max_model_len: u64, block_size: u64) -> u64 {
 /// The default prompt tokens per step (the server's `--prefill-chunk`).
 pub const DEFAULT_PREFILL_CHUNK: u64 = 512;
 
+/// The default tokens per KV block (the server's `--block-size`, the CRD's
+/// `engine.blockSize`).
+pub const DEFAULT_BLOCK_SIZE: u64 = 16;
+
+/// The default fraction of the device's memory a plan may take (vLLM's
+/// `gpu_memory_utilization`; `--memory-utilization`, `engine.memoryUtilization`).
+pub const DEFAULT_UTILIZATION: f64 = 0.9;
+
 impl PlanConfig {
     /// The defaults for a server on `device`: its runtime overhead and the
     /// width its activations are computed in.
     pub fn for_device(device: DeviceKind) -> Self {
         PlanConfig {
             memory_bytes: 0,
-            utilization: 0.9,
+            utilization: DEFAULT_UTILIZATION,
             activation_reserve_bytes: None,
             activation_elem_bytes: match device {
                 DeviceKind::Cpu => 4,
@@ -207,7 +216,7 @@ impl PlanConfig {
             },
             overhead_bytes: device.runtime_overhead_bytes(),
             tokenizer_bytes_per_token: device.tokenizer_bytes_per_token(),
-            block_size: 16,
+            block_size: DEFAULT_BLOCK_SIZE,
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
             max_model_len: None,
             max_seqs_cap: None,

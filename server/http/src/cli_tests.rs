@@ -1,0 +1,66 @@
+//! The operator's side of the contract parsed by the server's real CLI:
+//! what the operator writes into a pod is what the server runs with.
+
+use clap::Parser;
+use ferrox_models::device::DeviceChoice;
+use ferrox_plan::contract::ServeArgs as PodArgs;
+use ferrox_plan::{DeviceKind, KvDtype};
+
+use super::{Cli, Command};
+use crate::config::{KvDtypeChoice, KvSizing};
+
+#[test]
+fn the_operators_pod_args_parse_into_its_plan() {
+    let dir = std::env::temp_dir().join(format!("ferrox-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("m.gguf");
+    std::fs::write(&model, b"not read by the parse").unwrap();
+    // (device, KV dtype, prefill chunk, waiting line) as specs set them.
+    let cases = [
+        (DeviceKind::Cpu, KvDtype::F16, None, None),
+        (DeviceKind::Cuda, KvDtype::Bf16, Some(256), Some(64)),
+    ];
+    for (device, kv_dtype, prefill_chunk, max_queue) in cases {
+        let pod = PodArgs {
+            model: model.display().to_string(),
+            host: "0.0.0.0".into(),
+            port: 8000,
+            served_model_name: "smollm2".into(),
+            kv_blocks: 2441,
+            block_size: 16,
+            max_seqs: 19,
+            max_model_len: 8192,
+            drain_timeout_seconds: 45,
+            device,
+            kv_dtype,
+            prefill_chunk,
+            max_queue,
+        };
+        let argv = std::iter::once("ferrox-server".to_string()).chain(pod.to_args());
+        let Command::Serve(args) = Cli::try_parse_from(argv).unwrap().command else {
+            panic!("not serve");
+        };
+        let c = args.into_config().unwrap();
+        assert_eq!(c.kv, KvSizing::Blocks(2441));
+        assert_eq!(
+            (c.max_seqs, c.block_size, c.max_model_len),
+            (Some(19), 16, Some(8192))
+        );
+        assert_eq!((c.host.as_str(), c.port), ("0.0.0.0", 8000));
+        assert_eq!(c.served_model_name, "smollm2");
+        assert_eq!(c.drain_timeout.as_secs(), 45);
+        let want_device = match device {
+            DeviceKind::Cpu => DeviceChoice::Cpu,
+            DeviceKind::Cuda => DeviceChoice::Cuda(0),
+        };
+        assert_eq!(c.device, want_device);
+        assert_eq!(c.kv_dtype, KvDtypeChoice::Fixed(kv_dtype));
+        // Unset in the spec, the server's own defaults (ferrox-plan's).
+        assert_eq!(
+            c.prefill_chunk as u64,
+            prefill_chunk.unwrap_or(ferrox_plan::DEFAULT_PREFILL_CHUNK)
+        );
+        assert_eq!(c.max_queue as u64, max_queue.unwrap_or(256));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

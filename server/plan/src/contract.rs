@@ -1,0 +1,162 @@
+//! The contract between ferrox-operator and ferrox-server, in the one crate
+//! both depend on: the `serve` flags the operator writes into pods (the
+//! server's CLI declares them under these names), the plan-carrying
+//! arguments as a typed value, and the metric names the operator's
+//! autoscaler and status read from the servers. A renamed flag or metric is
+//! a compile error on both sides, not a pod that fails in production.
+
+use crate::{DeviceKind, KvDtype};
+
+/// `ferrox-server serve` flag names, without the leading `--` (clap's
+/// `long`).
+pub mod flag {
+    /// The model source (path, `file://`, `hf://`, `https://`).
+    pub const MODEL: &str = "model";
+    /// Address to bind.
+    pub const HOST: &str = "host";
+    /// Port to bind.
+    pub const PORT: &str = "port";
+    /// The model name clients send.
+    pub const SERVED_MODEL_NAME: &str = "served-model-name";
+    /// KV blocks in the pool.
+    pub const KV_BLOCKS: &str = "kv-blocks";
+    /// Tokens per KV block.
+    pub const BLOCK_SIZE: &str = "block-size";
+    /// Most sequences at once.
+    pub const MAX_SEQS: &str = "max-seqs";
+    /// Longest sequence, prompt and output.
+    pub const MAX_MODEL_LEN: &str = "max-model-len";
+    /// Seconds in-flight requests get after SIGTERM.
+    pub const DRAIN_TIMEOUT: &str = "drain-timeout";
+    /// `cpu` or `cuda`.
+    pub const DEVICE: &str = "device";
+    /// The KV cache's element type.
+    pub const KV_DTYPE: &str = "kv-dtype";
+    /// Most prompt tokens in one prefill chunk.
+    pub const PREFILL_CHUNK: &str = "prefill-chunk";
+    /// Most requests waiting for admission.
+    pub const MAX_QUEUE: &str = "max-queue";
+}
+
+/// What the operator tells one server: where to serve and the plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServeArgs {
+    /// The model source, as the server reads it.
+    pub model: String,
+    /// Address to bind.
+    pub host: String,
+    /// Port to bind.
+    pub port: u16,
+    /// The model name clients send.
+    pub served_model_name: String,
+    /// KV blocks in the pool.
+    pub kv_blocks: u64,
+    /// Tokens per block.
+    pub block_size: u64,
+    /// Most sequences at once.
+    pub max_seqs: u64,
+    /// Longest sequence in tokens.
+    pub max_model_len: u64,
+    /// Seconds of drain after SIGTERM.
+    pub drain_timeout_seconds: u64,
+    /// The device the plan is for (a GPU pod that cannot see its GPU fails
+    /// loudly rather than serving on the CPU).
+    pub device: DeviceKind,
+    /// The KV dtype the plan counted.
+    pub kv_dtype: KvDtype,
+    /// The prefill chunk, when the spec sets one (else the server's default).
+    pub prefill_chunk: Option<u64>,
+    /// The waiting line's bound, when the spec sets one.
+    pub max_queue: Option<u64>,
+}
+
+impl ServeArgs {
+    /// `serve` and its flags, as a pod's `args`.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut args = vec!["serve".to_string()];
+        let mut push = |name: &str, value: String| {
+            args.push(format!("--{name}"));
+            args.push(value);
+        };
+        push(flag::MODEL, self.model.clone());
+        push(flag::HOST, self.host.clone());
+        push(flag::PORT, self.port.to_string());
+        push(flag::SERVED_MODEL_NAME, self.served_model_name.clone());
+        push(flag::KV_BLOCKS, self.kv_blocks.to_string());
+        push(flag::BLOCK_SIZE, self.block_size.to_string());
+        push(flag::MAX_SEQS, self.max_seqs.to_string());
+        push(flag::MAX_MODEL_LEN, self.max_model_len.to_string());
+        push(flag::DRAIN_TIMEOUT, self.drain_timeout_seconds.to_string());
+        push(flag::DEVICE, self.device.arg().to_string());
+        push(flag::KV_DTYPE, self.kv_dtype.name().to_string());
+        if let Some(n) = self.prefill_chunk {
+            push(flag::PREFILL_CHUNK, n.to_string());
+        }
+        if let Some(n) = self.max_queue {
+            push(flag::MAX_QUEUE, n.to_string());
+        }
+        args
+    }
+}
+
+/// Names of the series the operator reads from a server's `/metrics`.
+pub mod metric {
+    /// Requests waiting for admission (the autoscaler's queue depth).
+    pub const WAITING: &str = "ferrox_requests_waiting";
+    /// Requests prefilling or decoding.
+    pub const RUNNING: &str = "ferrox_requests_running";
+    /// Reserved fraction of the KV pool.
+    pub const KV_USAGE: &str = "ferrox_kv_usage_ratio";
+    /// vLLM's info gauge of the KV cache the server planned.
+    pub const CACHE_CONFIG_INFO: &str = "vllm:cache_config_info";
+    /// Weight bytes as planned.
+    pub const PLAN_WEIGHT_BYTES: &str = "ferrox_plan_weight_bytes";
+    /// Bytes of one KV block.
+    pub const PLAN_KV_BLOCK_BYTES: &str = "ferrox_plan_kv_block_bytes";
+    /// `--max-seqs` the server runs with.
+    pub const PLAN_MAX_SEQS: &str = "ferrox_plan_max_seqs";
+    /// Longest sequence in tokens.
+    pub const PLAN_MAX_MODEL_LEN: &str = "ferrox_plan_max_model_len";
+    /// The memory figure the plan was made from, by `source`.
+    pub const PLAN_MEMORY_BYTES: &str = "ferrox_plan_memory_bytes";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn args_name_every_flag_once_and_leave_unset_ones_out() {
+        let a = ServeArgs {
+            model: "/models/m.gguf".into(),
+            host: "0.0.0.0".into(),
+            port: 8000,
+            served_model_name: "m".into(),
+            kv_blocks: 2441,
+            block_size: 16,
+            max_seqs: 16,
+            max_model_len: 8192,
+            drain_timeout_seconds: 30,
+            device: DeviceKind::Cuda,
+            kv_dtype: KvDtype::Bf16,
+            prefill_chunk: Some(256),
+            max_queue: None,
+        };
+        let args = a.to_args();
+        let value = |f: &str| {
+            let at = args.iter().position(|x| *x == format!("--{f}"))?;
+            args.get(at + 1).cloned()
+        };
+        assert_eq!(args[0], "serve");
+        for (f, want) in [
+            (flag::KV_BLOCKS, Some("2441")),
+            (flag::DEVICE, Some("cuda")),
+            (flag::KV_DTYPE, Some("bf16")),
+            (flag::PREFILL_CHUNK, Some("256")),
+            (flag::MAX_QUEUE, None),
+        ] {
+            assert_eq!(value(f).as_deref(), want, "{f}");
+        }
+        assert_eq!(args.len(), 1 + 2 * 12);
+    }
+}

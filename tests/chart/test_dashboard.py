@@ -30,7 +30,7 @@ def dashboard_metrics():
 
 
 def test_every_dashboard_metric_is_exported():
-    server = exported("server/engine/src/metrics.rs")
+    server = (exported("server/engine/src/metrics.rs") | exported("server/plan/src/contract.rs"))
     operator = exported("operator/src/metrics.rs")
     hist = histograms("server/engine/src/metrics.rs")
     assert "ferrox_requests_waiting" in server and "ferrox_operator_scale_writes_total" in operator

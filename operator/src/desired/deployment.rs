@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use ferrox_plan::{DeviceKind, contract};
+use ferrox_plan::contract;
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };

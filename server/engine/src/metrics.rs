@@ -380,16 +380,8 @@ impl Metrics {
         let latency = [0, 1, 2, 3].map(|i| histogram(&r, LATENCIES[i].1, LATENCIES[i].2));
         let [a, b, c, d] = latency;
         Ok(Metrics {
-            waiting: int_gauge(
-                &r,
-                metric::WAITING,
-                "Requests waiting for admission.",
-            )?,
-            running: int_gauge(
-                &r,
-                metric::RUNNING,
-                "Requests prefilling or decoding.",
-            )?,
+            waiting: int_gauge(&r, metric::WAITING, "Requests waiting for admission.")?,
+            running: int_gauge(&r, metric::RUNNING, "Requests prefilling or decoding.")?,
             kv: KvGauges::new(&r)?,
             prompt_tokens: int_counter(
                 &r,

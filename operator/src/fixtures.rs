@@ -157,6 +157,7 @@ pub fn autoscaling(min: i32, max: i32) -> AutoscalingSpec {
         target_kv_usage: 0.8,
         scale_up_stabilization_seconds: 30,
         scale_down_delay_seconds: 300,
+        scale_to_zero_after_seconds: 600,
         mode: AutoscalingMode::Builtin,
     }
 }

@@ -2,9 +2,11 @@
 //! it renders, the reconciler that applies them and the built-in autoscaler.
 //!
 //! Functional core, imperative shell: `plan`, `gpu_nodes`, `desired`,
-//! `status`, `observed_plan`, `autoscaling::decision` and `render` are pure;
+//! `status`, `observed_plan`, `autoscaling::decision`, `autoscaling::idle`,
+//! `router::wake` and `render` are pure;
 //! `reconcile`, `node_watch`, `autoscaling::run`, `lease`,
-//! `autoscaling::scrape::scrape` and `server` do I/O.
+//! `autoscaling::scrape::scrape`, `autoscaling::waker`, `router::poll` and
+//! `server` do I/O.
 
 #![warn(missing_docs)]
 
@@ -22,6 +24,7 @@ pub mod plan;
 pub mod quantity;
 pub mod reconcile;
 pub mod render;
+pub mod router;
 pub mod server;
 pub mod source;
 pub mod status;

@@ -11,7 +11,9 @@ use ferrox_operator::desired::DesiredConfig;
 use ferrox_operator::lease::LeaderElection;
 use ferrox_operator::metrics::Metrics;
 use ferrox_operator::reconcile::Context;
-use ferrox_operator::{autoscaling, crd, node_watch, reconcile, render, server};
+use ferrox_operator::router::poll::RouterPods;
+use ferrox_operator::router::{PendingBoard, RouterService};
+use ferrox_operator::{autoscaling, crd, node_watch, reconcile, render, router, server};
 
 #[derive(Parser)]
 #[command(
@@ -57,6 +59,11 @@ struct Shared {
         default_value = "http://prometheus.monitoring.svc:9090"
     )]
     prometheus_address: String,
+    /// ferrox-router's Service, NAMESPACE/NAME: `status.url` points at it,
+    /// KEDA triggers on its waiting requests, and `run` long-polls its pods
+    /// to wake models from zero.
+    #[arg(long, env = "FERROX_ROUTER_SERVICE")]
+    router_service: Option<String>,
 }
 
 #[derive(Args)]
@@ -81,6 +88,10 @@ struct RunArgs {
     /// Skip leader election (a single replica, or a test).
     #[arg(long, env = "FERROX_NO_LEADER_ELECTION")]
     no_leader_election: bool,
+    /// A ferrox-router pod to long-poll, as a base URL (repeatable), instead
+    /// of the pods of --router-service.
+    #[arg(long = "router-endpoint", value_name = "URL")]
+    router_endpoints: Vec<String>,
 }
 
 #[derive(Args)]
@@ -99,12 +110,30 @@ struct RenderArgs {
 }
 
 impl Shared {
-    fn config(&self) -> DesiredConfig {
-        DesiredConfig {
+    fn config(&self) -> anyhow::Result<DesiredConfig> {
+        Ok(DesiredConfig {
             default_image: self.default_image.clone(),
             cuda_image: self.cuda_image.clone(),
             prometheus_address: self.prometheus_address.clone(),
+            router: self
+                .router_service
+                .as_deref()
+                .map(RouterService::parse)
+                .transpose()?,
+        })
+    }
+}
+
+impl RunArgs {
+    /// Where the router pods are, if the operator is to wake models from zero.
+    fn router_pods(&self, config: &DesiredConfig) -> Option<RouterPods> {
+        if !self.router_endpoints.is_empty() {
+            let urls = self.router_endpoints.iter();
+            return Some(RouterPods::Fixed(
+                urls.map(|u| u.trim_end_matches('/').to_string()).collect(),
+            ));
         }
+        config.router.clone().map(RouterPods::Service)
     }
 }
 
@@ -133,7 +162,7 @@ fn render_cmd(args: &RenderArgs) -> anyhow::Result<()> {
         .map(|p| geometry_json(p, &args.server_bin))
         .transpose()?;
     let md = render::read_manifest(&manifest)?;
-    let rendered = render::render(&md, geometry.as_deref(), &args.shared.config())?;
+    let rendered = render::render(&md, geometry.as_deref(), &args.shared.config()?)?;
     print!("{}", render::to_yaml(&md, &rendered)?);
     Ok(())
 }
@@ -184,15 +213,21 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     metrics.set_leader(true);
     tracing::info!(%identity, "leading");
     let (nodes, node_changes) = node_watch::watch(client.clone()).await;
-    let ctx = Arc::new(
-        Context::new(
-            client,
-            args.shared.config(),
-            metrics.clone(),
-            Some(identity),
-        )
-        .with_nodes(nodes),
-    );
+    let config = args.shared.config()?;
+    let router_pods = args.router_pods(&config);
+    let mut ctx =
+        Context::new(client.clone(), config, metrics.clone(), Some(identity)).with_nodes(nodes);
+    let mut router_tasks = Vec::new();
+    if let Some(pods) = router_pods {
+        tracing::info!(?pods, "long-polling ferrox-router's waiting line");
+        let board = PendingBoard::default();
+        ctx = ctx.with_pending(board.clone());
+        router_tasks.push(tokio::spawn(router::poll::run(client, pods, board)));
+    }
+    let ctx = Arc::new(ctx);
+    if let Some(board) = ctx.pending.clone() {
+        router_tasks.push(tokio::spawn(autoscaling::waker::run(ctx.clone(), board)));
+    }
     let scaler = tokio::spawn(autoscaling::run::run(
         ctx.clone(),
         Duration::from_secs(args.scrape_interval.max(1)),
@@ -209,5 +244,6 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         r = http => r?.context("metrics server")?,
     }
     scaler.abort();
+    router_tasks.iter().for_each(|t| t.abort());
     Ok(())
 }

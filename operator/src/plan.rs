@@ -147,7 +147,7 @@ pub fn planned(
     let config = plan_config(spec, memory.bytes);
     let plan = ferrox_plan::plan(geometry, &config)?;
     let device = device_kind(spec);
-    let pod_memory_bytes = pod_memory_bytes(device, &plan, geometry);
+    let pod_memory_bytes = pod_memory_bytes(device, &plan, geometry, memory.bytes);
     let typical_seq_len = config
         .typical_seq_len
         .unwrap_or(plan.max_model_len)
@@ -162,13 +162,21 @@ pub fn planned(
     })
 }
 
-/// What the pod must reserve for the plan: on CPU everything the plan
-/// counts (it all lives in the container); on GPU what stays on the host,
-/// [`gpu_host_base_bytes`] plus two host copies of the logits of every row.
-/// Rounded up to a whole MiB.
-pub fn pod_memory_bytes(device: DeviceKind, plan: &Plan, geometry: &ModelGeometry) -> u64 {
+/// What the pod must reserve for the plan: on CPU the memory planned from
+/// (`memory`, of which the plan uses `utilization`: the rest is the cgroup's
+/// headroom for what the kernel charges it beyond the process, the model
+/// file's page cache and kernel memory; a limit of exactly the plan's total
+/// was OOM-killed on cgroup v1), never below the plan's total; on GPU what
+/// stays on the host, [`gpu_host_base_bytes`] plus two host copies of the
+/// logits of every row. Rounded up to a whole MiB.
+pub fn pod_memory_bytes(
+    device: DeviceKind,
+    plan: &Plan,
+    geometry: &ModelGeometry,
+    memory: u64,
+) -> u64 {
     let bytes = match device {
-        DeviceKind::Cpu => plan.total_bytes(),
+        DeviceKind::Cpu => plan.total_bytes().max(memory),
         DeviceKind::Cuda => gpu_host_base_bytes(geometry).saturating_add(
             plan.max_seqs
                 .saturating_mul(geometry.vocab_size)

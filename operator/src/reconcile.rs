@@ -28,6 +28,7 @@ use crate::desired::{
 };
 use crate::gpu_nodes::GpuTarget;
 use crate::metrics::Metrics;
+use crate::router::PendingBoard;
 use crate::status::{
     Observed, PlanOutcome, decisions, desired_status, status_patch, unschedulable,
 };
@@ -51,6 +52,9 @@ pub struct Context {
     pub clock: fn() -> Time,
     /// The cluster's nodes, kept by a reflector (GPU memory is read from their labels).
     pub nodes: Store<Node>,
+    /// What ferrox-router's replicas say is waiting; `None` when the operator
+    /// knows no router (then nothing could wake a model at zero).
+    pub pending: Option<PendingBoard>,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -73,6 +77,7 @@ impl Context {
             metrics,
             clock: || Time(k8s_openapi::jiff::Timestamp::now()),
             nodes: reflector::store().0,
+            pending: None,
             failures: Mutex::default(),
         }
     }
@@ -80,6 +85,12 @@ impl Context {
     /// The same context reading nodes from `nodes`.
     pub fn with_nodes(mut self, nodes: Store<Node>) -> Self {
         self.nodes = nodes;
+        self
+    }
+
+    /// The same context reading the routers' waiting lines from `board`.
+    pub fn with_pending(mut self, board: PendingBoard) -> Self {
+        self.pending = Some(board);
         self
     }
 
@@ -142,7 +153,7 @@ pub async fn reconcile(md: Arc<ModelDeployment>, ctx: Arc<Context>) -> Result<Ac
             observed.unschedulable = unschedulable(&list.items);
         }
     }
-    let next = desired_status(&md, &observed, &(ctx.clock)());
+    let next = desired_status(&md, &observed, ctx.config.router.as_ref(), &(ctx.clock)());
     if let Some(patch) = status_patch(&md, &next) {
         let api: Api<ModelDeployment> = Api::namespaced(ctx.client.clone(), &ns);
         api.patch_status(&md.name_any(), &apply_params(), &Patch::Apply(patch))

@@ -8,8 +8,10 @@ use serde_json::{Value, json};
 use crate::crd::{AcceleratorStatus, ModelDeployment, ModelDeploymentStatus, ObservedGeometry};
 use crate::desired::deployment::served_name;
 use crate::desired::selector_string;
+use crate::desired::service::url;
 use crate::observed_plan::{Expected, verdict};
 use crate::plan::{Planned, to_status};
+use crate::router::RouterService;
 
 /// What the reconciler learnt about the plan.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,6 +69,7 @@ pub struct Decision {
 pub fn desired_status(
     md: &ModelDeployment,
     observed: &Observed,
+    router: Option<&RouterService>,
     now: &Time,
 ) -> ModelDeploymentStatus {
     let generation = md.meta().generation;
@@ -100,6 +103,7 @@ pub fn desired_status(
         ready_replicas: observed.ready_replicas,
         selector: Some(selector_string(md)),
         served_name: Some(served_name(md)),
+        url: Some(url(md, router)),
         accelerator: observed.accelerator.clone(),
         geometry: observed.geometry.clone(),
         plan: match &observed.outcome {
@@ -188,7 +192,31 @@ fn conditions(md: &ModelDeployment, o: &Observed) -> Vec<Cond> {
         _ => ("Degraded", "False", "AsExpected", "".into()),
     };
     let verified = verified(md, o);
-    vec![ready, progressing, degraded, planned, verified]
+    let mut out = vec![ready, progressing, degraded, planned, verified];
+    out.extend(scaled_to_zero(md));
+    out
+}
+
+/// `ScaledToZero`, for a model whose autoscaling may take it to zero.
+fn scaled_to_zero(md: &ModelDeployment) -> Option<Cond> {
+    let a = md.spec.autoscaling.as_ref()?;
+    if !a.enabled || a.min_replicas > 0 {
+        return None;
+    }
+    Some(match md.spec.replicas {
+        0 => (
+            "ScaledToZero",
+            "True",
+            "Idle",
+            "no replica; the first request through ferrox-router wakes one".into(),
+        ),
+        n => (
+            "ScaledToZero",
+            "False",
+            "Awake",
+            format!("{n} replicas wanted"),
+        ),
+    })
 }
 
 /// `PlanVerified`: the servers' reported plan against this one.
@@ -375,7 +403,7 @@ mod tests {
         ];
         let md = md("m", gpu_spec(1, "80Gi"));
         for (name, observed, want) in cases {
-            let s = desired_status(&md, &observed, &at(100));
+            let s = desired_status(&md, &observed, None, &at(100));
             let got = ["Ready", "Progressing", "Degraded", "Planned"].map(|t| cond(&s, t));
             assert!(
                 s.conditions.iter().any(|c| c.type_ == "PlanVerified"),
@@ -388,12 +416,12 @@ mod tests {
     #[test]
     fn transitions_keep_their_time_until_status_flips() {
         let mut md = md("m", gpu_spec(1, "80Gi"));
-        let first = desired_status(&md, &planned(0), &at(100));
+        let first = desired_status(&md, &planned(0), None, &at(100));
         md.status = Some(first.clone());
-        let same = desired_status(&md, &planned(0), &at(200));
+        let same = desired_status(&md, &planned(0), None, &at(200));
         assert_eq!(same, first, "nothing changed, so nothing moves");
         assert!(status_patch(&md, &same).is_none());
-        let ready = desired_status(&md, &planned(1), &at(300));
+        let ready = desired_status(&md, &planned(1), None, &at(300));
         let time = |s: &ModelDeploymentStatus, t: &str| {
             s.conditions
                 .iter()
@@ -410,13 +438,15 @@ mod tests {
     #[test]
     fn the_autoscalers_part_is_not_a_change() {
         let mut md = md("m", gpu_spec(1, "80Gi"));
-        let next = desired_status(&md, &planned(1), &at(1));
+        let next = desired_status(&md, &planned(1), None, &at(1));
         md.status = Some(ModelDeploymentStatus {
             autoscaler: Some(crate::crd::AutoscalerStatus {
                 desired_replicas: 2,
                 last_scale_time: None,
+                last_wake_time: None,
                 reason: "x".into(),
                 observed_queue: 0.0,
+                observed_pending: 0.0,
                 observed_kv_usage: 0.0,
                 observed_pods: 1,
             }),
@@ -435,13 +465,13 @@ mod tests {
             },
             ..planned(0)
         };
-        let s1 = desired_status(&md, &refused, &at(1));
+        let s1 = desired_status(&md, &refused, None, &at(1));
         let d = decisions(None, &s1);
         assert_eq!(d.len(), 1);
         assert!(d[0].warning);
         assert_eq!(d[0].reason, "InsufficientMemory");
         assert!(decisions(Some(&s1), &s1).is_empty());
-        let s2 = desired_status(&md, &planned(1), &at(2));
+        let s2 = desired_status(&md, &planned(1), None, &at(2));
         let reasons: Vec<_> = decisions(Some(&s1), &s2)
             .into_iter()
             .map(|d| d.reason)
@@ -488,10 +518,36 @@ mod tests {
                 observed_plan: observed.clone(),
                 ..Default::default()
             });
-            let s = desired_status(&md, &o, &at(1));
+            let s = desired_status(&md, &o, None, &at(1));
             assert_eq!(cond(&s, "PlanVerified"), want, "{observed:?}");
             // The scraper owns observedPlan: the reconciler never writes it.
             assert_eq!(s.observed_plan, None);
         }
+    }
+
+    #[test]
+    fn scaled_to_zero_and_the_url_follow_the_spec() {
+        let mut spec = gpu_spec(1, "80Gi");
+        spec.autoscaling = Some(fixtures::autoscaling(0, 2));
+        let router = RouterService::parse("ferrox/ferrox-router").unwrap();
+        for (replicas, want) in [(0, ("True", "Idle")), (1, ("False", "Awake"))] {
+            spec.replicas = replicas;
+            let s = desired_status(
+                &md("llama", spec.clone()),
+                &planned(0),
+                Some(&router),
+                &at(1),
+            );
+            assert_eq!(cond(&s, "ScaledToZero"), want, "{replicas} replicas");
+            assert_eq!(
+                s.url.as_deref(),
+                Some("http://ferrox-router.ferrox.svc:8000")
+            );
+        }
+        // A floor of one: no such condition.
+        spec.autoscaling = Some(fixtures::autoscaling(1, 2));
+        let s = desired_status(&md("llama", spec), &planned(0), None, &at(1));
+        assert!(s.conditions.iter().all(|c| c.type_ != "ScaledToZero"));
+        assert_eq!(s.url.as_deref(), Some("http://llama.default.svc:8000"));
     }
 }

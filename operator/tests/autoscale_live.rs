@@ -119,6 +119,7 @@ async fn scales_up_under_load_and_down_after_the_delay() {
         target_kv_usage: 0.9,
         scale_up_window: 1,
         scale_down_delay: 3,
+        scale_to_zero_after: 600,
     };
     let client = reqwest::Client::new();
     let mut history = History::default();

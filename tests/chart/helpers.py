@@ -33,8 +33,8 @@ def operator_bin():
     return path
 
 
-def helm_template(*sets, namespace="ferrox-system"):
-    args = [tool("helm"), "template", "ferrox", str(CHART), "--namespace", namespace]
+def helm_template(*sets, namespace="ferrox-system", release="ferrox"):
+    args = [tool("helm"), "template", release, str(CHART), "--namespace", namespace]
     for s in sets:
         args += ["--set", s]
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout

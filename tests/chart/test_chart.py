@@ -15,6 +15,11 @@ def by_kind(docs, kind):
     return [d for d in docs if d["kind"] == kind]
 
 
+def named(docs, kind, name):
+    (d,) = [d for d in by_kind(docs, kind) if d["metadata"]["name"] == name]
+    return d
+
+
 def test_crd_in_chart_is_the_generated_one():
     # Helm installs charts/ferrox/crds/ as is; it must be byte-for-byte what
     # `ferrox-operator crdgen` wrote to crds/ (itself checked against the code).
@@ -23,7 +28,7 @@ def test_crd_in_chart_is_the_generated_one():
     assert chart == generated, "cp crds/modeldeployment.yaml charts/ferrox/crds/"
 
 
-@pytest.mark.parametrize("sets", [(), ALL_ON, ("leaderElection.enabled=false",)])
+@pytest.mark.parametrize("sets", [(), ALL_ON, ("leaderElection.enabled=false",), ("router.enabled=false",)])
 def test_helm_lint_strict(sets):
     args = [tool("helm"), "lint", "--strict", str(CHART)]
     for s in sets:
@@ -32,17 +37,17 @@ def test_helm_lint_strict(sets):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("sets", [(), ALL_ON])
+@pytest.mark.parametrize("sets", [(), ALL_ON, ("router.enabled=false",)])
 def test_rendered_objects_pass_kubernetes_validate(sets, tmp_path):
     _, docs = helm_template(*sets)
     skipped = validate(docs, tmp_path)
     # The only kinds left unchecked are the prometheus-operator ones, and only when enabled.
-    assert skipped == (["PodMonitor", "ServiceMonitor"] if sets else [])
+    assert skipped == (["PodMonitor", "ServiceMonitor"] if sets == ALL_ON else [])
 
 
 def test_operator_pod_is_restricted():
     _, docs = helm_template()
-    (dep,) = by_kind(docs, "Deployment")
+    dep = named(docs, "Deployment", "ferrox")
     pod = dep["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -66,7 +71,7 @@ def test_operator_pod_is_restricted():
 def test_leader_election_off_drops_the_role_and_refuses_replicas():
     _, docs = helm_template("leaderElection.enabled=false")
     assert not by_kind(docs, "Role")
-    env = {e["name"]: e.get("value") for e in by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {e["name"]: e.get("value") for e in named(docs, "Deployment", "ferrox")["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["FERROX_NO_LEADER_ELECTION"] == "true"
     r = subprocess.run(
         [tool("helm"), "template", "x", str(CHART), "--set", "leaderElection.enabled=false", "--set", "replicaCount=2"],
@@ -77,8 +82,8 @@ def test_leader_election_off_drops_the_role_and_refuses_replicas():
 
 def test_metrics_service_targets_the_operator_port():
     _, docs = helm_template()
-    (svc,) = by_kind(docs, "Service")
-    (dep,) = by_kind(docs, "Deployment")
+    svc = named(docs, "Service", "ferrox-metrics")
+    dep = named(docs, "Deployment", "ferrox")
     assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
     assert svc["spec"]["ports"][0]["targetPort"] == "metrics"
     assert dep["spec"]["template"]["spec"]["containers"][0]["ports"][0]["name"] == "metrics"
@@ -87,14 +92,23 @@ def test_metrics_service_targets_the_operator_port():
 def test_optional_objects_are_off_by_default_and_on_when_asked():
     _, off = helm_template()
     assert {d["kind"] for d in off} == {
-        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Deployment"
+        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Deployment",
+        "PodDisruptionBudget",  # the router's (tests/chart/test_router_chart.py)
     }
     _, on = helm_template(*ALL_ON)
     (sm,) = by_kind(on, "ServiceMonitor")
-    (svc,) = by_kind(on, "Service")
+    svc = named(on, "Service", "ferrox-metrics")
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    # ...and not the router's Service, which has no `metrics` port.
+    router = named(on, "Service", "ferrox-router")
+    assert not sm["spec"]["selector"]["matchLabels"].items() <= router["metadata"]["labels"].items()
     assert sm["spec"]["endpoints"][0]["port"] == svc["spec"]["ports"][0]["name"]
-    (pm,) = by_kind(on, "PodMonitor")
+    pm = named(on, "PodMonitor", "ferrox-servers")
+    # The router's: its pods (the KEDA trigger from zero is its pending gauge).
+    rpm = named(on, "PodMonitor", "ferrox-router")
+    rdep = named(on, "Deployment", "ferrox-router")
+    assert rpm["spec"]["selector"]["matchLabels"].items() <= rdep["spec"]["template"]["metadata"]["labels"].items()
+    assert rpm["spec"]["podMetricsEndpoints"][0]["port"] == "http"
     # The labels and port name every server pod gets from the operator (see test_examples).
     assert pm["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "ferrox-server"}
     assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "http"
@@ -135,10 +149,12 @@ def test_every_value_is_used():
 
 def test_existing_service_account_is_bound_and_required():
     _, docs = helm_template("serviceAccount.create=false", "serviceAccount.name=mine")
-    assert not by_kind(docs, "ServiceAccount")
+    # Only the router's own ServiceAccount is left.
+    assert [d["metadata"]["name"] for d in by_kind(docs, "ServiceAccount")] == ["ferrox-router"]
     for b in by_kind(docs, "ClusterRoleBinding") + by_kind(docs, "RoleBinding"):
-        assert b["subjects"] == [{"kind": "ServiceAccount", "name": "mine", "namespace": "ferrox-system"}]
-    assert by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["serviceAccountName"] == "mine"
+        sa = "ferrox-router" if b["metadata"]["name"] == "ferrox-router" else "mine"
+        assert b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": "ferrox-system"}]
+    assert named(docs, "Deployment", "ferrox")["spec"]["template"]["spec"]["serviceAccountName"] == "mine"
     r = subprocess.run([tool("helm"), "template", "x", str(CHART), "--set", "serviceAccount.create=false"],
                        capture_output=True, text=True)
     assert r.returncode != 0 and "serviceAccount.name is required" in r.stderr
@@ -157,6 +173,11 @@ def test_values_schema_covers_every_value_and_refuses_bad_ones():
         "metrics.port=70000": "port",
         "prometheusAddres=http://x": "prometheusAddres",  # a typo is not silently ignored
         "serviceMonitor.interval=30": "interval",
+        "router.replicaCount=0": "replicaCount",
+        "router.service.port=0": "port",
+        "router.image.pullPolicy=Sometimes": "pullPolicy",
+        "router.podDisruptionBudget.minAvailable=half": "minAvailable",
+        "router.extraArg=--x": "extraArg",  # a typo is not silently ignored
     }
     for value, needle in bad.items():
         r = subprocess.run(

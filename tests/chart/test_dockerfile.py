@@ -46,7 +46,7 @@ def test_build_is_locked_release_like_ci():
 def test_builds_the_packages_whose_binaries_it_copies():
     pkgs = workspace_packages()
     built = re.findall(r"-p (\S+)", cargo_build_line())
-    assert sorted(built) == ["ferrox-operator", "ferrox-server"]
+    assert sorted(built) == ["ferrox-operator", "ferrox-router", "ferrox-server"]
     for p in built:
         assert p in pkgs, f"{p} is not a workspace package"
         assert p in pkgs[p], f"package {p} has no binary {p} (it has {pkgs[p]})"
@@ -56,8 +56,9 @@ def test_builds_the_packages_whose_binaries_it_copies():
 
 def test_targets_run_the_right_binary_as_non_root():
     s = stages()
-    assert {"build", "model", "operator", "server"} <= set(s)
-    for target, binary in (("operator", "ferrox-operator"), ("server", "ferrox-server")):
+    assert {"build", "model", "operator", "router", "server"} <= set(s)
+    for target, binary in (("operator", "ferrox-operator"), ("router", "ferrox-router"),
+                           ("server", "ferrox-server")):
         body = s[target]
         assert f"COPY --from=build /out/{binary} /usr/local/bin/{binary}" in body
         assert f'ENTRYPOINT ["/usr/local/bin/{binary}"]' in body

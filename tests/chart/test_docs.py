@@ -1,5 +1,6 @@
 """docs/ keeps up with the code: every CRD field in docs/operator.md, every
-exported metric in docs/metrics.md (and nothing listed that is not exported)."""
+exported metric (server, operator, router) in docs/metrics.md (and nothing
+listed that is not exported)."""
 
 import re
 
@@ -54,6 +55,7 @@ def exported(path):
 
 def test_metrics_doc_matches_the_exported_names():
     names = (exported("server/engine/src/metrics.rs") | exported("server/plan/src/contract.rs")) | exported("operator/src/metrics.rs")
+    names |= exported("router/src/metrics.rs")
     rows = set(re.findall(r"^\| `([a-z0-9_:]+)` \|", METRICS_MD, re.M))
     assert names - rows == set(), f"exported but not documented: {names - rows}"
     assert rows - names == set(), f"documented but not exported: {rows - names}"
@@ -62,7 +64,7 @@ def test_metrics_doc_matches_the_exported_names():
 def test_metrics_doc_types_match_the_code():
     src = strip_tests((ROOT / "server/engine/src/metrics.rs").read_text())
     for name, kind in re.findall(r"^\| `([a-z0-9_:]+)` \| (\w+) \|", METRICS_MD, re.M):
-        if name.startswith("ferrox_operator"):
+        if name.startswith(("ferrox_operator", "ferrox_router")):
             continue
         if kind == "histogram":
             assert name.endswith("_seconds"), name

@@ -78,8 +78,10 @@ def test_example_renders_valid_objects_with_its_plan(name, tmp_path):
         assert res["requests"]["memory"] == mib(plan["podMemoryBytes"])
         assert 32 << 20 <= plan["podMemoryBytes"] < 2 << 30
     else:
-        # The plan's whole figure is both the request and the limit.
-        assert res["requests"]["memory"] == res["limits"]["memory"] == mib(plan["totalBytes"])
+        # The memory planned from is both the request and the limit (the
+        # plan uses 90% of it; the rest is the cgroup's headroom).
+        assert res["requests"]["memory"] == res["limits"]["memory"] == mib(plan["memoryBytes"])
+        assert plan["podMemoryBytes"] == plan["memoryBytes"] > plan["totalBytes"]
     # The chart's PodMonitor finds these pods by this label and port name.
     assert dep["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] == "ferrox-server"
     assert any(p.get("name") == "http" for p in c["ports"])
@@ -99,7 +101,7 @@ def test_keda_example_targets_the_scale_subresource():
     # Prometheus only has the labels the query selects on if the chart's
     # PodMonitor writes them onto the series: every label in the query must be one.
     _, chart = helm_template("podMonitor.enabled=true")
-    (pm,) = [d for d in chart if d["kind"] == "PodMonitor"]
+    (pm,) = [d for d in chart if d["kind"] == "PodMonitor" and d["metadata"]["name"].endswith("-servers")]
     written = {r["targetLabel"] for r in pm["spec"]["podMetricsEndpoints"][0]["relabelings"]}
     written.add("namespace")  # prometheus-operator adds it to every target
     selected = set(re.findall(r"(\w+)=\"", query))

@@ -19,6 +19,9 @@ import re
 
 from helpers import helm_template, operator_source
 
+# operator/src/router/poll.rs: an Api of EndpointSlices, then a watcher on it.
+ROUTER_SLICES = r"Api<EndpointSlice> = Api::namespaced\([^;]*;[\s\S]{0,400}?watcher\(api,"
+
 # (apiGroup, resource, verb) -> regex over operator/src (tests excluded) that makes the call.
 # Server-side apply (`apply()`, a PATCH) creating an absent object is authorized
 # as `create` as well, so every applied kind needs both (see SSA below).
@@ -66,6 +69,10 @@ EXPECTED = {
     ("coordination.k8s.io", "leases", "get"): r"self\.api\.get_opt\(",
     ("coordination.k8s.io", "leases", "create"): r"self\.api\.create\(",
     ("coordination.k8s.io", "leases", "update"): r"\.replace\(\s*&self\.name",
+    # router/poll.rs: a reflector (list, then watch) of the router Service's
+    # EndpointSlices (FERROX_ROUTER_SERVICE), in its namespace.
+    ("discovery.k8s.io", "endpointslices", "list"): ROUTER_SLICES,
+    ("discovery.k8s.io", "endpointslices", "watch"): ROUTER_SLICES,
 }
 SSA = {k for k, pat in EXPECTED.items() if k[2] == "patch" and "apply" in pat}
 EXPECTED.update({(g, r, "create"): EXPECTED[(g, r, v)] for g, r, v in SSA})
@@ -84,6 +91,7 @@ KIND_RESOURCE = {
     "Node": ("", "nodes"),
     "Lease": ("coordination.k8s.io", "leases"),
     "Event": ("events.k8s.io", "events"),
+    "EndpointSlice": ("discovery.k8s.io", "endpointslices"),
 }
 # kube Api methods -> the verbs they need. `K` is a type parameter of the helpers.
 METHOD_VERBS = {
@@ -94,11 +102,17 @@ GENERIC = {"K", "DynamicObject"}
 CLUSTER_SCOPED_ONLY_IN_ROLE = {("coordination.k8s.io", "leases")}
 
 
+def is_router(d):
+    return d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "router"
+
+
 def chart_rules():
+    """The operator's grants (the router's read-only ClusterRole is
+    tests/chart/test_router_chart.py's)."""
     _, docs = helm_template()
     granted = {}
     for d in docs:
-        if d["kind"] not in ("ClusterRole", "Role"):
+        if d["kind"] not in ("ClusterRole", "Role") or is_router(d):
             continue
         for r in d["rules"]:
             assert set(r) == {"apiGroups", "resources", "verbs"}, f"no wildcards or names: {r}"
@@ -143,7 +157,7 @@ def test_every_kind_and_method_in_the_source_is_accounted_for():
     unknown = kinds - set(KIND_RESOURCE)
     assert not unknown, f"new kinds in operator/src, add them to the chart and EXPECTED: {unknown}"
     resources_used = {KIND_RESOURCE[k] for k in kinds}
-    resources_granted = {(g, r.split("/")[0]) for g, r, _ in EXPECTED}
+    resources_granted = {(g, r.split("/")[0]) for g, r, _ in set(EXPECTED)}
     assert resources_used == resources_granted, (resources_used ^ resources_granted)
     # kube Api methods called anywhere (receiver-agnostic) must map to verbs the table grants.
     methods = set(re.findall(r"\.(list|get_opt|get|create|replace|patch|patch_status|patch_scale|delete|watch|evict|entry)\(", src))

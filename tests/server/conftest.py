@@ -31,6 +31,13 @@ def model_path() -> str:
     return os.environ.get("FERROX_MODEL", str(ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
 
 
+def sse_lines(response):
+    """A streamed response's lines, split on newlines only as SSE is: text can hold
+    U+2028 or U+0085, which `iter_lines(decode_unicode=True)` would split on."""
+    for raw in response.iter_lines():
+        yield raw.decode("utf-8")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -25,7 +25,7 @@ import time
 import requests
 
 sys.path.insert(0, os.path.dirname(__file__))
-from conftest import MODEL_NAME, Server  # noqa: E402
+from conftest import MODEL_NAME, Server, sse_lines  # noqa: E402
 
 WORDS = "the river stone lantern quiet market seven blue window forest engine paper".split()
 
@@ -108,7 +108,7 @@ def one(url: str, i: int, rng: random.Random, tally: collections.Counter) -> Non
             tally[f"{label} 200"] += 1
             return
         seen, done = 0, False
-        for line in r.iter_lines(decode_unicode=True):
+        for line in sse_lines(r):
             if not line.startswith("data: "):
                 continue
             data = line[len("data: "):]

@@ -12,7 +12,7 @@ import requests
 import openai
 import pytest
 
-from conftest import MODEL_NAME
+from conftest import MODEL_NAME, sse_lines
 
 HELLO = [{"role": "user", "content": "Say hello."}]
 
@@ -171,7 +171,7 @@ def test_client_disconnect_mid_stream_frees_blocks(server):
     with requests.post(server.url + "/v1/completions", json={
         "model": MODEL_NAME, "prompt": "Write a long essay:", "max_tokens": 500,
         "ignore_eos": True, "stream": True}, stream=True, timeout=60) as r:
-        lines = r.iter_lines(decode_unicode=True)
+        lines = sse_lines(r)
         got = [next(lines) for _ in range(6)]
         assert any(l.startswith("data: ") for l in got)
         assert server.metric("ferrox_kv_blocks_used") > 0
@@ -227,7 +227,7 @@ def test_sigterm_drains_in_flight_and_exits_zero(start_server):
     with requests.post(s.url + "/v1/completions", json={
         "model": MODEL_NAME, "prompt": "Go on:", "max_tokens": 400, "ignore_eos": True,
         "stream": True}, stream=True, timeout=60) as r:
-        lines = r.iter_lines(decode_unicode=True)
+        lines = sse_lines(r)
         next(lines)
         s.proc.send_signal(signal.SIGTERM)
         time.sleep(0.05)

@@ -48,6 +48,8 @@ CASES = [
     ("POST", "/tokenize", {"messages": CHAT["messages"], "add_generation_prompt": True}, 200, None),
     ("POST", "/detokenize", {"tokens": [19556, 905]}, 200, None),
     ("GET", "/tokenizer_info", None, 200, None),
+    ("GET", "/prefix_spec", None, 200, None),
+    ("GET", "/kv_events", None, 200, None),
     ("GET", "/health", None, 200, None),
     ("GET", "/ready", None, 200, None),
     ("GET", "/metrics", None, 200, None),
@@ -115,7 +117,7 @@ def test_real_requests_and_responses_validate(server, doc, method, path, body, s
         assert not r.headers["content-type"].startswith("text/event-stream")
         return
     assert f"`{chunk}`" in spec["description"]
-    events = [line[len("data: "):] for line in r.text.splitlines() if line.startswith("data: ")]
+    events = [line[len("data: "):] for line in r.text.split("\n") if line.startswith("data: ")]
     assert events[-1] == "[DONE]" and len(events) > 2, r.text
     for data in events[:-1]:
         check(doc, {"$ref": f"#/components/schemas/{chunk}"}, json.loads(data))

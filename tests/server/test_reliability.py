@@ -15,7 +15,7 @@ import openai
 import pytest
 import requests
 
-from conftest import MODEL_NAME
+from conftest import MODEL_NAME, sse_lines
 
 # Polls /health every 50 ms from its own process (no GIL shared with the
 # burst) and prints one "status seconds" line per poll until stdin closes.
@@ -92,7 +92,7 @@ def stream_until_end(url: str, i: int, started: list) -> dict:
         assert r.status_code == 200, r.text
         started.append(i)
         finish, error, done, tokens = None, None, False, 0
-        for line in r.iter_lines(decode_unicode=True):
+        for line in sse_lines(r):
             if not line.startswith("data: "):
                 continue
             data = line[len("data: "):]
@@ -160,7 +160,7 @@ def test_sigkill_then_restart_on_the_same_port_serves_again(start_server):
     with requests.post(first.url + "/v1/completions", json={
         "model": MODEL_NAME, "prompt": "Go on:", "max_tokens": 300, "ignore_eos": True,
         "stream": True}, stream=True, timeout=60) as r:
-        lines = r.iter_lines(decode_unicode=True)
+        lines = sse_lines(r)
         next(lines)
         first.proc.kill()
         assert first.proc.wait(timeout=10) == -signal.SIGKILL

@@ -6,11 +6,18 @@
 //! minimum is taken, so a single burst does not scale); a lower one must hold
 //! for the whole scale-down delay (the maximum is taken), and no scale-down
 //! happens while requests queue.
+//!
+//! With `minReplicas: 0` the floor is still one replica while there is work;
+//! a model idle for `scaleToZeroAfterSeconds` (see `idle`) goes to zero, and
+//! one at zero wakes to one at once when requests wait in ferrox-router
+//! (`router::wake::wakes`, the rule the long-poll waker uses too).
 
 use std::cmp::Ordering;
 use std::collections::VecDeque;
 
+use super::idle::IdleClock;
 use crate::crd::AutoscalingSpec;
+use crate::router::wake::wakes;
 
 /// Bounds and targets, from `spec.autoscaling`.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +34,8 @@ pub struct Policy {
     pub scale_up_window: i64,
     /// Seconds a lower recommendation must hold.
     pub scale_down_delay: i64,
+    /// Seconds idle before scaling to zero (with `min_replicas` 0).
+    pub scale_to_zero_after: i64,
 }
 
 impl From<&AutoscalingSpec> for Policy {
@@ -38,6 +47,18 @@ impl From<&AutoscalingSpec> for Policy {
             target_kv_usage: a.target_kv_usage,
             scale_up_window: a.scale_up_stabilization_seconds.max(0),
             scale_down_delay: a.scale_down_delay_seconds.max(0),
+            scale_to_zero_after: a.scale_to_zero_after_seconds.max(1),
+        }
+    }
+}
+
+impl Policy {
+    /// The policy when nothing could wake a model at zero (no ferrox-router
+    /// known): the floor is one replica.
+    pub fn without_wake(self) -> Policy {
+        Policy {
+            min_replicas: self.min_replicas.max(1),
+            ..self
         }
     }
 }
@@ -53,12 +74,17 @@ pub struct Observation {
     pub running: f64,
     /// KV usage ratio, averaged over pods.
     pub kv_usage: f64,
+    /// Requests finished, summed over pods (a counter).
+    pub finished: f64,
+    /// Requests waiting in ferrox-router for a ready replica.
+    pub pending: f64,
 }
 
 /// Past recommendations of one ModelDeployment (`now` in Unix seconds).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct History {
     samples: VecDeque<(i64, i32)>,
+    idle: IdleClock,
 }
 
 /// What the autoscaler decided this tick.
@@ -73,15 +99,25 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// 0 -> 1: `pending` requests wait in ferrox-router.
+    pub fn wake(pending: u64) -> Decision {
+        Decision {
+            desired: 1,
+            recommendation: 1,
+            reason: format!("wake 0 -> 1: {pending} requests waiting in ferrox-router"),
+        }
+    }
+
     /// Whether `spec.replicas` should change.
     pub fn scales(&self, current: i32) -> bool {
         self.desired != current
     }
 }
 
-/// The replica count the current observation alone asks for, and which signal won.
+/// The replica count the current observation alone asks for, and which
+/// signal won; at least one (zero is the idle rule's call).
 pub fn recommend(policy: &Policy, obs: &Observation) -> (i32, &'static str) {
-    let queue = (obs.waiting / policy.target_queue_per_replica).ceil();
+    let queue = ((obs.waiting + obs.pending) / policy.target_queue_per_replica).ceil();
     let kv = (f64::from(obs.pods) * obs.kv_usage / policy.target_kv_usage).ceil();
     let (raw, signal) = if queue >= kv {
         (queue, "queue")
@@ -89,8 +125,8 @@ pub fn recommend(policy: &Policy, obs: &Observation) -> (i32, &'static str) {
         (kv, "kv")
     };
     let clamped = (raw as i64).clamp(
-        i64::from(policy.min_replicas),
-        i64::from(policy.max_replicas),
+        i64::from(policy.min_replicas.max(1)),
+        i64::from(policy.max_replicas.max(1)),
     );
     (clamped as i32, signal)
 }
@@ -109,6 +145,9 @@ pub fn decide(
         recommendation: rec,
         reason,
     };
+    if wakes(policy.min_replicas, current, obs.pending as u64) {
+        return Decision::wake(obs.pending as u64);
+    }
     if current < policy.min_replicas || current > policy.max_replicas {
         let desired = current.clamp(policy.min_replicas, policy.max_replicas);
         return Decision {
@@ -120,8 +159,21 @@ pub fn decide(
             ),
         };
     }
+    let idle = history.idle.observe(current, obs, now);
+    if current == 0 {
+        return hold("scaled to zero: no request waiting in ferrox-router".into());
+    }
     if obs.pods == 0 {
         return hold("no ready pod reported metrics".into());
+    }
+    if policy.min_replicas == 0 && idle >= policy.scale_to_zero_after {
+        return Decision {
+            desired: 0,
+            recommendation: rec,
+            reason: format!(
+                "scale to zero {current} -> 0: idle {idle} s (nothing running, waiting or finished)"
+            ),
+        };
     }
     // A queued sample never argues for fewer replicas, so the scale-down delay
     // counts from the moment the queue last emptied.
@@ -214,6 +266,7 @@ mod tests {
             target_kv_usage: 0.8,
             scale_up_window: 30,
             scale_down_delay: 120,
+            scale_to_zero_after: 600,
         }
     }
 
@@ -223,6 +276,7 @@ mod tests {
             waiting,
             running: if kv > 0.0 { 1.0 } else { 0.0 },
             kv_usage: kv,
+            ..Default::default()
         }
     }
 
@@ -327,5 +381,59 @@ mod tests {
         let mut h = History::default();
         assert_eq!(decide(&p, 1, &obs(1, 12.0, 0.2), &mut h, 0).desired, 3);
         assert_eq!(decide(&p, 3, &obs(3, 0.0, 0.1), &mut h, 10).desired, 1);
+    }
+
+    #[test]
+    fn from_zero_wakes_at_once_and_idle_returns_to_zero() {
+        let p = Policy {
+            min_replicas: 0,
+            scale_to_zero_after: 60,
+            ..policy()
+        };
+        let mut h = History::default();
+        let waiting = Observation {
+            pending: 2.0,
+            ..Default::default()
+        };
+        let d = decide(&p, 0, &Observation::default(), &mut h, 0);
+        assert_eq!((d.desired, d.scales(0)), (0, false), "{}", d.reason);
+        let d = decide(&p, 0, &waiting, &mut h, 10);
+        assert_eq!(d.desired, 1, "no window before a wake: {}", d.reason);
+        // Up and serving, then quiet: zero after 60 s of quiet, not before.
+        let serving = Observation {
+            running: 1.0,
+            ..obs(1, 0.0, 0.2)
+        };
+        let quiet = obs(1, 0.0, 0.0);
+        let mut ticks = vec![(serving, 20)];
+        ticks.extend((3..12).map(|i| (quiet, i * 10)));
+        let got: Vec<i32> = ticks
+            .iter()
+            .map(|(o, t)| decide(&p, 1, o, &mut h, *t).desired)
+            .collect();
+        assert_eq!(got, [1, 1, 1, 1, 1, 1, 0, 0, 0, 0], "zero 60 s after t=20");
+        // The router's waiting requests count as queue while replicas run.
+        let queued = Observation {
+            pending: 9.0,
+            ..obs(1, 3.0, 0.1)
+        };
+        assert_eq!(recommend(&p, &queued), (3, "queue"));
+        // min 0 floors at one replica while there is any work.
+        assert_eq!(recommend(&p, &obs(2, 0.0, 0.0)).0, 1);
+    }
+
+    #[test]
+    fn without_a_router_the_floor_is_one() {
+        let p = Policy {
+            min_replicas: 0,
+            scale_to_zero_after: 1,
+            ..policy()
+        }
+        .without_wake();
+        let mut h = History::default();
+        assert_eq!(decide(&p, 0, &Observation::default(), &mut h, 0).desired, 1);
+        for t in [10, 100, 1000] {
+            assert_eq!(decide(&p, 1, &obs(1, 0.0, 0.0), &mut h, t).desired, 1);
+        }
     }
 }

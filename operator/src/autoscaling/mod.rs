@@ -1,8 +1,9 @@
-//! Autoscaling, one file per role: the pure decision, the scrape of the
-//! servers' `/metrics`, the loop that acts on both, and the external
-//! autoscalers' objects (HPA, KEDA).
+//! The built-in autoscaler, one file per role: the pure decision, the scrape
+//! of the servers' `/metrics`, the loop that acts on both. The external
+//! autoscalers' objects (HPA, KEDA) are desired objects (`desired::autoscaler`).
 
 pub mod decision;
-pub mod external;
+pub mod idle;
 pub mod run;
 pub mod scrape;
+pub mod waker;

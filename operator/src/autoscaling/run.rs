@@ -15,6 +15,7 @@ use super::decision::{Decision, History, Observation, Policy, decide};
 use super::scrape::{aggregate, scrape_all};
 use crate::Error;
 use crate::crd::{AutoscalerStatus, AutoscalingSpec, ModelDeployment, ObservedPlanStatus};
+use crate::desired::deployment::served_name;
 use crate::desired::{SERVER_PORT, selector_string};
 use crate::observed_plan::{Expected, observe};
 use crate::plan::to_dtype;
@@ -41,18 +42,32 @@ pub fn ready_pod_urls(pods: &[Pod]) -> Vec<String> {
         .collect()
 }
 
-/// The status block for a decision; `last` carries the previous scale time.
+/// When `spec.replicas` was changed, and whether that was a wake from zero.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scaled {
+    /// RFC 3339.
+    pub at: String,
+    /// From zero, on requests waiting in ferrox-router.
+    pub woke: bool,
+}
+
+/// The status block for a decision; `last` carries the previous scale and wake times.
 pub fn autoscaler_status(
     decision: &Decision,
     obs: &Observation,
     last: Option<&AutoscalerStatus>,
-    scaled_at: Option<String>,
+    scaled: Option<Scaled>,
 ) -> AutoscalerStatus {
+    let woke = scaled.as_ref().filter(|s| s.woke).map(|s| s.at.clone());
     AutoscalerStatus {
         desired_replicas: decision.desired,
-        last_scale_time: scaled_at.or_else(|| last.and_then(|l| l.last_scale_time.clone())),
+        last_scale_time: scaled
+            .map(|s| s.at)
+            .or_else(|| last.and_then(|l| l.last_scale_time.clone())),
+        last_wake_time: woke.or_else(|| last.and_then(|l| l.last_wake_time.clone())),
         reason: decision.reason.clone(),
         observed_queue: (obs.waiting * 100.0).round() / 100.0,
+        observed_pending: obs.pending,
         observed_kv_usage: (obs.kv_usage * 100.0).round() / 100.0,
         observed_pods: obs.pods as i32,
     }
@@ -68,6 +83,7 @@ pub fn status_changed(old: Option<&AutoscalerStatus>, new: &AutoscalerStatus) ->
                 new.observed_pods,
             )
             || o.observed_queue != new.observed_queue
+            || o.observed_pending != new.observed_pending
             || o.observed_kv_usage != new.observed_kv_usage
     })
 }
@@ -136,7 +152,14 @@ async fn step(
     let autoscaler = match md.builtin_autoscaling() {
         Some(spec) => {
             let key = format!("{ns}/{}", md.name_any());
-            Some(autoscale(ctx, &api, md, spec, &aggregate(&samples), histories, key).await?)
+            let obs = Observation {
+                pending: ctx
+                    .pending
+                    .as_ref()
+                    .map_or(0, |b| b.pending(&served_name(md))) as f64,
+                ..aggregate(&samples)
+            };
+            Some(autoscale(ctx, &api, md, spec, &obs, histories, key).await?)
         }
         None => None,
     };
@@ -161,17 +184,32 @@ async fn autoscale(
     histories: &mut HashMap<String, (Policy, History)>,
     key: String,
 ) -> Result<AutoscalerStatus, Error> {
-    let policy = Policy::from(spec);
+    let policy = match ctx.pending {
+        Some(_) => Policy::from(spec),
+        None => Policy::from(spec).without_wake(),
+    };
     let entry = histories
         .entry(key)
         .or_insert_with(|| (policy.clone(), History::default()));
     if entry.0 != policy {
         *entry = (policy.clone(), History::default());
     }
-    let now = (ctx.clock)();
+    let now = (ctx.clock)().0.as_second();
+    let decision = decide(&policy, md.spec.replicas, obs, &mut entry.1, now);
+    act(ctx, api, md, &decision, obs).await
+}
+
+/// Writes `/scale` when `decision` moves the count (event `Woke` from zero,
+/// else `Scaled`); returns the status block to record.
+pub async fn act(
+    ctx: &Context,
+    api: &Api<ModelDeployment>,
+    md: &ModelDeployment,
+    decision: &Decision,
+    obs: &Observation,
+) -> Result<AutoscalerStatus, Error> {
     let current = md.spec.replicas;
-    let decision = decide(&policy, current, obs, &mut entry.1, now.0.as_second());
-    let mut scaled_at = None;
+    let mut scaled = None;
     if decision.scales(current) {
         let patch = json!({"spec": {"replicas": decision.desired}});
         api.patch_scale(
@@ -181,16 +219,21 @@ async fn autoscale(
         )
         .await?;
         ctx.metrics.scaled();
-        scaled_at = Some(now.0.to_string());
-        publish(ctx, md, false, "Scaled".into(), decision.reason.clone()).await?;
+        let woke = current == 0;
+        scaled = Some(Scaled {
+            at: (ctx.clock)().0.to_string(),
+            woke,
+        });
+        let reason = if woke { "Woke" } else { "Scaled" };
+        publish(ctx, md, false, reason.into(), decision.reason.clone()).await?;
     }
     let old = md.status.as_ref().and_then(|s| s.autoscaler.as_ref());
-    Ok(autoscaler_status(&decision, obs, old, scaled_at))
+    Ok(autoscaler_status(decision, obs, old, scaled))
 }
 
 /// Applies `status.autoscaler` and `status.observedPlan` under the
 /// scraper's own field manager (what it leaves out, it gives up).
-async fn write_status(
+pub async fn write_status(
     api: &Api<ModelDeployment>,
     md: &ModelDeployment,
     autoscaler: Option<&AutoscalerStatus>,
@@ -257,6 +300,7 @@ mod tests {
             waiting: 1.0,
             running: 2.0,
             kv_usage: 0.5,
+            ..Default::default()
         };
         let first = autoscaler_status(&d, &obs, None, None);
         assert!(status_changed(None, &first));
@@ -266,9 +310,22 @@ mod tests {
         };
         let same = autoscaler_status(&reworded, &obs, Some(&first), None);
         assert!(!status_changed(Some(&first), &same));
-        let scaled = autoscaler_status(&d, &obs, Some(&first), Some("t".into()));
+        let at = |t: &str, woke| Some(Scaled { at: t.into(), woke });
+        let woke = autoscaler_status(&d, &obs, Some(&first), at("t0", true));
+        assert!(status_changed(Some(&first), &woke));
+        let scaled = autoscaler_status(&d, &obs, Some(&woke), at("t", false));
         assert!(status_changed(Some(&first), &scaled));
         let later = autoscaler_status(&d, &obs, Some(&scaled), None);
         assert_eq!(later.last_scale_time.as_deref(), Some("t"));
+        assert_eq!(later.last_wake_time.as_deref(), Some("t0"));
+        let pending = Observation {
+            pending: 2.0,
+            ..obs
+        };
+        let waiting = autoscaler_status(&d, &pending, Some(&later), None);
+        assert!(
+            status_changed(Some(&later), &waiting),
+            "the router's count is a number"
+        );
     }
 }

@@ -9,7 +9,7 @@ use crate::Error;
 
 // The series names are the contract's, shared with the server's exporter.
 pub use ferrox_plan::contract::metric::{
-    CACHE_CONFIG_INFO, KV_USAGE, PLAN_KV_BLOCK_BYTES, PLAN_MAX_MODEL_LEN, PLAN_MAX_SEQS,
+    CACHE_CONFIG_INFO, FINISHED, KV_USAGE, PLAN_KV_BLOCK_BYTES, PLAN_MAX_MODEL_LEN, PLAN_MAX_SEQS,
     PLAN_MEMORY_BYTES, PLAN_WEIGHT_BYTES, RUNNING, WAITING,
 };
 
@@ -22,6 +22,8 @@ pub struct PodSample {
     pub running: f64,
     /// KV usage ratio in [0, 1].
     pub kv_usage: f64,
+    /// Requests finished, all reasons (a counter).
+    pub finished: f64,
     /// The plan it runs with, when it exports `vllm:cache_config_info`.
     pub plan: Option<ServerPlan>,
 }
@@ -131,11 +133,13 @@ pub fn parse_metrics(text: &str) -> Result<PodSample, Error> {
         waiting,
         running: value(RUNNING).unwrap_or(0.0),
         kv_usage: value(KV_USAGE).unwrap_or(0.0).clamp(0.0, 1.0),
+        finished: value(FINISHED).unwrap_or(0.0),
         plan: server_plan(&scrape),
     })
 }
 
-/// Aggregates pod samples: queues and running summed, KV usage averaged.
+/// Aggregates pod samples: queues, running and finished summed, KV usage
+/// averaged (the router's pending count is the caller's to add).
 pub fn aggregate(samples: &[PodSample]) -> Observation {
     let n = samples.len();
     let sum = |f: fn(&PodSample) -> f64| samples.iter().map(f).sum::<f64>();
@@ -148,6 +152,8 @@ pub fn aggregate(samples: &[PodSample]) -> Observation {
         } else {
             sum(|s| s.kv_usage) / n as f64
         },
+        finished: sum(|s| s.finished),
+        pending: 0.0,
     }
 }
 
@@ -221,6 +227,9 @@ ferrox_kv_blocks_total 200
 ferrox_kv_usage_ratio 0.6
 # TYPE ferrox_prompt_tokens_total counter
 ferrox_prompt_tokens_total 1234
+# TYPE ferrox_requests_finished_total counter
+ferrox_requests_finished_total{reason=\"stop\"} 10
+ferrox_requests_finished_total{reason=\"length\"} 2
 ";
 
     /// The plan gauges the server exports (the contract with its metrics).
@@ -277,6 +286,7 @@ ferrox_plan_memory_bytes{source=\"cgroup-v2\"} 2147483648
                 waiting: 7.0,
                 running: 3.0,
                 kv_usage: 0.6,
+                finished: 12.0,
                 plan: None,
             }
         );
@@ -294,16 +304,21 @@ ferrox_plan_memory_bytes{source=\"cgroup-v2\"} 2147483648
             waiting: 2.0,
             running: 4.0,
             kv_usage: 0.2,
+            finished: 1.0,
             plan: None,
         };
         let b = PodSample {
             waiting: 6.0,
             running: 4.0,
             kv_usage: 0.6,
+            finished: 2.0,
             plan: None,
         };
         let o = aggregate(&[a, b]);
-        assert_eq!((o.pods, o.waiting, o.running), (2, 8.0, 8.0));
+        assert_eq!(
+            (o.pods, o.waiting, o.running, o.finished),
+            (2, 8.0, 8.0, 3.0)
+        );
         assert!((o.kv_usage - 0.4).abs() < 1e-9);
         assert_eq!(aggregate(&[]), Observation::default());
     }
@@ -336,6 +351,7 @@ ferrox_plan_memory_bytes{source=\"cgroup-v2\"} 2147483648
             target_kv_usage: 0.8,
             scale_up_window: 0,
             scale_down_delay: 300,
+            scale_to_zero_after: 600,
         };
         let client = reqwest::Client::new();
         let mut history = History::default();

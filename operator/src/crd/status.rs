@@ -28,6 +28,10 @@ pub struct ModelDeploymentStatus {
     /// The model name clients send (`spec.model.servedName`, else `metadata.name`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served_name: Option<String>,
+    /// Where clients reach the model: ferrox-router's Service when the
+    /// operator knows one, else the model's own Service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
     /// The accelerators planned for: from the nodes, or the spec's override.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accelerator: Option<AcceleratorStatus>,
@@ -168,10 +172,16 @@ pub struct AutoscalerStatus {
     /// When it last changed `spec.replicas` (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_scale_time: Option<String>,
+    /// When it last scaled from zero on requests waiting in ferrox-router (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_wake_time: Option<String>,
     /// Why.
     pub reason: String,
     /// Waiting requests summed over ready pods.
     pub observed_queue: f64,
+    /// Requests waiting in ferrox-router for a ready replica.
+    #[serde(default)]
+    pub observed_pending: f64,
     /// Mean KV usage ratio over ready pods.
     pub observed_kv_usage: f64,
     /// Pods scraped.

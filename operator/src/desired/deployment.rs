@@ -8,8 +8,9 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    HTTPGetAction, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec,
-    Probe, ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount,
+    HTTPGetAction, Lifecycle, LifecycleHandler, PersistentVolumeClaimVolumeSource,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
+    SecurityContext, SleepAction, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -26,6 +27,10 @@ use crate::{Error, quantity};
 
 /// Seconds of grace beyond the drain timeout before the kubelet kills the pod.
 const GRACE_MARGIN_SECONDS: i64 = 15;
+/// Seconds a deleted pod keeps serving before SIGTERM starts its drain: the
+/// time kube-proxies and routers take to stop sending it new connections
+/// (without it a rollout refuses connections on the old pods' closed port).
+pub const PRE_STOP_SLEEP_SECONDS: i64 = 5;
 /// UID/GID the server runs as (no root in the image is needed).
 const RUN_AS: i64 = 65532;
 
@@ -86,7 +91,7 @@ fn pod_spec(
         volumes: Some(volumes(md, source)),
         security_context: Some(pod_security_context()),
         termination_grace_period_seconds: Some(
-            spec.engine.drain_timeout_seconds + GRACE_MARGIN_SECONDS,
+            PRE_STOP_SLEEP_SECONDS + spec.engine.drain_timeout_seconds + GRACE_MARGIN_SECONDS,
         ),
         node_selector: node_selector(md),
         tolerations: spec.tolerations.clone(),
@@ -123,6 +128,16 @@ fn server_container(
         // Model download and load can take long; liveness waits for this.
         startup_probe: Some(http_probe("/health", 10, 180)),
         security_context: Some(container_security_context()),
+        // The kubelet's own sleep: the image has no shell to run one.
+        lifecycle: Some(Lifecycle {
+            pre_stop: Some(LifecycleHandler {
+                sleep: Some(SleepAction {
+                    seconds: PRE_STOP_SLEEP_SECONDS,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }
@@ -207,7 +222,7 @@ pub fn env(md: &ModelDeployment, source: &ModelSource) -> Vec<EnvVar> {
 }
 
 /// The user's resources, with the memory the plan needs: on CPU the request
-/// and the limit are the plan's whole figure (the server checks its plan
+/// and the limit are the memory planned from (the server checks its plan
 /// against the cgroup limit, and the kubelet protects what the plan
 /// admitted); on GPU a host-memory request, never below the user's.
 fn resources(md: &ModelDeployment, plan: &Planned) -> ResourceRequirements {
@@ -525,14 +540,15 @@ mod tests {
 
     #[test]
     fn cpu_pods_carry_the_plans_memory_as_request_and_limit() {
-        // The user's 2Gi is what the plan fits into; the pod gets the plan's figure.
+        // The user's 2Gi is what the plan fits into (90% of it) and the pod's
+        // request and limit: the rest is the cgroup's headroom.
         let mut spec = cpu_spec("2Gi");
         spec.resources.as_mut().unwrap().requests =
             Some([("cpu".to_string(), Quantity("2".into()))].into());
         let (d, planned) = render(spec);
         let want = format!("{}Mi", planned.pod_memory_bytes >> 20);
-        let total_mib = planned.plan.total_bytes().div_ceil(1 << 20);
-        assert_eq!(want, format!("{total_mib}Mi"));
+        assert_eq!(want, "2048Mi");
+        assert!(planned.plan.total_bytes() < 2 << 30);
         let res = pod(&d).containers[0].resources.clone().unwrap();
         assert_eq!(memory(&res), [Some(want.clone()), Some(want)]);
         assert_eq!(
@@ -615,7 +631,16 @@ mod tests {
         assert_eq!(path(&c.liveness_probe).as_deref(), Some("/health"));
         assert_eq!(path(&c.readiness_probe).as_deref(), Some("/ready"));
         assert_eq!(path(&c.startup_probe).as_deref(), Some("/health"));
-        assert!(pod.termination_grace_period_seconds.unwrap() > 30);
+        // The grace period covers the pre-stop sleep, then the whole drain.
+        let pre_stop = c.lifecycle.as_ref().unwrap().pre_stop.as_ref().unwrap();
+        assert_eq!(
+            pre_stop.sleep.as_ref().unwrap().seconds,
+            PRE_STOP_SLEEP_SECONDS
+        );
+        assert!(
+            pod.termination_grace_period_seconds.unwrap()
+                > PRE_STOP_SLEEP_SECONDS + cpu_spec("2Gi").engine.drain_timeout_seconds
+        );
         assert!(pod.node_selector.is_none());
         assert!(
             c.resources

@@ -10,10 +10,11 @@ use kube::api::{DynamicObject, ObjectMeta};
 use kube::{Resource, ResourceExt};
 
 use crate::Error;
-use crate::autoscaling::external;
 use crate::crd::{AutoscalingMode, ModelDeployment};
 use crate::plan::Planned;
+use crate::router::RouterService;
 
+pub mod autoscaler;
 pub mod deployment;
 pub mod inference_pool;
 pub mod inspect_job;
@@ -38,6 +39,9 @@ pub struct DesiredConfig {
     pub cuda_image: String,
     /// Prometheus the KEDA trigger queries.
     pub prometheus_address: String,
+    /// ferrox-router's Service, when the chart deploys one (`status.url`,
+    /// and KEDA's trigger on its waiting requests).
+    pub router: Option<RouterService>,
 }
 
 impl Default for DesiredConfig {
@@ -46,6 +50,7 @@ impl Default for DesiredConfig {
             default_image: "ferrox-server:0.1.0".into(),
             cuda_image: "ferrox-server:0.1.0-cuda".into(),
             prometheus_address: "http://prometheus.monitoring.svc:9090".into(),
+            router: None,
         }
     }
 }
@@ -80,11 +85,13 @@ pub fn desired(
         service: service::service(md)?,
         pdb: (md.spec.replicas > 1).then(|| pdb::pdb(md)).transpose()?,
         hpa: match (mode, autoscaling) {
-            (Some(AutoscalingMode::Hpa), Some(a)) => Some(external::hpa(md, a)?),
+            (Some(AutoscalingMode::Hpa), Some(a)) => Some(autoscaler::hpa(md, a)?),
             _ => None,
         },
         scaled_object: match (mode, autoscaling) {
-            (Some(AutoscalingMode::Keda), Some(a)) => Some(external::scaled_object(md, a, config)?),
+            (Some(AutoscalingMode::Keda), Some(a)) => {
+                Some(autoscaler::scaled_object(md, a, config)?)
+            }
             _ => None,
         },
         inference_pool: md

@@ -7,6 +7,21 @@ use kube::ResourceExt;
 use super::{child_meta, selector_labels};
 use crate::Error;
 use crate::crd::ModelDeployment;
+use crate::router::RouterService;
+
+/// Where clients reach `md` (`status.url`): the router when one is known
+/// (it holds requests while the model is at zero), else the model's Service.
+pub fn url(md: &ModelDeployment, router: Option<&RouterService>) -> String {
+    match router {
+        Some(r) => r.url(),
+        None => format!(
+            "http://{}.{}.svc:{}",
+            md.name_any(),
+            md.namespace().unwrap_or_default(),
+            md.spec.service.port
+        ),
+    }
+}
 
 /// The Service for `md`, named like it.
 pub fn service(md: &ModelDeployment) -> Result<Service, Error> {
@@ -31,6 +46,14 @@ pub fn service(md: &ModelDeployment) -> Result<Service, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_url_is_the_routers_when_there_is_one() {
+        let md = crate::fixtures::md("llama", crate::fixtures::gpu_spec(1, "80Gi"));
+        assert_eq!(url(&md, None), "http://llama.default.svc:8000");
+        let r = RouterService::parse("ferrox/ferrox-router").unwrap();
+        assert_eq!(url(&md, Some(&r)), "http://ferrox-router.ferrox.svc:8000");
+    }
     use crate::fixtures::{gpu_spec, md};
 
     #[test]

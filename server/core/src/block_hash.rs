@@ -4,11 +4,55 @@
 //! with the same hash hold the same KV: same tokens after the same prefix,
 //! computed by the same model into the same dtype.
 
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest, Sha256};
 
-/// The identity of one full block and of everything before it.
+/// The identity of one full block and of everything before it; written as
+/// 64 lowercase hex digits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BlockHash([u8; 32]);
+
+impl fmt::Display for BlockHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl FromStr for BlockHash {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bytes = s.as_bytes();
+        if bytes.len() != 64 {
+            return Err(format!(
+                "a block hash is 64 hex digits, not {}",
+                bytes.len()
+            ));
+        }
+        let digit = |c: u8| (c as char).to_digit(16).ok_or("not a hex digit");
+        let mut out = [0u8; 32];
+        for (i, pair) in bytes.chunks_exact(2).enumerate() {
+            out[i] = (digit(pair[0])? * 16 + digit(pair[1])?) as u8;
+        }
+        Ok(BlockHash(out))
+    }
+}
+
+impl Serialize for BlockHash {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for BlockHash {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
 
 /// Hashes full blocks of token ids into chains. Cheap to clone.
 ///
@@ -47,6 +91,21 @@ impl BlockHasher {
             root: BlockHash(h.finalize().into()),
             block_size: self.block_size,
         }
+    }
+
+    /// A hasher whose chains start from `root` (another process's
+    /// [`BlockHasher::root`]): a router hashes as the server does without
+    /// knowing what the server's salt names.
+    pub fn from_root(root: BlockHash, block_size: usize) -> Self {
+        BlockHasher {
+            root,
+            block_size: block_size.max(1),
+        }
+    }
+
+    /// The root every chain of this hasher starts from.
+    pub fn root(&self) -> BlockHash {
+        self.root
     }
 
     /// Tokens per block.
@@ -138,5 +197,18 @@ mod tests {
         h.extend(&mut chain, |i| tokens[i], tokens.len());
         assert_eq!(chain, h.chain(&tokens));
         assert_eq!(BlockHasher::new("s", 0).block_size(), 1);
+    }
+
+    #[test]
+    fn a_hasher_rebuilt_from_its_root_chains_alike_and_hashes_read_back() {
+        let h = BlockHasher::new("model|kv=f16", 4).salted("tenant");
+        let again = BlockHasher::from_root(h.root().to_string().parse().unwrap(), 4);
+        let tokens: Vec<u32> = (0..13).collect();
+        assert_eq!(again.chain(&tokens), h.chain(&tokens));
+        let x = h.chain(&tokens)[0];
+        assert_eq!(x.to_string().parse::<BlockHash>(), Ok(x));
+        for bad in ["", "0g", &"f".repeat(63), &"g".repeat(64)] {
+            assert!(bad.parse::<BlockHash>().is_err(), "{bad}");
+        }
     }
 }

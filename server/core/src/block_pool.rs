@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::Error;
 use crate::block_hash::BlockHash;
+use crate::kv_events::{KvEventLog, KvEventsPage};
 
 /// The state of one block.
 #[derive(Debug, Clone, Default)]
@@ -49,6 +50,8 @@ struct Inner {
     /// Blocks promised to leases and not drawn yet. Always at most
     /// `free.len() + lru.len()`: a draw never fails.
     owed: usize,
+    /// Hashes cached and evicted, for routers; `None`: not kept.
+    events: Option<KvEventLog>,
 }
 
 /// What a new sequence asks of the pool.
@@ -130,6 +133,9 @@ impl Inner {
                 let (_, b) = self.lru.pop_first()?;
                 if let Some(h) = self.blocks[b as usize].hash.take() {
                     self.index.remove(&h);
+                    if let Some(log) = &mut self.events {
+                        log.record(false, h);
+                    }
                 }
                 b
             }
@@ -169,6 +175,26 @@ impl Inner {
 impl BlockPool {
     /// A pool of `total` blocks, ids `0..total`.
     pub fn new(total: usize) -> Self {
+        Self::build(total, None)
+    }
+
+    /// A pool of `total` blocks that logs what it caches and evicts (at
+    /// most `log_capacity` events kept), as pool `epoch`.
+    pub fn with_event_log(total: usize, log_capacity: usize, epoch: u64) -> Self {
+        Self::build(total, Some(KvEventLog::new(log_capacity, epoch)))
+    }
+
+    /// The cached hashes changed since `since` for a reader of pool
+    /// `epoch` (see [`KvEventLog::page`]); an empty page when no log is kept.
+    pub fn kv_events(&self, since: u64, epoch: u64) -> KvEventsPage {
+        let inner = lock(&self.inner);
+        match &inner.events {
+            Some(log) => log.page(since, epoch, || inner.index.keys().copied().collect()),
+            None => KvEventsPage::default(),
+        }
+    }
+
+    fn build(total: usize, events: Option<KvEventLog>) -> Self {
         // Reversed so `pop` hands out low ids first: easier to read in logs.
         let free = (0..total as u32).rev().collect();
         BlockPool {
@@ -182,6 +208,7 @@ impl BlockPool {
                 pinned: 0,
                 filled: 0,
                 owed: 0,
+                events,
             })),
         }
     }
@@ -378,6 +405,9 @@ impl BlockLease {
             }
             inner.index.insert(h, b);
             inner.blocks[b as usize].hash = Some(h);
+            if let Some(log) = &mut inner.events {
+                log.record(true, h);
+            }
             inner.pinned += 1;
         }
         self.committed = self.committed.max(full.len());

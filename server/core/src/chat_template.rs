@@ -142,6 +142,11 @@ impl ChatTemplate {
         &self.source
     }
 
+    /// The BOS and EOS strings every render gets.
+    pub fn special_tokens(&self) -> (Option<&str>, Option<&str>) {
+        (self.bos_token.as_deref(), self.eos_token.as_deref())
+    }
+
     /// Renders `messages`; `add_generation_prompt` opens the assistant's turn.
     pub fn render(
         &self,

@@ -2,12 +2,14 @@
 //!
 //! - [`block_pool`]: the KV block pool and the per-sequence lease that returns
 //!   its blocks on drop, with the prefix cache of full blocks;
-//!   [`block_hash`]: the chained block hashes the cache is keyed by.
+//!   [`block_hash`]: the chained block hashes the cache is keyed by;
+//!   [`kv_events`]: what the pool stored and evicted, for a router.
 //! - [`batch_model`]: the interface the batching worker drives a model through.
 //! - [`tokenizer`], [`gguf_vocab`]: text to ids and back, from `tokenizer.json`
 //!   or GGUF metadata; [`detokenizer`]: streaming text; [`chat_template`]: the
 //!   model's Jinja template; [`end_of_generation`]: the model's end set.
 
+pub mod api_keys;
 pub mod batch_model;
 pub mod block_hash;
 pub mod block_pool;
@@ -16,9 +18,11 @@ pub mod detokenizer;
 pub mod end_of_generation;
 pub mod error;
 pub mod gguf_vocab;
+pub mod kv_events;
 pub mod token_bytes;
 pub mod tokenizer;
 
+pub use api_keys::ApiKeys;
 pub use batch_model::{BatchModel, DecodeRow};
 pub use block_hash::{BlockHash, BlockHasher};
 pub use block_pool::{BlockLease, BlockPool, PoolStats, Reservation};
@@ -27,5 +31,6 @@ pub use detokenizer::Detokenizer;
 pub use end_of_generation::EndOfGeneration;
 pub use error::Error;
 pub use gguf_vocab::GgufVocab;
+pub use kv_events::{KvEventLog, KvEventsPage};
 pub use token_bytes::TokenBytes;
-pub use tokenizer::Tokenizer;
+pub use tokenizer::{Tokenizer, TokenizerSpec};

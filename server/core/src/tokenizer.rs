@@ -4,6 +4,8 @@ use std::path::Path;
 
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
 
+use serde::{Deserialize, Serialize};
+
 use crate::error::Error;
 use crate::gguf_vocab::{self, GgufVocab};
 
@@ -17,7 +19,7 @@ pub struct Tokenizer {
     eos: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 struct GgufSpecials {
     bos: Option<u32>,
     eos: Option<u32>,
@@ -164,6 +166,9 @@ impl Tokenizer {
         &self.inner
     }
 }
+
+mod spec;
+pub use spec::TokenizerSpec;
 
 #[cfg(test)]
 mod fuzz;

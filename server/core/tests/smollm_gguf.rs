@@ -140,3 +140,24 @@ fn end_set_has_im_end_and_endoftext() {
     );
     assert!(!eog.contains(tok.token_to_id("<|im_start|>").unwrap()));
 }
+
+#[test]
+fn the_tokenizer_written_down_and_rebuilt_encodes_alike() {
+    let Some((tok, _, _)) = load() else { return };
+    // What a router rebuilds from the server's /prefix_spec.
+    let json = serde_json::to_string(&tok.to_spec().unwrap()).unwrap();
+    let back = Tokenizer::from_spec(&serde_json::from_str(&json).unwrap()).unwrap();
+    for (text, want) in REFERENCE
+        .iter()
+        .copied()
+        .chain([(CHAT_TEXT, &CHAT_IDS[..])])
+    {
+        assert_eq!(back.encode(text, false).unwrap(), want, "{text:?}");
+    }
+    assert_eq!(back.encode(CAPITALS, true).unwrap(), CAPITALS_IDS);
+    assert_eq!(
+        (back.bos_token(), back.eos_token()),
+        (tok.bos_token(), tok.eos_token())
+    );
+    assert_eq!(back.vocab_size(), tok.vocab_size());
+}

@@ -405,7 +405,7 @@ impl Metrics {
             )?,
             finished: by_reason(
                 &r,
-                "ferrox_requests_finished_total",
+                metric::FINISHED,
                 "Requests ended, by reason.",
                 &FINISH_REASONS,
             )?,

@@ -8,7 +8,7 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use ferrox_core::{BlockHash, BlockHasher};
+use ferrox_core::{BlockHash, BlockHasher, BlockPool, KvEventsPage};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use crate::admission::{LineBound, check_fits};
@@ -55,6 +55,8 @@ pub(crate) struct Shared {
     pub tick_started: AtomicU64,
     pub config: EngineConfig,
     pub metrics: Arc<Metrics>,
+    /// The worker's pool (it locks itself), read for its event log.
+    pub pool: BlockPool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -179,6 +181,17 @@ impl EngineHandle {
     /// Requests submitted whose last event has not been sent yet.
     pub fn in_flight(&self) -> usize {
         self.shared.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// The prefix cache's hashes stored and evicted since `since`, for a
+    /// reader of pool `epoch` (a router); see `ferrox_core::KvEventLog`.
+    pub fn kv_events(&self, since: u64, epoch: u64) -> KvEventsPage {
+        self.shared.pool.kv_events(since, epoch)
+    }
+
+    /// The hasher prompts are chained with; `None` with the cache off.
+    pub fn block_hasher(&self) -> Option<&BlockHasher> {
+        self.shared.hasher.as_ref()
     }
 
     /// The engine's limits.

@@ -70,6 +70,11 @@ impl<M: BatchModel> Scheduler<M> {
         let hasher = config
             .prefix_caching
             .then(|| BlockHasher::new(&config.cache_salt, config.block_size));
+        // Two events a block life (stored, evicted), and room for a
+        // reader's poll interval; a reader further behind gets the held set.
+        let kv_epoch = rand::random::<u64>() >> 11;
+        let pool =
+            BlockPool::with_event_log(config.kv_blocks, 2 * config.kv_blocks + 1024, kv_epoch);
         let shared = Arc::new(Shared {
             tx: Mutex::new((0, tx)),
             line: Arc::clone(&line),
@@ -82,10 +87,11 @@ impl<M: BatchModel> Scheduler<M> {
             tick_started: AtomicU64::new(0),
             metrics: Arc::clone(&metrics),
             config: config.clone(),
+            pool: pool.clone(),
         });
         let scheduler = Scheduler {
             model,
-            pool: BlockPool::new(config.kv_blocks),
+            pool,
             reporter: DecodeReporter::new(config.decode_log_interval, now),
             shared: Arc::clone(&shared),
             rx,

@@ -65,6 +65,18 @@ pub enum ApiError {
     Engine(#[from] EngineError),
 }
 
+impl From<ferrox_prompt::PromptError> for ApiError {
+    fn from(e: ferrox_prompt::PromptError) -> Self {
+        match e {
+            ferrox_prompt::PromptError::Invalid { param, message } => ApiError::Invalid {
+                message,
+                param: Some(param),
+            },
+            ferrox_prompt::PromptError::Prompt(m) => ApiError::Prompt(m),
+        }
+    }
+}
+
 impl ApiError {
     /// An invalid-field error.
     pub fn invalid(param: &str, message: impl Into<String>) -> Self {

@@ -8,6 +8,7 @@ use ferrox_engine::{EngineConfig, TokenConstraint, TokenText};
 use ferrox_grammar::{GrammarSpec, Grammars, Vocab};
 
 use crate::config::HttpConfig;
+use crate::fault::{StallSwitch, Stalling};
 use crate::frontend::Frontend;
 use crate::state::{AppState, Loaded};
 
@@ -69,6 +70,10 @@ impl TokenText for Chars {
 }
 
 impl Frontend for FakeFrontend {
+    fn text_spec(&self) -> Result<crate::frontend::TextSpec, String> {
+        Err("the fake tokenizer cannot be written down".into())
+    }
+
     fn encode(&self, text: &str, _add_special: bool) -> Result<Vec<u32>, String> {
         Ok(text.bytes().map(|b| u32::from(b) % VOCAB as u32).collect())
     }
@@ -182,6 +187,17 @@ pub fn loaded_state(config: EngineConfig, delay_ms: u64, http: &HttpConfig) -> A
 
 /// A server's state around an engine over `model`.
 pub fn loaded_with(model: FakeModel, config: EngineConfig, http: &HttpConfig) -> AppState {
+    loaded_stalling(model, config, http, StallSwitch::default())
+}
+
+/// [`loaded_with`], the model obeying the test-only stall `switch`.
+pub fn loaded_stalling(
+    model: FakeModel,
+    config: EngineConfig,
+    http: &HttpConfig,
+    stall: StallSwitch,
+) -> AppState {
+    let model = Stalling::new(model, stall.clone());
     let (engine, _thread) = ferrox_engine::worker::spawn(model, config).unwrap();
     let state = AppState::new("fake".into(), 1024, DEFAULT_MAX_TOKENS, http);
     state.set_loaded(Loaded {
@@ -191,6 +207,7 @@ pub fn loaded_with(model: FakeModel, config: EngineConfig, http: &HttpConfig) ->
             family: Some(crate::tool_parser::ToolFamily::Hermes),
             describe: true,
         },
+        stall,
     });
     state
 }

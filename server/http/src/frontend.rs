@@ -6,6 +6,17 @@ use ferrox_core::{ChatMessage, RenderOptions};
 use ferrox_engine::{TokenConstraint, TokenText};
 use ferrox_grammar::GrammarSpec;
 
+/// The tokenizer and chat template as data.
+#[derive(Debug, Clone)]
+pub struct TextSpec {
+    /// The tokenizer.
+    pub tokenizer: ferrox_core::TokenizerSpec,
+    /// The template's source.
+    pub chat_template: Option<String>,
+    /// The BOS and EOS strings the template gets.
+    pub template_tokens: (Option<String>, Option<String>),
+}
+
 /// The model's text side.
 pub trait Frontend: Send + Sync + 'static {
     /// Tokenizes `text`.
@@ -31,6 +42,9 @@ pub trait Frontend: Send + Sync + 'static {
     fn eos_ids(&self) -> Vec<u32>;
     /// The BOS and EOS tokens' strings, where the tokenizer names them.
     fn bos_eos_tokens(&self) -> (Option<String>, Option<String>);
+    /// The tokenizer and template as data, for a router to rebuild
+    /// (`GET /prefix_spec`), or why not.
+    fn text_spec(&self) -> Result<TextSpec, String>;
     /// `spec` compiled over this vocabulary: one row's constraint, or why
     /// not (for a 400).
     fn constraint(&self, spec: &GrammarSpec) -> Result<Box<dyn TokenConstraint>, String>;

@@ -8,6 +8,7 @@ mod cli_tests;
 mod config;
 mod edge;
 mod error;
+mod fault;
 mod fields;
 #[cfg(test)]
 mod fixtures;
@@ -31,7 +32,6 @@ mod tokenize;
 mod tool_choice;
 mod tool_grammar;
 mod tool_parser;
-mod tool_prompt;
 
 use std::path::PathBuf;
 use std::time::Duration;

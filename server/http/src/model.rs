@@ -213,6 +213,8 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
     let tools = ToolSetup::new(cfg.tool_call_parser, template);
     tracing::info!(family = ?tools.family, describe = tools.describe, "tool calls");
     let frontend = CoreFrontend::new(text.tokenizer, text.chat_template, eos);
+    let stall = crate::fault::StallSwitch::from_env();
+    let model = crate::fault::Stalling::new(model, stall.clone());
     let (engine, _worker) = ferrox_engine::worker::spawn(model, sizing.engine.clone())
         .context("starting the worker thread")?;
     engine.metrics().set_plan(&sizing.info(cfg));
@@ -226,6 +228,7 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
         engine,
         frontend: Arc::new(frontend),
         tools,
+        stall,
     })
 }
 

@@ -11,7 +11,7 @@ use utoipa::openapi::path::Operation;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
 
 use crate::response_schema::{ChatCompletionChunk, CompletionChunk};
-use crate::routes::{self, Access, Verb, info};
+use crate::routes::{self, Access, Verb, info, prefix};
 
 /// The security scheme's name in the document.
 pub const BEARER: &str = "bearer";
@@ -31,6 +31,8 @@ pub const BEARER: &str = "bearer";
         routes::tokenize,
         routes::detokenize,
         info::tokenizer_info,
+        prefix::prefix_spec,
+        prefix::kv_events,
         info::health,
         info::ready,
         info::metrics,

@@ -12,7 +12,6 @@ use crate::response::Kind;
 use crate::tool_choice::ToolRequest;
 use crate::tool_grammar::tool_grammar;
 use crate::tool_parser::{ToolFamily, ToolSetup};
-use crate::tool_prompt::with_tool_prompt;
 
 /// OpenAI's default `max_tokens` for `/v1/completions`.
 const COMPLETION_DEFAULT_MAX_TOKENS: usize = 16;
@@ -372,11 +371,9 @@ fn forced_call(
         .map_err(|e| ApiError::invalid("tool_choice", format!("tool_choice: {e}")))
 }
 
-/// The conversation rendered with the chat template and tokenized (the
-/// template writes its own special tokens). When calls are read
-/// (`reads_calls`) and the template does not render tools itself, the
-/// tools are described in the system message: chat and `/tokenize` both
-/// come here, so a count is what chat submits.
+/// The conversation rendered with the chat template and tokenized, by
+/// the path the router shares (`ferrox_prompt::chat_prompt`): chat and
+/// `/tokenize` both come here, so a count is what chat submits.
 pub fn chat_prompt(
     messages: &[crate::chat_request::Message],
     options: &RenderOptions<'_>,
@@ -384,31 +381,30 @@ pub fn chat_prompt(
     c: &PrepareConfig,
     f: &dyn Frontend,
 ) -> Result<Vec<u32>, ApiError> {
-    let mut messages = template_messages(messages)?;
-    if let (true, Some(defs), true) = (reads_calls, options.tools, c.tools.describe) {
-        messages = with_tool_prompt(messages, defs);
+    Ok(ferrox_prompt::chat_prompt(
+        messages,
+        options,
+        reads_calls,
+        c.tools.describe,
+        &AsTextSide(f),
+    )?)
+}
+
+/// The frontend as the shared prompt path sees it.
+struct AsTextSide<'a>(&'a dyn Frontend);
+
+impl ferrox_prompt::TextSide for AsTextSide<'_> {
+    fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>, String> {
+        self.0.encode(text, add_special)
     }
-    render_prompt(&messages, options, f)
-}
 
-/// The messages as the template reads them.
-fn template_messages(
-    messages: &[crate::chat_request::Message],
-) -> Result<Vec<ChatMessage>, ApiError> {
-    messages
-        .iter()
-        .enumerate()
-        .map(|(i, m)| m.for_template(i))
-        .collect()
-}
-
-fn render_prompt(
-    messages: &[ChatMessage],
-    options: &RenderOptions<'_>,
-    f: &dyn Frontend,
-) -> Result<Vec<u32>, ApiError> {
-    let text = f.render_chat(messages, options).map_err(ApiError::Prompt)?;
-    f.encode(&text, false).map_err(ApiError::Prompt)
+    fn render_chat(
+        &self,
+        messages: &[ChatMessage],
+        options: &RenderOptions<'_>,
+    ) -> Result<String, String> {
+        self.0.render_chat(messages, options)
+    }
 }
 
 /// `bad_words` as token sequences, as vLLM makes them: each word as
@@ -427,19 +423,7 @@ fn bad_words(words: &[String], f: &dyn Frontend) -> Result<Vec<Vec<u32>>, ApiErr
     Ok(out)
 }
 
-/// The last `keep` tokens of `prompt` (vLLM's `truncate_prompt_tokens`; -1
-/// keeps `max_model_len`), before admission sees it. The value was checked.
-fn truncated(mut prompt: Vec<u32>, keep: Option<i64>, max_model_len: usize) -> Vec<u32> {
-    let keep = match keep {
-        None => return prompt,
-        Some(-1) => max_model_len,
-        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-    };
-    if prompt.len() > keep {
-        prompt.drain(..prompt.len() - keep);
-    }
-    prompt
-}
+use ferrox_prompt::truncated;
 
 fn clamp(n: u64) -> usize {
     usize::try_from(n).unwrap_or(usize::MAX / 2)

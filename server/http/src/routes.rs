@@ -38,6 +38,7 @@ use crate::tokenize::{DetokenizeRequest, TokenizeRequest};
 use crate::tool_parser::{finish_reason, parse_answer};
 
 pub(crate) mod info;
+pub(crate) mod prefix;
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +99,8 @@ pub fn table() -> Vec<Route> {
         route(Post, "/tokenize", Keyed, tokenize),
         route(Post, "/detokenize", Keyed, detokenize),
         route(Get, "/tokenizer_info", Keyed, info::tokenizer_info),
+        route(Get, "/prefix_spec", Keyed, prefix::prefix_spec),
+        route(Get, "/kv_events", Keyed, prefix::kv_events),
         route(Get, "/health", Public, info::health),
         route(Get, "/ready", Public, info::ready),
         route(Get, "/metrics", Public, info::metrics),
@@ -343,6 +346,7 @@ async fn answer(s: &AppState, p: Prepared, headers: &HeaderMap, reply: Reply) ->
         Ok(id) => id,
         Err(e) => return e.into_response(),
     };
+    loaded.stall.on_request(header_id);
     let (choices, shape) = p.requests(loaded.frontend.as_ref());
     let (requests, metas): (Vec<_>, Vec<_>) = choices.into_iter().unzip();
     let env = envelope(s, &shape, header_id);

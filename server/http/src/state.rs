@@ -19,6 +19,8 @@ pub struct Loaded {
     pub frontend: Arc<dyn Frontend>,
     /// How the model calls tools.
     pub tools: crate::tool_parser::ToolSetup,
+    /// The test-only stall switch (inert unless its variable is set).
+    pub stall: crate::fault::StallSwitch,
 }
 
 /// Handler state. Cheap to clone.

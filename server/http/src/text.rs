@@ -1,13 +1,13 @@
 //! The real model's text side: ferrox-core's tokenizer, chat template,
 //! incremental detokenizer and end-of-generation set behind [`Frontend`].
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use ferrox_core::{ChatMessage, ChatTemplate, Detokenizer, RenderOptions, Tokenizer};
 use ferrox_engine::{TokenConstraint, TokenText};
 use ferrox_grammar::{GrammarSpec, Grammars, Vocab};
 
-use crate::frontend::Frontend;
+use crate::frontend::{Frontend, TextSpec};
 
 /// Tokenizer, optional chat template and end ids of one model, and the
 /// grammar compiler over its vocabulary.
@@ -17,6 +17,8 @@ pub struct CoreFrontend {
     eos: Vec<u32>,
     /// Why not, where this vocabulary cannot drive a grammar.
     grammars: Result<Grammars, String>,
+    /// Made on first ask: routers ask, a server alone never does.
+    spec: OnceLock<Result<TextSpec, String>>,
 }
 
 impl CoreFrontend {
@@ -31,6 +33,7 @@ impl CoreFrontend {
             template,
             eos,
             grammars,
+            spec: OnceLock::new(),
         }
     }
 }
@@ -72,9 +75,7 @@ impl TokenText for Stream {
 
 impl Frontend for CoreFrontend {
     fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>, String> {
-        self.tokenizer
-            .encode(text, add_special)
-            .map_err(|e| e.to_string())
+        ferrox_prompt::text_side::encode_with(&self.tokenizer, text, add_special)
     }
 
     fn render_chat(
@@ -82,13 +83,7 @@ impl Frontend for CoreFrontend {
         messages: &[ChatMessage],
         options: &RenderOptions<'_>,
     ) -> Result<String, String> {
-        let template = self
-            .template
-            .as_ref()
-            .ok_or("this model has no chat template; use /v1/completions")?;
-        template
-            .render_with(messages, options)
-            .map_err(|e| e.to_string())
+        ferrox_prompt::text_side::render_with(self.template.as_ref(), messages, options)
     }
 
     fn decode(&self, ids: &[u32]) -> Result<String, String> {
@@ -124,6 +119,21 @@ impl Frontend for CoreFrontend {
             t.bos_token().map(str::to_string),
             t.eos_token().map(str::to_string),
         )
+    }
+
+    fn text_spec(&self) -> Result<TextSpec, String> {
+        self.spec
+            .get_or_init(|| {
+                let tokenizer = self.tokenizer.to_spec().map_err(|e| e.to_string())?;
+                let t = self.template.as_ref();
+                let (bos, eos) = t.map(|t| t.special_tokens()).unwrap_or_default();
+                Ok(TextSpec {
+                    tokenizer,
+                    chat_template: t.map(|t| t.source().to_string()),
+                    template_tokens: (bos.map(str::to_string), eos.map(str::to_string)),
+                })
+            })
+            .clone()
     }
 
     fn constraint(&self, spec: &GrammarSpec) -> Result<Box<dyn TokenConstraint>, String> {

@@ -1,9 +1,11 @@
-//! The contract between ferrox-operator and ferrox-server, in the one crate
-//! both depend on: the `serve` flags the operator writes into pods (the
-//! server's CLI declares them under these names), the plan-carrying
-//! arguments as a typed value, and the metric names the operator's
-//! autoscaler and status read from the servers. A renamed flag or metric is
-//! a compile error on both sides, not a pod that fails in production.
+//! The contract between ferrox-operator and ferrox-server (and
+//! ferrox-router), in the one crate they all depend on: the `serve` flags
+//! the operator writes into pods (the server's CLI declares them under these
+//! names), the plan-carrying arguments as a typed value, the metric names the
+//! operator's autoscaler and status read from the servers, and the router's
+//! waiting-line report the operator wakes models from. A renamed flag or
+//! metric is a compile error on both sides, not a pod that fails in
+//! production.
 
 use crate::{DeviceKind, KvDtype};
 
@@ -105,6 +107,8 @@ pub mod metric {
     pub const WAITING: &str = "ferrox_requests_waiting";
     /// Requests prefilling or decoding.
     pub const RUNNING: &str = "ferrox_requests_running";
+    /// Requests ended, by `reason` (the autoscaler's sign of traffic between scrapes).
+    pub const FINISHED: &str = "ferrox_requests_finished_total";
     /// Reserved fraction of the KV pool.
     pub const KV_USAGE: &str = "ferrox_kv_usage_ratio";
     /// vLLM's info gauge of the KV cache the server planned.
@@ -121,9 +125,48 @@ pub mod metric {
     pub const PLAN_MEMORY_BYTES: &str = "ferrox_plan_memory_bytes";
 }
 
+/// What the operator reads from each ferrox-router replica.
+pub mod router {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Serialize};
+
+    /// The router's port (its Service's too).
+    pub const PORT: u16 = 8000;
+    /// The long-poll route of the waiting line:
+    /// `GET /pending?since=VERSION&wait_ms=MS` answers at once when the
+    /// router's version is not `since`, else on the next change or after
+    /// `wait_ms` (at most [`MAX_WAIT_MS`]).
+    pub const PENDING_PATH: &str = "/pending";
+    /// The longest a `/pending` long-poll is held.
+    pub const MAX_WAIT_MS: u64 = 60_000;
+    /// The gauge of requests waiting for a ready endpoint, by `model`.
+    pub const PENDING_METRIC: &str = "ferrox_router_pending_requests";
+
+    /// The body of `GET /pending`.
+    #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct PendingReport {
+        /// Grows by one per change; starts at the router's start time in
+        /// milliseconds, so a restarted router never repeats a version.
+        pub version: u64,
+        /// Requests waiting, by served model name; models with none are left out.
+        pub models: BTreeMap<String, u64>,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pending_report_reads_back_from_its_json() {
+        let body = r#"{"version": 7, "models": {"smol": 2}}"#;
+        let r: router::PendingReport = serde_json::from_str(body).unwrap();
+        assert_eq!((r.version, r.models["smol"]), (7, 2));
+        let again: router::PendingReport =
+            serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(again, r);
+    }
 
     #[test]
     fn args_name_every_flag_once_and_leave_unset_ones_out() {

@@ -306,3 +306,31 @@ fn churn_never_over_commits_and_the_counts_add_up() {
     );
     assert_eq!(pool.free(), 64);
 }
+
+#[test]
+fn the_event_log_follows_what_is_cached_and_evicted() {
+    let pool = BlockPool::with_event_log(3, 64, 5);
+    let a: Vec<u32> = vec![1, 2, 3, 4, 5];
+    let chain = hasher().chain(&a);
+    drop(computed(&pool, &a, 0));
+    let p = pool.kv_events(0, 5);
+    let mut want = chain.clone();
+    want.sort_unstable();
+    assert_eq!((p.stored.clone(), p.cursor), (want, 2));
+    // Another prompt needs all 3 blocks: both cached ones are evicted.
+    let b: Vec<u32> = vec![9, 9, 9, 9, 9, 9];
+    let lease = computed(&pool, &b, 0);
+    let p = pool.kv_events(2, 5);
+    let mut evicted = chain.clone();
+    evicted.sort_unstable();
+    assert_eq!(p.evicted, evicted);
+    let held: HashSet<BlockHash> = hasher().chain(&b).into_iter().collect();
+    assert_eq!(p.stored.iter().copied().collect::<HashSet<_>>(), held);
+    // A reader of another pool gets the held set whole.
+    let r = pool.kv_events(p.cursor, 6);
+    assert!(r.reset);
+    assert_eq!(r.stored.into_iter().collect::<HashSet<_>>(), held);
+    drop(lease);
+    // No log: empty pages.
+    assert_eq!(BlockPool::new(2).kv_events(0, 0), KvEventsPage::default());
+}

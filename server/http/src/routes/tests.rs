@@ -397,3 +397,37 @@ async fn tokenizer_info_names_the_special_tokens_and_the_context() {
             "pad_token": null, "model_max_length": 128})
     );
 }
+
+#[tokio::test]
+async fn the_stall_fault_switch_hangs_the_worker_for_its_request_id_only() {
+    use crate::config::HttpConfig;
+    use crate::fault::StallSwitch;
+    use crate::fixtures::{FakeModel, loaded_stalling, request_with, serve_state};
+    let http = HttpConfig {
+        stall_timeout: std::time::Duration::from_millis(100),
+        ..HttpConfig::default()
+    };
+    let switch = StallSwitch::new(Some("hang-here".into()));
+    let state = loaded_stalling(
+        FakeModel {
+            delay: std::time::Duration::ZERO,
+            die: Default::default(),
+        },
+        engine_config(),
+        &http,
+        switch,
+    );
+    let addr = serve_state(state, &http).await;
+    let body = r#"{"prompt": [1], "max_tokens": 1}"#;
+    let other = [("x-request-id", "another")];
+    let (status, _, _) = request_with(addr, "POST", "/v1/completions", &other, body).await;
+    assert_eq!(status, 200, "another id runs as usual");
+    answers_with(addr, "/health", 200, "ok").await;
+    let hang = [("x-request-id", "hang-here")];
+    let stalled =
+        tokio::spawn(
+            async move { request_with(addr, "POST", "/v1/completions", &hang, body).await },
+        );
+    answers_with(addr, "/health", 503, "in one step").await;
+    stalled.abort();
+}

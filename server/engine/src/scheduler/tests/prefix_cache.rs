@@ -355,3 +355,23 @@ fn only_requests_with_the_same_salt_share_blocks() {
     );
     rig.assert_all_blocks_back();
 }
+
+#[test]
+fn the_handle_reports_the_cached_chain_by_the_handles_hasher() {
+    let p = prompt(14, &[]);
+    let mut rig = Rig::new(with_cache(true));
+    let mut sub = rig.submit(request(&p, 2));
+    rig.run(20);
+    assert!(outcome(&mut sub).end.is_some());
+    // What a router computes from the published root is what is cached.
+    let root = rig.h.block_hasher().unwrap().root();
+    let chain = ferrox_core::BlockHasher::from_root(root, 4).chain(&p);
+    let page = rig.h.kv_events(0, 0);
+    assert!(page.reset, "a first read is whole");
+    for h in &chain {
+        assert!(page.stored.contains(h), "{h} not reported");
+    }
+    let again = rig.h.kv_events(page.cursor, page.epoch);
+    assert!(again.stored.is_empty() && !again.reset);
+    rig.assert_all_blocks_back();
+}

@@ -12,12 +12,15 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use super::deployment::served_name;
+use super::{DesiredConfig, INSTANCE_LABEL, child_meta};
 use crate::Error;
 use crate::crd::{AutoscalingSpec, ModelDeployment};
-use crate::desired::{DesiredConfig, INSTANCE_LABEL, child_meta};
 
 /// The queue-depth series both external autoscalers scale on.
-pub const QUEUE_METRIC: &str = "ferrox_requests_waiting";
+pub const QUEUE_METRIC: &str = ferrox_plan::contract::metric::WAITING;
+/// ferrox-router's waiting requests, KEDA's trigger from zero.
+pub const PENDING_METRIC: &str = ferrox_plan::contract::router::PENDING_METRIC;
 
 fn target_ref(md: &ModelDeployment) -> CrossVersionObjectReference {
     CrossVersionObjectReference {
@@ -65,7 +68,10 @@ pub fn hpa(md: &ModelDeployment, a: &AutoscalingSpec) -> Result<HorizontalPodAut
     })
 }
 
-/// A KEDA ScaledObject with a Prometheus trigger on the summed queue.
+/// A KEDA ScaledObject with a Prometheus trigger on the summed queue and,
+/// when a router is known, one on its waiting requests for this model: the
+/// servers export nothing at zero replicas, the router does, and KEDA
+/// activates (0 -> 1) when that trigger is over its activation threshold 0.
 pub fn scaled_object(
     md: &ModelDeployment,
     a: &AutoscalingSpec,
@@ -94,17 +100,38 @@ pub fn scaled_object(
                 "scaleUp": {"stabilizationWindowSeconds": a.scale_up_stabilization_seconds},
                 "scaleDown": {"stabilizationWindowSeconds": a.scale_down_delay_seconds},
             }}},
-            "triggers": [{
-                "type": "prometheus",
-                "metadata": {
-                    "serverAddress": config.prometheus_address,
-                    "query": query,
-                    "threshold": format_quantity(a.target_queue_per_replica),
-                },
-            }],
+            "triggers": triggers(md, a, config, query),
         }
     });
     Ok(obj)
+}
+
+fn triggers(
+    md: &ModelDeployment,
+    a: &AutoscalingSpec,
+    config: &DesiredConfig,
+    queue: String,
+) -> serde_json::Value {
+    let threshold = format_quantity(a.target_queue_per_replica);
+    let prometheus = |query: String| {
+        json!({
+            "type": "prometheus",
+            "metadata": {
+                "serverAddress": config.prometheus_address,
+                "query": query,
+                "threshold": threshold,
+                "activationThreshold": "0",
+            },
+        })
+    };
+    let mut out = vec![prometheus(queue)];
+    if config.router.is_some() {
+        out.push(prometheus(format!(
+            "sum({PENDING_METRIC}{{model=\"{}\"}}) or vector(0)",
+            served_name(md)
+        )));
+    }
+    json!(out)
 }
 
 /// A float as a short decimal Quantity string (`4`, `0.5`).
@@ -154,6 +181,19 @@ mod tests {
             "sum(ferrox_requests_waiting{namespace=\"default\",app_kubernetes_io_instance=\"llama\"})"
         );
         assert_eq!(obj.data["spec"]["minReplicaCount"], 0);
+        assert_eq!(obj.data["spec"]["triggers"].as_array().unwrap().len(), 1);
+        // With a router: its waiting line wakes the model from zero.
+        let config = DesiredConfig {
+            router: Some(crate::router::RouterService::parse("ferrox/ferrox-router").unwrap()),
+            ..DesiredConfig::default()
+        };
+        let obj = scaled_object(&md, &autoscaling(0, 3), &config).unwrap();
+        let pending = &obj.data["spec"]["triggers"][1]["metadata"];
+        assert_eq!(
+            pending["query"],
+            "sum(ferrox_router_pending_requests{model=\"model\"}) or vector(0)"
+        );
+        assert_eq!(pending["activationThreshold"], "0");
     }
 
     #[test]

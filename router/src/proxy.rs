@@ -1,0 +1,412 @@
+//! The HTTP side: the OpenAI routes, each request checked (key, size),
+//! held while its model has no ready endpoint, routed by the table and
+//! forwarded; the answer streams back as it comes, and dropping it (the
+//! client hung up) drops the upstream request, which the server cancels.
+
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use ferrox_plan::contract::router;
+use ferrox_router::{RequestView, RouteSettings, RouterError};
+use futures::StreamExt;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde_json::json;
+use tokio::sync::oneshot;
+
+use crate::shared::Shared;
+
+/// Request headers passed upstream as they came.
+const FORWARDED: [header::HeaderName; 3] =
+    [header::CONTENT_TYPE, header::AUTHORIZATION, header::ACCEPT];
+/// The request id header (vLLM's), passed both ways.
+const REQUEST_ID: &str = "x-request-id";
+
+/// Every route.
+pub fn app(s: Shared) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(completions))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .route("/v1/models", get(models))
+        .route("/health", get(|| async { "ok" }))
+        .route("/ready", get(|| async { "ready" }))
+        .route("/metrics", get(metrics))
+        .route(router::PENDING_PATH, get(pending_report))
+        .fallback(|| async {
+            error(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "no such route",
+                None,
+                None,
+            )
+        })
+        .with_state(s)
+}
+
+/// `GET /pending?since=V&wait_ms=MS`: the waiting line's report, held
+/// until it differs from version `since` or `wait_ms` passes.
+async fn pending_report(
+    State(s): State<Shared>,
+    query: Result<Query<PendingPoll>, QueryRejection>,
+) -> Response {
+    let Ok(Query(poll)) = query else {
+        let message = "query: `since` and `wait_ms` are unsigned integers";
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            message,
+            None,
+            None,
+        );
+    };
+    let mut rx = s.pending_report();
+    let current = rx.borrow_and_update().version;
+    if poll.since == Some(current) {
+        let wait = Duration::from_millis(poll.wait_ms.unwrap_or(0).min(router::MAX_WAIT_MS));
+        // Timing out answers with the same version: the poller asks again.
+        let _ = tokio::time::timeout(wait, rx.changed()).await;
+    }
+    let report = rx.borrow().clone();
+    axum::Json(report).into_response()
+}
+
+/// The query of `GET /pending`.
+#[derive(Debug, serde::Deserialize)]
+struct PendingPoll {
+    since: Option<u64>,
+    wait_ms: Option<u64>,
+}
+
+/// An error in OpenAI's shape.
+fn error(
+    status: StatusCode,
+    kind: &str,
+    message: &str,
+    param: Option<&str>,
+    code: Option<&str>,
+) -> Response {
+    let body = json!({"error": {"message": message, "type": kind, "param": param, "code": code}});
+    (status, axum::Json(body)).into_response()
+}
+
+/// A 503 the client may retry after `secs`.
+fn unavailable(message: &str, secs: u64) -> Response {
+    let mut r = error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "service_unavailable",
+        message,
+        None,
+        None,
+    );
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    r
+}
+
+/// A refusal in OpenAI's shape.
+fn refusal(e: &RouterError) -> Response {
+    let msg = e.to_string();
+    match e {
+        RouterError::QueueFull { .. } => unavailable(&msg, 1),
+        RouterError::Timeout { .. } => unavailable(&msg, 5),
+        RouterError::UnknownModel(_) => error(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            &msg,
+            Some("model"),
+            Some("model_not_found"),
+        ),
+        RouterError::BadRequest(_) | RouterError::BadEndpoint(_) => error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            &msg,
+            None,
+            None,
+        ),
+    }
+}
+
+async fn chat(State(s): State<Shared>, h: HeaderMap, body: Body) -> Response {
+    proxy(s, "/v1/chat/completions", true, h, body).await
+}
+
+async fn completions(State(s): State<Shared>, h: HeaderMap, body: Body) -> Response {
+    proxy(s, "/v1/completions", true, h, body).await
+}
+
+async fn tokenize(State(s): State<Shared>, h: HeaderMap, body: Body) -> Response {
+    proxy(s, "/tokenize", false, h, body).await
+}
+
+async fn detokenize(State(s): State<Shared>, h: HeaderMap, body: Body) -> Response {
+    proxy(s, "/detokenize", false, h, body).await
+}
+
+fn unauthorized() -> Response {
+    error(
+        StatusCode::UNAUTHORIZED,
+        "invalid_request_error",
+        "a valid API key is required: send it as `Authorization: Bearer <key>`",
+        None,
+        Some("invalid_api_key"),
+    )
+}
+
+fn allowed(s: &Shared, h: &HeaderMap) -> bool {
+    s.keys()
+        .allows(h.get(header::AUTHORIZATION).map(HeaderValue::as_bytes))
+}
+
+/// `GET /v1/models`: every model the router knows, ready or at zero.
+async fn models(State(s): State<Shared>, h: HeaderMap) -> Response {
+    if !allowed(&s, &h) {
+        return unauthorized();
+    }
+    let data: Vec<_> = s
+        .table()
+        .models()
+        .map(|m| json!({"id": m, "object": "model", "created": 0, "owned_by": "ferrox"}))
+        .collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+async fn metrics(State(s): State<Shared>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        s.metrics().render(),
+    )
+        .into_response()
+}
+
+/// Reads the body up to the limit: 413 past it, 400 when it breaks off.
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, Response> {
+    match Limited::new(body, limit).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            &format!("the request body is larger than {limit} bytes"),
+            None,
+            Some("body_too_large"),
+        )),
+        Err(e) => Err(error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            &format!("the request body could not be read: {e}"),
+            None,
+            None,
+        )),
+    }
+}
+
+/// The model a request is for: the one it names, or the only one known.
+fn model_of(s: &Shared, view: Option<&RequestView>) -> Result<String, RouterError> {
+    let table = s.table();
+    let model = match view.and_then(|v| v.model.clone()) {
+        Some(m) => m,
+        None => {
+            let models: Vec<&str> = table.models().collect();
+            match models.as_slice() {
+                [only] => only.to_string(),
+                _ => {
+                    return Err(RouterError::BadRequest(
+                        "`model` is required: this router serves several models".into(),
+                    ));
+                }
+            }
+        }
+    };
+    if table.knows(&model) {
+        Ok(model)
+    } else {
+        Err(RouterError::UnknownModel(model))
+    }
+}
+
+/// A place in the waiting line; leaving it (served, timed out, or the
+/// client gone) takes it out.
+struct Waiting<'a> {
+    s: &'a Shared,
+    model: &'a str,
+    id: u64,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.s.pending().remove(self.model, self.id);
+        self.s.publish_pending(self.model);
+    }
+}
+
+/// Waits until `model` has a ready endpoint, within the wait timeout.
+async fn wait_ready(s: &Shared, model: &str) -> Result<(), RouterError> {
+    let timeout = s.settings().wait_timeout;
+    let deadline = Instant::now() + timeout;
+    let (tx, rx) = oneshot::channel();
+    let pushed = s.pending().push(model, tx, deadline);
+    let id = pushed.inspect_err(|_| s.metrics().refused(model, "queue-full"))?;
+    let _place = Waiting { s, model, id };
+    s.publish_pending(model);
+    // It may have become ready between the caller's look and the push.
+    s.wake(model);
+    match tokio::time::timeout_at(deadline.into(), rx).await {
+        Ok(Ok(())) => Ok(()),
+        _ => {
+            s.metrics().refused(model, "timeout");
+            Err(RouterError::Timeout {
+                model: model.to_string(),
+                secs: timeout.as_secs(),
+            })
+        }
+    }
+}
+
+/// Counts a request in flight at an endpoint until dropped (with the
+/// answer's body, so a stream counts until it ends or the client leaves).
+struct InFlight {
+    s: Shared,
+    model: String,
+    url: String,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let n = self.s.table().finish(&self.model, &self.url);
+        self.s.metrics().set_in_flight(&self.model, &self.url, n);
+    }
+}
+
+async fn proxy(
+    s: Shared,
+    path: &'static str,
+    generates: bool,
+    h: HeaderMap,
+    body: Body,
+) -> Response {
+    if !allowed(&s, &h) {
+        return unauthorized();
+    }
+    let bytes = match read_body(body, s.settings().max_body).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let view = RequestView::parse(&bytes);
+    let model = match model_of(&s, view.as_ref()) {
+        Ok(m) => m,
+        Err(e) => return refusal(&e),
+    };
+    let ready = s.table().has_ready(&model);
+    if !ready && let Err(e) = wait_ready(&s, &model).await {
+        return refusal(&e);
+    }
+    let prompter = s.table().prompter(&model);
+    let text = view.as_ref().map(RequestView::text_key).unwrap_or_default();
+    let chain = match (generates, view, prompter) {
+        // Tokenizing takes a while for long prompts: off the async threads.
+        (true, Some(v), Some(p)) => tokio::task::spawn_blocking(move || v.chain(&p))
+            .await
+            .ok()
+            .flatten(),
+        _ => None,
+    };
+    let now = Instant::now();
+    let settings = RouteSettings {
+        bounds: s.settings().bounds,
+        load_factor: s.settings().load_factor,
+        expect_until: now + s.settings().expect_ttl,
+    };
+    // A replica that refuses the connection got nothing: the request goes
+    // to the next choice, once per endpoint at most.
+    let mut tries = 0;
+    let (upstream, url, decision, guard) = loop {
+        tries += 1;
+        let routed = s
+            .table()
+            .route(&model, chain.as_deref(), &text, now, &settings);
+        let Some((url, decision)) = routed else {
+            return unavailable(&format!("no replica of model `{model}` is ready"), 1);
+        };
+        let guard = InFlight {
+            s: s.clone(),
+            model: model.clone(),
+            url: url.clone(),
+        };
+        s.metrics().decided(
+            &model,
+            decision.reason.as_str(),
+            decision.predicted_hit_blocks,
+        );
+        let n = s.table().in_flight(&model, &url);
+        s.metrics().set_in_flight(&model, &url, n);
+        let mut req = s.client().post(format!("{url}{path}")).body(bytes.clone());
+        for name in FORWARDED
+            .iter()
+            .map(header::HeaderName::as_str)
+            .chain([REQUEST_ID])
+        {
+            if let Some(v) = h.get(name) {
+                req = req.header(name, v.as_bytes());
+            }
+        }
+        match req.send().await {
+            Ok(r) => break (r, url, decision, guard),
+            Err(e) if e.is_connect() && tries < 4 => {
+                tracing::warn!(%url, error = %e, "replica refused the connection; trying another");
+                s.table().mark_unreachable(&model, &url);
+            }
+            Err(e) => {
+                tracing::warn!(%url, error = %e, "upstream request failed");
+                return error(
+                    StatusCode::BAD_GATEWAY,
+                    "upstream_error",
+                    &format!("the replica at {url} did not answer: {e}"),
+                    None,
+                    None,
+                );
+            }
+        }
+    };
+    let status = upstream.status();
+    let mut headers = HeaderMap::new();
+    for name in [
+        header::CONTENT_TYPE.as_str(),
+        header::RETRY_AFTER.as_str(),
+        REQUEST_ID,
+    ] {
+        if let Some(v) = upstream.headers().get(name) {
+            headers.insert(name, v.clone());
+        }
+    }
+    if let Ok(v) = HeaderValue::from_str(&url) {
+        headers.insert("x-ferrox-endpoint", v);
+    }
+    headers.insert(
+        "x-ferrox-route",
+        HeaderValue::from_static(decision.reason.as_str()),
+    );
+    headers.insert(
+        "x-ferrox-predicted-hit-blocks",
+        HeaderValue::from(decision.predicted_hit_blocks),
+    );
+    // The guard rides in the stream: dropped with the body, whether it
+    // ended or the client hung up.
+    let stream = upstream.bytes_stream().map(move |chunk| {
+        let _held = &guard;
+        chunk
+    });
+    let mut response = Response::new(Body::from_stream(stream));
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    response
+}

@@ -1,0 +1,306 @@
+//! The endpoint table: every model the router knows, its endpoints, what
+//! each holds and how busy it is; routing a request through
+//! [`choose`](crate::choose) and counting it in flight. Pure: the shell
+//! feeds it what the endpoint sources and pollers saw, with `now`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ferrox_core::{BlockHash, KvEventsPage};
+use ferrox_prompt::Prompter;
+
+use crate::choice::{Affinity, Candidate, Decision, choose};
+use crate::holdings::Holdings;
+use crate::load::{Bounds, Load};
+
+/// One endpoint of a model.
+#[derive(Debug)]
+pub struct Endpoint<D> {
+    /// Its source says it is ready (Kubernetes: the EndpointSlice condition;
+    /// static: always).
+    pub source_ready: bool,
+    /// Its last poll answered (a loading or dead server does not).
+    pub reachable: bool,
+    /// What it holds.
+    pub holdings: Holdings<D>,
+    /// The server's last reported queue and KV usage; `in_flight` is ours.
+    pub load: Load,
+    /// Its prompt recipe, once fetched.
+    pub prompter: Option<Arc<Prompter>>,
+}
+
+impl<D: Ord + Copy> Endpoint<D> {
+    fn new(source_ready: bool) -> Self {
+        Endpoint {
+            source_ready,
+            reachable: false,
+            holdings: Holdings::new(),
+            load: Load::default(),
+            prompter: None,
+        }
+    }
+
+    /// Ready to take requests.
+    pub fn ready(&self) -> bool {
+        self.source_ready && self.reachable
+    }
+}
+
+/// How the table routes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RouteSettings<D> {
+    /// The load bounds.
+    pub bounds: Bounds,
+    /// CHWBL's load factor.
+    pub load_factor: f64,
+    /// Until when a routed chain counts as held before the server says so.
+    pub expect_until: D,
+}
+
+/// What a sync changed: endpoints to start and stop polling.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// (model, endpoint) new.
+    pub added: Vec<(String, String)>,
+    /// (model, endpoint) gone.
+    pub removed: Vec<(String, String)>,
+}
+
+/// Every model and its endpoints, by name.
+#[derive(Debug, Default)]
+pub struct Table<D> {
+    models: BTreeMap<String, BTreeMap<String, Endpoint<D>>>,
+}
+
+impl<D: Ord + Copy> Table<D> {
+    /// No models.
+    pub fn new() -> Self {
+        Table {
+            models: BTreeMap::new(),
+        }
+    }
+
+    /// Makes the table exactly `wanted`: model -> [(endpoint, ready)]. A
+    /// model listed with no endpoints is known (it may scale from zero).
+    pub fn sync(&mut self, wanted: &BTreeMap<String, Vec<(String, bool)>>) -> Changes {
+        let mut changes = Changes::default();
+        for (model, endpoints) in &self.models {
+            for name in endpoints.keys() {
+                let kept = wanted
+                    .get(model)
+                    .is_some_and(|w| w.iter().any(|(n, _)| n == name));
+                if !kept {
+                    changes.removed.push((model.clone(), name.clone()));
+                }
+            }
+        }
+        self.models.retain(|m, _| wanted.contains_key(m));
+        for (model, list) in wanted {
+            let endpoints = self.models.entry(model.clone()).or_default();
+            endpoints.retain(|n, _| list.iter().any(|(w, _)| w == n));
+            for (name, ready) in list {
+                match endpoints.get_mut(name) {
+                    Some(e) => e.source_ready = *ready,
+                    None => {
+                        endpoints.insert(name.clone(), Endpoint::new(*ready));
+                        changes.added.push((model.clone(), name.clone()));
+                    }
+                }
+            }
+        }
+        changes
+    }
+
+    /// The known models.
+    pub fn models(&self) -> impl Iterator<Item = &str> {
+        self.models.keys().map(String::as_str)
+    }
+
+    /// True when `model` is known.
+    pub fn knows(&self, model: &str) -> bool {
+        self.models.contains_key(model)
+    }
+
+    /// True when some endpoint of `model` is ready.
+    pub fn has_ready(&self, model: &str) -> bool {
+        self.models
+            .get(model)
+            .is_some_and(|e| e.values().any(Endpoint::ready))
+    }
+
+    /// One endpoint, to record what its poller saw.
+    pub fn endpoint_mut(&mut self, model: &str, name: &str) -> Option<&mut Endpoint<D>> {
+        self.models.get_mut(model)?.get_mut(name)
+    }
+
+    /// Applies a page of an endpoint's event log (and marks it reachable).
+    pub fn apply_events(&mut self, model: &str, name: &str, page: &KvEventsPage) {
+        if let Some(e) = self.endpoint_mut(model, name) {
+            e.holdings.apply(page);
+            e.reachable = true;
+        }
+    }
+
+    /// The prompt recipe of `model`: its first ready endpoint's by name
+    /// (replicas of one model share one).
+    pub fn prompter(&self, model: &str) -> Option<Arc<Prompter>> {
+        let endpoints = self.models.get(model)?;
+        let mut with = endpoints.values().filter(|e| e.prompter.is_some());
+        let e = with.clone().find(|e| e.ready()).or_else(|| with.next())?;
+        e.prompter.clone()
+    }
+
+    /// Chooses an endpoint of `model` for a request with `chain` (or, with
+    /// none, `text`), counts it in flight there and expects its chain held
+    /// there; `None` when no endpoint of the model is ready.
+    pub fn route(
+        &mut self,
+        model: &str,
+        chain: Option<&[BlockHash]>,
+        text: &str,
+        now: D,
+        settings: &RouteSettings<D>,
+    ) -> Option<(String, Decision)> {
+        let endpoints = self.models.get_mut(model)?;
+        for e in endpoints.values_mut() {
+            e.holdings.prune(now);
+        }
+        let ready: Vec<(&String, &Endpoint<D>)> =
+            endpoints.iter().filter(|(_, e)| e.ready()).collect();
+        let candidates: Vec<Candidate<'_>> = ready
+            .iter()
+            .map(|(name, e)| Candidate {
+                name,
+                load: e.load,
+                held: chain.map_or(0, |c| e.holdings.held_run(c, now)),
+            })
+            .collect();
+        let first = chain
+            .and_then(|c| c.first())
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        let affinity = match chain {
+            Some(_) => Affinity::Blocks(&first),
+            None => Affinity::Text(text),
+        };
+        let d = choose(
+            &candidates,
+            affinity,
+            &settings.bounds,
+            settings.load_factor,
+        )?;
+        let name = ready[d.index].0.clone();
+        let e = endpoints.get_mut(&name)?;
+        e.load.in_flight += 1;
+        if let Some(chain) = chain {
+            e.holdings.expect(chain, settings.expect_until);
+        }
+        Some((name, d))
+    }
+
+    /// `name` refused a connection: not ready until its poller reaches it.
+    pub fn mark_unreachable(&mut self, model: &str, name: &str) {
+        if let Some(e) = self.endpoint_mut(model, name) {
+            e.reachable = false;
+        }
+    }
+
+    /// A request routed to `name` ended; its in-flight count now.
+    pub fn finish(&mut self, model: &str, name: &str) -> usize {
+        match self.endpoint_mut(model, name) {
+            Some(e) => {
+                e.load.in_flight = e.load.in_flight.saturating_sub(1);
+                e.load.in_flight
+            }
+            None => 0,
+        }
+    }
+
+    /// In flight at `name`.
+    pub fn in_flight(&self, model: &str, name: &str) -> usize {
+        self.models
+            .get(model)
+            .and_then(|e| e.get(name))
+            .map_or(0, |e| e.load.in_flight)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::choice::Reason;
+    use ferrox_core::BlockHasher;
+
+    fn wanted(entries: &[(&str, &[(&str, bool)])]) -> BTreeMap<String, Vec<(String, bool)>> {
+        entries
+            .iter()
+            .map(|(m, eps)| {
+                let eps = eps.iter().map(|(n, r)| (n.to_string(), *r)).collect();
+                (m.to_string(), eps)
+            })
+            .collect()
+    }
+
+    fn settings(until: u64) -> RouteSettings<u64> {
+        RouteSettings {
+            bounds: Bounds::default(),
+            load_factor: 1.25,
+            expect_until: until,
+        }
+    }
+
+    #[test]
+    fn sync_reports_what_came_and_went_and_keeps_models_without_endpoints() {
+        let mut t: Table<u64> = Table::new();
+        let c = t.sync(&wanted(&[
+            ("m", &[("a", true), ("b", false)]),
+            ("zero", &[]),
+        ]));
+        assert_eq!(c.added.len(), 2);
+        assert!(t.knows("zero") && !t.has_ready("zero"));
+        assert!(!t.has_ready("m"), "not reachable until polled");
+        t.apply_events("m", "a", &KvEventsPage::default());
+        assert!(t.has_ready("m"));
+        let c = t.sync(&wanted(&[("m", &[("b", true)])]));
+        assert_eq!(c.removed, vec![("m".into(), "a".into())]);
+        assert!(c.added.is_empty());
+        assert!(!t.knows("zero"));
+        assert_eq!(t.models().collect::<Vec<_>>(), vec!["m"]);
+    }
+
+    #[test]
+    fn a_routed_chain_goes_back_to_the_same_endpoint_and_in_flight_is_counted() {
+        let mut t: Table<u64> = Table::new();
+        t.sync(&wanted(&[("m", &[("a", true), ("b", true)])]));
+        for n in ["a", "b"] {
+            t.apply_events("m", n, &KvEventsPage::default());
+        }
+        let chain = BlockHasher::new("x", 2).chain(&[1, 2, 3, 4]);
+        let (first, d) = t.route("m", Some(&chain), "", 0, &settings(10)).unwrap();
+        assert_eq!(d.reason, Reason::NewPrefix);
+        let other = if first == "a" { "b" } else { "a" };
+        // The other is less loaded now, but the first is expected to hold it.
+        let (second, d) = t.route("m", Some(&chain), "", 1, &settings(10)).unwrap();
+        assert_eq!(
+            (second.as_str(), d.reason, d.predicted_hit_blocks),
+            (first.as_str(), Reason::PrefixHit, 2)
+        );
+        assert_eq!(t.in_flight("m", &first), 2);
+        assert_eq!(t.finish("m", &first), 1);
+        // The expectation lapsed and the server never reported it; a short
+        // prompt (no block) goes to the least loaded.
+        let (third, d) = t.route("m", Some(&[][..]), "", 11, &settings(20)).unwrap();
+        assert_eq!((third.as_str(), d.reason), (other, Reason::LeastLoad));
+        // No chain: the hash fallback.
+        let (_, d) = t.route("m", None, "some text", 12, &settings(20)).unwrap();
+        assert_eq!(d.reason, Reason::HashFallback);
+        assert!(t.route("other", None, "", 0, &settings(1)).is_none());
+        // One refusing connections is passed over until polled again.
+        t.mark_unreachable("m", &first);
+        for _ in 0..3 {
+            let (name, _) = t.route("m", Some(&chain), "", 12, &settings(20)).unwrap();
+            assert_eq!(name, other);
+        }
+        assert_eq!(t.finish("m", "gone"), 0);
+    }
+}

@@ -3,6 +3,7 @@
 
 mod kube_source;
 mod poller;
+mod prompters;
 mod proxy;
 mod shared;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ferrox_core::KvEventsPage;
 use ferrox_plan::contract::metric;
-use ferrox_prompt::{PrefixSpec, Prompter};
+use ferrox_prompt::Prompter;
 
 use crate::shared::Shared;
 
@@ -86,19 +86,12 @@ async fn fetch_prompter(s: &Shared, url: &str) -> Option<Arc<Prompter>> {
         return None;
     }
     let bytes = resp.bytes().await.ok()?;
-    // Building a tokenizer from its spec takes a while: off the async threads.
-    let built = tokio::task::spawn_blocking(move || {
-        let spec: PrefixSpec = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
-        Prompter::new(&spec).map_err(|e| e.to_string())
-    })
-    .await;
-    match built {
-        Ok(Ok(p)) => Some(Arc::new(p)),
-        Ok(Err(e)) => {
+    match s.prompters().get(bytes.to_vec()).await {
+        Ok(p) => Some(p),
+        Err(e) => {
             tracing::warn!(%url, error = %e, "prefix spec unusable; routing by prompt hash");
             None
         }
-        Err(_) => None,
     }
 }
 

@@ -12,6 +12,8 @@ use ferrox_router::{Bounds, Metrics, Pending, Table};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
+use crate::prompters::Prompters;
+
 /// What the flags decided.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -42,6 +44,7 @@ struct Inner {
     report: watch::Sender<PendingReport>,
     client: reqwest::Client,
     metrics: Metrics,
+    prompters: Prompters,
     keys: ApiKeys,
     settings: Settings,
 }
@@ -69,6 +72,7 @@ impl Shared {
                 }),
                 client,
                 metrics: Metrics::new()?,
+                prompters: Prompters::default(),
                 keys,
                 settings,
             }),
@@ -93,6 +97,11 @@ impl Shared {
     /// The metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
+    }
+
+    /// The built prompt recipes, shared by endpoints with the same spec.
+    pub fn prompters(&self) -> &Prompters {
+        &self.inner.prompters
     }
 
     /// The API keys clients must present.

@@ -1,7 +1,7 @@
 //! What every router replica last said is waiting, summed by model.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use ferrox_plan::contract::router::PendingReport;
 use tokio::sync::watch;
@@ -23,10 +23,16 @@ impl Default for PendingBoard {
 }
 
 impl PendingBoard {
+    /// The reports, locked. Every step under the lock leaves the map
+    /// whole, so a panic elsewhere never makes it unusable.
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, PendingReport>> {
+        self.reports.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Records what router `pod` reported; wakes the waker when a sum moved.
     pub fn report(&self, pod: &str, report: PendingReport) {
         let moved = {
-            let mut reports = self.reports.lock().expect("board lock");
+            let mut reports = self.lock();
             let before = sums(&reports);
             reports.insert(pod.to_string(), report);
             sums(&reports) != before
@@ -39,7 +45,7 @@ impl PendingBoard {
     /// Forgets router `pod` (gone, or not answering).
     pub fn forget(&self, pod: &str) {
         let moved = {
-            let mut reports = self.reports.lock().expect("board lock");
+            let mut reports = self.lock();
             reports
                 .remove(pod)
                 .is_some_and(|r| r.models.values().any(|n| *n > 0))
@@ -51,13 +57,13 @@ impl PendingBoard {
 
     /// Requests waiting for `model`, summed over the router pods.
     pub fn pending(&self, model: &str) -> u64 {
-        let reports = self.reports.lock().expect("board lock");
+        let reports = self.lock();
         reports.values().filter_map(|r| r.models.get(model)).sum()
     }
 
     /// Every model's sum (models with nothing waiting left out).
     pub fn totals(&self) -> BTreeMap<String, u64> {
-        sums(&self.reports.lock().expect("board lock"))
+        sums(&self.lock())
     }
 
     /// A receiver that sees every change of the sums.

@@ -226,7 +226,7 @@ pub async fn serve_with(
 pub async fn serve_state(state: AppState, http: &HttpConfig) -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = crate::serve::routes::router(state);
+    let app = crate::serve::app::router(state);
     let edge = crate::serve::server::edge_config(http);
     tokio::spawn(crate::serve::edge::serve(
         listener,

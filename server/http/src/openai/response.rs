@@ -5,7 +5,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::serve::frontend::Frontend;
-use crate::tools::parser::{ParsedCall, ToolEvent, call_id};
+use crate::tools::parser::event::ToolEvent;
+use crate::tools::parser::{ParsedCall, call_id};
 
 /// Which endpoint a response is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,7 +16,8 @@ use crate::openai::error::ApiError;
 use crate::openai::prepare::{ChoiceMeta, Shape};
 use crate::openai::response::{Envelope, Logprobs, UsageBody};
 use crate::serve::frontend::Frontend;
-use crate::tools::parser::{ToolEvent, ToolStream, finish_reason};
+use crate::tools::parser::event::ToolEvent;
+use crate::tools::parser::{ToolStream, finish_reason};
 
 /// Each choice's events, tagged with its index; `None` once its
 /// submission ended without a last event (the worker went away).

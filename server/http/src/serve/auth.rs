@@ -9,8 +9,6 @@ use axum::response::{IntoResponse, Response};
 use crate::openai::error::ApiError;
 use crate::serve::state::AppState;
 
-pub use ferrox_core::ApiKeys;
-
 /// Middleware: a 401 in OpenAI's shape unless the request carries a key.
 pub async fn require_key(State(s): State<AppState>, req: Request, next: Next) -> Response {
     let value = req

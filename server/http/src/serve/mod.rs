@@ -1,5 +1,6 @@
 //! The HTTP server: the edge, routes and handlers, keys, OpenAPI, shared state, the lifecycle.
 
+pub mod app;
 pub mod auth;
 pub mod edge;
 pub mod fault;

@@ -4,12 +4,10 @@
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::handler::Handler;
 use axum::http::HeaderMap;
-use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
 use ferrox_engine::Event;
@@ -22,7 +20,6 @@ use crate::openai::fields::{
 };
 use crate::openai::prepare::{self, ChoiceMeta, PrepareConfig, Prepared, Shape};
 use crate::openai::request::{CompletionRequest, check_request_id};
-use crate::serve::auth;
 
 /// The header a client names its request with (vLLM's, and proxies').
 const REQUEST_ID_HEADER: &str = "x-request-id";
@@ -66,7 +63,8 @@ pub struct Route {
     pub path: &'static str,
     /// Who may call it.
     pub access: Access,
-    handler: MethodRouter<AppState>,
+    /// What answers it.
+    pub handler: MethodRouter<AppState>,
 }
 
 fn route<H, T>(verb: Verb, path: &'static str, access: Access, handler: H) -> Route
@@ -86,8 +84,8 @@ where
     }
 }
 
-/// The one list of routes: the router is built from it, and the OpenAPI
-/// document's test walks it.
+/// The one list of routes: the router ([`crate::serve::app::router`]) is
+/// built from it, and the OpenAPI document's test walks it.
 pub fn table() -> Vec<Route> {
     use Access::{Keyed, Public};
     use Verb::{Get, Post};
@@ -106,28 +104,6 @@ pub fn table() -> Vec<Route> {
         route(Get, "/metrics", Public, info::metrics),
         route(Get, "/openapi.json", Public, info::openapi_json),
     ]
-}
-
-/// The whole API. The keyed routes need a key when keys are configured;
-/// probes, scraping and the API description never do.
-pub fn router(state: AppState) -> Router {
-    let limit = state.max_body();
-    let (mut keyed, mut public) = (Router::new(), Router::new());
-    for r in table() {
-        match r.access {
-            Access::Keyed => keyed = keyed.route(r.path, r.handler),
-            Access::Public => public = public.route(r.path, r.handler),
-        }
-    }
-    let keyed = keyed.route_layer(middleware::from_fn_with_state(
-        state.clone(),
-        auth::require_key,
-    ));
-    public
-        .merge(keyed)
-        .fallback(not_found)
-        .layer(axum::extract::DefaultBodyLimit::max(limit))
-        .with_state(state)
 }
 
 /// `POST /v1/completions`.
@@ -511,10 +487,6 @@ fn envelope(s: &AppState, shape: &Shape, header_id: Option<&str>) -> Envelope {
         model: s.model_name().to_string(),
         token_ids: shape.token_ids,
     }
-}
-
-async fn not_found() -> Response {
-    ApiError::NoRoute.into_response()
 }
 
 #[cfg(test)]

@@ -8,8 +8,8 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 
 use crate::load::config::{HttpConfig, ServeConfig};
+use crate::serve::app::router;
 use crate::serve::edge::EdgeConfig;
-use crate::serve::routes::router;
 use crate::serve::state::{AppState, Loaded};
 
 /// Runs the server until SIGTERM or SIGINT, then drains.

@@ -4,11 +4,11 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use ferrox_core::ApiKeys;
 use ferrox_engine::{EngineHandle, Liveness};
 use tokio::sync::Semaphore;
 
 use crate::load::config::HttpConfig;
-use crate::serve::auth::ApiKeys;
 use crate::serve::frontend::Frontend;
 
 /// The parts that exist once the model is loaded.

@@ -2,12 +2,13 @@
 //! the text arrives (streamed) or all at once (one mechanism for both).
 
 mod call_body;
+pub mod event;
 mod hermes;
 mod llama3_json;
 
 use std::str::FromStr;
 
-use self::call_body::BodyEvent;
+use self::event::{Calls, ToolEvent};
 use self::hermes::Hermes;
 use self::llama3_json::Llama3Json;
 
@@ -90,66 +91,6 @@ impl ToolSetup {
             describe: !template.is_some_and(|t| t.contains("tools")),
         }
     }
-}
-
-/// What the reader found in a piece of output.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ToolEvent {
-    /// Text of the answer.
-    Content(String),
-    /// Call `index` begins: its function's name.
-    Start {
-        /// The call's place in the answer.
-        index: usize,
-        /// The function.
-        name: String,
-    },
-    /// More of call `index`'s arguments (JSON text).
-    Arguments {
-        /// The call's place in the answer.
-        index: usize,
-        /// The next piece.
-        fragment: String,
-    },
-}
-
-/// The calls of one answer, shared by the families' readers.
-#[derive(Debug, Default)]
-pub struct Calls {
-    /// Calls started.
-    count: usize,
-    /// At most this many.
-    max: Option<usize>,
-    /// Some call was not well-formed.
-    pub malformed: bool,
-}
-
-impl Calls {
-    fn map(&self, events: Vec<BodyEvent>, out: &mut Vec<ToolEvent>) {
-        let index = self.count;
-        out.extend(events.into_iter().map(|e| match e {
-            BodyEvent::Start(name) => ToolEvent::Start { index, name },
-            BodyEvent::Arguments(fragment) => ToolEvent::Arguments { index, fragment },
-        }));
-    }
-
-    fn closed(&mut self) {
-        self.count += 1;
-    }
-
-    fn full(&self) -> bool {
-        self.max.is_some_and(|m| self.count >= m)
-    }
-}
-
-/// How many trailing bytes of `text` may be the start of `marker`.
-fn held_prefix(text: &str, marker: &str) -> usize {
-    (1..marker.len().min(text.len() + 1))
-        .rev()
-        .find(|&n| {
-            text.is_char_boundary(text.len() - n) && marker.starts_with(&text[text.len() - n..])
-        })
-        .unwrap_or(0)
 }
 
 #[derive(Debug)]

@@ -18,7 +18,8 @@ use serde_json::{Value, json};
 use super::body::{Meta, OutputItem, OutputText};
 use crate::openai::error::ApiError;
 use crate::openai::prepare::ToolShape;
-use crate::tools::parser::{ToolEvent, ToolStream};
+use crate::tools::parser::ToolStream;
+use crate::tools::parser::event::ToolEvent;
 
 /// Where one response stream is.
 struct Cursor {

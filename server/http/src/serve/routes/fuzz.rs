@@ -242,7 +242,7 @@ async fn call(state: &AppState, path: &str, body: Vec<u8>) -> (u16, String) {
         .header("content-type", "application/json")
         .body(Body::from(body))
         .unwrap_or_default();
-    let response = crate::serve::routes::router(state.clone())
+    let response = crate::serve::app::router(state.clone())
         .oneshot(req)
         .await
         .unwrap_or_else(|e| match e {});

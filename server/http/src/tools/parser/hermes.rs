@@ -2,7 +2,7 @@
 //! any number of them, with text around them.
 
 use super::call_body::{BodyState, CallBody};
-use super::{Calls, ToolEvent, held_prefix};
+use super::event::{Calls, ToolEvent, held_prefix};
 
 const OPEN: &str = "<tool_call>";
 const CLOSE: &str = "</tool_call>";

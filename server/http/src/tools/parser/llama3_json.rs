@@ -3,7 +3,7 @@
 //! or it is text.
 
 use super::call_body::{BodyState, CallBody};
-use super::{Calls, ToolEvent};
+use super::event::{Calls, ToolEvent};
 
 const TAG: &str = "<|python_tag|>";
 

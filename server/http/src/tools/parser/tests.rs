@@ -1,5 +1,6 @@
 use serde_json::{Value, json};
 
+use super::event::held_prefix;
 use super::*;
 
 use ToolFamily::{Hermes as H, Llama3Json as L};

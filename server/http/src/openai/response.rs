@@ -1,9 +1,14 @@
-//! OpenAI response bodies and stream chunks.
+//! OpenAI response bodies and stream chunks, built from the schema types.
 
 use ferrox_engine::{TokenLogprob, Usage};
 use serde::Serialize;
-use serde_json::{Value, json};
 
+use crate::openai::response_schema::{
+    AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionResponse,
+    ChatDelta, ChatLogprobs, ChatTokenLogprob, ChatTopLogprob, CompletionChoice, CompletionChunk,
+    CompletionLogprobs, CompletionResponse, FunctionCallBody, PromptLogprob, PromptLogprobs,
+    Ranked, ToolCallBody, ToolCallDelta, UsageBody,
+};
 use crate::serve::frontend::Frontend;
 use crate::tools::parser::event::ToolEvent;
 use crate::tools::parser::{ParsedCall, call_id};
@@ -31,39 +36,6 @@ pub struct Envelope {
     /// Logprobs name tokens `token_id:N` (vLLM's
     /// `return_tokens_as_token_ids`), not by their text.
     pub token_ids: bool,
-}
-
-/// OpenAI's usage object.
-#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct UsageBody {
-    /// Prompt tokens.
-    pub prompt_tokens: usize,
-    /// Generated tokens.
-    pub completion_tokens: usize,
-    /// Both.
-    pub total_tokens: usize,
-    /// Where the prompt tokens came from.
-    pub prompt_tokens_details: PromptTokensDetails,
-}
-
-/// OpenAI's `usage.prompt_tokens_details`.
-#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct PromptTokensDetails {
-    /// Prompt tokens read from the prefix cache instead of computed.
-    pub cached_tokens: usize,
-}
-
-impl From<Usage> for UsageBody {
-    fn from(u: Usage) -> Self {
-        UsageBody {
-            prompt_tokens: u.prompt_tokens,
-            completion_tokens: u.completion_tokens,
-            total_tokens: u.prompt_tokens + u.completion_tokens,
-            prompt_tokens_details: PromptTokensDetails {
-                cached_tokens: u.cached_tokens,
-            },
-        }
-    }
 }
 
 /// Logprobs gathered for one choice.
@@ -97,6 +69,66 @@ impl Logprobs {
     }
 }
 
+/// Logprobs in one endpoint's shape.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum LogprobsBody {
+    /// `/v1/completions`' shape.
+    Completion(CompletionLogprobs),
+    /// `/v1/chat/completions`' shape.
+    Chat(ChatLogprobs),
+}
+
+// An envelope makes logprobs in its own endpoint's shape only, so the other
+// shape is never asked for.
+impl LogprobsBody {
+    fn completion(self) -> Option<CompletionLogprobs> {
+        match self {
+            LogprobsBody::Completion(lp) => Some(lp),
+            LogprobsBody::Chat(_) => None,
+        }
+    }
+
+    fn chat(self) -> Option<ChatLogprobs> {
+        match self {
+            LogprobsBody::Chat(lp) => Some(lp),
+            LogprobsBody::Completion(_) => None,
+        }
+    }
+}
+
+/// A whole, non-streamed response in its endpoint's shape.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum Whole {
+    /// `/v1/completions`.
+    Completion(CompletionResponse),
+    /// `/v1/chat/completions`.
+    Chat(ChatCompletionResponse),
+}
+
+/// One streamed chunk in its endpoint's shape.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum Chunk {
+    /// `/v1/completions`.
+    Completion(CompletionChunk),
+    /// `/v1/chat/completions`.
+    Chat(ChatCompletionChunk),
+}
+
+impl Chunk {
+    /// Sets the chunk's usage (the last chunk's, or the usage so far with
+    /// `continuous_usage_stats`).
+    pub fn set_usage(&mut self, usage: Usage) {
+        let usage = Some(UsageBody::from(usage));
+        match self {
+            Chunk::Completion(c) => c.usage = usage,
+            Chunk::Chat(c) => c.usage = usage,
+        }
+    }
+}
+
 /// One finished choice.
 #[derive(Debug, Clone)]
 pub struct Choice {
@@ -105,11 +137,11 @@ pub struct Choice {
     /// Why it ended.
     pub finish: &'static str,
     /// Its logprobs, in the endpoint's shape.
-    pub logprobs: Option<Value>,
+    pub logprobs: Option<LogprobsBody>,
     /// The tool calls read out of it (chat).
     pub tool_calls: Vec<ParsedCall>,
     /// The prompt's logprobs in vLLM's shape, with `prompt_logprobs`.
-    pub prompt_logprobs: Option<Value>,
+    pub prompt_logprobs: Option<PromptLogprobs>,
 }
 
 impl Envelope {
@@ -121,114 +153,142 @@ impl Envelope {
         }
     }
 
-    fn frame(&self, chunk: bool, choices: Vec<Value>) -> Value {
-        json!({
-            "id": self.id,
-            "object": self.object(chunk),
-            "created": self.created,
-            "model": self.model,
-            "choices": choices,
-        })
-    }
-
     /// A whole, non-streamed response.
-    pub fn full(&self, choices: Vec<Choice>, usage: Usage) -> Value {
-        // Chat gives the prompt's logprobs once, beside the choices (vLLM).
-        let chat_prompt_logprobs = match self.kind {
-            Kind::Chat => choices.first().and_then(|c| c.prompt_logprobs.clone()),
-            Kind::Completion => None,
-        };
-        let choices = choices
-            .into_iter()
-            .enumerate()
-            .map(|(index, c)| match self.kind {
-                Kind::Completion => {
-                    let mut v = json!({
-                        "index": index, "text": c.text, "logprobs": c.logprobs,
-                        "finish_reason": c.finish,
-                    });
-                    if let Some(p) = c.prompt_logprobs {
-                        v["prompt_logprobs"] = p;
-                    }
-                    v
-                }
-                Kind::Chat => json!({
-                    "index": index,
-                    "message": self.message(index, &c),
-                    "logprobs": c.logprobs,
-                    "finish_reason": c.finish,
-                }),
-            })
-            .collect();
-        let mut v = self.frame(false, choices);
-        v["usage"] = json!(UsageBody::from(usage));
-        if let Some(p) = chat_prompt_logprobs {
-            v["prompt_logprobs"] = p;
+    pub fn full(&self, choices: Vec<Choice>, usage: Usage) -> Whole {
+        let usage = UsageBody::from(usage);
+        match self.kind {
+            Kind::Completion => Whole::Completion(CompletionResponse {
+                id: self.id.clone(),
+                object: self.object(false).into(),
+                created: self.created,
+                model: self.model.clone(),
+                choices: (choices.into_iter().enumerate())
+                    .map(|(index, c)| CompletionChoice {
+                        index,
+                        text: c.text,
+                        logprobs: c.logprobs.and_then(LogprobsBody::completion),
+                        finish_reason: Some(c.finish.into()),
+                        prompt_logprobs: c.prompt_logprobs,
+                    })
+                    .collect(),
+                usage,
+            }),
+            Kind::Chat => {
+                // Chat gives the prompt's logprobs once, beside the choices
+                // (vLLM).
+                let prompt_logprobs = choices.first().and_then(|c| c.prompt_logprobs.clone());
+                Whole::Chat(ChatCompletionResponse {
+                    id: self.id.clone(),
+                    object: self.object(false).into(),
+                    created: self.created,
+                    model: self.model.clone(),
+                    choices: (choices.into_iter().enumerate())
+                        .map(|(index, c)| ChatChoice {
+                            index,
+                            message: self.message(index, &c),
+                            logprobs: c.logprobs.and_then(LogprobsBody::chat),
+                            finish_reason: c.finish.into(),
+                        })
+                        .collect(),
+                    usage,
+                    prompt_logprobs,
+                })
+            }
         }
-        v
     }
 
     /// The prompt's logprobs as vLLM gives them: null for the first token,
     /// then per token a map from token id to its logprob, rank and text, for
     /// the token itself and its top alternatives.
-    pub fn prompt_logprobs(&self, entries: &[Option<TokenLogprob>], f: &dyn Frontend) -> Value {
-        let one = |id: u32, logprob: f32, rank: usize| json!({"logprob": logprob, "rank": rank, "decoded_token": f.token_str(id)});
-        let body: Vec<Value> = entries
+    pub fn prompt_logprobs(
+        &self,
+        entries: &[Option<TokenLogprob>],
+        f: &dyn Frontend,
+    ) -> PromptLogprobs {
+        let one = |id: u32, logprob: f32, rank: usize| PromptLogprob {
+            logprob: f64::from(logprob),
+            rank,
+            decoded_token: f.token_str(id),
+        };
+        entries
             .iter()
             .map(|e| {
-                let Some(t) = e else { return Value::Null };
-                let mut m = serde_json::Map::new();
-                for (rank, (id, l)) in t.top.iter().enumerate() {
-                    m.insert(id.to_string(), one(*id, *l, rank + 1));
-                }
+                let t = e.as_ref()?;
+                let mut m: Ranked<PromptLogprob> = (t.top.iter().enumerate())
+                    .map(|(rank, (id, l))| (id.to_string(), one(*id, *l, rank + 1)))
+                    .collect();
                 m.insert(t.id.to_string(), one(t.id, t.logprob, t.rank));
-                Value::Object(m)
+                Some(m)
             })
-            .collect();
-        Value::Array(body)
+            .collect()
     }
 
     /// A chat choice's message: its text, and its calls with their ids.
-    fn message(&self, index: usize, c: &Choice) -> Value {
+    fn message(&self, index: usize, c: &Choice) -> AssistantMessage {
         if c.tool_calls.is_empty() {
-            return json!({"role": "assistant", "content": c.text});
+            return AssistantMessage {
+                role: "assistant".into(),
+                content: Some(c.text.clone()),
+                tool_calls: None,
+            };
         }
-        let calls: Vec<Value> = c
-            .tool_calls
-            .iter()
-            .enumerate()
-            .map(|(j, call)| {
-                json!({
-                    "id": call_id(&self.id, index, j),
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": call.arguments},
-                })
+        let calls = (c.tool_calls.iter().enumerate())
+            .map(|(j, call)| ToolCallBody {
+                id: call_id(&self.id, index, j),
+                kind: "function".into(),
+                function: FunctionCallBody {
+                    name: Some(call.name.clone()),
+                    arguments: call.arguments.clone(),
+                },
             })
             .collect();
-        let content = (!c.text.is_empty()).then_some(c.text.as_str());
-        json!({"role": "assistant", "content": content, "tool_calls": calls})
+        AssistantMessage {
+            role: "assistant".into(),
+            content: (!c.text.is_empty()).then(|| c.text.clone()),
+            tool_calls: Some(calls),
+        }
     }
 
     /// A streamed chunk of choice `index` from the tool reader: text, or a
     /// call's start (index, id, type, name and empty arguments) or more of
     /// its arguments, as OpenAI streams them.
-    pub fn tool_chunk(&self, index: usize, event: &ToolEvent, role: bool) -> Value {
-        let mut delta = match event {
-            ToolEvent::Content(text) => json!({"content": text}),
-            ToolEvent::Start { index: k, name } => json!({"tool_calls": [{
-                "index": k, "id": call_id(&self.id, index, *k), "type": "function",
-                "function": {"name": name, "arguments": ""},
-            }]}),
-            ToolEvent::Arguments { index: k, fragment } => json!({"tool_calls": [{
-                "index": k, "function": {"arguments": fragment},
-            }]}),
+    pub fn tool_chunk(&self, index: usize, event: &ToolEvent, role: bool) -> Chunk {
+        let mut delta = ChatDelta {
+            role: role.then(|| "assistant".into()),
+            content: None,
+            tool_calls: None,
         };
-        if role {
-            delta["role"] = json!("assistant");
+        match event {
+            ToolEvent::Content(text) => delta.content = Some(text.clone()),
+            ToolEvent::Start { index: k, name } => {
+                delta.tool_calls = Some(vec![ToolCallDelta {
+                    index: *k,
+                    id: Some(call_id(&self.id, index, *k)),
+                    kind: Some("function".into()),
+                    function: FunctionCallBody {
+                        name: Some(name.clone()),
+                        arguments: String::new(),
+                    },
+                }]);
+            }
+            ToolEvent::Arguments { index: k, fragment } => {
+                delta.tool_calls = Some(vec![ToolCallDelta {
+                    index: *k,
+                    id: None,
+                    kind: None,
+                    function: FunctionCallBody {
+                        name: None,
+                        arguments: fragment.clone(),
+                    },
+                }]);
+            }
         }
-        let choice =
-            json!({"index": index, "delta": delta, "logprobs": null, "finish_reason": null});
-        self.frame(true, vec![choice])
+        self.chat_chunk(vec![ChatChunkChoice {
+            index,
+            delta,
+            logprobs: None,
+            finish_reason: None,
+        }])
     }
 
     /// One streamed chunk of choice `index`; `role` marks its first chat
@@ -239,35 +299,63 @@ impl Envelope {
         text: &str,
         role: bool,
         finish: Option<&str>,
-        logprobs: Option<Value>,
-    ) -> Value {
-        let choice = match self.kind {
-            Kind::Completion => json!({
-                "index": index, "text": text, "logprobs": logprobs, "finish_reason": finish,
-            }),
-            Kind::Chat => {
-                let mut delta = json!({});
-                if role {
-                    delta["role"] = json!("assistant");
-                }
-                if !text.is_empty() || role {
-                    delta["content"] = json!(text);
-                }
-                json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish})
-            }
-        };
-        self.frame(true, vec![choice])
+        logprobs: Option<LogprobsBody>,
+    ) -> Chunk {
+        match self.kind {
+            Kind::Completion => self.completion_chunk(vec![CompletionChoice {
+                index,
+                text: text.into(),
+                logprobs: logprobs.and_then(LogprobsBody::completion),
+                finish_reason: finish.map(Into::into),
+                prompt_logprobs: None,
+            }]),
+            Kind::Chat => self.chat_chunk(vec![ChatChunkChoice {
+                index,
+                delta: ChatDelta {
+                    role: role.then(|| "assistant".into()),
+                    content: (!text.is_empty() || role).then(|| text.into()),
+                    tool_calls: None,
+                },
+                logprobs: logprobs.and_then(LogprobsBody::chat),
+                finish_reason: finish.map(Into::into),
+            }]),
+        }
     }
 
     /// The final usage chunk (`stream_options.include_usage`).
-    pub fn usage_chunk(&self, usage: Usage) -> Value {
-        let mut v = self.frame(true, Vec::new());
-        v["usage"] = json!(UsageBody::from(usage));
-        v
+    pub fn usage_chunk(&self, usage: Usage) -> Chunk {
+        let mut chunk = match self.kind {
+            Kind::Completion => self.completion_chunk(Vec::new()),
+            Kind::Chat => self.chat_chunk(Vec::new()),
+        };
+        chunk.set_usage(usage);
+        chunk
+    }
+
+    fn completion_chunk(&self, choices: Vec<CompletionChoice>) -> Chunk {
+        Chunk::Completion(CompletionChunk {
+            id: self.id.clone(),
+            object: self.object(true).into(),
+            created: self.created,
+            model: self.model.clone(),
+            choices,
+            usage: None,
+        })
+    }
+
+    fn chat_chunk(&self, choices: Vec<ChatChunkChoice>) -> Chunk {
+        Chunk::Chat(ChatCompletionChunk {
+            id: self.id.clone(),
+            object: self.object(true).into(),
+            created: self.created,
+            model: self.model.clone(),
+            choices,
+            usage: None,
+        })
     }
 
     /// Logprobs in this endpoint's shape.
-    pub fn logprobs(&self, lp: &Logprobs, frontend: &dyn Frontend) -> Value {
+    pub fn logprobs(&self, lp: &Logprobs, frontend: &dyn Frontend) -> LogprobsBody {
         let token_ids = self.token_ids;
         let name = |id: u32| {
             if token_ids {
@@ -277,8 +365,8 @@ impl Envelope {
             }
         };
         match self.kind {
-            Kind::Completion => completion_logprobs(lp, &name),
-            Kind::Chat => chat_logprobs(lp, &name),
+            Kind::Completion => LogprobsBody::Completion(completion_logprobs(lp, &name)),
+            Kind::Chat => LogprobsBody::Chat(chat_logprobs(lp, &name)),
         }
     }
 }
@@ -286,51 +374,59 @@ impl Envelope {
 /// Echoed prompt tokens first (null for the first one, and each one's top
 /// alternatives with the token itself, as vLLM gives them), then the
 /// generated tokens.
-fn completion_logprobs(lp: &Logprobs, name: &dyn Fn(u32) -> String) -> Value {
-    let top_map = |top: &[(u32, f32)]| -> serde_json::Map<String, Value> {
-        top.iter().map(|(id, l)| (name(*id), json!(l))).collect()
+fn completion_logprobs(lp: &Logprobs, name: &dyn Fn(u32) -> String) -> CompletionLogprobs {
+    let top_map = |top: &[(u32, f32)]| -> Ranked<f64> {
+        top.iter()
+            .map(|(id, l)| (name(*id), f64::from(*l)))
+            .collect()
     };
     let mut tokens: Vec<String> = Vec::new();
-    let mut token_logprobs: Vec<Option<f32>> = Vec::new();
-    let mut top: Vec<Option<serde_json::Map<String, Value>>> = Vec::new();
+    let mut token_logprobs: Vec<Option<f64>> = Vec::new();
+    let mut top: Vec<Option<Ranked<f64>>> = Vec::new();
     let mut offsets: Vec<usize> = Vec::new();
     for (id, e, offset) in &lp.prompt {
         tokens.push(name(*id));
-        token_logprobs.push(e.as_ref().map(|t| t.logprob));
+        token_logprobs.push(e.as_ref().map(|t| f64::from(t.logprob)));
         top.push(e.as_ref().map(|t| {
             let mut m = top_map(&t.top);
-            m.entry(name(t.id)).or_insert(json!(t.logprob));
+            m.insert_new(name(t.id), f64::from(t.logprob));
             m
         }));
         offsets.push(*offset);
     }
     for (t, offset) in &lp.tokens {
         tokens.push(name(t.id));
-        token_logprobs.push(Some(t.logprob));
+        token_logprobs.push(Some(f64::from(t.logprob)));
         top.push(Some(top_map(&t.top)));
         offsets.push(*offset);
     }
-    json!({
-        "tokens": tokens,
-        "token_logprobs": token_logprobs,
-        "top_logprobs": top,
-        "text_offset": offsets,
-    })
+    CompletionLogprobs {
+        tokens,
+        token_logprobs,
+        top_logprobs: top,
+        text_offset: offsets,
+    }
 }
 
-fn chat_logprobs(lp: &Logprobs, name: &dyn Fn(u32) -> String) -> Value {
-    let entry = |id: u32, logprob: f32| {
+fn chat_logprobs(lp: &Logprobs, name: &dyn Fn(u32) -> String) -> ChatLogprobs {
+    let top = |id: u32, logprob: f32| {
         let token = name(id);
-        json!({"token": token, "logprob": logprob, "bytes": token.as_bytes()})
+        ChatTopLogprob {
+            bytes: token.as_bytes().to_vec(),
+            token,
+            logprob: f64::from(logprob),
+        }
     };
-    let content: Vec<Value> = lp
-        .tokens
-        .iter()
+    let content = (lp.tokens.iter())
         .map(|(t, _)| {
-            let mut e = entry(t.id, t.logprob);
-            e["top_logprobs"] = Value::Array(t.top.iter().map(|(id, l)| entry(*id, *l)).collect());
-            e
+            let token = name(t.id);
+            ChatTokenLogprob {
+                bytes: token.as_bytes().to_vec(),
+                token,
+                logprob: f64::from(t.logprob),
+                top_logprobs: t.top.iter().map(|(id, l)| top(*id, *l)).collect(),
+            }
         })
         .collect();
-    json!({ "content": content })
+    ChatLogprobs { content }
 }

@@ -1,18 +1,17 @@
-//! The response bodies as schemas for `/openapi.json`. The handlers write
-//! these bodies as JSON (response.rs, tokenize.rs, serve/routes/info.rs); the
-//! types here describe them, refuse unknown fields, and the tests read
-//! every real body back through them, so the two cannot drift apart.
-#![allow(
-    dead_code,
-    reason = "read only by the schema derive and by the tests that parse real bodies"
-)]
+//! The response bodies, one definition each: the handlers build these types
+//! and serialize them (response.rs, tokenize.rs, serve/routes/info.rs),
+//! `/openapi.json` describes them, and the tests read every real body back
+//! through them (unknown fields refused), so the two cannot drift apart.
+//!
+//! Logprobs are f64 in the types and f32 in the schema: the engine's f32,
+//! widened, which is how these bodies have always printed them (an f32
+//! serialized as itself prints shorter).
 
 use std::collections::BTreeMap;
 
+use ferrox_engine::Usage;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
-
-use crate::openai::response::UsageBody;
 
 /// `POST /v1/completions`, not streamed.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -48,6 +47,7 @@ pub struct CompletionChunk {
     /// The choice this chunk continues.
     pub choices: Vec<CompletionChoice>,
     /// Only in the last chunk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<UsageBody>,
 }
 
@@ -65,19 +65,24 @@ pub struct CompletionChoice {
     pub finish_reason: Option<String>,
     /// With `prompt_logprobs` (whole answers only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<PromptLogprobsSchema>)]
     pub prompt_logprobs: Option<PromptLogprobs>,
 }
 
 /// vLLM's prompt logprobs: null for the first prompt token, then per token
 /// its id (as a string) and its top alternatives' ids to their entries.
-pub type PromptLogprobs = Vec<Option<BTreeMap<String, PromptLogprob>>>;
+pub type PromptLogprobs = Vec<Option<Ranked<PromptLogprob>>>;
+
+/// [`PromptLogprobs`] as the schema describes it: the map it is written as.
+type PromptLogprobsSchema = Vec<Option<BTreeMap<String, PromptLogprob>>>;
 
 /// One entry of [`PromptLogprobs`].
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PromptLogprob {
     /// The token's log-probability at that position.
-    pub logprob: f32,
+    #[schema(value_type = f32)]
+    pub logprob: f64,
     /// Its rank in the vocabulary (1: the most likely).
     pub rank: usize,
     /// Its text.
@@ -85,15 +90,17 @@ pub struct PromptLogprob {
 }
 
 /// Completion logprobs, the prompt's first with `echo`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompletionLogprobs {
     /// Each token's text.
     pub tokens: Vec<String>,
     /// Each token's logprob; null for the echoed prompt's first.
-    pub token_logprobs: Vec<Option<f32>>,
+    #[schema(value_type = Vec<Option<f32>>)]
+    pub token_logprobs: Vec<Option<f64>>,
     /// Each token's alternatives; null for the echoed prompt's first.
-    pub top_logprobs: Vec<Option<BTreeMap<String, f32>>>,
+    #[schema(value_type = Vec<Option<BTreeMap<String, f32>>>)]
+    pub top_logprobs: Vec<Option<Ranked<f64>>>,
     /// Where each token's text starts.
     pub text_offset: Vec<usize>,
 }
@@ -116,6 +123,7 @@ pub struct ChatCompletionResponse {
     pub usage: UsageBody,
     /// With `prompt_logprobs`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<PromptLogprobsSchema>)]
     pub prompt_logprobs: Option<PromptLogprobs>,
 }
 
@@ -203,6 +211,7 @@ pub struct ChatCompletionChunk {
     /// The choice this chunk continues.
     pub choices: Vec<ChatChunkChoice>,
     /// Only in the last chunk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<UsageBody>,
 }
 
@@ -225,9 +234,10 @@ pub struct ChatChunkChoice {
 #[serde(deny_unknown_fields)]
 pub struct ChatDelta {
     /// `assistant`, in a choice's first chunk only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
     /// More text.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
     /// More of the tool calls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -235,7 +245,7 @@ pub struct ChatDelta {
 }
 
 /// Chat logprobs.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChatLogprobs {
     /// One per generated token.
@@ -243,13 +253,14 @@ pub struct ChatLogprobs {
 }
 
 /// One generated token's logprob and alternatives.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChatTokenLogprob {
     /// Its text.
     pub token: String,
     /// Its logprob.
-    pub logprob: f32,
+    #[schema(value_type = f32)]
+    pub logprob: f64,
     /// Its text's UTF-8 bytes.
     pub bytes: Vec<u8>,
     /// The `top_logprobs` most likely tokens at this step.
@@ -257,13 +268,14 @@ pub struct ChatTokenLogprob {
 }
 
 /// An alternative token.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChatTopLogprob {
     /// Its text.
     pub token: String,
     /// Its logprob.
-    pub logprob: f32,
+    #[schema(value_type = f32)]
+    pub logprob: f64,
     /// Its text's UTF-8 bytes.
     pub bytes: Vec<u8>,
 }
@@ -330,6 +342,86 @@ pub struct TokenizerInfo {
     pub pad_token: Option<String>,
     /// The context the server runs with.
     pub model_max_length: usize,
+}
+
+/// OpenAI's usage object.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+pub struct UsageBody {
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Generated tokens.
+    pub completion_tokens: usize,
+    /// Both.
+    pub total_tokens: usize,
+    /// Where the prompt tokens came from.
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+/// OpenAI's `usage.prompt_tokens_details`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens read from the prefix cache instead of computed.
+    pub cached_tokens: usize,
+}
+
+impl From<Usage> for UsageBody {
+    fn from(u: Usage) -> Self {
+        UsageBody {
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: u.completion_tokens,
+            total_tokens: u.prompt_tokens + u.completion_tokens,
+            prompt_tokens_details: PromptTokensDetails {
+                cached_tokens: u.cached_tokens,
+            },
+        }
+    }
+}
+
+/// A JSON object whose keys keep the order they were added in (logprobs:
+/// most likely first), where a map type would sort them. A key added again
+/// keeps its place and takes the new value, as in a JSON object.
+#[derive(Debug, Clone)]
+pub struct Ranked<V>(Vec<(String, V)>);
+
+impl<V> Ranked<V> {
+    /// Sets `key` to `value`.
+    pub fn insert(&mut self, key: String, value: V) {
+        match self.0.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => *v = value,
+            None => self.0.push((key, value)),
+        }
+    }
+
+    /// Adds `key` with `value` unless `key` is there already.
+    pub fn insert_new(&mut self, key: String, value: V) {
+        if !self.0.iter().any(|(k, _)| *k == key) {
+            self.0.push((key, value));
+        }
+    }
+}
+
+impl<V> FromIterator<(String, V)> for Ranked<V> {
+    fn from_iter<I: IntoIterator<Item = (String, V)>>(items: I) -> Self {
+        let mut map = Ranked(Vec::new());
+        for (k, v) in items {
+            map.insert(k, v);
+        }
+        map
+    }
+}
+
+impl<V: Serialize> Serialize for Ranked<V> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
+}
+
+// Read back (only the tests do) through a map: order is a property of what
+// the server writes, not something a reader checks.
+impl<'de, V: Deserialize<'de>> Deserialize<'de> for Ranked<V> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        BTreeMap::<String, V>::deserialize(d).map(|m| m.into_iter().collect())
+    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use futures::{Stream, StreamExt};
 
 use crate::openai::error::ApiError;
 use crate::openai::prepare::{ChoiceMeta, Shape};
-use crate::openai::response::{Envelope, Logprobs, UsageBody};
+use crate::openai::response::{Chunk, Envelope, Logprobs, LogprobsBody};
 use crate::serve::frontend::Frontend;
 use crate::tools::parser::event::ToolEvent;
 use crate::tools::parser::{ToolStream, finish_reason};
@@ -186,7 +186,7 @@ impl Cursor {
     }
 
     /// Generated text of choice `i`, through its tool reader if it has one.
-    fn text(&mut self, i: usize, text: &str, lp: Option<serde_json::Value>) {
+    fn text(&mut self, i: usize, text: &str, lp: Option<LogprobsBody>) {
         let Some(tools) = self.choices[i].tools.as_mut() else {
             if !text.is_empty() || lp.is_some() || self.choices[i].first {
                 self.push(i, text, None, lp);
@@ -208,7 +208,7 @@ impl Cursor {
         }
     }
 
-    fn push(&mut self, i: usize, text: &str, finish: Option<&str>, lp: Option<serde_json::Value>) {
+    fn push(&mut self, i: usize, text: &str, finish: Option<&str>, lp: Option<LogprobsBody>) {
         let chunk = self.env.chunk(i, text, self.choices[i].first, finish, lp);
         self.choices[i].first = false;
         self.send(chunk);
@@ -216,11 +216,14 @@ impl Cursor {
 
     /// Queues a choice's chunk, with the usage so far when every chunk
     /// carries it (`continuous_usage_stats`).
-    fn send(&mut self, mut chunk: serde_json::Value) {
+    fn send(&mut self, mut chunk: Chunk) {
         if self.shape.continuous_usage {
-            chunk["usage"] = serde_json::json!(UsageBody::from(self.usage_so_far()));
+            chunk.set_usage(self.usage_so_far());
         }
-        self.ready.push(chunk.to_string());
+        // The body types have string keys and no fallible parts: this
+        // cannot fail.
+        self.ready
+            .push(serde_json::to_string(&chunk).unwrap_or_default());
     }
 
     /// The finished choices' usage and the running ones' prompts and tokens
@@ -239,8 +242,9 @@ impl Cursor {
 
     fn finish(&mut self) {
         if self.shape.include_usage {
+            let chunk = self.env.usage_chunk(self.usage);
             self.ready
-                .push(self.env.usage_chunk(self.usage).to_string());
+                .push(serde_json::to_string(&chunk).unwrap_or_default());
         }
         self.ready.push("[DONE]".into());
         self.done = true;

@@ -3,11 +3,12 @@
 
 use ferrox_core::RenderOptions;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::openai::chat_request::{Message, TemplateArgs};
 use crate::openai::error::ApiError;
 use crate::openai::prepare::{PrepareConfig, chat_prompt};
+use crate::openai::response_schema::{DetokenizeResponse, TokenizeResponse};
 use crate::serve::frontend::Frontend;
 
 /// `POST /tokenize`: `prompt`, or `messages` (with the chat template).
@@ -46,7 +47,7 @@ pub fn tokenize(
     r: TokenizeRequest,
     f: &dyn Frontend,
     c: &PrepareConfig,
-) -> Result<Value, ApiError> {
+) -> Result<TokenizeResponse, ApiError> {
     c.check_model(r.model.as_deref())?;
     let tokens = match (&r.prompt, &r.messages) {
         (Some(prompt), None) => {
@@ -88,12 +89,12 @@ pub fn tokenize(
     };
     let strs = (r.return_token_strs == Some(true))
         .then(|| tokens.iter().map(|&t| f.raw_token(t)).collect::<Vec<_>>());
-    Ok(json!({
-        "count": tokens.len(),
-        "max_model_len": c.max_model_len,
-        "tokens": tokens,
-        "token_strs": strs,
-    }))
+    Ok(TokenizeResponse {
+        count: tokens.len(),
+        max_model_len: c.max_model_len,
+        tokens,
+        token_strs: strs,
+    })
 }
 
 /// Detokenizes a request; the answer is `{prompt}`.
@@ -101,7 +102,7 @@ pub fn detokenize(
     r: DetokenizeRequest,
     f: &dyn Frontend,
     c: &PrepareConfig,
-) -> Result<Value, ApiError> {
+) -> Result<DetokenizeResponse, ApiError> {
     c.check_model(r.model.as_deref())?;
     let vocab = f.vocab_size();
     if let Some(bad) = r.tokens.iter().find(|&&t| t as usize >= vocab) {
@@ -111,11 +112,13 @@ pub fn detokenize(
         ));
     }
     let prompt = f.decode(&r.tokens).map_err(ApiError::Prompt)?;
-    Ok(json!({ "prompt": prompt }))
+    Ok(DetokenizeResponse { prompt })
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
     use crate::fixtures::FakeFrontend;
     use crate::openai::fields::{DETOKENIZE_FIELDS, TOKENIZE_FIELDS, parse_fields};
@@ -133,6 +136,11 @@ mod tests {
         }
     }
 
+    /// An answer as it goes on the wire.
+    fn wire(body: impl Serialize) -> Value {
+        serde_json::to_value(body).unwrap()
+    }
+
     fn run(path: &str, body: &str) -> Result<Value, ApiError> {
         let b = body.as_bytes();
         if path == "tokenize" {
@@ -141,12 +149,14 @@ mod tests {
                 &FakeFrontend,
                 &config(),
             )
+            .map(wire)
         } else {
             detokenize(
                 parse_fields(b, &[&DETOKENIZE_FIELDS])?,
                 &FakeFrontend,
                 &config(),
             )
+            .map(wire)
         }
     }
 
@@ -219,12 +229,14 @@ mod tests {
         c.tools.describe = true;
         let body = r#"{"messages": [{"role": "user", "content": "A"}],
             "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}"#;
-        let counted = tokenize(
-            parse_fields(body.as_bytes(), &[&TOKENIZE_FIELDS]).unwrap(),
-            &FakeFrontend,
-            &c,
-        )
-        .unwrap();
+        let counted = wire(
+            tokenize(
+                parse_fields(body.as_bytes(), &[&TOKENIZE_FIELDS]).unwrap(),
+                &FakeFrontend,
+                &c,
+            )
+            .unwrap(),
+        );
         let chat_body =
             crate::openai::fields::parse(body.as_bytes(), &crate::openai::fields::CHAT_FIELDS)
                 .unwrap();

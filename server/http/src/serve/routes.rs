@@ -230,11 +230,8 @@ async fn detokenize(State(s): State<AppState>, body: Body) -> Response {
     json_answer(answer).await
 }
 
-async fn json_answer(
-    answer: Result<
-        impl std::future::Future<Output = Result<serde_json::Value, ApiError>>,
-        ApiError,
-    >,
+async fn json_answer<T: serde::Serialize>(
+    answer: Result<impl std::future::Future<Output = Result<T, ApiError>>, ApiError>,
 ) -> Response {
     match answer {
         Ok(work) => match work.await {

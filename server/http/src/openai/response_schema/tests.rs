@@ -101,3 +101,19 @@ async fn every_real_body_is_what_the_schema_says() {
         }
     }
 }
+
+/// Logprob maps keep the order they were made in (most likely first), and
+/// their numbers print as the f32 widened, as the bodies always have.
+#[test]
+fn ranked_maps_keep_their_order_and_numbers() {
+    let mut m: Ranked<f64> = [("b".to_string(), 1.0), ("a".to_string(), 2.0)]
+        .into_iter()
+        .collect();
+    m.insert("b".into(), 3.0);
+    m.insert_new("a".into(), 4.0);
+    m.insert_new("c".into(), f64::from(-0.1f32));
+    assert_eq!(
+        serde_json::to_string(&m).unwrap(),
+        r#"{"b":3.0,"a":2.0,"c":-0.10000000149011612}"#
+    );
+}

@@ -8,10 +8,9 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use ferrox_engine::Liveness;
-use serde_json::json;
 
 use crate::openai::error::{ApiError, ErrorBody};
-use crate::openai::response_schema::{ModelList, TokenizerInfo};
+use crate::openai::response_schema::{ModelCard, ModelList, TokenizerInfo};
 use crate::serve::state::AppState;
 
 /// `GET /v1/models`: the one served model.
@@ -22,16 +21,16 @@ use crate::serve::state::AppState;
     ))]
 pub(crate) async fn models(State(s): State<AppState>) -> Response {
     let max_model_len = s.loaded().map(|l| l.engine.config().max_model_len);
-    axum::Json(json!({
-        "object": "list",
-        "data": [{
-            "id": s.model_name(),
-            "object": "model",
-            "created": 0,
-            "owned_by": "ferrox",
-            "max_model_len": max_model_len,
+    axum::Json(ModelList {
+        object: "list".into(),
+        data: vec![ModelCard {
+            id: s.model_name().to_string(),
+            object: "model".into(),
+            created: 0,
+            owned_by: "ferrox".into(),
+            max_model_len,
         }],
-    }))
+    })
     .into_response()
 }
 

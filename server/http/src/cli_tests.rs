@@ -7,7 +7,7 @@ use ferrox_plan::contract::ServeArgs as PodArgs;
 use ferrox_plan::{DeviceKind, KvDtype};
 
 use super::{Cli, Command};
-use crate::config::{KvDtypeChoice, KvSizing};
+use crate::load::config::{KvDtypeChoice, KvSizing};
 
 #[test]
 fn the_operators_pod_args_parse_into_its_plan() {

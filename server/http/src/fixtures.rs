@@ -7,10 +7,10 @@ use ferrox_core::{BatchModel, ChatMessage, DecodeRow, Error, RenderOptions};
 use ferrox_engine::{EngineConfig, TokenConstraint, TokenText};
 use ferrox_grammar::{GrammarSpec, Grammars, Vocab};
 
-use crate::config::HttpConfig;
-use crate::fault::{StallSwitch, Stalling};
-use crate::frontend::Frontend;
-use crate::state::{AppState, Loaded};
+use crate::load::config::HttpConfig;
+use crate::serve::fault::{StallSwitch, Stalling};
+use crate::serve::frontend::Frontend;
+use crate::serve::state::{AppState, Loaded};
 
 const VOCAB: usize = 64;
 /// The fake model's end token.
@@ -70,7 +70,7 @@ impl TokenText for Chars {
 }
 
 impl Frontend for FakeFrontend {
-    fn text_spec(&self) -> Result<crate::frontend::TextSpec, String> {
+    fn text_spec(&self) -> Result<crate::serve::frontend::TextSpec, String> {
         Err("the fake tokenizer cannot be written down".into())
     }
 
@@ -203,8 +203,8 @@ pub fn loaded_stalling(
     state.set_loaded(Loaded {
         engine,
         frontend: Arc::new(FakeFrontend),
-        tools: crate::tool_parser::ToolSetup {
-            family: Some(crate::tool_parser::ToolFamily::Hermes),
+        tools: crate::tools::parser::ToolSetup {
+            family: Some(crate::tools::parser::ToolFamily::Hermes),
             describe: true,
         },
         stall,
@@ -226,9 +226,9 @@ pub async fn serve_with(
 pub async fn serve_state(state: AppState, http: &HttpConfig) -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = crate::routes::router(state);
-    let edge = crate::serve::edge_config(http);
-    tokio::spawn(crate::edge::serve(
+    let app = crate::serve::app::router(state);
+    let edge = crate::serve::server::edge_config(http);
+    tokio::spawn(crate::serve::edge::serve(
         listener,
         app,
         edge,

@@ -1,37 +1,14 @@
 //! ferrox-server: the serving sidecar. `serve` runs the OpenAI-compatible
 //! server over the continuous-batching worker.
 
-mod auth;
-mod chat_request;
 #[cfg(test)]
 mod cli_tests;
-mod config;
-mod edge;
-mod error;
-mod fault;
-mod fields;
 #[cfg(test)]
 mod fixtures;
-mod frontend;
-mod generate;
-mod inspect;
-mod model;
-mod openapi;
-mod prepare;
-mod request;
-mod response;
-mod response_schema;
-mod responses;
-mod routes;
+mod load;
+mod openai;
 mod serve;
-mod state;
-mod stream;
-mod structured;
-mod text;
-mod tokenize;
-mod tool_choice;
-mod tool_grammar;
-mod tool_parser;
+mod tools;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -39,7 +16,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use ferrox_plan::contract::flag;
 
-use crate::config::{
+use crate::load::config::{
     DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT_SECS, DEFAULT_REQUEST_TIMEOUT_SECS,
     DEFAULT_STALL_TIMEOUT_SECS, DEFAULT_STREAM_IDLE_TIMEOUT_SECS, HttpConfig, KvDtypeChoice,
     KvSizing, ServeConfig, parse_bytes, parse_kv_dtype, parse_secs, parse_utilization,
@@ -214,7 +191,7 @@ struct ServeArgs {
     /// How tool calls are read out of answers: auto (from the chat template;
     /// hermes when it has no tool markup), hermes, llama3-json, or none (off).
     #[arg(long, env = "FERROX_TOOL_CALL_PARSER", default_value = "auto", value_parser = parse_tool_parser)]
-    tool_call_parser: tool_parser::ParserChoice,
+    tool_call_parser: tools::parser::ParserChoice,
     #[command(flatten)]
     edge: EdgeArgs,
 }
@@ -251,7 +228,7 @@ struct EdgeArgs {
 }
 
 /// `--tool-call-parser`.
-fn parse_tool_parser(text: &str) -> Result<tool_parser::ParserChoice, String> {
+fn parse_tool_parser(text: &str) -> Result<tools::parser::ParserChoice, String> {
     text.parse()
 }
 
@@ -386,14 +363,14 @@ fn run() -> anyhow::Result<()> {
         )
         .init();
     match Cli::parse().command {
-        Command::Serve(args) => serve::run(args.into_config()?),
+        Command::Serve(args) => serve::server::run(args.into_config()?),
         Command::Generate(args) => {
             if let Some(n) = args.threads {
                 rayon::ThreadPoolBuilder::new()
                     .num_threads(n)
                     .build_global()?;
             }
-            generate::run(&generate::GenerateConfig {
+            load::generate::run(&load::generate::GenerateConfig {
                 model: args.fetch.resolve(&ferrox_fetch::parse(&args.model)?)?,
                 prompt: args.prompt,
                 chat: args.chat,
@@ -403,7 +380,7 @@ fn run() -> anyhow::Result<()> {
                 block_size: 16,
             })
         }
-        Command::Inspect(args) => inspect::run(&inspect::InspectConfig {
+        Command::Inspect(args) => load::inspect::run(&load::inspect::InspectConfig {
             model: args.fetch.resolve(&ferrox_fetch::parse(&args.model)?)?,
             json: args.json,
         }),

@@ -1,0 +1,7 @@
+//! The model side: configuration, loading and KV sizing, the text side, generate and inspect.
+
+pub mod config;
+pub mod generate;
+pub mod inspect;
+pub mod model;
+pub mod text;

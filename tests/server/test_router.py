@@ -8,9 +8,11 @@ FERROX_ROUTER_BIN: the binary (default: $CARGO_TARGET_DIR or
 target/debug/ferrox-router).
 """
 
+import json
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -167,6 +169,20 @@ def test_shared_prefixes_stay_on_one_replica(router, servers):
     assert gained >= 4 * 2 * 5 * BLOCK, gained
 
 
+ABORTS = 'ferrox_requests_finished_total{reason="abort"}'
+
+
+def wait_idle(servers, within=10.0):
+    """True once no server runs a request or holds a KV block."""
+    deadline = time.time() + within
+    while time.time() < deadline:
+        if all(s.metric("vllm:num_requests_running") == 0 and s.metric("ferrox_kv_blocks_used") == 0
+               for s in servers):
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def test_a_client_hanging_up_frees_the_servers_blocks(router, servers):
     body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Write a long story."}],
             "max_tokens": 600, "stream": True, "ignore_eos": True}
@@ -178,14 +194,26 @@ def test_a_client_hanging_up_frees_the_servers_blocks(router, servers):
     assert any(line.startswith(b"data: ") for line in got)
     assert server.metric("vllm:num_requests_running") >= 1
     r.close()
+    assert wait_idle(servers)
+    assert server.metric(ABORTS) >= 1
+
+
+def test_a_client_hanging_up_before_a_whole_answer_frees_the_servers_blocks(router, servers):
+    assert wait_idle(servers)
+    aborts = sum(s.metric(ABORTS) for s in servers)
+    body = json.dumps({"model": MODEL_NAME, "messages": [{"role": "user", "content": "Write a long story."}],
+                       "max_tokens": 600, "ignore_eos": True}).encode()
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n\r\n").encode()
+    sock = socket.create_connection(("127.0.0.1", router.port), timeout=10)
+    sock.sendall(head + body)
     deadline = time.time() + 10
-    while time.time() < deadline:
-        if server.metric("vllm:num_requests_running") == 0 and server.metric("ferrox_kv_blocks_used") == 0:
-            break
-        time.sleep(0.1)
-    assert server.metric("vllm:num_requests_running") == 0
-    assert server.metric("ferrox_kv_blocks_used") == 0
-    assert server.metric("ferrox_requests_finished_total{reason=\"abort\"}") >= 1
+    while sum(s.metric("vllm:num_requests_running") for s in servers) < 1:
+        assert time.time() < deadline, "the request never started upstream"
+        time.sleep(0.05)
+    sock.close()  # before any answer: a non-streamed body comes only at the end
+    assert wait_idle(servers), "the upstream request ran on after the client left"
+    assert sum(s.metric(ABORTS) for s in servers) == aborts + 1
 
 
 def test_keys_size_and_model_are_checked_like_the_server(servers):

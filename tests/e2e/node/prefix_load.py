@@ -3,7 +3,9 @@
 Four system prompts of about 900 tokens (fresh for each --seed, so every
 round starts with nothing cached), --clients threads each sending
 --requests streamed chats, each with one of the four prompts and a short
-question. Writes to --out: counts, the errors, requests that hit the
+question. With --warm it only sends each prompt once, in turn (a
+system prompt in use has been seen before: the measured load is the
+steady state, not the first sight). Writes to --out: counts, the errors, requests that hit the
 timeout (`hung`), and time to first token p50/p99 of the answered ones.
 """
 
@@ -75,9 +77,17 @@ def main():
     p.add_argument("--clients", type=int, default=16)
     p.add_argument("--requests", type=int, default=3, help="per client")
     p.add_argument("--timeout", type=float, default=90)
-    p.add_argument("--out", required=True)
+    p.add_argument("--out")
+    p.add_argument("--warm", action="store_true",
+                   help="send each prompt once, one after another, and exit (not measured)")
     args = p.parse_args()
     prompts = system_prompts(args.seed)
+    if args.warm:
+        for k, system in enumerate(prompts):
+            r = one(args.url, args.model, system, f"Warm-up {k}: one word?", args.timeout)
+            if "error" in r:
+                raise SystemExit(f"warm-up {k}: {r['error']}")
+        return
 
     def client(c):
         rng = random.Random(args.seed * 1000 + c)

@@ -31,6 +31,7 @@ use crate::openai::responses::body::{Meta, ResponseObject, Settings};
 use crate::openai::responses::request::ResponsesRequest;
 use crate::openai::stream;
 use crate::openai::tokenize::{DetokenizeRequest, TokenizeRequest};
+use crate::serve::frontend::Frontend;
 use crate::serve::state::{AppState, Loaded};
 use crate::tools::parser::{finish_reason, parse_answer};
 
@@ -116,19 +117,12 @@ pub fn table() -> Vec<Route> {
         (status = "5XX", description = "503 loading or draining, 504 request timeout, 500 a bug", body = ErrorBody),
     ))]
 async fn completions(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let prepared = read_body(&s, body).await.map(|(loaded, bytes)| {
-        let frontend = Arc::clone(&loaded.frontend);
-        let config = prepare_config(&s, loaded);
-        off_thread(&s, move || {
-            let r: CompletionRequest = parse(&bytes, &COMPLETION_FIELDS)?;
-            prepare::completion(r, frontend.as_ref(), &config)
-        })
+    let prepared = prepare_body(&s, body, |bytes, frontend, config| {
+        let r: CompletionRequest = parse(bytes, &COMPLETION_FIELDS)?;
+        prepare::completion(r, frontend, config)
     });
-    match prepared {
-        Ok(p) => match p.await {
-            Ok(p) => answer(&s, p, &headers, Reply::OpenAi).await,
-            Err(e) => e.into_response(),
-        },
+    match prepared.await {
+        Ok(p) => answer(&s, p, &headers, Reply::OpenAi).await,
         Err(e) => e.into_response(),
     }
 }
@@ -143,19 +137,12 @@ async fn completions(State(s): State<AppState>, headers: HeaderMap, body: Body) 
         (status = "5XX", description = "503 loading or draining, 504 request timeout, 500 a bug", body = ErrorBody),
     ))]
 async fn chat_completions(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let prepared = read_body(&s, body).await.map(|(loaded, bytes)| {
-        let frontend = Arc::clone(&loaded.frontend);
-        let config = prepare_config(&s, loaded);
-        off_thread(&s, move || {
-            let r: ChatRequest = parse(&bytes, &CHAT_FIELDS)?;
-            prepare::chat(r, frontend.as_ref(), &config)
-        })
+    let prepared = prepare_body(&s, body, |bytes, frontend, config| {
+        let r: ChatRequest = parse(bytes, &CHAT_FIELDS)?;
+        prepare::chat(r, frontend, config)
     });
-    match prepared {
-        Ok(p) => match p.await {
-            Ok(p) => answer(&s, p, &headers, Reply::OpenAi).await,
-            Err(e) => e.into_response(),
-        },
+    match prepared.await {
+        Ok(p) => answer(&s, p, &headers, Reply::OpenAi).await,
         Err(e) => e.into_response(),
     }
 }
@@ -170,22 +157,13 @@ async fn chat_completions(State(s): State<AppState>, headers: HeaderMap, body: B
         (status = "5XX", description = "503 loading or draining, 504 request timeout, 500 a bug", body = ErrorBody),
     ))]
 async fn responses(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let prepared = read_body(&s, body).await.map(|(loaded, bytes)| {
-        let frontend = Arc::clone(&loaded.frontend);
-        let config = prepare_config(&s, loaded);
-        off_thread(&s, move || {
-            let r: ResponsesRequest = parse_fields(&bytes, &[&RESPONSES_FIELDS])?;
-            let p = prepare::chat(r.to_chat()?, frontend.as_ref(), &config)?;
-            Ok((p, Settings::from(&r)))
-        })
+    let prepared = prepare_body(&s, body, |bytes, frontend, config| {
+        let r: ResponsesRequest = parse_fields(bytes, &[&RESPONSES_FIELDS])?;
+        let p = prepare::chat(r.to_chat()?, frontend, config)?;
+        Ok((p, Settings::from(&r)))
     });
-    match prepared {
-        Ok(p) => match p.await {
-            Ok((p, settings)) => {
-                answer(&s, p, &headers, Reply::Responses(Box::new(settings))).await
-            }
-            Err(e) => e.into_response(),
-        },
+    match prepared.await {
+        Ok((p, settings)) => answer(&s, p, &headers, Reply::Responses(Box::new(settings))).await,
         Err(e) => e.into_response(),
     }
 }
@@ -199,15 +177,14 @@ async fn responses(State(s): State<AppState>, headers: HeaderMap, body: Body) ->
         (status = "5XX", description = "503 loading or draining, 504 request timeout, 500 a bug", body = ErrorBody),
     ))]
 async fn tokenize(State(s): State<AppState>, body: Body) -> Response {
-    let answer = read_body(&s, body).await.map(|(loaded, bytes)| {
-        let frontend = Arc::clone(&loaded.frontend);
-        let config = prepare_config(&s, loaded);
-        off_thread(&s, move || {
-            let r = parse_fields(&bytes, &[&TOKENIZE_FIELDS])?;
-            crate::openai::tokenize::tokenize(r, frontend.as_ref(), &config)
-        })
+    let answer = prepare_body(&s, body, |bytes, frontend, config| {
+        let r = parse_fields(bytes, &[&TOKENIZE_FIELDS])?;
+        crate::openai::tokenize::tokenize(r, frontend, config)
     });
-    json_answer(answer).await
+    match answer.await {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 /// `POST /detokenize` (vLLM's).
@@ -219,27 +196,28 @@ async fn tokenize(State(s): State<AppState>, body: Body) -> Response {
         (status = "5XX", description = "503 loading or draining, 504 request timeout, 500 a bug", body = ErrorBody),
     ))]
 async fn detokenize(State(s): State<AppState>, body: Body) -> Response {
-    let answer = read_body(&s, body).await.map(|(loaded, bytes)| {
-        let frontend = Arc::clone(&loaded.frontend);
-        let config = prepare_config(&s, loaded);
-        off_thread(&s, move || {
-            let r = parse_fields(&bytes, &[&DETOKENIZE_FIELDS])?;
-            crate::openai::tokenize::detokenize(r, frontend.as_ref(), &config)
-        })
+    let answer = prepare_body(&s, body, |bytes, frontend, config| {
+        let r = parse_fields(bytes, &[&DETOKENIZE_FIELDS])?;
+        crate::openai::tokenize::detokenize(r, frontend, config)
     });
-    json_answer(answer).await
-}
-
-async fn json_answer<T: serde::Serialize>(
-    answer: Result<impl std::future::Future<Output = Result<T, ApiError>>, ApiError>,
-) -> Response {
-    match answer {
-        Ok(work) => match work.await {
-            Ok(v) => axum::Json(v).into_response(),
-            Err(e) => e.into_response(),
-        },
+    match answer.await {
+        Ok(v) => axum::Json(v).into_response(),
         Err(e) => e.into_response(),
     }
+}
+
+/// Reads a request's body and runs `work` on it (parsing, templating,
+/// tokenizing) off the async threads, with the model's frontend and the
+/// prepare settings: one path for every route that takes a model request.
+async fn prepare_body<F, T>(s: &AppState, body: Body, work: F) -> Result<T, ApiError>
+where
+    F: FnOnce(&[u8], &dyn Frontend, &PrepareConfig) -> Result<T, ApiError> + Send + 'static,
+    T: Send + 'static,
+{
+    let (loaded, bytes) = read_body(s, body).await?;
+    let frontend = Arc::clone(&loaded.frontend);
+    let config = prepare_config(s, loaded);
+    off_thread(s, move || work(&bytes, frontend.as_ref(), &config)).await
 }
 
 /// Runs CPU-bound request work (parsing, templating, tokenizing) on the

@@ -50,10 +50,13 @@ pub async fn run(s: Shared, namespace: Option<String>) -> anyhow::Result<()> {
         }
         let mds: Vec<_> = md_store.state();
         let slices: Vec<_> = slice_store.state();
-        s.sync(&wanted(
-            mds.iter().map(|m| m.as_ref()),
-            slices.iter().map(|e| e.as_ref()),
-        ));
+        crate::poller::sync(
+            &s,
+            &wanted(
+                mds.iter().map(|m| m.as_ref()),
+                slices.iter().map(|e| e.as_ref()),
+            ),
+        );
     }
     Ok(())
 }

@@ -133,7 +133,7 @@ async fn main() -> anyhow::Result<()> {
             }
         });
     } else {
-        s.sync(&wanted);
+        poller::sync(&s, &wanted);
     }
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     tracing::info!(listen = %args.listen, "ferrox-router listening");

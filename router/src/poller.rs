@@ -2,6 +2,7 @@
 //! event log every poll interval and its load gauges every few, into the
 //! table. An endpoint whose poll fails is not ready until one succeeds.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +28,29 @@ fn get(s: &Shared, url: String) -> reqwest::RequestBuilder {
     match UPSTREAM_KEY.get().and_then(Option::as_ref) {
         Some(key) => req.bearer_auth(key),
         None => req,
+    }
+}
+
+/// Makes the endpoint set `wanted` (model -> [(url, ready)]), starting
+/// a poller for each new endpoint and stopping those of gone ones, and
+/// lets waiters of models that have a ready endpoint now go.
+pub fn sync(s: &Shared, wanted: &BTreeMap<String, Vec<(String, bool)>>) {
+    let changes = s.table().sync(wanted);
+    let mut pollers = s.pollers();
+    for key in changes.removed {
+        if let Some(task) = pollers.remove(&key) {
+            task.abort();
+        }
+        s.metrics().forget_endpoint(&key.0, &key.1);
+    }
+    for (model, url) in changes.added {
+        let task = tokio::spawn(run(s.clone(), model.clone(), url.clone()));
+        pollers.insert((model, url), task);
+    }
+    drop(pollers);
+    let models: Vec<String> = s.table().models().map(str::to_string).collect();
+    for m in models {
+        s.wake(&m);
     }
 }
 

@@ -114,27 +114,9 @@ impl Shared {
         &self.inner.settings
     }
 
-    /// Makes the endpoint set `wanted` (model -> [(url, ready)]), starting
-    /// a poller for each new endpoint and stopping those of gone ones, and
-    /// lets waiters of models that have a ready endpoint now go.
-    pub fn sync(&self, wanted: &BTreeMap<String, Vec<(String, bool)>>) {
-        let changes = self.table().sync(wanted);
-        let mut pollers = lock(&self.inner.pollers);
-        for key in changes.removed {
-            if let Some(task) = pollers.remove(&key) {
-                task.abort();
-            }
-            self.metrics().forget_endpoint(&key.0, &key.1);
-        }
-        for (model, url) in changes.added {
-            let task = tokio::spawn(crate::poller::run(self.clone(), model.clone(), url.clone()));
-            pollers.insert((model, url), task);
-        }
-        drop(pollers);
-        let models: Vec<String> = self.table().models().map(str::to_string).collect();
-        for m in models {
-            self.wake(&m);
-        }
+    /// The running pollers, by (model, url).
+    pub fn pollers(&self) -> MutexGuard<'_, BTreeMap<(String, String), JoinHandle<()>>> {
+        lock(&self.inner.pollers)
     }
 
     /// Lets every live waiter of `model` go when it has a ready endpoint.

@@ -85,6 +85,10 @@ pub trait BatchModel: Send {
     /// Tokens per KV block.
     fn block_size(&self) -> usize;
 
+    /// KV blocks the model's cache holds: the pool the scheduler hands out
+    /// is exactly this many.
+    fn num_blocks(&self) -> usize;
+
     /// Checks one row's input before a step: `tokens` at `pos` into the
     /// sequence with block table `blocks`. The worker leaves a row that fails
     /// out of the step and ends it alone, so one bad row never fails the

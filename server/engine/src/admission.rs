@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ferrox_core::{BlockLease, BlockPool, Reservation};
 
-use crate::queue::Job;
+use crate::job::Job;
 use crate::{EngineConfig, EngineError};
 
 /// KV blocks a request reserves for its whole life: prompt plus everything it

@@ -38,6 +38,22 @@ pub enum EngineError {
     /// The worker thread is gone.
     #[error("the batching worker is not running")]
     WorkerGone,
+    /// The pool the scheduler was given is not the model's KV cache: a
+    /// wiring bug, refused at start rather than found as a stray block.
+    #[error(
+        "the model's KV cache holds {model_blocks} blocks of {model_block_size} tokens, \
+         but the engine was configured for {kv_blocks} blocks of {block_size}"
+    )]
+    PoolMismatch {
+        /// Blocks the model's cache holds.
+        model_blocks: usize,
+        /// Tokens per block in the model's cache.
+        model_block_size: usize,
+        /// Blocks the engine's config asked for.
+        kv_blocks: usize,
+        /// Tokens per block the engine's config asked for.
+        block_size: usize,
+    },
     /// The model failed while running this request.
     #[error("model error: {0}")]
     Model(String),

@@ -9,7 +9,7 @@ use ferrox_core::batch_model::{PrefillChunk, StepLogits};
 use ferrox_core::{BatchModel, DecodeRow, Error};
 
 use crate::admission::blocks_needed;
-use crate::queue::{Job, RequestId};
+use crate::job::{Job, RequestId};
 use crate::{
     EngineConfig, Event, FinishReason, GenerationRequest, SamplingParams, TokenConstraint,
     TokenLogprob, TokenText, Usage,
@@ -65,12 +65,16 @@ pub struct FakeModel {
     pub stall: std::time::Duration,
     /// Once set, the next tick panics outside the step (the worker dies).
     pub die: Arc<AtomicBool>,
+    /// KV blocks it claims to hold (the pool must match).
+    pub num_blocks: usize,
 }
 
 impl FakeModel {
+    /// A model of `block_size`-token blocks, as many as [`config`]'s pool.
     pub fn new(block_size: usize) -> Self {
         FakeModel {
             block_size,
+            num_blocks: config().kv_blocks,
             peak: 100.0,
             kv: HashMap::new(),
             calls: Arc::new(Mutex::new(Vec::new())),
@@ -125,6 +129,10 @@ impl BatchModel for FakeModel {
 
     fn block_size(&self) -> usize {
         self.block_size
+    }
+
+    fn num_blocks(&self) -> usize {
+        self.num_blocks
     }
 
     fn check_input(&self, blocks: &[u32], tokens: &[u32], pos: usize) -> Result<(), Error> {
@@ -222,6 +230,10 @@ pub struct Letters;
 impl TokenText for Letters {
     fn push(&mut self, id: u32) -> String {
         char::from(b'a' + (id % 26) as u8).to_string()
+    }
+
+    fn fresh(&self) -> Box<dyn TokenText> {
+        Box::new(Letters)
     }
 }
 

@@ -155,6 +155,9 @@ pub const MAX_STOP_TOKEN_IDS: usize = 64;
 pub trait TokenText: Send {
     /// Feeds one id; returns the text it completed (possibly empty).
     fn push(&mut self, id: u32) -> String;
+    /// A detokenizer with the same settings and nothing fed yet, for another
+    /// choice of the same request.
+    fn fresh(&self) -> Box<dyn TokenText>;
 }
 
 /// One generation request, already tokenized.
@@ -242,6 +245,48 @@ impl GenerationRequest {
     }
 }
 
+impl GenerationRequest {
+    /// Choice `i` of this request (`n > 1`): the same request, seeded
+    /// `seed + i`, with its own detokenizer and constraint state. Choice 0
+    /// samples exactly as the request alone.
+    pub fn fork(&self, i: u64) -> GenerationRequest {
+        // Destructured whole, so a new field cannot be left out of a fork.
+        let GenerationRequest {
+            prompt,
+            max_tokens,
+            sampling,
+            stop,
+            include_stop_str,
+            min_tokens,
+            request_id,
+            cache_salt,
+            stop_token_ids,
+            eos_token_ids,
+            ignore_eos,
+            text,
+            constraint,
+        } = self;
+        GenerationRequest {
+            prompt: prompt.clone(),
+            max_tokens: *max_tokens,
+            sampling: SamplingParams {
+                seed: sampling.seed.wrapping_add(i),
+                ..sampling.clone()
+            },
+            stop: stop.clone(),
+            include_stop_str: *include_stop_str,
+            min_tokens: *min_tokens,
+            request_id: request_id.clone(),
+            cache_salt: cache_salt.clone(),
+            stop_token_ids: stop_token_ids.clone(),
+            eos_token_ids: eos_token_ids.clone(),
+            ignore_eos: *ignore_eos,
+            text: text.fresh(),
+            constraint: constraint.as_ref().map(|c| c.fork()),
+        }
+    }
+}
+
 impl std::fmt::Debug for GenerationRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GenerationRequest")
@@ -257,6 +302,49 @@ impl std::fmt::Debug for GenerationRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fork_is_the_same_request_but_for_its_seed() {
+        let mut first = crate::fixtures::request(&[1, 2, 3], 7);
+        first.sampling.seed = u64::MAX;
+        first.sampling.temperature = 0.7;
+        first.sampling.bad_words = vec![vec![4, 5]];
+        first.stop = vec!["x".into()];
+        first.include_stop_str = true;
+        first.min_tokens = 2;
+        first.request_id = Some("cmpl-1".into());
+        first.cache_salt = Some("salt".into());
+        first.stop_token_ids = vec![9];
+        first.ignore_eos = true;
+        for i in [0, 1, 5] {
+            let fork = first.fork(i);
+            let seed = u64::MAX.wrapping_add(i);
+            assert_eq!(fork.sampling.seed, seed, "choice {i}");
+            assert_eq!(
+                fork.sampling,
+                SamplingParams {
+                    seed,
+                    ..first.sampling.clone()
+                }
+            );
+            let same = |r: &GenerationRequest| {
+                let shape = (
+                    r.prompt.clone(),
+                    r.max_tokens,
+                    r.stop.clone(),
+                    r.include_stop_str,
+                );
+                let ends = (
+                    r.min_tokens,
+                    r.stop_token_ids.clone(),
+                    r.eos_token_ids.clone(),
+                );
+                let ids = (r.request_id.clone(), r.cache_salt.clone(), r.ignore_eos);
+                (shape, ends, ids, r.constraint.is_some())
+            };
+            assert_eq!(same(&fork), same(&first), "choice {i}");
+        }
+    }
 
     #[test]
     fn each_out_of_range_field_is_named() {

@@ -8,29 +8,13 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use ferrox_core::{BlockHash, BlockHasher, BlockPool, KvEventsPage};
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use ferrox_core::{BlockHasher, BlockPool, KvEventsPage};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::admission::{LineBound, check_fits};
+use crate::job::{Job, RequestId};
 use crate::metrics::Metrics;
 use crate::{EngineConfig, EngineError, Event, GenerationRequest, Liveness};
-
-/// Identifies a request; assigned at submission, increasing in channel order.
-pub type RequestId = u64;
-
-/// A request on its way to the worker.
-pub(crate) struct Job {
-    pub id: RequestId,
-    pub req: GenerationRequest,
-    pub blocks: usize,
-    /// Chain hashes of the prompt's full blocks; empty with the cache off.
-    pub hashes: Vec<BlockHash>,
-    /// This request's hasher (the server's, salted by its `cache_salt`);
-    /// `None` with the cache off.
-    pub hasher: Option<BlockHasher>,
-    pub submitted: Instant,
-    pub events: UnboundedSender<Event>,
-}
 
 /// The state the handle and the worker share.
 pub(crate) struct Shared {
@@ -211,7 +195,9 @@ fn reject_reason(e: &EngineError) -> &'static str {
         EngineError::TooLong { .. } => "too_long",
         EngineError::QueueFull { .. } => "queue_full",
         EngineError::Draining | EngineError::WorkerGone => "draining",
-        EngineError::Invalid { .. } | EngineError::Model(_) => "invalid",
+        EngineError::Invalid { .. } | EngineError::Model(_) | EngineError::PoolMismatch { .. } => {
+            "invalid"
+        }
     }
 }
 

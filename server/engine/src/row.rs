@@ -9,9 +9,9 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::EngineError;
 use crate::constraint::TokenConstraint;
 use crate::event::{Event, FinishReason, TokenLogprob, Usage};
+use crate::job::{Job, RequestId};
 use crate::metrics::{Latency, Metrics};
 use crate::params::TokenText;
-use crate::queue::{Job, RequestId};
 use crate::sampler::{Sampled, Sampler, logprob_of};
 use crate::stop::{StopMatcher, StopStep};
 

@@ -13,8 +13,9 @@ use ferrox_core::batch_model::{PrefillChunk, StepLogits};
 use ferrox_core::{BatchModel, BlockHasher, BlockPool, DecodeRow, PoolStats};
 
 use crate::admission::{Admitted, LineBound, WaitingLine};
+use crate::job::{Job, RequestId};
 use crate::metrics::{Latency, Metrics};
-use crate::queue::{EngineHandle, Job, RequestId, Shared};
+use crate::queue::{EngineHandle, Shared};
 use crate::row::{Finish, Row, cancelled};
 use crate::status::{BatchGauges, DecodeReporter, MAX_LINE_IDS, PrefillFacts, prefill_line};
 use crate::{EngineConfig, EngineError, Event, FinishReason, Usage};
@@ -58,13 +59,23 @@ pub struct Scheduler<M: BatchModel> {
 
 impl<M: BatchModel> Scheduler<M> {
     /// A scheduler over `model` that reports into `metrics`, and the handle
-    /// requests come in through.
+    /// requests come in through. The pool is the model's KV cache: a config
+    /// that disagrees with the model's geometry is refused.
     pub fn new(
         model: M,
         config: EngineConfig,
         metrics: Arc<Metrics>,
         now: Instant,
-    ) -> (Self, EngineHandle) {
+    ) -> Result<(Self, EngineHandle), EngineError> {
+        let (model_blocks, model_block_size) = (model.num_blocks(), model.block_size());
+        if (model_blocks, model_block_size) != (config.kv_blocks, config.block_size) {
+            return Err(EngineError::PoolMismatch {
+                model_blocks,
+                model_block_size,
+                kv_blocks: config.kv_blocks,
+                block_size: config.block_size,
+            });
+        }
         let (tx, rx) = std::sync::mpsc::channel();
         let line = Arc::new(LineBound::new(config.max_queue));
         let hasher = config
@@ -73,8 +84,7 @@ impl<M: BatchModel> Scheduler<M> {
         // Two events a block life (stored, evicted), and room for a
         // reader's poll interval; a reader further behind gets the held set.
         let kv_epoch = rand::random::<u64>() >> 11;
-        let pool =
-            BlockPool::with_event_log(config.kv_blocks, 2 * config.kv_blocks + 1024, kv_epoch);
+        let pool = BlockPool::with_event_log(model_blocks, 2 * model_blocks + 1024, kv_epoch);
         let shared = Arc::new(Shared {
             tx: Mutex::new((0, tx)),
             line: Arc::clone(&line),
@@ -103,7 +113,7 @@ impl<M: BatchModel> Scheduler<M> {
             metrics,
         };
         scheduler.publish();
-        (scheduler, EngineHandle { shared })
+        Ok((scheduler, EngineHandle { shared }))
     }
 
     /// Nothing waiting and nothing running.

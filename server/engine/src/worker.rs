@@ -15,7 +15,8 @@ pub fn spawn<M: BatchModel + 'static>(
     config: EngineConfig,
 ) -> std::io::Result<(EngineHandle, std::thread::JoinHandle<()>)> {
     let metrics = Metrics::new().map_err(std::io::Error::other)?;
-    let (mut scheduler, handle) = Scheduler::new(model, config, Arc::new(metrics), Instant::now());
+    let (mut scheduler, handle) = Scheduler::new(model, config, Arc::new(metrics), Instant::now())
+        .map_err(std::io::Error::other)?;
     let thread = std::thread::Builder::new()
         .name("ferrox-worker".into())
         .spawn(move || {

@@ -13,6 +13,8 @@ use crate::serve::frontend::Frontend;
 use crate::serve::state::{AppState, Loaded};
 
 const VOCAB: usize = 64;
+/// The fake model's KV blocks (its pool is [`engine_config`]'s).
+const KV_BLOCKS: usize = 64;
 /// The fake model's end token.
 pub const EOS: u32 = 0;
 
@@ -41,6 +43,10 @@ impl BatchModel for FakeModel {
         4
     }
 
+    fn num_blocks(&self) -> usize {
+        KV_BLOCKS
+    }
+
     fn prefill(
         &mut self,
         _blocks: &[u32],
@@ -66,6 +72,10 @@ struct Chars;
 impl TokenText for Chars {
     fn push(&mut self, id: u32) -> String {
         char::from(b'0' + id as u8).to_string()
+    }
+
+    fn fresh(&self) -> Box<dyn TokenText> {
+        Box::new(Chars)
     }
 }
 
@@ -164,7 +174,7 @@ pub fn engine_config() -> EngineConfig {
         prefill_chunk: 8,
         max_model_len: 128,
         block_size: 4,
-        kv_blocks: 64,
+        kv_blocks: KV_BLOCKS,
         decode_log_interval: 0,
         prefix_caching: true,
         cache_salt: "fake".into(),

@@ -9,8 +9,8 @@
 //! they agree bit for bit and a row's result never depends on its batch.
 
 use crate::qact::QActs;
-use crate::qmatrix::{GROUP, QMatrix};
-use crate::quant_type::QK;
+use crate::qmatrix::QMatrix;
+use crate::quant_type::{GROUP, QK};
 
 /// Activation rows per tile.
 pub(crate) const ACTS: usize = 4;

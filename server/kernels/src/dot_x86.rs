@@ -11,8 +11,8 @@ use std::arch::x86_64::*;
 
 use super::{ACTS, Sink, Tile};
 use crate::qact::QActs;
-use crate::qmatrix::{GROUP, QMatrix};
-use crate::quant_type::{QK, QuantType};
+use crate::qmatrix::QMatrix;
+use crate::quant_type::{GROUP, QK, QuantType};
 
 /// Format codes for the const generics.
 const Q4_0: u8 = 0;

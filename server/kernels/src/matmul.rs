@@ -7,7 +7,8 @@ use rayon::prelude::*;
 use crate::Error;
 use crate::dot::{Kernel, Tile};
 use crate::qact::QActs;
-use crate::qmatrix::{GROUP, QMatrix};
+use crate::qmatrix::QMatrix;
+use crate::quant_type::GROUP;
 
 /// Most output parts one call may split its rows into.
 pub const MAX_PARTS: usize = 4;

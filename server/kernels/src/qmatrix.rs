@@ -4,11 +4,7 @@
 use half::f16;
 
 use crate::Error;
-use crate::quant_type::{QK, QuantType};
-
-/// Weight rows interleaved per group: one 256-bit register holds 4 bytes
-/// of each of a group's rows, so its lanes are the group's rows.
-pub(crate) const GROUP: usize = 8;
+use crate::quant_type::{GROUP, QK, QuantType};
 
 /// A quantized weight matrix, `rows` output features by `cols` input features.
 ///

@@ -1,10 +1,13 @@
 //! The GGML block formats the kernels run, and the bytes a repacked matrix holds.
 
 use crate::Error;
-use crate::qmatrix::GROUP;
 
 /// Weights per quantization block.
 pub const QK: usize = 32;
+
+/// Weight rows interleaved per group: one 256-bit register holds 4 bytes
+/// of each of a group's rows, so its lanes are the group's rows.
+pub(crate) const GROUP: usize = 8;
 
 /// GGML block formats supported by [`crate::QMatrix`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

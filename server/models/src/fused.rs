@@ -17,8 +17,8 @@ use candle_core::{
 use ferrox_kernels::{QActs, QMatrix};
 
 use crate::error::Result;
+use crate::layer::{Layer, Projection};
 use crate::linear::Linear;
-use crate::llama::{Layer, Projection};
 use crate::rope::Rope;
 
 /// Head and MLP sizes the fused ops need.

@@ -16,8 +16,8 @@ use ferrox_plan::DeviceKind;
 use crate::config::{Arch, ModelConfig};
 use crate::error::{Error, Result};
 use crate::holding::{self, Held, Role, device_kind, elem_count, kernel_type};
+use crate::layer::Projection;
 use crate::linear::{Embedding, Linear};
-use crate::llama::Projection;
 use crate::weights::{WeightSource, check_shape};
 
 /// An open GGUF file.

@@ -14,6 +14,7 @@ mod fused;
 pub mod gguf;
 pub mod holding;
 pub mod kv_cache;
+pub mod layer;
 pub mod linear;
 pub mod llama;
 pub mod memory;

@@ -46,11 +46,6 @@ impl PagedModel {
         &mut self.llama
     }
 
-    /// Blocks in the pool.
-    pub fn num_blocks(&self) -> usize {
-        self.cache.num_blocks()
-    }
-
     fn run(
         &self,
         tokens: &[u32],
@@ -146,6 +141,10 @@ impl BatchModel for PagedModel {
 
     fn block_size(&self) -> usize {
         self.cache.block_size()
+    }
+
+    fn num_blocks(&self) -> usize {
+        self.cache.num_blocks()
     }
 
     fn prefill(

@@ -8,8 +8,8 @@ use ferrox_plan::DeviceKind;
 
 use crate::error::{Error, Result};
 use crate::holding::{self, Role, device_kind};
+use crate::layer::Projection;
 use crate::linear::{Embedding, Linear};
-use crate::llama::Projection;
 use crate::weights::{WeightSource, check_shape};
 
 /// The tensors of a model directory, by their Hugging Face names, mapped

@@ -5,8 +5,9 @@ use candle_core::{Device, Tensor};
 
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
+use crate::layer::{Layer, Projection};
 use crate::linear::{Embedding, Linear};
-use crate::llama::{Layer, Llama, Projection};
+use crate::llama::Llama;
 
 /// Where weights come from.
 pub trait WeightSource {

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use crate::queue::RequestId;
+use crate::job::RequestId;
 
 /// Plans this tick's prefill chunks as `(id, tokens)`, in order.
 ///

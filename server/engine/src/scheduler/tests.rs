@@ -17,7 +17,9 @@ struct Rig {
 
 impl Rig {
     fn new(config: EngineConfig) -> Self {
-        Rig::with_model(FakeModel::new(config.block_size), config)
+        let mut model = FakeModel::new(config.block_size);
+        model.num_blocks = config.kv_blocks;
+        Rig::with_model(model, config)
     }
 
     fn with_model(model: FakeModel, config: EngineConfig) -> Self {
@@ -25,7 +27,7 @@ impl Rig {
         let contexts = Arc::clone(&model.contexts);
         let now = Instant::now();
         let metrics = Arc::new(Metrics::new().unwrap());
-        let (s, h) = Scheduler::new(model, config, metrics, now);
+        let (s, h) = Scheduler::new(model, config, metrics, now).expect("the pool is the model's");
         Rig {
             s,
             h,
@@ -849,4 +851,38 @@ fn token_masks_steer_the_fake_model() {
         );
     }
     rig.assert_all_blocks_back();
+}
+
+#[test]
+fn a_pool_that_is_not_the_models_cache_is_refused_at_start() {
+    let cfg = config();
+    // (model's blocks, model's block size): only the config's own geometry starts.
+    for (blocks, block_size, starts) in [
+        (cfg.kv_blocks, cfg.block_size, true),
+        (cfg.kv_blocks - 1, cfg.block_size, false),
+        (cfg.kv_blocks + 1, cfg.block_size, false),
+        (cfg.kv_blocks, cfg.block_size * 2, false),
+    ] {
+        let mut model = FakeModel::new(block_size);
+        model.num_blocks = blocks;
+        let metrics = Arc::new(Metrics::new().unwrap());
+        match Scheduler::new(model, cfg.clone(), metrics, Instant::now()) {
+            Ok((s, _)) => {
+                assert!(starts, "{blocks} x {block_size} started");
+                assert_eq!(s.pool.total(), cfg.kv_blocks);
+            }
+            Err(e) => {
+                assert!(!starts, "{blocks} x {block_size} refused: {e}");
+                assert_eq!(
+                    e,
+                    EngineError::PoolMismatch {
+                        model_blocks: blocks,
+                        model_block_size: block_size,
+                        kv_blocks: cfg.kv_blocks,
+                        block_size: cfg.block_size,
+                    }
+                );
+            }
+        }
+    }
 }

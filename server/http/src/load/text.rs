@@ -52,6 +52,7 @@ pub fn grammars(tokenizer: &Tokenizer, eos: &[u32]) -> Result<Grammars, String> 
 /// One request's detokenizer (special tokens shown only when asked).
 pub(crate) struct Stream {
     tokenizer: Arc<Tokenizer>,
+    skip_special_tokens: bool,
     detok: Detokenizer,
 }
 
@@ -60,6 +61,7 @@ impl Stream {
     pub(crate) fn new(tokenizer: Arc<Tokenizer>, skip_special_tokens: bool) -> Self {
         Stream {
             tokenizer,
+            skip_special_tokens,
             detok: Detokenizer::new(skip_special_tokens),
         }
     }
@@ -70,6 +72,13 @@ impl TokenText for Stream {
         // An id the tokenizer cannot decode yields no text rather than
         // failing the request: the model produced it, the client gets the rest.
         self.detok.push(&self.tokenizer, id).unwrap_or_default()
+    }
+
+    fn fresh(&self) -> Box<dyn TokenText> {
+        Box::new(Stream::new(
+            Arc::clone(&self.tokenizer),
+            self.skip_special_tokens,
+        ))
     }
 }
 

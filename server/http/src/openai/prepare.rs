@@ -62,8 +62,6 @@ pub struct Shape {
     pub request_id: Option<String>,
     /// Logprobs name tokens `token_id:N`.
     pub token_ids: bool,
-    /// Special tokens are left out of the text (the default).
-    pub skip_special_tokens: bool,
     /// The answer carries the prompt's logprobs (`prompt_logprobs`).
     pub prompt_logprobs: bool,
     /// Return logprobs.
@@ -106,7 +104,7 @@ impl Prepared {
     /// The requests to submit, prompt by prompt and `n` to a prompt (choice
     /// `p * n + i`), each with its own detokenizer and seed, and how to
     /// answer them.
-    pub fn requests(self, f: &dyn Frontend) -> (Vec<(GenerationRequest, ChoiceMeta)>, Shape) {
+    pub fn requests(self) -> (Vec<(GenerationRequest, ChoiceMeta)>, Shape) {
         let mut out = Vec::with_capacity(self.jobs.len() * self.n);
         for Job { req: first, echo } in self.jobs {
             let prompt_tokens = first.prompt.len();
@@ -116,26 +114,7 @@ impl Prepared {
                 prompt_tokens,
             };
             let others: Vec<_> = (1..self.n)
-                .map(|i| {
-                    let mut sampling = first.sampling.clone();
-                    sampling.seed = sampling.seed.wrapping_add(i as u64);
-                    let req = GenerationRequest {
-                        prompt: first.prompt.clone(),
-                        max_tokens: first.max_tokens,
-                        sampling,
-                        stop: first.stop.clone(),
-                        include_stop_str: first.include_stop_str,
-                        min_tokens: first.min_tokens,
-                        cache_salt: first.cache_salt.clone(),
-                        request_id: first.request_id.clone(),
-                        stop_token_ids: first.stop_token_ids.clone(),
-                        eos_token_ids: first.eos_token_ids.clone(),
-                        ignore_eos: first.ignore_eos,
-                        text: f.detokenizer(self.shape.skip_special_tokens),
-                        constraint: first.constraint.as_ref().map(|c| c.fork()),
-                    };
-                    (req, meta(i))
-                })
+                .map(|i| (first.fork(i as u64), meta(i)))
                 .collect();
             out.push((first, meta(0)));
             out.extend(others);
@@ -483,7 +462,6 @@ fn shape(knobs: &Knobs, logprobs: bool, kind: Kind) -> Shape {
         continuous_usage: knobs.continuous_usage(),
         request_id: knobs.request_id.clone(),
         token_ids: knobs.return_tokens_as_token_ids == Some(true),
-        skip_special_tokens: knobs.skip_special_tokens != Some(false),
         prompt_logprobs: knobs.prompt_logprobs.is_some(),
         logprobs,
         tools: None,

@@ -75,6 +75,10 @@ impl<M: BatchModel> BatchModel for Stalling<M> {
         self.inner.block_size()
     }
 
+    fn num_blocks(&self) -> usize {
+        self.inner.num_blocks()
+    }
+
     fn check_input(&self, blocks: &[u32], tokens: &[u32], pos: usize) -> Result<(), Error> {
         self.inner.check_input(blocks, tokens, pos)
     }

@@ -298,7 +298,7 @@ async fn answer(s: &AppState, p: Prepared, headers: &HeaderMap, reply: Reply) ->
         Err(e) => return e.into_response(),
     };
     loaded.stall.on_request(header_id);
-    let (choices, shape) = p.requests(loaded.frontend.as_ref());
+    let (choices, shape) = p.requests();
     let (requests, metas): (Vec<_>, Vec<_>) = choices.into_iter().unzip();
     let env = envelope(s, &shape, header_id);
     tracing::debug!(id = %env.id, choices = requests.len(), "request submitted");

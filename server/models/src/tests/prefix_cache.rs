@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use candle_core::Device;
 use candle_core::quantized::GgmlDType;
+use ferrox_core::BatchModel;
 use ferrox_engine::{
     EngineConfig, EngineHandle, Event, GenerationRequest, Metrics, SamplingParams, Scheduler,
     TokenText,
@@ -23,6 +24,10 @@ struct NoText;
 impl TokenText for NoText {
     fn push(&mut self, _id: u32) -> String {
         String::new()
+    }
+
+    fn fresh(&self) -> Box<dyn TokenText> {
+        Box::new(NoText)
     }
 }
 
@@ -77,7 +82,7 @@ impl Engine {
         };
         let now = Instant::now();
         let metrics = Arc::new(Metrics::new().unwrap());
-        let (s, h) = Scheduler::new(model, config, metrics, now);
+        let (s, h) = Scheduler::new(model, config, metrics, now).unwrap();
         Engine { s, h, now }
     }
 

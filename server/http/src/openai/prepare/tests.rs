@@ -443,7 +443,7 @@ fn a_grammar_that_does_not_compile_is_a_400_naming_its_field() {
 fn each_choice_gets_its_own_constraint() {
     let body = json!({"prompt": "ab", "n": 3, "response_format": {"type": "json_object"}});
     let p = prepare(false, &serde_json::to_vec(&body).unwrap()).unwrap();
-    let (reqs, _) = p.requests(&FakeFrontend);
+    let (reqs, _) = p.requests();
     assert_eq!(reqs.len(), 3);
     assert!(reqs.iter().all(|(r, _)| r.constraint.is_some()));
 }
@@ -452,7 +452,7 @@ fn each_choice_gets_its_own_constraint() {
 fn a_prompt_batch_gets_n_choices_per_prompt_in_order() {
     let body = json!({"prompt": ["ab", "c", "abc"], "n": 2, "echo": true, "seed": 7});
     let p = prepare(false, &serde_json::to_vec(&body).unwrap()).unwrap();
-    let (reqs, _) = p.requests(&FakeFrontend);
+    let (reqs, _) = p.requests();
     let got: Vec<_> = reqs
         .iter()
         .map(|(r, m)| {

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use ferrox_plan::KvDtype;
 use k8s_openapi::api::core::v1::{
     Affinity, EnvVar, LocalObjectReference, ResourceRequirements, SecretKeySelector, Toleration,
 };
@@ -183,7 +184,7 @@ pub struct GeometrySpec {
     /// Element type of the KV cache; absent, what the server's `--kv-dtype
     /// auto` picks on the pods' device (f16 on CPU, bf16 on a GPU).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kv_dtype: Option<KvDtypeSpec>,
+    pub kv_dtype: Option<KvDtype>,
     /// Bytes of weights resident in memory.
     #[schemars(range(min = 0))]
     pub weight_bytes: i64,
@@ -206,22 +207,6 @@ pub struct GeometrySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub vocab_size: Option<i64>,
-}
-
-/// Element type of the KV cache (in a spec's geometry, absent means what the
-/// server's `--kv-dtype auto` picks on the pods' device: f16 on CPU, bf16 on
-/// a GPU).
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum KvDtypeSpec {
-    /// 4 bytes.
-    F32,
-    /// 2 bytes.
-    F16,
-    /// 2 bytes.
-    Bf16,
-    /// 1 byte.
-    Fp8,
 }
 
 /// Accelerators per replica.

@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use crate::Error;
 use crate::crd::{DeviceFootprints, FootprintStatus, ModelDeployment, ObservedGeometry};
-use crate::plan::{from_dtype, from_geometry, to_dtype, to_geometry};
+use crate::plan::{from_geometry, to_geometry};
 
 /// `ferrox-server inspect --json`: the geometry (top-level weight bytes and
 /// KV dtype are the CPU figures) and, from newer servers, every device's.
@@ -86,7 +86,7 @@ fn footprint_status(f: &Footprint) -> FootprintStatus {
     let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     FootprintStatus {
         weight_bytes: n(f.weight_bytes),
-        kv_dtype: from_dtype(f.kv_dtype),
+        kv_dtype: f.kv_dtype,
         kv_bytes_per_token: n(f.kv_bytes_per_token),
     }
 }
@@ -95,7 +95,7 @@ fn to_footprint(f: &FootprintStatus) -> Footprint {
     let n = |v: i64| u64::try_from(v).unwrap_or(0);
     Footprint {
         weight_bytes: n(f.weight_bytes),
-        kv_dtype: to_dtype(f.kv_dtype),
+        kv_dtype: f.kv_dtype,
         kv_bytes_per_token: n(f.kv_bytes_per_token),
     }
 }
@@ -240,7 +240,7 @@ mod tests {
         ] {
             assert_eq!(held_on(&g, device).kv_dtype, want, "{device}");
             let recorded = as_planned(&g, device).geometry.kv_dtype;
-            assert_eq!(recorded.map(to_dtype), Some(want), "{device}");
+            assert_eq!(recorded, Some(want), "{device}");
         }
     }
 }

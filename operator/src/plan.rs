@@ -3,7 +3,7 @@
 
 use ferrox_plan::{DeviceKind, KvDtype, ModelGeometry, Plan, PlanConfig, PlanError};
 
-use crate::crd::{GeometrySpec, KvDtypeSpec, ModelDeploymentSpec, PlanStatus};
+use crate::crd::{GeometrySpec, ModelDeploymentSpec, PlanStatus};
 use crate::gpu_nodes::GpuTarget;
 use crate::{Error, quantity};
 
@@ -212,9 +212,7 @@ pub fn to_geometry(g: &GeometrySpec, device: DeviceKind) -> ModelGeometry {
         layers: n(g.layers),
         kv_heads: n(g.kv_heads),
         head_dim: n(g.head_dim),
-        kv_dtype: g
-            .kv_dtype
-            .map_or(device.auto_kv_dtype(KvDtype::Bf16), to_dtype),
+        kv_dtype: g.kv_dtype.unwrap_or(device.auto_kv_dtype(KvDtype::Bf16)),
         weight_bytes: n(g.weight_bytes),
         context_length: n(g.context_length),
         heads: o(g.heads),
@@ -232,33 +230,13 @@ pub fn from_geometry(g: &ModelGeometry) -> GeometrySpec {
         layers: n(g.layers),
         kv_heads: n(g.kv_heads),
         head_dim: n(g.head_dim),
-        kv_dtype: Some(from_dtype(g.kv_dtype)),
+        kv_dtype: Some(g.kv_dtype),
         weight_bytes: n(g.weight_bytes),
         context_length: n(g.context_length),
         heads: o(g.heads),
         hidden_size: o(g.hidden_size),
         intermediate_size: o(g.intermediate_size),
         vocab_size: o(g.vocab_size),
-    }
-}
-
-/// The CRD's KV dtype as ferrox-plan's.
-pub fn to_dtype(d: KvDtypeSpec) -> KvDtype {
-    match d {
-        KvDtypeSpec::F32 => KvDtype::F32,
-        KvDtypeSpec::F16 => KvDtype::F16,
-        KvDtypeSpec::Bf16 => KvDtype::Bf16,
-        KvDtypeSpec::Fp8 => KvDtype::Fp8,
-    }
-}
-
-/// ferrox-plan's KV dtype as the CRD's.
-pub fn from_dtype(d: KvDtype) -> KvDtypeSpec {
-    match d {
-        KvDtype::F32 => KvDtypeSpec::F32,
-        KvDtype::F16 => KvDtypeSpec::F16,
-        KvDtype::Bf16 => KvDtypeSpec::Bf16,
-        KvDtype::Fp8 => KvDtypeSpec::Fp8,
     }
 }
 

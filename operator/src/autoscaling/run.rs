@@ -18,7 +18,6 @@ use crate::crd::{AutoscalerStatus, AutoscalingSpec, ModelDeployment, ObservedPla
 use crate::desired::deployment::served_name;
 use crate::desired::{SERVER_PORT, selector_string};
 use crate::observed_plan::{Expected, observe};
-use crate::plan::to_dtype;
 use crate::reconcile::{Context, publish};
 
 /// Field manager of `status.autoscaler` and `status.observedPlan` (the
@@ -96,7 +95,7 @@ pub fn expected(md: &ModelDeployment) -> Option<Expected<'_>> {
     let dtype = status.geometry.as_ref()?.geometry.kv_dtype?;
     Some(Expected {
         plan,
-        kv_dtype: to_dtype(dtype).name(),
+        kv_dtype: dtype.name(),
     })
 }
 

@@ -4,7 +4,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{GeometrySpec, KvDtypeSpec};
+use ferrox_plan::KvDtype;
+
+use super::GeometrySpec;
 
 /// What the operator observed and decided.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -122,7 +124,7 @@ pub struct FootprintStatus {
     /// Bytes of weights resident there.
     pub weight_bytes: i64,
     /// KV element type used there.
-    pub kv_dtype: KvDtypeSpec,
+    pub kv_dtype: KvDtype,
     /// KV bytes per token in that type.
     pub kv_bytes_per_token: i64,
 }

@@ -223,6 +223,6 @@ fn an_absent_kv_dtype_is_the_servers_auto_on_the_device() {
         assert_eq!(g.kv_bytes_per_token(), 2 * 32 * 8 * 128 * 2);
     }
     // Given, it is used as given on either device.
-    spec.kv_dtype = Some(KvDtypeSpec::F32);
+    spec.kv_dtype = Some(KvDtype::F32);
     assert_eq!(to_geometry(&spec, DeviceKind::Cuda).kv_dtype, KvDtype::F32);
 }

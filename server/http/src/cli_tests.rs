@@ -7,7 +7,7 @@ use ferrox_plan::contract::ServeArgs as PodArgs;
 use ferrox_plan::{DeviceKind, KvDtype};
 
 use super::{Cli, Command};
-use crate::load::config::{KvDtypeChoice, KvSizing};
+use crate::load::config::KvSizing;
 
 #[test]
 fn the_operators_pod_args_parse_into_its_plan() {
@@ -54,13 +54,36 @@ fn the_operators_pod_args_parse_into_its_plan() {
             DeviceKind::Cuda => DeviceChoice::Cuda(0),
         };
         assert_eq!(c.device, want_device);
-        assert_eq!(c.kv_dtype, KvDtypeChoice::Fixed(kv_dtype));
+        assert_eq!(c.kv_dtype, Some(kv_dtype));
         // Unset in the spec, the server's own defaults (ferrox-plan's).
         assert_eq!(
             c.prefill_chunk as u64,
             prefill_chunk.unwrap_or(ferrox_plan::DEFAULT_PREFILL_CHUNK)
         );
         assert_eq!(c.max_queue as u64, max_queue.unwrap_or(256));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn kv_dtype_auto_and_absent_are_none() {
+    let dir = std::env::temp_dir().join(format!("ferrox-cli-auto-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("m.gguf");
+    std::fs::write(&model, b"not read by the parse").unwrap();
+    let model = model.display().to_string();
+    for (extra, want) in [
+        (vec![], None),
+        (vec!["--kv-dtype", "auto"], None),
+        (vec!["--kv-dtype", "f32"], Some(KvDtype::F32)),
+    ] {
+        let argv = ["ferrox-server", "serve", "--model", &model]
+            .into_iter()
+            .chain(extra.iter().copied());
+        let Command::Serve(args) = Cli::try_parse_from(argv).unwrap().command else {
+            panic!("not serve");
+        };
+        assert_eq!(args.into_config().unwrap().kv_dtype, want, "{extra:?}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

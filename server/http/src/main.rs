@@ -18,8 +18,8 @@ use ferrox_plan::contract::flag;
 
 use crate::load::config::{
     DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT_SECS, DEFAULT_REQUEST_TIMEOUT_SECS,
-    DEFAULT_STALL_TIMEOUT_SECS, DEFAULT_STREAM_IDLE_TIMEOUT_SECS, HttpConfig, KvDtypeChoice,
-    KvSizing, ServeConfig, parse_bytes, parse_kv_dtype, parse_secs, parse_utilization,
+    DEFAULT_STALL_TIMEOUT_SECS, DEFAULT_STREAM_IDLE_TIMEOUT_SECS, HttpConfig, KvSizing,
+    ServeConfig, parse_bytes, parse_kv_dtype, parse_secs, parse_utilization,
 };
 
 /// The Ferrox serving sidecar.
@@ -151,7 +151,8 @@ struct ServeArgs {
     device: ferrox_models::device::DeviceChoice,
     /// KV cache element type: auto (f16 on CPU), f16, bf16 or f32.
     #[arg(long = flag::KV_DTYPE, env = "FERROX_KV_DTYPE", default_value = "auto", value_parser = parse_kv_dtype)]
-    kv_dtype: KvDtypeChoice,
+    // Spelled out so clap takes `auto` as a value (None), not an absent flag.
+    kv_dtype: std::option::Option<ferrox_plan::KvDtype>,
     /// Attention over the KV pool: paged (our kernel, on CPU and CUDA) or
     /// gather (tensor ops over gathered slots; to measure the kernel against).
     #[arg(long, env = "FERROX_ATTENTION_BACKEND", default_value = "paged")]

@@ -18,8 +18,18 @@ mod footprint;
 
 pub use footprint::{DeviceKind, Footprint, Footprints};
 
-/// Element type of the KV cache.
+/// Element type of the KV cache: the one type the plan, the server's
+/// `--kv-dtype` and the operator's CRD share (lowercase on every wire).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+// The CRD's wording: kube puts the type's description on the optional
+// `geometry.kvDtype` field, so it says what absent means there.
+#[cfg_attr(
+    feature = "schemars",
+    schemars(
+        description = "Element type of the KV cache (in a spec's geometry, absent means what the\nserver's `--kv-dtype auto` picks on the pods' device: f16 on CPU, bf16 on\na GPU)."
+    )
+)]
 #[serde(rename_all = "lowercase")]
 pub enum KvDtype {
     /// 4 bytes per element.

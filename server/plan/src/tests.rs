@@ -316,6 +316,10 @@ fn kv_dtype_names_round_trip() {
     for d in [KvDtype::F32, KvDtype::F16, KvDtype::Bf16, KvDtype::Fp8] {
         assert_eq!(d.name().parse::<KvDtype>(), Ok(d));
         assert_eq!(d.to_string(), d.name());
+        // JSON (the CRD, `inspect --json`) spells it as the flag does.
+        let json = serde_json::to_string(&d).unwrap();
+        assert_eq!(json, format!("\"{}\"", d.name()));
+        assert_eq!(serde_json::from_str::<KvDtype>(&json).unwrap(), d);
     }
     assert!("f8".parse::<KvDtype>().unwrap_err().contains("f16"));
 }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use ferrox_models::device::DeviceChoice;
-use ferrox_plan::{DeviceKind, KvDtype};
+use ferrox_plan::KvDtype;
 
 use crate::tools::parser::ParserChoice;
 
@@ -19,33 +19,15 @@ pub enum KvSizing {
     Device,
 }
 
-/// `--kv-dtype`: a fixed KV element type, or the device's default.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KvDtypeChoice {
-    /// f16 on CPU, the model's half type on GPU.
-    Auto,
-    /// This one.
-    Fixed(KvDtype),
-}
-
-impl KvDtypeChoice {
-    /// The dtype on `device` for a model whose half type is `model_half`.
-    pub fn resolve(self, device: DeviceKind, model_half: KvDtype) -> KvDtype {
-        match self {
-            KvDtypeChoice::Auto => device.auto_kv_dtype(model_half),
-            KvDtypeChoice::Fixed(d) => d,
-        }
-    }
-}
-
-/// Parses `--kv-dtype`: `auto`, `f16`, `bf16` or `f32`.
-pub fn parse_kv_dtype(text: &str) -> Result<KvDtypeChoice, String> {
+/// Parses `--kv-dtype`: `auto` (`None`: the device's default, see
+/// `DeviceKind::auto_kv_dtype`), `f16`, `bf16` or `f32`.
+pub fn parse_kv_dtype(text: &str) -> Result<Option<KvDtype>, String> {
     match text {
-        "auto" => Ok(KvDtypeChoice::Auto),
+        "auto" => Ok(None),
         "fp8" => Err("an fp8 KV cache is not supported yet; use auto, f16, bf16 or f32".into()),
         other => other
             .parse()
-            .map(KvDtypeChoice::Fixed)
+            .map(Some)
             .map_err(|_| format!("`{other}` is not a KV dtype (auto, f16, bf16 or f32)")),
     }
 }
@@ -75,8 +57,8 @@ pub struct ServeConfig {
     pub kv: KvSizing,
     /// The device to run on.
     pub device: DeviceChoice,
-    /// KV element type.
-    pub kv_dtype: KvDtypeChoice,
+    /// KV element type; `None` is `--kv-dtype auto`.
+    pub kv_dtype: Option<KvDtype>,
     /// How attention reads the KV pool.
     pub attention: ferrox_models::attention::AttentionBackend,
     /// Fraction of the device's memory the plan may take.
@@ -207,17 +189,10 @@ mod tests {
 
     #[test]
     fn kv_dtypes_and_utilization() {
-        use KvDtypeChoice::*;
-        assert_eq!(parse_kv_dtype("auto"), Ok(Auto));
-        assert_eq!(parse_kv_dtype("bf16"), Ok(Fixed(KvDtype::Bf16)));
+        assert_eq!(parse_kv_dtype("auto"), Ok(None));
+        assert_eq!(parse_kv_dtype("bf16"), Ok(Some(KvDtype::Bf16)));
         assert!(parse_kv_dtype("fp8").unwrap_err().contains("not supported"));
         assert!(parse_kv_dtype("int4").unwrap_err().contains("auto, f16"));
-        assert_eq!(Auto.resolve(DeviceKind::Cpu, KvDtype::Bf16), KvDtype::F16);
-        assert_eq!(Auto.resolve(DeviceKind::Cuda, KvDtype::Bf16), KvDtype::Bf16);
-        assert_eq!(
-            Fixed(KvDtype::F32).resolve(DeviceKind::Cuda, KvDtype::Bf16),
-            KvDtype::F32
-        );
         for (text, ok) in [
             ("0.9", true),
             ("1", true),

@@ -46,7 +46,9 @@ pub fn size(
     activation: Option<u64>,
     cfg: &ServeConfig,
 ) -> anyhow::Result<Sizing> {
-    let kv_dtype = cfg.kv_dtype.resolve(device, info.model_half);
+    let kv_dtype = cfg
+        .kv_dtype
+        .unwrap_or(device.auto_kv_dtype(info.model_half));
     let geometry = info.geometry(device, kv_dtype);
     let config = PlanConfig {
         memory_bytes: memory.bytes,
@@ -263,7 +265,6 @@ mod tests {
     use ferrox_plan::{Footprint, Footprints};
 
     use super::*;
-    use crate::load::config::KvDtypeChoice;
 
     /// 2 layers, 1 KV head of 4: 32 bytes of f16 KV a token, 512 a block.
     fn info() -> ModelInfo {
@@ -302,7 +303,7 @@ mod tests {
             max_seqs: Some(4),
             kv,
             device: ferrox_models::device::DeviceChoice::Cpu,
-            kv_dtype: KvDtypeChoice::Auto,
+            kv_dtype: None,
             attention: Default::default(),
             memory_utilization: 0.5,
             block_size: 16,
@@ -466,7 +467,7 @@ mod tests {
         assert_eq!((cpu.kv_dtype, cpu.plan.weight_bytes), (KvDtype::F16, 1000));
         assert_eq!((gpu.kv_dtype, gpu.plan.weight_bytes), (KvDtype::Bf16, 500));
         let f32 = ServeConfig {
-            kv_dtype: KvDtypeChoice::Fixed(KvDtype::F32),
+            kv_dtype: Some(KvDtype::F32),
             ..cfg
         };
         let wide = size(&info(), DeviceKind::Cpu, memory(1 << 30), None, &f32).unwrap();
@@ -491,7 +492,7 @@ mod tests {
         }
         let wide = ServeConfig {
             kv: KvSizing::Blocks(1 << 40),
-            kv_dtype: KvDtypeChoice::Fixed(KvDtype::F32),
+            kv_dtype: Some(KvDtype::F32),
             ..cfg
         };
         let err = size(&info(), DeviceKind::Cpu, memory(1 << 30), None, &wide)
@@ -534,7 +535,7 @@ mod tests {
         let salt = |model: &str, kv_dtype| {
             let cfg = ServeConfig {
                 model: model.into(),
-                kv_dtype: KvDtypeChoice::Fixed(kv_dtype),
+                kv_dtype: Some(kv_dtype),
                 ..serve_config(KvSizing::Blocks(16), None)
             };
             size(&info(), DeviceKind::Cpu, memory(1 << 30), None, &cfg)

@@ -67,16 +67,36 @@ impl BatchModel for FakeModel {
 /// Byte `b` is token `b % 64`; token `i` reads as `'A' + i` (printable).
 pub struct FakeFrontend;
 
-struct Chars;
+/// Token `i` reads as `'0' + i`; with special tokens kept, the end token
+/// reads as its name instead.
+struct Chars {
+    keep_special: bool,
+}
+
+/// How the fake end token reads when special tokens are kept.
+const EOS_NAME: &str = "<|eos|>";
 
 impl TokenText for Chars {
     fn push(&mut self, id: u32) -> String {
+        if self.keep_special && id == EOS {
+            return EOS_NAME.into();
+        }
         char::from(b'0' + id as u8).to_string()
     }
 
     fn fresh(&self) -> Box<dyn TokenText> {
-        Box::new(Chars)
+        Box::new(Chars {
+            keep_special: self.keep_special,
+        })
     }
+}
+
+/// The fake text of `ids`, special tokens skipped.
+fn chars(ids: &[u32]) -> String {
+    let mut c = Chars {
+        keep_special: false,
+    };
+    ids.iter().map(|&i| c.push(i)).collect()
 }
 
 impl Frontend for FakeFrontend {
@@ -123,19 +143,21 @@ impl Frontend for FakeFrontend {
     }
 
     fn decode(&self, ids: &[u32]) -> Result<String, String> {
-        Ok(ids.iter().map(|&i| Chars.push(i)).collect())
+        Ok(chars(ids))
     }
 
-    fn detokenizer(&self, _skip_special_tokens: bool) -> Box<dyn TokenText> {
-        Box::new(Chars)
+    fn detokenizer(&self, skip_special_tokens: bool) -> Box<dyn TokenText> {
+        Box::new(Chars {
+            keep_special: !skip_special_tokens,
+        })
     }
 
     fn token_str(&self, id: u32) -> String {
-        Chars.push(id)
+        chars(&[id])
     }
 
     fn raw_token(&self, id: u32) -> Option<String> {
-        Some(Chars.push(id))
+        Some(chars(&[id]))
     }
 
     fn vocab_size(&self) -> usize {
@@ -147,7 +169,7 @@ impl Frontend for FakeFrontend {
     }
 
     fn bos_eos_tokens(&self) -> (Option<String>, Option<String>) {
-        (None, Some(Chars.push(EOS)))
+        (None, Some(chars(&[EOS])))
     }
 
     /// Grammars over one token per byte (ids past the fake model's

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::fixtures::FakeFrontend;
+use crate::fixtures::{EOS, FakeFrontend};
 use crate::openai::fields::{CHAT_FIELDS, COMMON_FIELDS, COMPLETION_FIELDS, parse};
 
 fn config() -> PrepareConfig {
@@ -26,7 +26,7 @@ fn config() -> PrepareConfig {
 fn fingerprint(p: &Prepared) -> String {
     let r = &p.jobs[0].req;
     format!(
-        "{:?} {} {:?} {:?} {} {} {:?} {:?} {} {} {:?} {} {:?} {}",
+        "{:?} {} {:?} {:?} {} {} {:?} {:?} {} {} {:?} {} {:?} {} {}",
         r.prompt,
         r.max_tokens,
         r.sampling,
@@ -41,6 +41,8 @@ fn fingerprint(p: &Prepared) -> String {
         r.constraint.is_some(),
         p.jobs[0].echo,
         p.jobs.len(),
+        // What the request's detokenizer makes of the end token.
+        r.text.fresh().push(EOS),
     )
 }
 

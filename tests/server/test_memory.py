@@ -104,3 +104,22 @@ def test_kv_dtype_doubles_the_pool_in_f32(start_server):
     a, b = plan_of(f16), plan_of(f32)
     assert a["kv_blocks"] == 2 * b["kv_blocks"] + (a["kv_blocks"] % 2)
     assert "kv_dtype=f16" in f16.log_text() and "kv_dtype=f32" in f32.log_text()
+
+
+def test_no_kv_flag_holds_what_max_seqs_full_sequences_need(start_server):
+    # No KV flag and no --max-seqs: on meminfo alone the pool is what the
+    # server can use (max_seqs full sequences plus the prefix cache's 25%),
+    # and max_seqs is the plan's own figure.
+    s = start_server("--threads", "2")
+    plan = plan_of(s)
+    line = next(l for l in s.log_text().splitlines() if "KV pool planned" in l)
+    assert 'rule="max-seqs-fit"' in line and 'memory_source="meminfo"' in line, line
+    assert plan["max_seqs"] == plan["plan_max_seqs"], line
+    per_seq = -(-plan["max_model_len"] // plan["block_size"])
+    seqs_blocks = plan["max_seqs"] * per_seq
+    assert plan["kv_blocks"] == seqs_blocks + -(-seqs_blocks * 25 // 100), line
+    counted = plan["weight_bytes"] + plan["kv_bytes"] + plan["activation_bytes"] + plan["overhead_bytes"]
+    assert plan["total_bytes"] == counted
+    held = rss(s)
+    assert plan["weight_bytes"] + plan["kv_bytes"] <= held <= (1 + TOLERANCE) * counted, (
+        f"resident {held} bytes, plan counts {counted}: {plan}")

@@ -4,5 +4,6 @@
 //! No response store: `store: true` and `previous_response_id` are refused.
 
 pub mod body;
+pub mod event;
 pub mod request;
 pub mod stream;

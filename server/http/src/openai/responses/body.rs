@@ -3,7 +3,7 @@
 
 use ferrox_engine::Usage;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::request::ResponsesRequest;
 use crate::openai::response::{Choice, Envelope};
@@ -50,14 +50,14 @@ pub struct Settings {
     pub tool_choice: Value,
     /// Whether several calls may come at once.
     pub parallel_tool_calls: bool,
-    /// `{"format": ...}`.
-    pub text: Value,
+    /// The text format given.
+    pub text: TextSettings,
     /// Always false: no response is kept.
     pub store: bool,
     /// Always null.
     pub previous_response_id: Option<String>,
     /// Always empty.
-    pub metadata: Value,
+    pub metadata: serde_json::Map<String, Value>,
     /// Null unless it failed.
     pub error: Option<Value>,
 }
@@ -73,13 +73,32 @@ impl From<&ResponsesRequest> for Settings {
             tools: (r.tools.iter().flatten())
                 .map(|t| serde_json::to_value(t).unwrap_or_default())
                 .collect(),
-            tool_choice: r.tool_choice.clone().unwrap_or_else(|| json!("auto")),
+            tool_choice: r.tool_choice.clone().unwrap_or_else(|| "auto".into()),
             parallel_tool_calls: r.parallel_tool_calls.unwrap_or(true),
-            text: json!({"format": format.unwrap_or_else(|| json!({"type": "text"}))}),
+            text: format.map_or_else(TextSettings::plain, |format| TextSettings { format }),
             store: false,
             previous_response_id: None,
-            metadata: json!({}),
+            metadata: serde_json::Map::new(),
             error: None,
+        }
+    }
+}
+
+/// The text format a response echoes back (`text`).
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TextSettings {
+    /// `{"type": "text"}`, `{"type": "json_object"}` or the `json_schema`
+    /// format given.
+    pub format: Value,
+}
+
+impl TextSettings {
+    /// Plain text: the format of a request that names none.
+    fn plain() -> Self {
+        let mut format = serde_json::Map::new();
+        format.insert("type".into(), "text".into());
+        TextSettings {
+            format: Value::Object(format),
         }
     }
 }

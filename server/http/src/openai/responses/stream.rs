@@ -13,9 +13,9 @@ use axum::response::sse::{Event as Sse, Sse as SseBody};
 use axum::response::{IntoResponse, Response};
 use ferrox_engine::{Event, Submission};
 use futures::Stream;
-use serde_json::{Value, json};
 
 use super::body::{Meta, OutputItem, OutputText};
+use super::event::{Envelope, PartAt, StreamEvent};
 use crate::openai::error::ApiError;
 use crate::openai::prepare::ToolShape;
 use crate::tools::parser::ToolStream;
@@ -50,9 +50,11 @@ pub fn respond(sub: Submission, meta: Meta, tools: Option<ToolShape>) -> Respons
         ready: VecDeque::new(),
         done: false,
     };
-    let snapshot = c.meta.snapshot(Vec::new(), None);
-    c.send("response.created", json!({"response": snapshot}));
-    c.send("response.in_progress", json!({"response": snapshot}));
+    let response = c.meta.snapshot(Vec::new(), None);
+    c.send(StreamEvent::Created {
+        response: response.clone(),
+    });
+    c.send(StreamEvent::InProgress { response });
     SseBody::new(frames(c)).into_response()
 }
 
@@ -74,12 +76,17 @@ fn frames(cursor: Cursor) -> impl Stream<Item = Result<Sse, Infallible>> {
 }
 
 impl Cursor {
-    fn send(&mut self, kind: &str, mut data: Value) {
-        data["type"] = json!(kind);
-        data["sequence_number"] = json!(self.seq);
+    fn send(&mut self, event: StreamEvent) {
+        let sent = Envelope {
+            event: &event,
+            sequence_number: self.seq,
+        };
         self.seq += 1;
+        // The event's name is its serialised `type`: one spelling of each.
+        let data = serde_json::to_value(&sent).unwrap_or_default();
+        let name = data["type"].as_str().unwrap_or("error").to_string();
         self.ready
-            .push_back(Sse::default().event(kind).data(data.to_string()));
+            .push_back(Sse::default().event(name).data(data.to_string()));
     }
 
     fn absorb(&mut self, event: Event) {
@@ -102,12 +109,11 @@ impl Cursor {
                     "stop"
                 };
                 let response = self.meta.snapshot(self.output.clone(), Some((end, usage)));
-                let kind = if end == "length" {
-                    "response.incomplete"
+                self.send(if end == "length" {
+                    StreamEvent::Incomplete { response }
                 } else {
-                    "response.completed"
-                };
-                self.send(kind, json!({"response": response}));
+                    StreamEvent::Completed { response }
+                });
                 self.done = true;
             }
             Event::Error(e) => self.fail(e.into()),
@@ -145,11 +151,11 @@ impl Cursor {
         };
         if let OutputItem::Message { id, content, .. } = &mut self.output[index] {
             content[0].text.push_str(delta);
-            let item_id = id.clone();
-            self.send(
-                "response.output_text.delta",
-                json!({"item_id": item_id, "output_index": index, "content_index": 0, "delta": delta}),
-            );
+            let at = part_at(id, index);
+            self.send(StreamEvent::TextDelta {
+                at,
+                delta: delta.to_string(),
+            });
         }
     }
 
@@ -163,15 +169,14 @@ impl Cursor {
             content: vec![OutputText::new("")],
         };
         let id = self.meta.item_id("msg", index);
-        self.send(
-            "response.output_item.added",
-            json!({"output_index": index, "item": item}),
-        );
-        self.send(
-            "response.content_part.added",
-            json!({"item_id": id, "output_index": index, "content_index": 0,
-                   "part": OutputText::new("")}),
-        );
+        self.send(StreamEvent::ItemAdded {
+            output_index: index,
+            item: item.clone(),
+        });
+        self.send(StreamEvent::PartAdded {
+            at: part_at(&id, index),
+            part: OutputText::new(""),
+        });
         self.output.push(item);
         self.open = Some(index);
         index
@@ -188,10 +193,10 @@ impl Cursor {
             status: "in_progress".into(),
         };
         self.calls += 1;
-        self.send(
-            "response.output_item.added",
-            json!({"output_index": index, "item": item}),
-        );
+        self.send(StreamEvent::ItemAdded {
+            output_index: index,
+            item: item.clone(),
+        });
         self.output.push(item);
         self.open = Some(index);
     }
@@ -201,10 +206,11 @@ impl Cursor {
         if let OutputItem::FunctionCall { id, arguments, .. } = &mut self.output[index] {
             arguments.push_str(delta);
             let item_id = id.clone();
-            self.send(
-                "response.function_call_arguments.delta",
-                json!({"item_id": item_id, "output_index": index, "delta": delta}),
-            );
+            self.send(StreamEvent::ArgumentsDelta {
+                item_id,
+                output_index: index,
+                delta: delta.to_string(),
+            });
         }
     }
 
@@ -222,17 +228,12 @@ impl Cursor {
                 ..
             } => {
                 *status = "completed".into();
-                let (id, part) = (id.clone(), content[0].clone());
-                self.send(
-                    "response.output_text.done",
-                    json!({"item_id": id, "output_index": index, "content_index": 0,
-                           "text": part.text}),
-                );
-                self.send(
-                    "response.content_part.done",
-                    json!({"item_id": id, "output_index": index, "content_index": 0,
-                           "part": part}),
-                );
+                let (at, part) = (part_at(id, index), content[0].clone());
+                self.send(StreamEvent::TextDone {
+                    at: at.clone(),
+                    text: part.text.clone(),
+                });
+                self.send(StreamEvent::PartDone { at, part });
             }
             OutputItem::FunctionCall {
                 id,
@@ -241,27 +242,37 @@ impl Cursor {
                 ..
             } => {
                 *status = "completed".into();
-                let (id, arguments) = (id.clone(), arguments.clone());
-                self.send(
-                    "response.function_call_arguments.done",
-                    json!({"item_id": id, "output_index": index, "arguments": arguments}),
-                );
+                let (item_id, arguments) = (id.clone(), arguments.clone());
+                self.send(StreamEvent::ArgumentsDone {
+                    item_id,
+                    output_index: index,
+                    arguments,
+                });
             }
         }
-        self.send(
-            "response.output_item.done",
-            json!({"output_index": index, "item": item}),
-        );
+        self.send(StreamEvent::ItemDone {
+            output_index: index,
+            item: item.clone(),
+        });
         self.output[index] = item;
     }
 
     /// An error mid-stream: one `error` event, then the end.
     fn fail(&mut self, e: ApiError) {
         let body = e.body();
-        self.send(
-            "error",
-            json!({"message": body.error.message, "code": body.error.kind}),
-        );
+        self.send(StreamEvent::Error {
+            message: body.error.message,
+            code: body.error.kind,
+        });
         self.done = true;
+    }
+}
+
+/// A message's one text part: content index 0 of item `id` at `index`.
+fn part_at(id: &str, index: usize) -> PartAt {
+    PartAt {
+        item_id: id.to_string(),
+        output_index: index,
+        content_index: 0,
     }
 }

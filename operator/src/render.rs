@@ -147,4 +147,54 @@ spec:
         let err = render(&tiny, Some(INSPECT), &DesiredConfig::default()).unwrap_err();
         assert!(err.to_string().contains("insufficient memory"), "{err}");
     }
+
+    /// Where the examples' pod args are committed for the server's CLI test
+    /// (`server/http/src/cli_tests.rs` parses them and checks the plan).
+    const POD_ARGS: &str = "../tests/contract/examples-pod-args.json";
+
+    /// Each example's plan and the args its pods get, keyed by file name.
+    fn examples_pod_args() -> serde_json::Value {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".yaml"))
+            .collect();
+        names.sort();
+        let mut out = serde_json::Map::new();
+        for name in names {
+            let md = read_manifest(&std::fs::read_to_string(dir.join(&name)).unwrap()).unwrap();
+            let r = render(&md, None, &DesiredConfig::default()).unwrap();
+            let pod = r.desired.deployment.spec.unwrap().template.spec.unwrap();
+            let p = &r.plan.plan;
+            let entry = serde_json::json!({
+                "plan": {
+                    "kvBlocks": p.kv_blocks,
+                    "blockSize": p.block_size,
+                    "maxSeqs": p.max_seqs,
+                    "maxModelLen": p.max_model_len,
+                    "device": r.plan.device,
+                    "kvDtype": r.plan.kv_dtype,
+                    "servedModelName": crate::desired::deployment::served_name(&md),
+                },
+                "args": pod.containers[0].args,
+            });
+            out.insert(name, entry);
+        }
+        serde_json::Value::Object(out)
+    }
+
+    #[test]
+    fn the_examples_pod_args_are_the_committed_ones() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(POD_ARGS);
+        let now = serde_json::to_string_pretty(&examples_pod_args()).unwrap() + "\n";
+        if std::env::var_os("FERROX_BLESS").is_some() {
+            std::fs::write(&path, &now).unwrap();
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == now,
+            "tests/contract/examples-pod-args.json is stale: run `FERROX_BLESS=1 cargo test -p ferrox-operator examples_pod_args`"
+        );
+    }
 }

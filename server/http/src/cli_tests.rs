@@ -87,3 +87,49 @@ fn kv_dtype_auto_and_absent_are_none() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Each example ModelDeployment's pod args, as the operator renders them
+/// (kept current by the operator's `the_examples_pod_args_are_the_committed_ones`).
+const EXAMPLES_POD_ARGS: &str = include_str!("../../../tests/contract/examples-pod-args.json");
+
+#[test]
+fn each_examples_pod_args_parse_into_the_operators_plan() {
+    let dir = std::env::temp_dir().join(format!("ferrox-cli-ex-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("m.gguf");
+    std::fs::write(&model, b"not read by the parse").unwrap();
+    let examples: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(EXAMPLES_POD_ARGS).unwrap();
+    assert_eq!(examples.len(), 4, "one entry per example");
+    for (name, ex) in &examples {
+        let plan = &ex["plan"];
+        let mut args: Vec<String> = serde_json::from_value(ex["args"].clone()).unwrap();
+        // The pod's model path (or hf:// source) is not here: parse a local file.
+        let at = args.iter().position(|a| a == "--model").unwrap() + 1;
+        args[at] = model.display().to_string();
+        let argv = std::iter::once("ferrox-server".to_string()).chain(args);
+        let Command::Serve(args) = Cli::try_parse_from(argv).unwrap().command else {
+            panic!("{name}: not serve");
+        };
+        let c = args.into_config().unwrap();
+        let n = |k: &str| plan[k].as_u64().unwrap();
+        assert_eq!(c.kv, KvSizing::Blocks(n("kvBlocks")), "{name}");
+        assert_eq!(c.block_size as u64, n("blockSize"), "{name}");
+        assert_eq!(c.max_seqs.map(|s| s as u64), Some(n("maxSeqs")), "{name}");
+        assert_eq!(
+            c.max_model_len.map(|l| l as u64),
+            Some(n("maxModelLen")),
+            "{name}"
+        );
+        assert_eq!(c.served_model_name, plan["servedModelName"], "{name}");
+        let device: DeviceKind = serde_json::from_value(plan["device"].clone()).unwrap();
+        let want_device = match device {
+            DeviceKind::Cpu => DeviceChoice::Cpu,
+            DeviceKind::Cuda => DeviceChoice::Cuda(0),
+        };
+        assert_eq!(c.device, want_device, "{name}");
+        let kv_dtype: KvDtype = serde_json::from_value(plan["kvDtype"].clone()).unwrap();
+        assert_eq!(c.kv_dtype, Some(kv_dtype), "{name}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

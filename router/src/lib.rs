@@ -6,6 +6,7 @@
 //!
 //! The modules here are the functional core: no I/O, no clock reads
 //! ([`table`] holds the endpoints, [`request_view`] reads a body,
+//! [`retry`] decides whether a failed send goes elsewhere,
 //! [`metrics`] renders the series). The binary (`main.rs` and its shell
 //! modules) watches endpoints, polls the servers and proxies.
 
@@ -17,6 +18,7 @@ pub mod load;
 pub mod metrics;
 pub mod pending;
 pub mod request_view;
+pub mod retry;
 pub mod table;
 
 pub use choice::{Affinity, Candidate, Decision, Reason, choose};
@@ -26,4 +28,5 @@ pub use load::{Bounds, Load};
 pub use metrics::Metrics;
 pub use pending::Pending;
 pub use request_view::RequestView;
+pub use retry::{Retries, SendFailure};
 pub use table::{Changes, Endpoint, RouteSettings, Table};

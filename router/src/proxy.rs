@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use ferrox_plan::contract::router;
-use ferrox_router::{RequestView, RouteSettings, RouterError};
+use ferrox_router::{RequestView, Retries, RouteSettings, RouterError, SendFailure};
 use futures::StreamExt;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::json;
@@ -326,11 +326,11 @@ async fn proxy(
         load_factor: s.settings().load_factor,
         expect_until: now + s.settings().expect_ttl,
     };
-    // A replica that refuses the connection got nothing: the request goes
-    // to the next choice, once per endpoint at most.
-    let mut tries = 0;
+    // A replica that refused the connection, or dropped it before its
+    // answer began, gave the client nothing: the request goes to the next
+    // choice (`Retries` bounds how often).
+    let mut retries = Retries::default();
     let (upstream, url, decision, guard) = loop {
-        tries += 1;
         let routed = s
             .table()
             .route(&model, chain.as_deref(), &text, now, &settings);
@@ -359,23 +359,25 @@ async fn proxy(
                 req = req.header(name, v.as_bytes());
             }
         }
-        match req.send().await {
+        let e = match req.send().await {
             Ok(r) => break (r, url, decision, guard),
-            Err(e) if e.is_connect() && tries < 4 => {
-                tracing::warn!(%url, error = %e, "replica refused the connection; trying another");
-                s.table().mark_unreachable(&model, &url);
-            }
-            Err(e) => {
-                tracing::warn!(%url, error = %e, "upstream request failed");
-                return error(
-                    StatusCode::BAD_GATEWAY,
-                    "upstream_error",
-                    &format!("the replica at {url} did not answer: {e}"),
-                    None,
-                    None,
-                );
-            }
+            Err(e) => e,
+        };
+        let failure = send_failure(&e);
+        if retries.allow(failure) {
+            tracing::warn!(%url, error = %e, ?failure, "replica gave no answer; trying another");
+            // Not ready until its poller reaches it again.
+            s.table().mark_unreachable(&model, &url);
+            continue;
         }
+        tracing::warn!(%url, error = %e, "upstream request failed");
+        return error(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            &format!("the replica at {url} did not answer: {e}"),
+            None,
+            None,
+        );
     };
     let status = upstream.status();
     let mut headers = HeaderMap::new();
@@ -409,4 +411,16 @@ async fn proxy(
     *response.status_mut() = status;
     *response.headers_mut() = headers;
     response
+}
+
+/// What kind of failure `e` is, for [`Retries`].
+fn send_failure(e: &reqwest::Error) -> SendFailure {
+    if e.is_connect() {
+        SendFailure::Refused
+    } else if e.is_request() && !e.is_timeout() {
+        // The connection closed or was reset before the answer's head.
+        SendFailure::Dropped
+    } else {
+        SendFailure::Other
+    }
 }

@@ -356,3 +356,41 @@ def test_a_replica_that_dies_is_passed_over_at_once(servers, start_server):
         assert "trying another" in r.log_text()
     finally:
         r.close()
+
+
+def test_a_replica_killed_mid_answer_is_retried_on_another(servers, start_server):
+    doomed = start_server(*SERVER_FLAGS)
+    # Polled once at start, then not for a minute: the router learns of
+    # the death only from the dropped connections.
+    r = Router(doomed.url, servers[0].url, poll_ms=60000)
+    try:
+        answers = []
+
+        def ask():
+            # A fresh first block: the requests spread over both replicas.
+            got = requests.post(r.url + "/v1/chat/completions", timeout=120, json={
+                "model": MODEL_NAME, "max_tokens": 200, "ignore_eos": True, "temperature": 0,
+                "messages": [{"role": "system", "content": system_prompt(20)},
+                             {"role": "user", "content": "Write a long story."}]})
+            answers.append(got)
+
+        askers = [threading.Thread(target=ask) for _ in range(6)]
+        for a in askers:
+            a.start()
+        deadline = time.time() + 30
+        while doomed.metric("vllm:num_requests_running") < 1:
+            assert time.time() < deadline, "no request reached the doomed replica"
+            time.sleep(0.05)
+        # Non-streamed: no byte of an answer has left the replica yet.
+        doomed.proc.kill()
+        doomed.proc.wait()
+        for a in askers:
+            a.join(timeout=150)
+        assert len(answers) == 6
+        for got in answers:
+            assert got.status_code == 200, got.text
+            assert got.headers["x-ferrox-endpoint"] == servers[0].url
+            assert got.json()["usage"]["completion_tokens"] == 200
+        assert "Dropped" in r.log_text()
+    finally:
+        r.close()

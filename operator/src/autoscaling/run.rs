@@ -144,9 +144,13 @@ async fn step(
         ctx.metrics.scrape_failed();
         tracing::debug!(error = %e, "scrape");
     }
+    // Scraping takes a while, and the waker may have scaled and written
+    // status meanwhile: decide on the object as it is now, not as listed.
+    let api: Api<ModelDeployment> = Api::namespaced(ctx.client.clone(), &ns);
+    let fresh = api.get(&md.name_any()).await?;
+    let md = &fresh;
     let reports: Vec<_> = samples.iter().filter_map(|s| s.plan.clone()).collect();
     let observed = expected(md).and_then(|e| observe(&reports, &e));
-    let api: Api<ModelDeployment> = Api::namespaced(ctx.client.clone(), &ns);
     let old = md.status.as_ref().and_then(|s| s.autoscaler.as_ref());
     let autoscaler = match md.builtin_autoscaling() {
         Some(spec) => {
@@ -162,18 +166,42 @@ async fn step(
         }
         None => None,
     };
+    // Unless this step scaled (the object moved on, by our hand), the write
+    // holds only if nothing wrote the object since it was read: a status the
+    // waker wrote just now (its lastWakeTime) is not overwritten from an
+    // older view. A refused write is retried on the next tick.
+    let (autoscaler, precondition) = match autoscaler {
+        Some((status, true)) => (Some(status), None),
+        Some((status, false)) => (Some(status), md.resource_version()),
+        None => (None, md.resource_version()),
+    };
     let old_observed = md.status.as_ref().and_then(|s| s.observed_plan.as_ref());
     let changed = match &autoscaler {
         Some(new) => status_changed(old, new),
         None => old.is_some(),
     } || old_observed != observed.as_ref();
-    if changed {
-        write_status(&api, md, autoscaler.as_ref(), observed.as_ref()).await?;
+    if !changed {
+        return Ok(());
     }
-    Ok(())
+    match write_status(
+        &api,
+        md,
+        autoscaler.as_ref(),
+        observed.as_ref(),
+        precondition,
+    )
+    .await
+    {
+        Err(Error::Kube(kube::Error::Api(e))) if e.code == 409 => {
+            tracing::debug!(name = %md.name_any(), "status moved on since read; next tick");
+            Ok(())
+        }
+        other => other,
+    }
 }
 
-/// The built-in autoscaler's decision on `obs`; writes `/scale` when it moves.
+/// The built-in autoscaler's decision on `obs`; writes `/scale` when it
+/// moves (then the flag is true).
 async fn autoscale(
     ctx: &Context,
     api: &Api<ModelDeployment>,
@@ -182,7 +210,7 @@ async fn autoscale(
     obs: &Observation,
     histories: &mut HashMap<String, (Policy, History)>,
     key: String,
-) -> Result<AutoscalerStatus, Error> {
+) -> Result<(AutoscalerStatus, bool), Error> {
     let policy = match ctx.pending {
         Some(_) => Policy::from(spec),
         None => Policy::from(spec).without_wake(),
@@ -199,14 +227,14 @@ async fn autoscale(
 }
 
 /// Writes `/scale` when `decision` moves the count (event `Woke` from zero,
-/// else `Scaled`); returns the status block to record.
+/// else `Scaled`); returns the status block to record, and whether it scaled.
 pub async fn act(
     ctx: &Context,
     api: &Api<ModelDeployment>,
     md: &ModelDeployment,
     decision: &Decision,
     obs: &Observation,
-) -> Result<AutoscalerStatus, Error> {
+) -> Result<(AutoscalerStatus, bool), Error> {
     let current = md.spec.replicas;
     let mut scaled = None;
     if decision.scales(current) {
@@ -227,7 +255,8 @@ pub async fn act(
         publish(ctx, md, false, reason.into(), decision.reason.clone()).await?;
     }
     let old = md.status.as_ref().and_then(|s| s.autoscaler.as_ref());
-    Ok(autoscaler_status(decision, obs, old, scaled))
+    let moved = scaled.is_some();
+    Ok((autoscaler_status(decision, obs, old, scaled), moved))
 }
 
 /// Applies `status.autoscaler` and `status.observedPlan` under the
@@ -237,6 +266,7 @@ pub async fn write_status(
     md: &ModelDeployment,
     autoscaler: Option<&AutoscalerStatus>,
     observed: Option<&ObservedPlanStatus>,
+    precondition: Option<String>,
 ) -> Result<(), Error> {
     let mut status = serde_json::Map::new();
     if let Some(a) = autoscaler {
@@ -245,10 +275,15 @@ pub async fn write_status(
     if let Some(o) = observed {
         status.insert("observedPlan".into(), serde_json::to_value(o)?);
     }
+    let mut metadata = json!({"name": md.name_any()});
+    if let Some(rv) = precondition {
+        // The API server refuses the apply (409) once the object moved on.
+        metadata["resourceVersion"] = rv.into();
+    }
     let body = json!({
         "apiVersion": ModelDeployment::api_version(&()),
         "kind": ModelDeployment::kind(&()),
-        "metadata": {"name": md.name_any()},
+        "metadata": metadata,
         "status": status,
     });
     let params = PatchParams::apply(FIELD_MANAGER).force();
@@ -326,5 +361,75 @@ mod tests {
             status_changed(Some(&later), &waiting),
             "the router's count is a number"
         );
+    }
+
+    #[tokio::test]
+    async fn a_status_read_before_a_wake_is_not_written_over_it() {
+        use crate::crd::ModelDeploymentStatus;
+        use crate::fixtures::{cpu_spec, md};
+        use crate::verifier::mock_client;
+        use http::{Method, StatusCode};
+
+        let (client, mut v) = mock_client();
+        let ctx = Context::new(client, Default::default(), Arc::default(), None);
+        let mut spec = cpu_spec("2Gi");
+        spec.autoscaling = Some(
+            serde_json::from_value(json!({"enabled": true, "minReplicas": 1, "maxReplicas": 2}))
+                .unwrap(),
+        );
+        let listed = md("m", spec);
+        // Meanwhile the waker scaled it and wrote its wake time.
+        let mut fresh = listed.clone();
+        fresh.metadata.resource_version = Some("7".into());
+        let woke = AutoscalerStatus {
+            desired_replicas: 1,
+            last_scale_time: Some("t-wake".into()),
+            last_wake_time: Some("t-wake".into()),
+            reason: "woke".into(),
+            observed_queue: 0.0,
+            observed_pending: 3.0,
+            observed_kv_usage: 0.0,
+            observed_pods: 0,
+        };
+        fresh.status = Some(ModelDeploymentStatus {
+            autoscaler: Some(woke),
+            ..Default::default()
+        });
+        let answer = serde_json::to_value(&fresh).unwrap();
+        let scripted = tokio::spawn(async move {
+            v.expect(Method::GET, "/api/v1/namespaces/default/pods", |_| {
+                (
+                    StatusCode::OK,
+                    json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": []}),
+                )
+            })
+            .await;
+            v.expect(
+                Method::GET,
+                "/apis/ferrox.dev/v1alpha1/namespaces/default/modeldeployments/m",
+                |_| (StatusCode::OK, answer),
+            )
+            .await;
+            // Moved on again before this write: the API server refuses it.
+            let conflict = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "reason": "Conflict", "code": 409, "message": "the object has been modified"});
+            let seen = v
+                .expect(
+                    Method::PATCH,
+                    "/apis/ferrox.dev/v1alpha1/namespaces/default/modeldeployments/m/status",
+                    |_| (StatusCode::CONFLICT, conflict),
+                )
+                .await;
+            v.expect_silence().await;
+            seen.body
+        });
+        let mut histories = HashMap::new();
+        step(&ctx, &reqwest::Client::new(), &listed, &mut histories)
+            .await
+            .expect("a refused write waits for the next tick");
+        let body = scripted.await.unwrap();
+        // Written from the object as read after scraping, and only if unchanged since.
+        assert_eq!(body["metadata"]["resourceVersion"], "7");
+        assert_eq!(body["status"]["autoscaler"]["lastWakeTime"], "t-wake");
     }
 }

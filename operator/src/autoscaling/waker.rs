@@ -49,8 +49,8 @@ async fn wake(ctx: &Context, md: &ModelDeployment, pending: u64) -> Result<(), E
         pending: pending as f64,
         ..Default::default()
     };
-    let status = act(ctx, &api, md, &Decision::wake(pending), &obs).await?;
+    let (status, _) = act(ctx, &api, md, &Decision::wake(pending), &obs).await?;
     tracing::info!(name = %md.name_any(), pending, "woke from zero");
     let observed = md.status.as_ref().and_then(|s| s.observed_plan.as_ref());
-    write_status(&api, md, Some(&status), observed).await
+    write_status(&api, md, Some(&status), observed, None).await
 }

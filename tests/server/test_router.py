@@ -364,13 +364,23 @@ def test_a_replica_killed_mid_answer_is_retried_on_another(servers, start_server
     # the death only from the dropped connections.
     r = Router(doomed.url, servers[0].url, poll_ms=60000)
     try:
+        # A system message whose key homes on the doomed replica: sent
+        # again, its long requests go there (the rest spill over by load).
+        doomed_system = None
+        for _ in range(40):
+            system = system_prompt(20)
+            _, h = chat(r, [{"role": "system", "content": system},
+                            {"role": "user", "content": "Write a long story."}])
+            if h["x-ferrox-endpoint"] == doomed.url:
+                doomed_system = system
+                break
+        assert doomed_system is not None, "no prompt was placed on the doomed replica"
         answers = []
 
         def ask():
-            # A fresh first block: the requests spread over both replicas.
             got = requests.post(r.url + "/v1/chat/completions", timeout=120, json={
                 "model": MODEL_NAME, "max_tokens": 200, "ignore_eos": True, "temperature": 0,
-                "messages": [{"role": "system", "content": system_prompt(20)},
+                "messages": [{"role": "system", "content": doomed_system},
                              {"role": "user", "content": "Write a long story."}]})
             answers.append(got)
 

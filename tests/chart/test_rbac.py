@@ -29,6 +29,8 @@ EXPECTED = {
     # Controller::new(Api::<ModelDeployment>::all) lists and watches; the autoscaler lists.
     ("ferrox.dev", "modeldeployments", "list"): r"Controller::new\(mds|api\.list\(",
     ("ferrox.dev", "modeldeployments", "watch"): r"Controller::new\(mds",
+    # autoscaling/run.rs: the scraper reads the object again after scraping.
+    ("ferrox.dev", "modeldeployments", "get"): r"api\.get\(&md\.name_any\(\)\)",
     ("ferrox.dev", "modeldeployments/status", "patch"): r"\.patch_status\(",
     ("ferrox.dev", "modeldeployments/scale", "patch"): r"\.patch_scale\(",
     # .owns(Api::<K>::all(..)) lists and watches K; apply() is a server-side-apply patch.

@@ -170,11 +170,11 @@ async fn step(
     // holds only if nothing wrote the object since it was read: a status the
     // waker wrote just now (its lastWakeTime) is not overwritten from an
     // older view. A refused write is retried on the next tick.
-    let (autoscaler, precondition) = match autoscaler {
-        Some((status, true)) => (Some(status), None),
-        Some((status, false)) => (Some(status), md.resource_version()),
-        None => (None, md.resource_version()),
+    let precondition = match autoscaler {
+        Some((_, true)) => None,
+        _ => md.resource_version(),
     };
+    let autoscaler = autoscaler.map(|(status, _)| status);
     let old_observed = md.status.as_ref().and_then(|s| s.observed_plan.as_ref());
     let changed = match &autoscaler {
         Some(new) => status_changed(old, new),

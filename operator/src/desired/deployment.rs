@@ -183,6 +183,7 @@ pub fn server_args(md: &ModelDeployment, planned: &Planned, source: &ModelSource
         kv_dtype: planned.kv_dtype,
         prefill_chunk: spec.engine.prefill_chunk.map(n),
         max_queue: spec.engine.max_queue.map(n),
+        lora: None,
     }
     .to_args();
     args.extend(spec.engine.extra_args.iter().cloned());

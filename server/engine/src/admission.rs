@@ -104,6 +104,24 @@ pub enum Blocked {
     /// The pool cannot cover its reservation, less the cached blocks it
     /// would share.
     BlockCap,
+    /// Its LoRA adapter is not among the running rows' and `max_loras`
+    /// distinct adapters already run.
+    AdapterCap,
+}
+
+/// The LoRA adapters the running rows use (by key), and how many distinct
+/// ones may run at once (`--max-loras`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AdapterCap<'a> {
+    pub running: &'a std::collections::HashSet<String>,
+    pub max: usize,
+}
+
+impl AdapterCap<'_> {
+    /// Whether a request for `adapter` may join the running rows.
+    fn admits(&self, adapter: Option<&ferrox_core::AdapterRef>) -> bool {
+        adapter.is_none_or(|a| self.running.contains(a.key()) || self.running.len() < self.max)
+    }
 }
 
 /// A request let in, with the blocks it reserved.
@@ -139,6 +157,12 @@ impl WaitingLine {
         self.jobs.len()
     }
 
+    /// The LoRA adapters of the jobs in the line (`None` for the base), in
+    /// line order.
+    pub fn adapters(&self) -> impl Iterator<Item = Option<&ferrox_core::AdapterRef>> {
+        self.jobs.iter().map(|j| j.req.adapter.as_ref())
+    }
+
     /// True when the line is empty.
     pub fn is_empty(&self) -> bool {
         self.jobs.is_empty()
@@ -161,18 +185,23 @@ impl WaitingLine {
         removed
     }
 
-    /// Admits the head if fewer than `max_seqs` rows run and `pool` can
-    /// reserve every block it may need, less the cached prefix it shares.
-    /// Nothing behind the head is ever considered.
+    /// Admits the head if fewer than `max_seqs` rows run, its adapter (if
+    /// any) may join the running ones, and `pool` can reserve every block it
+    /// may need, less the cached prefix it shares. Nothing behind the head
+    /// is ever considered.
     pub fn pop_admissible(
         &mut self,
         running: usize,
         max_seqs: usize,
+        adapters: AdapterCap<'_>,
         pool: &BlockPool,
     ) -> Result<Admitted, Blocked> {
         let head = self.jobs.front().ok_or(Blocked::Empty)?;
         if running >= max_seqs {
             return Err(Blocked::SeqCap);
+        }
+        if !adapters.admits(head.req.adapter.as_ref()) {
+            return Err(Blocked::AdapterCap);
         }
         let prompt = head.req.prompt.len();
         // At least the prompt's last token is computed, for its logits; all
@@ -247,6 +276,16 @@ mod tests {
         );
     }
 
+    static NONE_RUNNING: std::sync::LazyLock<std::collections::HashSet<String>> =
+        std::sync::LazyLock::new(Default::default);
+
+    fn no_adapters() -> AdapterCap<'static> {
+        AdapterCap {
+            running: &NONE_RUNNING,
+            max: 1,
+        }
+    }
+
     fn line(max: usize) -> (WaitingLine, Arc<LineBound>) {
         let bound = Arc::new(LineBound::new(max));
         (WaitingLine::new(Arc::clone(&bound), 4), bound)
@@ -277,7 +316,10 @@ mod tests {
         join(&mut l, &bound, &[1], 3, None);
         assert_eq!(bound.enter(), Err(EngineError::QueueFull { max_queue: 2 }));
         let pool = BlockPool::new(8);
-        let got = l.pop_admissible(0, 4, &pool).ok().map(|x| x.job.id);
+        let got = l
+            .pop_admissible(0, 4, no_adapters(), &pool)
+            .ok()
+            .map(|x| x.job.id);
         assert_eq!((got, bound.waiting()), (Some(a), 1));
         assert_eq!(l.remove(|_| true).len(), 1);
         assert_eq!((bound.waiting(), l.len()), (0, 0));
@@ -293,11 +335,17 @@ mod tests {
         // (prompt, max_tokens): 6 blocks, then 1.
         let big = join(&mut l, &bound, &[1; 4], 20, None);
         join(&mut l, &bound, &[1; 2], 2, None);
-        assert_eq!(l.pop_admissible(0, 4, &pool).err(), Some(Blocked::BlockCap));
+        assert_eq!(
+            l.pop_admissible(0, 4, no_adapters(), &pool).err(),
+            Some(Blocked::BlockCap)
+        );
         assert_eq!(l.len(), 2, "the small one did not skip ahead");
         assert_eq!(pool.used(), 4, "a refused head takes nothing");
         drop(_held);
-        let first = l.pop_admissible(0, 4, &pool).ok().map(|a| a.job.id);
+        let first = l
+            .pop_admissible(0, 4, no_adapters(), &pool)
+            .ok()
+            .map(|a| a.job.id);
         assert_eq!(first, Some(big));
     }
 
@@ -305,10 +353,54 @@ mod tests {
     fn the_sequence_cap_and_the_empty_line() {
         let (mut l, bound) = line(8);
         let pool = BlockPool::new(8);
-        assert_eq!(l.pop_admissible(0, 1, &pool).err(), Some(Blocked::Empty));
+        assert_eq!(
+            l.pop_admissible(0, 1, no_adapters(), &pool).err(),
+            Some(Blocked::Empty)
+        );
         join(&mut l, &bound, &[1], 1, None);
-        assert_eq!(l.pop_admissible(1, 1, &pool).err(), Some(Blocked::SeqCap));
-        assert!(l.pop_admissible(0, 1, &pool).is_ok());
+        assert_eq!(
+            l.pop_admissible(1, 1, no_adapters(), &pool).err(),
+            Some(Blocked::SeqCap)
+        );
+        assert!(l.pop_admissible(0, 1, no_adapters(), &pool).is_ok());
+    }
+
+    #[test]
+    fn a_head_whose_adapter_cannot_join_stops_the_line() {
+        let (mut l, bound) = line(8);
+        let pool = BlockPool::new(16);
+        let adapter = |name: &str| {
+            let a = ferrox_core::AdapterRef::new(name, &format!("{name}@0"), Arc::new(()));
+            let mut r = request(&[1, 2], 2);
+            r.adapter = Some(a);
+            r
+        };
+        let push = |l: &mut WaitingLine, r, id| {
+            bound.enter().unwrap();
+            l.push(job(id, r, &config()));
+        };
+        push(&mut l, adapter("c"), 0);
+        push(&mut l, request(&[1], 1), 1);
+        push(&mut l, adapter("a"), 2);
+        let running: std::collections::HashSet<String> = ["a@0".to_string(), "b@0".into()].into();
+        let cap = |max| AdapterCap {
+            running: &running,
+            max,
+        };
+        // Two adapters run, max two: "c" waits and the base request behind it too.
+        assert_eq!(
+            l.pop_admissible(2, 8, cap(2), &pool).err(),
+            Some(Blocked::AdapterCap)
+        );
+        assert_eq!(l.len(), 3);
+        // Room for a third: "c" goes, then the base request, then "a" (running).
+        let order: Vec<u64> = (0..3)
+            .map(|_| l.pop_admissible(2, 8, cap(3), &pool).ok().unwrap().job.id)
+            .collect();
+        assert_eq!(order, [0, 1, 2]);
+        // A running adapter always joins, whatever the cap.
+        push(&mut l, adapter("b"), 3);
+        assert!(l.pop_admissible(2, 8, cap(1), &pool).is_ok());
     }
 
     #[test]
@@ -319,18 +411,29 @@ mod tests {
         let prompt: Vec<u32> = (0..17).collect();
         // 17 + 3 tokens: 5 blocks, 4 of them full prompt blocks.
         join(&mut l, &bound, &prompt, 3, Some(&h));
-        let mut first = l.pop_admissible(0, 4, &pool).ok().unwrap().lease;
+        let mut first = l
+            .pop_admissible(0, 4, no_adapters(), &pool)
+            .ok()
+            .unwrap()
+            .lease;
         assert_eq!(first.cached_blocks(), 0);
         first.commit(5, &h.chain(&prompt));
         // While the first holds 5 of 8 blocks, an equal request needs only
         // its own last block: it fits in the 3 left.
         join(&mut l, &bound, &prompt, 3, Some(&h));
-        let second = l.pop_admissible(1, 4, &pool).ok().unwrap().lease;
+        let second = l
+            .pop_admissible(1, 4, no_adapters(), &pool)
+            .ok()
+            .unwrap()
+            .lease;
         assert_eq!(second.cached_blocks(), 4);
         assert_eq!(pool.used(), 6);
         // Without hashes (the cache off) the same request does not fit.
         join(&mut l, &bound, &prompt, 3, None);
-        assert_eq!(l.pop_admissible(2, 4, &pool).err(), Some(Blocked::BlockCap));
+        assert_eq!(
+            l.pop_admissible(2, 4, no_adapters(), &pool).err(),
+            Some(Blocked::BlockCap)
+        );
     }
 
     #[test]
@@ -340,12 +443,20 @@ mod tests {
         let pool = BlockPool::new(16);
         let prompt: Vec<u32> = (0..8).collect();
         join(&mut l, &bound, &prompt, 1, Some(&h));
-        let mut first = l.pop_admissible(0, 4, &pool).ok().unwrap().lease;
+        let mut first = l
+            .pop_admissible(0, 4, no_adapters(), &pool)
+            .ok()
+            .unwrap()
+            .lease;
         first.commit(2, &h.chain(&prompt));
         drop(first);
         // Both blocks are cached, but the second is recomputed.
         join(&mut l, &bound, &prompt, 1, Some(&h));
-        let again = l.pop_admissible(0, 4, &pool).ok().unwrap().lease;
+        let again = l
+            .pop_admissible(0, 4, no_adapters(), &pool)
+            .ok()
+            .unwrap()
+            .lease;
         assert_eq!(again.cached_blocks(), 1);
     }
 }

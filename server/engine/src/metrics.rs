@@ -15,6 +15,7 @@ use prometheus::{
 use ferrox_plan::contract::metric;
 
 use crate::PlanInfo;
+use lora::LoraSeries;
 
 /// Finish reasons always exported, even at zero.
 const FINISH_REASONS: [&str; 4] = ["stop", "length", "abort", "error"];
@@ -148,6 +149,7 @@ pub struct Metrics {
     /// its name is known.
     vllm_latency: OnceLock<[Histogram; 5]>,
     plan: PlanSeries,
+    lora: LoraSeries,
     /// Renders copy into the vLLM series; one at a time.
     rendering: Mutex<()>,
 }
@@ -419,6 +421,7 @@ impl Metrics {
             vllm: VllmSeries::new(&r)?,
             vllm_latency: OnceLock::new(),
             plan: PlanSeries::new(&r)?,
+            lora: LoraSeries::new(&r)?,
             registry: r,
             rendering: Mutex::new(()),
         })
@@ -461,6 +464,22 @@ impl Metrics {
         set_only(&s.max_seqs, &[], p.max_seqs as u64);
         set_only(&s.max_model_len, &[], p.max_model_len as u64);
         set_only(&s.memory_bytes, &[&p.memory_source], p.memory_bytes);
+    }
+
+    /// Exports the LoRA series from now on, with `--max-loras`.
+    pub fn enable_lora(&self, max_loras: usize) {
+        self.lora.enable(max_loras);
+    }
+
+    /// The adapters of the running rows and of the waiting line (names,
+    /// repeats allowed); a no-op until [`Metrics::enable_lora`].
+    pub fn set_lora_info(&self, running: Vec<String>, waiting: Vec<String>) {
+        self.lora.set_info(running, waiting);
+    }
+
+    /// Counts a request submitted for `adapter`.
+    pub fn lora_request(&self, adapter: &str) {
+        self.lora.request(adapter);
     }
 
     /// Requests waiting for admission, as last published.
@@ -587,5 +606,6 @@ impl Metrics {
     }
 }
 
+mod lora;
 #[cfg(test)]
 mod tests;

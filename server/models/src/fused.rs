@@ -19,6 +19,7 @@ use ferrox_kernels::{QActs, QMatrix};
 use crate::error::Result;
 use crate::layer::{Layer, Projection};
 use crate::linear::Linear;
+use crate::lora::{LoraStep, Target};
 use crate::rope::Rope;
 
 /// Head and MLP sizes the fused ops need.
@@ -47,6 +48,24 @@ impl Dims {
 pub(crate) struct Scratch {
     acts: QActs,
     gate_up: Vec<f32>,
+    /// A LoRA update's f32 input (a normed residual, the MLP's activation).
+    lora_in: Vec<f32>,
+}
+
+/// A step's adapters and the layer they are applied in.
+pub(crate) type LoraAt<'a> = Option<(&'a LoraStep<'a>, usize)>;
+
+fn lora_err(e: crate::Error) -> candle_core::Error {
+    candle_core::Error::Msg(e.to_string())
+}
+
+/// `rms_norm(x) * w` row by row into `out`, as the quantised path computes it.
+fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut Vec<f32>) {
+    out.clear();
+    for r in x.chunks_exact(w.len()) {
+        let inv = 1.0 / (r.iter().map(|v| v * v).sum::<f32>() / w.len() as f32 + eps).sqrt();
+        out.extend(r.iter().zip(w).map(|(v, w)| v * inv * w));
+    }
 }
 
 /// One layer's weights in the form the fused ops read.
@@ -99,11 +118,13 @@ impl FusedLayer {
         x: &Tensor,
         (cos, sin): (&Tensor, &Tensor),
         dims: Dims,
+        lora: LoraAt<'_>,
         scratch: &Mutex<Scratch>,
     ) -> Result<Tensor> {
         let op = QkvOp {
             layer: self,
             dims,
+            lora,
             scratch,
         };
         Ok(x.apply_op3_no_bwd(cos, sin, &op)?)
@@ -114,20 +135,29 @@ impl FusedLayer {
         &self,
         x: &Tensor,
         attn: &Tensor,
+        lora: LoraAt<'_>,
         scratch: &Mutex<Scratch>,
     ) -> Result<()> {
         let op = ResidualOp {
             w: &self.o,
+            lora,
             scratch,
         };
         Ok(x.inplace_op2(&attn.contiguous()?, &op)?)
     }
 
     /// `x += down(silu(gate(h)) * up(h))` with `h = rms_norm(x)`, in place.
-    pub(crate) fn mlp(&self, x: &Tensor, dims: Dims, scratch: &Mutex<Scratch>) -> Result<()> {
+    pub(crate) fn mlp(
+        &self,
+        x: &Tensor,
+        dims: Dims,
+        lora: LoraAt<'_>,
+        scratch: &Mutex<Scratch>,
+    ) -> Result<()> {
         let op = MlpOp {
             layer: self,
             dims,
+            lora,
             scratch,
         };
         Ok(x.inplace_op1(&op)?)
@@ -208,6 +238,7 @@ fn rows_of(l: &Layout, cols: usize, what: &str) -> candle_core::Result<usize> {
 struct QkvOp<'a> {
     layer: &'a FusedLayer,
     dims: Dims,
+    lora: LoraAt<'a>,
     scratch: &'a Mutex<Scratch>,
 }
 
@@ -245,8 +276,16 @@ impl CustomOp3 for QkvOp<'_> {
             let (q, rest) = out.split_at_mut(tokens * q_dim);
             let (k, v) = rest.split_at_mut(tokens * kv_dim);
             l.qkv
-                .matmul_acts(&s.acts, &mut [q, k, v], false)
+                .matmul_acts(&s.acts, &mut [&mut *q, &mut *k, &mut *v], false)
                 .map_err(kernel_err)?;
+            // LoRA hook: before the biases and RoPE, as the base matmul.
+            if let Some((lora, layer)) = self.lora {
+                let h = &mut s.lora_in;
+                rms_norm_rows(x, &l.attn_norm, d.eps, h);
+                for (t, sec) in [(Target::Q, q), (Target::K, k), (Target::V, v)] {
+                    lora.apply(t, layer, h, sec).map_err(lora_err)?;
+                }
+            }
         }
         let (q, rest) = out.split_at_mut(tokens * q_dim);
         let (k, v) = rest.split_at_mut(tokens * kv_dim);
@@ -268,6 +307,7 @@ impl CustomOp3 for QkvOp<'_> {
 
 struct ResidualOp<'a> {
     w: &'a QMatrix,
+    lora: LoraAt<'a>,
     scratch: &'a Mutex<Scratch>,
 }
 
@@ -292,14 +332,20 @@ impl InplaceOp2 for ResidualOp<'_> {
         let mut s = lock(self.scratch);
         s.acts.quantize(a, tokens).map_err(kernel_err)?;
         self.w
-            .matmul_acts(&s.acts, &mut [x], true)
-            .map_err(kernel_err)
+            .matmul_acts(&s.acts, &mut [&mut *x], true)
+            .map_err(kernel_err)?;
+        // LoRA hook: the output projection's update, onto the residual too.
+        match self.lora {
+            Some((lora, layer)) => lora.apply(Target::O, layer, a, x).map_err(lora_err),
+            None => Ok(()),
+        }
     }
 }
 
 struct MlpOp<'a> {
     layer: &'a FusedLayer,
     dims: Dims,
+    lora: LoraAt<'a>,
     scratch: &'a Mutex<Scratch>,
 }
 
@@ -326,12 +372,31 @@ impl InplaceOp1 for MlpOp<'_> {
         l.gate_up
             .matmul_acts(&s.acts, &mut [&mut *gate, &mut *up], false)
             .map_err(kernel_err)?;
+        // LoRA hook: gate and up before the activation, down after it.
+        if let Some((lora, layer)) = self.lora {
+            rms_norm_rows(x, &l.ffn_norm, self.dims.eps, &mut s.lora_in);
+            lora.apply(Target::Gate, layer, &s.lora_in, gate)
+                .map_err(lora_err)?;
+            lora.apply(Target::Up, layer, &s.lora_in, up)
+                .map_err(lora_err)?;
+        }
         s.acts
             .quantize_silu_mul(gate, up, tokens)
             .map_err(kernel_err)?;
         l.down
-            .matmul_acts(&s.acts, &mut [x], true)
-            .map_err(kernel_err)
+            .matmul_acts(&s.acts, &mut [&mut *x], true)
+            .map_err(kernel_err)?;
+        if let Some((lora, layer)) = self.lora {
+            s.lora_in.clear();
+            let act = gate
+                .iter()
+                .zip(up.iter())
+                .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u);
+            s.lora_in.extend(act);
+            lora.apply(Target::Down, layer, &s.lora_in, x)
+                .map_err(lora_err)?;
+        }
+        Ok(())
     }
 }
 

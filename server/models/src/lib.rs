@@ -17,6 +17,7 @@ pub mod kv_cache;
 pub mod layer;
 pub mod linear;
 pub mod llama;
+pub mod lora;
 pub mod memory;
 pub mod paged;
 pub mod profile;

@@ -15,6 +15,7 @@ use crate::fused::{Dims, FusedHead, FusedLayer, Scratch};
 use crate::kv_cache::KvCache;
 use crate::layer::Layer;
 use crate::linear::{Embedding, Linear, tensor_bytes};
+use crate::lora::{LoraStep, Target};
 use crate::rope::Rope;
 
 /// The whole decoder.
@@ -43,6 +44,8 @@ pub struct Step<'a> {
     pub spans: Arc<[SeqSpan]>,
     /// Indices into `tokens` whose logits are wanted, in output order.
     pub logits_for: &'a [usize],
+    /// The rows' LoRA adapters; `None` when no row has one.
+    pub lora: Option<&'a LoraStep<'a>>,
 }
 
 impl Llama {
@@ -174,6 +177,7 @@ impl Llama {
             cos: &cos,
             sin: &sin,
             slot_index: &slot_index,
+            lora: step.lora,
         };
         for (i, layer) in self.layers.iter().enumerate() {
             match fused {
@@ -250,6 +254,7 @@ impl Llama {
         if let Some(b) = &l.qkv_bias {
             qkv = qkv.broadcast_add(b)?;
         }
+        let qkv = ctx.lora(&[Target::Q, Target::K, Target::V], index, &h, qkv)?;
         let q = qkv
             .narrow(1, 0, q_dim)?
             .reshape((tokens, c.heads, c.head_dim))?;
@@ -261,13 +266,18 @@ impl Llama {
         let k = Rope::apply(&k, ctx.cos, ctx.sin)?.reshape((tokens, kv_dim))?;
         ctx.cache.write(index, ctx.slot_index, &k, &v)?;
         let a = self.attend(&q, index, ctx)?;
-        let x = (x + l.o.forward(&a)?)?;
+        let x = (x + ctx.lora(&[Target::O], index, &a, l.o.forward(&a)?)?)?;
         let h = candle_nn::ops::rms_norm(&x, &l.ffn_norm, eps)?;
-        let gu = l.gate_up.forward(&h)?;
+        let gu = ctx.lora(
+            &[Target::Gate, Target::Up],
+            index,
+            &h,
+            l.gate_up.forward(&h)?,
+        )?;
         let gate = gu.narrow(1, 0, c.intermediate)?;
         let up = gu.narrow(1, c.intermediate, c.intermediate)?;
         let act = (candle_nn::ops::silu(&gate)? * up)?;
-        Ok((x + l.down.forward(&act)?)?)
+        Ok((x + ctx.lora(&[Target::Down], index, &act, l.down.forward(&act)?)?)?)
     }
 }
 
@@ -284,7 +294,8 @@ impl Llama {
         let tokens = x.dims()[0];
         let (q_dim, kv_dim) = (c.heads * c.head_dim, c.kv_dim());
         let dims = self.dims();
-        let qkv = l.qkv(x, (ctx.cos, ctx.sin), dims, &self.scratch)?;
+        let lora = ctx.lora.map(|s| (s, index));
+        let qkv = l.qkv(x, (ctx.cos, ctx.sin), dims, lora, &self.scratch)?;
         // Contiguous sections: views, no copies.
         let q = qkv
             .narrow(0, 0, tokens * q_dim)?
@@ -297,8 +308,8 @@ impl Llama {
             .reshape((tokens, kv_dim))?;
         ctx.cache.write(index, ctx.slot_index, &k, &v)?;
         let a = self.attend(&q, index, ctx)?;
-        l.attn_out(x, &a, &self.scratch)?;
-        l.mlp(x, dims, &self.scratch)
+        l.attn_out(x, &a, lora, &self.scratch)?;
+        l.mlp(x, dims, lora, &self.scratch)
     }
 }
 
@@ -330,4 +341,16 @@ struct LayerCtx<'a> {
     cos: &'a Tensor,
     sin: &'a Tensor,
     slot_index: &'a Tensor,
+    lora: Option<&'a LoraStep<'a>>,
+}
+
+impl LayerCtx<'_> {
+    /// The LoRA hook of the op-by-op path: `out` (the base projections
+    /// `targets` of `x`, concatenated) plus each row's adapter update.
+    fn lora(&self, targets: &[Target], layer: usize, x: &Tensor, out: Tensor) -> Result<Tensor> {
+        match self.lora {
+            Some(step) => step.add(targets, layer, x, out),
+            None => Ok(out),
+        }
+    }
 }

@@ -4,7 +4,7 @@
 //! ```text
 //! kv_bytes_per_token = 2 * layers * kv_heads * head_dim * kv_dtype_bytes
 //! block_bytes        = block_size * kv_bytes_per_token
-//! kv_budget          = memory * utilization - weights - activation_reserve - overhead
+//! kv_budget          = memory * utilization - weights - activation_reserve - overhead - adapters
 //! kv_blocks          = floor(kv_budget / block_bytes)
 //! max_seqs           = min(cap, kv_blocks / ceil(typical_seq_len / block_size))
 //! ```
@@ -15,8 +15,10 @@ use serde::{Deserialize, Serialize};
 
 pub mod contract;
 mod footprint;
+mod lora;
 
 pub use footprint::{DeviceKind, Footprint, Footprints};
+pub use lora::LoraPlan;
 
 /// Element type of the KV cache: the one type the plan, the server's
 /// `--kv-dtype` and the operator's CRD share (lowercase on every wire).
@@ -148,6 +150,8 @@ pub struct PlanConfig {
     /// Sequence length used to count how many sequences fit; `None` means
     /// `max_model_len` (every sequence may run to full length).
     pub typical_seq_len: Option<u64>,
+    /// Held for LoRA adapters on this device ([`LoraPlan::device_bytes`]).
+    pub adapter_bytes: u64,
 }
 
 /// The cap on concurrent sequences of a [`PlanConfig`] that names none
@@ -231,6 +235,7 @@ impl PlanConfig {
             max_model_len: None,
             max_seqs_cap: None,
             typical_seq_len: None,
+            adapter_bytes: 0,
         }
     }
 
@@ -289,17 +294,22 @@ pub struct Plan {
     pub activation_reserve_bytes: u64,
     /// Bytes held back for the runtime.
     pub overhead_bytes: u64,
+    /// Bytes held for LoRA adapters.
+    #[serde(default)]
+    pub adapter_bytes: u64,
     /// Longest sequence served.
     pub max_model_len: u64,
 }
 
 impl Plan {
-    /// Everything the plan counts: weights + KV + activations + overhead.
+    /// Everything the plan counts: weights + KV + activations + overhead
+    /// + adapters.
     pub fn total_bytes(&self) -> u64 {
         self.weight_bytes
             .saturating_add(self.kv_budget_bytes)
             .saturating_add(self.activation_reserve_bytes)
             .saturating_add(self.overhead_bytes)
+            .saturating_add(self.adapter_bytes)
     }
 }
 
@@ -309,7 +319,7 @@ pub enum PlanError {
     /// One full-length sequence does not fit in the memory given.
     #[error(
         "insufficient memory: {memory_bytes} bytes x {utilization} utilization = {usable_bytes} usable; \
-         weights take {weight_bytes}, activations and runtime {reserve_bytes}, leaving {available_bytes} \
+         weights take {weight_bytes}, activations, runtime and adapters {reserve_bytes}, leaving {available_bytes} \
          for KV, but one {max_model_len}-token sequence needs {kv_per_seq_bytes} bytes of KV"
     )]
     InsufficientMemory {
@@ -319,7 +329,7 @@ pub enum PlanError {
         kv_per_seq_bytes: u64,
         /// Bytes left for KV after weights and reserves (0 if none).
         available_bytes: u64,
-        /// Activation reserve plus runtime overhead.
+        /// Activation reserve, runtime overhead and adapters.
         reserve_bytes: u64,
         /// `memory * utilization`.
         usable_bytes: u64,
@@ -347,8 +357,8 @@ pub enum PlanError {
     },
     /// A pool of a given size does not fit in the memory there is.
     #[error(
-        "the plan needs {total_bytes} bytes (weights {weight_bytes} + KV {kv_bytes} + activations and \
-         runtime {reserve_bytes}), more than the {memory_bytes} bytes there are"
+        "the plan needs {total_bytes} bytes (weights {weight_bytes} + KV {kv_bytes} + activations, \
+         runtime and adapters {reserve_bytes}), more than the {memory_bytes} bytes there are"
     )]
     OverMemory {
         /// Everything the plan counts.
@@ -357,7 +367,7 @@ pub enum PlanError {
         weight_bytes: u64,
         /// Bytes of the KV pool.
         kv_bytes: u64,
-        /// Activation reserve plus runtime overhead.
+        /// Activation reserve, runtime overhead and adapters.
         reserve_bytes: u64,
         /// Memory there is.
         memory_bytes: u64,
@@ -379,7 +389,8 @@ pub fn plan(geometry: &ModelGeometry, config: &PlanConfig) -> Result<Plan, PlanE
     let usable = (config.memory_bytes as f64 * config.utilization).floor() as u64;
     let reserve = config
         .activation_reserve(geometry)
-        .saturating_add(config.overhead(geometry));
+        .saturating_add(config.overhead(geometry))
+        .saturating_add(config.adapter_bytes);
     let available = usable
         .saturating_sub(geometry.weight_bytes)
         .saturating_sub(reserve);
@@ -452,7 +463,8 @@ pub fn plan_for_blocks(
             total_bytes: plan.total_bytes(),
             weight_bytes: plan.weight_bytes,
             kv_bytes: plan.kv_budget_bytes,
-            reserve_bytes: plan.activation_reserve_bytes + plan.overhead_bytes,
+            reserve_bytes: (plan.activation_reserve_bytes + plan.overhead_bytes)
+                .saturating_add(plan.adapter_bytes),
             memory_bytes: config.memory_bytes,
         });
     }
@@ -492,6 +504,7 @@ fn from_blocks(
         kv_budget_bytes: kv_blocks.saturating_mul(block_bytes),
         activation_reserve_bytes: config.activation_reserve(geometry),
         overhead_bytes: config.overhead(geometry),
+        adapter_bytes: config.adapter_bytes,
         max_model_len,
     })
 }

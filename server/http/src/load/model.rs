@@ -10,14 +10,16 @@ use ferrox_models::attention::AttentionBackend;
 use ferrox_models::memory::DeviceMemory;
 use ferrox_models::memory::MemorySource;
 use ferrox_plan::{
-    DEFAULT_TYPICAL_SEQ_LEN, DeviceKind, KvDtype, MemoryKind, Plan, PlanConfig, plan_default,
-    plan_for_blocks,
+    DEFAULT_TYPICAL_SEQ_LEN, DeviceKind, KvDtype, LoraPlan, MemoryKind, Plan, PlanConfig,
+    plan_default, plan_for_blocks,
 };
 
+use crate::load::adapters::{AdapterStore, LoraConfig, Resolver};
 use crate::load::config::{KvSizing, ServeConfig};
 use crate::load::text::CoreFrontend;
 use crate::serve::state::Loaded;
 use crate::tools::parser::ToolSetup;
+use ferrox_models::lora::LoraShapes;
 
 /// What the server runs with: the engine's limits, the plan behind them and
 /// the memory figure it was made from.
@@ -61,6 +63,7 @@ pub fn size(
         // for requests of this many tokens (admission reserves each one's own).
         typical_seq_len: Some(DEFAULT_TYPICAL_SEQ_LEN),
         activation_reserve_bytes: activation,
+        adapter_bytes: lora_plan(cfg).map_or(0, |l| l.device_bytes(&geometry, device)),
         ..PlanConfig::for_device(device)
     };
     let block_bytes = (config.block_size * geometry.kv_bytes_per_token()).max(1);
@@ -98,6 +101,7 @@ pub fn size(
         prefix_caching: cfg.prefix_caching,
         // Everything but the tokens that decides what a block's KV holds.
         cache_salt: format!("{}|kv={kv_dtype}", cfg.model.display()),
+        max_loras: cfg.lora.as_ref().map_or(1, |l| l.max_loras),
     };
     Ok(Sizing {
         engine,
@@ -125,6 +129,15 @@ impl Sizing {
             max_model_len: self.engine.max_model_len,
         }
     }
+}
+
+/// The adapters the plan counts, if the server serves any.
+fn lora_plan(cfg: &ServeConfig) -> Option<LoraPlan> {
+    cfg.lora.as_ref().map(|l| LoraPlan {
+        max_loras: l.max_loras as u64,
+        max_lora_rank: l.max_lora_rank as u64,
+        max_cpu_loras: l.max_cpu_loras as u64,
+    })
 }
 
 /// Free memory the server takes what it can use of; a limit or a GPU was
@@ -203,13 +216,19 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
         }
     };
     log_plan(&sizing);
-    let model = ferrox_models::PagedModel::new(
+    let adapters = cfg
+        .lora
+        .as_ref()
+        .map(|l| adapter_store(cfg, l, LoraShapes::of(llama.config())))
+        .transpose()?;
+    let mut model = ferrox_models::PagedModel::new(
         llama,
         sizing.engine.kv_blocks,
         sizing.engine.block_size,
         sizing.kv_dtype,
     )
     .context("allocating the KV cache")?;
+    model.set_max_loras(sizing.engine.max_loras);
     let eos = text.end_of_generation.ids().to_vec();
     let template = text.chat_template.as_ref().map(|t| t.source());
     let tools = ToolSetup::new(cfg.tool_call_parser, template);
@@ -221,6 +240,9 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
         .context("starting the worker thread")?;
     engine.metrics().set_plan(&sizing.info(cfg));
     engine.metrics().set_model_name(&cfg.served_model_name);
+    if adapters.is_some() {
+        engine.metrics().enable_lora(sizing.engine.max_loras);
+    }
     tracing::info!(
         secs = started.elapsed().as_secs_f64(),
         "model {} loaded",
@@ -231,7 +253,29 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
         frontend: Arc::new(frontend),
         tools,
         stall,
+        adapters,
     })
+}
+
+/// The adapter store, with every `--lora-modules` entry loaded and checked:
+/// one that cannot be served stops the start with its name and reason.
+fn adapter_store(
+    cfg: &ServeConfig,
+    lora: &LoraConfig,
+    shapes: LoraShapes,
+) -> anyhow::Result<Arc<AdapterStore>> {
+    let fetch = cfg.fetch.clone();
+    let resolve: Resolver = Arc::new(move |source: &str| {
+        let parsed = ferrox_fetch::parse(source).map_err(|e| e.to_string())?;
+        ferrox_fetch::resolve_adapter(&parsed, &fetch).map_err(|e| e.to_string())
+    });
+    let store = AdapterStore::new(&cfg.served_model_name, shapes, lora.clone(), resolve);
+    for (name, source) in &lora.modules {
+        store
+            .add(name, source)
+            .map_err(|e| anyhow::anyhow!("--lora-modules {name}={source}: {e}"))?;
+    }
+    Ok(Arc::new(store))
 }
 
 /// The plan, once, at start.
@@ -318,6 +362,12 @@ mod tests {
             prefix_caching: true,
             default_max_tokens: 1024,
             tool_call_parser: crate::tools::parser::ParserChoice::Auto,
+            lora: None,
+            fetch: ferrox_fetch::FetchConfig {
+                cache_dir: "/nonexistent".into(),
+                hf_token: None,
+                hf_endpoint: None,
+            },
         }
     }
 

@@ -4,6 +4,9 @@
 mod corrupt;
 mod gpu_holding;
 mod helpers;
+mod lora;
+mod lora_engine;
+mod lora_reference;
 mod prefix_cache;
 mod real_model;
 mod tiny_model;

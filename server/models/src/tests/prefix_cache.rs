@@ -57,6 +57,7 @@ fn generation(ask: &Ask, n: usize) -> GenerationRequest {
         ignore_eos: true,
         text: Box::new(NoText),
         constraint: None,
+        adapter: None,
     }
 }
 
@@ -79,6 +80,7 @@ impl Engine {
             decode_log_interval: 0,
             prefix_caching: caching,
             cache_salt: "test".into(),
+            max_loras: 1,
         };
         let now = Instant::now();
         let metrics = Arc::new(Metrics::new().unwrap());

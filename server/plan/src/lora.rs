@@ -1,4 +1,4 @@
-//! LoRA adapters in the plan: each held as f32 `A` and `B` for every
+//! LoRA adapters in the plan: each held as f16 `A` and `B` for every
 //! projection of every layer at the largest rank allowed (what the server
 //! holds for one such adapter), `max_loras` of them on an accelerator and
 //! `max_cpu_loras` in host memory (on a CPU server both are the host's).
@@ -16,8 +16,8 @@ pub struct LoraPlan {
     pub max_cpu_loras: u64,
 }
 
-/// Bytes of one held element (adapters are held as f32).
-const ELEM_BYTES: u64 = 4;
+/// Bytes of one held element (adapters are held as f16).
+const ELEM_BYTES: u64 = 2;
 
 impl ModelGeometry {
     /// Bytes one adapter of `rank` over all seven projections takes: for
@@ -84,7 +84,7 @@ mod tests {
     fn adapters_count_on_the_device_and_in_host_memory() {
         let g = smollm2();
         // Per layer: 7*576 + 2*576 + 2*192 + 3*1536 = 10176 elements a rank.
-        let one = 10176 * 16 * 30 * 4;
+        let one = 10176 * 16 * 30 * 2;
         assert_eq!(g.lora_adapter_bytes(16), one);
         let p = LoraPlan {
             max_loras: 2,

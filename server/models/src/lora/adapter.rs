@@ -3,6 +3,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use half::f16;
+use half::vec::HalfFloatVecExt;
 use sha2::{Digest, Sha256};
 
 use super::{Target, refuse};
@@ -40,24 +42,30 @@ impl LoraShapes {
 }
 
 /// One projection's update `scale * B @ A`, `A` `(rank, cols)` and `B`
-/// `(rows, rank)`; `B` is held transposed so each output row is a sum of
-/// contiguous scaled rows.
+/// `(rows, rank)`, held in f16 (half the bytes a step streams from memory,
+/// which bounds the update's speed; the arithmetic is f32). `B` is held
+/// transposed so each output row is a sum of contiguous scaled rows.
 #[derive(Debug, Clone)]
 pub struct LoraPair {
     rank: usize,
     cols: usize,
     rows: usize,
     scale: f32,
-    a: Vec<f32>,
-    b_t: Vec<f32>,
+    a: Vec<f16>,
+    b_t: Vec<f16>,
 }
 
 impl LoraPair {
     /// A pair from `a` `(rank, cols)` and `b` `(rows, rank)`, row-major.
-    /// Lengths must agree (the loaders check shapes first).
-    pub fn new(a: Vec<f32>, b: &[f32], rank: usize, rows: usize, scale: f32) -> Option<Self> {
+    /// Lengths must agree (the loaders check shapes first); a value beyond
+    /// f16's range is refused too.
+    pub fn new(a: &[f32], b: &[f32], rank: usize, rows: usize, scale: f32) -> Option<Self> {
         let cols = a.len().checked_div(rank)?;
         if rank == 0 || a.len() != rank * cols || Some(b.len()) != rows.checked_mul(rank) {
+            return None;
+        }
+        let limit = f16::MAX.to_f32();
+        if a.iter().chain(b).any(|v| !v.is_finite() || v.abs() > limit) {
             return None;
         }
         let mut b_t = vec![0f32; b.len()];
@@ -71,8 +79,8 @@ impl LoraPair {
             cols,
             rows,
             scale,
-            a,
-            b_t,
+            a: Vec::from_f32_slice(a),
+            b_t: Vec::from_f32_slice(&b_t),
         })
     }
 
@@ -92,47 +100,18 @@ impl LoraPair {
     }
 
     /// `A`, `(rank, in)` row-major.
-    pub fn a(&self) -> &[f32] {
+    pub fn a(&self) -> &[f16] {
         &self.a
     }
 
     /// `B^T`, `(rank, out)` row-major.
-    pub fn b_t(&self) -> &[f32] {
+    pub fn b_t(&self) -> &[f16] {
         &self.b_t
     }
 
-    /// `out += scale * B @ (A @ x)` for one row; `t` is scratch of `rank`.
-    pub(crate) fn add_row(&self, x: &[f32], out: &mut [f32], t: &mut [f32]) {
-        for (tj, a) in t.iter_mut().zip(self.a.chunks_exact(self.cols)) {
-            *tj = dot(a, x) * self.scale;
-        }
-        for (&tj, b) in t.iter().zip(self.b_t.chunks_exact(self.rows)) {
-            out.iter_mut().zip(b).for_each(|(o, &b)| *o += tj * b);
-        }
-    }
-
     fn bytes(&self) -> u64 {
-        ((self.a.len() + self.b_t.len()) * 4) as u64
+        ((self.a.len() + self.b_t.len()) * 2) as u64
     }
-}
-
-/// A dot product in eight lanes, which the compiler keeps in vector
-/// registers (a plain fold is one sequential chain).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for l in 0..8 {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
 }
 
 /// Numbers each load, so a device keeps one copy per load.
@@ -162,7 +141,7 @@ impl LoraAdapter {
                 ));
                 p.a.iter()
                     .chain(&p.b_t)
-                    .for_each(|v| h.update(v.to_le_bytes()));
+                    .for_each(|v| h.update(v.to_bits().to_le_bytes()));
             }
         }
         let digest: [u8; 32] = h.finalize().into();
@@ -224,7 +203,7 @@ impl LoraAdapter {
             .collect()
     }
 
-    /// Bytes its weights take as held (f32).
+    /// Bytes its weights take as held (f16).
     pub fn bytes(&self) -> u64 {
         self.pairs().map(LoraPair::bytes).sum()
     }

@@ -26,10 +26,11 @@ impl DeviceAdapter {
             for t in Target::ALL {
                 let Some(p) = a.pair(layer, t) else { continue };
                 let (out, cols) = p.dims();
-                let a_t = Tensor::from_slice(p.a(), (p.rank(), cols), device)?
-                    .t()?
-                    .contiguous()?;
-                let b_t = Tensor::from_slice(p.b_t(), (p.rank(), out), device)?;
+                let wide = |w: &[half::f16], shape: (usize, usize)| {
+                    Tensor::from_slice(w, shape, device)?.to_dtype(candle_core::DType::F32)
+                };
+                let a_t = wide(p.a(), (p.rank(), cols))?.t()?.contiguous()?;
+                let b_t = wide(p.b_t(), (p.rank(), out))?;
                 row[t.index()] = Some((a_t, b_t, f64::from(p.scale())));
             }
             pairs.push(row);

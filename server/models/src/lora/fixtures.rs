@@ -46,7 +46,8 @@ fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
             s ^= s << 13;
             s ^= s >> 7;
             s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+            let v = ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale;
+            half::f16::from_f32(v).to_f32()
         })
         .collect()
 }
@@ -66,7 +67,9 @@ pub fn shapes(t: &Tiny) -> LoraShapes {
 }
 
 /// Random `lora_A` / `lora_B` by PEFT name (B nonzero, unlike PEFT's
-/// initialisation, so the update shows).
+/// initialisation, so the update shows), each value one f16 holds exactly
+/// (adapters are held in f16: the merged reference then sees the same
+/// numbers).
 pub fn random_peft(t: &Tiny, spec: &LoraSpec) -> HashMap<String, Tensor> {
     let s = shapes(t);
     let mut out = HashMap::new();

@@ -162,8 +162,8 @@ pub fn load_gguf(name: &str, path: &Path, shapes: &LoraShapes) -> Result<LoraAda
         } else {
             alpha / rank as f32
         };
-        let pair = LoraPair::new(a, &b, rank, rows, scale)
-            .ok_or_else(|| refuse(name, format!("{what}: empty or inconsistent matrices")))?;
+        let pair = LoraPair::new(&a, &b, rank, rows, scale)
+            .ok_or_else(|| refuse(name, format!("{what}: empty, or values past f16's range")))?;
         pairs.push((layer, target, pair));
     }
     assemble(name, shapes, pairs)

@@ -23,6 +23,7 @@
 mod adapter;
 mod device;
 mod gguf;
+mod kernel;
 mod peft;
 mod step;
 mod target;

@@ -146,8 +146,8 @@ pub fn load_peft(name: &str, dir: &Path, shapes: &LoraShapes) -> Result<LoraAdap
             ));
         }
         let read = |t: &Tensor| host(t).map_err(|e| refuse(name, format!("{what}: {e}")));
-        let pair = LoraPair::new(read(&a)?, &read(&b)?, rank, rows, scale(&config, rank))
-            .ok_or_else(|| refuse(name, format!("{what}: empty or inconsistent matrices")))?;
+        let pair = LoraPair::new(&read(&a)?, &read(&b)?, rank, rows, scale(&config, rank))
+            .ok_or_else(|| refuse(name, format!("{what}: empty, or values past f16's range")))?;
         pairs.push((layer, target, pair));
     }
     assemble(name, shapes, pairs)

@@ -7,7 +7,8 @@ use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
 
 use super::device::{DeviceAdapter, DeviceSlots};
-use super::{LoraAdapter, Target};
+use super::kernel::{Scratch, delta_rows};
+use super::{LoraAdapter, LoraPair, Target};
 use crate::error::{Error, Result};
 
 /// The rows of one adapter in a step.
@@ -27,6 +28,10 @@ pub struct LoraStep<'a> {
 }
 
 const NONE: u32 = u32::MAX;
+
+/// Rows of one adapter a task computes: its weights are widened once for
+/// them all; more tasks share the cores.
+const TASK_ROWS: usize = 32;
 
 impl std::fmt::Debug for LoraStep<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -130,18 +135,34 @@ impl<'a> LoraStep<'a> {
                 out.len()
             )));
         }
-        let groups = &self.row_group;
-        out.par_chunks_mut(stride)
-            .zip(x.par_chunks(cols))
-            .zip(groups.par_iter())
-            .with_min_len(4)
-            .for_each_init(Vec::new, |t, ((o, x), &g)| {
-                let Some(Some(p)) = pairs.get(g as usize) else {
-                    return;
-                };
-                t.resize(p.rank(), 0.0);
-                p.add_row(x, &mut o[offset..offset + width], t);
+        // Blocks of a group's rows, each computed into its own part of
+        // `delta` (in parallel), then added to the rows' outputs.
+        let tasks: Vec<(&LoraPair, &[u32])> = (self.groups.iter().zip(&pairs))
+            .filter_map(|(g, p)| p.map(|p| (p, g.rows.as_slice())))
+            .flat_map(|(p, rows)| rows.chunks(TASK_ROWS).map(move |r| (p, r)))
+            .collect();
+        let total: usize = tasks.iter().map(|(_, r)| r.len()).sum();
+        let mut delta = vec![0f32; total * width];
+        let mut regions = Vec::with_capacity(tasks.len());
+        let mut rest = delta.as_mut_slice();
+        for (_, rows) in &tasks {
+            let (region, tail) = rest.split_at_mut(rows.len() * width);
+            regions.push(region);
+            rest = tail;
+        }
+        let row_of = |r: u32| &x[r as usize * cols..(r as usize + 1) * cols];
+        (tasks.par_iter().zip(regions))
+            .with_min_len(1)
+            .for_each_init(Scratch::default, |t, ((p, rows), d)| {
+                let xs: Vec<&[f32]> = rows.iter().map(|&r| row_of(r)).collect();
+                delta_rows(p, &xs, d, t);
             });
+        let rows = tasks.iter().flat_map(|(_, rows)| rows.iter());
+        for (&r, d) in rows.zip(delta.chunks_exact(width)) {
+            let at = r as usize * stride + offset;
+            let o = &mut out[at..at + width];
+            o.iter_mut().zip(d).for_each(|(o, d)| *o += d);
+        }
         Ok(())
     }
 

@@ -19,14 +19,14 @@ fn adapter(dir: &Path, name: &str, t: &Tiny, spec: &LoraSpec) -> LoraAdapter {
 fn reference(p: &LoraPair, x: &[f32], out: &[f32]) -> Vec<f32> {
     let (rows, cols) = p.dims();
     let t: Vec<f32> = (0..p.rank())
-        .map(|j| (0..cols).map(|c| p.a()[j * cols + c] * x[c]).sum())
+        .map(|j| (0..cols).map(|c| p.a()[j * cols + c].to_f32() * x[c]).sum())
         .collect();
     (0..rows)
         .map(|o| {
             out[o]
                 + p.scale()
                     * (0..p.rank())
-                        .map(|j| p.b_t()[j * rows + o] * t[j])
+                        .map(|j| p.b_t()[j * rows + o].to_f32() * t[j])
                         .sum::<f32>()
         })
         .collect()
@@ -204,10 +204,24 @@ fn peft_and_gguf_files_of_one_adapter_load_alike() {
             .flat_map(|_| Target::ALL)
             .map(|t| {
                 let (o, i) = s.dims(t);
-                4 * 4 * (o + i) as u64
+                2 * 4 * (o + i) as u64
             })
             .sum();
         assert_eq!(p.bytes(), bytes);
+        // The plan counts what the server holds.
+        let g = ferrox_plan::ModelGeometry {
+            layers: t.layers as u64,
+            kv_heads: t.kv_heads as u64,
+            head_dim: (t.hidden / t.heads) as u64,
+            kv_dtype: ferrox_plan::KvDtype::F16,
+            weight_bytes: 0,
+            context_length: t.context as u64,
+            heads: t.heads as u64,
+            hidden_size: t.hidden as u64,
+            intermediate_size: t.intermediate as u64,
+            vocab_size: t.vocab as u64,
+        };
+        assert_eq!(g.lora_adapter_bytes(4), p.bytes());
     }
 }
 

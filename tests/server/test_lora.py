@@ -62,6 +62,7 @@ def test_model_names_an_adapter_and_models_lists_them(start_server, adapters):
     metrics = requests.get(s.url + "/metrics", timeout=5).text
     assert 'vllm:lora_requests_info{max_lora="2"' in metrics
     assert 'ferrox_lora_requests_total{adapter="sql"} 2' in metrics
+    assert 'ferrox_lora_adapter_loaded{adapter="chat"} 1' in metrics
     promtool = shutil.which("promtool")
     if promtool is not None:
         out = subprocess.run([promtool, "check", "metrics"], input=metrics.encode(),

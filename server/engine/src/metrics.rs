@@ -477,6 +477,11 @@ impl Metrics {
         self.lora.set_info(running, waiting);
     }
 
+    /// The LoRA adapters served now: name, and whether held in memory.
+    pub fn set_lora_adapters(&self, adapters: &[(String, bool)]) {
+        self.lora.set_adapters(adapters);
+    }
+
     /// Counts a request submitted for `adapter`.
     pub fn lora_request(&self, adapter: &str) {
         self.lora.request(adapter);

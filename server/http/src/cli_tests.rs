@@ -191,7 +191,7 @@ fn each_examples_pod_args_parse_into_the_operators_plan() {
     std::fs::write(&model, b"not read by the parse").unwrap();
     let examples: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(EXAMPLES_POD_ARGS).unwrap();
-    assert_eq!(examples.len(), 4, "one entry per example");
+    assert_eq!(examples.len(), 5, "one entry per example");
     for (name, ex) in &examples {
         let plan = &ex["plan"];
         let mut args: Vec<String> = serde_json::from_value(ex["args"].clone()).unwrap();
@@ -221,6 +221,11 @@ fn each_examples_pod_args_parse_into_the_operators_plan() {
         assert_eq!(c.device, want_device, "{name}");
         let kv_dtype: KvDtype = serde_json::from_value(plan["kvDtype"].clone()).unwrap();
         assert_eq!(c.kv_dtype, Some(kv_dtype), "{name}");
+        let adapters: Vec<String> = serde_json::from_value(plan["adapters"].clone()).unwrap();
+        let served: Vec<String> = (c.lora.iter())
+            .flat_map(|l| l.modules.iter().map(|m| m.0.clone()))
+            .collect();
+        assert_eq!(served, adapters, "{name}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

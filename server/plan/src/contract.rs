@@ -183,6 +183,10 @@ pub mod metric {
     pub const LORA_REQUESTS_INFO: &str = "vllm:lora_requests_info";
     /// Requests submitted for each LoRA adapter, by `adapter`.
     pub const LORA_REQUESTS: &str = "ferrox_lora_requests_total";
+    /// Each LoRA adapter the server serves, by `adapter`: 1 held in memory,
+    /// 0 known and read in again on its next request (the operator's
+    /// `status.adapters`).
+    pub const LORA_ADAPTER_LOADED: &str = "ferrox_lora_adapter_loaded";
 }
 
 /// What the operator reads from each ferrox-router replica.

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ferrox_plan::contract::metric;
-use prometheus::{GaugeVec, IntCounterVec, Opts, Registry};
+use prometheus::{GaugeVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 
 use super::reg;
 
@@ -17,6 +17,7 @@ const INFO_LABELS: [&str; 3] = ["running_lora_adapters", "waiting_lora_adapters"
 pub(super) struct LoraSeries {
     info: GaugeVec,
     requests: IntCounterVec,
+    loaded: IntGaugeVec,
     /// `--max-loras`, once the server serves adapters.
     max_loras: OnceLock<usize>,
 }
@@ -43,9 +44,17 @@ impl LoraSeries {
             ),
             &["adapter"],
         )?;
+        let loaded = IntGaugeVec::new(
+            Opts::new(
+                metric::LORA_ADAPTER_LOADED,
+                "Each LoRA adapter served: 1 held in memory, 0 read in again on its next request.",
+            ),
+            &["adapter"],
+        )?;
         Ok(LoraSeries {
             info: reg(r, info)?,
             requests: reg(r, requests)?,
+            loaded: reg(r, loaded)?,
             max_loras: OnceLock::new(),
         })
     }
@@ -70,6 +79,16 @@ impl LoraSeries {
             .get_metric_with_label_values(&labels.each_ref().map(String::as_str))
         {
             g.set(now);
+        }
+    }
+
+    /// The adapters served now (an unloaded one's series goes).
+    pub(super) fn set_adapters(&self, adapters: &[(String, bool)]) {
+        self.loaded.reset();
+        for (name, held) in adapters {
+            if let Ok(g) = self.loaded.get_metric_with_label_values(&[name]) {
+                g.set(i64::from(*held));
+            }
         }
     }
 

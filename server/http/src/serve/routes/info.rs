@@ -117,7 +117,17 @@ pub(crate) async fn ready(State(s): State<AppState>) -> Response {
 pub(crate) async fn metrics(State(s): State<AppState>) -> Response {
     let text = s
         .loaded()
-        .map(|l| l.engine.metrics().render(s.model_name()))
+        .map(|l| {
+            if let Some(store) = &l.adapters {
+                let served: Vec<(String, bool)> = store
+                    .list()
+                    .into_iter()
+                    .map(|a| (a.name, a.key.is_some()))
+                    .collect();
+                l.engine.metrics().set_lora_adapters(&served);
+            }
+            l.engine.metrics().render(s.model_name())
+        })
         .unwrap_or_default();
     (
         [(

@@ -73,6 +73,7 @@ async fn body_of<T: serde::de::DeserializeOwned>(s: &AppState, body: Body) -> Re
         (status = 200, description = "Loaded", body = String,
             example = "Success: LoRA adapter 'sql' added successfully."),
         (status = 400, description = "Refused with the reason: the name is taken or invalid, the source unreachable, the rank above --max-lora-rank, a shape not the base's, a truncated file; or the server serves no adapters", body = ErrorBody),
+        (status = 401, description = "No valid key (when the server has keys)", body = ErrorBody),
         (status = 403, description = "The server was not started with --allow-runtime-lora-updating", body = ErrorBody),
         (status = 503, description = "Loading, or every adapter kept in memory is in use", body = ErrorBody),
     ))]
@@ -109,6 +110,7 @@ pub(crate) async fn load_lora_adapter(State(s): State<AppState>, body: Body) -> 
         (status = 200, description = "Unloaded", body = String,
             example = "Success: LoRA adapter 'sql' removed successfully."),
         (status = 400, description = "Bad body, or the server serves no adapters", body = ErrorBody),
+        (status = 401, description = "No valid key (when the server has keys)", body = ErrorBody),
         (status = 403, description = "The server was not started with --allow-runtime-lora-updating", body = ErrorBody),
         (status = 404, description = "No adapter of that name", body = ErrorBody),
     ))]

@@ -101,6 +101,30 @@ impl AdapterStore {
         }
     }
 
+    /// The store of a server serving `base_name`, with every
+    /// `--lora-modules` entry loaded and checked (sources resolved through
+    /// `fetch`): one that cannot be served stops the start with its name and
+    /// reason.
+    pub fn start(
+        base_name: &str,
+        lora: &LoraConfig,
+        fetch: &ferrox_fetch::FetchConfig,
+        shapes: LoraShapes,
+    ) -> anyhow::Result<Arc<AdapterStore>> {
+        let fetch = fetch.clone();
+        let resolve: Resolver = Arc::new(move |source: &str| {
+            let parsed = ferrox_fetch::parse(source).map_err(|e| e.to_string())?;
+            ferrox_fetch::resolve_adapter(&parsed, &fetch).map_err(|e| e.to_string())
+        });
+        let store = AdapterStore::new(base_name, shapes, lora.clone(), resolve);
+        for (name, source) in &lora.modules {
+            store
+                .add(name, source)
+                .map_err(|e| anyhow::anyhow!("--lora-modules {name}={source}: {e}"))?;
+        }
+        Ok(Arc::new(store))
+    }
+
     /// The flags it runs with.
     pub fn config(&self) -> &LoraConfig {
         &self.config

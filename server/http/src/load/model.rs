@@ -14,7 +14,7 @@ use ferrox_plan::{
     plan_default, plan_for_blocks,
 };
 
-use crate::load::adapters::{AdapterStore, LoraConfig, Resolver};
+use crate::load::adapters::AdapterStore;
 use crate::load::config::{KvSizing, ServeConfig};
 use crate::load::text::CoreFrontend;
 use crate::serve::state::Loaded;
@@ -219,7 +219,14 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
     let adapters = cfg
         .lora
         .as_ref()
-        .map(|l| adapter_store(cfg, l, LoraShapes::of(llama.config())))
+        .map(|l| {
+            AdapterStore::start(
+                &cfg.served_model_name,
+                l,
+                &cfg.fetch,
+                LoraShapes::of(llama.config()),
+            )
+        })
         .transpose()?;
     let mut model = ferrox_models::PagedModel::new(
         llama,
@@ -255,27 +262,6 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
         stall,
         adapters,
     })
-}
-
-/// The adapter store, with every `--lora-modules` entry loaded and checked:
-/// one that cannot be served stops the start with its name and reason.
-fn adapter_store(
-    cfg: &ServeConfig,
-    lora: &LoraConfig,
-    shapes: LoraShapes,
-) -> anyhow::Result<Arc<AdapterStore>> {
-    let fetch = cfg.fetch.clone();
-    let resolve: Resolver = Arc::new(move |source: &str| {
-        let parsed = ferrox_fetch::parse(source).map_err(|e| e.to_string())?;
-        ferrox_fetch::resolve_adapter(&parsed, &fetch).map_err(|e| e.to_string())
-    });
-    let store = AdapterStore::new(&cfg.served_model_name, shapes, lora.clone(), resolve);
-    for (name, source) in &lora.modules {
-        store
-            .add(name, source)
-            .map_err(|e| anyhow::anyhow!("--lora-modules {name}={source}: {e}"))?;
-    }
-    Ok(Arc::new(store))
 }
 
 /// The plan, once, at start.

@@ -237,9 +237,17 @@ impl QMatrix {
 }
 
 /// Row groups per task: enough tasks to keep every thread busy (even at
-/// batch 1 on small matrices), few enough that scheduling stays cheap.
+/// batch 1 on small matrices), few enough that scheduling stays cheap;
+/// whole panels (an even count), so 512-bit tiles never split one.
 fn chunk_groups(groups: usize, batch: usize) -> usize {
     let threads = rayon::current_num_threads().max(1);
     let max = if batch >= 16 { 4 } else { 8 };
-    groups.div_ceil(threads * 4).clamp(1, max)
+    groups
+        .div_ceil(threads * 4)
+        .clamp(1, max)
+        .next_multiple_of(2)
 }
+
+#[cfg(test)]
+#[path = "matmul_tests.rs"]
+mod tests;

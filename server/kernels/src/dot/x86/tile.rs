@@ -1,0 +1,188 @@
+//! The tile every x86 kernel runs, written once over [`Simd`]: a group (or
+//! panel) of weight rows x `A` activation rows, block after block, each
+//! output with [`crate::dot::block_term`]'s operations in its order.
+
+use super::simd::Simd;
+use crate::qact::QActs;
+use crate::qmatrix::QMatrix;
+use crate::quant_type::{Min, QK, QuantType, Sub};
+
+/// Q8_0's code: its quants are signed.
+const Q8_0: u8 = QuantType::Q8_0 as u8;
+
+/// How many `maddubs` results (pairs of products) an i16 lane may sum:
+/// each is at most `2 * umax * 127`.
+const fn chunk(t: u8) -> usize {
+    let f = QuantType::from_code(t).format();
+    if t == Q8_0 {
+        return 1;
+    }
+    let fits = 32767 / (2 * 127 * f.umax() as usize);
+    let most = if f.halves() { 4 } else { 8 };
+    if fits < most { fits } else { most }
+}
+
+/// A 32-block's 8 registers of unsigned quants from its plane registers at
+/// `q` (`stride` bytes apart): register `u` is the low plane's register
+/// `u % lo` shifted by `lo * (u / lo)` and masked, ORed with the high
+/// plane's bits moved above them (see `Format::bits`).
+///
+/// # Safety
+/// The block's `lo + hi` registers are readable.
+#[inline(always)]
+unsafe fn unpack<V: Simd>(q: *const u8, stride: usize, lo: u32, hi: u32) -> [V::I; 8] {
+    // SAFETY: every register read is one of the block's.
+    std::array::from_fn(|u| unsafe {
+        let u = u as u32;
+        let low = V::load(q.add((u % lo) as usize * stride));
+        let mut v = if lo == 8 {
+            low
+        } else {
+            let at = lo * (u / lo);
+            let s = if at == 0 { low } else { V::srl16(low, at) };
+            V::and(s, V::splat8(((1u32 << lo) - 1) as u8))
+        };
+        if hi > 0 {
+            let high = V::load(q.add((lo + u % hi) as usize * stride));
+            let at = hi * (u / hi);
+            let s = if at < lo {
+                V::sll16(high, lo - at)
+            } else if at > lo {
+                V::srl16(high, at - lo)
+            } else {
+                high
+            };
+            v = V::or_and(v, s, V::splat8((((1u32 << hi) - 1) << lo) as u8));
+        }
+        v
+    })
+}
+
+/// Weight rows of group `g` (with `V::LANES == 16`, of its whole panel)
+/// against activation rows `n0..n0+A`: `[activation][lane]`.
+///
+/// # Safety
+/// The CPU has `V`'s features; group `g` (its panel when wide) and the
+/// activation rows exist, and `acts.cols() == w.cols()`.
+// Index loops over the const-size register tiles read clearer than zips.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+pub(super) unsafe fn tile<V: Simd, const T: u8, const A: usize>(
+    w: &QMatrix,
+    g: usize,
+    acts: &QActs,
+    n0: usize,
+) -> [[f32; 16]; A] {
+    let f = const { QuantType::from_code(T).format() };
+    let signed = T == Q8_0 && !V::XOR_SIGNED;
+    let offset = if T == Q8_0 && V::XOR_SIGNED {
+        -128
+    } else {
+        f.offset
+    };
+    let (lay, nb, regs) = (w.layout(), w.blocks_per_row(), f.regs());
+    let (units, step) = (nb / f.bpu, lay.step(g));
+    // SAFETY (all pointer arithmetic below): offsets of group `g`'s own
+    // elements in each array, and of activation rows `n0..n0+A`; arrays a
+    // format lacks are never read.
+    unsafe {
+        let qp = w.qs.as_ptr().add(4 * lay.index(g, 0, nb, 0, regs));
+        let dp = w.d.as_ptr().add(lay.index(g, 0, units, 0, 1));
+        let mp = w.m.as_ptr().wrapping_add(lay.index(g, 0, units, 0, 1));
+        let sp = w.sc.as_ptr().wrapping_add(match f.sub {
+            Sub::Per32 => lay.index(g, 0, nb, 0, 2),
+            _ => 2 * lay.index(g, 0, nb, 0, 1),
+        });
+        let xq: [*const i8; A] = std::array::from_fn(|j| acts.qs.as_ptr().add((n0 + j) * w.cols()));
+        let (xd, xs, xi) = (acts.d.as_ptr(), acts.s.as_ptr(), acts.isum.as_ptr());
+        let (xh, xm) = (acts.isum16.as_ptr().cast::<u8>(), acts.dsum.as_ptr());
+        let zero = V::splat32(0);
+        let mut acc = [V::fzero(); A];
+        for unit in 0..units {
+            let dv = V::f16s(dp.add(unit * step));
+            let mv = if f.min == Min::None {
+                V::fzero()
+            } else {
+                V::f16s(mp.add(unit * step))
+            };
+            for b in unit * f.bpu..(unit + 1) * f.bpu {
+                let raw = unpack::<V>(qp.add(4 * b * regs * step), 4 * step, f.lo, f.hi);
+                let wu = if T != Q8_0 {
+                    raw
+                } else if V::XOR_SIGNED {
+                    raw.map(|r| V::xor(r, V::splat8(0x80)))
+                } else {
+                    raw.map(|r| V::abs8(r))
+                };
+                // Sub-scales, once per block for every activation row:
+                // (low-half or whole scale, high-half scale, pairs / minima).
+                let s = sp.wrapping_add(2 * b * step);
+                let (sa, sb, sm, fm) = match f.sub {
+                    Sub::None => (zero, zero, zero, V::fzero()),
+                    Sub::Per32 => {
+                        let mn = V::cvt(V::u8_to_i32(s.add(step)));
+                        (V::u8_to_i32(s), zero, zero, V::mul(mv, mn))
+                    }
+                    Sub::Per16 => {
+                        let p = V::i8_to_i16(s);
+                        (
+                            V::sra32(V::sll32(p, 16), 16),
+                            V::sra32(p, 16),
+                            p,
+                            V::fzero(),
+                        )
+                    }
+                    Sub::Per16Min => {
+                        let r = V::u8_to_i16(s);
+                        let sc = V::and(r, V::splat32(0x000F_000F));
+                        let lo = V::and(sc, V::splat32(0xFFFF));
+                        (lo, V::srl32(sc, 16), V::srl16(r, 4), V::fzero())
+                    }
+                };
+                for j in 0..A {
+                    let xb = (n0 + j) * nb + b;
+                    let [s0, s1] =
+                        V::dots(&wu, &raw, xq[j].add(QK * b), f.halves(), chunk(T), signed);
+                    let dd = V::mul(dv, V::fsplat(xd.add(xb)));
+                    acc[j] = match f.sub {
+                        Sub::None => {
+                            let i = if offset == 0 {
+                                s0
+                            } else {
+                                V::add32(s0, V::splat32(offset * *xi.add(xb)))
+                            };
+                            let a = V::fma(V::cvt(i), dd, acc[j]);
+                            if f.min == Min::Block {
+                                V::fma(mv, V::fsplat(xs.add(xb)), a)
+                            } else {
+                                a
+                            }
+                        }
+                        Sub::Per32 => {
+                            let a = V::fma(V::cvt(V::mul32(sa, s0)), dd, acc[j]);
+                            V::fnma(fm, V::fsplat(xm.add(xb)), a)
+                        }
+                        Sub::Per16 => {
+                            let i = V::add32(V::mul32(sa, s0), V::mul32(sb, s1));
+                            let o = V::madd16(sm, V::bcast32(xh.add(4 * xb)));
+                            // offset = -2^k: subtract the scaled half sums.
+                            let i = V::sub32(i, V::sll32(o, (-offset).trailing_zeros()));
+                            V::fma(V::cvt(i), dd, acc[j])
+                        }
+                        Sub::Per16Min => {
+                            let i = V::add32(V::mul32(sa, s0), V::mul32(sb, s1));
+                            let a = V::fma(V::cvt(i), dd, acc[j]);
+                            let m = V::madd16(sm, V::bcast32(xh.add(4 * xb)));
+                            V::fnma(V::cvt(m), V::mul(mv, V::fsplat(xd.add(xb))), a)
+                        }
+                    };
+                }
+            }
+        }
+        let mut res = [[0f32; 16]; A];
+        for j in 0..A {
+            V::store(res[j].as_mut_ptr(), acc[j]);
+        }
+        res
+    }
+}

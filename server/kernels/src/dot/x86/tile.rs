@@ -2,7 +2,14 @@
 //! panel) of weight rows x `A` activation rows, block after block, each
 //! output with [`crate::dot::block_term`]'s operations in its order.
 
+use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+
 use super::simd::Simd;
+
+/// How far ahead of the current block a decode tile prefetches its quants:
+/// a row group's weights are one sequential run, read once a call, and
+/// the hardware prefetcher alone leaves the DRAM idle while a block computes.
+const PREFETCH: usize = 4096;
 use crate::qact::QActs;
 use crate::qmatrix::QMatrix;
 use crate::quant_type::{Min, QK, QuantType, Sub};
@@ -31,31 +38,36 @@ const fn chunk(t: u8) -> usize {
 /// The block's `lo + hi` registers are readable.
 #[inline(always)]
 unsafe fn unpack<V: Simd>(q: *const u8, stride: usize, lo: u32, hi: u32) -> [V::I; 8] {
-    // SAFETY: every register read is one of the block's.
-    std::array::from_fn(|u| unsafe {
-        let u = u as u32;
-        let low = V::load(q.add((u % lo) as usize * stride));
-        let mut v = if lo == 8 {
-            low
-        } else {
-            let at = lo * (u / lo);
-            let s = if at == 0 { low } else { V::srl16(low, at) };
-            V::and(s, V::splat8(((1u32 << lo) - 1) as u8))
-        };
-        if hi > 0 {
-            let high = V::load(q.add((lo + u % hi) as usize * stride));
-            let at = hi * (u / hi);
-            let s = if at < lo {
-                V::sll16(high, lo - at)
-            } else if at > lo {
-                V::srl16(high, at - lo)
+    // Plain loops, no closures: a closure is compiled without the entry
+    // point's target features, and the intrinsics in it would not inline.
+    let mut out = [unsafe { V::splat32(0) }; 8];
+    for u in 0..8u32 {
+        // SAFETY: every register read is one of the block's.
+        unsafe {
+            let low = V::load(q.add((u % lo) as usize * stride));
+            let mut v = if lo == 8 {
+                low
             } else {
-                high
+                let at = lo * (u / lo);
+                let s = if at == 0 { low } else { V::srl16(low, at) };
+                V::and(s, V::splat8(((1u32 << lo) - 1) as u8))
             };
-            v = V::or_and(v, s, V::splat8((((1u32 << hi) - 1) << lo) as u8));
+            if hi > 0 {
+                let high = V::load(q.add((lo + u % hi) as usize * stride));
+                let at = hi * (u / hi);
+                let s = if at < lo {
+                    V::sll16(high, lo - at)
+                } else if at > lo {
+                    V::srl16(high, at - lo)
+                } else {
+                    high
+                };
+                v = V::or_and(v, s, V::splat8((((1u32 << hi) - 1) << lo) as u8));
+            }
+            out[u as usize] = v;
         }
-        v
-    })
+    }
+    out
 }
 
 /// Weight rows of group `g` (with `V::LANES == 16`, of its whole panel)
@@ -106,14 +118,26 @@ pub(super) unsafe fn tile<V: Simd, const T: u8, const A: usize>(
                 V::f16s(mp.add(unit * step))
             };
             for b in unit * f.bpu..(unit + 1) * f.bpu {
-                let raw = unpack::<V>(qp.add(4 * b * regs * step), 4 * step, f.lo, f.hi);
-                let wu = if T != Q8_0 {
-                    raw
-                } else if V::XOR_SIGNED {
-                    raw.map(|r| V::xor(r, V::splat8(0x80)))
-                } else {
-                    raw.map(|r| V::abs8(r))
-                };
+                let qb = qp.add(4 * b * regs * step);
+                if A <= 2 {
+                    // One line per register of a panel's block (64 bytes).
+                    for k in 0..regs {
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            qb.wrapping_add(k * 4 * step + PREFETCH).cast(),
+                        );
+                    }
+                }
+                let raw = unpack::<V>(qb, 4 * step, f.lo, f.hi);
+                let mut wu = raw;
+                if T == Q8_0 {
+                    for r in &mut wu {
+                        *r = if V::XOR_SIGNED {
+                            V::xor(*r, V::splat8(0x80))
+                        } else {
+                            V::abs8(*r)
+                        };
+                    }
+                }
                 // Sub-scales, once per block for every activation row:
                 // (low-half or whole scale, high-half scale, pairs / minima).
                 let s = sp.wrapping_add(2 * b * step);

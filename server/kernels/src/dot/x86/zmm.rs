@@ -113,6 +113,8 @@ impl<const WIDE: bool> Simd for Zmm<WIDE> {
         unsafe { _mm512_cvtepu8_epi16(Self::half(p)) }
     }
 
+    // Index loops over the 8 registers read clearer than zips.
+    #[allow(clippy::needless_range_loop)]
     #[inline(always)]
     unsafe fn dots(
         wu: &[__m512i; 8],
@@ -122,19 +124,22 @@ impl<const WIDE: bool> Simd for Zmm<WIDE> {
         _chunk: usize,
         _signed: bool,
     ) -> [__m512i; 2] {
+        // Plain loops, no closures (see `tile::unpack`).
         let ranges = if halves {
             [(0, 4), (4, 8)]
         } else {
             [(0, 8), (8, 8)]
         };
-        ranges.map(|(a, b)| {
-            let mut s = unsafe { _mm512_setzero_si512() };
-            for (u, &w) in wu.iter().enumerate().take(b).skip(a) {
+        let mut out = [unsafe { _mm512_setzero_si512() }; 2];
+        for (h, (a, b)) in ranges.into_iter().enumerate() {
+            for u in a..b {
                 // SAFETY: `x..x+32` readable (the caller's guarantee).
-                s = unsafe { _mm512_dpbusd_epi32(s, w, Self::bcast32(x.add(4 * u).cast())) };
+                out[h] = unsafe {
+                    _mm512_dpbusd_epi32(out[h], wu[u], Self::bcast32(x.add(4 * u).cast()))
+                };
             }
-            s
-        })
+        }
+        out
     }
 
     #[inline(always)]

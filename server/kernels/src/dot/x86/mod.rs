@@ -15,6 +15,9 @@ use crate::qact::QActs;
 use crate::qmatrix::QMatrix;
 use crate::quant_type::{GROUP, QuantType};
 
+/// Rows of a whole panel: a group's step between its fields in one.
+const PANEL: usize = 2 * GROUP;
+
 /// Every tile of groups `g0..g1` x activations `n0..n1` to `sink`, on
 /// `kernel` (not the scalar one) monomorphised for the matrix's format.
 pub(super) fn run(
@@ -94,7 +97,8 @@ entry!(
 );
 
 /// Group `g` (its panel when `V` is 16 rows wide) against activation rows
-/// `n0..n1`: tiles of `A`, then the rest in tiles of 4, 2, 1.
+/// `n0..n1`: tiles of `A`, then the rest in tiles of 4, 2, 1. A lone last
+/// group (half a panel's step) is rare: it runs 1-wide tiles.
 ///
 /// # Safety
 /// As [`tile`].
@@ -107,21 +111,54 @@ unsafe fn acts_loop<V: Simd, const T: u8, const A: usize>(
     sink: &mut Sink<'_>,
 ) {
     let mut n = n0;
-    // SAFETY (each tile): activation rows `n..n+width` are below `n1`.
+    // SAFETY (each tile): activation rows `n..n+width` are below `n1`, and
+    // the step is the group's.
+    if w.layout().step(g) == GROUP {
+        while n < n1 {
+            emit::<V, 1>(
+                g,
+                n,
+                &unsafe { tile::<V, T, 1, GROUP>(w, g, acts, n) },
+                sink,
+            );
+            n += 1;
+        }
+        return;
+    }
     while n1 - n >= A {
-        emit::<V, A>(g, n, &unsafe { tile::<V, T, A>(w, g, acts, n) }, sink);
+        emit::<V, A>(
+            g,
+            n,
+            &unsafe { tile::<V, T, A, PANEL>(w, g, acts, n) },
+            sink,
+        );
         n += A;
     }
     if A > 4 && n1 - n >= 4 {
-        emit::<V, 4>(g, n, &unsafe { tile::<V, T, 4>(w, g, acts, n) }, sink);
+        emit::<V, 4>(
+            g,
+            n,
+            &unsafe { tile::<V, T, 4, PANEL>(w, g, acts, n) },
+            sink,
+        );
         n += 4;
     }
     if n1 - n >= 2 {
-        emit::<V, 2>(g, n, &unsafe { tile::<V, T, 2>(w, g, acts, n) }, sink);
+        emit::<V, 2>(
+            g,
+            n,
+            &unsafe { tile::<V, T, 2, PANEL>(w, g, acts, n) },
+            sink,
+        );
         n += 2;
     }
     if n1 - n >= 1 {
-        emit::<V, 1>(g, n, &unsafe { tile::<V, T, 1>(w, g, acts, n) }, sink);
+        emit::<V, 1>(
+            g,
+            n,
+            &unsafe { tile::<V, T, 1, PANEL>(w, g, acts, n) },
+            sink,
+        );
     }
 }
 

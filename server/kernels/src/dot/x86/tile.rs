@@ -71,15 +71,18 @@ unsafe fn unpack<V: Simd>(q: *const u8, stride: usize, lo: u32, hi: u32) -> [V::
 }
 
 /// Weight rows of group `g` (with `V::LANES == 16`, of its whole panel)
-/// against activation rows `n0..n0+A`: `[activation][lane]`.
+/// against activation rows `n0..n0+A`: `[activation][lane]`. `STEP` is
+/// the group's `Layout::step` (16 in a whole panel, 8 alone), a constant
+/// so every offset folds into an address.
 ///
 /// # Safety
 /// The CPU has `V`'s features; group `g` (its panel when wide) and the
-/// activation rows exist, and `acts.cols() == w.cols()`.
+/// activation rows exist, `STEP == w.layout().step(g)`, and
+/// `acts.cols() == w.cols()`.
 // Index loops over the const-size register tiles read clearer than zips.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-pub(super) unsafe fn tile<V: Simd, const T: u8, const A: usize>(
+pub(super) unsafe fn tile<V: Simd, const T: u8, const A: usize, const STEP: usize>(
     w: &QMatrix,
     g: usize,
     acts: &QActs,
@@ -93,7 +96,8 @@ pub(super) unsafe fn tile<V: Simd, const T: u8, const A: usize>(
         f.offset
     };
     let (lay, nb, regs) = (w.layout(), w.blocks_per_row(), f.regs());
-    let (units, step) = (nb / f.bpu, lay.step(g));
+    let (units, step) = (nb / f.bpu, STEP);
+    debug_assert_eq!(step, lay.step(g));
     // SAFETY (all pointer arithmetic below): offsets of group `g`'s own
     // elements in each array, and of activation rows `n0..n0+A`; arrays a
     // format lacks are never read.

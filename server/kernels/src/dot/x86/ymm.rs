@@ -121,10 +121,18 @@ impl<const VNNI: bool> Simd for Ymm<VNNI> {
             unsafe {
                 let mut s = _mm256_setzero_si256();
                 if VNNI {
+                    // Two chains, so consecutive `vpdpbusd` do not wait on
+                    // each other; integer sums are exact in any order.
+                    let mut t = _mm256_setzero_si256();
                     for u in a..b {
                         let xb = Self::bcast32(x.add(4 * u).cast());
-                        s = _mm256_dpbusd_avx_epi32(s, wu[u], xb);
+                        if u % 2 == 0 {
+                            s = _mm256_dpbusd_avx_epi32(s, wu[u], xb);
+                        } else {
+                            t = _mm256_dpbusd_avx_epi32(t, wu[u], xb);
+                        }
                     }
+                    s = _mm256_add_epi32(s, t);
                 } else {
                     let mut u = a;
                     while u < b {

@@ -124,20 +124,18 @@ impl<const WIDE: bool> Simd for Zmm<WIDE> {
         _chunk: usize,
         _signed: bool,
     ) -> [__m512i; 2] {
-        // Plain loops, no closures (see `tile::unpack`).
-        let ranges = if halves {
-            [(0, 4), (4, 8)]
-        } else {
-            [(0, 8), (8, 8)]
-        };
+        // Plain loops, no closures (see `tile::unpack`). Two chains of 4
+        // (the halves), so consecutive `vpdpbusd` do not wait on each other;
+        // integer sums are exact in any order.
         let mut out = [unsafe { _mm512_setzero_si512() }; 2];
-        for (h, (a, b)) in ranges.into_iter().enumerate() {
-            for u in a..b {
-                // SAFETY: `x..x+32` readable (the caller's guarantee).
-                out[h] = unsafe {
-                    _mm512_dpbusd_epi32(out[h], wu[u], Self::bcast32(x.add(4 * u).cast()))
-                };
-            }
+        for u in 0..8 {
+            // SAFETY: `x..x+32` readable (the caller's guarantee).
+            out[u / 4] = unsafe {
+                _mm512_dpbusd_epi32(out[u / 4], wu[u], Self::bcast32(x.add(4 * u).cast()))
+            };
+        }
+        if !halves {
+            out = [unsafe { _mm512_add_epi32(out[0], out[1]) }, out[1]];
         }
         out
     }

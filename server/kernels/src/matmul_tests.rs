@@ -150,7 +150,7 @@ fn a_row_gets_the_same_bits_in_any_batch_and_tile() {
 fn parts_split_the_rows_and_add_accumulates() {
     let mut rng = Rng::new(5);
     let (rows, batch) = (40, 6);
-    for ty in [QuantType::Q4_1, QuantType::Q4_K, QuantType::Q6_K] {
+    for ty in QuantType::ALL {
         let cols = 2 * ty.block_len();
         let w = matrix(&mut rng, ty, rows, cols, Scales::Plausible);
         let x = rng.vec(batch * cols);

@@ -144,14 +144,25 @@ impl QMatrix {
     pub(crate) fn block_quants(&self, row: usize, b: usize) -> [u8; QK] {
         let (f, lay, nb) = (self.ty.format(), self.layout(), self.blocks_per_row());
         let (g, r) = (row / GROUP, row % GROUP);
+        // The row's 4 bytes of each plane register, then each weight's bits.
+        let mut regs = [0u32; 8];
+        for (k, reg) in regs.iter_mut().enumerate().take(f.regs()) {
+            let at = 4 * (lay.index(g, b, nb, k, f.regs()) + r);
+            *reg = u32::from_le_bytes([
+                self.qs[at],
+                self.qs[at + 1],
+                self.qs[at + 2],
+                self.qs[at + 3],
+            ]);
+        }
         std::array::from_fn(|k| {
             let [(lr, ls), (hr, hs)] = f.bits(k);
-            let byte = |reg: usize| self.qs[4 * (lay.index(g, b, nb, reg, f.regs()) + r) + k % 4];
-            let low = (u32::from(byte(lr)) >> ls) & ((1 << f.lo) - 1);
+            let byte = |reg: usize, shift: u32| (regs[reg] >> (8 * (k % 4) as u32 + shift)) & 0xFF;
+            let low = byte(lr, ls) & ((1 << f.lo) - 1);
             let high = if f.hi == 0 {
                 0
             } else {
-                (u32::from(byte(hr)) >> hs) & ((1 << f.hi) - 1)
+                byte(hr, hs) & ((1 << f.hi) - 1)
             };
             (low | (high << f.lo)) as u8
         })

@@ -252,6 +252,7 @@ fn fill_panel(
     let base = |units: usize, fields: usize| p * Layout::panel_len(units, fields);
     let (qs0, d0, sc0) = (4 * base(nb, f.regs()), base(units, 1), base(nb, 2));
     let mut dec = Decoded::default();
+    let bits: [[(usize, u32); 2]; QK] = std::array::from_fn(|k| f.bits(k));
     for g in 2 * p..(2 * p + 2).min(lay.groups()) {
         for r in 0..GROUP {
             let row = g * GROUP + r;
@@ -279,15 +280,18 @@ fn fill_panel(
                             out.sc[at..at + 2].copy_from_slice(sub);
                         }
                     }
-                    for (k, &v) in q.iter().enumerate() {
-                        let [(lr, ls), (hr, hs)] = f.bits(k);
-                        let at =
-                            |reg: usize| 4 * (lay.index(g, b, nb, reg, f.regs()) + r) + k % 4 - qs0;
-                        out.qs[at(lr)] |= ((u32::from(v) & ((1 << f.lo) - 1)) << ls) as u8;
+                    // The row's 4 bytes of each plane register, then stored.
+                    let mut words = [0u32; 8];
+                    for (k, (&v, &[(lr, ls), (hr, hs)])) in q.iter().zip(&bits).enumerate() {
+                        let (v, at) = (u32::from(v), 8 * (k % 4) as u32);
+                        words[lr] |= (v & ((1 << f.lo) - 1)) << (at + ls);
                         if f.hi > 0 {
-                            out.qs[at(hr)] |=
-                                (((u32::from(v) >> f.lo) & ((1 << f.hi) - 1)) << hs) as u8;
+                            words[hr] |= ((v >> f.lo) & ((1 << f.hi) - 1)) << (at + hs);
                         }
+                    }
+                    for (k, word) in words.iter().enumerate().take(f.regs()) {
+                        let at = 4 * (lay.index(g, b, nb, k, f.regs()) + r) - qs0;
+                        out.qs[at..at + 4].copy_from_slice(&word.to_le_bytes());
                     }
                 }
             }

@@ -12,7 +12,7 @@ use super::simd::Simd;
 const PREFETCH: usize = 4096;
 use crate::qact::QActs;
 use crate::qmatrix::QMatrix;
-use crate::quant_type::{Min, QK, QuantType, Sub};
+use crate::quant_type::{Format, Min, QK, QuantType, Sub};
 
 /// Q8_0's code: its quants are signed.
 const Q8_0: u8 = QuantType::Q8_0 as u8;
@@ -70,6 +70,129 @@ unsafe fn unpack<V: Simd>(q: *const u8, stride: usize, lo: u32, hi: u32) -> [V::
     out
 }
 
+/// A block's weight-side factors, shared by every activation row of a tile.
+#[derive(Clone, Copy)]
+struct Scales<V: Simd> {
+    /// f16 `d` of the block or super-block.
+    d: V::F,
+    /// f16 `m` / `dmin`, else zero.
+    m: V::F,
+    /// Whole-block (Per32) or low-half sub-scale, i32 lanes.
+    sa: V::I,
+    /// High-half sub-scale, i32 lanes.
+    sb: V::I,
+    /// Per16: the signed scale pairs; Per16Min: the minimum pairs (i16).
+    pairs: V::I,
+    /// Per32: `dmin * mn`.
+    fm: V::F,
+}
+
+/// Pointers to the activation's per-block arrays.
+#[derive(Clone, Copy)]
+struct ActBlocks {
+    d: *const f32,
+    s: *const f32,
+    isum: *const i32,
+    isum16: *const u8,
+    dsum: *const f32,
+}
+
+/// A 32-block's sub-scales at `s` (`step` bytes between a panel's fields).
+///
+/// # Safety
+/// The format's sub-scale bytes for the block are readable at `s`.
+#[inline(always)]
+unsafe fn sub_scales<V: Simd>(sub: Sub, s: *const u8, step: usize, d: V::F, m: V::F) -> Scales<V> {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        let zero = V::splat32(0);
+        let (sa, sb, pairs, fm) = match sub {
+            Sub::None => (zero, zero, zero, V::fzero()),
+            Sub::Per32 => {
+                let mn = V::cvt(V::u8_to_i32(s.add(step)));
+                (V::u8_to_i32(s), zero, zero, V::mul(m, mn))
+            }
+            Sub::Per16 => {
+                let p = V::i8_to_i16(s);
+                (
+                    V::sra32(V::sll32(p, 16), 16),
+                    V::sra32(p, 16),
+                    p,
+                    V::fzero(),
+                )
+            }
+            Sub::Per16Min => {
+                let r = V::u8_to_i16(s);
+                let sc = V::and(r, V::splat32(0x000F_000F));
+                let lo = V::and(sc, V::splat32(0xFFFF));
+                (lo, V::srl32(sc, 16), V::srl16(r, 4), V::fzero())
+            }
+        };
+        Scales {
+            d,
+            m,
+            sa,
+            sb,
+            pairs,
+            fm,
+        }
+    }
+}
+
+/// [`crate::dot::block_term`] for a vector of rows: the block's integer
+/// dots `s` (whole in `s[0]`, or per half) against activation block `xb`,
+/// added to `acc` with the same operations in the same order.
+///
+/// # Safety
+/// Activation block `xb` exists.
+#[inline(always)]
+unsafe fn block_term<V: Simd>(
+    f: Format,
+    offset: i32,
+    acc: V::F,
+    [s0, s1]: [V::I; 2],
+    w: &Scales<V>,
+    x: ActBlocks,
+    xb: usize,
+) -> V::F {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        let dd = V::mul(w.d, V::fsplat(x.d.add(xb)));
+        match f.sub {
+            Sub::None => {
+                let i = if offset == 0 {
+                    s0
+                } else {
+                    V::add32(s0, V::splat32(offset * *x.isum.add(xb)))
+                };
+                let a = V::fma(V::cvt(i), dd, acc);
+                if f.min == Min::Block {
+                    V::fma(w.m, V::fsplat(x.s.add(xb)), a)
+                } else {
+                    a
+                }
+            }
+            Sub::Per32 => {
+                let a = V::fma(V::cvt(V::mul32(w.sa, s0)), dd, acc);
+                V::fnma(w.fm, V::fsplat(x.dsum.add(xb)), a)
+            }
+            Sub::Per16 => {
+                let i = V::add32(V::mul32(w.sa, s0), V::mul32(w.sb, s1));
+                let o = V::madd16(w.pairs, V::bcast32(x.isum16.add(4 * xb)));
+                // offset = -2^k: subtract the scaled half sums.
+                let i = V::sub32(i, V::sll32(o, (-offset).trailing_zeros()));
+                V::fma(V::cvt(i), dd, acc)
+            }
+            Sub::Per16Min => {
+                let i = V::add32(V::mul32(w.sa, s0), V::mul32(w.sb, s1));
+                let a = V::fma(V::cvt(i), dd, acc);
+                let m = V::madd16(w.pairs, V::bcast32(x.isum16.add(4 * xb)));
+                V::fnma(V::cvt(m), V::mul(w.m, V::fsplat(x.d.add(xb))), a)
+            }
+        }
+    }
+}
+
 /// Weight rows of group `g` (with `V::LANES == 16`, of its whole panel)
 /// against activation rows `n0..n0+A`: `[activation][lane]`. `STEP` is
 /// the group's `Layout::step` (16 in a whole panel, 8 alone), a constant
@@ -95,8 +218,8 @@ pub(super) unsafe fn tile<V: Simd, const T: u8, const A: usize, const STEP: usiz
     } else {
         f.offset
     };
-    let (lay, nb, regs) = (w.layout(), w.blocks_per_row(), f.regs());
-    let (units, step) = (nb / f.bpu, STEP);
+    let (lay, nb, regs, step) = (w.layout(), w.blocks_per_row(), f.regs(), STEP);
+    let units = nb / f.bpu;
     debug_assert_eq!(step, lay.step(g));
     // SAFETY (all pointer arithmetic below): offsets of group `g`'s own
     // elements in each array, and of activation rows `n0..n0+A`; arrays a
@@ -110,13 +233,17 @@ pub(super) unsafe fn tile<V: Simd, const T: u8, const A: usize, const STEP: usiz
             _ => 2 * lay.index(g, 0, nb, 0, 1),
         });
         let xq: [*const i8; A] = std::array::from_fn(|j| acts.qs.as_ptr().add((n0 + j) * w.cols()));
-        let (xd, xs, xi) = (acts.d.as_ptr(), acts.s.as_ptr(), acts.isum.as_ptr());
-        let (xh, xm) = (acts.isum16.as_ptr().cast::<u8>(), acts.dsum.as_ptr());
-        let zero = V::splat32(0);
+        let x = ActBlocks {
+            d: acts.d.as_ptr(),
+            s: acts.s.as_ptr(),
+            isum: acts.isum.as_ptr(),
+            isum16: acts.isum16.as_ptr().cast(),
+            dsum: acts.dsum.as_ptr(),
+        };
         let mut acc = [V::fzero(); A];
         for unit in 0..units {
-            let dv = V::f16s(dp.add(unit * step));
-            let mv = if f.min == Min::None {
+            let d = V::f16s(dp.add(unit * step));
+            let m = if f.min == Min::None {
                 V::fzero()
             } else {
                 V::f16s(mp.add(unit * step))
@@ -142,68 +269,10 @@ pub(super) unsafe fn tile<V: Simd, const T: u8, const A: usize, const STEP: usiz
                         };
                     }
                 }
-                // Sub-scales, once per block for every activation row:
-                // (low-half or whole scale, high-half scale, pairs / minima).
-                let s = sp.wrapping_add(2 * b * step);
-                let (sa, sb, sm, fm) = match f.sub {
-                    Sub::None => (zero, zero, zero, V::fzero()),
-                    Sub::Per32 => {
-                        let mn = V::cvt(V::u8_to_i32(s.add(step)));
-                        (V::u8_to_i32(s), zero, zero, V::mul(mv, mn))
-                    }
-                    Sub::Per16 => {
-                        let p = V::i8_to_i16(s);
-                        (
-                            V::sra32(V::sll32(p, 16), 16),
-                            V::sra32(p, 16),
-                            p,
-                            V::fzero(),
-                        )
-                    }
-                    Sub::Per16Min => {
-                        let r = V::u8_to_i16(s);
-                        let sc = V::and(r, V::splat32(0x000F_000F));
-                        let lo = V::and(sc, V::splat32(0xFFFF));
-                        (lo, V::srl32(sc, 16), V::srl16(r, 4), V::fzero())
-                    }
-                };
+                let scales = sub_scales::<V>(f.sub, sp.wrapping_add(2 * b * step), step, d, m);
                 for j in 0..A {
-                    let xb = (n0 + j) * nb + b;
-                    let [s0, s1] =
-                        V::dots(&wu, &raw, xq[j].add(QK * b), f.halves(), chunk(T), signed);
-                    let dd = V::mul(dv, V::fsplat(xd.add(xb)));
-                    acc[j] = match f.sub {
-                        Sub::None => {
-                            let i = if offset == 0 {
-                                s0
-                            } else {
-                                V::add32(s0, V::splat32(offset * *xi.add(xb)))
-                            };
-                            let a = V::fma(V::cvt(i), dd, acc[j]);
-                            if f.min == Min::Block {
-                                V::fma(mv, V::fsplat(xs.add(xb)), a)
-                            } else {
-                                a
-                            }
-                        }
-                        Sub::Per32 => {
-                            let a = V::fma(V::cvt(V::mul32(sa, s0)), dd, acc[j]);
-                            V::fnma(fm, V::fsplat(xm.add(xb)), a)
-                        }
-                        Sub::Per16 => {
-                            let i = V::add32(V::mul32(sa, s0), V::mul32(sb, s1));
-                            let o = V::madd16(sm, V::bcast32(xh.add(4 * xb)));
-                            // offset = -2^k: subtract the scaled half sums.
-                            let i = V::sub32(i, V::sll32(o, (-offset).trailing_zeros()));
-                            V::fma(V::cvt(i), dd, acc[j])
-                        }
-                        Sub::Per16Min => {
-                            let i = V::add32(V::mul32(sa, s0), V::mul32(sb, s1));
-                            let a = V::fma(V::cvt(i), dd, acc[j]);
-                            let m = V::madd16(sm, V::bcast32(xh.add(4 * xb)));
-                            V::fnma(V::cvt(m), V::mul(mv, V::fsplat(xd.add(xb))), a)
-                        }
-                    };
+                    let s = V::dots(&wu, &raw, xq[j].add(QK * b), f.halves(), chunk(T), signed);
+                    acc[j] = block_term(f, offset, acc[j], s, &scales, x, (n0 + j) * nb + b);
                 }
             }
         }

@@ -53,18 +53,63 @@ pub(crate) struct Scratch {
 #[derive(Debug)]
 pub(crate) struct FusedLayer {
     attn_norm: Vec<f32>,
-    qkv: Arc<QMatrix>,
+    qkv: Packed,
     qkv_bias: Option<Vec<f32>>,
     o: Arc<QMatrix>,
     ffn_norm: Vec<f32>,
-    gate_up: Arc<QMatrix>,
+    gate_up: Packed,
     down: Arc<QMatrix>,
 }
 
-fn packed(p: &Projection) -> Option<Arc<QMatrix>> {
-    match p {
-        Projection::Fused(Linear::Packed(w)) => Some(w.clone()),
-        _ => None,
+/// Packed matrices that read one input: one matrix holding every part's
+/// rows, or one matrix per part where their block types differ (a Q4_K_M
+/// file's q and k in Q4_K beside v in Q6_K). Either way the input is
+/// quantised once.
+#[derive(Debug)]
+struct Packed(Vec<Arc<QMatrix>>);
+
+impl Packed {
+    fn of(p: &Projection) -> Option<Self> {
+        let parts = match p {
+            Projection::Fused(l) => std::slice::from_ref(l),
+            Projection::Split(parts) => parts.as_slice(),
+        };
+        let packed = parts.iter().map(|l| match l {
+            Linear::Packed(w) => Some(w.clone()),
+            _ => None,
+        });
+        packed.collect::<Option<Vec<_>>>().map(Packed)
+    }
+
+    /// Input features.
+    fn cols(&self) -> usize {
+        self.0.first().map_or(0, |w| w.cols())
+    }
+
+    /// Output features, all parts together.
+    fn rows(&self) -> usize {
+        self.0.iter().map(|w| w.rows()).sum()
+    }
+
+    /// The product written into `sections` (`[tokens][width]` each, widths
+    /// summing to `rows`): one call over every section for a single matrix,
+    /// else each part's matrix into its own section.
+    fn matmul(&self, acts: &QActs, sections: &mut [&mut [f32]]) -> candle_core::Result<()> {
+        match self.0.as_slice() {
+            [w] => w.matmul_acts(acts, sections, false).map_err(kernel_err),
+            parts if parts.len() == sections.len() => {
+                for (w, out) in parts.iter().zip(sections.iter_mut()) {
+                    w.matmul_acts(acts, &mut [&mut **out], false)
+                        .map_err(kernel_err)?;
+                }
+                Ok(())
+            }
+            parts => candle_core::bail!(
+                "fused layer: {} matrices for {} output sections",
+                parts.len(),
+                sections.len()
+            ),
+        }
     }
 }
 
@@ -75,7 +120,7 @@ fn host_vec(t: &Tensor) -> Result<Vec<f32>> {
 impl FusedLayer {
     /// The fused form of `l`, if all its matrices are packed (CPU) ones.
     pub(crate) fn from_layer(l: &Layer) -> Result<Option<Self>> {
-        let (Some(qkv), Some(gate_up)) = (packed(&l.qkv), packed(&l.gate_up)) else {
+        let (Some(qkv), Some(gate_up)) = (Packed::of(&l.qkv), Packed::of(&l.gate_up)) else {
             return Ok(None);
         };
         let (Linear::Packed(o), Linear::Packed(down)) = (&l.o, &l.down) else {
@@ -244,9 +289,7 @@ impl CustomOp3 for QkvOp<'_> {
                 .map_err(kernel_err)?;
             let (q, rest) = out.split_at_mut(tokens * q_dim);
             let (k, v) = rest.split_at_mut(tokens * kv_dim);
-            l.qkv
-                .matmul_acts(&s.acts, &mut [q, k, v], false)
-                .map_err(kernel_err)?;
+            l.qkv.matmul(&s.acts, &mut [q, k, v])?;
         }
         let (q, rest) = out.split_at_mut(tokens * q_dim);
         let (k, v) = rest.split_at_mut(tokens * kv_dim);
@@ -323,9 +366,7 @@ impl InplaceOp1 for MlpOp<'_> {
             .map_err(kernel_err)?;
         s.gate_up.resize(tokens * 2 * inter, 0.0);
         let (gate, up) = s.gate_up.split_at_mut(tokens * inter);
-        l.gate_up
-            .matmul_acts(&s.acts, &mut [&mut *gate, &mut *up], false)
-            .map_err(kernel_err)?;
+        l.gate_up.matmul(&s.acts, &mut [&mut *gate, &mut *up])?;
         s.acts
             .quantize_silu_mul(gate, up, tokens)
             .map_err(kernel_err)?;

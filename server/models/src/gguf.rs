@@ -9,7 +9,7 @@ use std::sync::Arc;
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::quantized::{GgmlDType, QMatMul, ggml_file::qtensor_from_ggml};
 use candle_core::{DType, Device, Tensor};
-use ferrox_kernels::QMatrix;
+use ferrox_kernels::{QMatrix, QuantType};
 
 use ferrox_plan::DeviceKind;
 
@@ -36,6 +36,7 @@ pub struct GgufSource {
 }
 
 struct Raw {
+    name: String,
     dtype: GgmlDType,
     dims: Vec<usize>,
     bytes: Vec<u8>,
@@ -154,7 +155,12 @@ impl GgufSource {
                 path: self.path.clone(),
                 source,
             })?;
-        let mut raw = Raw { dtype, dims, bytes };
+        let mut raw = Raw {
+            name: name.to_string(),
+            dtype,
+            dims,
+            bytes,
+        };
         if let Some((heads, kv_heads)) = self.unpermute {
             if name.ends_with("attn_q.weight") {
                 unpermute_rows(&mut raw, heads);
@@ -171,10 +177,36 @@ impl GgufSource {
         Ok(q.dequantize(device)?.to_dtype(dtype)?)
     }
 
+    /// `bytes` (a `rows x cols` matrix of `ty`) repacked for ferrox-kernels;
+    /// a refusal names the tensor(s).
+    fn packed(
+        &self,
+        names: &str,
+        ty: QuantType,
+        rows: usize,
+        cols: usize,
+        bytes: Vec<u8>,
+    ) -> Result<QMatrix> {
+        QMatrix::new(ty, rows, cols, bytes).map_err(|e| Error::Corrupt {
+            path: self.path.clone(),
+            message: format!("tensor {names}: {e}"),
+        })
+    }
+
     fn linear(&self, raw: Raw, device: &Device) -> Result<Linear> {
         match holding::gguf(Role::Matrix, raw.dtype, self.kind(device)) {
             Held::Float(dtype) => Ok(Linear::Dense(self.dense(raw, dtype, device)?)),
-            // Packed types land here only with the kernels switched off.
+            Held::Packed(ty) if self.packed => {
+                let &[rows, cols] = raw.dims.as_slice() else {
+                    return Err(Error::Corrupt {
+                        path: self.path.clone(),
+                        message: format!("tensor {} is not a matrix: {:?}", raw.name, raw.dims),
+                    });
+                };
+                let m = self.packed(&raw.name, ty, rows, cols, raw.bytes)?;
+                Ok(Linear::Packed(Arc::new(m)))
+            }
+            // With the kernels switched off (a test reference), candle's.
             Held::Packed(_) | Held::Quantized => {
                 let q = qtensor_from_ggml(raw.dtype, &raw.bytes, raw.dims, device)?;
                 Ok(Linear::Quant(QMatMul::from_qtensor(q)?))
@@ -248,12 +280,13 @@ impl WeightSource for GgufSource {
             self.kind(device) == DeviceKind::Cpu && self.packed && same_type,
         ) {
             let rows = parts.iter().map(|p| p.1).sum();
+            let names: Vec<&str> = parts.iter().map(|p| p.0).collect();
             let bytes = raws
                 .into_iter()
                 .map(|r| r.bytes)
                 .collect::<Vec<_>>()
                 .concat();
-            let m = QMatrix::new(ty, rows, cols, bytes)?;
+            let m = self.packed(&names.join(", "), ty, rows, cols, bytes)?;
             return Ok(Projection::Fused(Linear::Packed(Arc::new(m))));
         }
         let mut linears = raws
@@ -278,7 +311,7 @@ impl WeightSource for GgufSource {
         check_shape(name, &raw.dims, &[vocab, hidden])?;
         match holding::gguf(Role::Embedding, raw.dtype, self.kind(device)) {
             Held::Packed(ty) if self.packed => {
-                let m = QMatrix::new(ty, vocab, hidden, raw.bytes)?;
+                let m = self.packed(name, ty, vocab, hidden, raw.bytes)?;
                 Ok(Embedding::Packed(Arc::new(m)))
             }
             Held::Float(dtype) => Ok(Embedding::Dense(self.dense(raw, dtype, device)?)),

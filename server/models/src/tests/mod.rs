@@ -6,4 +6,5 @@ mod gpu_holding;
 mod helpers;
 mod prefix_cache;
 mod real_model;
+mod requantized;
 mod tiny_model;

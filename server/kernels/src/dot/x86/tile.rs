@@ -270,9 +270,28 @@ pub(super) unsafe fn tile<V: Simd, const T: u8, const A: usize, const STEP: usiz
                     }
                 }
                 let scales = sub_scales::<V>(f.sub, sp.wrapping_add(2 * b * step), step, d, m);
-                for j in 0..A {
-                    let s = V::dots(&wu, &raw, xq[j].add(QK * b), f.halves(), chunk(T), signed);
-                    acc[j] = block_term(f, offset, acc[j], s, &scales, x, (n0 + j) * nb + b);
+                if V::DOT4 && A > 1 {
+                    // Register by register across the activation rows: `A`
+                    // independent chains a half (integer sums: any order).
+                    let mut s = [[V::splat32(0); A]; 2];
+                    for u in 0..8 {
+                        for j in 0..A {
+                            s[u / 4][j] = V::dot4(s[u / 4][j], wu[u], xq[j].add(QK * b + 4 * u));
+                        }
+                    }
+                    for j in 0..A {
+                        let s = if f.halves() {
+                            [s[0][j], s[1][j]]
+                        } else {
+                            [V::add32(s[0][j], s[1][j]), s[1][j]]
+                        };
+                        acc[j] = block_term(f, offset, acc[j], s, &scales, x, (n0 + j) * nb + b);
+                    }
+                } else {
+                    for j in 0..A {
+                        let s = V::dots(&wu, &raw, xq[j].add(QK * b), f.halves(), chunk(T), signed);
+                        acc[j] = block_term(f, offset, acc[j], s, &scales, x, (n0 + j) * nb + b);
+                    }
                 }
             }
         }

@@ -5,14 +5,14 @@
 use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
 
 use super::simd::Simd;
-
-/// How far ahead of the current block a decode tile prefetches its quants:
-/// a row group's weights are one sequential run, read once a call, and
-/// the hardware prefetcher alone leaves the DRAM idle while a block computes.
-const PREFETCH: usize = 4096;
 use crate::qact::QActs;
 use crate::qmatrix::QMatrix;
 use crate::quant_type::{Format, Min, QK, QuantType, Sub};
+
+/// How far ahead of the current block a decode tile prefetches its quants:
+/// a row group's weights are one sequential run, read once a call, and the
+/// hardware prefetcher stops at every 4 KiB page while a block computes.
+const PREFETCH: usize = 4096;
 
 /// Q8_0's code: its quants are signed.
 const Q8_0: u8 = QuantType::Q8_0 as u8;

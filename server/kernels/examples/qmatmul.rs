@@ -235,9 +235,9 @@ fn main() {
          idle cores give a call too long to run uncontended on a shared machine)\n"
     );
     println!(
-        "| type | shape | kernel | batch | median us | best us | cpu us | GB/s | % of read BW | GOPS |"
+        "| type | shape | kernel | batch | median us | best us | cpu us | GB/s | % of read BW | GOPS | GOPS (cpu) |"
     );
-    println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (row, gbs, gops, cpu_gops) in rows_out {
         println!(
             "{row} | {:.0}% | {gops:.0} | {cpu_gops:.0} |",

@@ -288,3 +288,37 @@ fn empty_batch_is_a_no_op() {
     let w = QMatrix::new(QuantType::Q4_0, 4, 32, vec![0; 72]).unwrap();
     assert_eq!(w.matmul(&[], 0, &mut []), Ok(()));
 }
+
+#[test]
+fn tiles_over_any_group_range_match_scalar() {
+    // `matmul` hands kernels whole panels; a range that starts or ends
+    // inside one runs the 512-bit kernel's half-panel tiles: the same bits.
+    let mut rng = Rng::new(11);
+    for ty in QuantType::ALL {
+        let cols = ty.block_len();
+        let w = matrix(&mut rng, ty, 40, cols, Scales::Extreme);
+        let mut acts = QActs::new();
+        acts.quantize(&rng.vec(11 * cols), 11).unwrap();
+        let collect = |k: Kernel, groups: (usize, usize)| {
+            let mut cells = Vec::new();
+            k.tiles(&w, groups, &acts, (0, 11), &mut |g, (n, aa), t| {
+                for (j, row) in t.iter().enumerate().take(aa) {
+                    cells.extend(
+                        row.iter()
+                            .enumerate()
+                            .map(|(r, v)| (g, n + j, r, v.to_bits())),
+                    );
+                }
+            });
+            cells.sort_unstable();
+            cells
+        };
+        for groups in [(0, 5), (1, 4), (1, 2), (3, 5), (2, 3), (4, 5)] {
+            let want = collect(Kernel::Scalar, groups);
+            assert_eq!(want.len(), (groups.1 - groups.0) * 8 * 11);
+            for k in kernels() {
+                assert_eq!(collect(k, groups), want, "{k:?} {ty:?} groups {groups:?}");
+            }
+        }
+    }
+}

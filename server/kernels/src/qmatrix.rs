@@ -38,7 +38,7 @@ pub struct QMatrix {
     pub(crate) sc: Vec<u8>,
 }
 
-/// One panel's share of each array, and where the panel starts in each.
+/// One panel's share of each array.
 struct PanelMut<'a> {
     qs: &'a mut [u8],
     d: &'a mut [u16],
@@ -66,21 +66,21 @@ impl QMatrix {
         let lay = Layout::new(rows);
         let slots = lay.groups() * GROUP;
         let (nb, units) = (cols / QK, cols / ty.block_len());
+        // Exactly `held_bytes`, whose checked sum these products stay under.
+        let m_len = if f.min == Min::None { 0 } else { slots * units };
+        let sc_len = if f.sub == Sub::None {
+            0
+        } else {
+            slots * nb * 2
+        };
         let mut w = Self {
             ty,
             rows,
             cols,
             qs: vec![0; slots * nb * f.regs() * 4],
             d: vec![0; slots * units],
-            m: vec![0; if f.min == Min::None { 0 } else { slots * units }],
-            sc: vec![
-                0;
-                if f.sub == Sub::None {
-                    0
-                } else {
-                    slots * nb * 2
-                }
-            ],
+            m: vec![0; m_len],
+            sc: vec![0; sc_len],
         };
         let lens = [
             Layout::panel_len(nb, f.regs()) * 4,

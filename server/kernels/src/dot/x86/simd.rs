@@ -17,6 +17,9 @@ pub(super) trait Simd {
     /// Whether Q8_0's signed quants run as `q ^ 0x80` with offset -128
     /// (u8 x i8 dot instructions); otherwise via `maddubs(|q|, sign(x, q))`.
     const XOR_SIGNED: bool;
+    /// Whether [`Self::dot4`] is one instruction (`vpdpbusd`), so a tile
+    /// may interleave its activation rows register by register.
+    const DOT4: bool;
 
     /// One plane register: 4 bytes of each of `LANES` rows.
     unsafe fn load(p: *const u8) -> Self::I;
@@ -58,6 +61,9 @@ pub(super) trait Simd {
     unsafe fn i8_to_i16(p: *const u8) -> Self::I;
     /// `2 * LANES` bytes zero-extended to i16.
     unsafe fn u8_to_i16(p: *const u8) -> Self::I;
+    /// `acc + ` the u8 x i8 dot of each lane's 4 bytes of `w` with the 4
+    /// bytes at `x` (only where [`Self::DOT4`]).
+    unsafe fn dot4(acc: Self::I, w: Self::I, x: *const i8) -> Self::I;
     /// The exact integer dots of a 32-block's 8 unpacked registers with the
     /// activation's 32 bytes at `x`: `[whole, 0]`, or per 16-weight half.
     /// `wu` are unsigned quants (`raw` their signed form when `signed`: Q8_0

@@ -5,14 +5,14 @@
 use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
 
 use super::simd::Simd;
-
-/// How far ahead of the current block a decode tile prefetches its quants:
-/// a row group's weights are one sequential run, read once a call, and
-/// the hardware prefetcher alone leaves the DRAM idle while a block computes.
-const PREFETCH: usize = 4096;
 use crate::qact::QActs;
 use crate::qmatrix::QMatrix;
 use crate::quant_type::{Format, Min, QK, QuantType, Sub};
+
+/// How far ahead of the current block a decode tile prefetches its quants:
+/// a row group's weights are one sequential run, read once a call, and the
+/// hardware prefetcher stops at every 4 KiB page while a block computes.
+const PREFETCH: usize = 4096;
 
 /// Q8_0's code: its quants are signed.
 const Q8_0: u8 = QuantType::Q8_0 as u8;
@@ -270,9 +270,28 @@ pub(super) unsafe fn tile<V: Simd, const T: u8, const A: usize, const STEP: usiz
                     }
                 }
                 let scales = sub_scales::<V>(f.sub, sp.wrapping_add(2 * b * step), step, d, m);
-                for j in 0..A {
-                    let s = V::dots(&wu, &raw, xq[j].add(QK * b), f.halves(), chunk(T), signed);
-                    acc[j] = block_term(f, offset, acc[j], s, &scales, x, (n0 + j) * nb + b);
+                if V::DOT4 && A > 1 {
+                    // Register by register across the activation rows: `A`
+                    // independent chains a half (integer sums: any order).
+                    let mut s = [[V::splat32(0); A]; 2];
+                    for u in 0..8 {
+                        for j in 0..A {
+                            s[u / 4][j] = V::dot4(s[u / 4][j], wu[u], xq[j].add(QK * b + 4 * u));
+                        }
+                    }
+                    for j in 0..A {
+                        let s = if f.halves() {
+                            [s[0][j], s[1][j]]
+                        } else {
+                            [V::add32(s[0][j], s[1][j]), s[1][j]]
+                        };
+                        acc[j] = block_term(f, offset, acc[j], s, &scales, x, (n0 + j) * nb + b);
+                    }
+                } else {
+                    for j in 0..A {
+                        let s = V::dots(&wu, &raw, xq[j].add(QK * b), f.halves(), chunk(T), signed);
+                        acc[j] = block_term(f, offset, acc[j], s, &scales, x, (n0 + j) * nb + b);
+                    }
                 }
             }
         }

@@ -16,6 +16,7 @@ impl<const VNNI: bool> Simd for Ymm<VNNI> {
     type F = __m256;
     const LANES: usize = 8;
     const XOR_SIGNED: bool = VNNI;
+    const DOT4: bool = VNNI;
 
     #[inline(always)]
     unsafe fn load(p: *const u8) -> __m256i {
@@ -96,6 +97,20 @@ impl<const VNNI: bool> Simd for Ymm<VNNI> {
     #[inline(always)]
     unsafe fn u8_to_i16(p: *const u8) -> __m256i {
         unsafe { _mm256_cvtepu8_epi16(_mm_loadu_si128(p.cast())) }
+    }
+
+    #[inline(always)]
+    unsafe fn dot4(acc: __m256i, w: __m256i, x: *const i8) -> __m256i {
+        // SAFETY: `x..x+4` readable (the caller's guarantee).
+        unsafe {
+            let xb = Self::bcast32(x.cast());
+            if VNNI {
+                _mm256_dpbusd_avx_epi32(acc, w, xb)
+            } else {
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, xb), _mm256_set1_epi16(1));
+                _mm256_add_epi32(acc, p)
+            }
+        }
     }
 
     // Index loops over the 8 registers read clearer than zips.

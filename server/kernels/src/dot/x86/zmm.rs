@@ -17,6 +17,7 @@ impl<const WIDE: bool> Simd for Zmm<WIDE> {
     type F = __m512;
     const LANES: usize = if WIDE { 16 } else { 8 };
     const XOR_SIGNED: bool = true;
+    const DOT4: bool = true;
 
     #[inline(always)]
     unsafe fn load(p: *const u8) -> __m512i {
@@ -111,6 +112,12 @@ impl<const WIDE: bool> Simd for Zmm<WIDE> {
     #[inline(always)]
     unsafe fn u8_to_i16(p: *const u8) -> __m512i {
         unsafe { _mm512_cvtepu8_epi16(Self::half(p)) }
+    }
+
+    #[inline(always)]
+    unsafe fn dot4(acc: __m512i, w: __m512i, x: *const i8) -> __m512i {
+        // SAFETY: `x..x+4` readable (the caller's guarantee).
+        unsafe { _mm512_dpbusd_epi32(acc, w, Self::bcast32(x.cast())) }
     }
 
     // Index loops over the 8 registers read clearer than zips.

@@ -13,11 +13,13 @@ use ferrox_kernels::QMatrix;
 
 use ferrox_plan::DeviceKind;
 
-use crate::config::{Arch, ModelConfig};
+use crate::arch::Family;
+use crate::config::{Metadata, md_string};
 use crate::error::{Error, Result};
 use crate::holding::{self, Held, Role, device_kind, elem_count, kernel_type};
 use crate::layer::Projection;
 use crate::linear::{Embedding, Linear};
+use crate::spec::{ModelSpec, RopeScaling};
 use crate::weights::{WeightSource, check_shape};
 
 /// An open GGUF file.
@@ -87,19 +89,54 @@ impl GgufSource {
         &self.content.metadata
     }
 
-    /// The decoder's config from metadata; also arms the q/k un-permutation
-    /// that llama-architecture GGUF files need.
-    pub fn config(&mut self) -> Result<ModelConfig> {
-        let mut config = ModelConfig::from_gguf(&self.content.metadata)?;
-        if matches!(config.arch, Arch::Llama | Arch::Mistral) {
-            self.unpermute = Some((config.heads, config.kv_heads));
+    /// The model's family, by `general.architecture`.
+    pub fn family(&self) -> Result<&'static Family> {
+        Family::by_gguf(&md_string(&self.content.metadata, "general.architecture")?)
+    }
+
+    /// The decoder's description from metadata (and the RoPE tensors some
+    /// families keep); also arms the q/k un-permutation that Llama-layout
+    /// GGUF files need.
+    pub fn spec(&mut self) -> Result<ModelSpec> {
+        let family = self.family()?;
+        let arch = md_string(&self.content.metadata, "general.architecture")?;
+        let md = Metadata {
+            md: &self.content.metadata,
+            arch: &arch,
+        };
+        let mut spec = (family.from_gguf)(&md)?;
+        if family.gguf_permuted_qk {
+            self.unpermute = Some((spec.heads, spec.kv_heads));
         }
-        // Llama 3.1's RoPE scaling travels as a tensor of per-frequency divisors.
-        if self.has("rope_freqs.weight") {
-            let t = self.vector("rope_freqs.weight", config.head_dim / 2, &Device::Cpu)?;
-            config.rope_freq_factors = Some(t.to_vec1::<f32>()?);
+        let half = spec.ropes.first().map_or(0, |r| r.rotary_dim / 2);
+        // Llama 3.1's scaling travels as a tensor of per-frequency divisors,
+        // Phi-3's LongRoPE as two.
+        let cpu = &Device::Cpu;
+        let mut read = |name: &str| -> Result<Option<Vec<f32>>> {
+            match self.has(name) {
+                true => Ok(Some(self.vector(name, half, cpu)?.to_vec1::<f32>()?)),
+                false => Ok(None),
+            }
+        };
+        let scaling = match (
+            read("rope_freqs.weight")?,
+            read("rope_factors_short.weight")?,
+            read("rope_factors_long.weight")?,
+        ) {
+            (Some(d), _, _) => Some(RopeScaling::Divisors(d)),
+            (None, Some(short), Some(long)) => {
+                let md = Metadata {
+                    md: &self.content.metadata,
+                    arch: &arch,
+                };
+                Some(crate::arch::phi3::longrope(&md, short, long)?)
+            }
+            _ => None,
+        };
+        if let (Some(scaling), Some(rope)) = (scaling, spec.ropes.first_mut()) {
+            rope.scaling = scaling;
         }
-        Ok(config)
+        spec.finish()
     }
 
     /// Bytes of all tensors as held on `device` (see [`crate::holding`]).
@@ -243,18 +280,36 @@ impl WeightSource for GgufSource {
             raws.push(raw);
         }
         let same_type = raws.iter().all(|r| r.dtype == raws[0].dtype);
-        if let (Some(ty), true) = (
-            kernel_type(raws[0].dtype),
-            self.kind(device) == DeviceKind::Cpu && self.packed && same_type,
-        ) {
-            let rows = parts.iter().map(|p| p.1).sum();
-            let bytes = raws
-                .into_iter()
-                .map(|r| r.bytes)
-                .collect::<Vec<_>>()
-                .concat();
-            let m = QMatrix::new(ty, rows, cols, bytes)?;
-            return Ok(Projection::Fused(Linear::Packed(Arc::new(m))));
+        let packs = self.kind(device) == DeviceKind::Cpu && self.packed;
+        let types: Option<Vec<_>> = raws.iter().map(|r| kernel_type(r.dtype)).collect();
+        match types {
+            // One matrix of every part's rows: one matmul.
+            Some(types) if packs && same_type => {
+                let rows = parts.iter().map(|p| p.1).sum();
+                let bytes = raws
+                    .into_iter()
+                    .map(|r| r.bytes)
+                    .collect::<Vec<_>>()
+                    .concat();
+                let m = QMatrix::new(types[0], rows, cols, bytes)?;
+                return Ok(Projection::Fused(Linear::Packed(Arc::new(m))));
+            }
+            // Parts of different types (K-quant files mix them): a packed
+            // matrix each, still fed by one activation quantisation.
+            Some(types) if packs => {
+                let parts = raws
+                    .into_iter()
+                    .zip(types)
+                    .zip(parts)
+                    .map(|((r, ty), &(_, rows))| {
+                        Ok(Linear::Packed(Arc::new(QMatrix::new(
+                            ty, rows, cols, r.bytes,
+                        )?)))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                return Ok(Projection::Split(parts));
+            }
+            _ => {}
         }
         let mut linears = raws
             .into_iter()

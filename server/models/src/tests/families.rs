@@ -1,0 +1,231 @@
+//! Every family against transformers (the committed tiny models and their
+//! references): from safetensors and from llama.cpp's GGUF, through the
+//! paged kernel and the gather path, whole prompts and chunks of every size
+//! that crosses a window edge, batched; and the fused CPU path against the
+//! op-by-op one on quantized copies.
+
+use candle_core::quantized::GgmlDType;
+use ferrox_core::{BatchModel, BlockPool, DecodeRow};
+
+use super::helpers::{Joiner, argmax, greedy_batched, prefill};
+use super::reference::{
+    FAMILIES, Prompt, Reference, check_greedy, dir, log_softmax, open, reference, requantize,
+};
+use crate::PagedModel;
+
+/// Greedy steps after `prompt` (prefilled in chunks of `chunk`), each with
+/// its log-probabilities.
+fn greedy(m: &mut PagedModel, prompt: &[u32], n: usize, chunk: usize) -> Vec<(u32, Vec<f32>)> {
+    let pool = BlockPool::new(m.num_blocks());
+    let lease = pool
+        .allocate((prompt.len() + n).div_ceil(m.block_size()))
+        .unwrap();
+    let mut logits = prefill(m, &lease, prompt, chunk);
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let token = argmax(&logits);
+        out.push((token, log_softmax(&logits)));
+        if i + 1 < n {
+            let row = DecodeRow {
+                token,
+                pos: prompt.len() + i,
+                blocks: lease.blocks(),
+            };
+            logits = m.decode(&[row]).unwrap().remove(0);
+        }
+    }
+    out
+}
+
+/// The widest window of a family's model (0: none).
+fn widest_window(r: &Reference) -> usize {
+    let m = open(&dir(&r.family), None);
+    let groups = m.decoder().kv_groups();
+    groups.iter().filter_map(|g| g.window).max().unwrap_or(0)
+}
+
+fn check_prompts(what: &str, m: &mut PagedModel, prompts: &[Prompt], r: &Reference, chunk: usize) {
+    for (i, p) in prompts.iter().enumerate() {
+        let got = greedy(m, &p.ids, p.steps.len(), chunk);
+        let compared = check_greedy(&format!("{what} prompt {i}"), &got, p, r.near_tie);
+        assert!(compared >= 2, "{what} prompt {i}: a near-tie at once");
+    }
+}
+
+#[test]
+fn every_family_matches_transformers_from_both_formats_and_both_attention_paths() {
+    for family in FAMILIES {
+        let r = reference(family);
+        for run in &r.runs {
+            for path in r.files(run) {
+                for paged in [true, false] {
+                    let mut m = open(&path, run.context);
+                    m.decoder_mut().set_fused_attention(paged);
+                    let what = format!("{family} {} {} paged {paged}", run.name, path.display());
+                    check_prompts(&what, &mut m, &run.prompts, &r, 512);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn prompts_chunked_at_every_size_across_a_window_edge_match_transformers() {
+    for family in FAMILIES {
+        let r = reference(family);
+        let window = widest_window(&r);
+        if window == 0 {
+            continue;
+        }
+        let run = &r.runs[0];
+        let path = &r.files(run)[0];
+        let mut m = open(path, run.context);
+        // Every chunk size up to past the window: chunk edges fall at every
+        // offset from the window's edges.
+        for chunk in 1..=window + 2 {
+            check_prompts(
+                &format!("{family} chunk {chunk}"),
+                &mut m,
+                &run.prompts,
+                &r,
+                chunk,
+            );
+        }
+    }
+}
+
+#[test]
+fn batched_rows_of_every_family_equal_each_alone() {
+    for family in FAMILIES {
+        let r = reference(family);
+        let run = &r.runs[0];
+        let mut m = open(&r.files(run)[0], run.context);
+        let pool = BlockPool::new(m.num_blocks());
+        let n = run.prompts[0].steps.len();
+        let seqs: Vec<Joiner> = run
+            .prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Joiner {
+                prompt: p.ids.clone(),
+                join: 2 * i,
+                n,
+            })
+            .collect();
+        let batched = greedy_batched(&mut m, &pool, &seqs, 5);
+        for (i, (p, got)) in run.prompts.iter().zip(&batched).enumerate() {
+            let alone: Vec<u32> = greedy(&mut m, &p.ids, n, 512).iter().map(|s| s.0).collect();
+            assert_eq!(got, &alone, "{family} prompt {i}: batched vs alone");
+        }
+        assert_eq!(pool.used(), 0);
+    }
+}
+
+#[test]
+fn the_fused_cpu_path_matches_the_op_by_op_path_for_every_family() {
+    let tmp = tempfile::tempdir().unwrap();
+    for family in FAMILIES {
+        let r = reference(family);
+        let run = &r.runs[0];
+        let src = dir(family).join(&r.gguf);
+        // One packed type for q/k/v and gate/up, then split ones (k, v and
+        // up of another type: one activation quantisation feeds both).
+        for (q, other) in [
+            (GgmlDType::Q8_0, GgmlDType::Q8_0),
+            (GgmlDType::Q8_0, GgmlDType::Q4_0),
+        ] {
+            let path = tmp.path().join(format!("{family}-{q:?}-{other:?}.gguf"));
+            requantize(&src, &path, q, other);
+            let (mut fused, mut ops) = (open(&path, run.context), open(&path, run.context));
+            ops.decoder_mut().set_fused_layers(false);
+            assert!(
+                fused.decoder().fused_layers(),
+                "{family}: fused path not taken"
+            );
+            for (i, p) in run.prompts.iter().enumerate() {
+                let a = greedy(&mut fused, &p.ids, 4, 7);
+                let b = greedy(&mut ops, &p.ids, 4, 7);
+                for (s, (x, y)) in a.iter().zip(&b).enumerate() {
+                    let diff =
+                        x.1.iter()
+                            .zip(&y.1)
+                            .map(|(u, v)| (u - v).abs())
+                            .fold(0f32, f32::max);
+                    // Same quantisation, norms and RoPE arithmetic: only the
+                    // summation order inside the matmuls differs.
+                    assert!(
+                        diff < 1e-3,
+                        "{family} {other:?} prompt {i} step {s}: {diff}"
+                    );
+                    assert_eq!(x.0, y.0, "{family} {other:?} prompt {i} step {s}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn each_family_s_text_side_reads_alike_from_both_formats() {
+    use ferrox_core::ChatMessage;
+    for family in FAMILIES {
+        let r = reference(family);
+        let d = dir(family);
+        let st = crate::Source::open(&d).unwrap().text().unwrap();
+        let gg = crate::Source::open(&d.join(&r.gguf))
+            .unwrap()
+            .text()
+            .unwrap();
+        let text = "The capital of France is Paris. Name three colors!";
+        let (a, b) = (
+            st.tokenizer.encode(text, false).unwrap(),
+            gg.tokenizer.encode(text, false).unwrap(),
+        );
+        assert_eq!(a, b, "{family}: the GGUF's vocabulary tokenizes alike");
+        assert_eq!(gg.tokenizer.decode(&b, false).unwrap(), text, "{family}");
+        let msgs = [ChatMessage::new("user", "hi")];
+        let (ts, tg) = (
+            st.chat_template.as_ref().unwrap(),
+            gg.chat_template.as_ref().unwrap(),
+        );
+        let opts = ferrox_core::chat_template::RenderOptions {
+            add_generation_prompt: true,
+            ..Default::default()
+        };
+        let shown = ts.render_with(&msgs, &opts).unwrap();
+        assert_eq!(shown, tg.render_with(&msgs, &opts).unwrap(), "{family}");
+        // Gemma's turns end at <end_of_turn>, ChatML's at <|im_end|>.
+        let end = if shown.contains("<start_of_turn>") {
+            "<end_of_turn>"
+        } else if shown.contains("<|im_start|>") {
+            "<|im_end|>"
+        } else {
+            "<eos>"
+        };
+        for t in [&st, &gg] {
+            let id = t.tokenizer.token_to_id(end).unwrap();
+            assert!(
+                t.end_of_generation.contains(id),
+                "{family}: {end} ends a turn"
+            );
+        }
+    }
+}
+
+#[test]
+fn qwen3_s_enable_thinking_reaches_its_template() {
+    let t = crate::Source::open(&dir("qwen3")).unwrap().text().unwrap();
+    let template = t.chat_template.unwrap();
+    let off: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(r#"{"enable_thinking": false}"#).unwrap();
+    let msgs = [ferrox_core::ChatMessage::new("user", "hi")];
+    let render = |kwargs| {
+        let opts = ferrox_core::chat_template::RenderOptions {
+            add_generation_prompt: true,
+            kwargs,
+            ..Default::default()
+        };
+        template.render_with(&msgs, &opts).unwrap()
+    };
+    assert!(render(Some(&off)).ends_with("<think>\n\n</think>\n\n"));
+    assert!(render(None).ends_with("<|im_start|>assistant\n"));
+}

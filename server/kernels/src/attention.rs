@@ -9,6 +9,12 @@ use rayon::prelude::*;
 
 use crate::Error;
 
+#[path = "attention_math.rs"]
+mod math;
+#[cfg(test)]
+use math::{axpy, exp_nonpositive};
+use math::{dot, softmax, weighted_sum};
+
 /// An element type the KV cache may be held in.
 pub trait KvElem: Copy + Send + Sync + 'static {
     /// `src` as f32: `src` itself for f32, else widened into `buf`
@@ -474,133 +480,10 @@ fn attend_tile<T: KvElem>(
     });
 }
 
-/// `o += sum_t w[t] * v[t]` (rows of `o.len()`), row after row, each element
-/// `o + w * v` as one `axpy` per row computes it, with `o` held in
-/// registers 64 elements at a time instead of loaded and stored per row.
-#[inline(always)]
-fn weighted_sum(o: &mut [f32], w: &[f32], v: &[f32]) {
-    const CHUNK: usize = 64;
-    let hd = o.len();
-    let mut c = 0;
-    while c + CHUNK <= hd {
-        let mut acc = [0f32; CHUNK];
-        acc.copy_from_slice(&o[c..c + CHUNK]);
-        for (t, &wt) in w.iter().enumerate() {
-            let vt = &v[t * hd + c..t * hd + c + CHUNK];
-            for (a, &x) in acc.iter_mut().zip(vt) {
-                *a += wt * x;
-            }
-        }
-        o[c..c + CHUNK].copy_from_slice(&acc);
-        c += CHUNK;
-    }
-    for (t, &wt) in w.iter().enumerate() {
-        axpy(&mut o[c..], wt, &v[t * hd + c..(t + 1) * hd]);
-    }
-}
-
-/// In-place numerically stable softmax.
-#[inline(always)]
-fn softmax(s: &mut [f32]) {
-    let max = s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-    for v in s.iter_mut() {
-        *v = exp_nonpositive(*v - max);
-    }
-    let inv = 1.0 / s.iter().sum::<f32>();
-    for v in s.iter_mut() {
-        *v *= inv;
-    }
-}
-
-/// `e^x` for `x <= 0` (softmax after max subtraction), relative error < 1e-6;
-/// `x < -87` gives ~0. Plain arithmetic, so loops over it vectorise, unlike libm's.
-#[inline(always)]
-fn exp_nonpositive(x: f32) -> f32 {
-    // e^x = 2^n * e^f with n = round(x log2(e)) and f = x - n ln2, |f| <= ln2/2.
-    // ln2 is split in two (Cody-Waite) so `n * LN2_HI` is exact.
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    let x = x.max(-87.0);
-    let n = (x * std::f32::consts::LOG2_E).round_ties_even();
-    let f = x - n * LN2_HI - n * LN2_LO;
-    // e^f by its Taylor series to degree 6: truncation < 2e-7 for |f| <= ln2/2.
-    let p = 1.0
-        + f * (1.0
-            + f * (0.5 + f * (1.0 / 6.0 + f * (1.0 / 24.0 + f * (1.0 / 120.0 + f / 720.0)))));
-    // n >= -126, so the exponent field n + 127 is a normal number's.
-    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
-}
-
-/// Dot product with eight independent accumulators so it vectorises.
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
-}
-
-/// `o += w * v`.
-#[inline(always)]
-fn axpy(o: &mut [f32], w: f32, v: &[f32]) {
-    for (o, &v) in o.iter_mut().zip(v) {
-        *o += w * v;
-    }
-}
-
 /// The hot loops compiled for AVX2 + FMA + F16C.
 #[cfg(target_arch = "x86_64")]
-mod x86 {
-    use std::arch::x86_64::*;
-
-    use half::f16;
-
-    use super::{KvElem, KvView, QueryTile, Scratch};
-
-    /// [`super::attend_tile`] in 256-bit registers.
-    ///
-    /// # Safety
-    /// The CPU has AVX2, FMA and F16C.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn attend_tile<T: KvElem>(
-        kv: &KvView<'_, T>,
-        q: &QueryTile<'_>,
-        scratch: &mut Scratch,
-        outs: &mut [&mut [f32]],
-    ) {
-        super::attend_tile(kv, q, scratch, outs);
-    }
-
-    /// f16 to f32, eight at a time.
-    ///
-    /// # Safety
-    /// The CPU has AVX and F16C; `out.len() == src.len()`.
-    #[target_feature(enable = "avx,f16c")]
-    pub(super) unsafe fn widen_f16(src: &[f16], out: &mut [f32]) {
-        let (s, o) = (src.chunks_exact(8), out.chunks_exact_mut(8));
-        for (s, o) in s.zip(o) {
-            // SAFETY: 8 f16 readable, 8 f32 writable.
-            unsafe {
-                let v = _mm256_cvtph_ps(_mm_loadu_si128(s.as_ptr().cast()));
-                _mm256_storeu_ps(o.as_mut_ptr(), v);
-            }
-        }
-        let done = src.len() / 8 * 8;
-        for (o, s) in out[done..].iter_mut().zip(&src[done..]) {
-            *o = s.to_f32();
-        }
-    }
-}
+#[path = "attention_x86.rs"]
+mod x86;
 
 #[cfg(test)]
 #[path = "attention_tests.rs"]

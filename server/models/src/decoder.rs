@@ -51,11 +51,18 @@ pub struct Step<'a> {
     pub logits_for: &'a [usize],
 }
 
+/// One table per RoPE kind; kinds alike (Gemma 2's local and global) share
+/// one (a clone shares the tensors).
 fn ropes(spec: &ModelSpec, context: usize, device: &Device) -> Result<Vec<Rope>> {
-    spec.ropes
-        .iter()
-        .map(|r| Rope::new(r, context, device))
-        .collect()
+    let mut out: Vec<Rope> = Vec::with_capacity(spec.ropes.len());
+    for (i, r) in spec.ropes.iter().enumerate() {
+        let table = match spec.ropes[..i].iter().position(|earlier| earlier == r) {
+            Some(j) => out[j].clone(),
+            None => Rope::new(r, context, device)?,
+        };
+        out.push(table);
+    }
+    Ok(out)
 }
 
 impl Decoder {

@@ -123,7 +123,21 @@ pub(crate) struct Shape {
     pub context: usize,
 }
 
+/// More decoder layers than any model has (Llama 3.1 405B has 126): a count
+/// past it is a corrupt file's, refused before anything is sized by it.
+const MAX_LAYERS: usize = 4096;
+
 impl Shape {
+    fn checked(self) -> Result<Self> {
+        if self.layers > MAX_LAYERS {
+            return Err(Error::Config(format!(
+                "{} layers is past any model's ({MAX_LAYERS})",
+                self.layers
+            )));
+        }
+        Ok(self)
+    }
+
     /// From `config.json`, with the family's defaults for absent keys.
     pub(crate) fn hf(c: &HfConfig, defaults: &[(&str, usize)]) -> Result<Self> {
         let get = |key: &str| match defaults.iter().find(|(k, _)| *k == key) {
@@ -131,7 +145,7 @@ impl Shape {
             None => c.usize(key),
         };
         let (hidden, heads) = (get("hidden_size")?, get("num_attention_heads")?);
-        Ok(Shape {
+        Shape {
             hidden,
             intermediate: get("intermediate_size")?,
             layers: get("num_hidden_layers")?,
@@ -146,7 +160,8 @@ impl Shape {
             },
             vocab: get("vocab_size")?,
             context: get("max_position_embeddings")?,
-        })
+        }
+        .checked()
     }
 
     /// From GGUF metadata.
@@ -157,7 +172,7 @@ impl Shape {
             Some(d) => d,
             None => hidden / heads.max(1),
         };
-        Ok(Shape {
+        Shape {
             hidden,
             intermediate: m.usize("feed_forward_length")?,
             layers: m.usize("block_count")?,
@@ -166,7 +181,8 @@ impl Shape {
             head_dim,
             vocab: m.vocab()?,
             context: m.usize("context_length")?,
-        })
+        }
+        .checked()
     }
 
     /// A model of this shape whose layer `i` is `layer(i)`.

@@ -238,6 +238,10 @@ fn unknown_families_and_bad_settings_are_named() {
             "short_factor",
         ),
         (json!({"hidden_size":"wide"}), "hidden_size"),
+        (
+            json!({"num_hidden_layers": 4_000_000_000u64}),
+            "layers is past",
+        ),
     ];
     for (patch, want) in cases {
         let mut c = base.clone();

@@ -229,3 +229,58 @@ fn qwen3_s_enable_thinking_reaches_its_template() {
     assert!(render(Some(&off)).ends_with("<think>\n\n</think>\n\n"));
     assert!(render(None).ends_with("<|im_start|>assistant\n"));
 }
+
+/// The Gemma 3 fixture rewritten as a multimodal `gemma3` checkpoint: its
+/// config under `text_config`, its tensors under `prefix`, a vision tower
+/// beside them.
+fn as_multimodal(to: &std::path::Path, prefix: &str) {
+    let from = dir("gemma3");
+    let text: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(from.join("config.json")).unwrap()).unwrap();
+    let config = serde_json::json!({"architectures": ["Gemma3ForConditionalGeneration"],
+        "model_type": "gemma3", "text_config": text, "vision_config": {"hidden_size": 8}});
+    std::fs::write(to.join("config.json"), config.to_string()).unwrap();
+    let mut tensors =
+        candle_core::safetensors::load(from.join("model.safetensors"), &candle_core::Device::Cpu)
+            .unwrap();
+    let renamed: std::collections::HashMap<String, candle_core::Tensor> = tensors
+        .drain()
+        .map(|(k, v)| (format!("{prefix}{}", k.strip_prefix("model.").unwrap()), v))
+        .chain([(
+            "vision_tower.vision_model.embeddings.patch_embedding.weight".to_string(),
+            candle_core::Tensor::zeros((8, 8), candle_core::DType::F32, &candle_core::Device::Cpu)
+                .unwrap(),
+        )])
+        .collect();
+    candle_core::safetensors::save(&renamed, to.join("model.safetensors")).unwrap();
+    std::fs::copy(from.join("tokenizer.json"), to.join("tokenizer.json")).unwrap();
+}
+
+#[test]
+fn a_multimodal_gemma3_checkpoint_serves_its_language_model() {
+    let r = reference("gemma3");
+    let p = &r.runs[0].prompts[0];
+    let mut info = crate::Source::open(&dir("gemma3")).unwrap().info().unwrap();
+    for prefix in ["model.language_model.", "language_model.model."] {
+        let tmp = tempfile::tempdir().unwrap();
+        as_multimodal(tmp.path(), prefix);
+        let mut src = crate::Source::open(tmp.path()).unwrap();
+        let got = src.info().unwrap();
+        assert_eq!(got.architecture, "gemma3");
+        // The vision tower is not the decoder's: not counted.
+        assert_eq!(got.weight_bytes, info.weight_bytes, "{prefix}");
+        let mut m = open(tmp.path(), None);
+        let steps = greedy(&mut m, &p.ids, p.steps.len(), 512);
+        check_greedy(&format!("gemma3 under {prefix}"), &steps, p, r.near_tie);
+    }
+    // inspect names the layer kinds: one full layer in six, the rest slide.
+    info.kv_groups.iter_mut().for_each(|g| g.layers.truncate(2));
+    let groups: Vec<_> = info
+        .kv_groups
+        .iter()
+        .map(|g| (g.window, g.layers.clone()))
+        .collect();
+    assert_eq!(groups, [(None, vec![5]), (Some(8), vec![0, 1])]);
+    let json = serde_json::to_value(&info).unwrap();
+    assert_eq!(json["kvGroups"][1]["window"], 8);
+}

@@ -3,6 +3,7 @@
 //! committed references: greedy tokens and top-5 log-probabilities as the
 //! server would stream them.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -122,12 +123,13 @@ fn check(what: &str, got: &[(u32, Vec<f32>)], p: &Prompt, near_tie: f32) {
     }
 }
 
-/// The run's prompts together, beside a long neighbour cancelled after
-/// three ticks; then again (a cache would now hold them).
-fn serve(family: &str, run: &Run, near_tie: f32, caching: bool, chunk: usize) -> usize {
-    let r = reference(family);
+/// The run's prompts together on the model at `path`, beside a long
+/// neighbour cancelled after three ticks; then again (a cache would now hold
+/// them).
+fn serve(path: &Path, run: &Run, near_tie: f32, caching: bool, chunk: usize) -> usize {
+    let family = path.display();
     let context = run.context.unwrap_or(256);
-    let m = open(&r.files(run)[0], run.context);
+    let m = open(path, run.context);
     let vocab = m.decoder().spec().vocab;
     let mut e = Engine::new(m, context, caching, chunk);
     let n = run.prompts[0].steps.len();
@@ -161,15 +163,14 @@ fn serve(family: &str, run: &Run, near_tie: f32, caching: bool, chunk: usize) ->
 fn the_engine_serves_every_family_as_transformers_does() {
     for family in FAMILIES {
         let r = reference(family);
-        for run in r.runs.iter().filter(|run| run.files != "gguf") {
-            // Chunks of 5: their edges fall across every window of 8 to 12.
-            assert_eq!(serve(family, run, r.near_tie, false, 5), 0);
-            let hits = serve(family, run, r.near_tie, true, 5);
-            assert!(
-                hits > 0,
-                "{family} {}: the second round found its prompts",
-                run.name
-            );
+        for run in &r.runs {
+            for path in r.files(run) {
+                // Chunks of 5: their edges fall across every window of 8 to 12.
+                assert_eq!(serve(&path, run, r.near_tie, false, 5), 0);
+                let hits = serve(&path, run, r.near_tie, true, 5);
+                let what = format!("{family} {} {}", run.name, path.display());
+                assert!(hits > 0, "{what}: the second round found its prompts");
+            }
         }
     }
 }

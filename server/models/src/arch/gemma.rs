@@ -55,8 +55,10 @@ struct Generation {
     name: &'static str,
     /// One layer in `pattern` is full attention, the last of each run.
     pattern: usize,
-    /// q/k RMSNorm.
+    /// q/k RMSNorm, and a RoPE of their own for local layers.
     qk_norm: bool,
+    /// RoPE bases where the config names none: (global, local).
+    thetas: (f32, f32),
     /// llama.cpp's layer count of the 27B, whose query scale is
     /// `hidden / heads` (GGUF carries no `query_pre_attn_scalar`).
     layers_27b: usize,
@@ -72,6 +74,7 @@ const G2: Generation = Generation {
     name: "gemma2",
     pattern: 2,
     qk_norm: false,
+    thetas: (10_000.0, 10_000.0),
     layers_27b: 46,
     defaults: &[
         ("head_dim", 256),
@@ -88,6 +91,7 @@ const G3: Generation = Generation {
     name: "gemma3",
     pattern: 6,
     qk_norm: true,
+    thetas: (1_000_000.0, 10_000.0),
     layers_27b: 62,
     defaults: &[
         ("head_dim", 256),
@@ -146,10 +150,7 @@ fn hf(c: &HfConfig, g: &Generation) -> Result<ModelSpec> {
     let scale = scalar.powf(-0.5) as f32;
     let pattern = c.usize_or("sliding_window_pattern", g.pattern)?.max(1);
     let slides = sliding_pattern(c, shape.layers, |i| (i + 1) % pattern != 0)?;
-    let (global_theta, local_theta) = match g.qk_norm {
-        true => (1_000_000.0, 10_000.0),
-        false => (10_000.0, 10_000.0),
-    };
+    let (global_theta, local_theta) = g.thetas;
     let hd = shape.head_dim;
     let global = hf_rope(
         c,

@@ -284,3 +284,46 @@ fn a_multimodal_gemma3_checkpoint_serves_its_language_model() {
     let json = serde_json::to_value(&info).unwrap();
     assert_eq!(json["kvGroups"][1]["window"], 8);
 }
+
+#[test]
+fn every_family_held_as_on_a_gpu_tracks_transformers() {
+    // Half matrices through a dense matmul, KV in the model's half type: the
+    // path a CUDA server takes, minus the device. Teacher-forced along
+    // transformers' tokens, every step's top five within half precision's
+    // reach: the device check's bound for bf16 (tests/device/check.py), which
+    // holds the GPU itself to the same references.
+    use ferrox_plan::DeviceKind;
+    for family in FAMILIES {
+        let r = reference(family);
+        let run = &r.runs[0];
+        let path = dir(family);
+        let mut src = crate::Source::open(&path).unwrap();
+        let kv = src.info().unwrap().devices.cuda.kv_dtype;
+        let mut d = src
+            .decoder_held_as(&candle_core::Device::Cpu, DeviceKind::Cuda)
+            .unwrap();
+        if let Some(c) = run.context {
+            d.set_context(c).unwrap();
+        }
+        let mut m = PagedModel::new(d, 256, 4, kv).unwrap();
+        for (i, p) in run.prompts.iter().enumerate() {
+            let pool = BlockPool::new(m.num_blocks());
+            let n = p.steps.len();
+            let lease = pool.allocate((p.ids.len() + n).div_ceil(4)).unwrap();
+            let mut logits = prefill(&mut m, &lease, &p.ids, 512);
+            for (s, want) in p.steps.iter().enumerate() {
+                let lp = log_softmax(&logits);
+                for &(id, ref_lp) in &want.top {
+                    let d = (lp[id as usize] - ref_lp).abs();
+                    assert!(d < 0.2, "{family} prompt {i} step {s}: {id} off by {d}");
+                }
+                let row = DecodeRow {
+                    token: want.token,
+                    pos: p.ids.len() + s,
+                    blocks: lease.blocks(),
+                };
+                logits = m.decode(&[row]).unwrap().remove(0);
+            }
+        }
+    }
+}

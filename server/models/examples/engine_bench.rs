@@ -35,8 +35,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(c) => c.parse()?,
         Err(_) => CONTEXT,
     };
-    let llama = Source::open(path.as_ref())?.decoder(&Device::Cpu)?;
-    let vocab = llama.config().vocab as u32;
+    let decoder = Source::open(path.as_ref())?.decoder(&Device::Cpu)?;
+    let vocab = decoder.spec().vocab as u32;
     let max_rows = *rows.iter().max().unwrap_or(&1);
     let per_seq = (context + steps)
         .div_ceil(BLOCK)
@@ -45,7 +45,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let kv: ferrox_plan::KvDtype = std::env::var("KV_DTYPE")
         .unwrap_or_else(|_| "f16".into())
         .parse()?;
-    let mut model = PagedModel::new(llama, blocks, BLOCK, kv)?;
+    let mut model = PagedModel::new(decoder, blocks, BLOCK, kv)?;
     let pool = BlockPool::new(blocks);
     let prompt = |seed: usize, n: usize| -> Vec<u32> {
         (0..n)

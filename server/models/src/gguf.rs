@@ -13,11 +13,13 @@ use ferrox_kernels::{QMatrix, QuantType};
 
 use ferrox_plan::DeviceKind;
 
-use crate::config::{Arch, ModelConfig};
+use crate::arch::Family;
+use crate::config::{Metadata, md_string};
 use crate::error::{Error, Result};
 use crate::holding::{self, Held, Role, device_kind, elem_count, kernel_type};
 use crate::layer::Projection;
 use crate::linear::{Embedding, Linear};
+use crate::spec::{ModelSpec, RopeScaling};
 use crate::weights::{WeightSource, check_shape};
 
 /// An open GGUF file.
@@ -88,19 +90,54 @@ impl GgufSource {
         &self.content.metadata
     }
 
-    /// The decoder's config from metadata; also arms the q/k un-permutation
-    /// that llama-architecture GGUF files need.
-    pub fn config(&mut self) -> Result<ModelConfig> {
-        let mut config = ModelConfig::from_gguf(&self.content.metadata)?;
-        if matches!(config.arch, Arch::Llama | Arch::Mistral) {
-            self.unpermute = Some((config.heads, config.kv_heads));
+    /// The model's family, by `general.architecture`.
+    pub fn family(&self) -> Result<&'static Family> {
+        Family::by_gguf(&md_string(&self.content.metadata, "general.architecture")?)
+    }
+
+    /// The decoder's description from metadata (and the RoPE tensors some
+    /// families keep); also arms the q/k un-permutation that Llama-layout
+    /// GGUF files need.
+    pub fn spec(&mut self) -> Result<ModelSpec> {
+        let family = self.family()?;
+        let arch = md_string(&self.content.metadata, "general.architecture")?;
+        let md = Metadata {
+            md: &self.content.metadata,
+            arch: &arch,
+        };
+        let mut spec = (family.from_gguf)(&md)?;
+        if family.gguf_permuted_qk {
+            self.unpermute = Some((spec.heads, spec.kv_heads));
         }
-        // Llama 3.1's RoPE scaling travels as a tensor of per-frequency divisors.
-        if self.has("rope_freqs.weight") {
-            let t = self.vector("rope_freqs.weight", config.head_dim / 2, &Device::Cpu)?;
-            config.rope_freq_factors = Some(t.to_vec1::<f32>()?);
+        let half = spec.ropes.first().map_or(0, |r| r.rotary_dim / 2);
+        // Llama 3.1's scaling travels as a tensor of per-frequency divisors,
+        // Phi-3's LongRoPE as two.
+        let cpu = &Device::Cpu;
+        let mut read = |name: &str| -> Result<Option<Vec<f32>>> {
+            match self.has(name) {
+                true => Ok(Some(self.vector(name, half, cpu)?.to_vec1::<f32>()?)),
+                false => Ok(None),
+            }
+        };
+        let scaling = match (
+            read("rope_freqs.weight")?,
+            read("rope_factors_short.weight")?,
+            read("rope_factors_long.weight")?,
+        ) {
+            (Some(d), _, _) => Some(RopeScaling::Divisors(d)),
+            (None, Some(short), Some(long)) => {
+                let md = Metadata {
+                    md: &self.content.metadata,
+                    arch: &arch,
+                };
+                Some(crate::arch::phi3::longrope(&md, short, long)?)
+            }
+            _ => None,
+        };
+        if let (Some(scaling), Some(rope)) = (scaling, spec.ropes.first_mut()) {
+            rope.scaling = scaling;
         }
-        Ok(config)
+        spec.finish()
     }
 
     /// Bytes of all tensors as held on `device` (see [`crate::holding`]).

@@ -5,8 +5,8 @@
 //! On CPU the decoder computes in f32: float matrices are widened to f32,
 //! every block type ferrox-kernels runs (Q4_0..Q8_0, Q2_K..Q6_K) is repacked
 //! for them (matrices and embedding tables alike: a table is dequantized a
-//! row at a time on lookup), a float embedding table stays as stored, other
-//! quantized matrices stay as stored (candle's). On CUDA float weights stay in the dtype they are
+//! row at a time on lookup), other quantized matrices stay as stored
+//! (candle's). On CUDA float weights stay in the dtype they are
 //! stored in (bf16/f16 through cuBLAS), quantized matrices stay quantized and
 //! a quantized embedding table is widened to f16.
 
@@ -107,8 +107,6 @@ pub fn gguf(role: Role, dtype: GgmlDType, device: DeviceKind) -> Held {
         (_, Role::Vector, _) => Held::Float(DType::F32),
         (DeviceKind::Cpu, _, Some(ty)) => Held::Packed(ty),
         (DeviceKind::Cpu, Role::Matrix, None) if !float => Held::Quantized,
-        // A float table stays as stored; rows are widened on lookup.
-        (DeviceKind::Cpu, Role::Embedding, None) if float => Held::Float(float_dtype(dtype)),
         (DeviceKind::Cpu, _, _) => Held::Float(DType::F32),
         // candle looks embeddings up in dense tables: half of f32's bytes.
         (DeviceKind::Cuda, Role::Embedding, _) if !float => Held::Float(DType::F16),
@@ -177,12 +175,8 @@ mod tests {
                 Cpu,
                 Held::Packed(QuantType::Q6_K),
             ),
-            (
-                Role::Embedding,
-                GgmlDType::BF16,
-                Cpu,
-                Held::Float(DType::BF16),
-            ),
+            // A float table is widened: as a tied LM head it is a CPU matmul in f32.
+            (Role::Embedding, GgmlDType::BF16, Cpu, f32),
             (Role::Vector, GgmlDType::F32, Cpu, f32),
             (Role::Matrix, GgmlDType::Q4K, Cuda, Held::Quantized),
             (

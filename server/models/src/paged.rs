@@ -7,43 +7,49 @@ use ferrox_core::{BatchModel, DecodeRow};
 use ferrox_plan::KvDtype;
 
 use crate::attention::SeqSpan;
+use crate::decoder::{Decoder, Step};
 use crate::error::{Error, Result};
 use crate::kv_cache::KvCache;
-use crate::llama::{Llama, Step};
 
 /// A decoder with a KV pool of a fixed number of blocks.
 #[derive(Debug)]
 pub struct PagedModel {
-    llama: Llama,
+    decoder: Decoder,
     cache: KvCache,
 }
 
 impl PagedModel {
-    /// Wraps `llama` with a pool of `num_blocks` blocks of `block_size`
+    /// Wraps `decoder` with a pool of `num_blocks` blocks of `block_size`
     /// tokens, held in `kv_dtype`.
     pub fn new(
-        llama: Llama,
+        decoder: Decoder,
         num_blocks: usize,
         block_size: usize,
         kv_dtype: KvDtype,
     ) -> Result<Self> {
-        let cache = llama.kv_cache(num_blocks, block_size, kv_dtype)?;
-        Ok(PagedModel { llama, cache })
+        let cache = decoder.kv_cache(num_blocks, block_size, kv_dtype)?;
+        Ok(PagedModel { decoder, cache })
     }
 
     /// The decoder.
-    pub fn llama(&self) -> &Llama {
-        &self.llama
+    pub fn decoder(&self) -> &Decoder {
+        &self.decoder
     }
 
     /// The decoder, its pool dropped (after a profile run).
-    pub fn into_llama(self) -> Llama {
-        self.llama
+    pub fn into_decoder(self) -> Decoder {
+        self.decoder
     }
 
     /// The decoder, mutably (to switch attention paths in tests).
-    pub fn llama_mut(&mut self) -> &mut Llama {
-        &mut self.llama
+    pub fn decoder_mut(&mut self) -> &mut Decoder {
+        &mut self.decoder
+    }
+
+    /// One block table per KV group: until the worker keeps a table per
+    /// group, every group reads the sequence's one table.
+    fn tables(&self, blocks: &[u32]) -> Vec<Vec<u32>> {
+        vec![blocks.to_vec(); self.decoder.kv_groups().len()]
     }
 
     fn run(
@@ -61,8 +67,8 @@ impl PagedModel {
         // loop is then joined by a thread that helps with it, instead of a
         // caller parked on a futex and woken per op (hundreds of ops a step
         // at one row). A GPU step stays on the thread that holds its context.
-        let forward = || self.llama.forward(&self.cache, &step);
-        let logits = if self.llama.device().is_cpu() {
+        let forward = || self.decoder.forward(&self.cache, &step);
+        let logits = if self.decoder.device().is_cpu() {
             rayon::scope(|_| forward())?
         } else {
             forward()?
@@ -90,7 +96,7 @@ impl PagedModel {
                 logits_for.push(tokens.len() - 1);
             }
             spans.push(SeqSpan {
-                blocks: c.blocks.to_vec(),
+                tables: self.tables(c.blocks),
                 start_pos: c.pos,
                 n_tokens: c.tokens.len(),
             });
@@ -99,7 +105,7 @@ impl PagedModel {
             logits_for.push(tokens.len());
             tokens.push(r.token);
             spans.push(SeqSpan {
-                blocks: r.blocks.to_vec(),
+                tables: self.tables(r.blocks),
                 start_pos: r.pos,
                 n_tokens: 1,
             });
@@ -136,7 +142,7 @@ fn split(prefill: &[PrefillChunk<'_>], rows: Vec<Vec<f32>>) -> StepLogits {
 
 impl BatchModel for PagedModel {
     fn vocab_size(&self) -> usize {
-        self.llama.config().vocab
+        self.decoder.spec().vocab
     }
 
     fn block_size(&self) -> usize {

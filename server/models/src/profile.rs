@@ -9,9 +9,9 @@ use ferrox_core::batch_model::PrefillChunk;
 use ferrox_core::{BatchModel, DecodeRow};
 use ferrox_plan::KvDtype;
 
+use crate::decoder::Decoder;
 use crate::device::{Gpus, PoolReading};
 use crate::error::Result;
-use crate::llama::Llama;
 use crate::paged::PagedModel;
 
 /// The largest step the engine will run: a full prefill chunk beside a
@@ -83,22 +83,22 @@ pub fn activation_bytes(before: &PoolReading, after: &PoolReading) -> u64 {
     pool_peak.saturating_add(device_growth.saturating_sub(pool_growth))
 }
 
-/// Profiles `llama` on `device`: a temporary pool of the blocks `shape`
+/// Profiles `decoder` on `device`: a temporary pool of the blocks `shape`
 /// needs, one worst-case step, and the activation bytes it took; returns
 /// the decoder (the pool is gone) and that figure.
 pub fn profile(
-    llama: Llama,
+    decoder: Decoder,
     shape: &ProfileShape,
     kv_dtype: KvDtype,
     gpus: &dyn Gpus,
     device: &Device,
-) -> Result<(Llama, u64)> {
-    let mut model = PagedModel::new(llama, shape.blocks(), shape.block_size, kv_dtype)?;
+) -> Result<(Decoder, u64)> {
+    let mut model = PagedModel::new(decoder, shape.blocks(), shape.block_size, kv_dtype)?;
     gpus.reset_peak(device)?;
     let before = gpus.reading(device)?;
     worst_step(&mut model, shape)?;
     let after = gpus.reading(device)?;
-    Ok((model.into_llama(), activation_bytes(&before, &after)))
+    Ok((model.into_decoder(), activation_bytes(&before, &after)))
 }
 
 #[cfg(test)]

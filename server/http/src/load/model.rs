@@ -170,12 +170,16 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
     // With the estimate first: what cannot fit is refused before loading.
     let sizing = size(&info, selected.kind, memory, None, cfg)?;
     let text = source.text().context("loading the tokenizer")?;
-    let mut llama = source
+    let mut decoder = source
         .decoder(&selected.device)
         .context("loading the weights")?;
-    llama.set_fused_attention(cfg.attention == AttentionBackend::Paged);
-    let (llama, sizing) = match selected.kind {
-        DeviceKind::Cpu => (llama, sizing),
+    decoder.set_fused_attention(cfg.attention == AttentionBackend::Paged);
+    // RoPE tables for the served context only (and LongRoPE's factors for it).
+    decoder
+        .set_context(sizing.engine.max_model_len)
+        .context("building the RoPE tables")?;
+    let (decoder, sizing) = match selected.kind {
+        DeviceKind::Cpu => (decoder, sizing),
         DeviceKind::Cuda => {
             let shape = ferrox_models::profile::ProfileShape {
                 // No step holds more prompt than a sequence may.
@@ -183,8 +187,8 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
                 max_seqs: sizing.engine.max_seqs,
                 block_size: cfg.block_size,
             };
-            let (llama, measured) = ferrox_models::profile::profile(
-                llama,
+            let (decoder, measured) = ferrox_models::profile::profile(
+                decoder,
                 &shape,
                 sizing.kv_dtype,
                 &gpus,
@@ -197,14 +201,14 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
                 "activation reserve profiled"
             );
             (
-                llama,
+                decoder,
                 size(&info, selected.kind, memory, Some(measured), cfg)?,
             )
         }
     };
     log_plan(&sizing);
     let model = ferrox_models::PagedModel::new(
-        llama,
+        decoder,
         sizing.engine.kv_blocks,
         sizing.engine.block_size,
         sizing.kv_dtype,
@@ -286,6 +290,7 @@ mod tests {
             heads: 0,
             vocab_size: 0,
             intermediate_size: 0,
+            kv_groups: Vec::new(),
             devices: Footprints {
                 cpu: fp(1000),
                 cuda: fp(500),

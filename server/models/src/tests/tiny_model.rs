@@ -110,7 +110,7 @@ fn fused_matches_generic(kv: KvDtype) {
     write_gguf(&path, &t, &random_weights(&t, 3), GgmlDType::Q8_0);
     let mut fused = open_kv(&path, kv);
     let mut generic = open_kv(&path, kv);
-    generic.llama_mut().set_fused_attention(false);
+    generic.decoder_mut().set_fused_attention(false);
     let pool = BlockPool::new(64);
     let (a, b) = (pool.allocate(8).unwrap(), pool.allocate(8).unwrap());
     let (p1, p2) = (prompt(13, 4), prompt(6, 5));
@@ -478,12 +478,12 @@ fn fused_layers_match_the_op_by_op_path_for_every_format() {
         let path = dir.path().join("m.gguf");
         write_gguf(&path, &t, &random_weights(&t, 8), ty);
         let (mut fused, mut ops) = (open(&path), open(&path));
-        ops.llama_mut().set_fused_layers(false);
+        ops.decoder_mut().set_fused_layers(false);
         assert!(
-            fused.llama().fused_layers(),
+            fused.decoder().fused_layers(),
             "{arch} {ty:?}: fused path not taken"
         );
-        assert!(!ops.llama().fused_layers());
+        assert!(!ops.decoder().fused_layers());
         // A mixed step of chunks and a decode row, then decode of all three.
         let pool = BlockPool::new(64);
         let (a, b) = (pool.allocate(8).unwrap(), pool.allocate(8).unwrap());

@@ -2,31 +2,76 @@
 //! bound on how many wait, and the waiting line itself, whose head is
 //! admitted when both caps allow it: strict FIFO, so a head that does not fit
 //! stops the line.
+//!
+//! Blocks are counted per KV pool: a request reserves in the KV pool (the
+//! full-attention layers) its whole length's blocks, and in each window pool
+//! its window plus one prefill chunk, page-aligned, or its whole length when
+//! that is less ([`blocks_needed`]). It is admitted only when every pool can
+//! cover its reservation.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use ferrox_core::{BlockLease, BlockPool, Reservation};
+use ferrox_core::{BlockLease, PoolSpec};
 
 use crate::job::Job;
+use crate::kv_pools::KvPools;
 use crate::{EngineConfig, EngineError};
 
-/// KV blocks a request reserves for its whole life: prompt plus everything it
-/// may generate. Saturating: a sum past `usize::MAX` asks for every block.
-pub fn blocks_needed(prompt_tokens: usize, max_tokens: usize, block_size: usize) -> usize {
-    prompt_tokens
-        .saturating_add(max_tokens)
-        .div_ceil(block_size.max(1))
+/// KV blocks a request of `tokens` tokens (prompt plus everything it may
+/// generate) reserves for its whole life in a pool of window `window` (`None`:
+/// full attention), with prefill chunks of at most `prefill_chunk` tokens.
+/// Saturating: a sum past `usize::MAX` asks for every block.
+pub fn blocks_needed(
+    tokens: usize,
+    window: Option<usize>,
+    block_size: usize,
+    prefill_chunk: usize,
+) -> usize {
+    let whole = tokens.div_ceil(block_size.max(1));
+    match window {
+        None => whole,
+        Some(w) => {
+            let wide = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+            let bound = ferrox_plan::window_blocks(wide(w), wide(prefill_chunk), wide(block_size));
+            whole.min(usize::try_from(bound).unwrap_or(usize::MAX))
+        }
+    }
+}
+
+/// The most tokens one sequence may hold in `pool`, and the pool named with
+/// its numbers; `None` when any length fits (a window pool that holds a
+/// whole window's reservation).
+fn pool_limit(pool: &PoolSpec, config: &EngineConfig) -> Option<(usize, String)> {
+    let bs = config.block_size;
+    let tokens = pool.blocks.saturating_mul(bs);
+    match pool.window {
+        None => Some((
+            tokens,
+            format!("the KV pool's {} blocks of {bs} tokens", pool.blocks),
+        )),
+        Some(w) => {
+            let most = blocks_needed(usize::MAX, Some(w), bs, config.prefill_chunk);
+            (pool.blocks < most).then(|| {
+                let name = format!(
+                    "the {w}-token window pool's {} blocks of {bs} tokens, where a long \
+                     sequence reserves {most}",
+                    pool.blocks
+                );
+                (tokens, name)
+            })
+        }
+    }
 }
 
 /// Refuses, at submission, a request an empty server could not hold; returns
-/// the blocks it will reserve.
+/// the blocks it will reserve in each pool, in [`EngineConfig::pools`] order.
 pub fn check_fits(
     prompt_tokens: usize,
     max_tokens: usize,
     config: &EngineConfig,
-) -> Result<usize, EngineError> {
+) -> Result<Vec<usize>, EngineError> {
     if prompt_tokens == 0 {
         return Err(EngineError::invalid("prompt", "the prompt is empty"));
     }
@@ -38,17 +83,26 @@ pub fn check_fits(
     }
     // Client numbers: saturating, so no sum can wrap below the limit.
     let needed = prompt_tokens.saturating_add(max_tokens);
-    let pool_tokens = config.kv_blocks.saturating_mul(config.block_size);
-    let limit = config.max_model_len.min(pool_tokens);
-    if needed > limit {
+    let pools = config.pools();
+    let mut limit = (config.max_model_len, "--max-model-len".to_string());
+    for (tokens, name) in pools.iter().filter_map(|p| pool_limit(p, config)) {
+        if tokens < limit.0 {
+            limit = (tokens, name);
+        }
+    }
+    if needed > limit.0 {
         return Err(EngineError::TooLong {
             prompt_tokens,
             max_tokens,
             needed_tokens: needed,
-            limit_tokens: limit,
+            limit_tokens: limit.0,
+            limit: limit.1,
         });
     }
-    Ok(blocks_needed(prompt_tokens, max_tokens, config.block_size))
+    Ok(pools
+        .iter()
+        .map(|p| blocks_needed(needed, p.window, config.block_size, config.prefill_chunk))
+        .collect())
 }
 
 /// Requests submitted and not yet admitted, counted from submission (the
@@ -101,15 +155,15 @@ pub enum Blocked {
     Empty,
     /// `max_seqs` rows are already running.
     SeqCap,
-    /// The pool cannot cover its reservation, less the cached blocks it
-    /// would share.
+    /// A pool cannot cover its reservation, less the cached blocks it would
+    /// share.
     BlockCap,
 }
 
-/// A request let in, with the blocks it reserved.
+/// A request let in, with the blocks it reserved: one lease per pool.
 pub(crate) struct Admitted {
     pub job: Job,
-    pub lease: BlockLease,
+    pub leases: Vec<BlockLease>,
 }
 
 /// The worker's FIFO of requests not yet admitted.
@@ -161,14 +215,14 @@ impl WaitingLine {
         removed
     }
 
-    /// Admits the head if fewer than `max_seqs` rows run and `pool` can
-    /// reserve every block it may need, less the cached prefix it shares.
-    /// Nothing behind the head is ever considered.
+    /// Admits the head if fewer than `max_seqs` rows run and every pool can
+    /// reserve every block it may need there, less the cached prefix it
+    /// shares. Nothing behind the head is ever considered.
     pub fn pop_admissible(
         &mut self,
         running: usize,
         max_seqs: usize,
-        pool: &BlockPool,
+        pools: &KvPools,
     ) -> Result<Admitted, Blocked> {
         let head = self.jobs.front().ok_or(Blocked::Empty)?;
         if running >= max_seqs {
@@ -182,16 +236,13 @@ impl WaitingLine {
         } else {
             prompt.saturating_sub(1) / self.block_size
         };
-        let ask = Reservation {
-            hashes: &head.hashes,
-            max_cached,
-            now: prompt.div_ceil(self.block_size),
-            total: head.blocks,
-        };
-        let lease = pool.reserve(&ask).map_err(|_| Blocked::BlockCap)?;
+        let now = prompt.div_ceil(self.block_size);
+        let leases = pools
+            .reserve(&head.hashes, max_cached, now, &head.blocks)
+            .map_err(|_| Blocked::BlockCap)?;
         let job = self.jobs.pop_front().ok_or(Blocked::Empty)?;
         self.bound.leave();
-        Ok(Admitted { job, lease })
+        Ok(Admitted { job, leases })
     }
 }
 
@@ -221,6 +272,7 @@ mod tests {
             (5, 0, Err("max_tokens")),
             // The pool holds 80 tokens, less than max_model_len.
             (70, 10, Ok(20)),
+            (90, 10, Err("the KV pool's 20 blocks of 4 tokens")),
             (70, 11, Err("81 tokens")),
             (10, usize::MAX, Err("more than the server's limit")),
             // Sums past usize::MAX saturate rather than wrap to a small count.
@@ -231,7 +283,7 @@ mod tests {
         for (prompt, max, want) in cases {
             let got = check_fits(prompt, max, &config());
             match (got, want) {
-                (Ok(b), Ok(w)) => assert_eq!(b, w),
+                (Ok(b), Ok(w)) => assert_eq!(b, vec![w]),
                 (Err(e), Err(w)) => {
                     let text = format!("{e} {e:?}");
                     assert!(text.contains(w), "{text}");
@@ -243,8 +295,114 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "this request needs 81 tokens (70 prompt + 11 max_tokens), more than the \
-             server's limit of 80 tokens"
+             server's limit of 80 tokens (the KV pool's 20 blocks of 4 tokens)"
         );
+        let long = EngineConfig {
+            kv_blocks: 100,
+            ..config()
+        };
+        let err = check_fits(90, 11, &long).unwrap_err().to_string();
+        assert!(
+            err.ends_with("limit of 100 tokens (--max-model-len)"),
+            "{err}"
+        );
+    }
+
+    /// A KV pool of 20 blocks of 4 and a window pool of `blocks` for an
+    /// 8-token window, chunks of 4: a row reserves at most ceil(11 / 4) + 1 =
+    /// 4 window blocks.
+    fn windowed(blocks: usize) -> EngineConfig {
+        EngineConfig {
+            prefill_chunk: 4,
+            windows: vec![crate::WindowPool { window: 8, blocks }],
+            ..config()
+        }
+    }
+
+    #[test]
+    fn a_request_reserves_its_window_in_a_window_pool_and_the_door_names_the_pool() {
+        // (prompt, max_tokens, window pool, blocks in each pool or the error)
+        let cases: Vec<(usize, usize, usize, Result<Vec<usize>, &str>)> = vec![
+            // Short: its whole length in both pools.
+            (3, 2, 4, Ok(vec![2, 2])),
+            (6, 2, 4, Ok(vec![2, 2])),
+            // Long: the window plus a chunk, however long.
+            (10, 6, 4, Ok(vec![4, 4])),
+            (70, 10, 4, Ok(vec![20, 4])),
+            // A window pool smaller than one reservation bounds the length.
+            (6, 6, 3, Ok(vec![3, 3])),
+            (
+                10,
+                3,
+                3,
+                Err(
+                    "more than the server's limit of 12 tokens (the 8-token window pool's \
+                     3 blocks of 4 tokens, where a long sequence reserves 4)",
+                ),
+            ),
+        ];
+        for (prompt, max, window_blocks, want) in cases {
+            let got = check_fits(prompt, max, &windowed(window_blocks));
+            match (got, want) {
+                (Ok(b), Ok(w)) => assert_eq!(b, w, "{prompt}+{max}"),
+                (Err(e), Err(w)) => assert!(e.to_string().contains(w), "{e}"),
+                (g, w) => panic!("{prompt}+{max}: {g:?} vs {w:?}"),
+            }
+        }
+        // The arithmetic is ferrox-plan's, for any window.
+        assert_eq!(blocks_needed(1000, Some(1024), 16, 512), 63);
+        assert_eq!(blocks_needed(100_000, Some(1024), 16, 512), 97);
+        assert_eq!(
+            blocks_needed(usize::MAX, Some(usize::MAX), 1, 1),
+            usize::MAX
+        );
+    }
+
+    #[test]
+    fn admission_counts_blocks_in_every_pool() {
+        let cfg = windowed(4);
+        let pools = KvPools::new(&cfg.pools(), 0);
+        let bound = Arc::new(LineBound::new(8));
+        let mut l = WaitingLine::new(Arc::clone(&bound), 4);
+        let mut push = |prompt: &[u32], max| {
+            bound.enter().unwrap();
+            l.push(job(0, request(prompt, max), &cfg));
+        };
+        // 4 + 4 blocks in the KV pool, 4 in the window pool: the window pool
+        // is full after the first, and the second waits though the KV pool
+        // has room.
+        push(&[1; 12], 4);
+        push(&[1; 12], 4);
+        let first = l.pop_admissible(0, 4, &pools).ok().unwrap();
+        assert_eq!(
+            first
+                .leases
+                .iter()
+                .map(|x| x.capacity())
+                .collect::<Vec<_>>(),
+            [4, 4]
+        );
+        assert_eq!(
+            l.pop_admissible(1, 4, &pools).err(),
+            Some(Blocked::BlockCap)
+        );
+        let s = pools.stats();
+        assert_eq!(
+            (s[0].1.reserved, s[1].1.reserved),
+            (4, 4),
+            "a refusal takes nothing"
+        );
+        drop(first);
+        assert!(l.pop_admissible(0, 4, &pools).is_ok());
+    }
+
+    /// One full-attention pool of `n` blocks.
+    fn pools(n: usize) -> KvPools {
+        let spec = PoolSpec {
+            window: None,
+            blocks: n,
+        };
+        KvPools::new(&[spec], 0)
     }
 
     fn line(max: usize) -> (WaitingLine, Arc<LineBound>) {
@@ -276,7 +434,7 @@ mod tests {
         let a = join(&mut l, &bound, &[1], 3, None);
         join(&mut l, &bound, &[1], 3, None);
         assert_eq!(bound.enter(), Err(EngineError::QueueFull { max_queue: 2 }));
-        let pool = BlockPool::new(8);
+        let pool = pools(8);
         let got = l.pop_admissible(0, 4, &pool).ok().map(|x| x.job.id);
         assert_eq!((got, bound.waiting()), (Some(a), 1));
         assert_eq!(l.remove(|_| true).len(), 1);
@@ -288,8 +446,8 @@ mod tests {
     #[test]
     fn strict_fifo_a_head_that_does_not_fit_stops_the_line() {
         let (mut l, bound) = line(8);
-        let pool = BlockPool::new(8);
-        let _held = pool.allocate(4).unwrap();
+        let pool = pools(8);
+        let _held = pool.first().allocate(4).unwrap();
         // (prompt, max_tokens): 6 blocks, then 1.
         let big = join(&mut l, &bound, &[1; 4], 20, None);
         join(&mut l, &bound, &[1; 2], 2, None);
@@ -304,7 +462,7 @@ mod tests {
     #[test]
     fn the_sequence_cap_and_the_empty_line() {
         let (mut l, bound) = line(8);
-        let pool = BlockPool::new(8);
+        let pool = pools(8);
         assert_eq!(l.pop_admissible(0, 1, &pool).err(), Some(Blocked::Empty));
         join(&mut l, &bound, &[1], 1, None);
         assert_eq!(l.pop_admissible(1, 1, &pool).err(), Some(Blocked::SeqCap));
@@ -315,17 +473,17 @@ mod tests {
     fn a_cached_prefix_is_pinned_not_reserved_twice() {
         let h = BlockHasher::new("m", 4);
         let (mut l, bound) = line(8);
-        let pool = BlockPool::new(8);
+        let pool = pools(8);
         let prompt: Vec<u32> = (0..17).collect();
         // 17 + 3 tokens: 5 blocks, 4 of them full prompt blocks.
         join(&mut l, &bound, &prompt, 3, Some(&h));
-        let mut first = l.pop_admissible(0, 4, &pool).ok().unwrap().lease;
+        let mut first = l.pop_admissible(0, 4, &pool).ok().unwrap().leases.remove(0);
         assert_eq!(first.cached_blocks(), 0);
         first.commit(5, &h.chain(&prompt));
         // While the first holds 5 of 8 blocks, an equal request needs only
         // its own last block: it fits in the 3 left.
         join(&mut l, &bound, &prompt, 3, Some(&h));
-        let second = l.pop_admissible(1, 4, &pool).ok().unwrap().lease;
+        let second = l.pop_admissible(1, 4, &pool).ok().unwrap().leases.remove(0);
         assert_eq!(second.cached_blocks(), 4);
         assert_eq!(pool.used(), 6);
         // Without hashes (the cache off) the same request does not fit.
@@ -337,15 +495,15 @@ mod tests {
     fn the_last_prompt_token_is_always_computed() {
         let h = BlockHasher::new("m", 4);
         let (mut l, bound) = line(8);
-        let pool = BlockPool::new(16);
+        let pool = pools(16);
         let prompt: Vec<u32> = (0..8).collect();
         join(&mut l, &bound, &prompt, 1, Some(&h));
-        let mut first = l.pop_admissible(0, 4, &pool).ok().unwrap().lease;
+        let mut first = l.pop_admissible(0, 4, &pool).ok().unwrap().leases.remove(0);
         first.commit(2, &h.chain(&prompt));
         drop(first);
         // Both blocks are cached, but the second is recomputed.
         join(&mut l, &bound, &prompt, 1, Some(&h));
-        let again = l.pop_admissible(0, 4, &pool).ok().unwrap().lease;
+        let again = l.pop_admissible(0, 4, &pool).ok().unwrap().leases.remove(0);
         assert_eq!(again.cached_blocks(), 1);
     }
 }

@@ -5,7 +5,7 @@
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use ferrox_core::PoolStats;
+use ferrox_core::{PoolSpec, PoolStats};
 use prometheus::core::Collector;
 use prometheus::{
     Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
@@ -105,6 +105,15 @@ struct KvGauges {
     ratio: Gauge,
 }
 
+/// The window pools' gauges, in blocks, by `window`: a series per window
+/// pool, none for a model without sliding-window layers.
+struct WindowGauges {
+    used: IntGaugeVec,
+    total: IntGaugeVec,
+    held: IntGaugeVec,
+    ratio: GaugeVec,
+}
+
 /// The vLLM-named copies, labelled with the served model's name at render.
 struct VllmSeries {
     waiting: GaugeVec,
@@ -128,6 +137,7 @@ struct PlanSeries {
     max_seqs: IntGaugeVec,
     max_model_len: IntGaugeVec,
     memory_bytes: IntGaugeVec,
+    window_blocks: IntGaugeVec,
 }
 
 /// Every metric the server exports. Shared by the worker and the HTTP layer.
@@ -136,6 +146,7 @@ pub struct Metrics {
     waiting: IntGauge,
     running: IntGauge,
     kv: KvGauges,
+    windows: WindowGauges,
     prompt_tokens: IntCounter,
     generation_tokens: IntCounter,
     prefix_queries: IntCounter,
@@ -257,6 +268,70 @@ impl KvGauges {
     }
 }
 
+impl WindowGauges {
+    fn new(r: &Registry) -> prometheus::Result<Self> {
+        let by_window = [metric::WINDOW_LABEL];
+        Ok(WindowGauges {
+            used: int_gauges(
+                r,
+                metric::WINDOW_BLOCKS_USED,
+                "Window pool blocks reserved by running requests (what admission counts), by window.",
+                &by_window,
+            )?,
+            total: int_gauges(
+                r,
+                metric::WINDOW_BLOCKS_TOTAL,
+                "Window pool blocks, by window.",
+                &by_window,
+            )?,
+            held: int_gauges(
+                r,
+                metric::WINDOW_BLOCKS_HELD,
+                "Window pool blocks holding a window now; the rest of the reserved ones \
+                 were given back as windows moved, or are not drawn yet. By window.",
+                &by_window,
+            )?,
+            ratio: reg(
+                r,
+                GaugeVec::new(
+                    Opts::new(
+                        metric::WINDOW_USAGE,
+                        "Fraction of the window pool's blocks reserved, by window.",
+                    ),
+                    &by_window,
+                )?,
+            )?,
+        })
+    }
+
+    fn set(&self, window: usize, s: &PoolStats) {
+        let w = window.to_string();
+        let int = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        let label = [w.as_str()];
+        for (g, v) in [
+            (&self.used, s.reserved),
+            (&self.total, s.total),
+            (&self.held, s.held),
+        ] {
+            if let Ok(g) = g.get_metric_with_label_values(&label) {
+                g.set(int(v));
+            }
+        }
+        if let Ok(g) = self.ratio.get_metric_with_label_values(&label) {
+            g.set(ratio(s));
+        }
+    }
+}
+
+/// Fraction of a pool reserved; 0 for an empty pool.
+fn ratio(s: &PoolStats) -> f64 {
+    if s.total == 0 {
+        0.0
+    } else {
+        s.reserved as f64 / s.total as f64
+    }
+}
+
 impl VllmSeries {
     fn new(r: &Registry) -> prometheus::Result<Self> {
         Ok(VllmSeries {
@@ -324,6 +399,7 @@ impl PlanSeries {
             "num_gpu_blocks",
             "gpu_memory_utilization",
             "enable_prefix_caching",
+            "sliding_window",
         ];
         Ok(PlanSeries {
             cache_config: int_gauges(
@@ -357,6 +433,12 @@ impl PlanSeries {
                 "The memory figure the plan was made from, by where it came from.",
                 &["source"],
             )?,
+            window_blocks: int_gauges(
+                r,
+                metric::PLAN_WINDOW_BLOCKS,
+                "Blocks of each window pool, by window.",
+                &[metric::WINDOW_LABEL],
+            )?,
         })
     }
 }
@@ -383,6 +465,7 @@ impl Metrics {
             waiting: int_gauge(&r, metric::WAITING, "Requests waiting for admission.")?,
             running: int_gauge(&r, metric::RUNNING, "Requests prefilling or decoding.")?,
             kv: KvGauges::new(&r)?,
+            windows: WindowGauges::new(&r)?,
             prompt_tokens: int_counter(
                 &r,
                 "ferrox_prompt_tokens_total",
@@ -424,11 +507,18 @@ impl Metrics {
         })
     }
 
-    /// Sets the gauges the worker owns.
-    pub fn set_gauges(&self, waiting: usize, running: usize, kv: &PoolStats) {
+    /// Sets the gauges the worker owns, from every pool: the KV pool's
+    /// (zeros for a model whose every layer has a window), each window
+    /// pool's, and the usage ratio of the fullest.
+    pub fn set_gauges(&self, waiting: usize, running: usize, pools: &[(PoolSpec, PoolStats)]) {
         let int = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         self.waiting.set(int(waiting));
         self.running.set(int(running));
+        let kv = pools
+            .iter()
+            .find(|(p, _)| p.window.is_none())
+            .map(|(_, s)| *s)
+            .unwrap_or_default();
         let g = &self.kv;
         g.reserved.set(int(kv.reserved));
         g.total.set(int(kv.total));
@@ -436,11 +526,13 @@ impl Metrics {
         g.cached.set(int(kv.cached));
         g.free.set(int(kv.free));
         g.filled.set(int(kv.filled));
-        g.ratio.set(if kv.total == 0 {
-            0.0
-        } else {
-            kv.reserved as f64 / kv.total as f64
-        });
+        g.ratio
+            .set(pools.iter().map(|(_, s)| ratio(s)).fold(0.0, f64::max));
+        for (p, s) in pools {
+            if let Some(w) = p.window {
+                self.windows.set(w, s);
+            }
+        }
     }
 
     /// Exports the plan the server runs with; call once at start (a later
@@ -453,6 +545,10 @@ impl Metrics {
             p.kv_blocks.to_string(),
             p.memory_utilization.to_string(),
             python_bool(p.prefix_caching).to_string(),
+            // vLLM's spelling: the model's window, or Python's `None`.
+            p.windows
+                .first()
+                .map_or_else(|| "None".to_string(), |w| w.window.to_string()),
         ];
         let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
         set_only(&s.cache_config, &labels, 1);
@@ -461,6 +557,13 @@ impl Metrics {
         set_only(&s.max_seqs, &[], p.max_seqs as u64);
         set_only(&s.max_model_len, &[], p.max_model_len as u64);
         set_only(&s.memory_bytes, &[&p.memory_source], p.memory_bytes);
+        s.window_blocks.reset();
+        for w in &p.windows {
+            let window = w.window.to_string();
+            if let Ok(g) = s.window_blocks.get_metric_with_label_values(&[&window]) {
+                g.set(i64::try_from(w.blocks).unwrap_or(i64::MAX));
+            }
+        }
     }
 
     /// Requests waiting for admission, as last published.

@@ -10,14 +10,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ferrox_core::batch_model::{PrefillChunk, StepLogits};
-use ferrox_core::{BatchModel, BlockHasher, BlockPool, DecodeRow, PoolStats};
+use ferrox_core::{BatchModel, BlockHasher, DecodeRow, PoolSpec, PoolStats};
 
 use crate::admission::{Admitted, LineBound, WaitingLine};
 use crate::job::{Job, RequestId};
+use crate::kv_pools::KvPools;
 use crate::metrics::{Latency, Metrics};
 use crate::queue::{EngineHandle, Shared};
 use crate::row::{Finish, Row, cancelled};
-use crate::status::{BatchGauges, DecodeReporter, MAX_LINE_IDS, PrefillFacts, prefill_line};
+use crate::row_kv::RowKv;
+use crate::status::{
+    BatchGauges, DecodeReporter, MAX_LINE_IDS, PoolGauge, PrefillFacts, prefill_line,
+};
 use crate::{EngineConfig, EngineError, Event, FinishReason, Usage};
 use prefill_plan::plan_prefill;
 use rayon::prelude::*;
@@ -41,7 +45,9 @@ pub struct TickReport {
 /// The batching worker's state. The thread loop calls [`Scheduler::tick`].
 pub struct Scheduler<M: BatchModel> {
     model: M,
-    pool: BlockPool,
+    pools: KvPools,
+    /// Each pool's window (`None`: full attention), in the pools' order.
+    windows: Vec<Option<usize>>,
     shared: Arc<Shared>,
     rx: Receiver<Job>,
     waiting: WaitingLine,
@@ -59,7 +65,7 @@ pub struct Scheduler<M: BatchModel> {
 
 impl<M: BatchModel> Scheduler<M> {
     /// A scheduler over `model` that reports into `metrics`, and the handle
-    /// requests come in through. The pool is the model's KV cache: a config
+    /// requests come in through. The pools are the model's KV cache: a config
     /// that disagrees with the model's geometry is refused.
     pub fn new(
         model: M,
@@ -67,24 +73,28 @@ impl<M: BatchModel> Scheduler<M> {
         metrics: Arc<Metrics>,
         now: Instant,
     ) -> Result<(Self, EngineHandle), EngineError> {
-        let (model_blocks, model_block_size) = (model.num_blocks(), model.block_size());
-        if (model_blocks, model_block_size) != (config.kv_blocks, config.block_size) {
+        let (model_pools, model_block_size) = (model.kv_pools(), model.block_size());
+        if (&model_pools, model_block_size) != (&config.pools(), config.block_size) {
             return Err(EngineError::PoolMismatch {
-                model_blocks,
+                model_pools: spell_pools(&model_pools),
                 model_block_size,
-                kv_blocks: config.kv_blocks,
+                pools: spell_pools(&config.pools()),
                 block_size: config.block_size,
             });
         }
         let (tx, rx) = std::sync::mpsc::channel();
         let line = Arc::new(LineBound::new(config.max_queue));
+        if config.prefix_caching && !config.prefix_cache_on() {
+            tracing::warn!(
+                "prefix caching is off: the model has sliding-window layers, whose blocks \
+                 leave their window pool as the window moves"
+            );
+        }
         let hasher = config
-            .prefix_caching
+            .prefix_cache_on()
             .then(|| BlockHasher::new(&config.cache_salt, config.block_size));
-        // Two events a block life (stored, evicted), and room for a
-        // reader's poll interval; a reader further behind gets the held set.
         let kv_epoch = rand::random::<u64>() >> 11;
-        let pool = BlockPool::with_event_log(model_blocks, 2 * model_blocks + 1024, kv_epoch);
+        let pools = KvPools::new(&model_pools, kv_epoch);
         let shared = Arc::new(Shared {
             tx: Mutex::new((0, tx)),
             line: Arc::clone(&line),
@@ -97,11 +107,12 @@ impl<M: BatchModel> Scheduler<M> {
             tick_started: AtomicU64::new(0),
             metrics: Arc::clone(&metrics),
             config: config.clone(),
-            pool: pool.clone(),
+            pool: pools.first().clone(),
         });
         let scheduler = Scheduler {
             model,
-            pool,
+            windows: model_pools.iter().map(|p| p.window).collect(),
+            pools,
             reporter: DecodeReporter::new(config.decode_log_interval, now),
             shared: Arc::clone(&shared),
             rx,
@@ -141,14 +152,20 @@ impl<M: BatchModel> Scheduler<M> {
         self.shared.alive.store(false, Ordering::SeqCst);
     }
 
-    /// KV blocks reserved now.
+    /// KV blocks reserved now, over every pool.
     pub fn blocks_used(&self) -> usize {
-        self.pool.used()
+        self.pools.used()
     }
 
-    /// Where the pool's blocks are now.
+    /// Where the first pool's blocks are now (the KV pool's, when the model
+    /// has full-attention layers).
     pub fn pool_stats(&self) -> PoolStats {
-        self.pool.stats()
+        self.pools.first().stats()
+    }
+
+    /// Each pool and where its blocks are now.
+    pub fn pools_stats(&self) -> Vec<(PoolSpec, PoolStats)> {
+        self.pools.stats()
     }
 
     /// Rows admitted (prefilling or decoding).
@@ -265,13 +282,14 @@ impl<M: BatchModel> Scheduler<M> {
         let mut facts = PrefillFacts::default();
         let max_seqs = self.shared.config.max_seqs;
         let block_size = self.shared.config.block_size;
-        while let Ok(Admitted { job, lease }) =
+        while let Ok(Admitted { job, leases }) =
             self.waiting
-                .pop_admissible(self.rows.len(), max_seqs, &self.pool)
+                .pop_admissible(self.rows.len(), max_seqs, &self.pools)
         {
             self.metrics.observe(Latency::Queue, now - job.submitted);
             let prompt = job.req.prompt.len();
-            let cached = lease.cached_blocks() * block_size;
+            let kv = RowKv::new(&self.windows, leases, block_size);
+            let cached = kv.cached_blocks() * block_size;
             facts.new_seqs += 1;
             if let Some(id) =
                 (job.req.request_id.as_ref()).filter(|_| facts.ids.len() < MAX_LINE_IDS)
@@ -284,7 +302,7 @@ impl<M: BatchModel> Scheduler<M> {
             if self.shared.hasher.is_some() {
                 self.metrics.add_prefix_cache(prompt, cached);
             }
-            match Row::admit(job, lease, self.model.vocab_size(), block_size) {
+            match Row::admit(job, kv, self.model.vocab_size(), block_size) {
                 Ok(row) => {
                     self.prefill_order.push_back(row.id);
                     self.rows.insert(row.id, row);
@@ -336,8 +354,10 @@ impl<M: BatchModel> Scheduler<M> {
         (chunks, ids)
     }
 
-    /// Keeps the chunks and decode rows whose input the model accepts; ends
-    /// each of the others with the model's reason.
+    /// Keeps the chunks and decode rows whose input the model accepts, each
+    /// row's window pools first giving back the blocks their windows have
+    /// left and drawing those the step writes (the window reclaim, at the
+    /// step boundary); ends each of the others with the reason.
     fn checked_inputs(
         &mut self,
         chunks: Vec<(RequestId, usize)>,
@@ -349,8 +369,17 @@ impl<M: BatchModel> Scheduler<M> {
             let Some(row) = rows.get_mut(&id) else {
                 return false;
             };
+            let (len, pos) = {
+                let (tokens, pos) = input(row, n);
+                (tokens.len(), pos)
+            };
+            if let Err(e) = row.kv.prepare(pos, len) {
+                tracing::warn!(id, error = %e, "a row's window pool ran dry");
+                row.end(model_failed(e));
+                return false;
+            }
             let (tokens, pos) = input(row, n);
-            match model.check_input(row.lease.blocks(), tokens, pos) {
+            match model.check_input(&row.kv.tables(), tokens, pos) {
                 Ok(()) => true,
                 Err(e) => {
                     tracing::warn!(id, error = %e, "the model refused a row's input");
@@ -465,15 +494,23 @@ impl<M: BatchModel> Scheduler<M> {
             running: self.rows.len(),
             queued: self.shared.line.waiting(),
             tokens: self.rows.values().map(Row::kv_tokens).sum(),
-            kv_used: self.pool.used(),
-            kv_total: self.pool.total(),
+            pools: self
+                .pools
+                .stats()
+                .into_iter()
+                .map(|(spec, s)| PoolGauge {
+                    window: spec.window,
+                    used: s.reserved,
+                    total: s.total,
+                })
+                .collect(),
         }
     }
 
     fn publish(&self) {
         let g = self.gauges();
         self.metrics
-            .set_gauges(g.queued, g.running, &self.pool.stats());
+            .set_gauges(g.queued, g.running, &self.pools.stats());
     }
 }
 
@@ -485,24 +522,35 @@ fn run_step<M: BatchModel>(
     chunks: &[(RequestId, usize)],
     ids: &[RequestId],
 ) -> Result<StepLogits, ferrox_core::Error> {
-    let prefill: Vec<PrefillChunk<'_>> = chunks
+    let chunk_rows: Vec<(&Row, usize)> = chunks
         .iter()
-        .filter_map(|&(id, n)| rows.get(&id).map(|r| (r, chunk_input(r, n))))
-        .map(|(r, (tokens, pos))| PrefillChunk {
-            blocks: r.lease.blocks(),
-            tokens,
-            pos,
-            want_logits: pos + tokens.len() == r.prompt.len(),
-            all_logits: r.wants_prompt_logits(),
+        .filter_map(|&(id, n)| rows.get(&id).map(|r| (r, n)))
+        .collect();
+    let decode_rows: Vec<&Row> = ids.iter().filter_map(|id| rows.get(id)).collect();
+    // Each row's tables, made once and borrowed by its chunk or row.
+    let chunk_tables: Vec<Vec<&[u32]>> = chunk_rows.iter().map(|(r, _)| r.kv.tables()).collect();
+    let decode_tables: Vec<Vec<&[u32]>> = decode_rows.iter().map(|r| r.kv.tables()).collect();
+    let prefill: Vec<PrefillChunk<'_>> = chunk_rows
+        .iter()
+        .zip(&chunk_tables)
+        .map(|(&(r, n), tables)| {
+            let (tokens, pos) = chunk_input(r, n);
+            PrefillChunk {
+                tables,
+                tokens,
+                pos,
+                want_logits: pos + tokens.len() == r.prompt.len(),
+                all_logits: r.wants_prompt_logits(),
+            }
         })
         .collect();
-    let decode: Vec<DecodeRow<'_>> = ids
+    let decode: Vec<DecodeRow<'_>> = decode_rows
         .iter()
-        .filter_map(|id| rows.get(id))
-        .map(|r| DecodeRow {
+        .zip(&decode_tables)
+        .map(|(r, tables)| DecodeRow {
             token: r.pending.unwrap_or_default(),
             pos: r.decode_pos(),
-            blocks: r.lease.blocks(),
+            tables,
         })
         .collect();
     model.step(&prefill, &decode)
@@ -540,6 +588,18 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
         .copied()
         .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(no message)")
+}
+
+/// Pools as an error message spells them: `32 blocks, 8 blocks (window 16)`.
+fn spell_pools(pools: &[PoolSpec]) -> String {
+    let spelt: Vec<String> = pools
+        .iter()
+        .map(|p| match p.window {
+            None => format!("{} blocks", p.blocks),
+            Some(w) => format!("{} blocks (window {w})", p.blocks),
+        })
+        .collect();
+    spelt.join(", ")
 }
 
 fn model_failed(why: impl ToString) -> Finish {

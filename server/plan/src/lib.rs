@@ -434,20 +434,20 @@ pub fn plan(geometry: &ModelGeometry, config: &PlanConfig) -> Result<Plan, PlanE
         other => other,
     };
     planned.map_err(|e| match e {
-            PlanError::PoolTooSmall { .. } | PlanError::WindowPoolTooSmall { .. } => {
-                PlanError::InsufficientMemory {
-                    weight_bytes: geometry.weight_bytes,
-                    kv_per_seq_bytes: layout.most_bytes(),
-                    available_bytes: available,
-                    reserve_bytes: reserve,
-                    usable_bytes: usable,
-                    utilization: config.utilization,
-                    memory_bytes: config.memory_bytes,
-                    max_model_len,
-                }
+        PlanError::PoolTooSmall { .. } | PlanError::WindowPoolTooSmall { .. } => {
+            PlanError::InsufficientMemory {
+                weight_bytes: geometry.weight_bytes,
+                kv_per_seq_bytes: layout.most_bytes(),
+                available_bytes: available,
+                reserve_bytes: reserve,
+                usable_bytes: usable,
+                utilization: config.utilization,
+                memory_bytes: config.memory_bytes,
+                max_model_len,
             }
-            other => other,
-        })
+        }
+        other => other,
+    })
 }
 
 /// What a memory figure is to the server that plans in it.
@@ -509,7 +509,10 @@ pub fn plan_for_pools(
     let max_model_len = resolve_max_model_len(geometry, config.max_model_len)?;
     let layout = Layout::new(geometry, config, max_model_len);
     let pools = layout.sized(sizes)?;
-    within_memory(config, layout.plan(geometry, config, max_model_len, &pools)?)
+    within_memory(
+        config,
+        layout.plan(geometry, config, max_model_len, &pools)?,
+    )
 }
 
 /// Plans pools that together take `kv_bytes` (the server's
@@ -523,7 +526,10 @@ pub fn plan_for_kv_bytes(
     let max_model_len = resolve_max_model_len(geometry, config.max_model_len)?;
     let layout = Layout::new(geometry, config, max_model_len);
     let pools = layout.split(kv_bytes);
-    within_memory(config, layout.plan(geometry, config, max_model_len, &pools)?)
+    within_memory(
+        config,
+        layout.plan(geometry, config, max_model_len, &pools)?,
+    )
 }
 
 fn within_memory(config: &PlanConfig, plan: Plan) -> Result<Plan, PlanError> {

@@ -129,9 +129,7 @@ impl Layout {
         };
         for (g, pool) in self.groups.iter().zip(pools.iter_mut()) {
             if g.kv.window.is_some() {
-                *pool = (*pool)
-                    .min(self.cap.saturating_mul(g.most))
-                    .max(g.most);
+                *pool = (*pool).min(self.cap.saturating_mul(g.most)).max(g.most);
             }
         }
         pools[full] = 0;
@@ -189,7 +187,11 @@ impl Layout {
                     sizes.len()
                 )));
             }
-            let at = self.groups.iter().enumerate().filter(|(_, g)| g.kv.window.is_some());
+            let at = self
+                .groups
+                .iter()
+                .enumerate()
+                .filter(|(_, g)| g.kv.window.is_some());
             for ((i, _), &n) in at.zip(sizes) {
                 pools[i] = Some(n);
             }

@@ -217,13 +217,15 @@ fn real_models_on_an_80_and_a_24_gib_gpu() {
         let got = (p.kv_blocks, p.window_blocks(), p.max_seqs);
         let want = (c.pools.0, c.pools.1.to_vec(), c.max_seqs);
         assert_eq!(got, want, "{}", c.name);
-        let b = budget(
-            c.config.memory_bytes / GIB,
-            c.geometry.weight_bytes,
-        );
+        let b = budget(c.config.memory_bytes / GIB, c.geometry.weight_bytes);
         assert!(p.kv_budget_bytes <= b, "{}: over the budget", c.name);
         let windows: u64 = p.windows.iter().map(|w| w.kv_blocks * w.block_bytes).sum();
-        assert_eq!(p.kv_budget_bytes, p.kv_blocks * p.block_bytes + windows, "{}", c.name);
+        assert_eq!(
+            p.kv_budget_bytes,
+            p.kv_blocks * p.block_bytes + windows,
+            "{}",
+            c.name
+        );
     }
     // What does not fit is refused: Gemma 3 12B's and 27B's weights alone
     // pass 90% of 24 GiB; Llama 3.1 8B's full 131,072-token sequence needs
@@ -234,7 +236,10 @@ fn real_models_on_an_80_and_a_24_gib_gpu() {
         ("llama-3.1-8b", llama31_8b()),
     ] {
         let e = plan(&g, &gpu(24, None)).unwrap_err();
-        assert!(matches!(e, PlanError::InsufficientMemory { .. }), "{name}: {e}");
+        assert!(
+            matches!(e, PlanError::InsufficientMemory { .. }),
+            "{name}: {e}"
+        );
     }
 }
 
@@ -252,7 +257,10 @@ fn long_sequences_are_where_the_window_pays() {
     // Proportional: window 67.67e9 x 97 / 855.4e9 = 7673 blocks, KV pool
     // (B - 7673 x 1,900,544) / 327,680 = 162,010; min(162,010 / 2048,
     // 7673 / 97) = 79.
-    assert_eq!((p.kv_blocks, p.window_blocks(), p.max_seqs), (162_010, vec![7673], 79));
+    assert_eq!(
+        (p.kv_blocks, p.window_blocks(), p.max_seqs),
+        (162_010, vec![7673], 79)
+    );
     let all_global = ModelGeometry {
         sliding_windows: Vec::new(),
         ..gemma3_4b()
@@ -263,7 +271,13 @@ fn long_sequences_are_where_the_window_pays() {
     assert!(p.max_seqs >= 5 * q.max_seqs);
     let w = &p.windows[0];
     assert_eq!(
-        (w.window, w.layers, w.kv_bytes_per_token, w.block_bytes, w.blocks_per_seq),
+        (
+            w.window,
+            w.layers,
+            w.kv_bytes_per_token,
+            w.block_bytes,
+            w.blocks_per_seq
+        ),
         (1024, 29, 29 * 4096, 1_900_544, 97)
     );
     assert_eq!(p.kv_bytes_per_token, 5 * 4096);
@@ -287,7 +301,10 @@ fn given_pools_are_checked_and_missing_ones_derived() {
     assert_eq!(sized(Some(1024), Some(vec![500])), Ok((1024, vec![500], 5)));
     // The window pool derived from the KV pool's 8 sequences: 8 x 97.
     assert_eq!(sized(Some(1024), None), Ok((1024, vec![776], 8)));
-    assert_eq!(plan_for_blocks(&g, &config, 1024).unwrap().window_blocks(), vec![776]);
+    assert_eq!(
+        plan_for_blocks(&g, &config, 1024).unwrap().window_blocks(),
+        vec![776]
+    );
     // The KV pool derived from the window's 5 sequences: 5 x 128 = 640
     // (more than one 8192-token sequence's 512).
     assert_eq!(sized(None, Some(vec![500])), Ok((640, vec![500], 5)));
@@ -300,13 +317,28 @@ fn given_pools_are_checked_and_missing_ones_derived() {
         "{e}"
     );
     // Sizes for pools the model lacks.
-    let e = sized(Some(1024), Some(vec![500, 500])).unwrap_err().to_string();
-    assert!(e.contains("2 window pool sizes given for a model with 1 window"), "{e}");
-    let m = mistral_7b_v01();
-    let e = plan_for_blocks(&m, &PlanConfig { max_model_len: None, ..config.clone() }, 100)
+    let e = sized(Some(1024), Some(vec![500, 500]))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("every layer of this model has a sliding window"), "{e}");
+    assert!(
+        e.contains("2 window pool sizes given for a model with 1 window"),
+        "{e}"
+    );
+    let m = mistral_7b_v01();
+    let e = plan_for_blocks(
+        &m,
+        &PlanConfig {
+            max_model_len: None,
+            ..config.clone()
+        },
+        100,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("every layer of this model has a sliding window"),
+        "{e}"
+    );
     // A budget in bytes is split as the memory's would be.
     let bytes = 1024 * 327_680 + 500 * 1_900_544;
     let p = plan_for_kv_bytes(&g, &config, bytes).unwrap();
@@ -327,5 +359,8 @@ fn free_memory_fits_max_seqs_full_length_sequences_in_every_pool() {
     };
     let (p, rule) = plan_default(&gemma3_4b(), &config, MemoryKind::Free).unwrap();
     assert_eq!(rule, SizingRule::MaxSeqsFit);
-    assert_eq!((p.kv_blocks, p.window_blocks(), p.max_seqs), (10_240, vec![16 * 97], 16));
+    assert_eq!(
+        (p.kv_blocks, p.window_blocks(), p.max_seqs),
+        (10_240, vec![16 * 97], 16)
+    );
 }

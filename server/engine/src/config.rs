@@ -72,6 +72,29 @@ impl EngineConfig {
         full.into_iter().chain(windows).collect()
     }
 
+    /// This config with `pools` (a model's, in its order) as its KV pool
+    /// and window pools.
+    pub fn with_pools(self, pools: &[PoolSpec]) -> Self {
+        let kv_blocks = pools
+            .iter()
+            .find(|p| p.window.is_none())
+            .map_or(0, |p| p.blocks);
+        let windows = pools
+            .iter()
+            .filter_map(|p| {
+                p.window.map(|window| WindowPool {
+                    window,
+                    blocks: p.blocks,
+                })
+            })
+            .collect();
+        EngineConfig {
+            kv_blocks,
+            windows,
+            ..self
+        }
+    }
+
     /// Whether the prefix cache runs: asked for, and the model has no
     /// sliding-window layers. A cached prefix would have to bring its
     /// window's blocks too, and a window pool gives blocks back as the window
@@ -79,5 +102,35 @@ impl EngineConfig {
     /// why; docs/operator.md).
     pub fn prefix_cache_on(&self) -> bool {
         self.prefix_caching && self.windows.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pools_and_with_pools_are_inverses() {
+        let full = |blocks| PoolSpec {
+            window: None,
+            blocks,
+        };
+        let window = |w, blocks| PoolSpec {
+            window: Some(w),
+            blocks,
+        };
+        for pools in [
+            vec![full(32)],
+            vec![full(32), window(8, 4)],
+            vec![window(4096, 100)],
+            vec![full(10), window(128, 3), window(512, 5)],
+        ] {
+            let c = EngineConfig::default().with_pools(&pools);
+            assert_eq!(c.pools(), pools);
+            assert_eq!(
+                c.prefix_cache_on(),
+                pools.len() == 1 && pools[0].window.is_none()
+            );
+        }
     }
 }

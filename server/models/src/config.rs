@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 pub enum Arch {
     /// Llama 2/3, SmolLM, TinyLlama, ...
     Llama,
-    /// Mistral (Llama layout; sliding window not applied).
+    /// Mistral (Llama layout; its sliding window on every layer).
     Mistral,
     /// Qwen2 / Qwen2.5 (biases on q, k, v).
     Qwen2,
@@ -45,6 +45,9 @@ impl Arch {
     }
 }
 
+/// The most decoder layers a model may claim (the largest have a few hundred).
+pub const MAX_LAYERS: usize = 1 << 16;
+
 /// Everything the decoder needs to know about the model's shape.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
@@ -73,6 +76,9 @@ pub struct ModelConfig {
     /// Per-frequency divisors of RoPE's inverse frequencies (Llama 3.1's
     /// long-context scaling), `head_dim / 2` of them; `None` for plain RoPE.
     pub rope_freq_factors: Option<Vec<f32>>,
+    /// Mistral's sliding window, applied to every layer (`None`: full
+    /// attention). Provisional: the families' layer description replaces it.
+    pub sliding_window: Option<usize>,
 }
 
 impl ModelConfig {
@@ -98,6 +104,17 @@ impl ModelConfig {
                 "heads {} not a multiple of kv heads {}",
                 self.heads, self.kv_heads
             ));
+        }
+        // Per-layer tables (KV groups, `inspect`'s layer kinds) are made from
+        // this count before any weight is read: bound it.
+        if self.layers > MAX_LAYERS {
+            return bad(format!(
+                "{} layers, more than the {MAX_LAYERS} any model has",
+                self.layers
+            ));
+        }
+        if self.sliding_window == Some(0) {
+            return bad("sliding_window is 0".into());
         }
         if !self.head_dim.is_multiple_of(2) {
             return bad(format!("head dim {} is odd", self.head_dim));
@@ -146,6 +163,10 @@ impl ModelConfig {
             rms_eps: md_f32(md, &p("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5) as f64,
             // In GGUF these are a tensor (`rope_freqs.weight`): the source reads it.
             rope_freq_factors: None,
+            sliding_window: match arch {
+                Arch::Mistral => md_usize(md, &p("attention.sliding_window")).ok(),
+                _ => None,
+            },
         };
         config.validate()?;
         Ok(config)
@@ -177,8 +198,12 @@ impl ModelConfig {
             rope_theta: hf.rope_theta.unwrap_or(10_000.0),
             rms_eps: hf.rms_norm_eps.unwrap_or(1e-5),
             rope_freq_factors: None,
+            sliding_window: None,
         };
         let mut config = config;
+        if config.arch == Arch::Mistral {
+            config.sliding_window = hf.sliding_window;
+        }
         if let Some(scaling) = &hf.rope_scaling {
             config.rope_freq_factors = rope_scaling_factors(&config, scaling)?;
         }
@@ -206,6 +231,8 @@ pub(crate) struct HfConfig {
     #[serde(default)]
     pub(crate) tie_word_embeddings: bool,
     rope_scaling: Option<RopeScaling>,
+    /// Mistral's window (`null` in configs without one).
+    sliding_window: Option<usize>,
     /// The dtype the weights were saved in (`dtype` in newer transformers).
     #[serde(alias = "dtype")]
     torch_dtype: Option<String>,

@@ -14,6 +14,8 @@ mod fused;
 pub mod gguf;
 pub mod holding;
 pub mod kv_cache;
+pub mod kv_groups;
+pub mod kv_store;
 pub mod layer;
 pub mod linear;
 pub mod llama;

@@ -12,7 +12,8 @@ use crate::attention::{Heads, SeqSpan, StepTables, attention};
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::fused::{Dims, FusedHead, FusedLayer, Scratch};
-use crate::kv_cache::KvCache;
+use crate::kv_groups::{KvGroup, canonical, kv_groups};
+use crate::kv_store::KvStore;
 use crate::layer::Layer;
 use crate::linear::{Embedding, Linear, tensor_bytes};
 use crate::rope::Rope;
@@ -139,17 +140,20 @@ impl Llama {
         }
     }
 
-    /// A KV cache for this model, held in `dtype`.
-    pub fn kv_cache(
-        &self,
-        num_blocks: usize,
-        block_size: usize,
-        dtype: KvDtype,
-    ) -> Result<KvCache> {
+    /// The KV groups: the layers by attention kind, full attention first,
+    /// then each window, smallest first.
+    pub fn kv_groups(&self) -> Vec<KvGroup> {
+        canonical(kv_groups(&self.config), self.config.context)
+    }
+
+    /// A KV cache for this model, held in `dtype`: group `g` of
+    /// [`Llama::kv_groups`] gets `blocks[g]` blocks.
+    pub fn kv_store(&self, blocks: &[usize], block_size: usize, dtype: KvDtype) -> Result<KvStore> {
         let c = &self.config;
-        KvCache::new(
+        KvStore::new(
+            &self.kv_groups(),
             c.layers,
-            num_blocks,
+            blocks,
             block_size,
             c.kv_dim(),
             dtype,
@@ -157,20 +161,20 @@ impl Llama {
         )
     }
 
-    /// Runs `step`, writing its K/V into `cache`; returns logits
+    /// Runs `step`, writing its K/V into `kv`; returns logits
     /// `(logits_for.len(), vocab)`, or `None` when none were asked for.
-    pub fn forward(&self, cache: &KvCache, step: &Step<'_>) -> Result<Option<Tensor>> {
-        let (positions, slots) = self.positions_and_slots(cache, step)?;
+    pub fn forward(&self, kv: &KvStore, step: &Step<'_>) -> Result<Option<Tensor>> {
+        let positions = self.positions(step)?;
         let pos = Tensor::new(positions.as_slice(), &self.device)?;
         let (cos, sin) = self.rope.gather(&pos)?;
-        let slot_index = cache.slot_index(&slots, &self.device)?;
+        let slot_index = kv.slot_indices(&step.spans, &self.device)?;
         let mut x = self.embed.forward(step.tokens, &self.device)?;
         let fused = self.fused.as_ref().filter(|_| self.use_fused);
-        let tables = StepTables::for_step(&step.spans, cache, &self.device, self.fused_attention)?;
+        let tables = StepTables::for_step(&step.spans, kv, &self.device, self.fused_attention)?;
         let ctx = LayerCtx {
-            cache,
+            kv,
             spans: &step.spans,
-            tables: tables.as_ref(),
+            tables: &tables,
             cos: &cos,
             sin: &sin,
             slot_index: &slot_index,
@@ -198,11 +202,7 @@ impl Llama {
         Ok(Some(self.lm_head.forward(&x)?))
     }
 
-    fn positions_and_slots(
-        &self,
-        cache: &KvCache,
-        step: &Step<'_>,
-    ) -> Result<(Vec<u32>, Vec<usize>)> {
+    fn positions(&self, step: &Step<'_>) -> Result<Vec<u32>> {
         let total: usize = step.spans.iter().map(|s| s.n_tokens).sum();
         if total != step.tokens.len() || total == 0 {
             return Err(Error::Input(format!(
@@ -216,7 +216,6 @@ impl Llama {
             )));
         }
         let mut positions = Vec::with_capacity(total);
-        let mut slots = Vec::with_capacity(total);
         for span in step.spans.iter() {
             let end = span.start_pos + span.n_tokens;
             if end > self.rope.context() {
@@ -226,12 +225,9 @@ impl Llama {
                     self.rope.context()
                 )));
             }
-            for p in span.start_pos..end {
-                positions.push(p as u32);
-                slots.push(cache.slot(&span.blocks, p)?);
-            }
+            positions.extend((span.start_pos..end).map(|p| p as u32));
         }
-        Ok((positions, slots))
+        Ok(positions)
     }
 
     fn layer_forward(
@@ -259,7 +255,7 @@ impl Llama {
         let v = qkv.narrow(1, q_dim + kv_dim, kv_dim)?;
         let q = Rope::apply(&q, ctx.cos, ctx.sin)?;
         let k = Rope::apply(&k, ctx.cos, ctx.sin)?.reshape((tokens, kv_dim))?;
-        ctx.cache.write(index, ctx.slot_index, &k, &v)?;
+        ctx.kv.write(index, ctx.slot_index, &k, &v)?;
         let a = self.attend(&q, index, ctx)?;
         let x = (x + l.o.forward(&a)?)?;
         let h = candle_nn::ops::rms_norm(&x, &l.ffn_norm, eps)?;
@@ -295,7 +291,7 @@ impl Llama {
         let v = qkv
             .narrow(0, tokens * (q_dim + kv_dim), tokens * kv_dim)?
             .reshape((tokens, kv_dim))?;
-        ctx.cache.write(index, ctx.slot_index, &k, &v)?;
+        ctx.kv.write(index, ctx.slot_index, &k, &v)?;
         let a = self.attend(&q, index, ctx)?;
         l.attn_out(x, &a, &self.scratch)?;
         l.mlp(x, dims, &self.scratch)
@@ -313,7 +309,7 @@ impl Llama {
         };
         attention(
             q,
-            ctx.cache,
+            ctx.kv,
             index,
             ctx.spans,
             ctx.tables,
@@ -324,10 +320,12 @@ impl Llama {
 }
 
 struct LayerCtx<'a> {
-    cache: &'a KvCache,
+    kv: &'a KvStore,
     spans: &'a Arc<[SeqSpan]>,
-    tables: Option<&'a Arc<StepTables>>,
+    /// Per KV group.
+    tables: &'a [Option<Arc<StepTables>>],
     cos: &'a Tensor,
     sin: &'a Tensor,
-    slot_index: &'a Tensor,
+    /// Per KV group: each token's slot.
+    slot_index: &'a [Tensor],
 }

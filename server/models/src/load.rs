@@ -3,13 +3,14 @@
 use std::path::Path;
 
 use candle_core::Device;
-use ferrox_plan::{DeviceKind, Footprint, Footprints, KvDtype, ModelGeometry};
+use ferrox_plan::{DeviceKind, Footprint, Footprints, KvDtype, ModelGeometry, SlidingWindow};
 use serde::Serialize;
 
 use crate::config::{HfConfig, ModelConfig};
 use crate::error::{Error, Result};
 use crate::gguf::GgufSource;
 use crate::holding::device_kind;
+use crate::kv_groups::{canonical, kv_groups};
 use crate::llama::Llama;
 use crate::safetensors::{self as st, SafetensorsSource, safetensors_files};
 use crate::text::TextModel;
@@ -58,6 +59,12 @@ pub struct ModelInfo {
     pub intermediate_size: usize,
     /// The weights and KV as held on each device.
     pub devices: Footprints,
+    /// Layers with a sliding window, by window (absent: none); the plan's
+    /// window pools.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sliding_windows: Vec<SlidingWindow>,
+    /// Each layer's kind: its window in tokens, or `null` for full attention.
+    pub layer_windows: Vec<Option<usize>>,
     /// The half type a GPU computes this model in.
     #[serde(skip)]
     pub model_half: KvDtype,
@@ -84,6 +91,24 @@ impl ModelInfo {
             cpu: footprint(DeviceKind::Cpu)?,
             cuda: footprint(DeviceKind::Cuda)?,
         };
+        let groups = canonical(kv_groups(config), config.context);
+        let mut layer_windows = vec![None; config.layers];
+        for g in &groups {
+            for &l in &g.layers {
+                if let Some(slot) = layer_windows.get_mut(l) {
+                    *slot = g.window;
+                }
+            }
+        }
+        let sliding_windows = groups
+            .iter()
+            .filter_map(|g| {
+                g.window.map(|w| SlidingWindow {
+                    window: w as u64,
+                    layers: g.layers.len() as u64,
+                })
+            })
+            .collect();
         Ok(ModelInfo {
             architecture: config.arch.name().to_string(),
             format,
@@ -98,6 +123,8 @@ impl ModelInfo {
             vocab_size: config.vocab,
             intermediate_size: config.intermediate,
             devices,
+            sliding_windows,
+            layer_windows,
             model_half,
         })
     }
@@ -115,6 +142,7 @@ impl ModelInfo {
             hidden_size: self.hidden_size as u64,
             intermediate_size: self.intermediate_size as u64,
             vocab_size: self.vocab_size as u64,
+            sliding_windows: self.sliding_windows.clone(),
         }
     }
 }

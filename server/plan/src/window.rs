@@ -25,8 +25,10 @@ use crate::{ModelGeometry, blocks_for};
 #[serde(rename_all = "camelCase")]
 pub struct SlidingWindow {
     /// Tokens each of these layers attends to, its own included.
+    #[cfg_attr(feature = "schemars", schemars(range(min = 1)))]
     pub window: u64,
     /// How many layers have this window.
+    #[cfg_attr(feature = "schemars", schemars(range(min = 1)))]
     pub layers: u64,
 }
 

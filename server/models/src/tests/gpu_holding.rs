@@ -18,7 +18,7 @@ use crate::{PagedModel, Source};
 
 /// Logits of the prompt's last token, then of each teacher-forced token.
 fn logits_along(m: &mut PagedModel, prompt: &[u32], forced: &[u32]) -> Vec<Vec<f32>> {
-    let pool = BlockPool::new(m.num_blocks());
+    let pool = BlockPool::new(m.kv_pools()[0].blocks);
     let lease = pool
         .allocate((prompt.len() + forced.len()).div_ceil(m.block_size()))
         .unwrap();
@@ -27,7 +27,7 @@ fn logits_along(m: &mut PagedModel, prompt: &[u32], forced: &[u32]) -> Vec<Vec<f
         let row = DecodeRow {
             token,
             pos: prompt.len() + i,
-            blocks: lease.blocks(),
+            tables: &[lease.blocks()],
         };
         out.push(m.decode(&[row]).unwrap().remove(0));
     }

@@ -20,7 +20,7 @@ pub fn prefill(m: &mut PagedModel, lease: &BlockLease, prompt: &[u32], chunk: us
     let mut pos = 0;
     for part in prompt.chunks(chunk) {
         let last = pos + part.len() == prompt.len();
-        logits = m.prefill(lease.blocks(), part, pos, last).unwrap();
+        logits = m.prefill(&[lease.blocks()], part, pos, last).unwrap();
         pos += part.len();
     }
     logits.expect("last chunk returns logits")
@@ -38,10 +38,11 @@ pub fn greedy_alone(
     let lease = pool.allocate((prompt.len() + n).div_ceil(bs)).unwrap();
     let mut out = vec![argmax(&prefill(m, &lease, prompt, chunk))];
     while out.len() < n {
+        let tables = [lease.blocks()];
         let row = DecodeRow {
             token: *out.last().unwrap(),
             pos: prompt.len() + out.len() - 1,
-            blocks: lease.blocks(),
+            tables: &tables,
         };
         out.push(argmax(&m.decode(&[row]).unwrap()[0]));
     }
@@ -79,12 +80,17 @@ pub fn greedy_batched(
         if active.is_empty() && seqs.iter().all(|s| s.join <= step) {
             break;
         }
+        let tables: Vec<[&[u32]; 1]> = active
+            .iter()
+            .map(|&i| [leases[i].as_ref().unwrap().blocks()])
+            .collect();
         let rows: Vec<DecodeRow<'_>> = active
             .iter()
-            .map(|&i| DecodeRow {
+            .zip(&tables)
+            .map(|(&i, tables)| DecodeRow {
                 token: *out[i].last().unwrap(),
                 pos: seqs[i].prompt.len() + out[i].len() - 1,
-                blocks: leases[i].as_ref().unwrap().blocks(),
+                tables,
             })
             .collect();
         let logits = m.decode(&rows).unwrap();

@@ -7,3 +7,4 @@ mod helpers;
 mod prefix_cache;
 mod real_model;
 mod tiny_model;
+mod window;

@@ -1,6 +1,14 @@
 //! The worker's KV pools, one per group of layers: the KV pool of the
 //! full-attention layers and a window pool per sliding window, in the order
 //! the model lists them. A request reserves in all of them or in none.
+//!
+//! A pool per group, not vLLM's one pool shared by every group: a group's
+//! cache holds its own layers only, sized by its own block count, so a
+//! window pool's memory is its layers' times the few blocks a sequence keeps
+//! there, with no padding of groups to equal layer counts; the plan sizes
+//! each pool from the memory, and the block pool, its leases and their one
+//! release stay as they are. The price: the split between pools is fixed at
+//! start, by the typical request the plan counts.
 
 use ferrox_core::{BlockHash, BlockLease, BlockPool, PoolSpec, PoolStats, Reservation};
 

@@ -110,7 +110,10 @@ fn window_differences(report: &ServerPlan, plan: &PlanStatus) -> Vec<String> {
         }
     }
     for &(window, blocks) in &report.window_blocks {
-        if !planned.iter().any(|w| i64::try_from(window) == Ok(w.window)) {
+        if !planned
+            .iter()
+            .any(|w| i64::try_from(window) == Ok(w.window))
+        {
             out.push(format!(
                 "a window pool of {blocks} blocks for a {window}-token window, planned none"
             ));
@@ -138,7 +141,12 @@ pub fn verdict(
         .iter()
         .flatten()
         .zip(planned_windows)
-        .map(|(&b, w)| (u64::try_from(w.window).unwrap_or(0), u64::try_from(b).unwrap_or(0)))
+        .map(|(&b, w)| {
+            (
+                u64::try_from(w.window).unwrap_or(0),
+                u64::try_from(b).unwrap_or(0),
+            )
+        })
         .collect();
     let report = ServerPlan {
         kv_blocks: u64::try_from(o.kv_blocks).unwrap_or(0),

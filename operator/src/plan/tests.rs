@@ -285,16 +285,25 @@ fn a_gemma3_deployment_plans_renders_and_verifies_its_window_pool() {
         plan: &status,
         kv_dtype: "bf16",
     };
-    let agree = parse_metrics(&exposition(w.kv_blocks)).unwrap().plan.unwrap();
+    let agree = parse_metrics(&exposition(w.kv_blocks))
+        .unwrap()
+        .plan
+        .unwrap();
     let observed = observe(&[agree], &expected).unwrap();
     assert_eq!(observed.window_blocks, Some(vec![w.kv_blocks as i64]));
     let (status_, reason, message) = verdict(Some(&observed), &expected);
     assert_eq!((status_, reason), ("True", "ServersAgree"), "{message}");
     assert!(message.contains("window pools of"), "{message}");
     // A server with half the window pool disagrees, and says where.
-    let half = parse_metrics(&exposition(w.kv_blocks / 2)).unwrap().plan.unwrap();
+    let half = parse_metrics(&exposition(w.kv_blocks / 2))
+        .unwrap()
+        .plan
+        .unwrap();
     let observed = observe(&[half], &expected).unwrap();
     let (status_, _, message) = verdict(Some(&observed), &expected);
     assert_eq!(status_, "False");
-    assert!(message.contains("window blocks for the 1024-token window"), "{message}");
+    assert!(
+        message.contains("window blocks for the 1024-token window"),
+        "{message}"
+    );
 }

@@ -15,6 +15,7 @@ use prometheus::{
 use ferrox_plan::contract::metric;
 
 use crate::PlanInfo;
+use windows::{WindowGauges, ratio};
 
 /// Finish reasons always exported, even at zero.
 const FINISH_REASONS: [&str; 4] = ["stop", "length", "abort", "error"];
@@ -103,15 +104,6 @@ struct KvGauges {
     free: IntGauge,
     filled: IntGauge,
     ratio: Gauge,
-}
-
-/// The window pools' gauges, in blocks, by `window`: a series per window
-/// pool, none for a model without sliding-window layers.
-struct WindowGauges {
-    used: IntGaugeVec,
-    total: IntGaugeVec,
-    held: IntGaugeVec,
-    ratio: GaugeVec,
 }
 
 /// The vLLM-named copies, labelled with the served model's name at render.
@@ -265,70 +257,6 @@ impl KvGauges {
                 )?,
             )?,
         })
-    }
-}
-
-impl WindowGauges {
-    fn new(r: &Registry) -> prometheus::Result<Self> {
-        let by_window = [metric::WINDOW_LABEL];
-        Ok(WindowGauges {
-            used: int_gauges(
-                r,
-                metric::WINDOW_BLOCKS_USED,
-                "Window pool blocks reserved by running requests (what admission counts), by window.",
-                &by_window,
-            )?,
-            total: int_gauges(
-                r,
-                metric::WINDOW_BLOCKS_TOTAL,
-                "Window pool blocks, by window.",
-                &by_window,
-            )?,
-            held: int_gauges(
-                r,
-                metric::WINDOW_BLOCKS_HELD,
-                "Window pool blocks holding a window now; the rest of the reserved ones \
-                 were given back as windows moved, or are not drawn yet. By window.",
-                &by_window,
-            )?,
-            ratio: reg(
-                r,
-                GaugeVec::new(
-                    Opts::new(
-                        metric::WINDOW_USAGE,
-                        "Fraction of the window pool's blocks reserved, by window.",
-                    ),
-                    &by_window,
-                )?,
-            )?,
-        })
-    }
-
-    fn set(&self, window: usize, s: &PoolStats) {
-        let w = window.to_string();
-        let int = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-        let label = [w.as_str()];
-        for (g, v) in [
-            (&self.used, s.reserved),
-            (&self.total, s.total),
-            (&self.held, s.held),
-        ] {
-            if let Ok(g) = g.get_metric_with_label_values(&label) {
-                g.set(int(v));
-            }
-        }
-        if let Ok(g) = self.ratio.get_metric_with_label_values(&label) {
-            g.set(ratio(s));
-        }
-    }
-}
-
-/// Fraction of a pool reserved; 0 for an empty pool.
-fn ratio(s: &PoolStats) -> f64 {
-    if s.total == 0 {
-        0.0
-    } else {
-        s.reserved as f64 / s.total as f64
     }
 }
 
@@ -689,6 +617,8 @@ impl Metrics {
         }
     }
 }
+
+mod windows;
 
 #[cfg(test)]
 mod tests;

@@ -9,8 +9,8 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use ferrox_core::batch_model::{PrefillChunk, StepLogits};
-use ferrox_core::{BatchModel, BlockHasher, DecodeRow, PoolSpec, PoolStats};
+use ferrox_core::batch_model::StepLogits;
+use ferrox_core::{BatchModel, BlockHasher, PoolSpec, PoolStats};
 
 use crate::admission::{Admitted, LineBound, WaitingLine};
 use crate::job::{Job, RequestId};
@@ -25,6 +25,7 @@ use crate::status::{
 use crate::{EngineConfig, EngineError, Event, FinishReason, Usage};
 use prefill_plan::plan_prefill;
 use rayon::prelude::*;
+use step_batch::{chunk_input, decode_input, run_step, spell_pools};
 
 /// What one tick did, for the log and for tests.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -514,61 +515,8 @@ impl<M: BatchModel> Scheduler<M> {
     }
 }
 
-/// Runs `chunks` (prompt chunks by row id and length) and the decode rows
-/// `ids` through one [`BatchModel::step`].
-fn run_step<M: BatchModel>(
-    model: &mut M,
-    rows: &BTreeMap<RequestId, Row>,
-    chunks: &[(RequestId, usize)],
-    ids: &[RequestId],
-) -> Result<StepLogits, ferrox_core::Error> {
-    let chunk_rows: Vec<(&Row, usize)> = chunks
-        .iter()
-        .filter_map(|&(id, n)| rows.get(&id).map(|r| (r, n)))
-        .collect();
-    let decode_rows: Vec<&Row> = ids.iter().filter_map(|id| rows.get(id)).collect();
-    // Each row's tables, made once and borrowed by its chunk or row.
-    let chunk_tables: Vec<Vec<&[u32]>> = chunk_rows.iter().map(|(r, _)| r.kv.tables()).collect();
-    let decode_tables: Vec<Vec<&[u32]>> = decode_rows.iter().map(|r| r.kv.tables()).collect();
-    let prefill: Vec<PrefillChunk<'_>> = chunk_rows
-        .iter()
-        .zip(&chunk_tables)
-        .map(|(&(r, n), tables)| {
-            let (tokens, pos) = chunk_input(r, n);
-            PrefillChunk {
-                tables,
-                tokens,
-                pos,
-                want_logits: pos + tokens.len() == r.prompt.len(),
-                all_logits: r.wants_prompt_logits(),
-            }
-        })
-        .collect();
-    let decode: Vec<DecodeRow<'_>> = decode_rows
-        .iter()
-        .zip(&decode_tables)
-        .map(|(r, tables)| DecodeRow {
-            token: r.pending.unwrap_or_default(),
-            pos: r.decode_pos(),
-            tables,
-        })
-        .collect();
-    model.step(&prefill, &decode)
-}
-
 /// Tries of one step before its rows fail.
 const FORWARD_TRIES: usize = 2;
-
-/// Prompt tokens and position of a row's next chunk of `n` tokens.
-fn chunk_input(r: &Row, n: usize) -> (&[u32], usize) {
-    let end = r.cursor.saturating_add(n).min(r.prompt.len());
-    (&r.prompt[r.cursor.min(end)..end], r.cursor)
-}
-
-/// The pending token and its position, of a decoding row.
-fn decode_input(r: &Row, _: usize) -> (&[u32], usize) {
-    (r.pending.as_slice(), r.decode_pos())
-}
 
 /// Samples from a row's logits, or ends the row if the model gave a row of
 /// the wrong size (that row's failure, not the batch's).
@@ -590,22 +538,11 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
         .unwrap_or("(no message)")
 }
 
-/// Pools as an error message spells them: `32 blocks, 8 blocks (window 16)`.
-fn spell_pools(pools: &[PoolSpec]) -> String {
-    let spelt: Vec<String> = pools
-        .iter()
-        .map(|p| match p.window {
-            None => format!("{} blocks", p.blocks),
-            Some(w) => format!("{} blocks (window {w})", p.blocks),
-        })
-        .collect();
-    spelt.join(", ")
-}
-
 fn model_failed(why: impl ToString) -> Finish {
     Finish::Failed(EngineError::Model(why.to_string()))
 }
 
 mod prefill_plan;
+mod step_batch;
 #[cfg(test)]
 mod tests;

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+use ferrox_core::BatchModel;
 use ferrox_core::ChatMessage;
 use ferrox_engine::{EngineConfig, Event, GenerationRequest, SamplingParams};
 use ferrox_models::Device;
-use ferrox_core::BatchModel;
 use ferrox_models::{PagedModel, Source};
 
 use crate::load::text::Stream;

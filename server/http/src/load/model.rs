@@ -260,7 +260,12 @@ fn log_plan(s: &Sizing) {
     let windows: Vec<String> = p
         .windows
         .iter()
-        .map(|w| format!("{} blocks of {} layers' {}-token windows", w.kv_blocks, w.layers, w.window))
+        .map(|w| {
+            format!(
+                "{} blocks of {} layers' {}-token windows",
+                w.kv_blocks, w.layers, w.window
+            )
+        })
         .collect();
     tracing::info!(
         kv_blocks = p.kv_blocks,
@@ -381,19 +386,9 @@ mod tests {
                 Some(((gib / 2 - base) / 512, 256, "memory-budget")),
             ),
             (KvSizing::Device, None, 2 * base, None),
-            (
-                blocks(16),
-                None,
-                gib,
-                Some((16, 256, "kv-blocks")),
-            ),
+            (blocks(16), None, gib, Some((16, 256, "kv-blocks"))),
             (blocks(15), None, gib, None),
-            (
-                blocks(8),
-                Some(128),
-                gib,
-                Some((8, 128, "kv-blocks")),
-            ),
+            (blocks(8), Some(128), gib, Some((8, 128, "kv-blocks"))),
             // Explicit pools are checked against all the memory (no utilization).
             (
                 blocks(16),
@@ -630,8 +625,14 @@ mod tests {
         let err = size(&windowed(), DeviceKind::Cpu, memory(1 << 30), None, &both)
             .unwrap_err()
             .to_string();
-        assert!(err.contains("16-token window has 5 blocks, fewer than the 6"), "{err}");
-        assert!(err.contains("fewer --kv-blocks or --window-blocks"), "{err}");
+        assert!(
+            err.contains("16-token window has 5 blocks, fewer than the 6"),
+            "{err}"
+        );
+        assert!(
+            err.contains("fewer --kv-blocks or --window-blocks"),
+            "{err}"
+        );
         // From the memory: both pools, split as the plan splits a budget.
         let device = serve_config(KvSizing::Device, None);
         let s = size(&windowed(), DeviceKind::Cpu, memory(1 << 30), None, &device).unwrap();

@@ -232,10 +232,7 @@ mod tests {
             ),
             (ApiError::TooManyConnections { max: 1 }, 503),
             (ApiError::Internal("panic".into()), 500),
-            (
-                too_long(),
-                400,
-            ),
+            (too_long(), 400),
         ];
         for (e, want) in cases {
             let r = e.into_response();

@@ -73,7 +73,8 @@ fn windowed(blocks: usize) -> EngineConfig {
 #[test]
 fn a_request_reserves_its_window_in_a_window_pool_and_the_door_names_the_pool() {
     // (prompt, max_tokens, window pool, blocks in each pool or the error)
-    let cases: Vec<(usize, usize, usize, Result<Vec<usize>, &str>)> = vec![
+    type Case<'a> = (usize, usize, usize, Result<Vec<usize>, &'a str>);
+    let cases: Vec<Case> = vec![
         // Short: its whole length in both pools.
         (3, 2, 4, Ok(vec![2, 2])),
         (6, 2, 4, Ok(vec![2, 2])),

@@ -10,7 +10,7 @@
 //! except that a window pool never gets more than `max_seqs_cap` sequences can
 //! ever hold (`cap * blocks_g(max_model_len)`): longer sequences need more
 //! full-attention blocks, never more window blocks, so the rest goes to the
-//! KV pool. Every pool holds at least one `max_model_len` sequence.
+//! KV pool (a model whose every layer has a window leaves it unused). Every pool holds at least one `max_model_len` sequence.
 //! `max_seqs` is how many typical sequences every pool holds at once.
 
 use serde::{Deserialize, Serialize};
@@ -124,14 +124,14 @@ impl Layout {
             .iter()
             .map(|g| share(g, budget, per_seq))
             .collect();
-        let Some(full) = self.full().filter(|_| self.groups.len() > 1) else {
-            return pools;
-        };
         for (g, pool) in self.groups.iter().zip(pools.iter_mut()) {
             if g.kv.window.is_some() {
                 *pool = (*pool).min(self.cap.saturating_mul(g.most)).max(g.most);
             }
         }
+        let Some(full) = self.full().filter(|_| self.groups.len() > 1) else {
+            return pools;
+        };
         pools[full] = 0;
         let left = budget.saturating_sub(self.bytes(&pools));
         pools[full] = left / self.groups[full].block_bytes.max(1);

@@ -364,3 +364,23 @@ fn free_memory_fits_max_seqs_full_length_sequences_in_every_pool() {
         (10_240, vec![16 * 97], 16)
     );
 }
+
+#[test]
+fn a_model_whose_every_layer_slides_keeps_no_more_window_than_max_seqs_use() {
+    // Mistral 7B v0.1 on 80 GiB with at most 16 sequences: a sequence holds
+    // at most ceil((4096 + 512 - 1) / 16) + 1 = 289 blocks however long it
+    // runs, so the pool is 16 x 289 = 4624 blocks of 32 x 8 x 128 x 2 x 2 x
+    // 16 = 2 MiB (9.7 GB), not the whole 67 GB budget: with no KV pool to
+    // take the rest, it stays unused.
+    let config = PlanConfig {
+        max_seqs_cap: Some(16),
+        ..gpu(80, None)
+    };
+    let p = plan(&mistral_7b_v01(), &config).unwrap();
+    assert_eq!(
+        (p.kv_blocks, p.window_blocks(), p.max_seqs),
+        (0, vec![4624], 16)
+    );
+    assert_eq!(p.kv_budget_bytes, 4624 * 2 * 1024 * 1024);
+    assert!(p.kv_budget_bytes < budget(80, 14_480_000_000) / 6);
+}

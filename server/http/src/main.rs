@@ -7,6 +7,8 @@ mod cli_tests;
 mod fixtures;
 mod load;
 mod openai;
+#[cfg(test)]
+mod pools_tests;
 mod serve;
 mod tools;
 

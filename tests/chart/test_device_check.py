@@ -158,6 +158,13 @@ class FakeSteps:
     def compare_tiny(self, expected, got, runs):
         self._step(f"compare:{got}-{expected}", ("a tiny", f"{got} vs {expected}", "ok"))
 
+    def family_names(self):
+        self._step("family_names")
+        return ["gemma3", "qwen3"]
+
+    def family_run(self, name):
+        self._step(f"family_run:{name}", ("d families", f"{name} vs transformers", "ok"))
+
     def write_big(self):
         return self._step("write_big")
 
@@ -214,6 +221,8 @@ ALL_BENCHES = ["1 streams", "16 streams", "64 streams"]
                             "gather path, 1 streams", "gather path, 16 streams",
                             "gather path, 64 streams", "memory on start_big:gather"],
      ["1 streams"]),
+    # One family failing: the next still runs.
+    (("family_run:gemma3",), ["qwen3 vs transformers"] + ALL_BENCHES, []),
     # Both tiny CUDA roles failing skips only the 8B steps.
     (("tiny_run:cuda", "tiny_run:gather"), ["cpu vs reference", "skipped"], ALL_BENCHES),
     (("write_tiny",), ["skipped"], ALL_BENCHES),

@@ -25,6 +25,7 @@ import time
 import torch
 
 import agreement
+import families
 import llama_files
 import memory
 import reference
@@ -202,6 +203,29 @@ class Steps:
         agree = agreement.compare(runs[expected], runs[got], self.a.tie_tol)
         self.r.check("a tiny", f"{what}, greedy + top-5", agree.figure(),
                      agree.ok(self.a.lp_tol))
+
+    def family_names(self) -> list:
+        return families.names()
+
+    def family_run(self, name: str) -> None:
+        """(d) `name`'s tiny model on the server under test (the CUDA one; the
+        CPU build in the dry run) against transformers' recorded answers."""
+        for run, context, prompts in families.runs(name):
+            # Logs in the work folder: $OUT keeps the few the 8B steps write.
+            s = Server(self.bins["cuda"], families.FIXTURES / name,
+                       self.work / f"family-{name}-{run}.log",
+                       families.flags(self.device, context), self.d.left(TINY_START))
+            try:
+                for i, p in enumerate(prompts):
+                    response = s.complete(p["ids"], len(p["steps"]), 5, self.d.left(60),
+                                          return_tokens_as_token_ids=True)
+                    agree = agreement.compare(families.expected(p),
+                                              families.server_steps(response), self.a.tie_tol)
+                    self.r.check("d families", f"{name} {run} prompt {i} "
+                                 f"({len(p['ids'])} tokens) vs transformers, greedy + top-5",
+                                 agree.figure(), agree.ok(self.a.lp_tol))
+            finally:
+                s.stop()
 
     def write_big(self) -> bool:
         if self.a.cpu:

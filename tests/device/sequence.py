@@ -1,6 +1,7 @@
 """The device check's order of steps and what a failure skips. Torch-free:
 the steps come from `check.Steps` on the device and from fakes in
-tests/chart/test_device_check.py.
+tests/chart/test_device_check.py. (d), the families' tiny models, runs right
+after (a)'s tiny model: small, and independent of it.
 
 Every step is a section of its own: a failing step is a FAIL row and the
 next step runs. The tiny model's three roles (cpu, cuda, gather) are run one
@@ -30,6 +31,7 @@ def run(r: Report, steps) -> None:
     """Every step in order, each in its own section."""
     r.add("run", "machine", section(r, "run", steps.machine) or "unknown")
     tiny_cuda = tiny(r, steps)
+    families(r, steps)
     if not tiny_cuda:
         r.add(steps.big_section, "skipped", "both tiny CUDA roles failed", FAIL)
         return
@@ -76,6 +78,14 @@ def tiny(r: Report, steps) -> bool:
             missing = expected if expected not in runs else got
             r.add("a tiny", f"{got} vs {expected}", f"not compared: {missing} failed")
     return "cuda" in runs or "gather" in runs
+
+
+def families(r: Report, steps) -> None:
+    """(d) each family's tiny model against transformers, one server each;
+    one failing is its row, the next still runs."""
+    names = section(r, "d families", steps.family_names) or []
+    for name in names:
+        section(r, "d families", lambda: steps.family_run(name))
 
 
 def serve_big(r: Report, steps, big, expected, streams: list, label: str,

@@ -67,10 +67,12 @@ class Server:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def complete(self, prompt: list, max_tokens: int, logprobs: int, timeout: float) -> dict:
-        """Greedy completion of a prompt given as token ids."""
+    def complete(self, prompt: list, max_tokens: int, logprobs: int, timeout: float,
+                 **extra) -> dict:
+        """Greedy completion of a prompt given as token ids (`extra`: more
+        request fields)."""
         body = {"model": self.name, "prompt": prompt, "max_tokens": max_tokens,
-                "temperature": 0, "logprobs": logprobs, "ignore_eos": True}
+                "temperature": 0, "logprobs": logprobs, "ignore_eos": True, **extra}
         req = urllib.request.Request(self.url + "/v1/completions", json.dumps(body).encode(),
                                      {"Content-Type": "application/json"})
         try:

@@ -29,6 +29,11 @@ const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L
 /// Qwen2's split regex: like Llama 3's but one digit per piece.
 const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// GPT-4o's split regex (llama.cpp `gpt-4o`: Phi-4's vocabulary), as its
+/// `tokenizer.json` has it: cased words with their contraction, digits in
+/// threes.
+const GPT4O_SPLIT: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// The tokenizer part of a GGUF file's metadata, as plain data.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GgufVocab {
@@ -213,7 +218,8 @@ pub(crate) fn gpt2_pre_tokenizer(pre: Option<&str>) -> Result<PreTokenizerWrappe
         .into())
     };
     match pre.unwrap_or("default") {
-        "default" | "gpt2" => Ok(byte_level_with_regex.into()),
+        // llama.cpp names GPT-2's own `gpt-2`.
+        "default" | "gpt2" | "gpt-2" => Ok(byte_level_with_regex.into()),
         // SmolLM's tokenizer.json: each digit alone, then the GPT-2 regex.
         "smollm" => {
             Ok(
@@ -223,6 +229,7 @@ pub(crate) fn gpt2_pre_tokenizer(pre: Option<&str>) -> Result<PreTokenizerWrappe
         }
         "llama-bpe" | "llama3" => split_then_bytes(LLAMA3_SPLIT),
         "qwen2" => split_then_bytes(QWEN2_SPLIT),
+        "gpt-4o" => split_then_bytes(GPT4O_SPLIT),
         other => Err(Error::UnknownPreTokenizer(other.to_string())),
     }
 }

@@ -364,9 +364,25 @@ pub(crate) mod tests {
             Some("llama-bpe"),
             Some("llama3"),
             Some("qwen2"),
+            Some("gpt-2"),
+            Some("gpt-4o"),
         ] {
             assert!(gguf_vocab::gpt2_pre_tokenizer(pre).is_ok(), "{pre:?}");
         }
+    }
+
+    #[test]
+    fn gpt_4o_splits_cased_words_and_digits_in_threes() {
+        use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
+        let pre = gguf_vocab::gpt2_pre_tokenizer(Some("gpt-4o")).unwrap();
+        let mut s = PreTokenizedString::from("HelloWORLD's 12345");
+        pre.pre_tokenize(&mut s).unwrap();
+        let pieces: Vec<String> = s
+            .get_splits(OffsetReferential::Original, OffsetType::Byte)
+            .into_iter()
+            .map(|(p, _, _)| p.to_string())
+            .collect();
+        assert_eq!(pieces, ["Hello", "WORLD's", "Ġ", "123", "45"]);
     }
 
     #[test]

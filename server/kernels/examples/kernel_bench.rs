@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use ferrox_kernels::{AttnGeometry, AttnSeq, QMatrix, QuantType, paged_attention};
+use ferrox_kernels::{AttnGeometry, AttnParams, AttnSeq, QMatrix, QuantType, paged_attention};
 use half::f16;
 
 const LAYERS: f64 = 30.0;
@@ -92,6 +92,7 @@ fn bench_attention(rng: &mut Lcg) {
         head_dim: 64,
         block_size: 16,
     };
+    let params = AttnParams::causal(g.head_dim);
     let ctx = 512;
     let (seqs_n, per_seq) = (32, ctx / g.block_size);
     let cache_len = seqs_n * ctx * g.kv_heads * g.head_dim;
@@ -125,10 +126,11 @@ paged attention, heads 9/3 x 64, block 16 (per layer; x30 for a forward):"
         let mut out = vec![0f32; q.len()];
         for round in 0..2 {
             let (wall32, cpu32) = time(|| {
-                paged_attention(&g, &q, &k, &v, &seqs, &mut out).expect("valid tables");
+                paged_attention(&g, &params, &q, &k, &v, &seqs, &mut out).expect("valid tables");
             });
             let (wall16, cpu16) = time(|| {
-                paged_attention(&g, &q, &k16, &v16, &seqs, &mut out).expect("valid tables");
+                paged_attention(&g, &params, &q, &k16, &v16, &seqs, &mut out)
+                    .expect("valid tables");
             });
             println!(
                 "  {name:<32} [{round}] f32 KV wall {:>8.1}us cpu {:>8.1}us | f16 KV wall {:>8.1}us cpu {:>8.1}us",

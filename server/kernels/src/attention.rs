@@ -9,6 +9,12 @@ use rayon::prelude::*;
 
 use crate::Error;
 
+#[path = "attention_math.rs"]
+mod math;
+#[cfg(test)]
+use math::{axpy, exp_nonpositive};
+use math::{dot, softmax, weighted_sum};
+
 /// An element type the KV cache may be held in.
 pub trait KvElem: Copy + Send + Sync + 'static {
     /// `src` as f32: `src` itself for f32, else widened into `buf`
@@ -57,9 +63,49 @@ pub struct AttnGeometry {
     pub block_size: usize,
 }
 
+/// How scores are formed and which positions a query sees: one layer's kind.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnParams {
+    /// Multiplies `q . k` (`1/sqrt(head_dim)`, or a family's own query scale).
+    pub scale: f32,
+    /// Gemma 2's soft-cap: a scaled score `s` becomes `cap * tanh(s / cap)`.
+    pub softcap: Option<f32>,
+    /// Sliding window: position `p` sees `p + 1 - window ..= p` only, and
+    /// table entries before that window's first block are never read (they
+    /// may already be released). `None`: full causal attention.
+    pub window: Option<usize>,
+}
+
+impl AttnParams {
+    /// Plain causal attention scaled by `1/sqrt(head_dim)`.
+    pub fn causal(head_dim: usize) -> Self {
+        AttnParams {
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            softcap: None,
+            window: None,
+        }
+    }
+
+    /// The first position a query at `pos` sees.
+    pub fn first_seen(&self, pos: usize) -> usize {
+        self.window.map_or(0, |w| (pos + 1).saturating_sub(w))
+    }
+
+    /// The score of `q . k`, scaled and capped.
+    #[inline(always)]
+    fn score(&self, dot: f32) -> f32 {
+        let s = dot * self.scale;
+        match self.softcap {
+            Some(cap) => cap * (s / cap).tanh(),
+            None => s,
+        }
+    }
+}
+
 /// Queries of one sequence: tokens at positions `start_pos..start_pos+n_tokens`;
 /// its KV (already written, including these tokens) lives in `blocks` (block `b`
-/// of the table holds positions `b*block_size..`). Position `p` attends to `0..=p`.
+/// of the table holds positions `b*block_size..`). Position `p` attends to
+/// `0..=p`, or to its window (see [`AttnParams::window`]).
 #[derive(Debug, Clone, Copy)]
 pub struct AttnSeq<'a> {
     /// The sequence's block table.
@@ -74,10 +120,11 @@ pub struct AttnSeq<'a> {
 ///
 /// `q`: `[total_tokens, heads, head_dim]`, the sequences' tokens concatenated in
 /// order; `k_cache`, `v_cache`: `[num_blocks*block_size, kv_heads, head_dim]`;
-/// `out`: like `q`. Scale `1/sqrt(head_dim)`; head `h` reads kv head
+/// `out`: like `q`. Scores and window by `p`; head `h` reads kv head
 /// `h / (heads/kv_heads)`.
 pub fn paged_attention<T: KvElem>(
     g: &AttnGeometry,
+    p: &AttnParams,
     q: &[f32],
     k_cache: &[T],
     v_cache: &[T],
@@ -88,20 +135,25 @@ pub fn paged_attention<T: KvElem>(
     let fast = simd();
     #[cfg(not(target_arch = "x86_64"))]
     let fast = false;
-    attention_on(fast, g, q, (k_cache, v_cache), seqs, out)
+    attention_on(fast, (g, p), q, (k_cache, v_cache), seqs, out)
 }
 
 /// [`paged_attention`], its loops in AVX2 registers when `fast` (which the
 /// caller has checked the CPU supports) or portable ones.
 pub(crate) fn attention_on<T: KvElem>(
     fast: bool,
-    g: &AttnGeometry,
+    (g, params): (&AttnGeometry, &AttnParams),
     q: &[f32],
     (k_cache, v_cache): (&[T], &[T]),
     seqs: &[AttnSeq<'_>],
     out: &mut [f32],
 ) -> Result<(), Error> {
-    let tokens = plan(g, k_cache, v_cache, seqs)?;
+    if params.window == Some(0) {
+        return Err(Error::Geometry(
+            "a sliding window must hold at least one position",
+        ));
+    }
+    let tokens = plan(g, params, k_cache, v_cache, seqs)?;
     let expected = tokens.len() * g.heads * g.head_dim;
     if q.len() != expected {
         return Err(Error::Length {
@@ -117,7 +169,6 @@ pub(crate) fn attention_on<T: KvElem>(
             got: out.len(),
         });
     }
-    let scale = 1.0 / (g.head_dim as f32).sqrt();
     let width = g.heads / g.kv_heads * g.head_dim;
     // One task per (tile of a sequence's consecutive query tokens, kv head):
     // the query heads sharing a kv head are adjacent in `q` and `out`, and
@@ -140,6 +191,7 @@ pub(crate) fn attention_on<T: KvElem>(
             let (seq, pos0) = tokens[first];
             let kv = KvView {
                 g,
+                params,
                 k: k_cache,
                 v: v_cache,
                 blocks: seqs[seq].blocks,
@@ -155,9 +207,9 @@ pub(crate) fn attention_on<T: KvElem>(
             #[cfg(target_arch = "x86_64")]
             if fast {
                 // SAFETY: the caller checked the features.
-                return unsafe { x86::attend_tile(&kv, &queries, scale, scratch, &mut outs) };
+                return unsafe { x86::attend_tile(&kv, &queries, scratch, &mut outs) };
             }
-            attend_tile(&kv, &queries, scale, scratch, &mut outs);
+            attend_tile(&kv, &queries, scratch, &mut outs);
         })
     });
     Ok(())
@@ -173,6 +225,7 @@ thread_local! {
 /// Checks the geometry and tables; returns `(seq index, position)` per query token.
 fn plan<T>(
     g: &AttnGeometry,
+    params: &AttnParams,
     k: &[T],
     v: &[T],
     seqs: &[AttnSeq<'_>],
@@ -213,7 +266,13 @@ fn plan<T>(
                 have: s.blocks.len(),
             });
         }
-        if let Some(&block) = s.blocks[..need].iter().find(|&&b| b as usize >= num_blocks) {
+        // Entries before the first token's window are never read: a
+        // windowed group may have released them.
+        let first = params.first_seen(s.start_pos) / g.block_size;
+        if let Some(&block) = s.blocks[first..need]
+            .iter()
+            .find(|&&b| b as usize >= num_blocks)
+        {
             return Err(Error::BlockId {
                 seq: si,
                 block,
@@ -261,6 +320,7 @@ impl QueryTile<'_> {
 /// One kv head of one sequence, seen through its block table.
 struct KvView<'a, T> {
     g: &'a AttnGeometry,
+    params: &'a AttnParams,
     k: &'a [T],
     v: &'a [T],
     blocks: &'a [u32],
@@ -268,33 +328,46 @@ struct KvView<'a, T> {
 }
 
 impl<T> KvView<'_, T> {
-    /// Calls `f(position, offset of the head's row)` for positions `0..=pos`
-    /// of `cache` (K or V).
+    /// Calls `f(position, offset of the head's row)` for positions
+    /// `from..=pos` of `cache` (K or V).
     #[inline(always)]
-    fn for_each_row(&self, cache: &[T], pos: usize, mut f: impl FnMut(usize, usize)) {
+    fn for_each_row(
+        &self,
+        cache: &[T],
+        (from, pos): (usize, usize),
+        mut f: impl FnMut(usize, usize),
+    ) {
         let row = self.g.kv_heads * self.g.head_dim;
-        self.for_each_block(cache, pos, |first, n, base| {
-            for t in 0..n {
+        self.for_each_block(cache, (from, pos), |first, n, base| {
+            for t in from.saturating_sub(first)..n {
                 f(first + t, base + t * row);
             }
         });
     }
 
     /// Calls `f(first position, rows, offset of the first row)` for each
-    /// block of positions `0..=pos` of `cache` (rows `kv_heads * head_dim`
-    /// apart), asking for the next block's rows ahead: the blocks are
-    /// scattered, so the hardware prefetcher cannot guess them.
+    /// block holding positions `from..=pos` of `cache` (rows `kv_heads *
+    /// head_dim` apart; the first block's rows start at its own first
+    /// position, which may be before `from`), asking for the next block's
+    /// rows ahead: the blocks are scattered, so the hardware prefetcher
+    /// cannot guess them. Table entries before `from`'s block are not read.
     #[inline(always)]
-    fn for_each_block(&self, cache: &[T], pos: usize, mut f: impl FnMut(usize, usize, usize)) {
+    fn for_each_block(
+        &self,
+        cache: &[T],
+        (from, pos): (usize, usize),
+        mut f: impl FnMut(usize, usize, usize),
+    ) {
         let (bs, hd) = (self.g.block_size, self.g.head_dim);
         let row = self.g.kv_heads * hd;
         let base = |blk: u32| blk as usize * bs * row + self.kv_head * hd;
-        let table = &self.blocks[..=pos / bs];
-        for (bi, &blk) in table.iter().enumerate() {
-            if let Some(&next) = table.get(bi + 1) {
+        let first_block = from / bs;
+        let table = &self.blocks[first_block..=pos / bs];
+        for (i, &blk) in table.iter().enumerate() {
+            if let Some(&next) = table.get(i + 1) {
                 prefetch_rows(cache, base(next), (row, bs), hd);
             }
-            let first = bi * bs;
+            let first = (first_block + i) * bs;
             f(first, bs.min(pos + 1 - first), base(blk));
         }
     }
@@ -337,40 +410,47 @@ fn simd() -> bool {
         && is_x86_feature_detected!("f16c")
 }
 
-/// A tile's query heads of one kv group: softmax(q.K^T * scale) . V over
-/// positions `0..=pos0 + i` for token `i`, each head's result into
-/// `outs[i]`. Every (token, head) sees exactly the operations, in the order,
-/// it would alone: tiling saves widening and loads, never changes a bit.
+/// A tile's query heads of one kv group: softmax(score(q.K^T)) . V over the
+/// positions token `i` sees (`first_seen(pos0 + i)..=pos0 + i`), each head's
+/// result into `outs[i]`. Every (token, head) sees exactly the operations, in
+/// the order, it would alone: tiling saves widening and loads, never changes
+/// a bit.
 #[inline(always)]
 fn attend_tile<T: KvElem>(
     kv: &KvView<'_, T>,
     q: &QueryTile<'_>,
-    scale: f32,
     scratch: &mut Scratch,
     outs: &mut [&mut [f32]],
 ) {
-    let hd = kv.g.head_dim;
+    let (hd, p) = (kv.g.head_dim, kv.params);
     let (len, heads) = (outs.len(), q.width / hd);
     let last = q.pos0 + len - 1;
-    // Each (token, head) row of scores is `n` long; token i uses `pos0 + i + 1`.
-    let n = last + 1;
+    // Scores are kept from `lo`, the first position any token of the tile
+    // sees; each (token, head) row is `n` long.
+    let lo = p.first_seen(q.pos0);
+    let n = last + 1 - lo;
     let Scratch { scores, row, block } = scratch;
     scores.clear();
     scores.resize(len * heads * n, 0.0);
     row.resize(hd, 0.0);
-    // The first token of the tile that sees position `p`.
-    let seen_from = |p: usize| p.saturating_sub(q.pos0);
-    kv.for_each_row(kv.k, last, |p, off| {
+    // The tokens of the tile that see position `p`: `seen_from(p)..seen_until(p)`.
+    let seen_from = |pos: usize| pos.saturating_sub(q.pos0);
+    let seen_until = |pos: usize| {
+        p.window
+            .map_or(len, |w| len.min(pos.saturating_add(w) - q.pos0))
+    };
+    kv.for_each_row(kv.k, (lo, last), |pos, off| {
         let k = T::widen(&kv.k[off..off + hd], row);
-        for i in seen_from(p)..len {
+        for i in seen_from(pos)..seen_until(pos) {
             for (h, qh) in q.token(i).chunks_exact(hd).enumerate() {
-                scores[(i * heads + h) * n + p] = dot(qh, k) * scale;
+                scores[(i * heads + h) * n + pos - lo] = p.score(dot(qh, k));
             }
         }
     });
     for i in 0..len {
+        let from = p.first_seen(q.pos0 + i) - lo;
         for h in 0..heads {
-            softmax(&mut scores[(i * heads + h) * n..][..q.pos0 + i + 1]);
+            softmax(&mut scores[(i * heads + h) * n..][from..=q.pos0 + i - lo]);
         }
     }
     // V a block at a time: its rows widened once, then each (token, head)
@@ -380,150 +460,30 @@ fn attend_tile<T: KvElem>(
     }
     block.resize(kv.g.block_size * hd, 0.0);
     let stride = kv.g.kv_heads * hd;
-    kv.for_each_block(kv.v, last, |first, rows, base| {
+    kv.for_each_block(kv.v, (lo, last), |first, rows, base| {
         for t in 0..rows {
             let at = base + t * stride;
             let v = T::widen(&kv.v[at..at + hd], row);
             block[t * hd..(t + 1) * hd].copy_from_slice(v);
         }
         for (i, o) in outs.iter_mut().enumerate().skip(seen_from(first)) {
-            let seen = rows.min(q.pos0 + i + 1 - first);
+            let from = p.first_seen(q.pos0 + i).max(first);
+            let end = (first + rows).min(q.pos0 + i + 1);
+            if from >= end {
+                continue;
+            }
             for (h, oh) in o.chunks_exact_mut(hd).enumerate() {
-                let w = &scores[(i * heads + h) * n + first..][..seen];
-                weighted_sum(oh, w, &block[..seen * hd]);
+                let w = &scores[(i * heads + h) * n + from - lo..][..end - from];
+                weighted_sum(oh, w, &block[(from - first) * hd..(end - first) * hd]);
             }
         }
     });
 }
 
-/// `o += sum_t w[t] * v[t]` (rows of `o.len()`), row after row, each element
-/// `o + w * v` as one `axpy` per row computes it, with `o` held in
-/// registers 64 elements at a time instead of loaded and stored per row.
-#[inline(always)]
-fn weighted_sum(o: &mut [f32], w: &[f32], v: &[f32]) {
-    const CHUNK: usize = 64;
-    let hd = o.len();
-    let mut c = 0;
-    while c + CHUNK <= hd {
-        let mut acc = [0f32; CHUNK];
-        acc.copy_from_slice(&o[c..c + CHUNK]);
-        for (t, &wt) in w.iter().enumerate() {
-            let vt = &v[t * hd + c..t * hd + c + CHUNK];
-            for (a, &x) in acc.iter_mut().zip(vt) {
-                *a += wt * x;
-            }
-        }
-        o[c..c + CHUNK].copy_from_slice(&acc);
-        c += CHUNK;
-    }
-    for (t, &wt) in w.iter().enumerate() {
-        axpy(&mut o[c..], wt, &v[t * hd + c..(t + 1) * hd]);
-    }
-}
-
-/// In-place numerically stable softmax.
-#[inline(always)]
-fn softmax(s: &mut [f32]) {
-    let max = s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-    for v in s.iter_mut() {
-        *v = exp_nonpositive(*v - max);
-    }
-    let inv = 1.0 / s.iter().sum::<f32>();
-    for v in s.iter_mut() {
-        *v *= inv;
-    }
-}
-
-/// `e^x` for `x <= 0` (softmax after max subtraction), relative error < 1e-6;
-/// `x < -87` gives ~0. Plain arithmetic, so loops over it vectorise, unlike libm's.
-#[inline(always)]
-fn exp_nonpositive(x: f32) -> f32 {
-    // e^x = 2^n * e^f with n = round(x log2(e)) and f = x - n ln2, |f| <= ln2/2.
-    // ln2 is split in two (Cody-Waite) so `n * LN2_HI` is exact.
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    let x = x.max(-87.0);
-    let n = (x * std::f32::consts::LOG2_E).round_ties_even();
-    let f = x - n * LN2_HI - n * LN2_LO;
-    // e^f by its Taylor series to degree 6: truncation < 2e-7 for |f| <= ln2/2.
-    let p = 1.0
-        + f * (1.0
-            + f * (0.5 + f * (1.0 / 6.0 + f * (1.0 / 24.0 + f * (1.0 / 120.0 + f / 720.0)))));
-    // n >= -126, so the exponent field n + 127 is a normal number's.
-    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
-}
-
-/// Dot product with eight independent accumulators so it vectorises.
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
-}
-
-/// `o += w * v`.
-#[inline(always)]
-fn axpy(o: &mut [f32], w: f32, v: &[f32]) {
-    for (o, &v) in o.iter_mut().zip(v) {
-        *o += w * v;
-    }
-}
-
 /// The hot loops compiled for AVX2 + FMA + F16C.
 #[cfg(target_arch = "x86_64")]
-mod x86 {
-    use std::arch::x86_64::*;
-
-    use half::f16;
-
-    use super::{KvElem, KvView, QueryTile, Scratch};
-
-    /// [`super::attend_tile`] in 256-bit registers.
-    ///
-    /// # Safety
-    /// The CPU has AVX2, FMA and F16C.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn attend_tile<T: KvElem>(
-        kv: &KvView<'_, T>,
-        q: &QueryTile<'_>,
-        scale: f32,
-        scratch: &mut Scratch,
-        outs: &mut [&mut [f32]],
-    ) {
-        super::attend_tile(kv, q, scale, scratch, outs);
-    }
-
-    /// f16 to f32, eight at a time.
-    ///
-    /// # Safety
-    /// The CPU has AVX and F16C; `out.len() == src.len()`.
-    #[target_feature(enable = "avx,f16c")]
-    pub(super) unsafe fn widen_f16(src: &[f16], out: &mut [f32]) {
-        let (s, o) = (src.chunks_exact(8), out.chunks_exact_mut(8));
-        for (s, o) in s.zip(o) {
-            // SAFETY: 8 f16 readable, 8 f32 writable.
-            unsafe {
-                let v = _mm256_cvtph_ps(_mm_loadu_si128(s.as_ptr().cast()));
-                _mm256_storeu_ps(o.as_mut_ptr(), v);
-            }
-        }
-        let done = src.len() / 8 * 8;
-        for (o, s) in out[done..].iter_mut().zip(&src[done..]) {
-            *o = s.to_f32();
-        }
-    }
-}
+#[path = "attention_x86.rs"]
+mod x86;
 
 #[cfg(test)]
 #[path = "attention_tests.rs"]

@@ -4,7 +4,13 @@ use super::*;
 use crate::test_util::{Rng, rel_err};
 
 /// Naive attention over each sequence's KV gathered into contiguous rows.
-fn reference(g: &AttnGeometry, q: &[f32], k: &[f32], v: &[f32], seqs: &[AttnSeq<'_>]) -> Vec<f32> {
+fn reference(
+    (g, p): (&AttnGeometry, &AttnParams),
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    seqs: &[AttnSeq<'_>],
+) -> Vec<f32> {
     let (hd, row) = (g.head_dim, g.kv_heads * g.head_dim);
     let mut out = Vec::new();
     let mut t = 0;
@@ -18,22 +24,28 @@ fn reference(g: &AttnGeometry, q: &[f32], k: &[f32], v: &[f32], seqs: &[AttnSeq<
                         s.blocks[p / g.block_size] as usize * g.block_size + p % g.block_size;
                     c[slot * row + kvh * hd..][..hd].to_vec()
                 };
-                let scores: Vec<f64> = (0..=pos)
-                    .map(|p| {
-                        let kr = at(k, p);
-                        qr.iter()
+                let first = p.first_seen(pos);
+                let scores: Vec<f64> = (first..=pos)
+                    .map(|j| {
+                        let kr = at(k, j);
+                        let s = qr
+                            .iter()
                             .zip(&kr)
                             .map(|(a, b)| f64::from(a * b))
                             .sum::<f64>()
-                            / (hd as f64).sqrt()
+                            * f64::from(p.scale);
+                        match p.softcap {
+                            Some(cap) => f64::from(cap) * (s / f64::from(cap)).tanh(),
+                            None => s,
+                        }
                     })
                     .collect();
                 let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
                 let sum: f64 = e.iter().sum();
                 let mut o = vec![0f64; hd];
-                for (p, w) in e.iter().enumerate() {
-                    for (o, vv) in o.iter_mut().zip(at(v, p)) {
+                for (j, w) in e.iter().enumerate() {
+                    for (o, vv) in o.iter_mut().zip(at(v, first + j)) {
                         *o += w / sum * f64::from(vv);
                     }
                 }
@@ -46,6 +58,10 @@ fn reference(g: &AttnGeometry, q: &[f32], k: &[f32], v: &[f32], seqs: &[AttnSeq<
 }
 
 fn check(g: AttnGeometry, num_blocks: usize, seqs: &[AttnSeq<'_>], seed: u64) {
+    check_with(g, &AttnParams::causal(g.head_dim), num_blocks, seqs, seed);
+}
+
+fn check_with(g: AttnGeometry, p: &AttnParams, num_blocks: usize, seqs: &[AttnSeq<'_>], seed: u64) {
     let mut rng = Rng::new(seed);
     let cache = num_blocks * g.block_size * g.kv_heads * g.head_dim;
     // Scaled keys give peaked softmaxes, which test the max-subtraction.
@@ -53,30 +69,41 @@ fn check(g: AttnGeometry, num_blocks: usize, seqs: &[AttnSeq<'_>], seed: u64) {
     let v = rng.vec(cache);
     let total: usize = seqs.iter().map(|s| s.n_tokens).sum();
     let q = rng.vec(total * g.heads * g.head_dim);
-    let want = reference(&g, &q, &k, &v, seqs);
-    assert_matches(&run(&g, &q, &k, &v, seqs), &want, &format!("{g:?} f32"));
+    let gp = (&g, p);
+    let want = reference(gp, &q, &k, &v, seqs);
+    assert_matches(
+        &run(gp, &q, &k, &v, seqs),
+        &want,
+        &format!("{g:?} {p:?} f32"),
+    );
     // Half-width caches: the same attention over the rounded values.
     let (k16, v16) = (narrow(&k, f16::from_f32), narrow(&v, f16::from_f32));
-    let want16 = reference(&g, &q, &widen(&k16), &widen(&v16), seqs);
+    let want16 = reference(gp, &q, &widen(&k16), &widen(&v16), seqs);
     assert_matches(
-        &run(&g, &q, &k16, &v16, seqs),
+        &run(gp, &q, &k16, &v16, seqs),
         &want16,
         &format!("{g:?} f16"),
     );
     let (kb, vb) = (narrow(&k, bf16::from_f32), narrow(&v, bf16::from_f32));
-    let wantb = reference(&g, &q, &widen(&kb), &widen(&vb), seqs);
-    assert_matches(&run(&g, &q, &kb, &vb, seqs), &wantb, &format!("{g:?} bf16"));
+    let wantb = reference(gp, &q, &widen(&kb), &widen(&vb), seqs);
+    assert_matches(&run(gp, &q, &kb, &vb, seqs), &wantb, &format!("{g:?} bf16"));
     // Rounding K and V to f16 moves the output by about f16's precision.
     assert!(rel_err(&want16, &want) < 2e-3);
 }
 
 /// The attention through the public entry, checked to give the same bits
 /// as the portable loops (the SIMD ones reorder nothing).
-fn run<T: KvElem>(g: &AttnGeometry, q: &[f32], k: &[T], v: &[T], seqs: &[AttnSeq<'_>]) -> Vec<f32> {
+fn run<T: KvElem>(
+    (g, p): (&AttnGeometry, &AttnParams),
+    q: &[f32],
+    k: &[T],
+    v: &[T],
+    seqs: &[AttnSeq<'_>],
+) -> Vec<f32> {
     let mut out = vec![f32::NAN; q.len()];
-    paged_attention(g, q, k, v, seqs, &mut out).unwrap();
+    paged_attention(g, p, q, k, v, seqs, &mut out).unwrap();
     let mut portable = vec![f32::NAN; q.len()];
-    attention_on(false, g, q, (k, v), seqs, &mut portable).unwrap();
+    attention_on(false, (g, p), q, (k, v), seqs, &mut portable).unwrap();
     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
     assert_eq!(
         bits(&out),
@@ -212,7 +239,8 @@ fn a_token_gets_the_same_bits_in_any_query_tile() {
     let (k, v) = (narrow(&k, f16::from_f32), narrow(&v, f16::from_f32));
     let width = g.heads * g.head_dim;
     let q = rng.vec(40 * width);
-    let all = run(&g, &q, &k, &v, &chunk);
+    let p = AttnParams::causal(g.head_dim);
+    let all = run((&g, &p), &q, &k, &v, &chunk);
     let mut token = 0;
     for s in &chunk {
         for pos in s.start_pos..s.start_pos + s.n_tokens {
@@ -221,7 +249,7 @@ fn a_token_gets_the_same_bits_in_any_query_tile() {
                 start_pos: pos,
                 n_tokens: 1,
             }];
-            let got = run(&g, &q[token * width..][..width], &k, &v, &alone);
+            let got = run((&g, &p), &q[token * width..][..width], &k, &v, &alone);
             let want = &all[token * width..][..width];
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&got), bits(want), "token {token} at position {pos}");
@@ -265,7 +293,7 @@ fn rejects_bad_inputs() {
         }]
     };
     let run = |g: AttnGeometry, k: &[f32], v: &[f32], s: &[AttnSeq<'_>], q: &[f32], o: usize| {
-        paged_attention(&g, q, k, v, s, &mut vec![0f32; o])
+        paged_attention(&g, &AttnParams::causal(8), q, k, v, s, &mut vec![0f32; o])
     };
     let cases: [(&str, Result<(), Error>, Error); 7] = [
         (
@@ -324,6 +352,108 @@ fn rejects_bad_inputs() {
     for (name, got, want) in cases {
         assert_eq!(got, Err(want), "{name}");
     }
+}
+
+#[test]
+fn sliding_windows_soft_caps_and_scales_match_the_reference() {
+    // Windows shorter than a block, a block, and several blocks; chunks that
+    // start before, on and past a window edge; decode rows far past it.
+    let table: Vec<u32> = (0..10).map(|i| (i * 7 % 10) as u32).collect();
+    let g = geo(6, 2, 32, 4);
+    for (i, window) in [1usize, 3, 4, 9, 16].into_iter().enumerate() {
+        let p = AttnParams {
+            scale: 0.11,
+            softcap: (i % 2 == 0).then_some(3.0),
+            window: Some(window),
+        };
+        let seqs = [
+            AttnSeq {
+                blocks: &table,
+                start_pos: 0,
+                n_tokens: 23,
+            },
+            AttnSeq {
+                blocks: &table,
+                start_pos: 37,
+                n_tokens: 1,
+            },
+            AttnSeq {
+                blocks: &table,
+                start_pos: 13,
+                n_tokens: 18,
+            },
+        ];
+        check_with(g, &p, 10, &seqs, 200 + i as u64);
+    }
+    // A cap without a window, and a scale other than 1/sqrt(head_dim).
+    let p = AttnParams {
+        scale: 0.5,
+        softcap: Some(1.5),
+        window: None,
+    };
+    let seqs = [AttnSeq {
+        blocks: &table,
+        start_pos: 5,
+        n_tokens: 20,
+    }];
+    check_with(g, &p, 10, &seqs, 300);
+}
+
+#[test]
+fn a_window_reads_no_table_entry_before_its_first_block() {
+    // Released blocks hold a sentinel: reading one would be out of the pool.
+    let g = geo(4, 2, 16, 4);
+    let p = AttnParams {
+        window: Some(6),
+        ..AttnParams::causal(16)
+    };
+    let mut rng = Rng::new(21);
+    let cache = 6 * g.block_size * g.kv_heads * g.head_dim;
+    let (k, v) = (rng.vec(cache), rng.vec(cache));
+    let full = [3u32, 1, 4, 0, 5, 2];
+    // Position 21 sees 16..=21: blocks 4 and 5 only; a chunk 18..=21
+    // sees from 13: blocks 3 to 5.
+    for (start_pos, n_tokens, gone) in [(21, 1, 4), (18, 4, 3)] {
+        let mut released = full;
+        released[..gone].fill(u32::MAX);
+        let seq = |blocks| {
+            [AttnSeq {
+                blocks,
+                start_pos,
+                n_tokens,
+            }]
+        };
+        let q = rng.vec(n_tokens * g.heads * g.head_dim);
+        let want = run((&g, &p), &q, &k, &v, &seq(&full));
+        let got = run((&g, &p), &q, &k, &v, &seq(&released));
+        assert_eq!(got, want, "chunk at {start_pos}");
+    }
+    // The window's own first block must still be in the pool.
+    let mut released = full;
+    released[..5].fill(u32::MAX);
+    let q = rng.vec(g.heads * g.head_dim);
+    let seq = [AttnSeq {
+        blocks: &released,
+        start_pos: 21,
+        n_tokens: 1,
+    }];
+    let err = paged_attention(&g, &p, &q, &k, &v, &seq, &mut vec![0f32; q.len()]);
+    assert!(
+        matches!(
+            err,
+            Err(Error::BlockId {
+                block: u32::MAX,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    let zero = AttnParams {
+        window: Some(0),
+        ..p
+    };
+    let err = paged_attention(&g, &zero, &q, &k, &v, &seq, &mut vec![0f32; q.len()]);
+    assert!(matches!(err, Err(Error::Geometry(_))), "{err:?}");
 }
 
 #[test]

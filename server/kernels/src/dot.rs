@@ -1,19 +1,20 @@
-//! Block dot-product tiles over the row-interleaved layout: one group of 8
-//! weight rows (the lanes of a register) x up to 4 activation rows, so each
-//! weight block is loaded and unpacked once per tile, and a block's scales
-//! multiply 8 rows' integer dots with one vector op.
+//! Block dot-product tiles over the row-interleaved layout: a group of 8
+//! weight rows (the lanes of a register; 16 on 512-bit kernels) x up to 8
+//! activation rows, so each weight block is loaded and unpacked once per
+//! tile, and a block's scales multiply 8 rows' integer dots with one vector op.
 //!
-//! Every kernel computes each output cell with the same operations in the
-//! same order (exact integer block dots, then `acc = fma(dot, d_w * d_x,
-//! acc)` and, for Q4_1, `acc = fma(m_w, s_x, acc)`, block after block), so
+//! The arithmetic is defined once, by [`block_term`]: per 32-block, exact
+//! integer dots, integer sub-block scales, offsets and minima applied in
+//! integers, then the float scales in one fixed order. Every kernel computes
+//! each output cell with exactly those operations, block after block, so
 //! they agree bit for bit and a row's result never depends on its batch.
 
 use crate::qact::QActs;
 use crate::qmatrix::QMatrix;
-use crate::quant_type::{GROUP, QK};
+use crate::quant_type::{GROUP, Min, QK, QuantType, Sub};
 
-/// Activation rows per tile.
-pub(crate) const ACTS: usize = 4;
+/// Most activation rows per tile.
+pub(crate) const ACTS: usize = 8;
 
 /// Results of one tile: `[activation row][row in group]`.
 pub(crate) type Tile = [[f32; GROUP]; ACTS];
@@ -34,6 +35,10 @@ pub enum Kernel {
     /// `add`. (Never AMX: the VMs we run on advertise it and fault on it.)
     #[cfg(target_arch = "x86_64")]
     AvxVnni,
+    /// AVX-512 F/BW/VL + AVX512-VNNI: 512-bit `vpdpbusd`, 16 weight rows a
+    /// register.
+    #[cfg(target_arch = "x86_64")]
+    Avx512Vnni,
 }
 
 impl Kernel {
@@ -46,6 +51,8 @@ impl Kernel {
             Self::Avx2,
             #[cfg(target_arch = "x86_64")]
             Self::AvxVnni,
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx512Vnni,
         ];
         all.into_iter().filter(|k| k.supported()).collect()
     }
@@ -62,6 +69,13 @@ impl Kernel {
             Self::Avx2 => avx2,
             #[cfg(target_arch = "x86_64")]
             Self::AvxVnni => avx2 && is_x86_feature_detected!("avxvnni"),
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx512Vnni => {
+                avx2 && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512vnni")
+            }
         }
     }
 
@@ -72,8 +86,8 @@ impl Kernel {
     }
 
     /// Every tile of row groups `g0..g1` x activation rows `n0..n1`, each
-    /// handed to `sink`: a group's activation tiles one after another, so its
-    /// weights stay in L1 while they pass.
+    /// handed to `sink`: a group's (or a panel's) activation tiles one after
+    /// another, so its weights stay in L1 while they pass.
     pub(crate) fn tiles(
         self,
         w: &QMatrix,
@@ -97,42 +111,126 @@ impl Kernel {
                 }
             }
             #[cfg(target_arch = "x86_64")]
-            Self::Avx2 => x86::run::<false>(w, (g0, g1), acts, (n0, n1), sink),
-            #[cfg(target_arch = "x86_64")]
-            Self::AvxVnni => x86::run::<true>(w, (g0, g1), acts, (n0, n1), sink),
+            Self::Avx2 | Self::AvxVnni | Self::Avx512Vnni => {
+                x86::run(self, w, (g0, g1), acts, (n0, n1), sink)
+            }
         }
     }
 }
 
-/// The reference: each block's integer dot, exact, then its scales, in the
-/// order every kernel uses.
+/// The scales one weight row brings to a 32-block.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WeightScales {
+    /// The block's (or super-block's) f16 scale `d`.
+    pub d: f32,
+    /// Its f16 minimum (Q4_1/Q5_1's `m`, the K-quants' `dmin`), else 0.
+    pub m: f32,
+    /// The two sub-scale bytes.
+    pub sub: [u8; 2],
+}
+
+/// One 32-block's contribution to an output cell, added to `acc`: THE
+/// definition every kernel computes.
+///
+/// `dot[h]` is the exact integer dot of the stored quants with the
+/// activation's over weights `16h..16h+16`; `xb` indexes the activation
+/// block in `acts`. Integer parts are exact (every `I` and `M` below stays
+/// under 2^24, so also exact as f32); then at most two fused multiply-adds,
+/// each rounding once, scale term first:
+/// - legacy: `I = dot + offset * sum(x)`; `acc += I * (d * d_x)`; Q4_1/Q5_1
+///   then `acc += m * s_x` (`s_x`: the f16-rounded `d_x * sum(x)`);
+/// - Q4_K/Q5_K: `I = sc * dot`; `acc += I * (d * d_x)`, then
+///   `acc -= (dmin * mn) * (d_x * sum(x))`;
+/// - Q6_K/Q3_K: `I = sum_h sc_h * (dot_h + offset * sum_h(x))`; `acc += I * (d * d_x)`;
+/// - Q2_K: `I = sum_h sc_h * dot_h`, `M = sum_h mn_h * sum_h(x)`;
+///   `acc += I * (d * d_x)`, then `acc -= M * (dmin * d_x)`.
+///
+/// (`d * d_x`, `dmin * mn`, `d_x * sum(x)` and `dmin * d_x` are exact in
+/// f32, so each product inside an fma is the exact real term.)
+pub(crate) fn block_term(
+    ty: QuantType,
+    acc: f32,
+    dot: [i32; 2],
+    w: WeightScales,
+    acts: &QActs,
+    xb: usize,
+) -> f32 {
+    let f = ty.format();
+    let dx = acts.d[xb];
+    let half = acts.isum16[xb].map(i32::from);
+    match f.sub {
+        Sub::None => {
+            let i = dot[0] + dot[1] + f.offset * acts.isum[xb];
+            let acc = (i as f32).mul_add(w.d * dx, acc);
+            if f.min == Min::Block {
+                w.m.mul_add(acts.s[xb], acc)
+            } else {
+                acc
+            }
+        }
+        Sub::Per32 => {
+            let i = i32::from(w.sub[0]) * (dot[0] + dot[1]);
+            let acc = (i as f32).mul_add(w.d * dx, acc);
+            (-(w.m * f32::from(w.sub[1]))).mul_add(acts.dsum[xb], acc)
+        }
+        Sub::Per16 => {
+            let sc = w.sub.map(|s| i32::from(s as i8));
+            let i = sc[0] * (dot[0] + f.offset * half[0]) + sc[1] * (dot[1] + f.offset * half[1]);
+            (i as f32).mul_add(w.d * dx, acc)
+        }
+        Sub::Per16Min => {
+            let (sc, mn) = (
+                w.sub.map(|s| i32::from(s & 0xF)),
+                w.sub.map(|s| i32::from(s >> 4)),
+            );
+            let i = sc[0] * dot[0] + sc[1] * dot[1];
+            let m = mn[0] * half[0] + mn[1] * half[1];
+            let acc = (i as f32).mul_add(w.d * dx, acc);
+            (m as f32).mul_add(-(w.m * dx), acc)
+        }
+    }
+}
+
+/// The reference tile: each block's integer dots, exact, then
+/// [`block_term`], block after block.
+// Rows index the transposed result: a range reads clearer than a zip.
+#[allow(clippy::needless_range_loop)]
 fn tile_scalar(w: &QMatrix, g: usize, acts: &QActs, (n0, aa): (usize, usize)) -> Tile {
     let nb = w.blocks_per_row();
-    let q41 = !w.m.is_empty();
+    let signed = w.quant_type() == QuantType::Q8_0;
     let mut res = [[0f32; GROUP]; ACTS];
-    for (j, res_act) in res.iter_mut().enumerate().take(aa) {
-        for (r, cell) in res_act.iter_mut().enumerate() {
-            let row = g * GROUP + r;
-            let mut acc = 0f32;
-            for b in 0..nb {
+    for r in 0..GROUP {
+        let row = g * GROUP + r;
+        let mut acc = [0f32; ACTS];
+        for b in 0..nb {
+            let q = w.block_quants(row, b).map(|u| {
+                if signed {
+                    i32::from(u as i8)
+                } else {
+                    i32::from(u)
+                }
+            });
+            let (d, m) = w.unit_scales(row, b);
+            let ws = WeightScales {
+                d,
+                m,
+                sub: w.block_sub(row, b),
+            };
+            for (j, a) in acc.iter_mut().enumerate().take(aa) {
                 let xb = (n0 + j) * nb + b;
                 let xq = &acts.qs[xb * QK..(xb + 1) * QK];
-                let idot: i32 = (0..QK).map(|k| w.quant(row, b, k) * i32::from(xq[k])).sum();
-                // Q4_0's offset (a whole multiple of d) exactly, in integers.
-                let idot = idot + w.m_int * acts.isum[xb];
-                let (d, m) = w.stored_scales(row, b);
-                acc = (idot as f32).mul_add(d * acts.d[xb], acc);
-                if q41 {
-                    // Q4_1's stored offset: m * sum(x) = m * d_x * sum(q_x).
-                    acc = m.mul_add(acts.s[xb], acc);
-                }
+                let half = |h: usize| -> i32 {
+                    (16 * h..16 * h + 16).map(|k| q[k] * i32::from(xq[k])).sum()
+                };
+                *a = block_term(w.quant_type(), *a, [half(0), half(1)], ws, acts, xb);
             }
-            *cell = acc;
+        }
+        for (j, &a) in acc.iter().enumerate() {
+            res[j][r] = a;
         }
     }
     res
 }
 
 #[cfg(target_arch = "x86_64")]
-#[path = "dot_x86.rs"]
 mod x86;

@@ -1,6 +1,6 @@
 //! CPU kernels for the server's hot paths: quantized matmul over GGML block
-//! formats (Q4_0, Q4_1, Q8_0) and paged attention over an f32, f16 or bf16
-//! KV cache.
+//! formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants Q2_K..Q6_K) and
+//! paged attention over an f32, f16 or bf16 KV cache.
 //!
 //! Weights are repacked at load into the layout the tiles read (see
 //! [`QMatrix`]: 8 rows interleaved, so a register's lanes are 8 rows and a
@@ -10,13 +10,17 @@
 //!
 //! Every kernel has a portable scalar path, and every SIMD path computes
 //! each output with the scalar path's operations in its order, so all agree
-//! bit for bit. On x86_64 the matmul picks at run time the wider of AVX2+FMA+F16C
-//! (`maddubs`) and AVX-VNNI (`vpdpbusd`; never AMX); the tests check each
-//! one the CPU supports against the scalar path. Work is spread over rayon's
-//! global pool.
+//! bit for bit. On x86_64 the matmul picks at run time the fastest of
+//! AVX2+FMA+F16C (`maddubs`), AVX-VNNI (256-bit `vpdpbusd`) and AVX-512
+//! VNNI (512-bit `vpdpbusd`; never AMX); the tests check each one the CPU
+//! supports against the scalar path. Work is spread over rayon's global pool.
 
 mod attention;
 mod dot;
+#[cfg(test)]
+mod fixtures;
+mod ggml_block;
+mod layout;
 mod matmul;
 mod qact;
 mod qmatrix;
@@ -24,21 +28,23 @@ mod quant_type;
 #[cfg(test)]
 mod test_util;
 
-pub use attention::{AttnGeometry, AttnSeq, KvElem, paged_attention};
+pub use attention::{AttnGeometry, AttnParams, AttnSeq, KvElem, paged_attention};
 pub use dot::Kernel;
 pub use matmul::MAX_PARTS;
 pub use qact::QActs;
 pub use qmatrix::QMatrix;
-pub use quant_type::{QK, QuantType};
+pub use quant_type::{QK, QK_K, QuantType};
 
 /// Errors from kernel entry points: all are caller mistakes in shapes or tables.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     /// The number of input features is not a positive multiple of the block size.
-    #[error("cols must be a positive multiple of {QK}, got {cols}")]
+    #[error("cols must be a positive multiple of {multiple}, got {cols}")]
     BadCols {
         /// The rejected column count.
         cols: usize,
+        /// The block length it must be a multiple of (32, or 256 for K-quants).
+        multiple: usize,
     },
     /// A buffer has the wrong number of elements (or bytes).
     #[error("{what}: expected length {expected}, got {got}")]

@@ -13,9 +13,17 @@ use crate::quant_type::GROUP;
 /// Most output parts one call may split its rows into.
 pub const MAX_PARTS: usize = 4;
 
-/// Activation rows per task once a batch is large (prefill chunks): the
-/// panel's quantised rows stay in L1/L2 while the task's weight rows pass.
-const ACT_PANEL: usize = 32;
+/// Activation rows per task (prefill chunks): the panel's quantised rows
+/// (~1.6 bytes a column with their block sums) stay in L2 while the task's
+/// weight rows pass, and the whole matrix is read once a panel, so a large
+/// batch of short rows takes larger panels.
+fn act_panel(batch: usize, cols: usize) -> usize {
+    match batch {
+        0..=64 => batch,
+        257.. if cols <= 4096 => 64,
+        _ => 32,
+    }
+}
 
 /// An output part: rows `start..start+len` of the matrix, written `[batch][len]`.
 #[derive(Clone, Copy)]
@@ -146,11 +154,7 @@ impl QMatrix {
         let parts = self.parts(acts, parts, add)?;
         let (groups, batch) = (self.groups(), acts.batch());
         let rc = chunk_groups(groups, batch);
-        let ap = if batch <= 2 * ACT_PANEL {
-            batch
-        } else {
-            ACT_PANEL
-        };
+        let ap = act_panel(batch, self.cols());
         let (nrc, nap) = (groups.div_ceil(rc), batch.div_ceil(ap));
         let task = |t: usize| {
             let (m0, n0) = ((t % nrc) * rc, (t / nrc) * ap);
@@ -237,9 +241,17 @@ impl QMatrix {
 }
 
 /// Row groups per task: enough tasks to keep every thread busy (even at
-/// batch 1 on small matrices), few enough that scheduling stays cheap.
+/// batch 1 on small matrices), few enough that scheduling stays cheap;
+/// whole panels (an even count), so 512-bit tiles never split one.
 fn chunk_groups(groups: usize, batch: usize) -> usize {
     let threads = rayon::current_num_threads().max(1);
     let max = if batch >= 16 { 4 } else { 8 };
-    groups.div_ceil(threads * 4).clamp(1, max)
+    groups
+        .div_ceil(threads * 4)
+        .clamp(1, max)
+        .next_multiple_of(2)
 }
+
+#[cfg(test)]
+#[path = "matmul_tests.rs"]
+mod tests;

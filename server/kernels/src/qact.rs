@@ -26,6 +26,12 @@ pub struct QActs {
     /// multiples of `d`, so they are applied exactly in integer space (in
     /// floats the offset and the unsigned dot would cancel catastrophically).
     pub(crate) isum: Vec<i32>,
+    /// Per-block `[sum(q[0..16]), sum(q[16..32])]`: the 16-weight sub-blocks
+    /// of Q6_K/Q3_K/Q2_K take their offsets and minima per half.
+    pub(crate) isum16: Vec<[i16; 2]>,
+    /// Per-block `sum(q) * d` in f32, exact (`|sum| < 2^12` times an f16's
+    /// 11-bit significand fits f32's 24): the factor Q4_K/Q5_K's minima multiply.
+    pub(crate) dsum: Vec<f32>,
     /// Per-row factor of the fused producer (RMSNorm's `1 / rms`).
     row_aux: Vec<f32>,
 }
@@ -128,16 +134,24 @@ impl QActs {
         self.d.resize(batch * nb, 0.0);
         self.s.resize(batch * nb, 0.0);
         self.isum.resize(batch * nb, 0);
-        let row = |n: usize, q: &mut [i8], d: &mut [f32], s: &mut [f32], isum: &mut [i32]| {
+        self.isum16.resize(batch * nb, [0; 2]);
+        self.dsum.resize(batch * nb, 0.0);
+        let row = |n: usize, out: RowMut<'_>| {
             let mut vals = [0f32; QK];
             for b in 0..nb {
                 block(n, b, &mut vals);
-                let (scale, sum) = quantize_block(&vals, &mut q[b * QK..(b + 1) * QK]);
+                let q = &mut out.qs[b * QK..(b + 1) * QK];
+                let (scale, sum) = quantize_block(&vals, q);
                 // Scales rounded through f16 as GGML's Q8_0/Q8_1 store
                 // them, so results match llama.cpp's on the same file.
-                d[b] = f16::from_f32(scale).to_f32();
-                s[b] = f16::from_f32(scale * sum as f32).to_f32();
-                isum[b] = sum;
+                let d = f16::from_f32(scale).to_f32();
+                out.d[b] = d;
+                out.s[b] = f16::from_f32(scale * sum as f32).to_f32();
+                out.isum[b] = sum;
+                let low: i32 = q[..QK / 2].iter().map(|&v| i32::from(v)).sum();
+                // |sum of 16| <= 16 * 127 fits an i16.
+                out.isum16[b] = [low as i16, (sum - low) as i16];
+                out.dsum[b] = sum as f32 * d;
             }
         };
         let rows = self
@@ -145,25 +159,43 @@ impl QActs {
             .chunks_mut(cols)
             .zip(self.d.chunks_mut(nb))
             .zip(self.s.chunks_mut(nb))
-            .zip(self.isum.chunks_mut(nb));
+            .zip(self.isum.chunks_mut(nb))
+            .zip(self.isum16.chunks_mut(nb))
+            .zip(self.dsum.chunks_mut(nb))
+            .map(|(((((qs, d), s), isum), isum16), dsum)| RowMut {
+                qs,
+                d,
+                s,
+                isum,
+                isum16,
+                dsum,
+            });
         // Rows in parallel once there are enough to pay for the hand-off.
         if batch >= 8 {
-            rows.enumerate()
-                .par_bridge()
-                .for_each(|(n, (((q, d), s), i))| row(n, q, d, s, i));
+            rows.enumerate().par_bridge().for_each(|(n, r)| row(n, r));
         } else {
-            for (n, (((q, d), s), i)) in rows.enumerate() {
-                row(n, q, d, s, i);
+            for (n, r) in rows.enumerate() {
+                row(n, r);
             }
         }
     }
+}
+
+/// One activation row's share of each buffer.
+struct RowMut<'a> {
+    qs: &'a mut [i8],
+    d: &'a mut [f32],
+    s: &'a mut [f32],
+    isum: &'a mut [i32],
+    isum16: &'a mut [[i16; 2]],
+    dsum: &'a mut [f32],
 }
 
 /// The row length of `len` values in `batch` rows, checked.
 fn row_len(len: usize, batch: usize) -> Result<usize, Error> {
     let cols = len.checked_div(batch).unwrap_or(0);
     if batch == 0 || cols * batch != len || cols == 0 || !cols.is_multiple_of(QK) {
-        return Err(Error::BadCols { cols });
+        return Err(Error::BadCols { cols, multiple: QK });
     }
     Ok(cols)
 }
@@ -229,6 +261,8 @@ mod tests {
         assert_eq!(a.d[0], f16r(0.02));
         assert_eq!(a.s[0], f16r(0.02 * 62.0));
         assert_eq!(a.isum[0], 62);
+        assert_eq!(a.isum16[0], [62, 0]);
+        assert_eq!(a.dsum[0], 62.0 * f16r(0.02));
     }
 
     #[test]
@@ -284,7 +318,10 @@ mod tests {
         let mut a = QActs::new();
         a.quantize_rms_norm(&x, batch, &weight, eps).unwrap();
         let b = quantized(&normed, batch);
-        assert_eq!((a.qs, a.d, a.s, a.isum), (b.qs, b.d, b.s, b.isum));
+        assert_eq!(
+            (a.qs, a.d, a.s, a.isum, a.isum16, a.dsum),
+            (b.qs, b.d, b.s, b.isum, b.isum16, b.dsum)
+        );
         // Reused across shapes: a smaller batch shrinks it, nothing stale left.
         let mut a = QActs::new();
         a.quantize(&x, batch).unwrap();
@@ -292,15 +329,36 @@ mod tests {
             .unwrap();
         let b = quantized(&swiglu[..2 * cols], 2);
         assert_eq!((a.batch(), a.cols()), (2, cols));
-        assert_eq!((a.qs, a.d, a.s, a.isum), (b.qs, b.d, b.s, b.isum));
+        assert_eq!(
+            (a.qs, a.d, a.s, a.isum, a.isum16, a.dsum),
+            (b.qs, b.d, b.s, b.isum, b.isum16, b.dsum)
+        );
     }
 
     #[test]
     fn rejects_bad_shapes() {
         let mut a = QActs::new();
-        assert_eq!(a.quantize(&[0.0; 31], 1), Err(Error::BadCols { cols: 31 }));
-        assert_eq!(a.quantize(&[0.0; 64], 3), Err(Error::BadCols { cols: 21 }));
-        assert_eq!(a.quantize(&[], 0), Err(Error::BadCols { cols: 0 }));
+        assert_eq!(
+            a.quantize(&[0.0; 31], 1),
+            Err(Error::BadCols {
+                cols: 31,
+                multiple: QK
+            })
+        );
+        assert_eq!(
+            a.quantize(&[0.0; 64], 3),
+            Err(Error::BadCols {
+                cols: 21,
+                multiple: QK
+            })
+        );
+        assert_eq!(
+            a.quantize(&[], 0),
+            Err(Error::BadCols {
+                cols: 0,
+                multiple: QK
+            })
+        );
         let err = a.quantize_rms_norm(&[0.0; 64], 1, &[1.0; 32], 1e-5);
         assert!(matches!(
             err,

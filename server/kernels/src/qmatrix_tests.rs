@@ -1,118 +1,175 @@
 use half::f16;
 
 use super::*;
-use crate::dot::Kernel;
-use crate::qact::QActs;
-use crate::test_util::{Rng, rel_err};
+use crate::fixtures::{Scales, random_blocks};
+use crate::test_util::Rng;
 
-/// GGML's own dequantisation of raw blocks, independent of the repacking.
+/// GGML's `dequantize_row_*` (ggml-quants.c) over raw blocks, written from
+/// GGML's block layouts (ggml-common.h) and independent of the repacking.
 fn ggml_dequantize(ty: QuantType, data: &[u8]) -> Vec<f32> {
     let h = |b: &[u8], i: usize| f16::from_le_bytes([b[i], b[i + 1]]).to_f32();
     let mut out = Vec::new();
-    for blk in data.chunks_exact(ty.block_bytes()) {
-        let d = h(blk, 0);
+    for x in data.chunks_exact(ty.block_bytes()) {
+        let mut y = vec![0f32; ty.block_len()];
         match ty {
-            QuantType::Q4_0 => {
-                let q = &blk[2..18];
-                out.extend(q.iter().map(|&b| (i32::from(b & 0x0F) - 8) as f32 * d));
-                out.extend(q.iter().map(|&b| (i32::from(b >> 4) - 8) as f32 * d));
+            QuantType::Q4_0 | QuantType::Q4_1 => {
+                let (d, one) = (h(x, 0), ty == QuantType::Q4_1);
+                let (m, qs) = if one {
+                    (h(x, 2), &x[4..20])
+                } else {
+                    (0.0, &x[2..18])
+                };
+                for j in 0..16 {
+                    let (x0, x1) = (i32::from(qs[j] & 0x0F), i32::from(qs[j] >> 4));
+                    if one {
+                        (y[j], y[j + 16]) = (x0 as f32 * d + m, x1 as f32 * d + m);
+                    } else {
+                        (y[j], y[j + 16]) = ((x0 - 8) as f32 * d, (x1 - 8) as f32 * d);
+                    }
+                }
             }
-            QuantType::Q4_1 => {
-                let (m, q) = (h(blk, 2), &blk[4..20]);
-                out.extend(q.iter().map(|&b| f32::from(b & 0x0F) * d + m));
-                out.extend(q.iter().map(|&b| f32::from(b >> 4) * d + m));
+            QuantType::Q5_0 | QuantType::Q5_1 => {
+                let (d, one) = (h(x, 0), ty == QuantType::Q5_1);
+                let (m, at) = if one { (h(x, 2), 4) } else { (0.0, 2) };
+                let qh = u32::from_le_bytes([x[at], x[at + 1], x[at + 2], x[at + 3]]);
+                let qs = &x[at + 4..at + 20];
+                for j in 0..16 {
+                    let xh_0 = (((qh >> j) << 4) & 0x10) as u8;
+                    let xh_1 = ((qh >> (j + 12)) & 0x10) as u8;
+                    let x0 = i32::from((qs[j] & 0x0F) | xh_0);
+                    let x1 = i32::from((qs[j] >> 4) | xh_1);
+                    if one {
+                        (y[j], y[j + 16]) = (x0 as f32 * d + m, x1 as f32 * d + m);
+                    } else {
+                        (y[j], y[j + 16]) = ((x0 - 16) as f32 * d, (x1 - 16) as f32 * d);
+                    }
+                }
             }
-            QuantType::Q8_0 => out.extend(blk[2..34].iter().map(|&b| f32::from(b as i8) * d)),
+            QuantType::Q8_0 => {
+                for (v, &q) in y.iter_mut().zip(&x[2..34]) {
+                    *v = f32::from(q as i8) * h(x, 0);
+                }
+            }
+            QuantType::Q2_K => q2_k(x, h(x, 80), h(x, 82), &mut y),
+            QuantType::Q3_K => q3_k(x, h(x, 108), &mut y),
+            QuantType::Q4_K | QuantType::Q5_K => q45_k(x, ty == QuantType::Q5_K, &mut y),
+            QuantType::Q6_K => q6_k(x, h(x, 208), &mut y),
         }
+        out.extend(y);
     }
     out
 }
 
-/// `matmul` through one kernel, into one plain output.
-fn run(k: Kernel, w: &QMatrix, x: &[f32], batch: usize) -> Vec<f32> {
-    let mut acts = QActs::new();
-    acts.quantize(x, batch).unwrap();
-    let mut out = vec![0f32; batch * w.rows()];
-    w.matmul_acts_with(k, &acts, &mut [&mut out], false)
-        .unwrap();
-    out
-}
-
-/// Random GGML blocks with plausible scales (and minima for Q4_1).
-fn random_blocks(rng: &mut Rng, ty: QuantType, rows: usize, cols: usize) -> Vec<u8> {
-    let mut data = Vec::new();
-    for _ in 0..rows * cols / QK {
-        let d = f16::from_f32(0.01 + 0.02 * rng.f32().abs());
-        data.extend_from_slice(&d.to_le_bytes());
-        if ty == QuantType::Q4_1 {
-            data.extend_from_slice(&f16::from_f32(-0.1 * rng.f32().abs()).to_le_bytes());
+fn q2_k(x: &[u8], d: f32, min: f32, y: &mut [f32]) {
+    let (scales, mut q) = (&x[0..16], &x[16..80]);
+    let (mut is, mut at) = (0, 0);
+    for _n in 0..2 {
+        for shift in [0, 2, 4, 6] {
+            for half in 0..2 {
+                let sc = scales[is];
+                is += 1;
+                let (dl, ml) = (d * f32::from(sc & 0xF), min * f32::from(sc >> 4));
+                for l in 0..16 {
+                    y[at] = dl * f32::from(((q[l + 16 * half] >> shift) & 3) as i8) - ml;
+                    at += 1;
+                }
+            }
         }
-        data.extend(rng.bytes(ty.block_bytes() - data.len() % ty.block_bytes()));
-    }
-    data
-}
-
-fn reference(w: &QMatrix, x: &[f32], batch: usize) -> Vec<f32> {
-    let dq = w.dequantize();
-    let mut out = vec![0f32; batch * w.rows()];
-    for n in 0..batch {
-        for m in 0..w.rows() {
-            let row = &dq[m * w.cols()..(m + 1) * w.cols()];
-            let xr = &x[n * w.cols()..(n + 1) * w.cols()];
-            out[n * w.rows() + m] = row.iter().zip(xr).map(|(a, b)| a * b).sum();
-        }
-    }
-    out
-}
-
-const TYPES: [QuantType; 3] = [QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0];
-
-/// Format, one block's bytes, expected value of weight j.
-type Case = (QuantType, Vec<u8>, fn(usize) -> f32);
-
-#[test]
-fn dequantizes_known_blocks() {
-    let half = |v: f32| f16::from_f32(v).to_le_bytes();
-    let qs: Vec<u8> = (0..16u8).map(|j| j | ((15 - j) << 4)).collect();
-    let mut q40 = half(0.5).to_vec();
-    q40.extend(&qs);
-    let mut q41 = half(0.5).to_vec();
-    q41.extend(half(1.0));
-    q41.extend(&qs);
-    let mut q80 = half(0.25).to_vec();
-    q80.extend((0..32).map(|j| (j as i8 - 16) as u8));
-    let cases: [Case; 3] = [
-        (QuantType::Q4_0, q40, |j| {
-            0.5 * (if j < 16 { j as f32 } else { 31.0 - j as f32 } - 8.0)
-        }),
-        (QuantType::Q4_1, q41, |j| {
-            0.5 * if j < 16 { j as f32 } else { 31.0 - j as f32 } + 1.0
-        }),
-        (QuantType::Q8_0, q80, |j| 0.25 * (j as f32 - 16.0)),
-    ];
-    for (ty, data, want) in cases {
-        let w = QMatrix::new(ty, 1, 32, data).unwrap();
-        let mut row = vec![0f32; 32];
-        w.dequantize_row(0, &mut row).unwrap();
-        for (j, &v) in row.iter().enumerate() {
-            assert_eq!(v, want(j), "{ty:?} weight {j}");
-        }
-        assert_eq!(w.dequantize(), row);
+        q = &q[32..];
     }
 }
 
-#[test]
-fn matmul_matches_f32_reference_within_activation_quant_error() {
-    let mut rng = Rng::new(1);
-    for ty in TYPES {
-        for (rows, cols, batch) in [(64, 576, 1), (37, 96, 5), (130, 256, 9)] {
-            let w = QMatrix::new(ty, rows, cols, random_blocks(&mut rng, ty, rows, cols)).unwrap();
-            let x = rng.vec(batch * cols);
-            let mut out = vec![0f32; batch * rows];
-            w.matmul(&x, batch, &mut out).unwrap();
-            let err = rel_err(&out, &reference(&w, &x, batch));
-            assert!(err < 1e-2, "{ty:?} {rows}x{cols} b{batch}: rel err {err}");
+fn q3_k(x: &[u8], d_all: f32, y: &mut [f32]) {
+    let (hm, mut q) = (&x[0..32], &x[32..96]);
+    let (kmask1, kmask2) = (0x0303_0303u32, 0x0f0f_0f0fu32);
+    let mut aux: [u32; 4] = std::array::from_fn(|i| {
+        if i < 3 {
+            u32::from_le_bytes([x[96 + 4 * i], x[97 + 4 * i], x[98 + 4 * i], x[99 + 4 * i]])
+        } else {
+            0
         }
+    });
+    let tmp = aux[2];
+    aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
+    aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
+    aux[0] = (aux[0] & kmask2) | ((tmp & kmask1) << 4);
+    aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
+    let scales: Vec<i8> = aux
+        .iter()
+        .flat_map(|a| a.to_le_bytes())
+        .map(|b| b as i8)
+        .collect();
+    let (mut is, mut at, mut m) = (0, 0, 1u8);
+    for _n in 0..2 {
+        for shift in [0, 2, 4, 6] {
+            for half in 0..2 {
+                let dl = d_all * f32::from(scales[is] - 32);
+                is += 1;
+                for l in 16 * half..16 * half + 16 {
+                    let low = ((q[l] >> shift) & 3) as i8;
+                    let v = low - if hm[l] & m != 0 { 0 } else { 4 };
+                    y[at] = dl * f32::from(v);
+                    at += 1;
+                }
+            }
+            m <<= 1;
+        }
+        q = &q[32..];
+    }
+}
+
+fn get_scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+fn q45_k(x: &[u8], five: bool, y: &mut [f32]) {
+    let h = |i: usize| f16::from_le_bytes([x[i], x[i + 1]]).to_f32();
+    let (d, min, scales) = (h(0), h(2), &x[4..16]);
+    let (qh, mut ql) = if five {
+        (&x[16..48], &x[48..176])
+    } else {
+        (&x[0..0], &x[16..144])
+    };
+    let (mut is, mut at, mut u1, mut u2) = (0, 0, 1u8, 2u8);
+    for _j in 0..4 {
+        let (sc, m) = get_scale_min_k4(is, scales);
+        let (d1, m1) = (d * f32::from(sc), min * f32::from(m));
+        let (sc, m) = get_scale_min_k4(is + 1, scales);
+        let (d2, m2) = (d * f32::from(sc), min * f32::from(m));
+        let high = |l: usize, u: u8| if five && qh[l] & u != 0 { 16 } else { 0 };
+        for l in 0..32 {
+            y[at + l] = d1 * f32::from((ql[l] & 0xF) + high(l, u1)) - m1;
+            y[at + 32 + l] = d2 * f32::from((ql[l] >> 4) + high(l, u2)) - m2;
+        }
+        (ql, at, is) = (&ql[32..], at + 64, is + 2);
+        (u1, u2) = (u1 << 2, u2 << 2);
+    }
+}
+
+fn q6_k(x: &[u8], d: f32, y: &mut [f32]) {
+    let (mut ql, mut qh, mut sc) = (&x[0..128], &x[128..192], &x[192..208]);
+    for n in 0..2 {
+        let y = &mut y[128 * n..];
+        for l in 0..32 {
+            let is = l / 16;
+            let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i8 - 32;
+            let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
+            let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
+            let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
+            let s = |i: usize| f32::from(sc[i] as i8);
+            y[l] = d * s(is) * f32::from(q1);
+            y[l + 32] = d * s(is + 2) * f32::from(q2);
+            y[l + 64] = d * s(is + 4) * f32::from(q3);
+            y[l + 96] = d * s(is + 6) * f32::from(q4);
+        }
+        (ql, qh, sc) = (&ql[64..], &qh[32..], &sc[8..]);
     }
 }
 
@@ -120,52 +177,131 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|f| f.to_bits()).collect()
 }
 
-fn kernels() -> Vec<Kernel> {
-    Kernel::available()
-}
-
 #[test]
-fn detect_picks_the_fastest_kernel() {
-    assert_eq!(Kernel::detect(), *kernels().last().unwrap());
-    assert_eq!(kernels()[0], Kernel::Scalar);
-    // The AVX2 path stays on every x86 machine that has it, even where
-    // AVX-VNNI is what `detect` picks: the tests below force it.
-    #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        assert!(kernels().contains(&Kernel::Avx2));
+fn repacked_matrix_dequantizes_to_ggml_bit_for_bit() {
+    let mut rng = Rng::new(4);
+    for ty in QuantType::ALL {
+        let n = ty.block_len();
+        // Rows not a multiple of 8 pad the last group with zero rows; odd
+        // group counts leave a lone last panel.
+        for (rows, cols) in [
+            (1, n),
+            (3, 3 * n),
+            (9, n),
+            (17, 2 * n),
+            (24, n),
+            (41, 4 * n),
+        ] {
+            for scales in [Scales::Plausible, Scales::Extreme] {
+                let data = random_blocks(&mut rng, ty, rows, cols, scales);
+                let w = QMatrix::new(ty, rows, cols, data.clone()).unwrap();
+                let want = ggml_dequantize(ty, &data);
+                assert_eq!(
+                    bits(&w.dequantize()),
+                    bits(&want),
+                    "{ty:?} {rows}x{cols} {scales:?}"
+                );
+                let mut row = vec![0f32; cols];
+                w.dequantize_row(rows - 1, &mut row).unwrap();
+                assert_eq!(
+                    bits(&row),
+                    bits(&want[(rows - 1) * cols..]),
+                    "{ty:?} last row"
+                );
+            }
+        }
     }
 }
 
 #[test]
-fn repacking_keeps_ggml_values_and_holds_exactly_the_planned_bytes() {
-    let mut rng = Rng::new(4);
-    for ty in TYPES {
-        // Rows not a multiple of 8 pad the last group with zero rows.
-        for (rows, cols) in [
-            (1, 32),
-            (3, 96),
-            (5, 64),
-            (2, 1056),
-            (7, 160),
-            (16, 96),
-            (24, 64),
-        ] {
-            let data = random_blocks(&mut rng, ty, rows, cols);
-            let w = QMatrix::new(ty, rows, cols, data.clone()).unwrap();
-            assert_eq!(
-                w.dequantize(),
-                ggml_dequantize(ty, &data),
-                "{ty:?} {rows}x{cols}"
-            );
+fn dequantizes_known_blocks() {
+    let half = |v: f32| f16::from_f32(v).to_le_bytes();
+    let qs: Vec<u8> = (0..16u8).map(|j| j | ((15 - j) << 4)).collect();
+    let nib = |j: usize| if j < 16 { j as f32 } else { 31.0 - j as f32 };
+    let mut q40 = half(0.5).to_vec();
+    q40.extend(&qs);
+    let mut q41 = half(0.5).to_vec();
+    q41.extend(half(1.0));
+    q41.extend(&qs);
+    let mut q80 = half(0.25).to_vec();
+    q80.extend((0..32).map(|j| (j as i8 - 16) as u8));
+    // Q5_0: high bits set on the odd weights.
+    let mut q50 = half(0.5).to_vec();
+    q50.extend(0xAAAA_AAAAu32.to_le_bytes());
+    q50.extend(&qs);
+    // Q4_K: sub-block t has scale t + 1 and minimum 2t, quants 3 (low) / 12 (high).
+    let mut q4k = [half(0.5), half(0.25)].concat();
+    let (sc, mn): (Vec<u8>, Vec<u8>) = (0..8u8).map(|t| (t + 1, 2 * t)).unzip();
+    let mut scales = [0u8; 12];
+    for j in 0..4 {
+        scales[j] = sc[j] | ((sc[j + 4] >> 4) << 6);
+        scales[j + 4] = mn[j] | ((mn[j + 4] >> 4) << 6);
+        scales[j + 8] = (sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4);
+    }
+    q4k.extend(scales);
+    q4k.extend([0xC3u8; 128]);
+    type Case = (QuantType, Vec<u8>, Box<dyn Fn(usize) -> f32>);
+    let cases: [Case; 5] = [
+        (
+            QuantType::Q4_0,
+            q40,
+            Box::new(move |j| 0.5 * (nib(j) - 8.0)),
+        ),
+        (QuantType::Q4_1, q41, Box::new(move |j| 0.5 * nib(j) + 1.0)),
+        (QuantType::Q8_0, q80, Box::new(|j| 0.25 * (j as f32 - 16.0))),
+        (
+            QuantType::Q5_0,
+            q50,
+            Box::new(move |j| 0.5 * (nib(j) + if j % 2 == 1 { 16.0 } else { 0.0 } - 16.0)),
+        ),
+        (
+            QuantType::Q4_K,
+            q4k,
+            Box::new(|j| {
+                let t = j / 32;
+                let q = if t % 2 == 0 { 3.0 } else { 12.0 };
+                0.5 * (t + 1) as f32 * q - 0.25 * (2 * t) as f32
+            }),
+        ),
+    ];
+    for (ty, data, want) in cases {
+        let w = QMatrix::new(ty, 1, ty.block_len(), data).unwrap();
+        let mut row = vec![0f32; ty.block_len()];
+        w.dequantize_row(0, &mut row).unwrap();
+        for (j, &v) in row.iter().enumerate() {
+            assert_eq!(v, want(j), "{ty:?} weight {j}");
+        }
+    }
+}
+
+#[test]
+fn holds_exactly_the_planned_bytes_near_ggml_size() {
+    let mut rng = Rng::new(6);
+    for ty in QuantType::ALL {
+        let n = ty.block_len();
+        for (rows, cols) in [(1, n), (5, 2 * n), (16, n), (24, 3 * n), (40, 8 * n)] {
+            let data = random_blocks(&mut rng, ty, rows, cols, Scales::Plausible);
+            let ggml = data.len() / rows * rows.next_multiple_of(8);
+            let w = QMatrix::new(ty, rows, cols, data).unwrap();
             let planned = ty.held_bytes(rows, cols).unwrap();
             assert_eq!(w.held_bytes(), planned, "{ty:?} {rows}x{cols}");
-            let padded = data.len() / rows * rows.next_multiple_of(8);
-            assert_eq!(planned, padded, "GGML's bytes, whole groups of 8 rows");
+            // GGML's size (rows in whole groups of 8), but for the 6-bit
+            // sub-block scales of Q3_K/Q4_K/Q5_K held as bytes.
+            let (held, stored) = match ty {
+                QuantType::Q3_K => (114, 110),
+                QuantType::Q4_K => (148, 144),
+                QuantType::Q5_K => (180, 176),
+                _ => (1, 1),
+            };
+            assert_eq!(planned * stored, ggml * held, "{ty:?} {rows}x{cols}");
         }
     }
     assert_eq!(
         QuantType::Q4_1.held_bytes(3, 30),
-        Err(Error::BadCols { cols: 30 })
+        Err(Error::BadCols {
+            cols: 30,
+            multiple: 32
+        })
     );
     assert_eq!(
         QuantType::Q8_0.held_bytes(usize::MAX, 64),
@@ -174,200 +310,63 @@ fn repacking_keeps_ggml_values_and_holds_exactly_the_planned_bytes() {
 }
 
 #[test]
-fn every_kernel_agrees_with_scalar_on_every_tile_remainder() {
-    let mut rng = Rng::new(2);
-    // Rows 1..=9 and batches 1..=9 hit every padded group and activation
-    // tail; 96 columns = 3 blocks, 1056 = 33; 70 rows of activations split
-    // into panels. Every kernel computes each cell in the reference's order,
-    // so they agree bit for bit.
-    let mut shapes: Vec<(usize, usize, usize)> = Vec::new();
-    for rows in 1..=9 {
-        for batch in 1..=9 {
-            shapes.push((rows, batch, if (rows + batch) % 2 == 0 { 96 } else { 128 }));
+fn bad_data_is_an_error_naming_the_lengths() {
+    for ty in QuantType::ALL {
+        let (n, bb) = (ty.block_len(), ty.block_bytes());
+        let cases: [(usize, usize, usize, Error); 5] = [
+            // Truncated, one byte long, a row's block missing, empty.
+            (2, n, 2 * bb - 1, length(2 * bb, 2 * bb - 1)),
+            (2, n, 2 * bb + 1, length(2 * bb, 2 * bb + 1)),
+            (3, 2 * n, 5 * bb, length(6 * bb, 5 * bb)),
+            (1, n, 0, length(bb, 0)),
+            // Columns not whole blocks.
+            (
+                1,
+                n + 16,
+                bb,
+                Error::BadCols {
+                    cols: n + 16,
+                    multiple: n,
+                },
+            ),
+        ];
+        for (rows, cols, len, want) in cases {
+            let got = QMatrix::new(ty, rows, cols, vec![0; len]).map(|_| ());
+            assert_eq!(got, Err(want), "{ty:?} {rows}x{cols} with {len} bytes");
         }
-    }
-    shapes.extend([
-        (17, 9, 1536),
-        (37, 3, 1056),
-        (66, 70, 160),
-        (200, 17, 576),
-        (13, 130, 64),
-    ]);
-    for ty in TYPES {
-        for &(rows, batch, cols) in &shapes {
-            let w = QMatrix::new(ty, rows, cols, random_blocks(&mut rng, ty, rows, cols)).unwrap();
-            let x = rng.vec(batch * cols);
-            let want = run(Kernel::Scalar, &w, &x, batch);
-            for k in kernels() {
-                let got = run(k, &w, &x, batch);
-                assert_eq!(
-                    bits(&got),
-                    bits(&want),
-                    "{k:?} {ty:?} {rows}x{cols} b{batch}"
-                );
-            }
-        }
-    }
-}
-
-#[test]
-fn a_row_gets_the_same_bits_in_any_batch_and_tile() {
-    // Batch invariance at the kernel: activation row n's outputs do not
-    // depend on which tile width, tile position or panel computed them
-    // (batch 1 runs 1-wide tiles, larger batches 4-wide ones and their
-    // tails, over 64 rows 32-row panels).
-    let mut rng = Rng::new(9);
-    for ty in TYPES {
-        for (rows, cols) in [(13, 576), (9, 1056), (7, 96)] {
-            let w = QMatrix::new(ty, rows, cols, random_blocks(&mut rng, ty, rows, cols)).unwrap();
-            let x = rng.vec(70 * cols);
-            for k in kernels() {
-                let all = run(k, &w, &x, 70);
-                for (n0, batch) in [(0, 1), (5, 1), (3, 3), (60, 10), (1, 6)] {
-                    let got = run(k, &w, &x[n0 * cols..(n0 + batch) * cols], batch);
-                    let want = &all[n0 * rows..(n0 + batch) * rows];
-                    assert_eq!(
-                        bits(&got),
-                        bits(want),
-                        "{k:?} {ty:?} {rows}x{cols} rows {n0}+{batch}"
-                    );
-                }
-            }
-        }
-    }
-}
-
-#[test]
-fn parts_split_the_rows_and_add_accumulates() {
-    let mut rng = Rng::new(5);
-    let (rows, cols, batch) = (40, 64, 6);
-    let w = QMatrix::new(
-        QuantType::Q4_1,
-        rows,
-        cols,
-        random_blocks(&mut rng, QuantType::Q4_1, rows, cols),
-    )
-    .unwrap();
-    let x = rng.vec(batch * cols);
-    let mut acts = QActs::new();
-    acts.quantize(&x, batch).unwrap();
-    // Part lengths at tile boundaries (24, 8, 8) and across them (5, 2, 33):
-    // a tile's rows may fall in two or three parts.
-    for lens in [[24, 8, 8], [5, 2, 33]] {
-        for k in kernels() {
-            let whole = run(k, &w, &x, batch);
-            let mut bufs: Vec<Vec<f32>> = lens
-                .iter()
-                .enumerate()
-                .map(|(p, &len)| vec![p as f32 + 1.0; batch * len])
-                .collect();
-            let mut parts: Vec<&mut [f32]> = bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
-            w.matmul_acts_with(k, &acts, &mut parts, true).unwrap();
-            for n in 0..batch {
-                let mut start = 0;
-                for (p, &len) in lens.iter().enumerate() {
-                    for r in 0..len {
-                        let got = bufs[p][n * len + r] - (p as f32 + 1.0);
-                        let want = whole[n * rows + start + r];
-                        assert!(
-                            (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
-                            "{k:?} parts {lens:?} row {} act {n}",
-                            start + r
-                        );
-                    }
-                    start += len;
-                }
-            }
-        }
-    }
-    let mut short = vec![0f32; batch * 30];
-    assert!(matches!(
-        w.matmul_acts(&acts, &mut [&mut short], false),
-        Err(Error::Length {
-            what: "matmul output",
-            ..
-        })
-    ));
-}
-
-#[test]
-fn q8_extreme_weights_do_not_saturate() {
-    // -128 weights against +-127 activations: the largest maddubs pair sum.
-    let mut data = f16::from_f32(1.0).to_le_bytes().to_vec();
-    data.extend([0x80u8; 32]);
-    let w = QMatrix::new(QuantType::Q8_0, 1, 32, data).unwrap();
-    for (k, sign) in kernels().into_iter().flat_map(|k| [(k, 1.0f32), (k, -1.0)]) {
-        let mut out = [0f32];
-        out[0] = run(k, &w, &[sign; 32], 1)[0];
-        // Exact in integers; only the f16-rounded activation scale (as
-        // GGML's Q8 blocks store it) moves the result, by < 1e-3 relative.
-        assert!(
-            (out[0] - sign * -128.0 * 32.0).abs() < 4096.0 * 1e-3,
-            "{k:?}: {out:?}"
+        let err = QMatrix::new(ty, 1, n, vec![0; bb - 3]).unwrap_err();
+        let text = format!("expected length {bb}, got {}", bb - 3);
+        assert!(err.to_string().contains(&text), "{ty:?}: {err}");
+        // 128 columns: whole blocks of 32, not of 256.
+        let got = QMatrix::new(ty, 1, 128, vec![0; 128 / n * bb]).map(|_| ());
+        let want = if n == 32 {
+            Ok(())
+        } else {
+            Err(Error::BadCols {
+                cols: 128,
+                multiple: 256,
+            })
+        };
+        assert_eq!(got, want, "{ty:?}");
+        let w = QMatrix::new(ty, 2, n, vec![0; 2 * bb]).unwrap();
+        assert_eq!(
+            w.dequantize_row(2, &mut vec![0.0; n]),
+            Err(Error::RowOutOfRange { row: 2, rows: 2 })
         );
+        assert!(matches!(
+            w.dequantize_row(0, &mut vec![0.0; n - 1]),
+            Err(Error::Length {
+                what: "row output",
+                ..
+            })
+        ));
     }
 }
 
-#[test]
-fn zero_input_gives_zero_output() {
-    let mut rng = Rng::new(3);
-    for ty in TYPES {
-        let w = QMatrix::new(ty, 10, 64, random_blocks(&mut rng, ty, 10, 64)).unwrap();
-        let mut out = vec![1f32; 20];
-        w.matmul(&[0f32; 128], 2, &mut out).unwrap();
-        assert!(out.iter().all(|&v| v == 0.0));
+fn length(expected: usize, got: usize) -> Error {
+    Error::Length {
+        what: "weight data",
+        expected,
+        got,
     }
-}
-
-#[test]
-fn rejects_bad_shapes() {
-    let ok = || QMatrix::new(QuantType::Q8_0, 2, 32, vec![0; 68]).unwrap();
-    let cases: [(&str, Result<(), Error>, Error); 5] = [
-        (
-            "cols not multiple",
-            QMatrix::new(QuantType::Q4_0, 1, 30, vec![]).map(|_| ()),
-            Error::BadCols { cols: 30 },
-        ),
-        (
-            "data length",
-            QMatrix::new(QuantType::Q4_1, 2, 32, vec![0; 39]).map(|_| ()),
-            Error::Length {
-                what: "weight data",
-                expected: 40,
-                got: 39,
-            },
-        ),
-        (
-            "input length",
-            ok().matmul(&[0.0; 31], 1, &mut [0.0; 2]),
-            Error::Length {
-                what: "matmul input",
-                expected: 32,
-                got: 31,
-            },
-        ),
-        (
-            "output length",
-            ok().matmul(&[0.0; 32], 1, &mut [0.0; 1]),
-            Error::Length {
-                what: "matmul output",
-                expected: 2,
-                got: 1,
-            },
-        ),
-        (
-            "row out of range",
-            ok().dequantize_row(2, &mut [0.0; 32]),
-            Error::RowOutOfRange { row: 2, rows: 2 },
-        ),
-    ];
-    for (name, got, want) in cases {
-        assert_eq!(got, Err(want), "{name}");
-    }
-}
-
-#[test]
-fn empty_batch_is_a_no_op() {
-    let w = QMatrix::new(QuantType::Q4_0, 4, 32, vec![0; 72]).unwrap();
-    assert_eq!(w.matmul(&[], 0, &mut []), Ok(()));
 }

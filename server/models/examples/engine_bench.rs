@@ -40,9 +40,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(c) => c.parse()?,
         Err(_) => CONTEXT,
     };
-    let llama = Source::open(path.as_ref())?.decoder(&Device::Cpu)?;
-    let vocab = llama.config().vocab as u32;
-    let shapes = LoraShapes::of(llama.config());
+    let decoder = Source::open(path.as_ref())?.decoder(&Device::Cpu)?;
+    let vocab = decoder.spec().vocab as u32;
+    let shapes = LoraShapes::of(decoder.spec());
     let adapters: Vec<AdapterRef> = std::env::var("LORA")
         .unwrap_or_default()
         .split(',')
@@ -62,7 +62,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let kv: ferrox_plan::KvDtype = std::env::var("KV_DTYPE")
         .unwrap_or_else(|_| "f16".into())
         .parse()?;
-    let mut model = PagedModel::new(llama, blocks, BLOCK, kv)?;
+    let mut model = PagedModel::new(decoder, blocks, BLOCK, kv)?;
     let pool = BlockPool::new(blocks);
     let prompt = |seed: usize, n: usize| -> Vec<u32> {
         (0..n)
@@ -74,9 +74,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if prefill_len > 0 {
         let lease = pool.allocate(prefill_len.div_ceil(BLOCK))?;
         let p = prompt(0, prefill_len);
-        model.prefill(lease.blocks(), &p[..16.min(prefill_len)], 0, true)?; // warm-up
+        model.prefill(&[lease.blocks()], &p[..16.min(prefill_len)], 0, true)?; // warm-up
         let t = Instant::now();
-        model.prefill(lease.blocks(), &p, 0, true)?;
+        model.prefill(&[lease.blocks()], &p, 0, true)?;
         let secs = t.elapsed().as_secs_f64();
         println!(
             "prefill {prefill_len} tokens: {:.3} s = {:.1} tok/s",
@@ -90,7 +90,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map(|_| pool.allocate(per_seq))
             .collect::<Result<_, _>>()?;
         for (i, l) in leases.iter().enumerate() {
-            model.prefill(l.blocks(), &prompt(i + 1, context), 0, true)?;
+            model.prefill(&[l.blocks()], &prompt(i + 1, context), 0, true)?;
         }
         let with: Vec<Option<AdapterRef>> = (0..n)
             .map(|i| adapters.get(i % adapters.len().max(1)).cloned())
@@ -104,13 +104,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut tokens: Vec<u32> = (0..n as u32).map(|i| i + 2).collect();
             let t = Instant::now();
             for step in 0..steps {
-                let batch: Vec<DecodeRow<'_>> = leases
+                let tables: Vec<[&[u32]; 1]> = leases.iter().map(|l| [l.blocks()]).collect();
+                let batch: Vec<DecodeRow<'_>> = tables
                     .iter()
                     .zip(&tokens)
-                    .map(|(l, &token)| DecodeRow {
+                    .map(|(tables, &token)| DecodeRow {
                         token,
                         pos: context + step,
-                        blocks: l.blocks(),
+                        tables,
                     })
                     .collect();
                 let logits = model.step_with_adapters(&[], &batch, rows_adapters)?.decode;

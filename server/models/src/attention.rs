@@ -7,11 +7,16 @@
 //! reference in tests, and `--attention-backend gather`) gathers each
 //! sequence's slots, widens them to the queries' dtype and uses ordinary
 //! tensor ops.
+//!
+//! A layer attends through its KV group's cache (`KvStore::cache`) and its
+//! group's block table ([`SeqSpan::tables`]`[group]`). A windowed layer
+//! reads only its window on every path, so a windowed group's entries before
+//! the window's first block may be `RELEASED` (given back to the pool).
 
 use std::sync::Arc;
 
 use candle_core::{CpuStorage, CustomOp3, Device, Layout, Shape, Tensor};
-use ferrox_kernels::{AttnGeometry, AttnSeq, KvElem};
+use ferrox_kernels::{AttnGeometry, AttnParams, AttnSeq, KvElem};
 
 use crate::error::Result;
 use crate::kv_cache::KvCache;
@@ -47,8 +52,10 @@ impl std::str::FromStr for AttentionBackend {
 /// The new tokens of one sequence in a step.
 #[derive(Debug, Clone)]
 pub struct SeqSpan {
-    /// The sequence's block table.
-    pub blocks: Vec<u32>,
+    /// The sequence's block table in each KV group (`Decoder::kv_groups`
+    /// order). A windowed group's entries before its window may be released
+    /// (any value): attention never reads them.
+    pub tables: Vec<Vec<u32>>,
     /// Position of the first new token.
     pub start_pos: usize,
     /// New tokens (1 for a decode row, the chunk length for prefill).
@@ -66,9 +73,10 @@ pub struct Heads {
     pub head_dim: usize,
 }
 
-/// A step's block tables as a device kernel reads them, made once per step
-/// (not per layer): every table concatenated, and for each token where its
-/// table starts and its position (it attends to positions `0..=pos`).
+/// One KV group's block tables of a step as a device kernel reads them, made
+/// once per step (not per layer): every table concatenated, and for each
+/// token where its table starts and its position (it attends to positions
+/// `0..=pos`, or its window).
 #[derive(Debug)]
 pub struct StepTables {
     /// Every sequence's block table, concatenated (u32).
@@ -81,29 +89,34 @@ pub struct StepTables {
     pub pool_blocks: usize,
 }
 
-/// The host side of [`StepTables`]: `(tables, table_of, pos_of)`; an error
-/// when a position is past its table, a block outside the pool of
-/// `pool_blocks`, or a figure past u32.
+/// The host side of group `group`'s [`StepTables`]: `(tables, table_of,
+/// pos_of)`; an error when a position is past its table, a block the
+/// window reads outside the pool of `pool_blocks`, or a figure past u32.
 pub fn step_tables(
     spans: &[SeqSpan],
+    (group, window): (usize, Option<usize>),
     block_size: usize,
     pool_blocks: usize,
 ) -> Result<(Vec<u32>, Vec<u32>, Vec<u32>)> {
     let (mut tables, mut table_of, mut pos_of) = (Vec::new(), Vec::new(), Vec::new());
     let too_big = || crate::Error::Input("attention: block tables past u32".into());
+    let bs = block_size.max(1);
     for s in spans {
+        let blocks = span_table(s, group)?;
         let start = u32::try_from(tables.len()).map_err(|_| too_big())?;
-        if let Some(bad) = s.blocks.iter().find(|&&b| b as usize >= pool_blocks) {
+        let first = window.map_or(0, |w| (s.start_pos + 1).saturating_sub(w)) / bs;
+        let read = blocks.get(first..).unwrap_or_default();
+        if let Some(bad) = read.iter().find(|&&b| b as usize >= pool_blocks) {
             return Err(crate::Error::Input(format!(
                 "attention: block {bad} outside the pool of {pool_blocks}"
             )));
         }
-        tables.extend_from_slice(&s.blocks);
+        tables.extend_from_slice(blocks);
         for pos in s.start_pos..s.start_pos + s.n_tokens {
-            if pos / block_size.max(1) >= s.blocks.len() {
+            if pos / bs >= blocks.len() {
                 return Err(crate::Error::Input(format!(
                     "attention: position {pos} is past its {} blocks",
-                    s.blocks.len()
+                    blocks.len()
                 )));
             }
             table_of.push(start);
@@ -113,12 +126,24 @@ pub fn step_tables(
     Ok((tables, table_of, pos_of))
 }
 
+/// A span's table in `group`.
+pub(crate) fn span_table(s: &SeqSpan, group: usize) -> Result<&[u32]> {
+    s.tables.get(group).map(Vec::as_slice).ok_or_else(|| {
+        crate::Error::Input(format!(
+            "a sequence has {} block tables, KV group {group} needs one",
+            s.tables.len()
+        ))
+    })
+}
+
 impl StepTables {
-    /// The tables of `spans` on `device`, where a device kernel will read
-    /// them; `None` where attention needs none (the CPU kernel reads the
-    /// spans, the gather path its own index).
+    /// Group `group`'s tables of `spans` on `device` (its layers attend
+    /// within `window`), where a device kernel will read them; `None` where
+    /// attention needs none (the CPU kernel reads the spans, the gather
+    /// path its own index).
     pub fn for_step(
         spans: &[SeqSpan],
+        (group, window): (usize, Option<usize>),
         cache: &KvCache,
         device: &Device,
         paged: bool,
@@ -127,7 +152,8 @@ impl StepTables {
             return Ok(None);
         }
         let pool_blocks = cache.num_blocks();
-        let (tables, table_of, pos_of) = step_tables(spans, cache.block_size(), pool_blocks)?;
+        let (tables, table_of, pos_of) =
+            step_tables(spans, (group, window), cache.block_size(), pool_blocks)?;
         Ok(Some(Arc::new(StepTables {
             pool_blocks,
             tables: Tensor::new(tables.as_slice(), device)?,
@@ -137,44 +163,62 @@ impl StepTables {
     }
 }
 
+/// Which layer attends, and how: its cache slice, its KV group (the block
+/// table it reads), its scoring and window.
+#[derive(Debug, Clone, Copy)]
+pub struct LayerAttn {
+    /// The layer's index in its group's cache.
+    pub layer: usize,
+    /// Its KV group: which of a span's tables it reads.
+    pub group: usize,
+    /// Head layout.
+    pub heads: Heads,
+    /// Scale, soft-cap and window.
+    pub params: AttnParams,
+}
+
 /// `q`: `(tokens, heads, head_dim)`, the spans' tokens in order; returns
 /// `(tokens, heads * head_dim)`. Causal: a token sees its own and earlier
-/// positions of its own sequence only. `tables`: the step's tables on the
-/// device, for a device kernel (see [`StepTables::for_step`]).
+/// positions of its own sequence only (within the layer's window).
+/// `tables`: the layer's group's tables on the device, for a device kernel
+/// (see [`StepTables::for_step`]).
 pub fn attention(
     q: &Tensor,
     cache: &KvCache,
-    layer: usize,
+    at: LayerAttn,
     spans: &Arc<[SeqSpan]>,
     tables: Option<&Arc<StepTables>>,
-    heads: Heads,
     fused: bool,
 ) -> Result<Tensor> {
-    let (k, v) = cache.layer(layer);
+    let (k, v) = cache.layer(at.layer);
     let has_kernel = q.device().is_cpu() || (cfg!(feature = "cuda") && q.device().is_cuda());
     if fused && has_kernel {
         let op = PagedAttention {
             spans: spans.clone(),
+            group: at.group,
             tables: tables.cloned(),
             geometry: AttnGeometry {
-                heads: heads.heads,
-                kv_heads: heads.kv_heads,
-                head_dim: heads.head_dim,
+                heads: at.heads.heads,
+                kv_heads: at.heads.kv_heads,
+                head_dim: at.heads.head_dim,
                 block_size: cache.block_size(),
             },
+            params: at.params,
         };
         // Both kernels take f32 queries (the residual stream's type).
         let q = q.to_dtype(candle_core::DType::F32)?.contiguous()?;
         return Ok(q.apply_op3_no_bwd(k, v, &op)?);
     }
-    gathered(q, cache, layer, spans, heads)
+    gathered(q, cache, at, spans)
 }
 
 struct PagedAttention {
     spans: Arc<[SeqSpan]>,
+    group: usize,
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     tables: Option<Arc<StepTables>>,
     geometry: AttnGeometry,
+    params: AttnParams,
 }
 
 fn contiguous<'a, T>(data: &'a [T], l: &Layout, what: &str) -> candle_core::Result<&'a [T]> {
@@ -190,14 +234,17 @@ impl PagedAttention {
         let seqs: Vec<AttnSeq<'_>> = self
             .spans
             .iter()
-            .map(|s| AttnSeq {
-                blocks: &s.blocks,
-                start_pos: s.start_pos,
-                n_tokens: s.n_tokens,
+            .map(|s| {
+                Ok(AttnSeq {
+                    blocks: span_table(s, self.group)?,
+                    start_pos: s.start_pos,
+                    n_tokens: s.n_tokens,
+                })
             })
-            .collect();
+            .collect::<Result<_>>()
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
         let mut out = vec![0f32; q.len()];
-        ferrox_kernels::paged_attention(&self.geometry, q, k, v, &seqs, &mut out)
+        ferrox_kernels::paged_attention(&self.geometry, &self.params, q, k, v, &seqs, &mut out)
             .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
         Ok(out)
     }
@@ -255,34 +302,31 @@ impl CustomOp3 for PagedAttention {
     }
 }
 
-/// The device-generic path: gather each sequence's slots and attend with
-/// tensor ops.
-fn gathered(
-    q: &Tensor,
-    cache: &KvCache,
-    layer: usize,
-    spans: &[SeqSpan],
-    h: Heads,
-) -> Result<Tensor> {
-    let (k_cache, v_cache) = cache.layer(layer);
+/// The device-generic path: gather each sequence's slots (those its
+/// tokens' windows reach) and attend with tensor ops.
+fn gathered(q: &Tensor, cache: &KvCache, at: LayerAttn, spans: &[SeqSpan]) -> Result<Tensor> {
+    let (k_cache, v_cache) = cache.layer(at.layer);
+    let (h, p) = (at.heads, at.params);
     let device = q.device();
     let rep = h.heads / h.kv_heads;
-    let scale = 1.0 / (h.head_dim as f64).sqrt();
     let mut outs = Vec::with_capacity(spans.len());
     let mut offset = 0;
     for span in spans {
-        let ctx = span.start_pos + span.n_tokens;
-        let slots: Vec<u32> = (0..ctx)
-            .map(|p| cache.slot(&span.blocks, p).map(|s| s as u32))
+        let blocks = span_table(span, at.group)?;
+        let end = span.start_pos + span.n_tokens;
+        let from = p.first_seen(span.start_pos);
+        let n = end - from;
+        let slots: Vec<u32> = (from..end)
+            .map(|pos| cache.slot(blocks, pos).map(|s| s as u32))
             .collect::<Result<_>>()?;
         let idx = Tensor::new(slots.as_slice(), device)?;
         let expand = |t: &Tensor| -> Result<Tensor> {
             let t = t
                 .index_select(&idx, 0)?
                 .to_dtype(q.dtype())?
-                .reshape((ctx, h.kv_heads, 1, h.head_dim))?;
-            let t = t.broadcast_as((ctx, h.kv_heads, rep, h.head_dim))?;
-            Ok(t.reshape((ctx, h.heads, h.head_dim))?
+                .reshape((n, h.kv_heads, 1, h.head_dim))?;
+            let t = t.broadcast_as((n, h.kv_heads, rep, h.head_dim))?;
+            Ok(t.reshape((n, h.heads, h.head_dim))?
                 .transpose(0, 1)?
                 .contiguous()?)
         };
@@ -291,8 +335,11 @@ fn gathered(
             .narrow(0, offset, span.n_tokens)?
             .transpose(0, 1)?
             .contiguous()?;
-        let scores = (qs.matmul(&k.t()?)? * scale)?;
-        let mask = causal_mask(span.start_pos, span.n_tokens, device)?;
+        let mut scores = (qs.matmul(&k.t()?)? * f64::from(p.scale))?;
+        if let Some(cap) = p.softcap {
+            scores = ((scores / f64::from(cap))?.tanh()? * f64::from(cap))?;
+        }
+        let mask = window_mask(span, &p, device)?;
         let probs = candle_nn::ops::softmax_last_dim(&scores.broadcast_add(&mask)?)?;
         let o = probs.matmul(&v)?.transpose(0, 1)?;
         outs.push(o.reshape((span.n_tokens, h.heads * h.head_dim))?);
@@ -301,12 +348,17 @@ fn gathered(
     Ok(Tensor::cat(&outs, 0)?)
 }
 
-fn causal_mask(start: usize, n: usize, device: &Device) -> Result<Tensor> {
-    let ctx = start + n;
+/// `(1, n_tokens, positions)`: 0 where a token sees a gathered position,
+/// minus infinity elsewhere (later positions, or before its window).
+fn window_mask(span: &SeqSpan, p: &AttnParams, device: &Device) -> Result<Tensor> {
+    let (start, n) = (span.start_pos, span.n_tokens);
+    let from = p.first_seen(start);
+    let ctx = start + n - from;
     let mask: Vec<f32> = (0..n)
         .flat_map(|i| {
-            (0..ctx).map(move |j| {
-                if j > start + i {
+            let (lo, hi) = (p.first_seen(start + i), start + i);
+            (from..from + ctx).map(move |j| {
+                if j < lo || j > hi {
                     f32::NEG_INFINITY
                 } else {
                     0.0
@@ -319,26 +371,75 @@ fn causal_mask(start: usize, n: usize, device: &Device) -> Result<Tensor> {
 
 #[cfg(test)]
 mod tests {
-    use super::{AttentionBackend, SeqSpan, step_tables};
+    use ferrox_kernels::AttnParams;
+
+    use super::{AttentionBackend, SeqSpan, step_tables, window_mask};
+
+    fn span(blocks: &[u32], start_pos: usize, n_tokens: usize) -> SeqSpan {
+        SeqSpan {
+            tables: vec![blocks.to_vec()],
+            start_pos,
+            n_tokens,
+        }
+    }
 
     #[test]
     fn step_tables_name_each_tokens_table_and_position() {
-        let span = |blocks: &[u32], start_pos, n_tokens| SeqSpan {
-            blocks: blocks.to_vec(),
-            start_pos,
-            n_tokens,
-        };
         // A 3-token chunk at 4 (blocks of 4), then a decode row at 0.
         let spans = [span(&[7, 2], 4, 3), span(&[5], 0, 1)];
-        let (tables, table_of, pos_of) = step_tables(&spans, 4, 8).unwrap();
+        let (tables, table_of, pos_of) = step_tables(&spans, (0, None), 4, 8).unwrap();
         assert_eq!(tables, [7, 2, 5]);
         assert_eq!(table_of, [0, 0, 0, 2]);
         assert_eq!(pos_of, [4, 5, 6, 0]);
         // What a kernel would read out of bounds is an error instead.
-        let err = step_tables(&[span(&[1], 3, 2)], 4, 8).unwrap_err();
+        let err = step_tables(&[span(&[1], 3, 2)], (0, None), 4, 8).unwrap_err();
         assert!(err.to_string().contains("position 4"), "{err}");
-        let err = step_tables(&spans, 4, 7).unwrap_err();
+        let err = step_tables(&spans, (0, None), 4, 7).unwrap_err();
         assert!(err.to_string().contains("block 7 outside"), "{err}");
+        let err = step_tables(&spans, (1, None), 4, 8).unwrap_err();
+        assert!(err.to_string().contains("KV group 1"), "{err}");
+    }
+
+    #[test]
+    fn a_windowed_group_s_released_entries_are_not_checked() {
+        // Position 9 with a window of 3 sees 7..=9: blocks 1 and 2 of 4.
+        let released = [ferrox_core::RELEASED, 6, 3];
+        let spans = [span(&released, 9, 1)];
+        let (tables, _, pos_of) = step_tables(&spans, (0, Some(3)), 4, 8).unwrap();
+        assert_eq!((tables, pos_of), (released.to_vec(), vec![9]));
+        assert!(
+            step_tables(&spans, (0, Some(6)), 4, 8).is_ok(),
+            "6 sees 4..=9: blocks 1, 2"
+        );
+        assert!(
+            step_tables(&spans, (0, Some(7)), 4, 8).is_err(),
+            "7 sees 3..=9: block 0 too"
+        );
+        assert!(step_tables(&spans, (0, None), 4, 8).is_err());
+    }
+
+    #[test]
+    fn a_window_masks_what_it_has_left() {
+        let mask = |start, n, window| {
+            let p = AttnParams {
+                window,
+                ..AttnParams::causal(16)
+            };
+            window_mask(&span(&[0, 1], start, n), &p, &candle_core::Device::Cpu)
+                .unwrap()
+                .squeeze(0)
+                .unwrap()
+                .to_vec2::<f32>()
+                .unwrap()
+                .iter()
+                .map(|r| r.iter().map(|&x| u8::from(x == 0.0)).collect::<Vec<_>>())
+                .collect::<Vec<_>>()
+        };
+        // Tokens at 5 and 6 with a window of 3 gather 3..=6: 5 sees 3..=5,
+        // 6 sees 4..=6.
+        assert_eq!(mask(5, 2, Some(3)), [vec![1, 1, 1, 0], vec![0, 1, 1, 1]]);
+        // Full attention: everything up to itself.
+        assert_eq!(mask(1, 2, None), [vec![1, 1, 0], vec![1, 1, 1]]);
     }
 
     #[test]

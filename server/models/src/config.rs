@@ -1,281 +1,231 @@
-//! The shape of a Llama-family decoder, from GGUF metadata or `config.json`.
+//! Typed reads of a model's settings: `config.json` keys and GGUF metadata
+//! keys, each with an error that names the key. The families (`crate::arch`)
+//! read through these.
 
 use std::collections::HashMap;
 
 use candle_core::quantized::gguf_file::Value;
 use ferrox_plan::KvDtype;
-use serde::Deserialize;
+use serde_json::{Map, Value as Json};
 
 use crate::error::{Error, Result};
 
-/// The architectures this crate runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Arch {
-    /// Llama 2/3, SmolLM, TinyLlama, ...
-    Llama,
-    /// Mistral (Llama layout; sliding window not applied).
-    Mistral,
-    /// Qwen2 / Qwen2.5 (biases on q, k, v).
-    Qwen2,
-}
-
-impl Arch {
-    /// Parses a GGUF `general.architecture` or an HF `architectures` entry.
-    pub fn parse(name: &str) -> Result<Self> {
-        match name {
-            "llama" | "LlamaForCausalLM" => Ok(Arch::Llama),
-            "mistral" | "MistralForCausalLM" => Ok(Arch::Mistral),
-            "qwen2" | "Qwen2ForCausalLM" => Ok(Arch::Qwen2),
-            other => Err(Error::UnknownArchitecture(other.to_string())),
-        }
-    }
-
-    /// The GGUF name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Arch::Llama => "llama",
-            Arch::Mistral => "mistral",
-            Arch::Qwen2 => "qwen2",
-        }
-    }
-
-    /// Whether q, k and v projections carry biases.
-    pub fn qkv_bias(self) -> bool {
-        matches!(self, Arch::Qwen2)
-    }
-}
-
-/// Everything the decoder needs to know about the model's shape.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModelConfig {
-    /// Architecture.
-    pub arch: Arch,
-    /// Residual width.
-    pub hidden: usize,
-    /// MLP width.
-    pub intermediate: usize,
-    /// Decoder layers.
-    pub layers: usize,
-    /// Query heads.
-    pub heads: usize,
-    /// Key/value heads.
-    pub kv_heads: usize,
-    /// Dimension of one head.
-    pub head_dim: usize,
-    /// Vocabulary size (rows of the embedding).
-    pub vocab: usize,
-    /// Trained context length.
-    pub context: usize,
-    /// RoPE base frequency.
-    pub rope_theta: f32,
-    /// RMSNorm epsilon.
-    pub rms_eps: f64,
-    /// Per-frequency divisors of RoPE's inverse frequencies (Llama 3.1's
-    /// long-context scaling), `head_dim / 2` of them; `None` for plain RoPE.
-    pub rope_freq_factors: Option<Vec<f32>>,
-}
-
-impl ModelConfig {
-    /// Checks the numbers are usable, so the forward pass cannot index out of range.
-    pub fn validate(&self) -> Result<()> {
-        let bad = |m: String| Err(Error::Config(m));
-        if [
-            self.hidden,
-            self.intermediate,
-            self.layers,
-            self.heads,
-            self.kv_heads,
-        ]
-        .contains(&0)
-            || self.head_dim == 0
-            || self.vocab == 0
-            || self.context == 0
-        {
-            return bad(format!("zero dimension in {self:?}"));
-        }
-        if !self.heads.is_multiple_of(self.kv_heads) {
-            return bad(format!(
-                "heads {} not a multiple of kv heads {}",
-                self.heads, self.kv_heads
-            ));
-        }
-        if !self.head_dim.is_multiple_of(2) {
-            return bad(format!("head dim {} is odd", self.head_dim));
-        }
-        Ok(())
-    }
-
-    /// Width of one token's K (or V) across heads.
-    pub fn kv_dim(&self) -> usize {
-        self.kv_heads * self.head_dim
-    }
-
-    /// From GGUF metadata.
-    pub fn from_gguf(md: &HashMap<String, Value>) -> Result<Self> {
-        let arch_name = md_string(md, "general.architecture")?;
-        let arch = Arch::parse(&arch_name)?;
-        let p = |key: &str| format!("{arch_name}.{key}");
-        let hidden = md_usize(md, &p("embedding_length"))?;
-        let heads = md_usize(md, &p("attention.head_count"))?;
-        let kv_heads = md_usize(md, &p("attention.head_count_kv")).unwrap_or(heads);
-        let head_dim = md_usize(md, &p("attention.key_length"))
-            .or_else(|_| md_usize(md, &p("rope.dimension_count")))
-            .unwrap_or(hidden / heads.max(1));
-        let vocab = match md_usize(md, &p("vocab_size")) {
-            Ok(v) => v,
-            Err(_) => match md.get("tokenizer.ggml.tokens") {
-                Some(Value::Array(a)) => a.len(),
-                _ => {
-                    return Err(Error::Config(
-                        "no vocab_size and no tokenizer.ggml.tokens".into(),
-                    ));
-                }
-            },
-        };
-        let config = ModelConfig {
-            arch,
-            hidden,
-            intermediate: md_usize(md, &p("feed_forward_length"))?,
-            layers: md_usize(md, &p("block_count"))?,
-            heads,
-            kv_heads,
-            head_dim,
-            vocab,
-            context: md_usize(md, &p("context_length"))?,
-            rope_theta: md_f32(md, &p("rope.freq_base")).unwrap_or(10_000.0),
-            rms_eps: md_f32(md, &p("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5) as f64,
-            // In GGUF these are a tensor (`rope_freqs.weight`): the source reads it.
-            rope_freq_factors: None,
-        };
-        config.validate()?;
-        Ok(config)
-    }
-
-    /// From a Hugging Face `config.json`.
-    pub fn from_hf_json(text: &str) -> Result<Self> {
-        let hf = HfConfig::parse(text)?;
-        let arch_name = hf
-            .architectures
-            .first()
-            .cloned()
-            .or(hf.model_type.clone())
-            .ok_or_else(|| Error::Config("config.json has no architectures".into()))?;
-        let heads = hf.num_attention_heads;
-        let config = ModelConfig {
-            arch: Arch::parse(&arch_name).or_else(|e| match hf.model_type.as_deref() {
-                Some(t) => Arch::parse(t),
-                None => Err(e),
-            })?,
-            hidden: hf.hidden_size,
-            intermediate: hf.intermediate_size,
-            layers: hf.num_hidden_layers,
-            heads,
-            kv_heads: hf.num_key_value_heads.unwrap_or(heads),
-            head_dim: hf.head_dim.unwrap_or(hf.hidden_size / heads.max(1)),
-            vocab: hf.vocab_size,
-            context: hf.max_position_embeddings,
-            rope_theta: hf.rope_theta.unwrap_or(10_000.0),
-            rms_eps: hf.rms_norm_eps.unwrap_or(1e-5),
-            rope_freq_factors: None,
-        };
-        let mut config = config;
-        if let Some(scaling) = &hf.rope_scaling {
-            config.rope_freq_factors = rope_scaling_factors(&config, scaling)?;
-        }
-        config.validate()?;
-        Ok(config)
-    }
-}
-
-/// The fields of `config.json` we read.
-#[derive(Debug, Deserialize)]
-pub(crate) struct HfConfig {
-    #[serde(default)]
-    architectures: Vec<String>,
-    model_type: Option<String>,
-    hidden_size: usize,
-    intermediate_size: usize,
-    num_hidden_layers: usize,
-    num_attention_heads: usize,
-    num_key_value_heads: Option<usize>,
-    head_dim: Option<usize>,
-    vocab_size: usize,
-    max_position_embeddings: usize,
-    rope_theta: Option<f32>,
-    rms_norm_eps: Option<f64>,
-    #[serde(default)]
-    pub(crate) tie_word_embeddings: bool,
-    rope_scaling: Option<RopeScaling>,
-    /// The dtype the weights were saved in (`dtype` in newer transformers).
-    #[serde(alias = "dtype")]
-    torch_dtype: Option<String>,
+/// A parsed `config.json`: the text model's keys (a multimodal checkpoint's
+/// `text_config`, else the top level), then the top level's.
+#[derive(Debug, Clone)]
+pub struct HfConfig {
+    top: Map<String, Json>,
+    text: Option<Map<String, Json>>,
 }
 
 impl HfConfig {
+    /// Parses `config.json`'s text.
+    pub fn parse(text: &str) -> Result<Self> {
+        let v: Json =
+            serde_json::from_str(text).map_err(|e| Error::Config(format!("config.json: {e}")))?;
+        let Json::Object(top) = v else {
+            return Err(Error::Config("config.json is not an object".into()));
+        };
+        let text = match top.get("text_config") {
+            Some(Json::Object(t)) => Some(t.clone()),
+            _ => None,
+        };
+        Ok(HfConfig { top, text })
+    }
+
+    /// The value of `key`, the text model's first.
+    pub fn get(&self, key: &str) -> Option<&Json> {
+        self.text
+            .as_ref()
+            .and_then(|t| t.get(key))
+            .or_else(|| self.top.get(key))
+            .filter(|v| !v.is_null())
+    }
+
+    /// Whether `key` is present at all (`null` included: a config that
+    /// says "none" rather than leaving the default).
+    pub fn has(&self, key: &str) -> bool {
+        self.text.as_ref().is_some_and(|t| t.contains_key(key)) || self.top.contains_key(key)
+    }
+
+    /// The names that say which family this is: `architectures`, then the
+    /// `model_type`s (the text model's, then the top level's).
+    pub fn family_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = match self.top.get("architectures") {
+            Some(Json::Array(a)) => a
+                .iter()
+                .filter_map(|x| x.as_str().map(str::to_string))
+                .collect(),
+            _ => Vec::new(),
+        };
+        for map in [self.text.as_ref(), Some(&self.top)].into_iter().flatten() {
+            if let Some(t) = map.get("model_type").and_then(Json::as_str) {
+                names.push(t.to_string());
+            }
+        }
+        names
+    }
+
+    /// A non-negative integer.
+    pub fn usize(&self, key: &str) -> Result<usize> {
+        self.usize_opt(key)?
+            .ok_or_else(|| Error::Config(format!("config.json has no {key}")))
+    }
+
+    /// A non-negative integer, or `default` when absent.
+    pub fn usize_or(&self, key: &str, default: usize) -> Result<usize> {
+        Ok(self.usize_opt(key)?.unwrap_or(default))
+    }
+
+    /// A non-negative integer, if present.
+    pub fn usize_opt(&self, key: &str) -> Result<Option<usize>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .and_then(|n| usize::try_from(n).ok())
+                .map(Some)
+                .ok_or_else(|| Error::Config(format!("config.json {key} = {v} is not a count"))),
+        }
+    }
+
+    /// A number, if present.
+    pub fn f64_opt(&self, key: &str) -> Result<Option<f64>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| Error::Config(format!("config.json {key} = {v} is not a number"))),
+        }
+    }
+
+    /// A boolean, or `default` when absent.
+    pub fn bool_or(&self, key: &str, default: bool) -> Result<bool> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| Error::Config(format!("config.json {key} = {v} is not a boolean"))),
+        }
+    }
+
+    /// A string, if present.
+    pub fn str_opt(&self, key: &str) -> Option<&str> {
+        self.get(key).and_then(Json::as_str)
+    }
+
+    /// `layer_types` (`"full_attention"` / `"sliding_attention"`), if given:
+    /// whether each layer slides.
+    pub fn sliding_layers(&self) -> Result<Option<Vec<bool>>> {
+        let Some(v) = self.get("layer_types") else {
+            return Ok(None);
+        };
+        let bad = || {
+            Error::Config(format!(
+                "config.json layer_types = {v} is not a list of kinds"
+            ))
+        };
+        let list = v.as_array().ok_or_else(bad)?;
+        list.iter()
+            .map(|k| match k.as_str() {
+                Some("full_attention") => Ok(false),
+                Some("sliding_attention") => Ok(true),
+                _ => Err(bad()),
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
+
     /// The half type a GPU computes this model in: bf16 for bf16 weights,
     /// else f16 (vLLM's choice for f16 and f32 checkpoints too).
-    pub(crate) fn half_dtype(&self) -> KvDtype {
-        match self.torch_dtype.as_deref() {
+    pub fn half_dtype(&self) -> KvDtype {
+        match self
+            .str_opt("torch_dtype")
+            .or_else(|| self.str_opt("dtype"))
+        {
             Some("bfloat16" | "bf16") => KvDtype::Bf16,
             _ => KvDtype::F16,
         }
     }
 }
 
-/// `rope_scaling` of `config.json`; only Llama 3's kind changes the frequencies.
-#[derive(Debug, Deserialize)]
-struct RopeScaling {
-    #[serde(alias = "type")]
-    rope_type: String,
-    factor: Option<f32>,
-    low_freq_factor: Option<f32>,
-    high_freq_factor: Option<f32>,
-    original_max_position_embeddings: Option<f32>,
+/// GGUF metadata, read with the architecture's key prefix.
+#[derive(Debug, Clone, Copy)]
+pub struct Metadata<'a> {
+    /// Every key/value.
+    pub md: &'a HashMap<String, Value>,
+    /// `general.architecture`: the prefix of the model's keys.
+    pub arch: &'a str,
 }
 
-/// Llama 3's per-frequency divisors: high frequencies kept, low ones divided
-/// by `factor`, a smooth blend between (as Hugging Face computes them).
-fn rope_scaling_factors(c: &ModelConfig, s: &RopeScaling) -> Result<Option<Vec<f32>>> {
-    if s.rope_type != "llama3" {
-        return match s.rope_type.as_str() {
-            "default" => Ok(None),
-            other => Err(Error::Config(format!(
-                "rope_scaling type {other:?} is not supported"
-            ))),
-        };
+impl Metadata<'_> {
+    fn key(&self, suffix: &str) -> String {
+        format!("{}.{suffix}", self.arch)
     }
-    let missing = || {
-        Error::Config("rope_scaling llama3 needs factor, low/high_freq_factor and original_max_position_embeddings".into())
-    };
-    let factor = s.factor.ok_or_else(missing)?;
-    let (low, high) = (
-        s.low_freq_factor.ok_or_else(missing)?,
-        s.high_freq_factor.ok_or_else(missing)?,
-    );
-    let old = s.original_max_position_embeddings.ok_or_else(missing)?;
-    let (low_wavelen, high_wavelen) = (old / low, old / high);
-    let half = c.head_dim / 2;
-    let factors = (0..half)
-        .map(|i| {
-            let inv_freq = 1.0 / c.rope_theta.powf(2.0 * i as f32 / c.head_dim as f32);
-            let wavelen = 2.0 * std::f32::consts::PI / inv_freq;
-            let scaled = if wavelen < high_wavelen {
-                inv_freq
-            } else if wavelen > low_wavelen {
-                inv_freq / factor
-            } else {
-                let smooth = (old / wavelen - low) / (high - low);
-                (1.0 - smooth) * inv_freq / factor + smooth * inv_freq
-            };
-            inv_freq / scaled
-        })
-        .collect();
-    Ok(Some(factors))
-}
 
-impl HfConfig {
-    pub(crate) fn parse(text: &str) -> Result<Self> {
-        serde_json::from_str(text).map_err(|e| Error::Config(format!("config.json: {e}")))
+    /// `{arch}.{suffix}` as a count.
+    pub fn usize(&self, suffix: &str) -> Result<usize> {
+        md_usize(self.md, &self.key(suffix))
+    }
+
+    /// `{arch}.{suffix}` as a count, if present.
+    pub fn usize_opt(&self, suffix: &str) -> Result<Option<usize>> {
+        let key = self.key(suffix);
+        match self.md.contains_key(&key) {
+            true => md_usize(self.md, &key).map(Some),
+            false => Ok(None),
+        }
+    }
+
+    /// `{arch}.{suffix}` as a float, if present.
+    pub fn f32_opt(&self, suffix: &str) -> Result<Option<f32>> {
+        let key = self.key(suffix);
+        match self.md.contains_key(&key) {
+            true => md_f32(self.md, &key).map(Some),
+            false => Ok(None),
+        }
+    }
+
+    /// `{arch}.{suffix}` as a string, if present.
+    pub fn str_opt(&self, suffix: &str) -> Result<Option<String>> {
+        let key = self.key(suffix);
+        match self.md.contains_key(&key) {
+            true => md_string(self.md, &key).map(Some),
+            false => Ok(None),
+        }
+    }
+
+    /// `{arch}.{suffix}` as a list of booleans (a per-layer pattern), if
+    /// present as an array.
+    pub fn bools_opt(&self, suffix: &str) -> Result<Option<Vec<bool>>> {
+        let key = self.key(suffix);
+        match self.md.get(&key) {
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|v| match v {
+                    Value::Bool(b) => Ok(*b),
+                    other => Err(Error::Config(format!(
+                        "{key} holds {other:?}, not booleans"
+                    ))),
+                })
+                .collect::<Result<Vec<_>>>()
+                .map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// The vocabulary size: `{arch}.vocab_size`, else the tokenizer's count.
+    pub fn vocab(&self) -> Result<usize> {
+        match self.usize("vocab_size") {
+            Ok(v) => Ok(v),
+            Err(_) => match self.md.get("tokenizer.ggml.tokens") {
+                Some(Value::Array(a)) => Ok(a.len()),
+                _ => Err(Error::Config(
+                    "no vocab_size and no tokenizer.ggml.tokens".into(),
+                )),
+            },
+        }
     }
 }
 
@@ -329,65 +279,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn hf_config_parses_llama_and_qwen2() {
-        let llama = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":64,"intermediate_size":128,
-            "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":100,
-            "max_position_embeddings":256,"rope_theta":10000.0,"rms_norm_eps":1e-5}"#;
-        let c = ModelConfig::from_hf_json(llama).unwrap();
-        assert_eq!((c.arch, c.head_dim, c.kv_dim()), (Arch::Llama, 16, 32));
-        let qwen = llama.replace("LlamaForCausalLM", "Qwen2ForCausalLM");
-        assert_eq!(ModelConfig::from_hf_json(&qwen).unwrap().arch, Arch::Qwen2);
-    }
-
-    #[test]
-    fn llama3_rope_scaling_keeps_high_and_divides_low_frequencies() {
-        let text = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":4096,"intermediate_size":14336,
-            "num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"vocab_size":128256,
-            "max_position_embeddings":131072,"rope_theta":500000.0,
-            "rope_scaling":{"factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,
-            "original_max_position_embeddings":8192,"rope_type":"llama3"}}"#;
-        let c = ModelConfig::from_hf_json(text).unwrap();
-        let f = c.rope_freq_factors.unwrap();
-        assert_eq!(f.len(), 64);
-        assert_eq!(f[0], 1.0, "the highest frequency is kept");
-        assert!(
-            (f[63] - 8.0).abs() < 1e-4,
-            "the lowest is divided by the factor: {}",
-            f[63]
-        );
-        assert!(f.windows(2).all(|w| w[0] <= w[1] + 1e-6), "monotone: {f:?}");
-        assert!(
-            f.iter().any(|&x| x > 1.01 && x < 7.99),
-            "a smooth band between"
-        );
-        let plain = text.replace("\"llama3\"", "\"default\"");
+    fn text_config_keys_win_and_types_are_checked() {
+        let c = HfConfig::parse(
+            r#"{"architectures":["Gemma3ForConditionalGeneration"],"model_type":"gemma3",
+            "torch_dtype":"bfloat16","hidden_size":1,
+            "text_config":{"model_type":"gemma3_text","hidden_size":2560,"sliding_window":null,
+            "layer_types":["sliding_attention","full_attention"]}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.usize("hidden_size").unwrap(), 2560);
+        assert_eq!(c.usize_opt("sliding_window").unwrap(), None);
+        assert_eq!(c.usize_or("head_dim", 256).unwrap(), 256);
         assert_eq!(
-            ModelConfig::from_hf_json(&plain).unwrap().rope_freq_factors,
-            None
+            c.family_names(),
+            ["Gemma3ForConditionalGeneration", "gemma3_text", "gemma3"]
         );
-        let yarn = text.replace("\"llama3\"", "\"yarn\"");
+        assert_eq!(c.sliding_layers().unwrap(), Some(vec![true, false]));
+        assert_eq!(c.half_dtype(), KvDtype::Bf16);
+        let err = c.f64_opt("model_type").unwrap_err().to_string();
+        assert!(err.contains("model_type"), "{err}");
         assert!(
-            ModelConfig::from_hf_json(&yarn)
+            c.usize("vocab_size")
                 .unwrap_err()
                 .to_string()
-                .contains("yarn")
+                .contains("vocab_size")
         );
-    }
-
-    #[test]
-    fn unknown_architecture_and_bad_shapes_are_errors() {
-        let base = r#"{"architectures":["GPTNeoXForCausalLM"],"hidden_size":64,"intermediate_size":128,
-            "num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,"max_position_embeddings":256}"#;
-        let err = ModelConfig::from_hf_json(base).unwrap_err().to_string();
-        assert!(err.contains("GPTNeoXForCausalLM"), "{err}");
-        let bad = base
-            .replace("GPTNeoXForCausalLM", "LlamaForCausalLM")
-            .replace(
-                "\"num_attention_heads\":4",
-                "\"num_attention_heads\":4,\"num_key_value_heads\":3",
-            );
-        let err = ModelConfig::from_hf_json(&bad).unwrap_err().to_string();
-        assert!(err.contains("kv heads"), "{err}");
-        assert!(ModelConfig::from_hf_json("{").is_err());
+        assert!(HfConfig::parse("[1]").is_err());
+        assert!(HfConfig::parse("{").is_err());
     }
 }

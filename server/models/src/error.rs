@@ -12,7 +12,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The model's architecture is not one this crate implements.
-    #[error("unsupported architecture {0:?} (supported: llama, mistral, qwen2)")]
+    #[error("unsupported architecture {0:?} (supported: {supported})", supported = crate::arch::SUPPORTED)]
     UnknownArchitecture(String),
     /// A tensor the architecture needs is not in the file.
     #[error("missing tensor {0:?}")]

@@ -200,7 +200,7 @@ pub fn write_gguf(path: &Path, t: &Tiny, weights: &HashMap<String, Tensor>, dtyp
     }
     if t.rope_scaling {
         // llama.cpp's converter stores the divisors the HF config implies.
-        let config = crate::ModelConfig::from_hf_json(
+        let (_, spec) = crate::arch::from_hf(
             &serde_json::json!({"architectures": ["LlamaForCausalLM"], "hidden_size": t.hidden,
                 "intermediate_size": t.intermediate, "num_hidden_layers": t.layers,
                 "num_attention_heads": t.heads, "num_key_value_heads": t.kv_heads,
@@ -209,7 +209,9 @@ pub fn write_gguf(path: &Path, t: &Tiny, weights: &HashMap<String, Tensor>, dtyp
             .to_string(),
         )
         .unwrap();
-        let f = config.rope_freq_factors.unwrap();
+        let crate::spec::RopeScaling::Divisors(f) = spec.ropes[0].scaling.clone() else {
+            panic!("llama3 scaling is per-frequency divisors");
+        };
         let n = f.len();
         let f = Tensor::from_vec(f, n, &Device::Cpu).unwrap();
         tensors.push((

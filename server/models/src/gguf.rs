@@ -9,15 +9,17 @@ use std::sync::Arc;
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::quantized::{GgmlDType, QMatMul, ggml_file::qtensor_from_ggml};
 use candle_core::{DType, Device, Tensor};
-use ferrox_kernels::QMatrix;
+use ferrox_kernels::{QMatrix, QuantType};
 
 use ferrox_plan::DeviceKind;
 
-use crate::config::{Arch, ModelConfig};
+use crate::arch::Family;
+use crate::config::{Metadata, md_string};
 use crate::error::{Error, Result};
 use crate::holding::{self, Held, Role, device_kind, elem_count, kernel_type};
 use crate::layer::Projection;
 use crate::linear::{Embedding, Linear};
+use crate::spec::{ModelSpec, RopeScaling};
 use crate::weights::{WeightSource, check_shape};
 
 /// An open GGUF file.
@@ -36,6 +38,7 @@ pub struct GgufSource {
 }
 
 struct Raw {
+    name: String,
     dtype: GgmlDType,
     dims: Vec<usize>,
     bytes: Vec<u8>,
@@ -87,19 +90,54 @@ impl GgufSource {
         &self.content.metadata
     }
 
-    /// The decoder's config from metadata; also arms the q/k un-permutation
-    /// that llama-architecture GGUF files need.
-    pub fn config(&mut self) -> Result<ModelConfig> {
-        let mut config = ModelConfig::from_gguf(&self.content.metadata)?;
-        if matches!(config.arch, Arch::Llama | Arch::Mistral) {
-            self.unpermute = Some((config.heads, config.kv_heads));
+    /// The model's family, by `general.architecture`.
+    pub fn family(&self) -> Result<&'static Family> {
+        Family::by_gguf(&md_string(&self.content.metadata, "general.architecture")?)
+    }
+
+    /// The decoder's description from metadata (and the RoPE tensors some
+    /// families keep); also arms the q/k un-permutation that Llama-layout
+    /// GGUF files need.
+    pub fn spec(&mut self) -> Result<ModelSpec> {
+        let family = self.family()?;
+        let arch = md_string(&self.content.metadata, "general.architecture")?;
+        let md = Metadata {
+            md: &self.content.metadata,
+            arch: &arch,
+        };
+        let mut spec = (family.from_gguf)(&md)?;
+        if family.gguf_permuted_qk {
+            self.unpermute = Some((spec.heads, spec.kv_heads));
         }
-        // Llama 3.1's RoPE scaling travels as a tensor of per-frequency divisors.
-        if self.has("rope_freqs.weight") {
-            let t = self.vector("rope_freqs.weight", config.head_dim / 2, &Device::Cpu)?;
-            config.rope_freq_factors = Some(t.to_vec1::<f32>()?);
+        let half = spec.ropes.first().map_or(0, |r| r.rotary_dim / 2);
+        // Llama 3.1's scaling travels as a tensor of per-frequency divisors,
+        // Phi-3's LongRoPE as two.
+        let cpu = &Device::Cpu;
+        let mut read = |name: &str| -> Result<Option<Vec<f32>>> {
+            match self.has(name) {
+                true => Ok(Some(self.vector(name, half, cpu)?.to_vec1::<f32>()?)),
+                false => Ok(None),
+            }
+        };
+        let scaling = match (
+            read("rope_freqs.weight")?,
+            read("rope_factors_short.weight")?,
+            read("rope_factors_long.weight")?,
+        ) {
+            (Some(d), _, _) => Some(RopeScaling::Divisors(d)),
+            (None, Some(short), Some(long)) => {
+                let md = Metadata {
+                    md: &self.content.metadata,
+                    arch: &arch,
+                };
+                Some(crate::arch::phi3::longrope(&md, short, long)?)
+            }
+            _ => None,
+        };
+        if let (Some(scaling), Some(rope)) = (scaling, spec.ropes.first_mut()) {
+            rope.scaling = scaling;
         }
-        Ok(config)
+        spec.finish()
     }
 
     /// Bytes of all tensors as held on `device` (see [`crate::holding`]).
@@ -154,7 +192,12 @@ impl GgufSource {
                 path: self.path.clone(),
                 source,
             })?;
-        let mut raw = Raw { dtype, dims, bytes };
+        let mut raw = Raw {
+            name: name.to_string(),
+            dtype,
+            dims,
+            bytes,
+        };
         if let Some((heads, kv_heads)) = self.unpermute {
             if name.ends_with("attn_q.weight") {
                 unpermute_rows(&mut raw, heads);
@@ -171,10 +214,36 @@ impl GgufSource {
         Ok(q.dequantize(device)?.to_dtype(dtype)?)
     }
 
+    /// `bytes` (a `rows x cols` matrix of `ty`) repacked for ferrox-kernels;
+    /// a refusal names the tensor(s).
+    fn packed(
+        &self,
+        names: &str,
+        ty: QuantType,
+        rows: usize,
+        cols: usize,
+        bytes: Vec<u8>,
+    ) -> Result<QMatrix> {
+        QMatrix::new(ty, rows, cols, bytes).map_err(|e| Error::Corrupt {
+            path: self.path.clone(),
+            message: format!("tensor {names}: {e}"),
+        })
+    }
+
     fn linear(&self, raw: Raw, device: &Device) -> Result<Linear> {
         match holding::gguf(Role::Matrix, raw.dtype, self.kind(device)) {
             Held::Float(dtype) => Ok(Linear::Dense(self.dense(raw, dtype, device)?)),
-            // Packed types land here only with the kernels switched off.
+            Held::Packed(ty) if self.packed => {
+                let &[rows, cols] = raw.dims.as_slice() else {
+                    return Err(Error::Corrupt {
+                        path: self.path.clone(),
+                        message: format!("tensor {} is not a matrix: {:?}", raw.name, raw.dims),
+                    });
+                };
+                let m = self.packed(&raw.name, ty, rows, cols, raw.bytes)?;
+                Ok(Linear::Packed(Arc::new(m)))
+            }
+            // With the kernels switched off (a test reference), candle's.
             Held::Packed(_) | Held::Quantized => {
                 let q = qtensor_from_ggml(raw.dtype, &raw.bytes, raw.dims, device)?;
                 Ok(Linear::Quant(QMatMul::from_qtensor(q)?))
@@ -248,12 +317,13 @@ impl WeightSource for GgufSource {
             self.kind(device) == DeviceKind::Cpu && self.packed && same_type,
         ) {
             let rows = parts.iter().map(|p| p.1).sum();
+            let names: Vec<&str> = parts.iter().map(|p| p.0).collect();
             let bytes = raws
                 .into_iter()
                 .map(|r| r.bytes)
                 .collect::<Vec<_>>()
                 .concat();
-            let m = QMatrix::new(ty, rows, cols, bytes)?;
+            let m = self.packed(&names.join(", "), ty, rows, cols, bytes)?;
             return Ok(Projection::Fused(Linear::Packed(Arc::new(m))));
         }
         let mut linears = raws
@@ -278,7 +348,7 @@ impl WeightSource for GgufSource {
         check_shape(name, &raw.dims, &[vocab, hidden])?;
         match holding::gguf(Role::Embedding, raw.dtype, self.kind(device)) {
             Held::Packed(ty) if self.packed => {
-                let m = QMatrix::new(ty, vocab, hidden, raw.bytes)?;
+                let m = self.packed(name, ty, vocab, hidden, raw.bytes)?;
                 Ok(Embedding::Packed(Arc::new(m)))
             }
             Held::Float(dtype) => Ok(Embedding::Dense(self.dense(raw, dtype, device)?)),

@@ -2,9 +2,11 @@
 //! loaders follow and `inspect` counts, so the weight bytes the plan sees are
 //! the bytes the server allocates there.
 //!
-//! On CPU the decoder computes in f32: float weights are widened to f32,
-//! Q4_0/Q4_1/Q8_0 are repacked for ferrox-kernels, other quantized matrices
-//! stay as stored (candle's). On CUDA float weights stay in the dtype they are
+//! On CPU the decoder computes in f32: float matrices are widened to f32,
+//! every block type ferrox-kernels runs (Q4_0..Q8_0, Q2_K..Q6_K) is repacked
+//! for them (matrices and embedding tables alike: a table is dequantized a
+//! row at a time on lookup), other quantized matrices stay as stored
+//! (candle's). On CUDA float weights stay in the dtype they are
 //! stored in (bf16/f16 through cuBLAS), quantized matrices stay quantized and
 //! a quantized embedding table is widened to f16.
 
@@ -85,7 +87,14 @@ pub fn kernel_type(dtype: GgmlDType) -> Option<QuantType> {
     match dtype {
         GgmlDType::Q4_0 => Some(QuantType::Q4_0),
         GgmlDType::Q4_1 => Some(QuantType::Q4_1),
+        GgmlDType::Q5_0 => Some(QuantType::Q5_0),
+        GgmlDType::Q5_1 => Some(QuantType::Q5_1),
         GgmlDType::Q8_0 => Some(QuantType::Q8_0),
+        GgmlDType::Q2K => Some(QuantType::Q2_K),
+        GgmlDType::Q3K => Some(QuantType::Q3_K),
+        GgmlDType::Q4K => Some(QuantType::Q4_K),
+        GgmlDType::Q5K => Some(QuantType::Q5_K),
+        GgmlDType::Q6K => Some(QuantType::Q6_K),
         _ => None,
     }
 }
@@ -102,11 +111,16 @@ pub fn gguf(role: Role, dtype: GgmlDType, device: DeviceKind) -> Held {
         // candle looks embeddings up in dense tables: half of f32's bytes.
         (DeviceKind::Cuda, Role::Embedding, _) if !float => Held::Float(DType::F16),
         (DeviceKind::Cuda, _, _) if !float => Held::Quantized,
-        (DeviceKind::Cuda, _, _) => Held::Float(match dtype {
-            GgmlDType::F16 => DType::F16,
-            GgmlDType::BF16 => DType::BF16,
-            _ => DType::F32,
-        }),
+        (DeviceKind::Cuda, _, _) => Held::Float(float_dtype(dtype)),
+    }
+}
+
+/// The candle dtype of a float GGML type (f32 for any other).
+fn float_dtype(dtype: GgmlDType) -> DType {
+    match dtype {
+        GgmlDType::F16 => DType::F16,
+        GgmlDType::BF16 => DType::BF16,
+        _ => DType::F32,
     }
 }
 
@@ -135,7 +149,19 @@ mod tests {
                 Cpu,
                 Held::Packed(QuantType::Q4_1),
             ),
-            (Role::Matrix, GgmlDType::Q6K, Cpu, Held::Quantized),
+            (
+                Role::Matrix,
+                GgmlDType::Q6K,
+                Cpu,
+                Held::Packed(QuantType::Q6_K),
+            ),
+            (
+                Role::Matrix,
+                GgmlDType::Q5_0,
+                Cpu,
+                Held::Packed(QuantType::Q5_0),
+            ),
+            (Role::Matrix, GgmlDType::Q8_1, Cpu, Held::Quantized),
             (Role::Matrix, GgmlDType::F16, Cpu, f32),
             (
                 Role::Embedding,
@@ -143,7 +169,13 @@ mod tests {
                 Cpu,
                 Held::Packed(QuantType::Q8_0),
             ),
-            (Role::Embedding, GgmlDType::Q6K, Cpu, f32),
+            (
+                Role::Embedding,
+                GgmlDType::Q6K,
+                Cpu,
+                Held::Packed(QuantType::Q6_K),
+            ),
+            // A float table is widened: as a tied LM head it is a CPU matmul in f32.
             (Role::Embedding, GgmlDType::BF16, Cpu, f32),
             (Role::Vector, GgmlDType::F32, Cpu, f32),
             (Role::Matrix, GgmlDType::Q4K, Cuda, Held::Quantized),

@@ -37,7 +37,8 @@ impl Projection {
     }
 }
 
-/// One decoder layer's weights.
+/// One decoder layer's weights (norm weights with any `(1 + w)` offset
+/// already added).
 #[derive(Debug, Clone)]
 pub struct Layer {
     /// RMSNorm before attention.
@@ -46,22 +47,35 @@ pub struct Layer {
     pub qkv: Projection,
     /// Concatenated q, k, v biases (Qwen2).
     pub qkv_bias: Option<Tensor>,
+    /// Per-head RMSNorms of q and k, `head_dim` each (Qwen3, Gemma 3).
+    pub qk_norm: Option<(Tensor, Tensor)>,
     /// Attention output projection.
     pub o: Linear,
+    /// RMSNorm of the attention output (Gemma).
+    pub post_attn_norm: Option<Tensor>,
     /// RMSNorm before the MLP.
     pub ffn_norm: Tensor,
     /// `[gate | up]` projection.
     pub gate_up: Projection,
     /// MLP down projection.
     pub down: Linear,
+    /// RMSNorm of the MLP output (Gemma).
+    pub post_ffn_norm: Option<Tensor>,
 }
 
 impl Layer {
     pub(crate) fn held_bytes(&self) -> u64 {
-        let bias = self.qkv_bias.as_ref().map_or(0, tensor_bytes);
+        let opt = |t: &Option<Tensor>| t.as_ref().map_or(0, tensor_bytes);
+        let qk = self
+            .qk_norm
+            .as_ref()
+            .map_or(0, |(q, k)| tensor_bytes(q) + tensor_bytes(k));
         tensor_bytes(&self.attn_norm)
             + tensor_bytes(&self.ffn_norm)
-            + bias
+            + opt(&self.qkv_bias)
+            + opt(&self.post_attn_norm)
+            + opt(&self.post_ffn_norm)
+            + qk
             + self.qkv.held_bytes()
             + self.o.held_bytes()
             + self.gate_up.held_bytes()

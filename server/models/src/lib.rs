@@ -1,36 +1,41 @@
-//! Llama-family decoders on candle, written for continuous batching: per-row
-//! positions, a paged KV cache, chunked prefill with a causal mask, and logits
-//! only where they are sampled.
+//! One decoder on candle for every family it serves (Llama, Mistral, Qwen2,
+//! Qwen3, Gemma 2 and 3, Phi-3), written for continuous batching: per-row
+//! positions, a paged KV cache, chunked prefill with a causal (and sliding)
+//! mask, and logits only where they are sampled. A family is data
+//! ([`arch`]): its names and settings mapped to one [`ModelSpec`].
 //!
 //! Weights load from GGUF files and Hugging Face safetensors directories. On
 //! CPU the hot matmuls and attention run through ferrox-kernels; every other
 //! op is candle's, so the decoder runs on any candle `Device`.
 
+pub mod arch;
 pub mod attention;
 pub mod config;
+pub mod decoder;
 pub mod device;
 pub mod error;
 mod fused;
 pub mod gguf;
 pub mod holding;
 pub mod kv_cache;
+pub mod kv_store;
 pub mod layer;
 pub mod linear;
-pub mod llama;
 pub mod lora;
 pub mod memory;
 pub mod paged;
 pub mod profile;
 pub mod rope;
 pub mod safetensors;
+pub mod spec;
 pub mod text;
 pub mod weights;
 
 pub use candle_core::Device;
-pub use config::{Arch, ModelConfig};
+pub use decoder::{Decoder, Step};
 pub use error::{Error, Result};
-pub use llama::{Llama, Step};
 pub use paged::PagedModel;
+pub use spec::{KvGroup, ModelSpec};
 pub mod load;
 
 pub use load::{Format, ModelInfo, Source};

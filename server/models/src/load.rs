@@ -3,17 +3,19 @@
 use std::path::Path;
 
 use candle_core::Device;
-use ferrox_plan::{DeviceKind, Footprint, Footprints, KvDtype, ModelGeometry};
+use ferrox_plan::{DeviceKind, Footprint, Footprints, KvDtype, ModelGeometry, SlidingWindow};
 use serde::Serialize;
 
-use crate::config::{HfConfig, ModelConfig};
+use crate::arch::Family;
+use crate::config::HfConfig;
+use crate::decoder::Decoder;
 use crate::error::{Error, Result};
 use crate::gguf::GgufSource;
 use crate::holding::device_kind;
-use crate::llama::Llama;
 use crate::safetensors::{self as st, SafetensorsSource, safetensors_files};
+use crate::spec::{KvGroup, ModelSpec};
 use crate::text::TextModel;
-use crate::weights::{WeightSource, build_llama};
+use crate::weights::{WeightSource, build_decoder};
 
 /// The on-disk format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -56,6 +58,14 @@ pub struct ModelInfo {
     pub vocab_size: usize,
     /// MLP width.
     pub intermediate_size: usize,
+    /// The layers by KV kind: full attention, and each sliding window
+    /// (which layer is which kind).
+    pub kv_groups: Vec<KvGroup>,
+    /// The windowed groups as the plan counts them, window and number of
+    /// layers (absent: none): `ModelGeometry`'s field, which the operator
+    /// reads.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sliding_windows: Vec<SlidingWindow>,
     /// The weights and KV as held on each device.
     pub devices: Footprints,
     /// The half type a GPU computes this model in.
@@ -64,10 +74,10 @@ pub struct ModelInfo {
 }
 
 impl ModelInfo {
-    /// Facts of `config`; `weight_bytes(device)` counts the weights as
+    /// Facts of `spec`; `weight_bytes(device)` counts the weights as
     /// held there.
     fn new(
-        config: &ModelConfig,
+        config: &ModelSpec,
         format: Format,
         model_half: KvDtype,
         weight_bytes: impl Fn(DeviceKind) -> Result<u64>,
@@ -77,7 +87,8 @@ impl ModelInfo {
             Ok(Footprint {
                 weight_bytes: weight_bytes(device)?,
                 kv_dtype,
-                kv_bytes_per_token: (2 * config.layers * config.kv_dim()) as u64 * kv_dtype.bytes(),
+                kv_bytes_per_token: (2 * config.layers.len() * config.kv_dim()) as u64
+                    * kv_dtype.bytes(),
             })
         };
         let devices = Footprints {
@@ -85,9 +96,9 @@ impl ModelInfo {
             cuda: footprint(DeviceKind::Cuda)?,
         };
         Ok(ModelInfo {
-            architecture: config.arch.name().to_string(),
+            architecture: config.family.to_string(),
             format,
-            layers: config.layers,
+            layers: config.layers.len(),
             kv_heads: config.kv_heads,
             head_dim: config.head_dim,
             kv_dtype: devices.cpu.kv_dtype,
@@ -97,7 +108,9 @@ impl ModelInfo {
             heads: config.heads,
             vocab_size: config.vocab,
             intermediate_size: config.intermediate,
+            kv_groups: config.kv_groups(),
             devices,
+            sliding_windows: config.sliding_windows(),
             model_half,
         })
     }
@@ -115,6 +128,7 @@ impl ModelInfo {
             hidden_size: self.hidden_size as u64,
             intermediate_size: self.intermediate_size as u64,
             vocab_size: self.vocab_size as u64,
+            sliding_windows: self.sliding_windows.clone(),
         }
     }
 }
@@ -127,8 +141,10 @@ pub enum Source {
     Dir {
         /// The directory.
         dir: std::path::PathBuf,
-        /// Its parsed `config.json`.
-        config: ModelConfig,
+        /// Its family.
+        family: &'static Family,
+        /// The model its `config.json` describes.
+        config: ModelSpec,
         /// `tie_word_embeddings`.
         tied: bool,
         /// The half type of its weights.
@@ -148,10 +164,12 @@ impl Source {
                 })?;
             safetensors_files(path)?;
             let hf = HfConfig::parse(&text)?;
+            let (family, config) = crate::arch::from_hf(&text)?;
             return Ok(Source::Dir {
                 dir: path.to_path_buf(),
-                config: ModelConfig::from_hf_json(&text)?,
-                tied: hf.tie_word_embeddings,
+                family,
+                config,
+                tied: hf.bool_or("tie_word_embeddings", family.tied_default)?,
                 half: hf.half_dtype(),
             });
         }
@@ -168,16 +186,20 @@ impl Source {
     pub fn info(&mut self) -> Result<ModelInfo> {
         match self {
             Source::Gguf(g) => {
-                let config = g.config()?;
+                let config = g.spec()?;
                 // GGUF carries no compute dtype; llama.cpp keeps KV in f16.
                 ModelInfo::new(&config, Format::Gguf, KvDtype::F16, |d| {
                     Ok(g.weight_bytes(d))
                 })
             }
             Source::Dir {
-                dir, config, half, ..
+                dir,
+                family,
+                config,
+                half,
+                ..
             } => ModelInfo::new(config, Format::Safetensors, *half, |d| {
-                st::weight_bytes(dir, d)
+                st::weight_bytes(dir, family, d)
             }),
         }
     }
@@ -191,27 +213,31 @@ impl Source {
     }
 
     /// Reads the weights and builds the decoder on `device`.
-    pub fn decoder(&mut self, device: &Device) -> Result<Llama> {
+    pub fn decoder(&mut self, device: &Device) -> Result<Decoder> {
         self.decoder_held_as(device, device_kind(device))
     }
 
     /// The decoder on `device` with its weights held as on `kind`: a GPU's
     /// half and quantized weights run on the CPU, to test that path here.
-    pub fn decoder_held_as(&mut self, device: &Device, kind: DeviceKind) -> Result<Llama> {
+    pub fn decoder_held_as(&mut self, device: &Device, kind: DeviceKind) -> Result<Decoder> {
         match self {
             Source::Gguf(g) => {
-                let config = g.config()?;
+                let config = g.spec()?;
                 g.hold_as(kind);
-                build_llama(g.as_mut(), config, device)
+                build_decoder(g.as_mut(), config, device)
             }
             Source::Dir {
-                dir, config, tied, ..
+                dir,
+                family,
+                config,
+                tied,
+                ..
             } => {
-                let mut src = SafetensorsSource::open_as(dir, kind)?;
+                let mut src = SafetensorsSource::open_as(dir, family, kind)?;
                 if !*tied && !src.has("output.weight") {
                     return Err(Error::MissingTensor("lm_head.weight".into()));
                 }
-                build_llama(&mut src, config.clone(), device)
+                build_decoder(&mut src, config.clone(), device)
             }
         }
     }

@@ -1,39 +1,55 @@
-//! The decoder and its paged KV cache behind the worker's `BatchModel` interface.
+//! The decoder and its paged KV cache behind the worker's `BatchModel`
+//! interface: one pool per KV group (the full-attention layers, each sliding
+//! window), each with a fixed number of blocks.
 
 use std::sync::Arc;
 
-use ferrox_core::batch_model::{PrefillChunk, StepLogits};
-use ferrox_core::{AdapterRef, BatchModel, DecodeRow};
+use ferrox_core::batch_model::{PrefillChunk, StepLogits, Tables};
+use ferrox_core::{AdapterRef, BatchModel, DecodeRow, PoolSpec};
 use ferrox_plan::KvDtype;
 
 use crate::attention::SeqSpan;
+use crate::decoder::{Decoder, Step};
 use crate::error::{Error, Result};
-use crate::kv_cache::KvCache;
-use crate::llama::{Llama, Step};
+use crate::kv_store::KvStore;
 use crate::lora::{DeviceSlots, LoraAdapter, LoraStep};
 
-/// A decoder with a KV pool of a fixed number of blocks.
+/// A decoder with KV pools of a fixed number of blocks.
 #[derive(Debug)]
 pub struct PagedModel {
-    llama: Llama,
-    cache: KvCache,
+    decoder: Decoder,
+    kv: KvStore,
     /// Adapters held on an accelerator (`--max-loras`); unused on CPU.
     lora_slots: DeviceSlots,
 }
 
 impl PagedModel {
-    /// Wraps `llama` with a pool of `num_blocks` blocks of `block_size`
-    /// tokens, held in `kv_dtype`.
+    /// Wraps `decoder` with a pool of `num_blocks` blocks of `block_size`
+    /// tokens for each of its KV groups, held in `kv_dtype`.
     pub fn new(
-        llama: Llama,
+        decoder: Decoder,
         num_blocks: usize,
         block_size: usize,
         kv_dtype: KvDtype,
     ) -> Result<Self> {
-        let cache = llama.kv_cache(num_blocks, block_size, kv_dtype)?;
+        let blocks = vec![num_blocks; decoder.kv_groups().len()];
+        Self::with_pools(decoder, &blocks, block_size, kv_dtype)
+    }
+
+    /// Wraps `decoder` with a pool of `blocks[g]` blocks of `block_size`
+    /// tokens for its KV group `g` (in [`Decoder::kv_groups`]' order: the
+    /// plan's KV pool first when the model has full-attention layers, then
+    /// its window pools), held in `kv_dtype`.
+    pub fn with_pools(
+        decoder: Decoder,
+        blocks: &[usize],
+        block_size: usize,
+        kv_dtype: KvDtype,
+    ) -> Result<Self> {
+        let kv = decoder.kv_store(blocks, block_size, kv_dtype)?;
         Ok(PagedModel {
-            llama,
-            cache,
+            decoder,
+            kv,
             lora_slots: DeviceSlots::new(1),
         })
     }
@@ -44,18 +60,18 @@ impl PagedModel {
     }
 
     /// The decoder.
-    pub fn llama(&self) -> &Llama {
-        &self.llama
+    pub fn decoder(&self) -> &Decoder {
+        &self.decoder
     }
 
     /// The decoder, its pool dropped (after a profile run).
-    pub fn into_llama(self) -> Llama {
-        self.llama
+    pub fn into_decoder(self) -> Decoder {
+        self.decoder
     }
 
     /// The decoder, mutably (to switch attention paths in tests).
-    pub fn llama_mut(&mut self) -> &mut Llama {
-        &mut self.llama
+    pub fn decoder_mut(&mut self) -> &mut Decoder {
+        &mut self.decoder
     }
 
     fn run(
@@ -67,8 +83,8 @@ impl PagedModel {
     ) -> Result<Vec<Vec<f32>>> {
         let lora = LoraStep::new(adapters.iter().zip(&spans).map(|(a, s)| (*a, s.n_tokens)));
         let lora = match lora {
-            Some(l) if !self.llama.device().is_cpu() => {
-                Some(l.on_device(self.llama.device(), &self.lora_slots)?)
+            Some(l) if !self.decoder.device().is_cpu() => {
+                Some(l.on_device(self.decoder.device(), &self.lora_slots)?)
             }
             other => other,
         };
@@ -82,8 +98,8 @@ impl PagedModel {
         // loop is then joined by a thread that helps with it, instead of a
         // caller parked on a futex and woken per op (hundreds of ops a step
         // at one row). A GPU step stays on the thread that holds its context.
-        let forward = || self.llama.forward(&self.cache, &step);
-        let logits = if self.llama.device().is_cpu() {
+        let forward = || self.decoder.forward(&self.kv, &step);
+        let logits = if self.decoder.device().is_cpu() {
             rayon::scope(|_| forward())?
         } else {
             forward()?
@@ -118,7 +134,7 @@ impl PagedModel {
                 logits_for.push(tokens.len() - 1);
             }
             spans.push(SeqSpan {
-                blocks: c.blocks.to_vec(),
+                tables: owned(c.tables),
                 start_pos: c.pos,
                 n_tokens: c.tokens.len(),
             });
@@ -127,7 +143,7 @@ impl PagedModel {
             logits_for.push(tokens.len());
             tokens.push(r.token);
             spans.push(SeqSpan {
-                blocks: r.blocks.to_vec(),
+                tables: owned(r.tables),
                 start_pos: r.pos,
                 n_tokens: 1,
             });
@@ -166,6 +182,11 @@ fn lora_adapters(
         .collect()
 }
 
+/// A row's tables, owned by the step.
+fn owned(tables: Tables<'_>) -> Vec<Vec<u32>> {
+    tables.iter().map(|t| t.to_vec()).collect()
+}
+
 /// Splits logit rows (every token's for a chunk that wanted all, the last
 /// one's for a chunk that wanted that, then one per decode row) back to
 /// their chunks and rows.
@@ -190,26 +211,26 @@ fn split(prefill: &[PrefillChunk<'_>], rows: Vec<Vec<f32>>) -> StepLogits {
 
 impl BatchModel for PagedModel {
     fn vocab_size(&self) -> usize {
-        self.llama.config().vocab
+        self.decoder.spec().vocab
     }
 
     fn block_size(&self) -> usize {
-        self.cache.block_size()
+        self.kv.block_size()
     }
 
-    fn num_blocks(&self) -> usize {
-        self.cache.num_blocks()
+    fn kv_pools(&self) -> Vec<PoolSpec> {
+        self.kv.pools()
     }
 
     fn prefill(
         &mut self,
-        blocks: &[u32],
+        tables: Tables<'_>,
         tokens: &[u32],
         pos: usize,
         want_logits: bool,
     ) -> std::result::Result<Option<Vec<f32>>, ferrox_core::Error> {
         let chunk = PrefillChunk {
-            blocks,
+            tables,
             tokens,
             pos,
             want_logits,

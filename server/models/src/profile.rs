@@ -9,9 +9,9 @@ use ferrox_core::batch_model::PrefillChunk;
 use ferrox_core::{BatchModel, DecodeRow};
 use ferrox_plan::KvDtype;
 
+use crate::decoder::Decoder;
 use crate::device::{Gpus, PoolReading};
 use crate::error::Result;
-use crate::llama::Llama;
 use crate::paged::PagedModel;
 
 /// The largest step the engine will run: a full prefill chunk beside a
@@ -54,19 +54,22 @@ impl ProfileShape {
 pub fn worst_step(model: &mut dyn BatchModel, shape: &ProfileShape) -> Result<()> {
     let tables = shape.tables();
     let prompt = vec![0u32; shape.prefill_chunk.max(1)];
+    // Every pool holds the profile's blocks: each group gets the same tables.
+    let groups = model.kv_pools().len();
+    let per_row: Vec<Vec<&[u32]>> = tables.iter().map(|t| vec![t.as_slice(); groups]).collect();
     let chunk = PrefillChunk {
-        blocks: &tables[0],
+        tables: &per_row[0],
         tokens: &prompt,
         pos: 0,
         want_logits: true,
         all_logits: false,
     };
-    let rows: Vec<DecodeRow<'_>> = tables[1..]
+    let rows: Vec<DecodeRow<'_>> = per_row[1..]
         .iter()
-        .map(|blocks| DecodeRow {
+        .map(|tables| DecodeRow {
             token: 0,
             pos: 0,
-            blocks,
+            tables,
         })
         .collect();
     model.step(&[chunk], &rows)?;
@@ -83,22 +86,22 @@ pub fn activation_bytes(before: &PoolReading, after: &PoolReading) -> u64 {
     pool_peak.saturating_add(device_growth.saturating_sub(pool_growth))
 }
 
-/// Profiles `llama` on `device`: a temporary pool of the blocks `shape`
-/// needs, one worst-case step, and the activation bytes it took; returns
-/// the decoder (the pool is gone) and that figure.
+/// Profiles `decoder` on `device`: a temporary pool of the blocks `shape`
+/// needs for each KV group, one worst-case step, and the activation bytes it
+/// took; returns the decoder (the pools are gone) and that figure.
 pub fn profile(
-    llama: Llama,
+    decoder: Decoder,
     shape: &ProfileShape,
     kv_dtype: KvDtype,
     gpus: &dyn Gpus,
     device: &Device,
-) -> Result<(Llama, u64)> {
-    let mut model = PagedModel::new(llama, shape.blocks(), shape.block_size, kv_dtype)?;
+) -> Result<(Decoder, u64)> {
+    let mut model = PagedModel::new(decoder, shape.blocks(), shape.block_size, kv_dtype)?;
     gpus.reset_peak(device)?;
     let before = gpus.reading(device)?;
     worst_step(&mut model, shape)?;
     let after = gpus.reading(device)?;
-    Ok((model.into_llama(), activation_bytes(&before, &after)))
+    Ok((model.into_decoder(), activation_bytes(&before, &after)))
 }
 
 #[cfg(test)]
@@ -204,7 +207,10 @@ mod tests {
         assert_eq!(*meter.calls.borrow(), ["reset", "reading", "reading"]);
         // The decoder still serves: the real pool is made after the profile.
         let mut model = PagedModel::new(llama, 4, 16, KvDtype::F16).unwrap();
-        let logits = model.prefill(&[0], &[1, 2, 3], 0, true).unwrap().unwrap();
+        let logits = model
+            .prefill(&[&[0]], &[1, 2, 3], 0, true)
+            .unwrap()
+            .unwrap();
         assert_eq!(logits.len(), t.vocab);
     }
 }

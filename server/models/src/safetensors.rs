@@ -6,6 +6,7 @@ use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
 use ferrox_plan::DeviceKind;
 
+use crate::arch::Family;
 use crate::error::{Error, Result};
 use crate::holding::{self, Role, device_kind};
 use crate::layer::Projection;
@@ -18,6 +19,63 @@ pub struct SafetensorsSource {
     files: MmapedSafetensors,
     /// The kind of device the decoder is built for (decides the held dtype).
     device: DeviceKind,
+    names: HfNames,
+}
+
+/// How a family's checkpoint names the text model's tensors.
+#[derive(Debug, Clone)]
+pub(crate) struct HfNames {
+    family: &'static Family,
+    /// Where the text model's tensors live: `model.`, or a multimodal
+    /// checkpoint's `model.language_model.` / `language_model.model.`.
+    prefix: &'static str,
+    /// The LM head's name.
+    head: &'static str,
+}
+
+/// Text-model prefixes, in the order they are tried.
+const PREFIXES: [&str; 3] = ["model.", "model.language_model.", "language_model.model."];
+/// LM head names, in the order they are tried.
+const HEADS: [&str; 2] = ["lm_head.weight", "language_model.lm_head.weight"];
+
+impl HfNames {
+    /// The names `files` uses for `family`'s tensors.
+    fn find(family: &'static Family, files: &MmapedSafetensors) -> Self {
+        let has = |n: &str| files.get(n).is_ok();
+        let prefix = PREFIXES
+            .into_iter()
+            .find(|p| has(&format!("{p}embed_tokens.weight")))
+            .unwrap_or(PREFIXES[0]);
+        let head = HEADS.into_iter().find(|h| has(h)).unwrap_or(HEADS[0]);
+        HfNames {
+            family,
+            prefix,
+            head,
+        }
+    }
+
+    /// Translates a GGUF tensor name to this checkpoint's.
+    fn hf(&self, gguf: &str) -> String {
+        let p = self.prefix;
+        match gguf {
+            "token_embd.weight" => return format!("{p}embed_tokens.weight"),
+            "output_norm.weight" => return format!("{p}norm.weight"),
+            "output.weight" => return self.head.to_string(),
+            _ => {}
+        }
+        let Some((layer, tail)) = gguf.strip_prefix("blk.").and_then(|r| r.split_once('.')) else {
+            return gguf.to_string();
+        };
+        let (part, suffix) = tail.rsplit_once('.').unwrap_or((tail, ""));
+        let hf = self.family.hf_tensor(part).unwrap_or(part);
+        format!("{p}layers.{layer}.{hf}.{suffix}")
+    }
+
+    /// Whether a tensor of the checkpoint belongs to the text model (a
+    /// multimodal checkpoint's vision tower does not).
+    fn is_text(&self, name: &str) -> bool {
+        name.starts_with(self.prefix) || name == self.head
+    }
 }
 
 fn corrupt(files: &[PathBuf], e: candle_core::Error) -> Error {
@@ -37,11 +95,15 @@ fn map(dir: &Path) -> Result<(Vec<PathBuf>, MmapedSafetensors)> {
     Ok((files, mapped))
 }
 
-/// Bytes the weights of `dir` take as held on `device`.
-pub fn weight_bytes(dir: &Path, device: DeviceKind) -> Result<u64> {
+/// Bytes the text model's weights in `dir` take as held on `device`.
+pub fn weight_bytes(dir: &Path, family: &'static Family, device: DeviceKind) -> Result<u64> {
     let (files, mapped) = map(dir)?;
+    let names = HfNames::find(family, &mapped);
     let mut total = 0u64;
-    for (_, view) in mapped.tensors() {
+    for (name, view) in mapped.tensors() {
+        if !names.is_text(&name) {
+            continue;
+        }
         let stored = DType::try_from(view.dtype()).map_err(|e| corrupt(&files, e))?;
         let role = Role::of("", view.shape().len());
         let held = holding::safetensors(role, stored, device);
@@ -59,23 +121,26 @@ pub fn weight_bytes(dir: &Path, device: DeviceKind) -> Result<u64> {
 }
 
 impl SafetensorsSource {
-    /// Maps every `*.safetensors` file in `dir`, for a decoder on `device`.
-    pub fn open(dir: &Path, device: &Device) -> Result<Self> {
-        Self::open_as(dir, device_kind(device))
+    /// Maps every `*.safetensors` file in `dir`, for a `family` decoder on
+    /// `device`.
+    pub fn open(dir: &Path, family: &'static Family, device: &Device) -> Result<Self> {
+        Self::open_as(dir, family, device_kind(device))
     }
 
     /// Maps `dir`, holding the weights as they are held on `kind`.
-    pub fn open_as(dir: &Path, kind: DeviceKind) -> Result<Self> {
+    pub fn open_as(dir: &Path, family: &'static Family, kind: DeviceKind) -> Result<Self> {
         let (_, files) = map(dir)?;
+        let names = HfNames::find(family, &files);
         Ok(SafetensorsSource {
             files,
             device: kind,
+            names,
         })
     }
 
     /// The tensor stored under `gguf_name`'s Hugging Face name, in its held dtype.
     fn load(&self, gguf_name: &str, device: &Device) -> Result<Tensor> {
-        let name = hf_name(gguf_name);
+        let name = self.names.hf(gguf_name);
         let view = self
             .files
             .get(&name)
@@ -91,7 +156,7 @@ impl SafetensorsSource {
 
     fn matrix(&self, gguf_name: &str, rows: usize, cols: usize, device: &Device) -> Result<Tensor> {
         let t = self.load(gguf_name, device)?;
-        check_shape(&hf_name(gguf_name), t.dims(), &[rows, cols])?;
+        check_shape(&self.names.hf(gguf_name), t.dims(), &[rows, cols])?;
         Ok(t)
     }
 }
@@ -113,47 +178,14 @@ pub fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// Translates a GGUF tensor name to the Hugging Face one.
-fn hf_name(gguf: &str) -> String {
-    let fixed = match gguf {
-        "token_embd.weight" => Some("model.embed_tokens.weight"),
-        "output_norm.weight" => Some("model.norm.weight"),
-        "output.weight" => Some("lm_head.weight"),
-        _ => None,
-    };
-    if let Some(f) = fixed {
-        return f.to_string();
-    }
-    let Some(rest) = gguf.strip_prefix("blk.") else {
-        return gguf.to_string();
-    };
-    let Some((layer, tail)) = rest.split_once('.') else {
-        return gguf.to_string();
-    };
-    let (part, suffix) = tail.rsplit_once('.').unwrap_or((tail, ""));
-    let hf = match part {
-        "attn_norm" => "input_layernorm",
-        "attn_q" => "self_attn.q_proj",
-        "attn_k" => "self_attn.k_proj",
-        "attn_v" => "self_attn.v_proj",
-        "attn_output" => "self_attn.o_proj",
-        "ffn_norm" => "post_attention_layernorm",
-        "ffn_gate" => "mlp.gate_proj",
-        "ffn_up" => "mlp.up_proj",
-        "ffn_down" => "mlp.down_proj",
-        other => other,
-    };
-    format!("model.layers.{layer}.{hf}.{suffix}")
-}
-
 impl WeightSource for SafetensorsSource {
     fn has(&self, name: &str) -> bool {
-        self.files.get(&hf_name(name)).is_ok()
+        self.files.get(&self.names.hf(name)).is_ok()
     }
 
     fn vector(&mut self, name: &str, len: usize, device: &Device) -> Result<Tensor> {
         let t = self.load(name, device)?;
-        check_shape(&hf_name(name), t.dims(), &[len])?;
+        check_shape(&self.names.hf(name), t.dims(), &[len])?;
         Ok(t.to_dtype(DType::F32)?)
     }
 
@@ -184,28 +216,85 @@ impl WeightSource for SafetensorsSource {
 
 #[cfg(test)]
 mod tests {
-    use super::hf_name;
+    use super::{HfNames, PREFIXES};
+    use crate::arch::Family;
+
+    fn names(family: &str, prefix: &'static str, head: &'static str) -> HfNames {
+        HfNames {
+            family: Family::by_gguf(family).unwrap(),
+            prefix,
+            head,
+        }
+    }
 
     #[test]
-    fn names_translate() {
-        for (gguf, hf) in [
-            ("token_embd.weight", "model.embed_tokens.weight"),
+    fn names_translate_by_family_and_prefix() {
+        let llama = names("llama", PREFIXES[0], "lm_head.weight");
+        let gemma = names("gemma3", PREFIXES[2], "language_model.lm_head.weight");
+        let phi = names("phi3", PREFIXES[0], "lm_head.weight");
+        for (n, gguf, hf) in [
+            (&llama, "token_embd.weight", "model.embed_tokens.weight"),
             (
+                &llama,
                 "blk.3.attn_q.weight",
                 "model.layers.3.self_attn.q_proj.weight",
             ),
-            ("blk.0.attn_k.bias", "model.layers.0.self_attn.k_proj.bias"),
             (
+                &llama,
+                "blk.0.attn_k.bias",
+                "model.layers.0.self_attn.k_proj.bias",
+            ),
+            (
+                &llama,
                 "blk.11.ffn_down.weight",
                 "model.layers.11.mlp.down_proj.weight",
             ),
             (
+                &llama,
                 "blk.2.ffn_norm.weight",
                 "model.layers.2.post_attention_layernorm.weight",
             ),
-            ("output.weight", "lm_head.weight"),
+            (
+                &llama,
+                "blk.2.attn_q_norm.weight",
+                "model.layers.2.self_attn.q_norm.weight",
+            ),
+            (&llama, "output.weight", "lm_head.weight"),
+            (
+                &gemma,
+                "output_norm.weight",
+                "language_model.model.norm.weight",
+            ),
+            (
+                &gemma,
+                "blk.1.ffn_norm.weight",
+                "language_model.model.layers.1.pre_feedforward_layernorm.weight",
+            ),
+            (
+                &gemma,
+                "blk.1.post_attention_norm.weight",
+                "language_model.model.layers.1.post_attention_layernorm.weight",
+            ),
+            (
+                &gemma,
+                "blk.1.post_ffw_norm.weight",
+                "language_model.model.layers.1.post_feedforward_layernorm.weight",
+            ),
+            (&gemma, "output.weight", "language_model.lm_head.weight"),
+            (
+                &phi,
+                "blk.0.attn_qkv.weight",
+                "model.layers.0.self_attn.qkv_proj.weight",
+            ),
+            (
+                &phi,
+                "blk.0.ffn_up.weight",
+                "model.layers.0.mlp.gate_up_proj.weight",
+            ),
         ] {
-            assert_eq!(hf_name(gguf), hf);
+            assert_eq!(n.hf(gguf), hf);
         }
+        assert!(gemma.is_text("language_model.model.layers.0.mlp.up_proj.weight"));
+        assert!(!gemma.is_text("vision_tower.vision_model.embeddings.patch_embedding.weight"));
     }
 }

@@ -77,6 +77,7 @@ mod tests {
             hidden_size: 576,
             intermediate_size: 1536,
             vocab_size: 49152,
+            sliding_windows: Vec::new(),
         }
     }
 

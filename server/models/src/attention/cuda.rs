@@ -129,7 +129,11 @@ pub(super) fn forward(
         int(g.head_dim)?,
         int(g.block_size)?,
     );
-    let scale = 1.0f32 / (g.head_dim as f32).sqrt();
+    let p = &op.params;
+    let scale = p.scale;
+    // 0: no cap; 0: no window (the kernel's encoding of `None`).
+    let softcap = p.softcap.unwrap_or(0.0);
+    let window = int(p.window.unwrap_or(0))?;
     let pairs = (tokens as u64) * (g.heads as u64);
     let blocks = u32::try_from(pairs.div_ceil(WARPS_PER_BLOCK as u64))
         .map_err(|_| candle_core::Error::Msg("paged attention: grid too large".into()))?;
@@ -155,7 +159,9 @@ pub(super) fn forward(
                 .arg(&kv_heads)
                 .arg(&head_dim)
                 .arg(&block_size)
-                .arg(&scale);
+                .arg(&scale)
+                .arg(&softcap)
+                .arg(&window);
             // SAFETY: the arguments are the kernel's, in its order and types;
             // every index it forms is inside the buffers checked above.
             unsafe { b.launch(cfg) }.w()?;

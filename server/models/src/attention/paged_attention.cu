@@ -12,7 +12,11 @@
 // out:    [tokens, heads * head_dim] f32
 // tables: every sequence's block table, concatenated
 // table_of[t]: where token t's sequence's table starts in `tables`
-// pos_of[t]:   token t's position; it attends to positions 0..=pos_of[t]
+// pos_of[t]:   token t's position; it attends to positions 0..=pos_of[t],
+//              or to its window: pos_of[t] - window + 1 ..= pos_of[t]
+// softcap: scores become softcap * tanh(score / softcap) (0: none)
+// window: a sliding window (0: none); table entries before the window's
+//         first block are never read (a windowed group may release them)
 
 #define MAX_DIMS_PER_LANE 8  // head_dim <= 256
 
@@ -40,7 +44,8 @@ extern "C" __global__ void NAME(                                                
     const unsigned int* __restrict__ tables,                                     \
     const unsigned int* __restrict__ table_of,                                   \
     const unsigned int* __restrict__ pos_of, int tokens, int heads,              \
-    int kv_heads, int head_dim, int block_size, float scale) {                   \
+    int kv_heads, int head_dim, int block_size, float scale, float softcap,       \
+    int window) {                                                                \
     const int lane = threadIdx.x & 31;                                           \
     const long long pair = (long long)blockIdx.x * (blockDim.x >> 5)             \
                            + (threadIdx.x >> 5);                                 \
@@ -59,8 +64,9 @@ extern "C" __global__ void NAME(                                                
     const unsigned int* table = tables + table_of[t];                            \
     const long long row = (long long)kv_heads * head_dim;                        \
     const int last = (int)pos_of[t];                                             \
-    float m = __int_as_float(0xff800000), l = 0.0f;                                              \
-    for (int j = 0; j <= last; ++j) {                                            \
+    const int first = (window > 0 && last + 1 > window) ? last + 1 - window : 0; \
+    float m = __int_as_float(0xff800000), l = 0.0f;                              \
+    for (int j = first; j <= last; ++j) {                                        \
         const long long slot =                                                   \
             (long long)table[j / block_size] * block_size + j % block_size;      \
         const T* kj = k + slot * row + (long long)kvh * head_dim;                \
@@ -72,6 +78,7 @@ extern "C" __global__ void NAME(                                                
             if (i < per_lane && d < head_dim) s += qr[i] * WIDEN(kj[d]);         \
         }                                                                        \
         s = warp_sum(s);                                                         \
+        if (softcap > 0.0f) s = softcap * tanhf(s / softcap);                    \
         const float m_new = fmaxf(m, s);                                         \
         const float correction = __expf(m - m_new);                              \
         const float p = __expf(s - m_new);                                       \

@@ -8,8 +8,9 @@ use half::vec::HalfFloatVecExt;
 use sha2::{Digest, Sha256};
 
 use super::{Target, refuse};
-use crate::config::{Arch, ModelConfig};
+use crate::arch::Family;
 use crate::error::Result;
+use crate::spec::ModelSpec;
 
 /// The base model's shapes an adapter must match.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,14 +25,14 @@ pub struct LoraShapes {
 }
 
 impl LoraShapes {
-    /// The shapes of `c`'s projections.
-    pub fn of(c: &ModelConfig) -> Self {
-        let (h, q, kv, i) = (c.hidden, c.heads * c.head_dim, c.kv_dim(), c.intermediate);
-        let unpermute = matches!(c.arch, Arch::Llama | Arch::Mistral);
+    /// The shapes of `s`'s projections (any family: each has the seven).
+    pub fn of(s: &ModelSpec) -> Self {
+        let (h, q, kv, i) = (s.hidden, s.q_dim(), s.kv_dim(), s.intermediate);
+        let unpermute = Family::by_gguf(s.family).is_ok_and(|f| f.gguf_permuted_qk);
         LoraShapes {
-            layers: c.layers,
+            layers: s.layers.len(),
             dims: [(q, h), (kv, h), (kv, h), (h, q), (i, h), (i, h), (h, i)],
-            gguf_unpermute: unpermute.then_some((c.heads, c.kv_heads)),
+            gguf_unpermute: unpermute.then_some((s.heads, s.kv_heads)),
         }
     }
 

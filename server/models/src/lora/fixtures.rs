@@ -10,7 +10,6 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 
 use super::{LoraShapes, Target};
-use crate::ModelConfig;
 use crate::fixtures::Tiny;
 
 /// An adapter to make.
@@ -63,7 +62,7 @@ pub fn shapes(t: &Tiny) -> LoraShapes {
         "intermediate_size": t.intermediate, "num_hidden_layers": t.layers,
         "num_attention_heads": t.heads, "num_key_value_heads": t.kv_heads,
         "vocab_size": t.vocab, "max_position_embeddings": t.context});
-    LoraShapes::of(&ModelConfig::from_hf_json(&config.to_string()).unwrap())
+    LoraShapes::of(&crate::arch::from_hf(&config.to_string()).unwrap().1)
 }
 
 /// Random `lora_A` / `lora_B` by PEFT name (B nonzero, unlike PEFT's

@@ -4,17 +4,23 @@
 //!
 //! # The hook
 //!
-//! The decoder calls one interface, [`LoraStep`], built once per step from
-//! the rows' adapters (`None` when no row has one, so a step without
-//! adapters pays nothing). After each targeted projection's base matmul,
-//! which stays one batched call over every row, it calls
+//! The one decoder every family runs (`crate::decoder`) calls one
+//! interface, [`LoraStep`], built once per step from the rows' adapters
+//! (`None` when no row has one, so a step without adapters pays nothing).
+//! After each targeted projection's base matmul, which stays one batched
+//! call over every row, it calls
 //!
 //! - [`LoraStep::apply`]`(target, layer, x, out)` on host slices (the fused
-//!   CPU path), `x` the projection's input rows and `out` its output rows,
-//!   before anything else reads `out` (for q and k: before RoPE); or
+//!   CPU path, `crate::fused`), `x` the projection's input rows and `out`
+//!   its output rows, before anything else reads `out`; or
 //! - [`LoraStep::add`]`(targets, layer, x, out)` on tensors (the op-by-op
 //!   path, any device), where `out` is the concatenation of `targets`'
 //!   outputs (`[q | k | v]`, `[gate | up]`).
+//!
+//! "Before anything else" is where the family's extras come after: q/k/v's
+//! biases, q/k norms (Qwen3, Gemma 3) and RoPE; o's and down's post-norms
+//! (Gemma); the MLP's activation (SiLU or GELU). So every family's seven
+//! projections take adapters alike, as PEFT applies them inside each module.
 //!
 //! Either adds `scale * (x @ A^T) @ B^T` to the rows of each adapter's
 //! group (the S-LoRA/Punica idea: rows grouped by adapter), so a row's

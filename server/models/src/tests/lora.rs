@@ -43,10 +43,10 @@ fn adapter(dir: &Path, name: &str, t: &Tiny, spec: &LoraSpec) -> AdapterRef {
 
 /// Logits after the whole prompt, run as one chunk with `adapter`.
 fn prompt_logits(m: &mut PagedModel, p: &[u32], adapter: Option<&AdapterRef>) -> Vec<f32> {
-    let pool = BlockPool::new(m.num_blocks());
+    let pool = BlockPool::new(m.kv_pools()[0].blocks);
     let lease = pool.allocate(p.len().div_ceil(m.block_size())).unwrap();
     let chunk = PrefillChunk {
-        blocks: lease.blocks(),
+        tables: &[lease.blocks()],
         tokens: p,
         pos: 0,
         want_logits: true,
@@ -110,8 +110,8 @@ fn the_fused_cpu_path_equals_the_op_by_op_path_with_adapters() {
         },
     );
     let (mut fused, mut ops) = (open(&path), open(&path));
-    ops.llama_mut().set_fused_layers(false);
-    assert!(fused.llama().fused_layers());
+    ops.decoder_mut().set_fused_layers(false);
+    assert!(fused.decoder().fused_layers());
     let pool = BlockPool::new(64);
     let leases = [
         pool.allocate(8).unwrap(),
@@ -120,12 +120,13 @@ fn the_fused_cpu_path_equals_the_op_by_op_path_with_adapters() {
     ];
     let ps = [prompt(11, 1), prompt(7, 2), prompt(9, 3)];
     let adapters = [Some(a), None, Some(b)];
+    let tables: Vec<[&[u32]; 1]> = leases.iter().map(|l| [l.blocks()]).collect();
     let run = |m: &mut PagedModel| {
         let chunks: Vec<PrefillChunk<'_>> = ps
             .iter()
-            .zip(&leases)
-            .map(|(p, l)| PrefillChunk {
-                blocks: l.blocks(),
+            .zip(&tables)
+            .map(|(p, t)| PrefillChunk {
+                tables: t,
                 tokens: p,
                 pos: 0,
                 want_logits: true,
@@ -157,7 +158,7 @@ fn greedy(
             .flat_map(|i| greedy(m, &prompts[i..=i], &adapters[i..=i], n, true))
             .collect();
     }
-    let pool = BlockPool::new(m.num_blocks());
+    let pool = BlockPool::new(m.kv_pools()[0].blocks);
     let leases: Vec<BlockLease> = prompts
         .iter()
         .map(|p| {
@@ -165,11 +166,12 @@ fn greedy(
                 .unwrap()
         })
         .collect();
+    let tables: Vec<[&[u32]; 1]> = leases.iter().map(|l| [l.blocks()]).collect();
     let chunks: Vec<PrefillChunk<'_>> = prompts
         .iter()
-        .zip(&leases)
-        .map(|(p, l)| PrefillChunk {
-            blocks: l.blocks(),
+        .zip(&tables)
+        .map(|(p, t)| PrefillChunk {
+            tables: t,
             tokens: p,
             pos: 0,
             want_logits: true,
@@ -186,11 +188,11 @@ fn greedy(
         let rows: Vec<DecodeRow<'_>> = out
             .iter()
             .zip(prompts)
-            .zip(&leases)
-            .map(|((o, p), l)| DecodeRow {
+            .zip(&tables)
+            .map(|((o, p), t)| DecodeRow {
                 token: *o.last().unwrap(),
                 pos: p.len() + o.len() - 1,
-                blocks: l.blocks(),
+                tables: t,
             })
             .collect();
         let logits = m.step_with_adapters(&[], &rows, adapters).unwrap().decode;
@@ -244,7 +246,7 @@ fn a_model_without_adapter_support_refuses_a_step_naming_one() {
     let l = pool.allocate(2).unwrap();
     let p = prompt(3, 1);
     let chunk = PrefillChunk {
-        blocks: l.blocks(),
+        tables: &[l.blocks()],
         tokens: &p,
         pos: 0,
         want_logits: true,

@@ -38,12 +38,12 @@ fn log_softmax(l: &[f32]) -> Vec<f64> {
 fn compare(m: &mut PagedModel, adapter: Option<&AdapterRef>, want: &Value, what: &str) -> usize {
     let prompt: Vec<u32> = serde_json::from_value(want["prompt"].clone()).unwrap();
     let top5 = want["top5"].as_array().unwrap();
-    let pool = BlockPool::new(m.num_blocks());
+    let pool = BlockPool::new(m.kv_pools()[0].blocks);
     let lease = pool
         .allocate((prompt.len() + top5.len()).div_ceil(m.block_size()))
         .unwrap();
     let chunk = PrefillChunk {
-        blocks: lease.blocks(),
+        tables: &[lease.blocks()],
         tokens: &prompt,
         pos: 0,
         want_logits: true,
@@ -72,7 +72,7 @@ fn compare(m: &mut PagedModel, adapter: Option<&AdapterRef>, want: &Value, what:
         let row = DecodeRow {
             token: best,
             pos: prompt.len() + step,
-            blocks: lease.blocks(),
+            tables: &[lease.blocks()],
         };
         logits = m
             .step_with_adapters(&[], &[row], &adapters)
@@ -93,7 +93,7 @@ fn base_and_adapters_match_peft_merged_models() {
         .unwrap()
         .decoder(&Device::Cpu)
         .unwrap();
-    let shapes = LoraShapes::of(llama.config());
+    let shapes = LoraShapes::of(llama.spec());
     let mut m = PagedModel::new(llama, 64, 4, KvDtype::F32).unwrap();
     let mut compared = 0;
     for want in reference["base"].as_array().unwrap() {

@@ -1,7 +1,11 @@
-//! Decoder tests: tiny random models through the real loaders, and the real
-//! default model against its reference output.
+//! Decoder tests: tiny random models through the real loaders, every family
+//! against transformers' committed references, and the real default model
+//! against its reference output.
 
 mod corrupt;
+mod drift;
+mod families;
+mod families_engine;
 mod gpu_holding;
 mod helpers;
 mod lora;
@@ -9,4 +13,7 @@ mod lora_engine;
 mod lora_reference;
 mod prefix_cache;
 mod real_model;
+mod reference;
+mod requantized;
 mod tiny_model;
+mod window;

@@ -1,0 +1,91 @@
+//! Llama 2/3 (SmolLM, TinyLlama, ...) and Mistral: pre-norm SwiGLU layers,
+//! one RoPE; Mistral's `sliding_window` on every layer.
+
+use super::rope::hf_rope;
+use super::{Family, Shape, pre_norms, swiglu_layer};
+use crate::config::{HfConfig, Metadata};
+use crate::error::Result;
+use crate::spec::{ModelSpec, RopeScaling, RopeSpec};
+
+/// Llama.
+pub(super) static LLAMA: Family = Family {
+    name: "llama",
+    gguf: &["llama"],
+    hf: &["LlamaForCausalLM", "llama"],
+    hf_tensors: &[],
+    tied_default: false,
+    gguf_permuted_qk: true,
+    from_hf: |c| llama_like(c, "llama"),
+    from_gguf: |m| gguf(m, "llama"),
+};
+
+/// Mistral (llama.cpp writes its GGUF as `llama`; older files say `mistral`).
+pub(super) static MISTRAL: Family = Family {
+    name: "mistral",
+    gguf: &["mistral"],
+    hf: &["MistralForCausalLM", "mistral"],
+    hf_tensors: &[],
+    tied_default: false,
+    gguf_permuted_qk: true,
+    from_hf: |c| llama_like(c, "mistral"),
+    from_gguf: |m| gguf(m, "mistral"),
+};
+
+/// A Llama-layout model from `config.json`: every layer slides when the
+/// config sets `sliding_window` (Mistral v0.1; `null` in later ones).
+fn llama_like(c: &HfConfig, family: &'static str) -> Result<ModelSpec> {
+    let shape = Shape::hf(c, &[])?;
+    let rope = hf_rope(
+        c,
+        None,
+        ("rope_theta", Some("rope_scaling")),
+        10_000.0,
+        shape.head_dim,
+    )?;
+    let window = c.usize_opt("sliding_window")?;
+    let eps = c.f64_opt("rms_norm_eps")?.unwrap_or(1e-5);
+    let scale = shape.plain_scale();
+    Ok(shape.spec(family, pre_norms(eps), vec![rope], |_| {
+        swiglu_layer(window, scale, false)
+    }))
+}
+
+/// A Llama-layout model from GGUF (Llama 3.1's divisors are a tensor the
+/// loader adds; a window where the file names one).
+pub(super) fn gguf(m: &Metadata<'_>, family: &'static str) -> Result<ModelSpec> {
+    let shape = Shape::gguf(m)?;
+    let window = m.usize_opt("attention.sliding_window")?.filter(|&w| w > 0);
+    let spec = plain_gguf(m, &shape, family)?;
+    let scale = shape.plain_scale();
+    Ok(ModelSpec {
+        layers: (0..shape.layers)
+            .map(|_| swiglu_layer(window, scale, false))
+            .collect(),
+        ..spec
+    })
+}
+
+/// Pre-norm SwiGLU layers without windows, one RoPE of the file's base and
+/// dimension count (the shared part of every Llama-layout GGUF).
+pub(super) fn plain_gguf(
+    m: &Metadata<'_>,
+    shape: &Shape,
+    family: &'static str,
+) -> Result<ModelSpec> {
+    let eps = m
+        .f32_opt("attention.layer_norm_rms_epsilon")?
+        .unwrap_or(1e-5);
+    let rope = RopeSpec {
+        theta: m.f32_opt("rope.freq_base")?.unwrap_or(10_000.0),
+        rotary_dim: m
+            .usize_opt("rope.dimension_count")?
+            .unwrap_or(shape.head_dim),
+        scaling: RopeScaling::None,
+    };
+    let scale = shape.plain_scale();
+    Ok(
+        shape.spec(family, pre_norms(f64::from(eps)), vec![rope], |_| {
+            swiglu_layer(None, scale, false)
+        }),
+    )
+}

@@ -1,0 +1,255 @@
+//! Real configs (as on the Hugging Face Hub, vision and long factor lists
+//! cut) read into descriptions.
+
+use serde_json::json;
+
+use super::from_hf;
+use crate::spec::{Activation, FeedForward, ModelSpec, RopeScaling};
+
+fn read(config: serde_json::Value) -> ModelSpec {
+    from_hf(&config.to_string()).unwrap().1
+}
+
+fn windows(s: &ModelSpec) -> Vec<Option<usize>> {
+    s.layers.iter().map(|l| l.attention().window).collect()
+}
+
+#[test]
+fn llama_3_1_scales_its_rope_and_mistral_slides() {
+    let llama = read(
+        json!({"architectures":["LlamaForCausalLM"],"hidden_size":4096,
+        "intermediate_size":14336,"num_hidden_layers":32,"num_attention_heads":32,
+        "num_key_value_heads":8,"vocab_size":128256,"max_position_embeddings":131072,
+        "rope_theta":500000.0,"rms_norm_eps":1e-5,"rope_scaling":{"factor":8.0,
+        "low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":8192,
+        "rope_type":"llama3"}}),
+    );
+    assert_eq!(
+        (llama.family, llama.head_dim, llama.kv_dim()),
+        ("llama", 128, 1024)
+    );
+    let RopeScaling::Divisors(d) = &llama.ropes[0].scaling else {
+        panic!("{:?}", llama.ropes[0]);
+    };
+    assert_eq!((d.len(), d[0]), (64, 1.0));
+    assert!((d[63] - 8.0).abs() < 1e-4, "{}", d[63]);
+    assert!(d.windows(2).all(|w| w[0] <= w[1] + 1e-6));
+    assert_eq!(llama.kv_groups().len(), 1);
+
+    let mistral = read(
+        json!({"architectures":["MistralForCausalLM"],"hidden_size":4096,
+        "intermediate_size":14336,"num_hidden_layers":32,"num_attention_heads":32,
+        "num_key_value_heads":8,"vocab_size":32000,"max_position_embeddings":32768,
+        "rope_theta":10000.0,"sliding_window":4096}),
+    );
+    assert_eq!(windows(&mistral), vec![Some(4096); 32]);
+    let groups = mistral.kv_groups();
+    assert_eq!(
+        (groups.len(), groups[0].window, groups[0].layers.len()),
+        (1, Some(4096), 32)
+    );
+}
+
+#[test]
+fn qwen3_has_qk_norms_its_own_head_dim_and_no_biases() {
+    let q = read(
+        json!({"architectures":["Qwen3ForCausalLM"],"hidden_size":4096,
+        "intermediate_size":12288,"num_hidden_layers":36,"num_attention_heads":32,
+        "num_key_value_heads":8,"head_dim":128,"vocab_size":151936,
+        "max_position_embeddings":40960,"rope_theta":1000000.0,"rms_norm_eps":1e-6,
+        "use_sliding_window":false,"sliding_window":null,"max_window_layers":36,
+        "tie_word_embeddings":false}),
+    );
+    assert_eq!((q.family, q.head_dim, q.q_dim()), ("qwen3", 128, 4096));
+    assert!(q.layers.iter().all(|l| l.attention().qk_norm));
+    assert!(!q.qkv_bias);
+    assert_eq!(q.ropes[0].theta, 1e6);
+    // Qwen2 with its window switched on slides from max_window_layers on.
+    let q2 = read(
+        json!({"architectures":["Qwen2ForCausalLM"],"hidden_size":64,
+        "intermediate_size":128,"num_hidden_layers":4,"num_attention_heads":4,
+        "num_key_value_heads":2,"vocab_size":100,"max_position_embeddings":256,
+        "use_sliding_window":true,"sliding_window":16,"max_window_layers":2}),
+    );
+    assert_eq!(windows(&q2), [None, None, Some(16), Some(16)]);
+    assert!(q2.qkv_bias && !q2.layers[0].attention().qk_norm);
+}
+
+#[test]
+fn gemma_3_4b_reads_its_text_config_with_the_class_defaults() {
+    let g = read(json!({"architectures":["Gemma3ForConditionalGeneration"],
+        "model_type":"gemma3","torch_dtype":"bfloat16","text_config":{"hidden_size":2560,
+        "intermediate_size":10240,"model_type":"gemma3_text","num_hidden_layers":34,
+        "rope_scaling":{"factor":8.0,"rope_type":"linear"},"sliding_window":1024},
+        "vision_config":{"hidden_size":1152}}));
+    assert_eq!(g.family, "gemma3");
+    assert_eq!(
+        (g.heads, g.kv_heads, g.head_dim, g.vocab),
+        (8, 4, 256, 262_208)
+    );
+    let w = windows(&g);
+    assert_eq!(
+        w.iter().filter(|w| w.is_none()).count(),
+        5,
+        "34 layers, one in 6 global"
+    );
+    assert_eq!((w[4], w[5], w[11]), (Some(1024), None, None));
+    let (global, local) = (&g.ropes[0], &g.ropes[1]);
+    assert_eq!(
+        (global.theta, &global.scaling),
+        (1e6, &RopeScaling::Linear(8.0))
+    );
+    assert_eq!((local.theta, &local.scaling), (1e4, &RopeScaling::None));
+    assert_eq!(g.layers[0].attention().rope, 1);
+    assert_eq!(g.layers[5].attention().rope, 0);
+    assert_eq!(g.layers[0].attention().scale, 1.0 / 16.0);
+    assert!(g.layers[0].attention().qk_norm && g.layers[0].attention().softcap.is_none());
+    assert_eq!(g.embed_scale, Some((2560f64).sqrt() as f32));
+    assert_eq!(
+        (g.norms.offset, g.norms.post_attention, g.norms.post_ffn),
+        (1.0, true, true)
+    );
+    assert_eq!(g.final_softcap, None);
+    assert_eq!(g.layers[0].ffn, FeedForward::Gated(Activation::GeluTanh));
+    let groups = g.kv_groups();
+    assert_eq!(
+        groups
+            .iter()
+            .map(|g| (g.window, g.layers.len()))
+            .collect::<Vec<_>>(),
+        [(None, 5), (Some(1024), 29)]
+    );
+}
+
+#[test]
+fn gemma_2_soft_caps_and_alternates() {
+    let g = read(
+        json!({"architectures":["Gemma2ForCausalLM"],"hidden_size":3584,
+        "intermediate_size":14336,"num_hidden_layers":42,"num_attention_heads":16,
+        "num_key_value_heads":8,"head_dim":256,"query_pre_attn_scalar":224,
+        "sliding_window":4096,"attn_logit_softcapping":50.0,"final_logit_softcapping":30.0,
+        "vocab_size":256000,"max_position_embeddings":8192}),
+    );
+    assert_eq!(&windows(&g)[..3], [Some(4096), None, Some(4096)]);
+    let a = g.layers[0].attention();
+    assert_eq!(
+        (a.softcap, a.scale),
+        (Some(50.0), (224f64).powf(-0.5) as f32)
+    );
+    assert_eq!(g.final_softcap, Some(30.0));
+    // `null` turns a cap off; leaving it out keeps the class default.
+    let off = read(
+        json!({"architectures":["Gemma2ForCausalLM"],"hidden_size":64,
+        "intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"head_dim":16,
+        "vocab_size":100,"max_position_embeddings":256,"final_logit_softcapping":null}),
+    );
+    assert_eq!(
+        (off.final_softcap, off.layers[0].attention().softcap),
+        (None, Some(50.0))
+    );
+}
+
+#[test]
+fn phi_4_mini_rotates_part_of_each_head_with_longrope() {
+    let factors: Vec<f64> = (0..48).map(|i| 1.0 + f64::from(i) * 0.5).collect();
+    let p = read(
+        json!({"architectures":["Phi3ForCausalLM"],"hidden_size":3072,
+        "intermediate_size":8192,"num_hidden_layers":32,"num_attention_heads":24,
+        "num_key_value_heads":8,"vocab_size":200064,"max_position_embeddings":131072,
+        "original_max_position_embeddings":4096,"partial_rotary_factor":0.75,
+        "rope_theta":10000.0,"rope_scaling":{"type":"longrope","long_factor":factors,
+        "short_factor":factors},"sliding_window":262144,"tie_word_embeddings":true}),
+    );
+    assert_eq!((p.head_dim, p.ropes[0].rotary_dim), (128, 96));
+    let RopeScaling::LongRope {
+        short,
+        original,
+        attention,
+        ..
+    } = &p.ropes[0].scaling
+    else {
+        panic!("{:?}", p.ropes[0].scaling);
+    };
+    assert_eq!((short.len(), *original), (48, 4096));
+    let want = (1.0 + (32f64).ln() / (4096f64).ln()).sqrt() as f32;
+    assert!((attention - want).abs() < 1e-6, "{attention} vs {want}");
+    assert_eq!(
+        windows(&p),
+        vec![None; 32],
+        "a window past the context is none"
+    );
+}
+
+#[test]
+fn transformers_5_rope_parameters_read_like_rope_scaling() {
+    let g = read(
+        json!({"architectures":["Gemma3ForCausalLM"],"hidden_size":64,
+        "intermediate_size":128,"num_hidden_layers":6,"num_attention_heads":4,
+        "num_key_value_heads":2,"head_dim":32,"vocab_size":100,"max_position_embeddings":256,
+        "sliding_window":8,"layer_types":["sliding_attention","full_attention","sliding_attention",
+        "sliding_attention","full_attention","sliding_attention"],
+        "rope_parameters":{"full_attention":{"rope_type":"linear","factor":2.0,
+        "rope_theta":50000.0},"sliding_attention":{"rope_type":"default","rope_theta":1000.0}}}),
+    );
+    assert_eq!(
+        windows(&g),
+        [Some(8), None, Some(8), Some(8), None, Some(8)]
+    );
+    assert_eq!(
+        (g.ropes[0].theta, &g.ropes[0].scaling),
+        (50000.0, &RopeScaling::Linear(2.0))
+    );
+    assert_eq!(g.ropes[1].theta, 1000.0);
+    let l = read(
+        json!({"architectures":["LlamaForCausalLM"],"hidden_size":64,
+        "intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,
+        "vocab_size":100,"max_position_embeddings":256,
+        "rope_parameters":{"rope_type":"default","rope_theta":20000.0}}),
+    );
+    assert_eq!(
+        (l.ropes[0].theta, &l.ropes[0].scaling),
+        (20000.0, &RopeScaling::None)
+    );
+}
+
+#[test]
+fn unknown_families_and_bad_settings_are_named() {
+    let base = json!({"architectures":["GPTNeoXForCausalLM"],"hidden_size":64,
+        "intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,
+        "vocab_size":100,"max_position_embeddings":256});
+    let err = from_hf(&base.to_string()).unwrap_err().to_string();
+    assert!(
+        err.contains("GPTNeoXForCausalLM") && err.contains("gemma3"),
+        "{err}"
+    );
+    let cases = [
+        (json!({"num_key_value_heads":3}), "kv heads"),
+        (
+            json!({"rope_scaling":{"rope_type":"yarn","factor":4.0}}),
+            "yarn",
+        ),
+        (
+            json!({"use_sliding_window":true,"sliding_window":8,"layer_types":["full_attention"]}),
+            "layer_types",
+        ),
+        (
+            json!({"rope_scaling":{"rope_type":"longrope","short_factor":[1.0],
+            "long_factor":[1.0],"original_max_position_embeddings":64}}),
+            "short_factor",
+        ),
+        (json!({"hidden_size":"wide"}), "hidden_size"),
+        (
+            json!({"num_hidden_layers": 4_000_000_000u64}),
+            "layers is past",
+        ),
+    ];
+    for (patch, want) in cases {
+        let mut c = base.clone();
+        c["architectures"] = json!(["Qwen2ForCausalLM"]);
+        for (k, v) in patch.as_object().unwrap() {
+            c[k] = v.clone();
+        }
+        let err = from_hf(&c.to_string()).unwrap_err().to_string();
+        assert!(err.contains(want), "{want}: {err}");
+    }
+}

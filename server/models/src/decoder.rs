@@ -1,0 +1,430 @@
+//! The one decoder every family runs, written for batching: every token of a
+//! step carries its own position and its sequence's block tables (one per KV
+//! group), so prefill chunks and decode rows of many sequences run through
+//! one forward pass, and logits are computed only for the rows that will be
+//! sampled. What differs between families is the [`ModelSpec`] it reads.
+
+use std::sync::{Arc, Mutex};
+
+use candle_core::{Device, Tensor};
+use ferrox_kernels::AttnParams;
+use ferrox_plan::KvDtype;
+
+use crate::attention::{Heads, LayerAttn, SeqSpan, StepTables, attention};
+use crate::error::{Error, Result};
+use crate::fused::{Dims, FusedHead, FusedLayer, Scratch};
+use crate::kv_store::KvStore;
+use crate::layer::Layer;
+use crate::linear::{Embedding, Linear, tensor_bytes};
+use crate::lora::{LoraStep, Target};
+use crate::rope::Rope;
+use crate::spec::{Activation, FeedForward, KvGroup, ModelSpec};
+
+/// The whole decoder.
+#[derive(Debug)]
+pub struct Decoder {
+    spec: ModelSpec,
+    groups: Vec<KvGroup>,
+    embed: Embedding,
+    layers: Vec<Layer>,
+    norm: Tensor,
+    lm_head: Linear,
+    /// One table per RoPE kind of the spec.
+    ropes: Vec<Rope>,
+    device: Device,
+    fused_attention: bool,
+    /// The CPU fast path, when every matrix is packed: one per layer, the head.
+    fused: Option<(Vec<FusedLayer>, FusedHead)>,
+    use_fused: bool,
+    scratch: Mutex<Scratch>,
+}
+
+/// One forward pass: the new tokens of several sequences.
+#[derive(Debug, Clone)]
+pub struct Step<'a> {
+    /// All new tokens, span after span.
+    pub tokens: &'a [u32],
+    /// Which sequence each run of tokens belongs to.
+    pub spans: Arc<[SeqSpan]>,
+    /// Indices into `tokens` whose logits are wanted, in output order.
+    pub logits_for: &'a [usize],
+    /// The rows' LoRA adapters; `None` when no row has one.
+    pub lora: Option<&'a LoraStep<'a>>,
+}
+
+/// One table per RoPE kind; kinds alike (Gemma 2's local and global) share
+/// one (a clone shares the tensors).
+fn ropes(spec: &ModelSpec, context: usize, device: &Device) -> Result<Vec<Rope>> {
+    let mut out: Vec<Rope> = Vec::with_capacity(spec.ropes.len());
+    for (i, r) in spec.ropes.iter().enumerate() {
+        let table = match spec.ropes[..i].iter().position(|earlier| earlier == r) {
+            Some(j) => out[j].clone(),
+            None => Rope::new(r, context, device)?,
+        };
+        out.push(table);
+    }
+    Ok(out)
+}
+
+impl Decoder {
+    /// Assembles a decoder from loaded weights.
+    pub fn new(
+        spec: ModelSpec,
+        embed: Embedding,
+        layers: Vec<Layer>,
+        norm: Tensor,
+        lm_head: Linear,
+        device: &Device,
+    ) -> Result<Self> {
+        let ropes = ropes(&spec, spec.context, device)?;
+        let fused_layers = layers
+            .iter()
+            .zip(&spec.layers)
+            .map(|(l, s)| {
+                let FeedForward::Gated(act) = s.ffn;
+                FusedLayer::from_layer(l, act)
+            })
+            .collect::<Result<Option<Vec<_>>>>()?;
+        let head = FusedHead::new(&norm, &lm_head, spec.final_softcap)?;
+        let fused = match (fused_layers, head) {
+            (Some(l), Some(h)) if device.is_cpu() => Some((l, h)),
+            _ => None,
+        };
+        Ok(Decoder {
+            groups: spec.kv_groups(),
+            spec,
+            embed,
+            layers,
+            norm,
+            lm_head,
+            ropes,
+            device: device.clone(),
+            fused_attention: true,
+            fused,
+            use_fused: true,
+            scratch: Mutex::new(Scratch::default()),
+        })
+    }
+
+    /// The model's description.
+    pub fn spec(&self) -> &ModelSpec {
+        &self.spec
+    }
+
+    /// The layers whose KV is kept alike: every full-attention layer in one
+    /// group, each sliding window its own (a [`SeqSpan`] has one block table
+    /// per group, in this order).
+    pub fn kv_groups(&self) -> &[KvGroup] {
+        &self.groups
+    }
+
+    /// Serves positions `0..context` only (the server's `--max-model-len`):
+    /// smaller RoPE tables, and LongRoPE's factors chosen for that context.
+    pub fn set_context(&mut self, context: usize) -> Result<()> {
+        self.ropes = ropes(
+            &self.spec,
+            context.clamp(1, self.spec.context),
+            &self.device,
+        )?;
+        Ok(())
+    }
+
+    /// Bytes of weights this decoder holds (a tied LM head counted once):
+    /// what `inspect` must report for its device.
+    pub fn held_bytes(&self) -> u64 {
+        let tied = match (&self.embed, &self.lm_head) {
+            (Embedding::Packed(a), Linear::Packed(b)) => Arc::ptr_eq(a, b),
+            (Embedding::Dense(a), Linear::Dense(b)) => a.id() == b.id(),
+            _ => false,
+        };
+        let head = if tied { 0 } else { self.lm_head.held_bytes() };
+        self.embed.held_bytes()
+            + self.layers.iter().map(Layer::held_bytes).sum::<u64>()
+            + tensor_bytes(&self.norm)
+            + head
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Our paged-attention kernel (on), or the gather path (off: the
+    /// reference in tests, `--attention-backend gather`).
+    pub fn set_fused_attention(&mut self, on: bool) {
+        self.fused_attention = on;
+    }
+
+    /// Runs the op-by-op layers even where the fused CPU path exists (a
+    /// reference for tests).
+    pub fn set_fused_layers(&mut self, on: bool) {
+        self.use_fused = on;
+    }
+
+    /// Whether steps take the fused CPU path.
+    pub fn fused_layers(&self) -> bool {
+        self.use_fused && self.fused.is_some()
+    }
+
+    fn dims(&self) -> Dims {
+        let s = &self.spec;
+        Dims {
+            heads: s.heads,
+            kv_heads: s.kv_heads,
+            head_dim: s.head_dim,
+            intermediate: s.intermediate,
+            eps: s.norms.eps as f32,
+        }
+    }
+
+    /// The KV cache of this model, held in `dtype`: group `g` of
+    /// [`Decoder::kv_groups`] gets a pool of `blocks[g]` blocks.
+    pub fn kv_store(&self, blocks: &[usize], block_size: usize, dtype: KvDtype) -> Result<KvStore> {
+        let s = &self.spec;
+        KvStore::new(
+            &self.groups,
+            s.layers.len(),
+            blocks,
+            block_size,
+            s.kv_dim(),
+            dtype,
+            &self.device,
+        )
+    }
+
+    /// Runs `step`, writing its K/V into `kv`; returns logits
+    /// `(logits_for.len(), vocab)`, or `None` when none were asked for.
+    pub fn forward(&self, kv: &KvStore, step: &Step<'_>) -> Result<Option<Tensor>> {
+        let positions = self.positions(step)?;
+        let pos = Tensor::new(positions.as_slice(), &self.device)?;
+        let rope_rows = self
+            .ropes
+            .iter()
+            .map(|r| r.gather(&pos))
+            .collect::<Result<Vec<_>>>()?;
+        let slot_index = kv.slot_indices(&step.spans, &self.device)?;
+        let mut x = self.embed.forward(step.tokens, &self.device)?;
+        if let Some(scale) = self.spec.embed_scale {
+            x = (x * f64::from(scale))?;
+        }
+        let fused = self.fused.as_ref().filter(|_| self.use_fused);
+        let tables = self
+            .groups
+            .iter()
+            .enumerate()
+            .map(|(g, group)| {
+                let key = (g, group.window);
+                let cache = kv.cache(g);
+                StepTables::for_step(&step.spans, key, cache, &self.device, self.fused_attention)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let ctx = LayerCtx {
+            kv,
+            spans: &step.spans,
+            tables: &tables,
+            rope_rows: &rope_rows,
+            slot_index: &slot_index,
+            lora: step.lora,
+        };
+        for (i, layer) in self.layers.iter().enumerate() {
+            match fused {
+                Some((fl, _)) => self.fused_layer_forward(i, &fl[i], &x, &ctx)?,
+                None => x = self.layer_forward(i, layer, &x, &ctx)?,
+            }
+        }
+        if step.logits_for.is_empty() {
+            return Ok(None);
+        }
+        // Only the sampled rows pay for the norm and the vocabulary projection.
+        let rows: Vec<u32> = step.logits_for.iter().map(|&i| i as u32).collect();
+        let x = x.index_select(&Tensor::new(rows.as_slice(), &self.device)?, 0)?;
+        let eps = self.spec.norms.eps as f32;
+        if let Some((_, head)) = fused {
+            return Ok(Some(head.forward(&x, eps, &self.scratch)?));
+        }
+        let x = candle_nn::ops::rms_norm(&x, &self.norm, eps)?;
+        let logits = self.lm_head.forward(&x)?;
+        Ok(Some(match self.spec.final_softcap {
+            Some(cap) => ((logits / f64::from(cap))?.tanh()? * f64::from(cap))?,
+            None => logits,
+        }))
+    }
+
+    /// Each token's position.
+    fn positions(&self, step: &Step<'_>) -> Result<Vec<u32>> {
+        let total: usize = step.spans.iter().map(|s| s.n_tokens).sum();
+        if total != step.tokens.len() || total == 0 {
+            return Err(Error::Input(format!(
+                "step has {} tokens but its spans cover {total}",
+                step.tokens.len()
+            )));
+        }
+        if let Some(&bad) = step.logits_for.iter().find(|&&i| i >= total) {
+            return Err(Error::Input(format!(
+                "logits asked for token {bad} of {total}"
+            )));
+        }
+        let context = self.ropes.first().map_or(0, Rope::context);
+        let mut positions = Vec::with_capacity(total);
+        for span in step.spans.iter() {
+            let end = span.start_pos + span.n_tokens;
+            if end > context {
+                return Err(Error::Input(format!(
+                    "position {} is past the model's context of {context}",
+                    end - 1,
+                )));
+            }
+            positions.extend((span.start_pos..end).map(|p| p as u32));
+        }
+        Ok(positions)
+    }
+
+    /// Layer `index`'s attention of `q` over its group's cache, by the
+    /// step's spans.
+    fn attend(&self, q: &Tensor, index: usize, ctx: &LayerCtx<'_>) -> Result<Tensor> {
+        let (s, a) = (&self.spec, self.spec.layers[index].attention());
+        let (group, local) = ctx.kv.group_of(index)?;
+        let at = LayerAttn {
+            layer: local,
+            group,
+            heads: Heads {
+                heads: s.heads,
+                kv_heads: s.kv_heads,
+                head_dim: s.head_dim,
+            },
+            params: AttnParams {
+                scale: a.scale,
+                softcap: a.softcap,
+                window: a.window,
+            },
+        };
+        let tables = ctx.tables[group].as_ref();
+        let cache = ctx.kv.cache(group);
+        attention(q, cache, at, ctx.spans, tables, self.fused_attention)
+    }
+
+    /// Layer `index`'s RoPE rows for this step.
+    fn rope_rows<'c>(&self, index: usize, ctx: &'c LayerCtx<'_>) -> (&'c Tensor, &'c Tensor) {
+        let (cos, sin) = &ctx.rope_rows[self.spec.layers[index].attention().rope];
+        (cos, sin)
+    }
+
+    /// The op-by-op layer: the reference, and the path of every device
+    /// without the fused one.
+    fn layer_forward(
+        &self,
+        index: usize,
+        l: &Layer,
+        x: &Tensor,
+        ctx: &LayerCtx<'_>,
+    ) -> Result<Tensor> {
+        let s = &self.spec;
+        let tokens = x.dims()[0];
+        let (q_dim, kv_dim) = (s.q_dim(), s.kv_dim());
+        let eps = s.norms.eps as f32;
+        let norm = |t: &Tensor, w: &Tensor| candle_nn::ops::rms_norm(t, w, eps);
+        let h = norm(x, &l.attn_norm)?;
+        let mut qkv = l.qkv.forward(&h)?;
+        if let Some(b) = &l.qkv_bias {
+            qkv = qkv.broadcast_add(b)?;
+        }
+        let qkv = ctx.lora(&[Target::Q, Target::K, Target::V], index, &h, qkv)?;
+        let mut q = qkv
+            .narrow(1, 0, q_dim)?
+            .reshape((tokens, s.heads, s.head_dim))?;
+        let mut k = qkv
+            .narrow(1, q_dim, kv_dim)?
+            .reshape((tokens, s.kv_heads, s.head_dim))?;
+        let v = qkv.narrow(1, q_dim + kv_dim, kv_dim)?;
+        if let Some((qn, kn)) = &l.qk_norm {
+            (q, k) = (norm(&q.contiguous()?, qn)?, norm(&k.contiguous()?, kn)?);
+        }
+        let (cos, sin) = self.rope_rows(index, ctx);
+        let q = Rope::apply(&q, cos, sin)?;
+        let k = Rope::apply(&k, cos, sin)?.reshape((tokens, kv_dim))?;
+        ctx.kv.write(index, ctx.slot_index, &k, &v)?;
+        let a = self.attend(&q, index, ctx)?;
+        let mut a = ctx.lora(&[Target::O], index, &a, l.o.forward(&a)?)?;
+        if let Some(w) = &l.post_attn_norm {
+            a = norm(&a, w)?;
+        }
+        let x = (x + a)?;
+        let h = norm(&x, &l.ffn_norm)?;
+        let gu = ctx.lora(
+            &[Target::Gate, Target::Up],
+            index,
+            &h,
+            l.gate_up.forward(&h)?,
+        )?;
+        let (gate, up) = (
+            gu.narrow(1, 0, s.intermediate)?,
+            gu.narrow(1, s.intermediate, s.intermediate)?,
+        );
+        let FeedForward::Gated(act) = s.layers[index].ffn;
+        let gate = match act {
+            Activation::Silu => candle_nn::ops::silu(&gate)?,
+            Activation::GeluTanh => gate.gelu()?,
+        };
+        let act = (gate * up)?;
+        let mut d = ctx.lora(&[Target::Down], index, &act, l.down.forward(&act)?)?;
+        if let Some(w) = &l.post_ffn_norm {
+            d = norm(&d, w)?;
+        }
+        Ok((x + d)?)
+    }
+
+    /// The fused CPU layer: updates the residual stream `x` in place.
+    fn fused_layer_forward(
+        &self,
+        index: usize,
+        l: &FusedLayer,
+        x: &Tensor,
+        ctx: &LayerCtx<'_>,
+    ) -> Result<()> {
+        let s = &self.spec;
+        let tokens = x.dims()[0];
+        let (q_dim, kv_dim) = (s.q_dim(), s.kv_dim());
+        let dims = self.dims();
+        let rows = self.rope_rows(index, ctx);
+        let lora = ctx.lora.map(|step| (step, index));
+        let qkv = l.qkv(x, rows, dims, lora, &self.scratch)?;
+        // Contiguous sections: views, no copies.
+        let q = qkv
+            .narrow(0, 0, tokens * q_dim)?
+            .reshape((tokens, s.heads, s.head_dim))?;
+        let k = qkv
+            .narrow(0, tokens * q_dim, tokens * kv_dim)?
+            .reshape((tokens, kv_dim))?;
+        let v = qkv
+            .narrow(0, tokens * (q_dim + kv_dim), tokens * kv_dim)?
+            .reshape((tokens, kv_dim))?;
+        ctx.kv.write(index, ctx.slot_index, &k, &v)?;
+        let a = self.attend(&q, index, ctx)?;
+        l.attn_out(x, &a, dims.eps, lora, &self.scratch)?;
+        l.mlp(x, dims, lora, &self.scratch)
+    }
+}
+
+/// What every layer of a step shares.
+struct LayerCtx<'a> {
+    kv: &'a KvStore,
+    spans: &'a Arc<[SeqSpan]>,
+    /// Per KV group: its tables on the device, where a kernel reads them.
+    tables: &'a [Option<Arc<StepTables>>],
+    /// Per RoPE kind: this step's `(cos, sin)` rows.
+    rope_rows: &'a [(Tensor, Tensor)],
+    /// Per KV group: this step's slot index.
+    slot_index: &'a [Tensor],
+    lora: Option<&'a LoraStep<'a>>,
+}
+
+impl LayerCtx<'_> {
+    /// The LoRA hook of the op-by-op path: `out` (the base projections
+    /// `targets` of `x`, concatenated) plus each row's adapter update.
+    fn lora(&self, targets: &[Target], layer: usize, x: &Tensor, out: Tensor) -> Result<Tensor> {
+        match self.lora {
+            Some(step) => step.add(targets, layer, x, out),
+            None => Ok(out),
+        }
+    }
+}

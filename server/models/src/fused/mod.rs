@@ -1,0 +1,274 @@
+//! The CPU fast path of a decoder layer, when every matrix is one of
+//! ferrox-kernels' packed ones: RMSNorm fused with the activation
+//! quantisation, q/k/v written straight into contiguous sections with the
+//! q/k norms and RoPE applied in place, the output and down projections
+//! added onto the residual stream in place (through their post-norms where
+//! the family has them), and SiLU-and-multiply fused with the down
+//! projection's input quantisation. Scratch buffers are reused across
+//! layers and steps, so a step allocates only the tensors candle hands on
+//! (q/k/v, attention).
+//!
+//! LoRA adapters hook in after each targeted projection's base matmul (see
+//! `crate::lora`): q/k/v before their biases, norms and RoPE, o and down
+//! before their post-norms, gate and up before the activation.
+//!
+//! The op-by-op path in `decoder.rs` stays the reference (and the path of
+//! every other device); the tests check the two agree.
+
+mod ops;
+
+use std::sync::{Arc, Mutex};
+
+use candle_core::Tensor;
+use ferrox_kernels::{QActs, QMatrix};
+
+use crate::error::Result;
+
+type KernelResult = std::result::Result<(), ferrox_kernels::Error>;
+use crate::layer::{Layer, Projection};
+use crate::linear::Linear;
+use crate::lora::LoraStep;
+use crate::spec::Activation;
+
+/// A step's adapters and the layer they are applied in (`None`: no row of
+/// the step has an adapter).
+pub(crate) type LoraAt<'a> = Option<(&'a LoraStep<'a>, usize)>;
+
+/// Head and MLP sizes the fused ops need.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Dims {
+    pub(crate) heads: usize,
+    pub(crate) kv_heads: usize,
+    pub(crate) head_dim: usize,
+    pub(crate) intermediate: usize,
+    pub(crate) eps: f32,
+}
+
+impl Dims {
+    fn q_dim(&self) -> usize {
+        self.heads * self.head_dim
+    }
+
+    fn kv_dim(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+}
+
+/// Buffers every fused op reuses: quantised activations, the MLP's gate/up
+/// output, a projection's output on its way through a post-norm, and a LoRA
+/// update's f32 input (a normed residual, the MLP's activation).
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    acts: QActs,
+    gate_up: Vec<f32>,
+    out: Vec<f32>,
+    lora_in: Vec<f32>,
+}
+
+/// Matrices that read one input: one packed matrix holding every part's
+/// rows, or one per part (parts of different quant types). Either way one
+/// activation quantisation feeds them, and each part lands in its own
+/// output section.
+#[derive(Debug)]
+pub(crate) enum Packed {
+    /// One matrix; its rows split over the outputs in order.
+    One(Arc<QMatrix>),
+    /// A matrix per output section.
+    Parts(Vec<Arc<QMatrix>>),
+}
+
+impl Packed {
+    fn of(p: &Projection) -> Option<Self> {
+        match p {
+            Projection::Fused(Linear::Packed(w)) => Some(Packed::One(w.clone())),
+            Projection::Split(parts) => parts
+                .iter()
+                .map(|l| match l {
+                    Linear::Packed(w) => Some(w.clone()),
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>()
+                .map(Packed::Parts),
+            Projection::Fused(_) => None,
+        }
+    }
+
+    fn cols(&self) -> usize {
+        match self {
+            Packed::One(w) => w.cols(),
+            Packed::Parts(p) => p.first().map_or(0, |w| w.cols()),
+        }
+    }
+
+    fn rows(&self) -> usize {
+        match self {
+            Packed::One(w) => w.rows(),
+            Packed::Parts(p) => p.iter().map(|w| w.rows()).sum(),
+        }
+    }
+
+    /// `acts @ W^T` into `outs`, section after section (one per part).
+    fn matmul(&self, acts: &QActs, outs: &mut [&mut [f32]]) -> KernelResult {
+        match self {
+            Packed::One(w) => w.matmul_acts(acts, outs, false),
+            Packed::Parts(parts) => {
+                if parts.len() != outs.len() || parts.iter().any(|w| w.cols() != acts.cols()) {
+                    return Err(ferrox_kernels::Error::Geometry(
+                        "fused projection: parts and output sections differ",
+                    ));
+                }
+                parts
+                    .iter()
+                    .zip(outs.iter_mut())
+                    .try_for_each(|(w, out)| w.matmul_acts(acts, &mut [&mut **out], false))
+            }
+        }
+    }
+}
+
+/// One layer's weights in the form the fused ops read.
+#[derive(Debug)]
+pub(crate) struct FusedLayer {
+    attn_norm: Vec<f32>,
+    qkv: Packed,
+    qkv_bias: Option<Vec<f32>>,
+    qk_norm: Option<(Vec<f32>, Vec<f32>)>,
+    o: Arc<QMatrix>,
+    post_attn_norm: Option<Vec<f32>>,
+    ffn_norm: Vec<f32>,
+    gate_up: Packed,
+    act: Activation,
+    down: Arc<QMatrix>,
+    post_ffn_norm: Option<Vec<f32>>,
+}
+
+fn host_vec(t: &Tensor) -> Result<Vec<f32>> {
+    Ok(t.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>()?)
+}
+
+fn host_opt(t: &Option<Tensor>) -> Result<Option<Vec<f32>>> {
+    t.as_ref().map(host_vec).transpose()
+}
+
+impl FusedLayer {
+    /// The fused form of `l` (MLP activation `act`), if all its matrices
+    /// are packed (CPU) ones.
+    pub(crate) fn from_layer(l: &Layer, act: Activation) -> Result<Option<Self>> {
+        let (Some(qkv), Some(gate_up)) = (Packed::of(&l.qkv), Packed::of(&l.gate_up)) else {
+            return Ok(None);
+        };
+        let (Linear::Packed(o), Linear::Packed(down)) = (&l.o, &l.down) else {
+            return Ok(None);
+        };
+        let qk_norm = match &l.qk_norm {
+            Some((q, k)) => Some((host_vec(q)?, host_vec(k)?)),
+            None => None,
+        };
+        Ok(Some(FusedLayer {
+            attn_norm: host_vec(&l.attn_norm)?,
+            qkv,
+            qkv_bias: host_opt(&l.qkv_bias)?,
+            qk_norm,
+            o: o.clone(),
+            post_attn_norm: host_opt(&l.post_attn_norm)?,
+            ffn_norm: host_vec(&l.ffn_norm)?,
+            gate_up,
+            act,
+            down: down.clone(),
+            post_ffn_norm: host_opt(&l.post_ffn_norm)?,
+        }))
+    }
+
+    /// `x` `(tokens, hidden)` -> a flat tensor `[q | k | v]`, each section
+    /// `(tokens, dim)` row-major and contiguous, q and k normed and rotated
+    /// by the RoPE rows `cos`, `sin`.
+    pub(crate) fn qkv(
+        &self,
+        x: &Tensor,
+        (cos, sin): (&Tensor, &Tensor),
+        dims: Dims,
+        lora: LoraAt<'_>,
+        scratch: &Mutex<Scratch>,
+    ) -> Result<Tensor> {
+        let op = ops::QkvOp {
+            layer: self,
+            dims,
+            lora,
+            scratch,
+        };
+        Ok(x.apply_op3_no_bwd(cos, sin, &op)?)
+    }
+
+    /// `x += post_norm(o(attn))`, in place.
+    pub(crate) fn attn_out(
+        &self,
+        x: &Tensor,
+        attn: &Tensor,
+        eps: f32,
+        lora: LoraAt<'_>,
+        scratch: &Mutex<Scratch>,
+    ) -> Result<()> {
+        let op = ops::ResidualOp {
+            w: &self.o,
+            post_norm: self.post_attn_norm.as_deref(),
+            eps,
+            lora,
+            scratch,
+        };
+        Ok(x.inplace_op2(&attn.contiguous()?, &op)?)
+    }
+
+    /// `x += post_norm(down(act(gate(h)) * up(h)))` with `h = rms_norm(x)`,
+    /// in place.
+    pub(crate) fn mlp(
+        &self,
+        x: &Tensor,
+        dims: Dims,
+        lora: LoraAt<'_>,
+        scratch: &Mutex<Scratch>,
+    ) -> Result<()> {
+        let op = ops::MlpOp {
+            layer: self,
+            dims,
+            lora,
+            scratch,
+        };
+        Ok(x.inplace_op1(&op)?)
+    }
+}
+
+/// The final norm and the vocabulary projection, fused the same way.
+#[derive(Debug)]
+pub(crate) struct FusedHead {
+    norm: Vec<f32>,
+    w: Arc<QMatrix>,
+    softcap: Option<f32>,
+}
+
+impl FusedHead {
+    /// The fused head, if the output projection is packed; logits
+    /// soft-capped by `softcap`.
+    pub(crate) fn new(
+        norm: &Tensor,
+        lm_head: &Linear,
+        softcap: Option<f32>,
+    ) -> Result<Option<Self>> {
+        let Linear::Packed(w) = lm_head else {
+            return Ok(None);
+        };
+        Ok(Some(FusedHead {
+            norm: host_vec(norm)?,
+            w: w.clone(),
+            softcap,
+        }))
+    }
+
+    /// Logits `(rows, vocab)` of `x` `(rows, hidden)`.
+    pub(crate) fn forward(&self, x: &Tensor, eps: f32, scratch: &Mutex<Scratch>) -> Result<Tensor> {
+        Ok(x.contiguous()?.apply_op1_no_bwd(&ops::HeadOp {
+            head: self,
+            eps,
+            scratch,
+        })?)
+    }
+}

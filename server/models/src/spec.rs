@@ -1,0 +1,412 @@
+//! One description of a decoder model: a stack of layers, each a token
+//! mixer and a feed-forward, and the constants they share. Every family
+//! (`crate::arch`) maps its config and tensor names to this; the decoder and
+//! the kernels read only this.
+
+use ferrox_plan::{SlidingWindow, slides};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+
+/// What mixes information across positions in one layer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Mixer {
+    /// Causal self-attention over the paged KV cache.
+    Attention(AttentionSpec),
+}
+
+/// One attention layer's kind.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttentionSpec {
+    /// Sliding window: a position sees itself and the `window - 1` before
+    /// it. `None`: every earlier position.
+    pub window: Option<usize>,
+    /// Index into [`ModelSpec::ropes`].
+    pub rope: usize,
+    /// Multiplies `q . k` (`1/sqrt(head_dim)`, or Gemma's
+    /// `query_pre_attn_scalar^-1/2`).
+    pub scale: f32,
+    /// Gemma 2's attention soft-cap: `cap * tanh(score / cap)`.
+    pub softcap: Option<f32>,
+    /// Per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3).
+    pub qk_norm: bool,
+}
+
+/// The feed-forward of one layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FeedForward {
+    /// `down(act(gate(x)) * up(x))`.
+    Gated(Activation),
+}
+
+/// A gated MLP's activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// SiLU (SwiGLU: Llama, Qwen, Mistral, Phi).
+    Silu,
+    /// GELU, tanh approximation (GeGLU: Gemma).
+    GeluTanh,
+}
+
+/// One decoder layer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerSpec {
+    /// Its token mixer.
+    pub mixer: Mixer,
+    /// Its feed-forward.
+    pub ffn: FeedForward,
+}
+
+impl LayerSpec {
+    /// The attention of this layer (every mixer today is one).
+    pub fn attention(&self) -> &AttentionSpec {
+        match &self.mixer {
+            Mixer::Attention(a) => a,
+        }
+    }
+}
+
+/// RMSNorm placement and constants, shared by every layer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Norms {
+    /// Epsilon.
+    pub eps: f64,
+    /// Added to every stored norm weight at load: Gemma's `(1 + w)` in its
+    /// safetensors (llama.cpp's converter already added it to GGUF files).
+    pub offset: f32,
+    /// An RMSNorm of the attention output before the residual add (Gemma).
+    pub post_attention: bool,
+    /// An RMSNorm of the MLP output before the residual add (Gemma).
+    pub post_ffn: bool,
+}
+
+/// How RoPE's frequencies are changed for long contexts.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RopeScaling {
+    /// Plain RoPE.
+    None,
+    /// Every frequency divided by the factor (Gemma 3's global layers).
+    Linear(f32),
+    /// Per-frequency divisors (Llama 3's scaling; GGUF's `rope_freqs`).
+    Divisors(Vec<f32>),
+    /// Phi-3's LongRoPE: `short` divisors when the context served is within
+    /// `original` positions, `long` ones past it; cos and sin are multiplied
+    /// by `attention`.
+    LongRope {
+        /// Divisors for contexts up to `original`.
+        short: Vec<f32>,
+        /// Divisors for longer contexts.
+        long: Vec<f32>,
+        /// The pre-training context length.
+        original: usize,
+        /// The attention scaling (`sqrt(1 + ln(s) / ln(original))`).
+        attention: f32,
+    },
+}
+
+/// One kind of rotary embedding.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RopeSpec {
+    /// Base frequency.
+    pub theta: f32,
+    /// Leading dimensions of each head that rotate (Phi's partial rotary);
+    /// the rest pass through.
+    pub rotary_dim: usize,
+    /// Long-context scaling.
+    pub scaling: RopeScaling,
+}
+
+/// Layers whose KV is kept alike, for the memory model: every
+/// full-attention layer in one group, each distinct window its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KvGroup {
+    /// The group's sliding window; `None` for full attention.
+    pub window: Option<usize>,
+    /// Its layers, ascending.
+    pub layers: Vec<usize>,
+}
+
+/// Everything the decoder needs to know about a model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelSpec {
+    /// The family's name (llama.cpp's architecture name).
+    pub family: &'static str,
+    /// Residual width.
+    pub hidden: usize,
+    /// MLP width.
+    pub intermediate: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Dimension of one head (independent of the width in Qwen3, Gemma).
+    pub head_dim: usize,
+    /// Vocabulary size (rows of the embedding).
+    pub vocab: usize,
+    /// Trained context length.
+    pub context: usize,
+    /// The layers, in order.
+    pub layers: Vec<LayerSpec>,
+    /// Norm placement.
+    pub norms: Norms,
+    /// The rotary embeddings the layers use.
+    pub ropes: Vec<RopeSpec>,
+    /// Embeddings multiplied by this (Gemma: `sqrt(hidden)`).
+    pub embed_scale: Option<f32>,
+    /// Final logits soft-capped: `cap * tanh(logit / cap)` (Gemma 2).
+    pub final_softcap: Option<f32>,
+    /// q, k and v projections carry biases (Qwen2).
+    pub qkv_bias: bool,
+}
+
+impl ModelSpec {
+    /// Width of one token's K (or V) across heads.
+    pub fn kv_dim(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+
+    /// Width of one token's queries across heads.
+    pub fn q_dim(&self) -> usize {
+        self.heads * self.head_dim
+    }
+
+    /// The KV groups (full attention first, then windows ascending): the
+    /// block tables a sequence needs, one per group.
+    pub fn kv_groups(&self) -> Vec<KvGroup> {
+        let mut groups: Vec<KvGroup> = Vec::new();
+        for (i, l) in self.layers.iter().enumerate() {
+            let window = l.attention().window;
+            match groups.iter_mut().find(|g| g.window == window) {
+                Some(g) => g.layers.push(i),
+                None => groups.push(KvGroup {
+                    window,
+                    layers: vec![i],
+                }),
+            }
+        }
+        groups.sort_by_key(|g| g.window.map_or(0, |w| w.saturating_add(1)));
+        groups
+    }
+
+    /// Each layer's index into [`Self::kv_groups`].
+    pub fn layer_groups(&self) -> Vec<usize> {
+        let mut of = vec![0; self.layers.len()];
+        for (g, group) in self.kv_groups().iter().enumerate() {
+            for &l in &group.layers {
+                of[l] = g;
+            }
+        }
+        of
+    }
+
+    /// The windowed groups as the capacity plan counts them (its
+    /// `ModelGeometry::sliding_windows`): each window and its layers' count.
+    pub fn sliding_windows(&self) -> Vec<SlidingWindow> {
+        self.kv_groups()
+            .iter()
+            .filter_map(|g| {
+                g.window.map(|w| SlidingWindow {
+                    window: w as u64,
+                    layers: g.layers.len() as u64,
+                })
+            })
+            .collect()
+    }
+
+    /// Windows that never slide in the trained context are full attention
+    /// (ferrox-plan's [`slides`], so the plan's pools are these groups);
+    /// checks the numbers are usable, so the forward pass cannot index out
+    /// of range.
+    pub fn finish(mut self) -> Result<Self> {
+        let context = self.context;
+        for l in &mut self.layers {
+            let Mixer::Attention(a) = &mut l.mixer;
+            if a.window.is_some_and(|w| !slides(w as u64, context as u64)) {
+                a.window = None;
+            }
+        }
+        self.validate()?;
+        Ok(self)
+    }
+
+    fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::Config(m));
+        let dims = [
+            self.hidden,
+            self.intermediate,
+            self.heads,
+            self.kv_heads,
+            self.head_dim,
+            self.vocab,
+            self.context,
+            self.layers.len(),
+        ];
+        if dims.contains(&0) {
+            return bad(format!("zero dimension in {self:?}"));
+        }
+        if !self.heads.is_multiple_of(self.kv_heads) {
+            return bad(format!(
+                "heads {} not a multiple of kv heads {}",
+                self.heads, self.kv_heads
+            ));
+        }
+        if !self.head_dim.is_multiple_of(2) {
+            return bad(format!("head dim {} is odd", self.head_dim));
+        }
+        for r in &self.ropes {
+            if r.rotary_dim == 0 || r.rotary_dim > self.head_dim || r.rotary_dim % 2 != 0 {
+                return bad(format!(
+                    "rotary dim {} for head dim {}",
+                    r.rotary_dim, self.head_dim
+                ));
+            }
+            if !(r.theta.is_finite() && r.theta > 0.0) {
+                return bad(format!("RoPE base {}", r.theta));
+            }
+        }
+        for (i, l) in self.layers.iter().enumerate() {
+            let a = l.attention();
+            if a.rope >= self.ropes.len() || a.window == Some(0) {
+                return bad(format!("layer {i}: {a:?}"));
+            }
+            if a.softcap.is_some_and(|c| !(c.is_finite() && c > 0.0)) || !a.scale.is_finite() {
+                return bad(format!("layer {i}: scale or soft-cap in {a:?}"));
+            }
+        }
+        if self
+            .final_softcap
+            .is_some_and(|c| !(c.is_finite() && c > 0.0))
+        {
+            return bad(format!("final soft-cap {:?}", self.final_softcap));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layer(window: Option<usize>) -> LayerSpec {
+        LayerSpec {
+            mixer: Mixer::Attention(AttentionSpec {
+                window,
+                rope: 0,
+                scale: 0.25,
+                softcap: None,
+                qk_norm: false,
+            }),
+            ffn: FeedForward::Gated(Activation::Silu),
+        }
+    }
+
+    pub(crate) fn spec(windows: &[Option<usize>]) -> ModelSpec {
+        ModelSpec {
+            family: "llama",
+            hidden: 64,
+            intermediate: 128,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 16,
+            vocab: 100,
+            context: 256,
+            layers: windows.iter().map(|&w| layer(w)).collect(),
+            norms: Norms {
+                eps: 1e-5,
+                offset: 0.0,
+                post_attention: false,
+                post_ffn: false,
+            },
+            ropes: vec![RopeSpec {
+                theta: 1e4,
+                rotary_dim: 16,
+                scaling: RopeScaling::None,
+            }],
+            embed_scale: None,
+            final_softcap: None,
+            qkv_bias: false,
+        }
+    }
+
+    #[test]
+    fn groups_put_full_layers_first_and_each_window_apart() {
+        let s = spec(&[Some(8), Some(8), None, Some(16), Some(8), None, Some(512)])
+            .finish()
+            .unwrap();
+        let g = s.kv_groups();
+        let want = [
+            (None, vec![2, 5, 6]),
+            (Some(8), vec![0, 1, 4]),
+            (Some(16), vec![3]),
+        ];
+        let got: Vec<_> = g.iter().map(|g| (g.window, g.layers.clone())).collect();
+        assert_eq!(got, want, "a window past the context is full attention");
+        assert_eq!(s.layer_groups(), [1, 1, 0, 2, 1, 0, 0]);
+        let only_windowed = spec(&[Some(4), Some(4)]).finish().unwrap();
+        assert_eq!(only_windowed.kv_groups().len(), 1);
+        assert_eq!(only_windowed.layer_groups(), [0, 0]);
+        let at_context = spec(&[Some(256), Some(255)]).finish().unwrap();
+        let got: Vec<_> = at_context.kv_groups().iter().map(|g| g.window).collect();
+        assert_eq!(
+            got,
+            [None, Some(255)],
+            "a window of the context never slides"
+        );
+    }
+
+    /// The plan's pools are the decoder's groups: the same windows, layer
+    /// counts and order from the geometry `inspect` reports.
+    #[test]
+    fn the_plan_s_groups_are_the_spec_s() {
+        for windows in [
+            vec![Some(8), Some(8), None, Some(16), Some(8), None, Some(512)],
+            vec![Some(4), Some(4)],
+            vec![None, None],
+            vec![Some(255), Some(256), Some(1000)],
+        ] {
+            let s = spec(&windows).finish().unwrap();
+            let geometry = ferrox_plan::ModelGeometry {
+                layers: s.layers.len() as u64,
+                context_length: s.context as u64,
+                sliding_windows: s.sliding_windows(),
+                ..Default::default()
+            };
+            let plan: Vec<_> = geometry
+                .kv_groups()
+                .iter()
+                .map(|g| (g.window.map(|w| w as usize), g.layers as usize))
+                .collect();
+            let ours: Vec<_> = s
+                .kv_groups()
+                .iter()
+                .map(|g| (g.window, g.layers.len()))
+                .collect();
+            assert_eq!(plan, ours, "{windows:?}");
+        }
+    }
+
+    #[test]
+    fn unusable_numbers_are_refused() {
+        type Break = fn(&mut ModelSpec);
+        let cases: [(&str, Break); 6] = [
+            ("zero dimension", |s| s.hidden = 0),
+            ("not a multiple", |s| s.kv_heads = 3),
+            ("rotary dim", |s| s.ropes[0].rotary_dim = 15),
+            ("layer 0", |s| {
+                let Mixer::Attention(a) = &mut s.layers[0].mixer;
+                a.window = Some(0);
+            }),
+            ("soft-cap", |s| {
+                let Mixer::Attention(a) = &mut s.layers[0].mixer;
+                a.softcap = Some(-1.0);
+            }),
+            ("final soft-cap", |s| s.final_softcap = Some(f32::NAN)),
+        ];
+        for (want, break_it) in cases {
+            let mut s = spec(&[None]);
+            break_it(&mut s);
+            let err = s.finish().unwrap_err().to_string();
+            assert!(err.contains(want), "{want}: {err}");
+        }
+    }
+}

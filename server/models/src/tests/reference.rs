@@ -1,0 +1,168 @@
+//! The committed tiny models of every family (`scripts/reference-models`)
+//! and transformers' answers for them, read for the tests, and the rule the
+//! tests judge by: greedy tokens equal transformers' up to the first
+//! near-tie (its own top two closer than `near_tie`), the log-probabilities
+//! of its top five within [`TOL`] at every step compared.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::Device;
+use candle_core::quantized::GgmlDType;
+use candle_core::quantized::gguf_file::{self, Content};
+use ferrox_plan::KvDtype;
+use serde::Deserialize;
+
+use crate::{Decoder, PagedModel, Source};
+
+/// |d logprob| allowed against transformers (f32 compute and KV on both
+/// sides: only summation order differs; 1e-5 is typical).
+pub const TOL: f32 = 2e-3;
+
+/// Every family with a committed reference.
+pub const FAMILIES: [&str; 7] = [
+    "llama", "qwen2", "mistral", "qwen3", "gemma2", "gemma3", "phi3",
+];
+
+/// One model's references.
+#[derive(Debug, Deserialize)]
+pub struct Reference {
+    pub family: String,
+    pub near_tie: f32,
+    pub runs: Vec<Run>,
+    pub gguf: String,
+}
+
+/// One set of prompts, the context served, which files it checks.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Run {
+    pub name: String,
+    pub context: Option<usize>,
+    /// `safetensors`, `gguf` or `both`.
+    pub files: String,
+    pub prompts: Vec<Prompt>,
+}
+
+/// A prompt and transformers' greedy steps after it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Prompt {
+    pub ids: Vec<u32>,
+    pub steps: Vec<RefStep>,
+}
+
+/// One greedy step: the token and the top five `(id, logprob)`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RefStep {
+    pub token: u32,
+    pub top: Vec<(u32, f32)>,
+}
+
+/// The folder of `family`'s committed model.
+pub fn dir(family: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata/families")
+        .join(family)
+}
+
+/// `family`'s references.
+pub fn reference(family: &str) -> Reference {
+    let text = std::fs::read_to_string(dir(family).join("reference.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+impl Reference {
+    /// The files `run` checks: the safetensors folder and/or the GGUF.
+    pub fn files(&self, run: &Run) -> Vec<PathBuf> {
+        let d = dir(&self.family);
+        let gguf = d.join(&self.gguf);
+        match run.files.as_str() {
+            "safetensors" => vec![d],
+            "gguf" => vec![gguf],
+            _ => vec![d, gguf],
+        }
+    }
+}
+
+/// `path` on the CPU, served to `context`, KV in f32 in blocks of 4.
+pub fn open(path: &Path, context: Option<usize>) -> PagedModel {
+    PagedModel::new(decoder(path, context), 256, 4, KvDtype::F32).unwrap()
+}
+
+/// The decoder of the model at `path`, serving `context` positions.
+pub fn decoder(path: &Path, context: Option<usize>) -> Decoder {
+    let mut d = Source::open(path).unwrap().decoder(&Device::Cpu).unwrap();
+    if let Some(c) = context {
+        d.set_context(c).unwrap();
+    }
+    d
+}
+
+/// Log-softmax of a logit row.
+pub fn log_softmax(logits: &[f32]) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&x| f64::from(x - max).exp()).sum();
+    let log_sum = sum.ln() as f32;
+    logits.iter().map(|&x| x - max - log_sum).collect()
+}
+
+/// Checks one step's log-probabilities `lp` (and the greedy token `token`)
+/// against transformers'; `false` where the comparison must stop (the
+/// reference's own top two are a near-tie: greedy paths may part there).
+pub fn check_step(what: &str, token: u32, lp: &[f32], want: &RefStep, near_tie: f32) -> bool {
+    for &(id, ref_lp) in &want.top {
+        let got = lp[id as usize];
+        assert!(
+            (got - ref_lp).abs() <= TOL,
+            "{what}: logprob of {id} is {got}, transformers {ref_lp}"
+        );
+    }
+    assert_eq!(token, want.token, "{what}: greedy token");
+    want.top[0].1 - want.top[1].1 >= near_tie
+}
+
+/// Checks a greedy continuation, each step's token and log-probabilities,
+/// against `prompt`'s reference; returns the steps compared.
+pub fn check_greedy(what: &str, got: &[(u32, Vec<f32>)], prompt: &Prompt, near_tie: f32) -> usize {
+    assert_eq!(got.len(), prompt.steps.len(), "{what}: steps");
+    for (i, ((token, lp), want)) in got.iter().zip(&prompt.steps).enumerate() {
+        if !check_step(&format!("{what} step {i}"), *token, lp, want, near_tie) {
+            return i + 1;
+        }
+    }
+    got.len()
+}
+
+/// A copy of the GGUF at `src` with every matrix (the embedding too: a tied
+/// head is it) quantized: `q` for most,
+/// `other` for k, v and up (their projections then cannot share one packed
+/// matrix with q and gate, as in K-quant files). Metadata as it was.
+pub fn requantize(src: &Path, dst: &Path, q: GgmlDType, other: GgmlDType) {
+    let mut f = std::fs::File::open(src).unwrap();
+    let content = Content::read(&mut f).unwrap();
+    let mut tensors = Vec::new();
+    for name in content.tensor_infos.keys() {
+        let t = content.tensor(&mut f, name, &Device::Cpu).unwrap();
+        let ty = match (t.shape().dims().len(), name.as_str()) {
+            (1, _) => GgmlDType::F32,
+            (_, n)
+                if ["attn_k.", "attn_v.", "ffn_up."]
+                    .iter()
+                    .any(|p| n.contains(p)) =>
+            {
+                other
+            }
+            _ => q,
+        };
+        let w = t.dequantize(&Device::Cpu).unwrap();
+        let t = candle_core::quantized::QTensor::quantize(&w, ty).unwrap();
+        tensors.push((name.clone(), t));
+    }
+    let md: Vec<(&str, &gguf_file::Value)> = content
+        .metadata
+        .iter()
+        .map(|(k, v)| (k.as_str(), v))
+        .collect();
+    let ts: Vec<(&str, &candle_core::quantized::QTensor)> =
+        tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let mut out = std::fs::File::create(dst).unwrap();
+    gguf_file::write(&mut out, &md, &ts).unwrap();
+}

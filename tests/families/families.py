@@ -1,0 +1,99 @@
+"""The tiny reference models, one per family: each config small (width 64,
+windows of 8 to 12), the features its family has switched on (Llama 3's
+RoPE scaling, Qwen2's window on some layers, Mistral's on all, Qwen3's q/k
+norms and wide heads, Gemma 2's soft-caps and alternation, Gemma 3's
+pattern and two RoPEs, Phi-3's fused tensors, partial rotary and LongRoPE),
+and the prompts its references are recorded for."""
+
+import dataclasses
+
+from tokenizer import VOCAB
+
+COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=256, bos_token_id=2,
+              eos_token_id=1, pad_token_id=0, rms_norm_eps=1e-6)
+
+
+@dataclasses.dataclass
+class Run:
+    """One set of references: the prompts (lengths of random ids), the
+    context the Rust side serves (LongRoPE picks its factors by it; None:
+    the model's own), and config changes for this run (a window switched
+    off, for the GGUF that llama.cpp's converter writes without one)."""
+    name: str
+    prompts: list
+    context: int | None = None
+    overrides: dict = dataclasses.field(default_factory=dict)
+    # Which file this run checks: "safetensors", "gguf" or "both".
+    files: str = "both"
+
+
+@dataclasses.dataclass
+class Family:
+    name: str
+    config: dict
+    dtype: str  # storage: "float16" or "bfloat16"
+    template: str  # tokenizer.TEMPLATES key
+    eos: str
+    runs: list
+    steps: int = 12
+
+
+def _cfg(arch: str, model_type: str, **kw) -> dict:
+    return dict(COMMON, architectures=[arch], model_type=model_type, **kw)
+
+
+LONG = [21, 38, 57]  # longer than every window, and crossing it twice or more
+PLAIN = [Run("default", LONG)]
+# llama.cpp's converter writes these without their window (and llama.cpp
+# runs them without): the GGUF is checked against the same weights with the
+# window off.
+def _windowed(off: dict) -> list:
+    return [Run("default", LONG, files="safetensors"),
+            Run("no-window", LONG, overrides=off, files="gguf")]
+
+
+FAMILIES = [
+    Family("llama", _cfg("LlamaForCausalLM", "llama", num_hidden_layers=2,
+                         tie_word_embeddings=False, rope_theta=10000.0,
+                         rope_scaling=dict(rope_type="llama3", factor=4.0, low_freq_factor=1.0,
+                                           high_freq_factor=4.0,
+                                           original_max_position_embeddings=32)),
+           "float16", "plain", "<eos>", PLAIN),
+    Family("qwen2", _cfg("Qwen2ForCausalLM", "qwen2", num_hidden_layers=3,
+                         tie_word_embeddings=True, use_sliding_window=True, sliding_window=12,
+                         max_window_layers=1, rope_theta=10000.0, eos_token_id=6),
+           "float16", "chatml", "<|im_end|>", _windowed(dict(use_sliding_window=False))),
+    Family("mistral", _cfg("MistralForCausalLM", "mistral", num_hidden_layers=2,
+                           tie_word_embeddings=False, sliding_window=8, rope_theta=10000.0),
+           "float16", "plain", "<eos>", _windowed(dict(sliding_window=None))),
+    Family("qwen3", _cfg("Qwen3ForCausalLM", "qwen3", num_hidden_layers=2, head_dim=32,
+                         tie_word_embeddings=True, rope_theta=1000000.0, eos_token_id=6,
+                         use_sliding_window=False),
+           "float16", "chatml", "<|im_end|>", PLAIN),
+    Family("gemma2", _cfg("Gemma2ForCausalLM", "gemma2", num_hidden_layers=4, head_dim=16,
+                          query_pre_attn_scalar=16, sliding_window=8,
+                          attn_logit_softcapping=5.0, final_logit_softcapping=10.0,
+                          hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True,
+                          rope_theta=10000.0),
+           "bfloat16", "gemma", "<eos>", PLAIN),
+    Family("gemma3", _cfg("Gemma3ForCausalLM", "gemma3_text", num_hidden_layers=6, head_dim=32,
+                          query_pre_attn_scalar=32, sliding_window=8,
+                          hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True,
+                          rope_parameters=dict(
+                              full_attention=dict(rope_type="linear", factor=2.0,
+                                                  rope_theta=1000000.0),
+                              sliding_attention=dict(rope_type="default", rope_theta=10000.0))),
+           "bfloat16", "gemma", "<eos>", PLAIN),
+    # Served within the pre-training length (512): LongRoPE's short factors;
+    # served to 2048: the long ones (llama.cpp's context is at least 256, so
+    # the short one must be longer than that for it to be checked too).
+    Family("phi3", _cfg("Phi3ForCausalLM", "phi3", num_hidden_layers=2,
+                        max_position_embeddings=2048, original_max_position_embeddings=512,
+                        partial_rotary_factor=0.5,
+                        tie_word_embeddings=False, rope_theta=10000.0,
+                        rope_scaling=dict(type="longrope", short_factor=[1.0, 1.5, 2.5, 4.0],
+                                          long_factor=[1.2, 2.0, 5.0, 9.0])),
+           "float16", "plain", "<eos>",
+           [Run("short", [21, 38], context=512), Run("long", [530, 577], context=2048)]),
+]

@@ -1,0 +1,210 @@
+"""Writes the tiny reference models of every family (scripts/reference-models
+runs this): random weights through Hugging Face transformers, saved as
+safetensors with a tiny tokenizer; transformers' greedy tokens and top-5
+log-probabilities (eager attention, f32) for prompts longer than the windows,
+as reference.json; the GGUF that llama.cpp's convert_hf_to_gguf.py makes of
+the same directory; and, where llama.cpp's server is built, whether it
+agrees. `--check` regenerates into a temporary folder and compares with the
+committed files instead (the drift test)."""
+
+import argparse
+import json
+import pathlib
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import torch
+import transformers
+
+import families
+import llama_cpp
+import tokenizer
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+OUT = ROOT / "server" / "models" / "testdata" / "families"
+# Far under the gaps of these models' logits; where transformers' own top two
+# are closer than this the reference stops being a verdict.
+NEAR_TIE = 1e-2
+
+
+def randomize(model: torch.nn.Module, family: str, seed: int) -> None:
+    """Weights with spread enough for clear greedy choices: matrices of unit
+    gain, norms around 1 (Gemma's stored as the offset from 1), biases small."""
+    g = torch.Generator().manual_seed(seed)
+    gemma = family.startswith("gemma")
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            r = torch.randn(p.shape, generator=g)
+            if "norm" in name:
+                p.copy_(0.2 * r + (0.0 if gemma else 1.0))
+            elif name.endswith("bias"):
+                p.copy_(0.2 * r)
+            elif "embed_tokens" in name:
+                p.copy_(0.5 * r)
+            else:
+                p.copy_(r * 1.2 / p.shape[-1] ** 0.5)
+
+
+# A prompt whose reference has a near-tie this early is drawn again: it
+# would check too little.
+CLEAR_STEPS = 4
+
+
+def prompts(model, lengths: list, steps: int, seed: int) -> list:
+    """Random prompts of `lengths` and their greedy steps, each prompt clear
+    of near-ties for its first CLEAR_STEPS steps."""
+    rng = random.Random(seed)
+    first = len(tokenizer.SPECIALS)
+    out = []
+    for n in lengths:
+        for _ in range(50):
+            ids = [rng.randrange(first, tokenizer.VOCAB) for _ in range(n)]
+            got = greedy(model, ids, steps)
+            if all(s["top"][0][1] - s["top"][1][1] >= NEAR_TIE for s in got[:CLEAR_STEPS]):
+                break
+        out.append({"ids": ids, "steps": got})
+    return out
+
+
+@torch.no_grad()
+def greedy(model, ids: list, steps: int) -> list:
+    """`steps` greedy tokens after `ids`, each with the top-5 log-probabilities
+    of its step (the whole sequence recomputed each step: no cache)."""
+    out, seq = [], list(ids)
+    for _ in range(steps):
+        logits = model(torch.tensor([seq])).logits[0, -1].float()
+        lp = torch.log_softmax(logits, -1)
+        top = torch.topk(lp, 5)
+        token = int(top.indices[0])
+        out.append({"token": token,
+                    "top": [[int(i), round(float(v), 6)] for v, i in zip(top.values, top.indices)]})
+        seq.append(token)
+    return out
+
+
+def load(dir: pathlib.Path, overrides: dict):
+    """The saved model in f32, its config changed by `overrides`."""
+    d = json.loads((dir / "config.json").read_text())
+    if overrides:
+        d.update(overrides)
+        # transformers derives the layer kinds from the window settings.
+        d.pop("layer_types", None)
+    config = transformers.AutoConfig.for_model(d.pop("model_type"), **d)
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        dir, config=config, dtype=torch.float32, attn_implementation="eager").eval()
+
+
+def write_model(f: families.Family, dir: pathlib.Path, seed: int) -> None:
+    torch.manual_seed(seed)
+    config = transformers.AutoConfig.for_model(**f.config)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    randomize(model, f.name, seed)
+    model.to(getattr(torch, f.dtype)).save_pretrained(dir)
+    (dir / "generation_config.json").unlink(missing_ok=True)
+    tokenizer.write(dir, f.template, f.eos)
+
+
+def convert(dir: pathlib.Path, src: pathlib.Path, outtype: str) -> pathlib.Path:
+    out = dir / "model.gguf"
+    here = pathlib.Path(__file__).resolve().parent
+    cmd = [sys.executable, str(here / "convert.py"), str(src), str(dir), "--outfile", str(out),
+           "--outtype", outtype,
+           # Not the family's name: llama.cpp keys token attributes off
+           # names ("phi3" wants Phi's own special tokens).
+           "--model-name", "ferrox tiny reference"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"convert_hf_to_gguf.py failed on {dir.name}:\n{done.stderr[-3000:]}")
+    return out
+
+
+def build(f: families.Family, out: pathlib.Path, src: pathlib.Path | None, seed: int) -> dict:
+    dir = out / f.name
+    dir.mkdir(parents=True, exist_ok=True)
+    write_model(f, dir, seed)
+    runs = []
+    for i, run in enumerate(f.runs):
+        model = load(dir, run.overrides)
+        runs.append({"name": run.name, "context": run.context, "files": run.files,
+                     "overrides": run.overrides,
+                     "prompts": prompts(model, run.prompts, f.steps, seed * 100 + i)})
+    ref = {"family": f.name, "near_tie": NEAR_TIE, "torch": torch.__version__,
+           "transformers": transformers.__version__, "runs": runs}
+    if src is not None:
+        gguf = convert(dir, src, "bf16" if f.dtype == "bfloat16" else "f16")
+        ref["gguf"] = gguf.name
+    (dir / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
+    return ref
+
+
+def compare(got: dict, want: dict, tol: float) -> list:
+    """Where a regenerated reference differs from the committed one."""
+    diffs = []
+    for rg, rw in zip(got["runs"], want["runs"]):
+        for pi, (pg, pw) in enumerate(zip(rg["prompts"], rw["prompts"])):
+            if pg["ids"] != pw["ids"]:
+                diffs.append(f"{rg['name']} prompt {pi}: ids differ")
+                continue
+            for si, (sg, sw) in enumerate(zip(pg["steps"], pw["steps"])):
+                if sg["token"] != sw["token"]:
+                    diffs.append(f"{rg['name']} prompt {pi} step {si}: token "
+                                 f"{sg['token']} != {sw['token']}")
+                    break
+                worst = max(abs(a[1] - b[1]) for a, b in zip(sg["top"], sw["top"]))
+                if worst > tol:
+                    diffs.append(f"{rg['name']} prompt {pi} step {si}: logprobs moved {worst:.2e}")
+    if len(got["runs"]) != len(want["runs"]):
+        diffs.append("the number of runs differs")
+    return diffs
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--out", type=pathlib.Path, default=OUT)
+    p.add_argument("--llama-src", type=pathlib.Path, help="llama.cpp source (peer-llama src)")
+    p.add_argument("--llama-bin", type=pathlib.Path, help="folder with llama-server")
+    p.add_argument("--only", help="one family")
+    p.add_argument("--check", action="store_true",
+                   help="regenerate into a temporary folder and compare with --out")
+    p.add_argument("--tol", type=float, default=1e-4, help="|d logprob| --check allows")
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    chosen = [f for f in families.FAMILIES if a.only in (None, f.name)]
+    if a.check:
+        tmp = pathlib.Path(tempfile.mkdtemp(prefix="ferrox-ref-"))
+        try:
+            bad = []
+            for i, f in enumerate(families.FAMILIES):
+                if f not in chosen:
+                    continue
+                got = build(f, tmp, None, 1000 + i)
+                want = json.loads((a.out / f.name / "reference.json").read_text())
+                bad += [f"{f.name}: {d}" for d in compare(got, want, a.tol)]
+                for name in ("model.safetensors", "tokenizer.json", "config.json"):
+                    if (tmp / f.name / name).read_bytes() != (a.out / f.name / name).read_bytes():
+                        bad.append(f"{f.name}: {name} differs")
+            print("\n".join(bad) or f"no drift in {len(chosen)} families")
+            return 1 if bad else 0
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    summary = []
+    for i, f in enumerate(families.FAMILIES):
+        if f not in chosen:
+            continue
+        ref = build(f, a.out, a.llama_src, 1000 + i)
+        line = f"{f.name}: {sum(len(r['prompts']) for r in ref['runs'])} prompts"
+        if a.llama_bin and "gguf" in ref:
+            ref["llama_cpp"] = llama_cpp.check(a.llama_bin, a.out / f.name, ref, NEAR_TIE)
+            (a.out / f.name / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
+            line += f"; llama.cpp: {ref['llama_cpp']['verdict']}"
+        summary.append(line)
+    size = sum(p.stat().st_size for p in a.out.rglob("*") if p.is_file())
+    print("\n".join(summary) + f"\n{size / 1e6:.2f} MB in {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

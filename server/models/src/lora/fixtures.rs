@@ -70,10 +70,14 @@ pub fn shapes(t: &Tiny) -> LoraShapes {
 /// (adapters are held in f16: the merged reference then sees the same
 /// numbers).
 pub fn random_peft(t: &Tiny, spec: &LoraSpec) -> HashMap<String, Tensor> {
-    let s = shapes(t);
+    random_peft_of(&shapes(t), spec)
+}
+
+/// [`random_peft`] for a base of `s`'s shapes (any family's).
+pub fn random_peft_of(s: &LoraShapes, spec: &LoraSpec) -> HashMap<String, Tensor> {
     let mut out = HashMap::new();
     let mut seed = spec.seed * 1000;
-    for layer in 0..t.layers {
+    for layer in 0..s.layers {
         for &target in &spec.targets {
             let (rows, cols) = s.dims(target);
             let p = format!(

@@ -10,6 +10,7 @@ mod gpu_holding;
 mod helpers;
 mod lora;
 mod lora_engine;
+mod lora_families;
 mod lora_reference;
 mod prefix_cache;
 mod real_model;

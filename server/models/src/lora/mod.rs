@@ -39,7 +39,7 @@ pub use device::DeviceSlots;
 pub use gguf::load_gguf;
 pub use peft::load_peft;
 pub use step::LoraStep;
-pub use target::Target;
+pub use target::{Target, module_parts};
 
 use std::path::Path;
 

@@ -9,7 +9,7 @@ use candle_core::{DType, Device, Tensor};
 use serde_json::Value;
 
 use super::adapter::{LoraAdapter, LoraPair, LoraShapes, assemble};
-use super::{Target, refuse};
+use super::{Target, module_parts, refuse};
 use crate::error::Result;
 
 /// What `adapter_config.json` decides, checked.
@@ -62,7 +62,7 @@ fn read_config(name: &str, text: &str) -> Result<PeftConfig> {
     if let Some(Value::Array(list)) = field("target_modules") {
         for m in list {
             let m = m.as_str().unwrap_or_default();
-            if Target::from_module(m).is_none() {
+            if module_parts(m).is_none() {
                 return Err(refuse(name, format!("unknown target module {m:?}")));
             }
         }
@@ -75,8 +75,9 @@ fn read_config(name: &str, text: &str) -> Result<PeftConfig> {
     })
 }
 
-/// `(layer, target, is_a)` of a PEFT tensor name.
-fn parse_name(tensor: &str) -> Option<(usize, Target, bool)> {
+/// `(layer, targets, is_a)` of a PEFT tensor name (the targets of a fused
+/// module, [`module_parts`], in row order).
+fn parse_name(tensor: &str) -> Option<(usize, Vec<Target>, bool)> {
     let rest = tensor.strip_prefix("base_model.model.")?;
     let rest = rest.strip_prefix("model.layers.")?;
     let (layer, tail) = rest.split_once('.')?;
@@ -84,7 +85,7 @@ fn parse_name(tensor: &str) -> Option<(usize, Target, bool)> {
         .strip_suffix(".lora_A.weight")
         .map(|m| (m, true))
         .or_else(|| tail.strip_suffix(".lora_B.weight").map(|m| (m, false)))?;
-    Some((layer.parse().ok()?, Target::from_module(module)?, which))
+    Some((layer.parse().ok()?, module_parts(module)?, which))
 }
 
 /// The scale PEFT applies: `alpha / r`, or `alpha / sqrt(r)` with rsLoRA.
@@ -116,8 +117,9 @@ pub fn load_peft(name: &str, dir: &Path, shapes: &LoraShapes) -> Result<LoraAdap
     }
     let tensors = candle_core::safetensors::load(&st, &Device::Cpu)
         .map_err(|e| refuse(name, format!("unreadable {}: {e}", st.display())))?;
-    // (layer, target) -> (A, B)
-    let mut halves: BTreeMap<(usize, Target), (Option<Tensor>, Option<Tensor>)> = BTreeMap::new();
+    // (layer, targets) -> (A, B)
+    type Halves = (Option<Tensor>, Option<Tensor>);
+    let mut halves: BTreeMap<(usize, Vec<Target>), Halves> = BTreeMap::new();
     for (tensor, t) in tensors {
         let (layer, target, is_a) = parse_name(&tensor)
             .ok_or_else(|| refuse(name, format!("unknown target: tensor {tensor}")))?;
@@ -125,8 +127,9 @@ pub fn load_peft(name: &str, dir: &Path, shapes: &LoraShapes) -> Result<LoraAdap
         *(if is_a { &mut slot.0 } else { &mut slot.1 }) = Some(t);
     }
     let mut pairs = Vec::with_capacity(halves.len());
-    for ((layer, target), halves) in halves {
-        let what = format!("layer {layer} {}", target.module());
+    for ((layer, targets), halves) in halves {
+        let modules: Vec<&str> = targets.iter().map(|t| t.module()).collect();
+        let what = format!("layer {layer} {}", modules.join("+"));
         let (Some(a), Some(b)) = halves else {
             return Err(refuse(
                 name,
@@ -146,9 +149,28 @@ pub fn load_peft(name: &str, dir: &Path, shapes: &LoraShapes) -> Result<LoraAdap
             ));
         }
         let read = |t: &Tensor| host(t).map_err(|e| refuse(name, format!("{what}: {e}")));
-        let pair = LoraPair::new(&read(&a)?, &read(&b)?, rank, rows, scale(&config, rank))
-            .ok_or_else(|| refuse(name, format!("{what}: empty, or values past f16's range")))?;
-        pairs.push((layer, target, pair));
+        let (a, b) = (read(&a)?, read(&b)?);
+        // A fused module's B: each part's block of rows (one part: all).
+        let widths: Vec<usize> = match targets.as_slice() {
+            [_] => vec![rows],
+            parts => parts.iter().map(|&t| shapes.dims(t).0).collect(),
+        };
+        if widths.iter().sum::<usize>() != rows {
+            return Err(refuse(
+                name,
+                format!("{what}: lora_B has {rows} rows, the base's parts {widths:?}"),
+            ));
+        }
+        let mut first = 0;
+        for (&target, width) in targets.iter().zip(widths) {
+            let b = &b[first * rank..(first + width) * rank];
+            first += width;
+            let pair =
+                LoraPair::new(&a, b, rank, width, scale(&config, rank)).ok_or_else(|| {
+                    refuse(name, format!("{what}: empty, or values past f16's range"))
+                })?;
+            pairs.push((layer, target, pair));
+        }
     }
     assemble(name, shapes, pairs)
 }
@@ -192,11 +214,15 @@ mod tests {
     fn tensor_names_and_scales() {
         assert_eq!(
             parse_name("base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight"),
-            Some((3, Target::Q, true))
+            Some((3, vec![Target::Q], true))
         );
         assert_eq!(
             parse_name("base_model.model.model.layers.0.mlp.down_proj.lora_B.weight"),
-            Some((0, Target::Down, false))
+            Some((0, vec![Target::Down], false))
+        );
+        assert_eq!(
+            parse_name("base_model.model.model.layers.2.self_attn.qkv_proj.lora_B.weight"),
+            Some((2, vec![Target::Q, Target::K, Target::V], false))
         );
         for bad in [
             "base_model.model.lm_head.lora_A.weight",

@@ -30,6 +30,27 @@ const NAMES: [(Target, &str, &str); 7] = [
     (Target::Down, "mlp.down_proj", "ffn_down"),
 ];
 
+/// PEFT modules whose one matrix holds several targets' rows (Phi-3's
+/// checkpoints): their adapter's `B` rows split over the parts in order, as
+/// the update of a block of rows is that block of `B` times `A`.
+const FUSED: [(&str, &[Target]); 2] = [
+    ("self_attn.qkv_proj", &[Target::Q, Target::K, Target::V]),
+    ("mlp.gate_up_proj", &[Target::Gate, Target::Up]),
+];
+
+/// The targets a PEFT module (its path or short name) updates, in row
+/// order: its own, or the parts of a fused module (`qkv_proj`).
+pub fn module_parts(name: &str) -> Option<Vec<Target>> {
+    if let Some(t) = Target::from_module(name) {
+        return Some(vec![t]);
+    }
+    let short = |path: &str| path.rsplit_once('.').map_or(path, |(_, m)| m).to_string();
+    FUSED
+        .iter()
+        .find(|(path, _)| *path == name || short(path) == name)
+        .map(|(_, parts)| parts.to_vec())
+}
+
 impl Target {
     /// Every target, in the order [`Target::index`] numbers them.
     pub const ALL: [Target; 7] = [
@@ -94,5 +115,14 @@ mod tests {
         assert_eq!(Target::Down.module_path(), "mlp.down_proj");
         assert_eq!(Target::from_module("lm_head"), None);
         assert_eq!(Target::from_gguf("token_embd"), None);
+        assert_eq!(module_parts("v_proj"), Some(vec![Target::V]));
+        let qkv = Some(vec![Target::Q, Target::K, Target::V]);
+        assert_eq!(module_parts("qkv_proj"), qkv);
+        assert_eq!(module_parts("self_attn.qkv_proj"), qkv);
+        assert_eq!(
+            module_parts("gate_up_proj"),
+            Some(vec![Target::Gate, Target::Up])
+        );
+        assert_eq!(module_parts("lm_head"), None);
     }
 }

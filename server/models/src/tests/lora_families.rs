@@ -97,13 +97,63 @@ fn merge(
 }
 
 /// A random adapter over every projection of `m`'s family, written under
-/// `dir` as PEFT does and loaded as a request carries it; and its tensors.
-fn adapter(m: &PagedModel, dir: &Path, spec: &LoraSpec) -> (AdapterRef, HashMap<String, Tensor>) {
+/// `dir` as PEFT does and loaded as a request carries it; and its tensors
+/// by target. With `fused`, as PEFT writes one for Phi-3: q/k/v in one
+/// `qkv_proj` pair and gate/up in one `gate_up_proj` (each part then has
+/// its module's `A`).
+fn adapter(
+    m: &PagedModel,
+    dir: &Path,
+    spec: &LoraSpec,
+    fused: bool,
+) -> (AdapterRef, HashMap<String, Tensor>) {
     let shapes = LoraShapes::of(m.decoder().spec());
-    let tensors = random_peft_of(&shapes, spec);
-    write_peft(dir, spec, &tensors);
+    let mut tensors = random_peft_of(&shapes, spec);
+    if fused {
+        let file = fuse(&mut tensors, shapes.layers);
+        write_peft(dir, spec, &file);
+        let modules = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"];
+        let config = serde_json::json!({"peft_type": "LORA", "r": spec.rank,
+            "lora_alpha": spec.alpha, "target_modules": modules, "bias": "none"});
+        std::fs::write(dir.join("adapter_config.json"), config.to_string()).unwrap();
+    } else {
+        write_peft(dir, spec, &tensors);
+    }
     let a = lora::load("a", dir, &shapes, 16).unwrap();
     (AdapterRef::new("a", &a.cache_key(), Arc::new(a)), tensors)
+}
+
+/// `tensors` (by target) as a fused module's file: each fused module's `A`
+/// is its first part's (which `tensors` then takes for every part) and its
+/// `B` the parts' stacked.
+fn fuse(tensors: &mut HashMap<String, Tensor>, layers: usize) -> HashMap<String, Tensor> {
+    let mut file = tensors.clone();
+    for layer in 0..layers {
+        let p = format!("base_model.model.model.layers.{layer}");
+        for (module, parts) in [
+            ("self_attn.qkv_proj", &[Target::Q, Target::K, Target::V][..]),
+            ("mlp.gate_up_proj", &[Target::Gate, Target::Up][..]),
+        ] {
+            let name =
+                |t: Target, half: &str| format!("{p}.{}.lora_{half}.weight", t.module_path());
+            let a = tensors[&name(parts[0], "A")].clone();
+            let bs: Vec<Tensor> = parts
+                .iter()
+                .map(|&t| tensors[&name(t, "B")].clone())
+                .collect();
+            for &t in parts {
+                tensors.insert(name(t, "A"), a.clone());
+                file.remove(&name(t, "A"));
+                file.remove(&name(t, "B"));
+            }
+            file.insert(format!("{p}.{module}.lora_A.weight"), a);
+            file.insert(
+                format!("{p}.{module}.lora_B.weight"),
+                Tensor::cat(&bs, 0).unwrap(),
+            );
+        }
+    }
+    file
 }
 
 /// Logits of every prompt (one chunk each, all in one step), the rows with
@@ -157,7 +207,8 @@ fn every_family_with_an_unmerged_adapter_equals_its_merged_model() {
         copy_f32(family, &base, |_| {});
         let mut m = open(&base, None);
         let spec = LoraSpec::all(4, 41);
-        let (a, tensors) = adapter(&m, &tmp.path().join("a"), &spec);
+        // Phi-3's adapters name its fused modules.
+        let (a, tensors) = adapter(&m, &tmp.path().join("a"), &spec, family == "phi3");
         let shapes = LoraShapes::of(m.decoder().spec());
         copy_f32(family, &merged, |w| merge(w, &shapes, &spec, &tensors));
         let ps = prompts(&m);
@@ -194,7 +245,7 @@ fn every_family_s_fused_cpu_path_equals_the_op_by_op_path_with_an_adapter() {
             fused.decoder().fused_layers(),
             "{family}: fused path not taken"
         );
-        let (a, _) = adapter(&fused, &tmp.path().join("a"), &LoraSpec::all(4, 43));
+        let (a, _) = adapter(&fused, &tmp.path().join("a"), &LoraSpec::all(4, 43), false);
         let ps = prompts(&fused);
         let rows = [Some(a), None];
         let (x, y) = (logits(&mut fused, &ps, &rows), logits(&mut ops, &ps, &rows));

@@ -21,6 +21,7 @@ pub mod kv_cache;
 pub mod layer;
 pub mod linear;
 pub mod memory;
+pub mod moe;
 pub mod paged;
 pub mod profile;
 pub mod rope;

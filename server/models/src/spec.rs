@@ -29,22 +29,106 @@ pub struct AttentionSpec {
     pub softcap: Option<f32>,
     /// Per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3).
     pub qk_norm: bool,
+    /// A learned sink logit per query head joins each softmax (and takes
+    /// its share of the probability, attending to nothing): gpt-oss.
+    pub sinks: bool,
 }
 
 /// The feed-forward of one layer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum FeedForward {
     /// `down(act(gate(x)) * up(x))`.
     Gated(Activation),
+    /// A mixture of experts: each token through the `top_k` gated MLPs its
+    /// router picks, their outputs weighted by the router.
+    Moe(MoeSpec),
 }
 
 /// A gated MLP's activation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Activation {
     /// SiLU (SwiGLU: Llama, Qwen, Mistral, Phi).
     Silu,
     /// GELU, tanh approximation (GeGLU: Gemma).
     GeluTanh,
+    /// gpt-oss's clamped SwiGLU: the gate clamped above at `limit`, up to
+    /// `[-limit, limit]`, then `(up + 1) * gate * sigmoid(alpha * gate)`.
+    SwigluOai {
+        /// The sigmoid's slope (1.702).
+        alpha: f32,
+        /// The clamp (7.0).
+        limit: f32,
+    },
+}
+
+/// One mixture-of-experts layer's kind.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MoeSpec {
+    /// Experts in the layer (every one resident).
+    pub experts: usize,
+    /// Experts each token runs through.
+    pub top_k: usize,
+    /// Each expert's MLP width.
+    pub intermediate: usize,
+    /// The experts' activation.
+    pub activation: Activation,
+    /// How the router's logits become the chosen experts' weights.
+    pub routing: Routing,
+    /// Biases on the router and on every expert's projections (gpt-oss).
+    pub biases: bool,
+    /// A shared expert of this width that every token passes through,
+    /// scaled by a sigmoid gate of its own (Qwen2-MoE).
+    pub shared: Option<usize>,
+}
+
+/// More experts than any model has (DeepSeek-V3 has 256, Qwen3-Next 512):
+/// a count past it is a corrupt file's, refused before anything is sized by it.
+pub const MAX_EXPERTS: usize = 1 << 14;
+
+impl MoeSpec {
+    /// Checks the counts are usable.
+    fn validate(&self) -> std::result::Result<(), String> {
+        if self.experts == 0 || self.experts > MAX_EXPERTS {
+            return Err(format!("{} experts (1 to {MAX_EXPERTS})", self.experts));
+        }
+        if self.top_k == 0 || self.top_k > self.experts {
+            return Err(format!(
+                "{} experts a token of {}",
+                self.top_k, self.experts
+            ));
+        }
+        if self.intermediate == 0 || self.shared == Some(0) {
+            return Err(format!("zero expert width in {self:?}"));
+        }
+        if let Activation::SwigluOai { alpha, limit } = self.activation
+            && !(alpha.is_finite() && limit.is_finite() && limit > 0.0)
+        {
+            return Err(format!("SwiGLU alpha {alpha}, limit {limit}"));
+        }
+        Ok(())
+    }
+
+    /// Parameters of the routed experts, `(all, those one token runs)`:
+    /// gate, up and down (and their biases) of each.
+    pub fn expert_params(&self, hidden: usize) -> (u64, u64) {
+        let (h, f) = (hidden as u64, self.intermediate as u64);
+        let bias = if self.biases { 2 * f + h } else { 0 };
+        let one = 3 * h * f + bias;
+        (one * self.experts as u64, one * self.top_k as u64)
+    }
+}
+
+/// How a router's logits choose experts and weigh them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routing {
+    /// Softmax over every expert, the `top_k` largest kept; `normalize`:
+    /// then divided by their sum (Mixtral always; Qwen's `norm_topk_prob`).
+    SoftmaxTopK {
+        /// Renormalise the kept probabilities.
+        normalize: bool,
+    },
+    /// The `top_k` largest logits, softmax over those alone (gpt-oss).
+    TopKSoftmax,
 }
 
 /// One decoder layer.
@@ -61,6 +145,14 @@ impl LayerSpec {
     pub fn attention(&self) -> &AttentionSpec {
         match &self.mixer {
             Mixer::Attention(a) => a,
+        }
+    }
+
+    /// The layer's experts, if its feed-forward is a mixture.
+    pub fn moe(&self) -> Option<&MoeSpec> {
+        match &self.ffn {
+            FeedForward::Moe(m) => Some(m),
+            FeedForward::Gated(_) => None,
         }
     }
 }
@@ -99,6 +191,14 @@ pub enum RopeScaling {
         /// The pre-training context length.
         original: usize,
         /// The attention scaling (`sqrt(1 + ln(s) / ln(original))`).
+        attention: f32,
+    },
+    /// YaRN (gpt-oss): per-frequency divisors blending interpolation and
+    /// extrapolation, cos and sin multiplied by `attention`.
+    Yarn {
+        /// Per-frequency divisors.
+        divisors: Vec<f32>,
+        /// The attention scaling (`0.1 ln(factor) + 1`).
         attention: f32,
     },
 }
@@ -187,6 +287,16 @@ impl ModelSpec {
         groups
     }
 
+    /// Parameters of every layer's routed experts, `(all, those one token
+    /// runs)`: what total and active parameter counts differ by.
+    pub fn expert_params(&self) -> (u64, u64) {
+        self.layers
+            .iter()
+            .filter_map(LayerSpec::moe)
+            .map(|m| m.expert_params(self.hidden))
+            .fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
+    }
+
     /// Each layer's index into [`Self::kv_groups`].
     pub fn layer_groups(&self) -> Vec<usize> {
         let mut of = vec![0; self.layers.len()];
@@ -255,6 +365,10 @@ impl ModelSpec {
             if a.softcap.is_some_and(|c| !(c.is_finite() && c > 0.0)) || !a.scale.is_finite() {
                 return bad(format!("layer {i}: scale or soft-cap in {a:?}"));
             }
+            if let Some(m) = l.moe() {
+                m.validate()
+                    .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
+            }
         }
         if self
             .final_softcap
@@ -278,6 +392,7 @@ mod tests {
                 scale: 0.25,
                 softcap: None,
                 qk_norm: false,
+                sinks: false,
             }),
             ffn: FeedForward::Gated(Activation::Silu),
         }

@@ -8,6 +8,7 @@ mod families;
 mod families_engine;
 mod gpu_holding;
 mod helpers;
+mod moe_dispatch;
 mod prefix_cache;
 mod real_model;
 mod reference;

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use ferrox_plan::KvDtype;
+use ferrox_plan::{KvDtype, SlidingWindow};
 use k8s_openapi::api::core::v1::{
     Affinity, EnvVar, LocalObjectReference, ResourceRequirements, SecretKeySelector, Toleration,
 };
@@ -207,6 +207,11 @@ pub struct GeometrySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub vocab_size: Option<i64>,
+    /// Layers that attend over a sliding window, by window (Gemma 2 and 3,
+    /// Mistral 7B v0.1); every other layer attends to the whole sequence. A
+    /// window pool per window holds only each sequence's window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sliding_windows: Option<Vec<SlidingWindow>>,
 }
 
 /// Accelerators per replica.

@@ -196,6 +196,22 @@ mod tests {
     }
 
     #[test]
+    fn an_inspection_with_sliding_windows_plans_and_records_them() {
+        // `inspect --json` of a Gemma-3-shaped model (abridged).
+        let json = r#"{"architecture":"gemma3","layers":34,"kvHeads":4,"headDim":256,"kvDtype":"f16","weightBytes":7760000000,"contextLength":131072,"slidingWindows":[{"window":1024,"layers":29}],"kvGroups":[{"window":null,"layers":[5,11,17,23,29]},{"window":1024,"layers":[0,1,2,3,4]}]}"#;
+        let g = observed("hf://google/gemma-3-4b-it", &parse_inspect(json).unwrap());
+        let windows = g.geometry.sliding_windows.clone().unwrap();
+        assert_eq!((windows[0].window, windows[0].layers), (1024, 29));
+        let held = held_on(&g, DeviceKind::Cuda);
+        assert_eq!(held.full_layers(), 5);
+        assert_eq!(held.kv_groups().len(), 2);
+        assert_eq!(
+            as_planned(&g, DeviceKind::Cuda).geometry.sliding_windows,
+            Some(windows)
+        );
+    }
+
+    #[test]
     fn only_a_successful_pod_reports() {
         let src = "hf://a/b";
         assert!(from_pods(&[terminated(1, "boom")], src).is_none());

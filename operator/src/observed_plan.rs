@@ -39,6 +39,8 @@ pub fn observe(reports: &[ServerPlan], expected: &Expected) -> Option<ObservedPl
         weight_bytes: shown.weight_bytes.map(n),
         memory_bytes: shown.memory_bytes.map(n),
         memory_source: shown.memory_source.clone(),
+        window_blocks: (!shown.window_blocks.is_empty())
+            .then(|| shown.window_blocks.iter().map(|&(_, b)| n(b)).collect()),
     })
 }
 
@@ -77,6 +79,46 @@ pub fn differences(report: &ServerPlan, expected: &Expected) -> Vec<String> {
     if let Some(w) = report.weight_bytes.filter(|w| far(*w, plan.weight_bytes)) {
         out.push(format!("weights {w} bytes, planned {}", plan.weight_bytes));
     }
+    out.extend(window_differences(report, plan));
+    out
+}
+
+/// How the reported window pools differ from the planned ones (a server
+/// that reports none while the plan has some is too old to have them).
+fn window_differences(report: &ServerPlan, plan: &PlanStatus) -> Vec<String> {
+    let planned = plan.windows.as_deref().unwrap_or_default();
+    let far = |got: u64, want: i64| {
+        let want = want.max(0) as f64;
+        (got as f64 - want).abs() > want * TOLERANCE
+    };
+    let mut out = Vec::new();
+    for w in planned {
+        let got = report
+            .window_blocks
+            .iter()
+            .find(|&&(window, _)| i64::try_from(window) == Ok(w.window));
+        match got {
+            None => out.push(format!(
+                "no window pool for the {}-token window, planned {} blocks",
+                w.window, w.kv_blocks
+            )),
+            Some(&(_, blocks)) if far(blocks, w.kv_blocks) => out.push(format!(
+                "{blocks} window blocks for the {}-token window, planned {}",
+                w.window, w.kv_blocks
+            )),
+            Some(_) => {}
+        }
+    }
+    for &(window, blocks) in &report.window_blocks {
+        if !planned
+            .iter()
+            .any(|w| i64::try_from(window) == Ok(w.window))
+        {
+            out.push(format!(
+                "a window pool of {blocks} blocks for a {window}-token window, planned none"
+            ));
+        }
+    }
     out
 }
 
@@ -92,12 +134,27 @@ pub fn verdict(
             "no ready server has reported its plan yet".into(),
         );
     };
+    // The observed windows are listed smallest first, as the plan's are.
+    let planned_windows = expected.plan.windows.as_deref().unwrap_or_default();
+    let window_blocks = o
+        .window_blocks
+        .iter()
+        .flatten()
+        .zip(planned_windows)
+        .map(|(&b, w)| {
+            (
+                u64::try_from(w.window).unwrap_or(0),
+                u64::try_from(b).unwrap_or(0),
+            )
+        })
+        .collect();
     let report = ServerPlan {
         kv_blocks: u64::try_from(o.kv_blocks).unwrap_or(0),
         block_size: u64::try_from(o.block_size).unwrap_or(0),
         kv_dtype: o.kv_dtype.clone(),
         max_seqs: o.max_seqs.and_then(|v| u64::try_from(v).ok()),
         weight_bytes: o.weight_bytes.and_then(|v| u64::try_from(v).ok()),
+        window_blocks,
         ..ServerPlan::default()
     };
     let diffs = differences(&report, expected);
@@ -106,8 +163,12 @@ pub fn verdict(
             "True",
             "ServersAgree",
             format!(
-                "{} ready servers run {} KV blocks of {} tokens ({}) as planned",
-                o.pods, o.kv_blocks, o.block_size, o.kv_dtype
+                "{} ready servers run {} KV blocks of {} tokens ({}){} as planned",
+                o.pods,
+                o.kv_blocks,
+                o.block_size,
+                o.kv_dtype,
+                windows_phrase(o.window_blocks.as_deref(), planned_windows)
             ),
         );
     }
@@ -125,6 +186,21 @@ pub fn verdict(
             diffs.join(", ")
         ),
     )
+}
+
+/// ` and window pools of 5719 blocks (1024-token window)`, or nothing.
+fn windows_phrase(blocks: Option<&[i64]>, planned: &[crate::crd::WindowPlanStatus]) -> String {
+    let parts: Vec<String> = blocks
+        .unwrap_or_default()
+        .iter()
+        .zip(planned)
+        .map(|(b, w)| format!("{b} blocks ({}-token window)", w.window))
+        .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" and window pools of {}", parts.join(", "))
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use ferrox_plan::{DeviceKind, KvDtype, ModelGeometry, Plan, PlanConfig, PlanError};
 
-use crate::crd::{GeometrySpec, ModelDeploymentSpec, PlanStatus};
+use crate::crd::{GeometrySpec, ModelDeploymentSpec, PlanStatus, WindowPlanStatus};
 use crate::gpu_nodes::GpuTarget;
 use crate::{Error, quantity};
 
@@ -219,6 +219,7 @@ pub fn to_geometry(g: &GeometrySpec, device: DeviceKind) -> ModelGeometry {
         hidden_size: o(g.hidden_size),
         intermediate_size: o(g.intermediate_size),
         vocab_size: o(g.vocab_size),
+        sliding_windows: g.sliding_windows.clone().unwrap_or_default(),
     }
 }
 
@@ -237,6 +238,7 @@ pub fn from_geometry(g: &ModelGeometry) -> GeometrySpec {
         hidden_size: o(g.hidden_size),
         intermediate_size: o(g.intermediate_size),
         vocab_size: o(g.vocab_size),
+        sliding_windows: (!g.sliding_windows.is_empty()).then(|| g.sliding_windows.clone()),
     }
 }
 
@@ -260,6 +262,18 @@ pub fn to_status(p: &Planned) -> PlanStatus {
         pod_memory_bytes: n(p.pod_memory_bytes),
         max_model_len: n(plan.max_model_len),
         typical_seq_len: n(p.typical_seq_len),
+        windows: (!plan.windows.is_empty()).then(|| {
+            plan.windows
+                .iter()
+                .map(|w| WindowPlanStatus {
+                    window: n(w.window),
+                    layers: n(w.layers),
+                    kv_blocks: n(w.kv_blocks),
+                    kv_bytes_per_token: n(w.kv_bytes_per_token),
+                    blocks_per_seq: n(w.blocks_per_seq),
+                })
+                .collect()
+        }),
     }
 }
 

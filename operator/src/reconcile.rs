@@ -222,6 +222,7 @@ fn refusal(e: &ferrox_plan::PlanError) -> PlanOutcome {
     let reason = match e {
         ferrox_plan::PlanError::InsufficientMemory { .. }
         | ferrox_plan::PlanError::PoolTooSmall { .. }
+        | ferrox_plan::PlanError::WindowPoolTooSmall { .. }
         | ferrox_plan::PlanError::OverMemory { .. } => "InsufficientMemory",
         ferrox_plan::PlanError::Invalid(_) => "InvalidSpec",
     };

@@ -167,7 +167,7 @@ spec:
             let r = render(&md, None, &DesiredConfig::default()).unwrap();
             let pod = r.desired.deployment.spec.unwrap().template.spec.unwrap();
             let p = &r.plan.plan;
-            let entry = serde_json::json!({
+            let mut entry = serde_json::json!({
                 "plan": {
                     "kvBlocks": p.kv_blocks,
                     "blockSize": p.block_size,
@@ -179,6 +179,9 @@ spec:
                 },
                 "args": pod.containers[0].args,
             });
+            if !p.windows.is_empty() {
+                entry["plan"]["windowBlocks"] = serde_json::json!(p.window_blocks());
+            }
             out.insert(name, entry);
         }
         serde_json::Value::Object(out)

@@ -497,6 +497,7 @@ mod tests {
             weight_bytes: None,
             memory_bytes: None,
             memory_source: None,
+            window_blocks: None,
         };
         let cases = [
             (None, ("Unknown", "NoServerReports")),

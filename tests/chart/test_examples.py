@@ -18,12 +18,15 @@ GiB = 1 << 30
 def render(name):
     r = subprocess.run([operator_bin(), "render", "-f", str(ROOT / "examples" / name)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    plan = {k: int(v) for k, v in re.findall(r"^# plan\.(\w+): (\d+)$", r.stdout, re.M)}
+    # The plan is the status's, as a comment block of YAML (`# plan.` lines).
+    block = "\n".join(l.removeprefix("# plan.") for l in r.stdout.splitlines() if l.startswith("# plan."))
+    plan = yaml.safe_load(block)
     return plan, [d for d in yaml.safe_load_all(r.stdout) if d]
 
 
-def test_the_four_examples_exist():
-    assert EXAMPLES == ["keda-autoscaling.yaml", "llama-3.1-8b-gpu.yaml", "llama-70b-q4-h100.yaml", "smollm2-cpu.yaml"]
+def test_the_five_examples_exist():
+    assert EXAMPLES == ["gemma-3-4b-gpu.yaml", "keda-autoscaling.yaml", "llama-3.1-8b-gpu.yaml",
+                        "llama-70b-q4-h100.yaml", "smollm2-cpu.yaml"]
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -35,22 +38,36 @@ def test_example_renders_valid_objects_with_its_plan(name, tmp_path):
     mode = (spec.get("autoscaling") or {}).get("mode", "builtin")
     assert skipped == (["ScaledObject"] if mode == "keda" else [])
 
-    # The plan is the design's formula over the example's geometry.
+    # The plan is the design's formula over the example's geometry: the
+    # full-attention layers in the KV pool, each sliding window in its own.
     g = spec["model"]["geometry"]
-    per_token = 2 * g["layers"] * g["kvHeads"] * g["headDim"] * DTYPE_BYTES[g["kvDtype"]]
+    layer_token = 2 * g["kvHeads"] * g["headDim"] * DTYPE_BYTES[g["kvDtype"]]
+    windowed = g.get("slidingWindows", [])
+    per_token = (g["layers"] - sum(w["layers"] for w in windowed)) * layer_token
     assert plan["kvBytesPerToken"] == per_token
     assert plan["weightBytes"] == g["weightBytes"]
     engine = spec.get("engine", {})
     assert plan["maxModelLen"] == engine.get("maxModelLen", g["contextLength"])
-    assert plan["kvBlocks"] * plan["blockSize"] * per_token <= plan["kvBudgetBytes"]
+    bs, chunk = plan["blockSize"], engine.get("prefillChunk", 512)
+    windows = plan.get("windows") or []
+    assert [(w["window"], w["layers"]) for w in windows] == [(w["window"], w["layers"]) for w in windowed]
+    window_bytes = sum(w["kvBlocks"] * bs * w["kvBytesPerToken"] for w in windows)
+    assert plan["kvBlocks"] * bs * per_token + window_bytes == plan["kvBudgetBytes"]
     # One full-length sequence fits; maxSeqs counts typical (2048-token) requests.
-    assert plan["kvBlocks"] >= math.ceil(plan["maxModelLen"] / plan["blockSize"])
+    assert plan["kvBlocks"] >= math.ceil(plan["maxModelLen"] / bs)
     typical = min(engine.get("typicalSeqLen", 2048), plan["maxModelLen"])
     assert plan["typicalSeqLen"] == typical
-    blocks_per_seq = math.ceil(typical / plan["blockSize"])
+    # Per pool: blocks a typical request reserves; a window's is its window
+    # plus a prefill chunk, page-aligned, when that is less.
+    fits = [plan["kvBlocks"] // math.ceil(typical / bs)]
+    for w in windows:
+        reserve = math.ceil((w["window"] + chunk - 1) / bs) + 1
+        assert w["blocksPerSeq"] == min(math.ceil(plan["maxModelLen"] / bs), reserve)
+        assert w["kvBlocks"] >= w["blocksPerSeq"]
+        fits.append(w["kvBlocks"] // min(math.ceil(typical / bs), reserve))
     # Absent, maxSeqs is the server's own default on the device (ferrox-plan).
     default_seqs = 256 if spec.get("accelerator") else 16
-    assert plan["maxSeqs"] == min(engine.get("maxSeqs", default_seqs), plan["kvBlocks"] // blocks_per_seq)
+    assert plan["maxSeqs"] == min(engine.get("maxSeqs", default_seqs), *fits)
     assert plan["maxSeqs"] >= 1
     acc = spec.get("accelerator")
     assert not acc or acc["count"] == 1, "one device per replica (TensorParallelUnsupported)"
@@ -66,6 +83,10 @@ def test_example_renders_valid_objects_with_its_plan(name, tmp_path):
     args = c["args"]
     flag = lambda f: args[args.index(f) + 1]
     assert flag("--kv-blocks") == str(plan["kvBlocks"])
+    if windows:
+        assert flag("--window-blocks") == ",".join(str(w["kvBlocks"]) for w in windows)
+    else:
+        assert "--window-blocks" not in args
     assert flag("--max-seqs") == str(plan["maxSeqs"])
     assert flag("--block-size") == str(plan["blockSize"])
     assert flag("--max-model-len") == str(plan["maxModelLen"])

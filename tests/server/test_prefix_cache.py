@@ -66,7 +66,7 @@ def test_the_plan_is_exported(server):
     labels = dict(re.findall(r'(\w+)="([^"]*)"', info))
     assert labels == {"block_size": "16", "cache_dtype": labels["cache_dtype"], "num_gpu_blocks": "256",
                       "gpu_memory_utilization": labels["gpu_memory_utilization"],
-                      "enable_prefix_caching": "True"}, info
+                      "enable_prefix_caching": "True", "sliding_window": "None"}, info
     assert info.endswith(" 1")
     assert server.metric("ferrox_plan_max_model_len") == 1024
     assert server.metric("ferrox_plan_max_seqs") == 8

@@ -10,7 +10,7 @@ use crate::Error;
 // The series names are the contract's, shared with the server's exporter.
 pub use ferrox_plan::contract::metric::{
     CACHE_CONFIG_INFO, FINISHED, KV_USAGE, PLAN_KV_BLOCK_BYTES, PLAN_MAX_MODEL_LEN, PLAN_MAX_SEQS,
-    PLAN_MEMORY_BYTES, PLAN_WEIGHT_BYTES, RUNNING, WAITING,
+    PLAN_MEMORY_BYTES, PLAN_WEIGHT_BYTES, PLAN_WINDOW_BLOCKS, RUNNING, WAITING, WINDOW_LABEL,
 };
 
 /// One pod's numbers.
@@ -49,6 +49,9 @@ pub struct ServerPlan {
     pub memory_bytes: Option<u64>,
     /// Its `source` label.
     pub memory_source: Option<String>,
+    /// `ferrox_plan_window_blocks`: each window pool's blocks by window,
+    /// smallest window first (empty for a model without windows).
+    pub window_blocks: Vec<(u64, u64)>,
 }
 
 /// What prometheus-parse reads for a name with colons (its names are `\w+`).
@@ -99,7 +102,18 @@ pub fn server_plan(scrape: &Scrape) -> Option<ServerPlan> {
         .samples
         .iter()
         .find(|s| s.metric == PLAN_MEMORY_BYTES);
+    let mut window_blocks: Vec<(u64, u64)> = scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == PLAN_WINDOW_BLOCKS)
+        .filter_map(|s| {
+            let window = s.labels.get(WINDOW_LABEL)?.parse().ok()?;
+            Some((window, whole(number(s))?))
+        })
+        .collect();
+    window_blocks.sort_unstable();
     Some(ServerPlan {
+        window_blocks,
         kv_blocks: label("num_gpu_blocks")?.parse().ok()?,
         block_size: label("block_size")?.parse().ok()?,
         kv_dtype: label("cache_dtype")?,
@@ -266,8 +280,17 @@ ferrox_plan_memory_bytes{source=\"cgroup-v2\"} 2147483648
                 max_model_len: Some(8192),
                 memory_bytes: Some(2_147_483_648),
                 memory_source: Some("cgroup-v2".into()),
+                window_blocks: Vec::new(),
             })
         );
+        // A server with window pools names each, by window.
+        let windowed = format!(
+            "{PLAN_EXPOSITION}# TYPE ferrox_plan_window_blocks gauge\n\
+             ferrox_plan_window_blocks{{window=\"4096\"}} 12\n\
+             ferrox_plan_window_blocks{{window=\"1024\"}} 5719\n"
+        );
+        let plan = parse_metrics(&windowed).unwrap().plan.unwrap();
+        assert_eq!(plan.window_blocks, [(1024, 5719), (4096, 12)]);
         // A server without the info gauge reports no plan; a bad label is no plan.
         assert_eq!(parse_metrics(EXPOSITION).unwrap().plan, None);
         let bad = PLAN_EXPOSITION.replace("num_gpu_blocks=\"1024\"", "num_gpu_blocks=\"-1\"");

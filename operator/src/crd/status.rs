@@ -93,6 +93,9 @@ pub struct ObservedPlanStatus {
     /// Where that figure came from (`cgroup-v2`, `cuda`, `kv-blocks`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_source: Option<String>,
+    /// Blocks of each window pool, smallest window first, if it has any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_blocks: Option<Vec<i64>>,
 }
 
 /// Geometry as learnt, with where it came from.
@@ -163,6 +166,28 @@ pub struct PlanStatus {
     pub max_model_len: i64,
     /// Tokens per request `maxSeqs` was planned for.
     pub typical_seq_len: i64,
+    /// The window pools beside the KV pool, smallest window first (absent
+    /// for a model without sliding-window layers; `kvBlocks` is then every
+    /// layer's pool, and 0 when every layer has a window).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub windows: Option<Vec<WindowPlanStatus>>,
+}
+
+/// One window pool of the plan.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WindowPlanStatus {
+    /// Tokens the group's layers attend to.
+    pub window: i64,
+    /// Layers with this window.
+    pub layers: i64,
+    /// Blocks in the pool.
+    pub kv_blocks: i64,
+    /// KV bytes per token across these layers.
+    pub kv_bytes_per_token: i64,
+    /// The most blocks one sequence reserves here: its window plus a prefill
+    /// chunk, page-aligned (or its whole length when shorter).
+    pub blocks_per_seq: i64,
 }
 
 /// The built-in autoscaler's last decision.

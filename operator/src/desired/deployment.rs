@@ -175,6 +175,7 @@ pub fn server_args(md: &ModelDeployment, planned: &Planned, source: &ModelSource
         port: u16::try_from(SERVER_PORT).unwrap_or(8000),
         served_model_name: served_name(md),
         kv_blocks: plan.kv_blocks,
+        window_blocks: plan.window_blocks(),
         block_size: plan.block_size,
         max_seqs: plan.max_seqs,
         max_model_len: plan.max_model_len,

@@ -226,3 +226,84 @@ fn an_absent_kv_dtype_is_the_servers_auto_on_the_device() {
     spec.kv_dtype = Some(KvDtype::F32);
     assert_eq!(to_geometry(&spec, DeviceKind::Cuda).kv_dtype, KvDtype::F32);
 }
+
+/// The Gemma 3 example: a window pool beside the KV pool, in the plan, the
+/// pods' args, the status, and the servers' reports read back.
+#[test]
+fn a_gemma3_deployment_plans_renders_and_verifies_its_window_pool() {
+    use crate::autoscaling::scrape::parse_metrics;
+    use crate::observed_plan::{Expected, observe, verdict};
+    use crate::render::{read_manifest, render};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let yaml = std::fs::read_to_string(dir.join("gemma-3-4b-gpu.yaml")).unwrap();
+    let md = read_manifest(&yaml).unwrap();
+    let r = render(&md, None, &crate::desired::DesiredConfig::default()).unwrap();
+    // ferrox-plan's table has the arithmetic (Gemma 3 4B on 24 GiB, with the
+    // CUDA reserve estimated here): the KV pool holds one whole 131,072-token
+    // sequence, the window pool the rest, 97 blocks a sequence.
+    let p = &r.plan.plan;
+    assert_eq!(p.kv_blocks, 8192);
+    assert_eq!(p.windows.len(), 1);
+    let w = &p.windows[0];
+    assert_eq!((w.window, w.layers, w.blocks_per_seq), (1024, 29, 97));
+    assert_eq!(p.max_seqs, w.kv_blocks / 97);
+    // Counted as 34 global layers it would not plan at all.
+    let mut all_global = md.spec.model.geometry.clone().unwrap();
+    all_global.sliding_windows = None;
+    let held = to_geometry(&all_global, DeviceKind::Cuda);
+    assert!(plan_offline(&md.spec, &held).is_err());
+    // The pods are told both pools.
+    let pod = r.desired.deployment.spec.unwrap().template.spec.unwrap();
+    let args = pod.containers[0].args.clone().unwrap();
+    let value = |flag: &str| {
+        let at = args.iter().position(|a| a == flag).unwrap();
+        args[at + 1].clone()
+    };
+    assert_eq!(value("--kv-blocks"), "8192");
+    assert_eq!(value("--window-blocks"), w.kv_blocks.to_string());
+    // The status shows the layer kinds and the window pool.
+    let status = to_status(&r.plan);
+    let windows = status.windows.clone().unwrap();
+    assert_eq!((windows[0].window, windows[0].layers), (1024, 29));
+    assert_eq!(windows[0].kv_blocks, w.kv_blocks as i64);
+    assert_eq!(windows[0].kv_bytes_per_token, 29 * 4096);
+    // What a server running these args exports (ferrox-engine's series,
+    // named by the contract), read back into observedPlan: PlanVerified.
+    let exposition = |window_blocks: u64| {
+        format!(
+            "# TYPE ferrox_requests_waiting gauge\nferrox_requests_waiting 0\n\
+             # TYPE vllm:cache_config_info gauge\n\
+             vllm:cache_config_info{{block_size=\"16\",cache_dtype=\"bf16\",enable_prefix_caching=\"False\",\
+             gpu_memory_utilization=\"0.9\",num_gpu_blocks=\"8192\",sliding_window=\"1024\"}} 1\n\
+             # TYPE ferrox_plan_max_seqs gauge\nferrox_plan_max_seqs {}\n\
+             # TYPE ferrox_plan_window_blocks gauge\n\
+             ferrox_plan_window_blocks{{window=\"1024\"}} {window_blocks}\n",
+            p.max_seqs
+        )
+    };
+    let expected = Expected {
+        plan: &status,
+        kv_dtype: "bf16",
+    };
+    let agree = parse_metrics(&exposition(w.kv_blocks))
+        .unwrap()
+        .plan
+        .unwrap();
+    let observed = observe(&[agree], &expected).unwrap();
+    assert_eq!(observed.window_blocks, Some(vec![w.kv_blocks as i64]));
+    let (status_, reason, message) = verdict(Some(&observed), &expected);
+    assert_eq!((status_, reason), ("True", "ServersAgree"), "{message}");
+    assert!(message.contains("window pools of"), "{message}");
+    // A server with half the window pool disagrees, and says where.
+    let half = parse_metrics(&exposition(w.kv_blocks / 2))
+        .unwrap()
+        .plan
+        .unwrap();
+    let observed = observe(&[half], &expected).unwrap();
+    let (status_, _, message) = verdict(Some(&observed), &expected);
+    assert_eq!(status_, "False");
+    assert!(
+        message.contains("window blocks for the 1024-token window"),
+        "{message}"
+    );
+}

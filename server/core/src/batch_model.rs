@@ -2,9 +2,28 @@
 //!
 //! The model owns the KV storage, indexed by block id; the worker owns which
 //! blocks belong to which sequence (through [`crate::BlockLease`]s) and passes
-//! each sequence's block table with every call.
+//! each sequence's block tables with every call.
+//!
+//! A model's layers fall in KV groups by attention kind (full attention, each
+//! sliding window), each group with its own pool of blocks
+//! ([`BatchModel::kv_pools`]); a sequence has one block table per group, in
+//! the same order. A windowed group's table has [`crate::block_pool::RELEASED`]
+//! in the entries its window has left, which the model never reads.
 
 use crate::Error;
+
+/// One KV pool of a model: the group of layers it serves and its size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSpec {
+    /// The group's sliding window in tokens; `None` for full attention.
+    pub window: Option<usize>,
+    /// Blocks in the pool.
+    pub blocks: usize,
+}
+
+/// A sequence's block tables, one per KV pool in [`BatchModel::kv_pools`]'s
+/// order.
+pub type Tables<'a> = &'a [&'a [u32]];
 
 /// One row of a batched decode step.
 #[derive(Debug, Clone, Copy)]
@@ -13,15 +32,15 @@ pub struct DecodeRow<'a> {
     pub token: u32,
     /// Its position in the sequence (tokens already in the KV).
     pub pos: usize,
-    /// The sequence's block table.
-    pub blocks: &'a [u32],
+    /// The sequence's block tables.
+    pub tables: Tables<'a>,
 }
 
 /// A chunk of one sequence's prompt in a mixed step.
 #[derive(Debug, Clone, Copy)]
 pub struct PrefillChunk<'a> {
-    /// The sequence's block table.
-    pub blocks: &'a [u32],
+    /// The sequence's block tables.
+    pub tables: Tables<'a>,
     /// The prompt tokens to run, starting at `pos`.
     pub tokens: &'a [u32],
     /// Position of the first token (prompt tokens already in the KV).
@@ -48,12 +67,14 @@ pub struct StepLogits {
 }
 
 /// The input check every model needs (see [`BatchModel::check_input`]): some
-/// tokens, each below `vocab`, and room for them at `pos` in `blocks` blocks
-/// of `block_size` tokens. No arithmetic here can wrap.
+/// tokens, each below `vocab`, one table per pool of `pools`, and room for the
+/// tokens at `pos` in each, in blocks of `block_size` tokens. No arithmetic
+/// here can wrap.
 pub fn check_input(
     vocab: usize,
     block_size: usize,
-    blocks: &[u32],
+    pools: usize,
+    tables: Tables<'_>,
     tokens: &[u32],
     pos: usize,
 ) -> Result<(), Error> {
@@ -65,16 +86,27 @@ pub fn check_input(
             "token {bad} is outside the vocabulary of {vocab}"
         )));
     }
-    let end = pos.checked_add(tokens.len());
-    let room = blocks.len().checked_mul(block_size);
-    match (end, room) {
-        (Some(end), Some(room)) if end <= room => Ok(()),
-        _ => Err(Error::Forward(format!(
-            "positions {pos}..+{} are past the sequence's {} blocks of {block_size}",
-            tokens.len(),
-            blocks.len(),
-        ))),
+    if tables.len() != pools {
+        return Err(Error::Forward(format!(
+            "{} block tables for a model with {pools} KV pools",
+            tables.len()
+        )));
     }
+    let end = pos.checked_add(tokens.len());
+    for blocks in tables {
+        let room = blocks.len().checked_mul(block_size);
+        match (end, room) {
+            (Some(end), Some(room)) if end <= room => {}
+            _ => {
+                return Err(Error::Forward(format!(
+                    "positions {pos}..+{} are past the sequence's {} blocks of {block_size}",
+                    tokens.len(),
+                    blocks.len(),
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A decoder that runs many sequences, each with its own paged KV.
@@ -85,17 +117,26 @@ pub trait BatchModel: Send {
     /// Tokens per KV block.
     fn block_size(&self) -> usize;
 
-    /// KV blocks the model's cache holds: the pool the scheduler hands out
-    /// is exactly this many.
-    fn num_blocks(&self) -> usize;
+    /// The KV pools of the model's cache, one per group of layers: full
+    /// attention first (if any layer has it), then each window, smallest
+    /// first. The pools the scheduler hands out are exactly these.
+    fn kv_pools(&self) -> Vec<PoolSpec>;
 
     /// Checks one row's input before a step: `tokens` at `pos` into the
-    /// sequence with block table `blocks`. The worker leaves a row that fails
+    /// sequence with block tables `tables`. The worker leaves a row that fails
     /// out of the step and ends it alone, so one bad row never fails the
     /// others. The default checks what every model needs: some tokens, each
-    /// inside the vocabulary, and room for them in the blocks given.
-    fn check_input(&self, blocks: &[u32], tokens: &[u32], pos: usize) -> Result<(), Error> {
-        check_input(self.vocab_size(), self.block_size(), blocks, tokens, pos)
+    /// inside the vocabulary, a table per pool and room for them in each.
+    fn check_input(&self, tables: Tables<'_>, tokens: &[u32], pos: usize) -> Result<(), Error> {
+        let pools = self.kv_pools().len();
+        check_input(
+            self.vocab_size(),
+            self.block_size(),
+            pools,
+            tables,
+            tokens,
+            pos,
+        )
     }
 
     /// Runs `tokens`, a chunk of one sequence's prompt starting at position
@@ -104,7 +145,7 @@ pub trait BatchModel: Send {
     /// size give the same result as one whole prefill.
     fn prefill(
         &mut self,
-        blocks: &[u32],
+        tables: Tables<'_>,
         tokens: &[u32],
         pos: usize,
         want_logits: bool,
@@ -130,7 +171,7 @@ pub trait BatchModel: Send {
                 let mut rows = Vec::with_capacity(c.tokens.len());
                 for (i, t) in c.tokens.iter().enumerate() {
                     let pos = c.pos.saturating_add(i);
-                    let row = self.prefill(c.blocks, std::slice::from_ref(t), pos, true)?;
+                    let row = self.prefill(c.tables, std::slice::from_ref(t), pos, true)?;
                     rows.push(row.ok_or_else(|| Error::Forward("prefill gave no logits".into()))?);
                 }
                 out.prefill
@@ -138,7 +179,7 @@ pub trait BatchModel: Send {
                 out.prompt.push(rows);
             } else {
                 out.prefill
-                    .push(self.prefill(c.blocks, c.tokens, c.pos, c.want_logits)?);
+                    .push(self.prefill(c.tables, c.tokens, c.pos, c.want_logits)?);
                 out.prompt.push(Vec::new());
             }
         }
@@ -177,11 +218,24 @@ mod tests {
             (&[0; 3], &[9; 12], 0, None),
         ];
         for (blocks, tokens, pos, want) in cases {
-            match (check_input(10, 4, blocks, tokens, pos), want) {
+            match (check_input(10, 4, 1, &[blocks], tokens, pos), want) {
                 (Ok(()), None) => {}
                 (Err(e), Some(w)) => assert!(e.to_string().contains(w), "{e}"),
                 (g, w) => panic!("{blocks:?} {tokens:?} {pos}: {g:?} vs {w:?}"),
             }
         }
+        // One table per pool, each with room.
+        let (short, long): (&[u32], &[u32]) = (&[0], &[0, 1]);
+        assert!(check_input(10, 4, 2, &[long, long], &[1; 5], 0).is_ok());
+        let err = check_input(10, 4, 2, &[long, short], &[1; 5], 0).unwrap_err();
+        assert!(
+            err.to_string().contains("past the sequence's 1 blocks"),
+            "{err}"
+        );
+        let err = check_input(10, 4, 2, &[long], &[1], 0).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("1 block tables for a model with 2 KV pools")
+        );
     }
 }

@@ -10,6 +10,13 @@
 //! never evicted. A lease reserves at creation every block it may ever need
 //! (less the cached ones it pins) and draws them as its sequence grows, so a
 //! sequence never finds the pool empty halfway through.
+//!
+//! A lease of a windowed group (sliding-window layers) gives back the blocks
+//! its window has left ([`BlockLease::release_before`]), through the same
+//! release as its drop: the table keeps its shape (position `p` is still in
+//! entry `p / block_size`) with [`RELEASED`] in the entries given back, and the
+//! reservation keeps its size, so a block given back can be drawn again by
+//! the same lease as the window moves on, never by another.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -17,6 +24,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use crate::Error;
 use crate::block_hash::BlockHash;
 use crate::kv_events::{KvEventLog, KvEventsPage};
+
+/// A block-table entry whose block was given back (outside its window).
+pub const RELEASED: u32 = u32::MAX;
 
 /// The state of one block.
 #[derive(Debug, Clone, Default)]
@@ -75,6 +85,9 @@ pub struct PoolStats {
     pub total: usize,
     /// Held or promised by live leases: what admission counts as used.
     pub reserved: usize,
+    /// Reserved blocks held now (the rest are promised and not drawn, or
+    /// given back by a window and promised again).
+    pub held: usize,
     /// Reserved blocks that are cached, shared by every lease holding them.
     pub pinned: usize,
     /// Reserved blocks that hold tokens.
@@ -257,6 +270,7 @@ impl BlockPool {
         let owed = total - blocks.len();
         inner.owed += owed;
         Ok(BlockLease {
+            released: 0,
             committed: cached,
             written: cached,
             cached,
@@ -279,6 +293,7 @@ impl BlockPool {
         PoolStats {
             total: inner.blocks.len(),
             reserved: inner.held + inner.owed,
+            held: inner.held,
             pinned: inner.pinned,
             filled: inner.filled,
             cached: inner
@@ -317,6 +332,8 @@ pub struct BlockLease {
     committed: usize,
     /// Leading blocks marked as holding tokens.
     written: usize,
+    /// Leading entries given back ([`RELEASED`]).
+    released: usize,
     /// Leading blocks that came from the cache.
     cached: usize,
     pool: Arc<Mutex<Inner>>,
@@ -324,19 +341,45 @@ pub struct BlockLease {
 
 impl BlockLease {
     /// The block table: block `i` holds the sequence's tokens
-    /// `i * block_size .. (i + 1) * block_size`.
+    /// `i * block_size .. (i + 1) * block_size`; entries given back are
+    /// [`RELEASED`].
     pub fn blocks(&self) -> &[u32] {
         &self.blocks
     }
 
-    /// Number of blocks held.
+    /// Entries in the table, given back or not.
     pub fn len(&self) -> usize {
         self.blocks.len()
     }
 
-    /// True when no blocks are held.
+    /// True when the table is empty.
     pub fn is_empty(&self) -> bool {
         self.blocks.is_empty()
+    }
+
+    /// Blocks held now: the table less the entries given back.
+    pub fn held(&self) -> usize {
+        self.blocks.len() - self.released
+    }
+
+    /// Gives back the blocks of entries `..n` not given back yet (a windowed
+    /// group's blocks its window has left), through the pool's one release;
+    /// they stay promised to this lease, so it may draw as many again. Their
+    /// entries become [`RELEASED`].
+    pub fn release_before(&mut self, n: usize) {
+        let n = n.min(self.blocks.len());
+        if n <= self.released {
+            return;
+        }
+        let mut inner = lock(&self.pool);
+        for entry in &mut self.blocks[self.released..n] {
+            inner.release(*entry);
+            *entry = RELEASED;
+        }
+        let given = n - self.released;
+        inner.owed += given;
+        self.owed += given;
+        self.released = n;
     }
 
     /// Leading blocks taken from the cache at creation (already computed).
@@ -390,7 +433,8 @@ impl BlockLease {
             return;
         }
         let mut inner = lock(&self.pool);
-        for &b in &self.blocks[self.written.min(written)..written] {
+        let from = self.written.min(written).max(self.released);
+        for &b in &self.blocks[from.min(written)..written] {
             let block = &mut inner.blocks[b as usize];
             if !block.written {
                 block.written = true;
@@ -400,7 +444,10 @@ impl BlockLease {
         self.written = self.written.max(written);
         let fresh = full.iter().zip(&self.blocks).skip(self.committed);
         for (&h, &b) in fresh {
-            if inner.index.contains_key(&h) || inner.blocks[b as usize].hash.is_some() {
+            if b == RELEASED
+                || inner.index.contains_key(&h)
+                || inner.blocks[b as usize].hash.is_some()
+            {
                 continue;
             }
             inner.index.insert(h, b);
@@ -420,7 +467,7 @@ impl Drop for BlockLease {
         inner.owed -= self.owed;
         // The tail first, so it is evicted first: a cached block is of use
         // only while every block before it is cached too.
-        for &b in self.blocks.iter().rev() {
+        for &b in self.blocks[self.released..].iter().rev() {
             inner.release(b);
         }
     }

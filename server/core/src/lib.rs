@@ -23,9 +23,9 @@ pub mod token_bytes;
 pub mod tokenizer;
 
 pub use api_keys::ApiKeys;
-pub use batch_model::{BatchModel, DecodeRow};
+pub use batch_model::{BatchModel, DecodeRow, PoolSpec, Tables};
 pub use block_hash::{BlockHash, BlockHasher};
-pub use block_pool::{BlockLease, BlockPool, PoolStats, Reservation};
+pub use block_pool::{BlockLease, BlockPool, PoolStats, RELEASED, Reservation};
 pub use chat_template::{ChatMessage, ChatTemplate, RenderOptions};
 pub use detokenizer::Detokenizer;
 pub use end_of_generation::EndOfGeneration;

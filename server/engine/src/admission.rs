@@ -2,31 +2,76 @@
 //! bound on how many wait, and the waiting line itself, whose head is
 //! admitted when both caps allow it: strict FIFO, so a head that does not fit
 //! stops the line.
+//!
+//! Blocks are counted per KV pool: a request reserves in the KV pool (the
+//! full-attention layers) its whole length's blocks, and in each window pool
+//! its window plus one prefill chunk, page-aligned, or its whole length when
+//! that is less ([`blocks_needed`]). It is admitted only when every pool can
+//! cover its reservation.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use ferrox_core::{BlockLease, BlockPool, Reservation};
+use ferrox_core::{BlockLease, PoolSpec};
 
 use crate::job::Job;
+use crate::kv_pools::KvPools;
 use crate::{EngineConfig, EngineError};
 
-/// KV blocks a request reserves for its whole life: prompt plus everything it
-/// may generate. Saturating: a sum past `usize::MAX` asks for every block.
-pub fn blocks_needed(prompt_tokens: usize, max_tokens: usize, block_size: usize) -> usize {
-    prompt_tokens
-        .saturating_add(max_tokens)
-        .div_ceil(block_size.max(1))
+/// KV blocks a request of `tokens` tokens (prompt plus everything it may
+/// generate) reserves for its whole life in a pool of window `window` (`None`:
+/// full attention), with prefill chunks of at most `prefill_chunk` tokens.
+/// Saturating: a sum past `usize::MAX` asks for every block.
+pub fn blocks_needed(
+    tokens: usize,
+    window: Option<usize>,
+    block_size: usize,
+    prefill_chunk: usize,
+) -> usize {
+    let whole = tokens.div_ceil(block_size.max(1));
+    match window {
+        None => whole,
+        Some(w) => {
+            let wide = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+            let bound = ferrox_plan::window_blocks(wide(w), wide(prefill_chunk), wide(block_size));
+            whole.min(usize::try_from(bound).unwrap_or(usize::MAX))
+        }
+    }
+}
+
+/// The most tokens one sequence may hold in `pool`, and the pool named with
+/// its numbers; `None` when any length fits (a window pool that holds a
+/// whole window's reservation).
+fn pool_limit(pool: &PoolSpec, config: &EngineConfig) -> Option<(usize, String)> {
+    let bs = config.block_size;
+    let tokens = pool.blocks.saturating_mul(bs);
+    match pool.window {
+        None => Some((
+            tokens,
+            format!("the KV pool's {} blocks of {bs} tokens", pool.blocks),
+        )),
+        Some(w) => {
+            let most = blocks_needed(usize::MAX, Some(w), bs, config.prefill_chunk);
+            (pool.blocks < most).then(|| {
+                let name = format!(
+                    "the {w}-token window pool's {} blocks of {bs} tokens, where a long \
+                     sequence reserves {most}",
+                    pool.blocks
+                );
+                (tokens, name)
+            })
+        }
+    }
 }
 
 /// Refuses, at submission, a request an empty server could not hold; returns
-/// the blocks it will reserve.
+/// the blocks it will reserve in each pool, in [`EngineConfig::pools`] order.
 pub fn check_fits(
     prompt_tokens: usize,
     max_tokens: usize,
     config: &EngineConfig,
-) -> Result<usize, EngineError> {
+) -> Result<Vec<usize>, EngineError> {
     if prompt_tokens == 0 {
         return Err(EngineError::invalid("prompt", "the prompt is empty"));
     }
@@ -38,17 +83,26 @@ pub fn check_fits(
     }
     // Client numbers: saturating, so no sum can wrap below the limit.
     let needed = prompt_tokens.saturating_add(max_tokens);
-    let pool_tokens = config.kv_blocks.saturating_mul(config.block_size);
-    let limit = config.max_model_len.min(pool_tokens);
-    if needed > limit {
+    let pools = config.pools();
+    let mut limit = (config.max_model_len, "--max-model-len".to_string());
+    for (tokens, name) in pools.iter().filter_map(|p| pool_limit(p, config)) {
+        if tokens < limit.0 {
+            limit = (tokens, name);
+        }
+    }
+    if needed > limit.0 {
         return Err(EngineError::TooLong {
             prompt_tokens,
             max_tokens,
             needed_tokens: needed,
-            limit_tokens: limit,
+            limit_tokens: limit.0,
+            limit: limit.1,
         });
     }
-    Ok(blocks_needed(prompt_tokens, max_tokens, config.block_size))
+    Ok(pools
+        .iter()
+        .map(|p| blocks_needed(needed, p.window, config.block_size, config.prefill_chunk))
+        .collect())
 }
 
 /// Requests submitted and not yet admitted, counted from submission (the
@@ -101,15 +155,15 @@ pub enum Blocked {
     Empty,
     /// `max_seqs` rows are already running.
     SeqCap,
-    /// The pool cannot cover its reservation, less the cached blocks it
-    /// would share.
+    /// A pool cannot cover its reservation, less the cached blocks it would
+    /// share.
     BlockCap,
 }
 
-/// A request let in, with the blocks it reserved.
+/// A request let in, with the blocks it reserved: one lease per pool.
 pub(crate) struct Admitted {
     pub job: Job,
-    pub lease: BlockLease,
+    pub leases: Vec<BlockLease>,
 }
 
 /// The worker's FIFO of requests not yet admitted.
@@ -161,14 +215,14 @@ impl WaitingLine {
         removed
     }
 
-    /// Admits the head if fewer than `max_seqs` rows run and `pool` can
-    /// reserve every block it may need, less the cached prefix it shares.
-    /// Nothing behind the head is ever considered.
+    /// Admits the head if fewer than `max_seqs` rows run and every pool can
+    /// reserve every block it may need there, less the cached prefix it
+    /// shares. Nothing behind the head is ever considered.
     pub fn pop_admissible(
         &mut self,
         running: usize,
         max_seqs: usize,
-        pool: &BlockPool,
+        pools: &KvPools,
     ) -> Result<Admitted, Blocked> {
         let head = self.jobs.front().ok_or(Blocked::Empty)?;
         if running >= max_seqs {
@@ -182,170 +236,15 @@ impl WaitingLine {
         } else {
             prompt.saturating_sub(1) / self.block_size
         };
-        let ask = Reservation {
-            hashes: &head.hashes,
-            max_cached,
-            now: prompt.div_ceil(self.block_size),
-            total: head.blocks,
-        };
-        let lease = pool.reserve(&ask).map_err(|_| Blocked::BlockCap)?;
+        let now = prompt.div_ceil(self.block_size);
+        let leases = pools
+            .reserve(&head.hashes, max_cached, now, &head.blocks)
+            .map_err(|_| Blocked::BlockCap)?;
         let job = self.jobs.pop_front().ok_or(Blocked::Empty)?;
         self.bound.leave();
-        Ok(Admitted { job, lease })
+        Ok(Admitted { job, leases })
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use ferrox_core::BlockHasher;
-
-    use super::*;
-    use crate::fixtures::{job, request};
-
-    fn config() -> EngineConfig {
-        EngineConfig {
-            max_model_len: 100,
-            block_size: 4,
-            kv_blocks: 20,
-            ..EngineConfig::default()
-        }
-    }
-
-    #[test]
-    fn refusal_at_the_door_names_the_numbers() {
-        // (prompt, max_tokens, expected)
-        let cases: Vec<(usize, usize, Result<usize, &str>)> = vec![
-            (10, 6, Ok(4)),
-            (10, 7, Ok(5)),
-            (0, 5, Err("prompt")),
-            (5, 0, Err("max_tokens")),
-            // The pool holds 80 tokens, less than max_model_len.
-            (70, 10, Ok(20)),
-            (70, 11, Err("81 tokens")),
-            (10, usize::MAX, Err("more than the server's limit")),
-            // Sums past usize::MAX saturate rather than wrap to a small count.
-            (5, usize::MAX, Err("max_tokens")),
-            (usize::MAX, usize::MAX, Err("TooLong")),
-            (1, usize::MAX - 1, Err("TooLong")),
-        ];
-        for (prompt, max, want) in cases {
-            let got = check_fits(prompt, max, &config());
-            match (got, want) {
-                (Ok(b), Ok(w)) => assert_eq!(b, w),
-                (Err(e), Err(w)) => {
-                    let text = format!("{e} {e:?}");
-                    assert!(text.contains(w), "{text}");
-                }
-                (g, w) => panic!("{prompt}+{max}: {g:?} vs {w:?}"),
-            }
-        }
-        let err = check_fits(70, 11, &config()).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "this request needs 81 tokens (70 prompt + 11 max_tokens), more than the \
-             server's limit of 80 tokens"
-        );
-    }
-
-    fn line(max: usize) -> (WaitingLine, Arc<LineBound>) {
-        let bound = Arc::new(LineBound::new(max));
-        (WaitingLine::new(Arc::clone(&bound), 4), bound)
-    }
-
-    /// Joins `prompt` + `max_tokens` to the line, hashed with `hasher`;
-    /// returns its id.
-    fn join(
-        l: &mut WaitingLine,
-        bound: &LineBound,
-        prompt: &[u32],
-        max: usize,
-        hasher: Option<&BlockHasher>,
-    ) -> u64 {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        bound.enter().unwrap();
-        let id = NEXT.fetch_add(1, Ordering::SeqCst);
-        let mut j = job(id, request(prompt, max), &config());
-        j.hashes = hasher.map_or_else(Vec::new, |h| h.chain(prompt));
-        l.push(j);
-        id
-    }
-
-    #[test]
-    fn the_bound_counts_from_the_door_to_admission_or_cancel() {
-        let (mut l, bound) = line(2);
-        let a = join(&mut l, &bound, &[1], 3, None);
-        join(&mut l, &bound, &[1], 3, None);
-        assert_eq!(bound.enter(), Err(EngineError::QueueFull { max_queue: 2 }));
-        let pool = BlockPool::new(8);
-        let got = l.pop_admissible(0, 4, &pool).ok().map(|x| x.job.id);
-        assert_eq!((got, bound.waiting()), (Some(a), 1));
-        assert_eq!(l.remove(|_| true).len(), 1);
-        assert_eq!((bound.waiting(), l.len()), (0, 0));
-        bound.leave();
-        assert_eq!(bound.waiting(), 0, "never below zero");
-    }
-
-    #[test]
-    fn strict_fifo_a_head_that_does_not_fit_stops_the_line() {
-        let (mut l, bound) = line(8);
-        let pool = BlockPool::new(8);
-        let _held = pool.allocate(4).unwrap();
-        // (prompt, max_tokens): 6 blocks, then 1.
-        let big = join(&mut l, &bound, &[1; 4], 20, None);
-        join(&mut l, &bound, &[1; 2], 2, None);
-        assert_eq!(l.pop_admissible(0, 4, &pool).err(), Some(Blocked::BlockCap));
-        assert_eq!(l.len(), 2, "the small one did not skip ahead");
-        assert_eq!(pool.used(), 4, "a refused head takes nothing");
-        drop(_held);
-        let first = l.pop_admissible(0, 4, &pool).ok().map(|a| a.job.id);
-        assert_eq!(first, Some(big));
-    }
-
-    #[test]
-    fn the_sequence_cap_and_the_empty_line() {
-        let (mut l, bound) = line(8);
-        let pool = BlockPool::new(8);
-        assert_eq!(l.pop_admissible(0, 1, &pool).err(), Some(Blocked::Empty));
-        join(&mut l, &bound, &[1], 1, None);
-        assert_eq!(l.pop_admissible(1, 1, &pool).err(), Some(Blocked::SeqCap));
-        assert!(l.pop_admissible(0, 1, &pool).is_ok());
-    }
-
-    #[test]
-    fn a_cached_prefix_is_pinned_not_reserved_twice() {
-        let h = BlockHasher::new("m", 4);
-        let (mut l, bound) = line(8);
-        let pool = BlockPool::new(8);
-        let prompt: Vec<u32> = (0..17).collect();
-        // 17 + 3 tokens: 5 blocks, 4 of them full prompt blocks.
-        join(&mut l, &bound, &prompt, 3, Some(&h));
-        let mut first = l.pop_admissible(0, 4, &pool).ok().unwrap().lease;
-        assert_eq!(first.cached_blocks(), 0);
-        first.commit(5, &h.chain(&prompt));
-        // While the first holds 5 of 8 blocks, an equal request needs only
-        // its own last block: it fits in the 3 left.
-        join(&mut l, &bound, &prompt, 3, Some(&h));
-        let second = l.pop_admissible(1, 4, &pool).ok().unwrap().lease;
-        assert_eq!(second.cached_blocks(), 4);
-        assert_eq!(pool.used(), 6);
-        // Without hashes (the cache off) the same request does not fit.
-        join(&mut l, &bound, &prompt, 3, None);
-        assert_eq!(l.pop_admissible(2, 4, &pool).err(), Some(Blocked::BlockCap));
-    }
-
-    #[test]
-    fn the_last_prompt_token_is_always_computed() {
-        let h = BlockHasher::new("m", 4);
-        let (mut l, bound) = line(8);
-        let pool = BlockPool::new(16);
-        let prompt: Vec<u32> = (0..8).collect();
-        join(&mut l, &bound, &prompt, 1, Some(&h));
-        let mut first = l.pop_admissible(0, 4, &pool).ok().unwrap().lease;
-        first.commit(2, &h.chain(&prompt));
-        drop(first);
-        // Both blocks are cached, but the second is recomputed.
-        join(&mut l, &bound, &prompt, 1, Some(&h));
-        let again = l.pop_admissible(0, 4, &pool).ok().unwrap().lease;
-        assert_eq!(again.cached_blocks(), 1);
-    }
-}
+mod tests;

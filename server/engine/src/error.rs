@@ -14,7 +14,7 @@ pub enum EngineError {
     /// The request could never fit, even on an empty server.
     #[error(
         "this request needs {needed_tokens} tokens ({prompt_tokens} prompt + {max_tokens} max_tokens), \
-         more than the server's limit of {limit_tokens} tokens"
+         more than the server's limit of {limit_tokens} tokens ({limit})"
     )]
     TooLong {
         /// Tokens in the prompt.
@@ -25,6 +25,9 @@ pub enum EngineError {
         needed_tokens: usize,
         /// The most tokens one sequence may use here.
         limit_tokens: usize,
+        /// What sets that limit: the longest sequence served, or the pool
+        /// that cannot hold more, with its numbers.
+        limit: String,
     },
     /// The waiting line is full; retry later.
     #[error("the server's waiting line is full ({max_queue} requests); retry later")]
@@ -38,19 +41,19 @@ pub enum EngineError {
     /// The worker thread is gone.
     #[error("the batching worker is not running")]
     WorkerGone,
-    /// The pool the scheduler was given is not the model's KV cache: a
+    /// The pools the scheduler was given are not the model's KV cache: a
     /// wiring bug, refused at start rather than found as a stray block.
     #[error(
-        "the model's KV cache holds {model_blocks} blocks of {model_block_size} tokens, \
-         but the engine was configured for {kv_blocks} blocks of {block_size}"
+        "the model's KV cache holds {model_pools} in blocks of {model_block_size} tokens, \
+         but the engine was configured for {pools} in blocks of {block_size}"
     )]
     PoolMismatch {
-        /// Blocks the model's cache holds.
-        model_blocks: usize,
+        /// The model's pools (`blocks` or `blocks (window w)` each).
+        model_pools: String,
         /// Tokens per block in the model's cache.
         model_block_size: usize,
-        /// Blocks the engine's config asked for.
-        kv_blocks: usize,
+        /// The pools the engine's config asked for, spelt the same way.
+        pools: String,
         /// Tokens per block the engine's config asked for.
         block_size: usize,
     },

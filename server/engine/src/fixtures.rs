@@ -5,10 +5,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use ferrox_core::batch_model::{PrefillChunk, StepLogits};
-use ferrox_core::{BatchModel, DecodeRow, Error};
+use ferrox_core::batch_model::{PrefillChunk, StepLogits, Tables};
+use ferrox_core::{BatchModel, DecodeRow, Error, PoolSpec, RELEASED};
 
-use crate::admission::blocks_needed;
+use crate::admission::check_fits;
 use crate::job::{Job, RequestId};
 use crate::{
     EngineConfig, Event, FinishReason, GenerationRequest, SamplingParams, TokenConstraint,
@@ -41,14 +41,18 @@ pub struct Chunk {
 }
 
 /// A model whose next token is always `(last + 1) % VOCAB`, over a paged "KV"
-/// that stores token ids in block slots: it fails on a position whose earlier
-/// slots in the block table hold nothing, or past the blocks given, and logs
-/// every context it attended to (the tokens of positions `0..=last`).
+/// that stores token ids in block slots, one store per pool: it fails on a
+/// position whose earlier slots in the block table hold nothing, or past the
+/// blocks given, and logs every context it attended to (the tokens of
+/// positions `0..=last`, in the first pool). A window pool's layers read only
+/// their window (positions `last - window + 1..=last`): a released block there
+/// is an error, and what they read must be what the first pool holds.
 pub struct FakeModel {
     pub block_size: usize,
     /// Logit of the predicted token; the others are 0.
     pub peak: f32,
-    kv: HashMap<u32, Vec<Option<u32>>>,
+    /// Slots by (pool, block).
+    kv: HashMap<(usize, u32), Vec<Option<u32>>>,
     pub calls: Arc<Mutex<Vec<Call>>>,
     /// Each run's whole context, in order.
     pub contexts: Arc<Mutex<Vec<Vec<u32>>>>,
@@ -65,8 +69,8 @@ pub struct FakeModel {
     pub stall: std::time::Duration,
     /// Once set, the next tick panics outside the step (the worker dies).
     pub die: Arc<AtomicBool>,
-    /// KV blocks it claims to hold (the pool must match).
-    pub num_blocks: usize,
+    /// The KV pools it claims to hold (the engine's must match).
+    pub pools: Vec<PoolSpec>,
 }
 
 impl FakeModel {
@@ -74,7 +78,7 @@ impl FakeModel {
     pub fn new(block_size: usize) -> Self {
         FakeModel {
             block_size,
-            num_blocks: config().kv_blocks,
+            pools: config().pools(),
             peak: 100.0,
             kv: HashMap::new(),
             calls: Arc::new(Mutex::new(Vec::new())),
@@ -88,29 +92,75 @@ impl FakeModel {
         }
     }
 
-    fn slot(&mut self, blocks: &[u32], pos: usize) -> Result<&mut Option<u32>, Error> {
+    fn slot(&mut self, pool: usize, blocks: &[u32], pos: usize) -> Result<&mut Option<u32>, Error> {
         let bs = self.block_size;
+        let size = self.pools.get(pool).map_or(0, |p| p.blocks);
         let block = *blocks
             .get(pos / bs)
             .ok_or_else(|| Error::Forward(format!("position {pos} past the sequence's blocks")))?;
-        let slots = self.kv.entry(block).or_insert_with(|| vec![None; bs]);
+        if block == RELEASED {
+            return Err(Error::Forward(format!(
+                "position {pos} of pool {pool} is in a released block"
+            )));
+        }
+        if block as usize >= size {
+            return Err(Error::Forward(format!(
+                "block {block} outside pool {pool} of {size}"
+            )));
+        }
+        let slots = self
+            .kv
+            .entry((pool, block))
+            .or_insert_with(|| vec![None; bs]);
         Ok(&mut slots[pos % bs])
     }
 
-    fn run(&mut self, blocks: &[u32], tokens: &[u32], pos: usize) -> Result<Vec<f32>, Error> {
+    /// What pool `pool`'s layers see of the sequence for `tokens` at `pos`,
+    /// after writing them: from the window's start (or 0) to the last token.
+    fn see(
+        &mut self,
+        pool: usize,
+        blocks: &[u32],
+        tokens: &[u32],
+        pos: usize,
+    ) -> Result<Vec<u32>, Error> {
+        let from = match self.pools.get(pool).and_then(|p| p.window) {
+            Some(w) => (pos + 1).saturating_sub(w),
+            None => 0,
+        };
+        let mut seen = Vec::with_capacity(pos - from + tokens.len());
+        for p in from..pos {
+            let t = self.slot(pool, blocks, p)?.ok_or_else(|| {
+                Error::Forward(format!("pos {pos} but pool {pool} has nothing at {p}"))
+            })?;
+            seen.push(t);
+        }
+        for (i, &t) in tokens.iter().enumerate() {
+            *self.slot(pool, blocks, pos + i)? = Some(t);
+            seen.push(t);
+        }
+        Ok(seen)
+    }
+
+    fn run(&mut self, tables: Tables<'_>, tokens: &[u32], pos: usize) -> Result<Vec<f32>, Error> {
         if self.poison.is_some_and(|p| tokens.contains(&p)) {
             return Err(Error::Forward("poisoned input".into()));
         }
-        let mut context = Vec::with_capacity(pos + tokens.len());
-        for p in 0..pos {
-            let t = self.slot(blocks, p)?.ok_or_else(|| {
-                Error::Forward(format!("pos {pos} but the KV has nothing at {p}"))
-            })?;
-            context.push(t);
+        if tables.len() != self.pools.len() {
+            return Err(Error::Forward(format!(
+                "{} tables for {} pools",
+                tables.len(),
+                self.pools.len()
+            )));
         }
-        for (i, &t) in tokens.iter().enumerate() {
-            *self.slot(blocks, pos + i)? = Some(t);
-            context.push(t);
+        let context = self.see(0, tables[0], tokens, pos)?;
+        for (pool, blocks) in tables.iter().enumerate().skip(1) {
+            let seen = self.see(pool, blocks, tokens, pos)?;
+            if !context.ends_with(&seen) {
+                return Err(Error::Forward(format!(
+                    "pool {pool} holds {seen:?}, the first pool {context:?}"
+                )));
+            }
         }
         let last = *context.last().ok_or(Error::Forward("no tokens".into()))?;
         self.contexts.lock().unwrap().push(context);
@@ -131,32 +181,33 @@ impl BatchModel for FakeModel {
         self.block_size
     }
 
-    fn num_blocks(&self) -> usize {
-        self.num_blocks
+    fn kv_pools(&self) -> Vec<PoolSpec> {
+        self.pools.clone()
     }
 
-    fn check_input(&self, blocks: &[u32], tokens: &[u32], pos: usize) -> Result<(), Error> {
+    fn check_input(&self, tables: Tables<'_>, tokens: &[u32], pos: usize) -> Result<(), Error> {
         if self.poison.is_some_and(|p| tokens.contains(&p)) {
             return Err(Error::Forward(
                 "this model cannot run the poison token".into(),
             ));
         }
-        ferrox_core::batch_model::check_input(VOCAB, self.block_size, blocks, tokens, pos)
+        let pools = self.pools.len();
+        ferrox_core::batch_model::check_input(VOCAB, self.block_size, pools, tables, tokens, pos)
     }
 
     fn prefill(
         &mut self,
-        blocks: &[u32],
+        tables: Tables<'_>,
         tokens: &[u32],
         pos: usize,
         want_logits: bool,
     ) -> Result<Option<Vec<f32>>, Error> {
         self.calls.lock().unwrap().push(Call::Prefill {
-            seq: blocks[0],
+            seq: first_block(tables),
             len: tokens.len(),
             pos,
         });
-        let logits = self.run(blocks, tokens, pos)?;
+        let logits = self.run(tables, tokens, pos)?;
         Ok(want_logits.then_some(logits))
     }
 
@@ -169,7 +220,7 @@ impl BatchModel for FakeModel {
             return Err(Error::Forward("injected".into()));
         }
         rows.iter()
-            .map(|r| self.run(r.blocks, &[r.token], r.pos))
+            .map(|r| self.run(r.tables, &[r.token], r.pos))
             .collect()
     }
 
@@ -181,7 +232,7 @@ impl BatchModel for FakeModel {
         decode: &[DecodeRow<'_>],
     ) -> Result<StepLogits, Error> {
         let chunks = prefill.iter().map(|c| Chunk {
-            seq: c.blocks.first().copied().unwrap_or(u32::MAX),
+            seq: first_block(c.tables),
             len: c.tokens.len(),
             pos: c.pos,
         });
@@ -206,22 +257,31 @@ impl BatchModel for FakeModel {
             let mut all = Vec::new();
             if c.all_logits {
                 for (i, t) in c.tokens.iter().enumerate() {
-                    all.push(self.run(c.blocks, std::slice::from_ref(t), c.pos + i)?);
+                    all.push(self.run(c.tables, std::slice::from_ref(t), c.pos + i)?);
                 }
             }
             let logits = match all.last() {
                 Some(last) => last.clone(),
-                None => self.run(c.blocks, c.tokens, c.pos)?,
+                None => self.run(c.tables, c.tokens, c.pos)?,
             };
             out.prefill.push(c.want_logits.then_some(logits));
             out.prompt.push(all);
         }
         out.decode = decode
             .iter()
-            .map(|r| self.run(r.blocks, &[r.token], r.pos))
+            .map(|r| self.run(r.tables, &[r.token], r.pos))
             .collect::<Result<_, Error>>()?;
         Ok(out)
     }
+}
+
+/// The first block of a sequence's first table: which sequence a call is for.
+fn first_block(tables: Tables<'_>) -> u32 {
+    tables
+        .first()
+        .and_then(|t| t.first())
+        .copied()
+        .unwrap_or(u32::MAX)
 }
 
 /// Token `i` reads as the letter `'a' + i % 26`.
@@ -252,6 +312,7 @@ pub fn config() -> EngineConfig {
         max_model_len: 64,
         block_size: 4,
         kv_blocks: 32,
+        windows: Vec::new(),
         decode_log_interval: 1,
         prefix_caching: true,
         cache_salt: "fake".into(),
@@ -261,7 +322,7 @@ pub fn config() -> EngineConfig {
 /// `req` as the door would queue it under `config` (no hashes; its events
 /// go nowhere).
 pub fn job(id: RequestId, req: GenerationRequest, config: &EngineConfig) -> Job {
-    let blocks = blocks_needed(req.prompt.len(), req.max_tokens, config.block_size);
+    let blocks = check_fits(req.prompt.len(), req.max_tokens, config).expect("fits");
     Job {
         id,
         req,

@@ -10,6 +10,7 @@ pub mod constraint;
 pub mod error;
 pub mod event;
 mod job;
+mod kv_pools;
 pub mod liveness;
 pub mod metrics;
 pub mod params;
@@ -17,6 +18,7 @@ pub mod plan_info;
 pub mod queue;
 mod ranking;
 mod row;
+mod row_kv;
 pub mod sampler;
 pub mod scheduler;
 pub mod status;
@@ -26,7 +28,7 @@ pub mod worker;
 #[cfg(test)]
 mod fixtures;
 
-pub use config::EngineConfig;
+pub use config::{EngineConfig, WindowPool};
 pub use constraint::TokenConstraint;
 pub use error::EngineError;
 pub use event::{Event, FinishReason, TokenLogprob, Usage};

@@ -5,7 +5,7 @@
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use ferrox_core::PoolStats;
+use ferrox_core::{PoolSpec, PoolStats};
 use prometheus::core::Collector;
 use prometheus::{
     Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
@@ -15,6 +15,7 @@ use prometheus::{
 use ferrox_plan::contract::metric;
 
 use crate::PlanInfo;
+use windows::{WindowGauges, ratio};
 
 /// Finish reasons always exported, even at zero.
 const FINISH_REASONS: [&str; 4] = ["stop", "length", "abort", "error"];
@@ -128,6 +129,7 @@ struct PlanSeries {
     max_seqs: IntGaugeVec,
     max_model_len: IntGaugeVec,
     memory_bytes: IntGaugeVec,
+    window_blocks: IntGaugeVec,
 }
 
 /// Every metric the server exports. Shared by the worker and the HTTP layer.
@@ -136,6 +138,7 @@ pub struct Metrics {
     waiting: IntGauge,
     running: IntGauge,
     kv: KvGauges,
+    windows: WindowGauges,
     prompt_tokens: IntCounter,
     generation_tokens: IntCounter,
     prefix_queries: IntCounter,
@@ -324,6 +327,7 @@ impl PlanSeries {
             "num_gpu_blocks",
             "gpu_memory_utilization",
             "enable_prefix_caching",
+            "sliding_window",
         ];
         Ok(PlanSeries {
             cache_config: int_gauges(
@@ -357,6 +361,12 @@ impl PlanSeries {
                 "The memory figure the plan was made from, by where it came from.",
                 &["source"],
             )?,
+            window_blocks: int_gauges(
+                r,
+                metric::PLAN_WINDOW_BLOCKS,
+                "Blocks of each window pool, by window.",
+                &[metric::WINDOW_LABEL],
+            )?,
         })
     }
 }
@@ -383,6 +393,7 @@ impl Metrics {
             waiting: int_gauge(&r, metric::WAITING, "Requests waiting for admission.")?,
             running: int_gauge(&r, metric::RUNNING, "Requests prefilling or decoding.")?,
             kv: KvGauges::new(&r)?,
+            windows: WindowGauges::new(&r)?,
             prompt_tokens: int_counter(
                 &r,
                 "ferrox_prompt_tokens_total",
@@ -424,11 +435,18 @@ impl Metrics {
         })
     }
 
-    /// Sets the gauges the worker owns.
-    pub fn set_gauges(&self, waiting: usize, running: usize, kv: &PoolStats) {
+    /// Sets the gauges the worker owns, from every pool: the KV pool's
+    /// (zeros for a model whose every layer has a window), each window
+    /// pool's, and the usage ratio of the fullest.
+    pub fn set_gauges(&self, waiting: usize, running: usize, pools: &[(PoolSpec, PoolStats)]) {
         let int = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         self.waiting.set(int(waiting));
         self.running.set(int(running));
+        let kv = pools
+            .iter()
+            .find(|(p, _)| p.window.is_none())
+            .map(|(_, s)| *s)
+            .unwrap_or_default();
         let g = &self.kv;
         g.reserved.set(int(kv.reserved));
         g.total.set(int(kv.total));
@@ -436,11 +454,13 @@ impl Metrics {
         g.cached.set(int(kv.cached));
         g.free.set(int(kv.free));
         g.filled.set(int(kv.filled));
-        g.ratio.set(if kv.total == 0 {
-            0.0
-        } else {
-            kv.reserved as f64 / kv.total as f64
-        });
+        g.ratio
+            .set(pools.iter().map(|(_, s)| ratio(s)).fold(0.0, f64::max));
+        for (p, s) in pools {
+            if let Some(w) = p.window {
+                self.windows.set(w, s);
+            }
+        }
     }
 
     /// Exports the plan the server runs with; call once at start (a later
@@ -453,6 +473,10 @@ impl Metrics {
             p.kv_blocks.to_string(),
             p.memory_utilization.to_string(),
             python_bool(p.prefix_caching).to_string(),
+            // vLLM's spelling: the model's window, or Python's `None`.
+            p.windows
+                .first()
+                .map_or_else(|| "None".to_string(), |w| w.window.to_string()),
         ];
         let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
         set_only(&s.cache_config, &labels, 1);
@@ -461,6 +485,13 @@ impl Metrics {
         set_only(&s.max_seqs, &[], p.max_seqs as u64);
         set_only(&s.max_model_len, &[], p.max_model_len as u64);
         set_only(&s.memory_bytes, &[&p.memory_source], p.memory_bytes);
+        s.window_blocks.reset();
+        for w in &p.windows {
+            let window = w.window.to_string();
+            if let Ok(g) = s.window_blocks.get_metric_with_label_values(&[&window]) {
+                g.set(i64::try_from(w.blocks).unwrap_or(i64::MAX));
+            }
+        }
     }
 
     /// Requests waiting for admission, as last published.
@@ -586,6 +617,8 @@ impl Metrics {
         }
     }
 }
+
+mod windows;
 
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,7 @@
 //! The capacity plan a server runs with, as its metrics export it.
 
+use crate::WindowPool;
+
 /// What the server planned at start, exported once through
 /// [`crate::Metrics::set_plan`] (`vllm:cache_config_info` and the
 /// `ferrox_plan_*` gauges), where the operator reads it back.
@@ -7,8 +9,10 @@
 pub struct PlanInfo {
     /// Tokens per KV block.
     pub block_size: usize,
-    /// KV blocks in the pool.
+    /// Blocks of the KV pool (full-attention layers).
     pub kv_blocks: usize,
+    /// The window pools, smallest window first.
+    pub windows: Vec<WindowPool>,
     /// The dtype the KV cache is held in (`f16`, `bf16`, `f32`).
     pub kv_dtype: String,
     /// Fraction of the memory figure the plan may use.

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use ferrox_core::{BlockHash, BlockHasher, BlockLease};
+use ferrox_core::{BlockHash, BlockHasher};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::EngineError;
@@ -12,6 +12,7 @@ use crate::event::{Event, FinishReason, TokenLogprob, Usage};
 use crate::job::{Job, RequestId};
 use crate::metrics::{Latency, Metrics};
 use crate::params::TokenText;
+use crate::row_kv::RowKv;
 use crate::sampler::{Sampled, Sampler, logprob_of};
 use crate::stop::{StopMatcher, StopStep};
 
@@ -27,8 +28,9 @@ pub(crate) enum Finish {
 /// A request that holds KV blocks: prefilling, then decoding.
 pub(crate) struct Row {
     pub id: RequestId,
-    /// Held for the row's whole life; returned when the row is dropped.
-    pub lease: BlockLease,
+    /// Its leases, one per pool, held for the row's whole life; returned
+    /// when the row is dropped (a window's blocks as it moves on).
+    pub kv: RowKv,
     pub prompt: Vec<u32>,
     /// Prompt tokens already in the KV (from the cache or computed).
     pub cursor: usize,
@@ -71,11 +73,11 @@ pub(crate) struct Row {
 impl Row {
     /// Turns an admitted job into a row whose prompt is in the KV as far as
     /// the lease's cached blocks reach, or refuses a prompt this model cannot
-    /// take (a token outside its vocabulary). On refusal the lease is dropped
-    /// with the returned error's caller.
+    /// take (a token outside its vocabulary). On refusal the leases are
+    /// dropped with the returned error's caller.
     pub fn admit(
         job: Job,
-        lease: BlockLease,
+        kv: RowKv,
         vocab_size: usize,
         block_size: usize,
     ) -> Result<Row, (UnboundedSender<Event>, EngineError)> {
@@ -120,9 +122,9 @@ impl Row {
         };
         Ok(Row {
             id: job.id,
-            cursor: lease.cached_blocks() * block_size,
-            cached: lease.cached_blocks() * block_size,
-            lease,
+            cursor: kv.cached_blocks() * block_size,
+            cached: kv.cached_blocks() * block_size,
+            kv,
             prompt_logprobs: req
                 .sampling
                 .prompt_logprobs
@@ -215,15 +217,14 @@ impl Row {
         } else {
             0
         };
-        self.lease
+        self.kv
             .commit(in_kv.div_ceil(self.block_size), &self.hashes[..full]);
     }
 
-    /// Draws from the lease's reservation the block the next token goes
-    /// into, if it starts one; a row past its reservation fails.
+    /// Draws from the full-attention leases' reservations the block the next
+    /// token goes into, if it starts one; a row past its reservation fails.
     pub fn grow_blocks(&mut self) {
-        let room = (self.prompt.len() + self.generated).div_ceil(self.block_size);
-        if let Err(e) = self.lease.grow(room) {
+        if let Err(e) = self.kv.grow(self.prompt.len() + self.generated) {
             self.end(Finish::Failed(EngineError::Model(e.to_string())));
         }
     }

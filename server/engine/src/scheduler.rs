@@ -9,18 +9,23 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use ferrox_core::batch_model::{PrefillChunk, StepLogits};
-use ferrox_core::{BatchModel, BlockHasher, BlockPool, DecodeRow, PoolStats};
+use ferrox_core::batch_model::StepLogits;
+use ferrox_core::{BatchModel, BlockHasher, PoolSpec, PoolStats};
 
 use crate::admission::{Admitted, LineBound, WaitingLine};
 use crate::job::{Job, RequestId};
+use crate::kv_pools::KvPools;
 use crate::metrics::{Latency, Metrics};
 use crate::queue::{EngineHandle, Shared};
 use crate::row::{Finish, Row, cancelled};
-use crate::status::{BatchGauges, DecodeReporter, MAX_LINE_IDS, PrefillFacts, prefill_line};
+use crate::row_kv::RowKv;
+use crate::status::{
+    BatchGauges, DecodeReporter, MAX_LINE_IDS, PoolGauge, PrefillFacts, prefill_line,
+};
 use crate::{EngineConfig, EngineError, Event, FinishReason, Usage};
 use prefill_plan::plan_prefill;
 use rayon::prelude::*;
+use step_batch::{chunk_input, decode_input, run_step, spell_pools};
 
 /// What one tick did, for the log and for tests.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -41,7 +46,9 @@ pub struct TickReport {
 /// The batching worker's state. The thread loop calls [`Scheduler::tick`].
 pub struct Scheduler<M: BatchModel> {
     model: M,
-    pool: BlockPool,
+    pools: KvPools,
+    /// Each pool's window (`None`: full attention), in the pools' order.
+    windows: Vec<Option<usize>>,
     shared: Arc<Shared>,
     rx: Receiver<Job>,
     waiting: WaitingLine,
@@ -59,7 +66,7 @@ pub struct Scheduler<M: BatchModel> {
 
 impl<M: BatchModel> Scheduler<M> {
     /// A scheduler over `model` that reports into `metrics`, and the handle
-    /// requests come in through. The pool is the model's KV cache: a config
+    /// requests come in through. The pools are the model's KV cache: a config
     /// that disagrees with the model's geometry is refused.
     pub fn new(
         model: M,
@@ -67,24 +74,28 @@ impl<M: BatchModel> Scheduler<M> {
         metrics: Arc<Metrics>,
         now: Instant,
     ) -> Result<(Self, EngineHandle), EngineError> {
-        let (model_blocks, model_block_size) = (model.num_blocks(), model.block_size());
-        if (model_blocks, model_block_size) != (config.kv_blocks, config.block_size) {
+        let (model_pools, model_block_size) = (model.kv_pools(), model.block_size());
+        if (&model_pools, model_block_size) != (&config.pools(), config.block_size) {
             return Err(EngineError::PoolMismatch {
-                model_blocks,
+                model_pools: spell_pools(&model_pools),
                 model_block_size,
-                kv_blocks: config.kv_blocks,
+                pools: spell_pools(&config.pools()),
                 block_size: config.block_size,
             });
         }
         let (tx, rx) = std::sync::mpsc::channel();
         let line = Arc::new(LineBound::new(config.max_queue));
+        if config.prefix_caching && !config.prefix_cache_on() {
+            tracing::warn!(
+                "prefix caching is off: the model has sliding-window layers, whose blocks \
+                 leave their window pool as the window moves"
+            );
+        }
         let hasher = config
-            .prefix_caching
+            .prefix_cache_on()
             .then(|| BlockHasher::new(&config.cache_salt, config.block_size));
-        // Two events a block life (stored, evicted), and room for a
-        // reader's poll interval; a reader further behind gets the held set.
         let kv_epoch = rand::random::<u64>() >> 11;
-        let pool = BlockPool::with_event_log(model_blocks, 2 * model_blocks + 1024, kv_epoch);
+        let pools = KvPools::new(&model_pools, kv_epoch);
         let shared = Arc::new(Shared {
             tx: Mutex::new((0, tx)),
             line: Arc::clone(&line),
@@ -97,11 +108,12 @@ impl<M: BatchModel> Scheduler<M> {
             tick_started: AtomicU64::new(0),
             metrics: Arc::clone(&metrics),
             config: config.clone(),
-            pool: pool.clone(),
+            pool: pools.first().clone(),
         });
         let scheduler = Scheduler {
             model,
-            pool,
+            windows: model_pools.iter().map(|p| p.window).collect(),
+            pools,
             reporter: DecodeReporter::new(config.decode_log_interval, now),
             shared: Arc::clone(&shared),
             rx,
@@ -141,14 +153,20 @@ impl<M: BatchModel> Scheduler<M> {
         self.shared.alive.store(false, Ordering::SeqCst);
     }
 
-    /// KV blocks reserved now.
+    /// KV blocks reserved now, over every pool.
     pub fn blocks_used(&self) -> usize {
-        self.pool.used()
+        self.pools.used()
     }
 
-    /// Where the pool's blocks are now.
+    /// Where the first pool's blocks are now (the KV pool's, when the model
+    /// has full-attention layers).
     pub fn pool_stats(&self) -> PoolStats {
-        self.pool.stats()
+        self.pools.first().stats()
+    }
+
+    /// Each pool and where its blocks are now.
+    pub fn pools_stats(&self) -> Vec<(PoolSpec, PoolStats)> {
+        self.pools.stats()
     }
 
     /// Rows admitted (prefilling or decoding).
@@ -265,13 +283,14 @@ impl<M: BatchModel> Scheduler<M> {
         let mut facts = PrefillFacts::default();
         let max_seqs = self.shared.config.max_seqs;
         let block_size = self.shared.config.block_size;
-        while let Ok(Admitted { job, lease }) =
+        while let Ok(Admitted { job, leases }) =
             self.waiting
-                .pop_admissible(self.rows.len(), max_seqs, &self.pool)
+                .pop_admissible(self.rows.len(), max_seqs, &self.pools)
         {
             self.metrics.observe(Latency::Queue, now - job.submitted);
             let prompt = job.req.prompt.len();
-            let cached = lease.cached_blocks() * block_size;
+            let kv = RowKv::new(&self.windows, leases, block_size);
+            let cached = kv.cached_blocks() * block_size;
             facts.new_seqs += 1;
             if let Some(id) =
                 (job.req.request_id.as_ref()).filter(|_| facts.ids.len() < MAX_LINE_IDS)
@@ -284,7 +303,7 @@ impl<M: BatchModel> Scheduler<M> {
             if self.shared.hasher.is_some() {
                 self.metrics.add_prefix_cache(prompt, cached);
             }
-            match Row::admit(job, lease, self.model.vocab_size(), block_size) {
+            match Row::admit(job, kv, self.model.vocab_size(), block_size) {
                 Ok(row) => {
                     self.prefill_order.push_back(row.id);
                     self.rows.insert(row.id, row);
@@ -336,8 +355,10 @@ impl<M: BatchModel> Scheduler<M> {
         (chunks, ids)
     }
 
-    /// Keeps the chunks and decode rows whose input the model accepts; ends
-    /// each of the others with the model's reason.
+    /// Keeps the chunks and decode rows whose input the model accepts, each
+    /// row's window pools first giving back the blocks their windows have
+    /// left and drawing those the step writes (the window reclaim, at the
+    /// step boundary); ends each of the others with the reason.
     fn checked_inputs(
         &mut self,
         chunks: Vec<(RequestId, usize)>,
@@ -349,8 +370,17 @@ impl<M: BatchModel> Scheduler<M> {
             let Some(row) = rows.get_mut(&id) else {
                 return false;
             };
+            let (len, pos) = {
+                let (tokens, pos) = input(row, n);
+                (tokens.len(), pos)
+            };
+            if let Err(e) = row.kv.prepare(pos, len) {
+                tracing::warn!(id, error = %e, "a row's window pool ran dry");
+                row.end(model_failed(e));
+                return false;
+            }
             let (tokens, pos) = input(row, n);
-            match model.check_input(row.lease.blocks(), tokens, pos) {
+            match model.check_input(&row.kv.tables(), tokens, pos) {
                 Ok(()) => true,
                 Err(e) => {
                     tracing::warn!(id, error = %e, "the model refused a row's input");
@@ -465,62 +495,28 @@ impl<M: BatchModel> Scheduler<M> {
             running: self.rows.len(),
             queued: self.shared.line.waiting(),
             tokens: self.rows.values().map(Row::kv_tokens).sum(),
-            kv_used: self.pool.used(),
-            kv_total: self.pool.total(),
+            pools: self
+                .pools
+                .stats()
+                .into_iter()
+                .map(|(spec, s)| PoolGauge {
+                    window: spec.window,
+                    used: s.reserved,
+                    total: s.total,
+                })
+                .collect(),
         }
     }
 
     fn publish(&self) {
         let g = self.gauges();
         self.metrics
-            .set_gauges(g.queued, g.running, &self.pool.stats());
+            .set_gauges(g.queued, g.running, &self.pools.stats());
     }
-}
-
-/// Runs `chunks` (prompt chunks by row id and length) and the decode rows
-/// `ids` through one [`BatchModel::step`].
-fn run_step<M: BatchModel>(
-    model: &mut M,
-    rows: &BTreeMap<RequestId, Row>,
-    chunks: &[(RequestId, usize)],
-    ids: &[RequestId],
-) -> Result<StepLogits, ferrox_core::Error> {
-    let prefill: Vec<PrefillChunk<'_>> = chunks
-        .iter()
-        .filter_map(|&(id, n)| rows.get(&id).map(|r| (r, chunk_input(r, n))))
-        .map(|(r, (tokens, pos))| PrefillChunk {
-            blocks: r.lease.blocks(),
-            tokens,
-            pos,
-            want_logits: pos + tokens.len() == r.prompt.len(),
-            all_logits: r.wants_prompt_logits(),
-        })
-        .collect();
-    let decode: Vec<DecodeRow<'_>> = ids
-        .iter()
-        .filter_map(|id| rows.get(id))
-        .map(|r| DecodeRow {
-            token: r.pending.unwrap_or_default(),
-            pos: r.decode_pos(),
-            blocks: r.lease.blocks(),
-        })
-        .collect();
-    model.step(&prefill, &decode)
 }
 
 /// Tries of one step before its rows fail.
 const FORWARD_TRIES: usize = 2;
-
-/// Prompt tokens and position of a row's next chunk of `n` tokens.
-fn chunk_input(r: &Row, n: usize) -> (&[u32], usize) {
-    let end = r.cursor.saturating_add(n).min(r.prompt.len());
-    (&r.prompt[r.cursor.min(end)..end], r.cursor)
-}
-
-/// The pending token and its position, of a decoding row.
-fn decode_input(r: &Row, _: usize) -> (&[u32], usize) {
-    (r.pending.as_slice(), r.decode_pos())
-}
 
 /// Samples from a row's logits, or ends the row if the model gave a row of
 /// the wrong size (that row's failure, not the batch's).
@@ -547,5 +543,6 @@ fn model_failed(why: impl ToString) -> Finish {
 }
 
 mod prefill_plan;
+mod step_batch;
 #[cfg(test)]
 mod tests;

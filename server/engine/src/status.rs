@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 /// Gauges both lines carry.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct BatchGauges {
     /// Rows prefilling or decoding.
     pub running: usize,
@@ -12,19 +12,53 @@ pub struct BatchGauges {
     pub queued: usize,
     /// Tokens held in the KV cache by running rows.
     pub tokens: usize,
-    /// KV blocks leased.
-    pub kv_used: usize,
-    /// KV blocks in the pool.
-    pub kv_total: usize,
+    /// Each KV pool: the KV pool (full attention), then the window pools.
+    pub pools: Vec<PoolGauge>,
+}
+
+/// One pool's blocks, for the lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolGauge {
+    /// The pool's window; `None` for the KV pool.
+    pub window: Option<usize>,
+    /// Blocks reserved.
+    pub used: usize,
+    /// Blocks in the pool.
+    pub total: usize,
+}
+
+impl PoolGauge {
+    /// Fraction reserved; 0 for an empty pool.
+    pub fn usage(&self) -> f64 {
+        if self.total == 0 {
+            0.0
+        } else {
+            self.used as f64 / self.total as f64
+        }
+    }
 }
 
 impl BatchGauges {
-    /// Fraction of the pool leased; 0 for an empty pool.
+    /// Fraction reserved of the fullest pool, the one that stops admission
+    /// first; 0 with no pool.
     pub fn usage(&self) -> f64 {
-        if self.kv_total == 0 {
-            0.0
+        self.pools.iter().map(PoolGauge::usage).fold(0.0, f64::max)
+    }
+
+    /// `, window usage: 0.10` (one figure per window pool), or nothing for a
+    /// model without sliding-window layers: a pool it does not have is left
+    /// out, not printed as zeros.
+    fn window_usage(&self) -> String {
+        let windows: Vec<String> = self
+            .pools
+            .iter()
+            .filter(|p| p.window.is_some())
+            .map(|p| format!("{:.2}", p.usage()))
+            .collect();
+        if windows.is_empty() {
+            String::new()
         } else {
-            self.kv_used as f64 / self.kv_total as f64
+            format!(", window usage: {}", windows.join(" "))
         }
     }
 }
@@ -48,12 +82,13 @@ pub const MAX_LINE_IDS: usize = 8;
 /// The line logged on each admission round.
 pub fn prefill_line(facts: &PrefillFacts, g: &BatchGauges) -> String {
     let mut line = format!(
-        "Prefill batch, #new-seq: {}, #new-token: {}, #cached-token: {}, token usage: {:.2}, \
+        "Prefill batch, #new-seq: {}, #new-token: {}, #cached-token: {}, token usage: {:.2}{}, \
          #running-req: {}, #queue-req: {}",
         facts.new_seqs,
         facts.new_tokens,
         facts.cached_tokens,
         g.usage(),
+        g.window_usage(),
         g.running,
         g.queued
     );
@@ -109,11 +144,12 @@ impl DecodeReporter {
         self.tokens_since = 0;
         self.last_line_at = now;
         Some(format!(
-            "Decode batch, #running-req: {}, #token: {}, token usage: {:.2}, \
+            "Decode batch, #running-req: {}, #token: {}, token usage: {:.2}{}, \
              gen throughput (token/s): {:.2}, #queue-req: {}",
             g.running,
             g.tokens,
             g.usage(),
+            g.window_usage(),
             throughput,
             g.queued
         ))
@@ -125,6 +161,14 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    fn kv(used: usize, total: usize) -> PoolGauge {
+        PoolGauge {
+            window: None,
+            used,
+            total,
+        }
+    }
 
     #[test]
     fn prefill_line_prints_the_facts() {
@@ -138,8 +182,7 @@ mod tests {
             running: 3,
             queued: 4,
             tokens: 50,
-            kv_used: 5,
-            kv_total: 20,
+            pools: vec![kv(5, 20)],
         };
         assert_eq!(
             prefill_line(&facts, &g),
@@ -166,8 +209,7 @@ mod tests {
             running: 2,
             queued: 0,
             tokens: 10,
-            kv_used: 1,
-            kv_total: 4,
+            pools: vec![kv(1, 4)],
         };
         let mut r = DecodeReporter::new(2, t0);
         assert_eq!(r.on_step(t0 + Duration::from_secs(1), 2, &g), None);
@@ -180,5 +222,47 @@ mod tests {
         assert!(line.contains("gen throughput (token/s): 8.00"), "{line}");
         let mut off = DecodeReporter::new(0, t0);
         assert_eq!(off.on_step(t0, 1, &g), None);
+    }
+
+    #[test]
+    fn a_window_pool_is_reported_beside_the_kv_pool() {
+        let window = |used, total| PoolGauge {
+            window: Some(1024),
+            used,
+            total,
+        };
+        let facts = PrefillFacts {
+            new_seqs: 1,
+            new_tokens: 9,
+            ..PrefillFacts::default()
+        };
+        // Token usage is the fuller pool's: the one admission stops on.
+        let g = BatchGauges {
+            running: 1,
+            pools: vec![kv(1, 10), window(3, 10)],
+            ..BatchGauges::default()
+        };
+        let line = prefill_line(&facts, &g);
+        assert!(
+            line.contains("token usage: 0.30, window usage: 0.30, #running-req: 1"),
+            "{line}"
+        );
+        let g = BatchGauges {
+            pools: vec![kv(8, 10), window(1, 10), window(5, 10)],
+            ..g
+        };
+        let line = DecodeReporter::new(1, Instant::now())
+            .on_step(Instant::now(), 1, &g)
+            .unwrap();
+        assert!(
+            line.contains("token usage: 0.80, window usage: 0.10 0.50, gen throughput"),
+            "{line}"
+        );
+        // No window pool, no window figure.
+        let plain = BatchGauges {
+            pools: vec![kv(1, 10)],
+            ..g
+        };
+        assert!(!prefill_line(&facts, &plain).contains("window"));
     }
 }

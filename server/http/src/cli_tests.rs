@@ -9,24 +9,36 @@ use ferrox_plan::{DeviceKind, KvDtype};
 use super::{Cli, Command};
 use crate::load::config::KvSizing;
 
+/// The sizing `--kv-blocks` and `--window-blocks` ask for.
+fn pools(kv_blocks: Option<u64>, window_blocks: Option<Vec<u64>>) -> KvSizing {
+    KvSizing::Pools(ferrox_plan::PoolSizes {
+        kv_blocks,
+        window_blocks,
+    })
+}
+
 #[test]
 fn the_operators_pod_args_parse_into_its_plan() {
     let dir = std::env::temp_dir().join(format!("ferrox-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let model = dir.join("m.gguf");
     std::fs::write(&model, b"not read by the parse").unwrap();
-    // (device, KV dtype, prefill chunk, waiting line) as specs set them.
+    // (device, KV dtype, prefill chunk, waiting line, window pools) as
+    // specs set them.
     let cases = [
-        (DeviceKind::Cpu, KvDtype::F16, None, None),
-        (DeviceKind::Cuda, KvDtype::Bf16, Some(256), Some(64)),
+        (DeviceKind::Cpu, KvDtype::F16, None, None, vec![]),
+        (DeviceKind::Cuda, KvDtype::Bf16, Some(256), Some(64), vec![]),
+        (DeviceKind::Cuda, KvDtype::Bf16, None, None, vec![5719]),
+        (DeviceKind::Cuda, KvDtype::Bf16, None, None, vec![300, 40]),
     ];
-    for (device, kv_dtype, prefill_chunk, max_queue) in cases {
+    for (device, kv_dtype, prefill_chunk, max_queue, window_blocks) in cases {
         let pod = PodArgs {
             model: model.display().to_string(),
             host: "0.0.0.0".into(),
             port: 8000,
             served_model_name: "smollm2".into(),
             kv_blocks: 2441,
+            window_blocks: window_blocks.clone(),
             block_size: 16,
             max_seqs: 19,
             max_model_len: 8192,
@@ -41,7 +53,8 @@ fn the_operators_pod_args_parse_into_its_plan() {
             panic!("not serve");
         };
         let c = args.into_config().unwrap();
-        assert_eq!(c.kv, KvSizing::Blocks(2441));
+        let windows = (!window_blocks.is_empty()).then_some(window_blocks);
+        assert_eq!(c.kv, pools(Some(2441), windows));
         assert_eq!(
             (c.max_seqs, c.block_size, c.max_model_len),
             (Some(19), 16, Some(8192))
@@ -100,7 +113,7 @@ fn each_examples_pod_args_parse_into_the_operators_plan() {
     std::fs::write(&model, b"not read by the parse").unwrap();
     let examples: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(EXAMPLES_POD_ARGS).unwrap();
-    assert_eq!(examples.len(), 4, "one entry per example");
+    assert_eq!(examples.len(), 5, "one entry per example");
     for (name, ex) in &examples {
         let plan = &ex["plan"];
         let mut args: Vec<String> = serde_json::from_value(ex["args"].clone()).unwrap();
@@ -113,7 +126,12 @@ fn each_examples_pod_args_parse_into_the_operators_plan() {
         };
         let c = args.into_config().unwrap();
         let n = |k: &str| plan[k].as_u64().unwrap();
-        assert_eq!(c.kv, KvSizing::Blocks(n("kvBlocks")), "{name}");
+        // A plan without a KV pool (every layer windowed) names none.
+        let kv = Some(n("kvBlocks")).filter(|&b| b > 0);
+        let windows: Option<Vec<u64>> = plan
+            .get("windowBlocks")
+            .map(|w| serde_json::from_value(w.clone()).unwrap());
+        assert_eq!(c.kv, pools(kv, windows), "{name}");
         assert_eq!(c.block_size as u64, n("blockSize"), "{name}");
         assert_eq!(c.max_seqs.map(|s| s as u64), Some(n("maxSeqs")), "{name}");
         assert_eq!(

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ferrox_core::{BatchModel, ChatMessage, DecodeRow, Error, RenderOptions};
+use ferrox_core::{BatchModel, ChatMessage, DecodeRow, Error, PoolSpec, RenderOptions, Tables};
 use ferrox_engine::{EngineConfig, TokenConstraint, TokenText};
 use ferrox_grammar::{GrammarSpec, Grammars, Vocab};
 
@@ -43,13 +43,16 @@ impl BatchModel for FakeModel {
         4
     }
 
-    fn num_blocks(&self) -> usize {
-        KV_BLOCKS
+    fn kv_pools(&self) -> Vec<PoolSpec> {
+        vec![PoolSpec {
+            window: None,
+            blocks: KV_BLOCKS,
+        }]
     }
 
     fn prefill(
         &mut self,
-        _blocks: &[u32],
+        _tables: Tables<'_>,
         tokens: &[u32],
         _pos: usize,
         want_logits: bool,
@@ -197,6 +200,7 @@ pub fn engine_config() -> EngineConfig {
         max_model_len: 128,
         block_size: 4,
         kv_blocks: KV_BLOCKS,
+        windows: Vec::new(),
         decode_log_interval: 0,
         prefix_caching: true,
         cache_salt: "fake".into(),

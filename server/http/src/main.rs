@@ -7,6 +7,8 @@ mod cli_tests;
 mod fixtures;
 mod load;
 mod openai;
+#[cfg(test)]
+mod pools_tests;
 mod serve;
 mod tools;
 
@@ -136,9 +138,15 @@ struct ServeArgs {
     /// figure, at most 16 on CPU and 256 on GPU, as the operator plans).
     #[arg(long = flag::MAX_SEQS, env = "FERROX_MAX_SEQS")]
     max_seqs: Option<usize>,
-    /// KV cache blocks in the pool (default: sized from the device's memory).
+    /// KV cache blocks in the pool of the full-attention layers (default:
+    /// sized from the device's memory).
     #[arg(long = flag::KV_BLOCKS, env = "FERROX_KV_BLOCKS", conflicts_with = "kv_cache_memory")]
     kv_blocks: Option<u64>,
+    /// Blocks of each window pool of a model with sliding-window layers, one
+    /// per window size, smallest window first, comma-separated (default: as
+    /// many typical sequences as the KV pool holds, or sized from memory).
+    #[arg(long = flag::WINDOW_BLOCKS, env = "FERROX_WINDOW_BLOCKS", value_delimiter = ',', conflicts_with = "kv_cache_memory")]
+    window_blocks: Option<Vec<u64>>,
     /// KV cache memory, e.g. 1GiB (default: sized from the device's memory).
     #[arg(long, env = "FERROX_KV_CACHE_MEMORY", value_parser = parse_bytes)]
     kv_cache_memory: Option<u64>,
@@ -285,10 +293,13 @@ impl ServeArgs {
             .unwrap_or_else(|| source.default_name());
         let model = self.fetch.resolve(&source)?;
         Ok(ServeConfig {
-            kv: match (self.kv_blocks, self.kv_cache_memory) {
-                (Some(n), _) => KvSizing::Blocks(n),
-                (None, Some(bytes)) => KvSizing::Memory(bytes),
-                (None, None) => KvSizing::Device,
+            kv: match (self.kv_blocks, self.window_blocks, self.kv_cache_memory) {
+                (None, None, Some(bytes)) => KvSizing::Memory(bytes),
+                (None, None, None) => KvSizing::Device,
+                (kv_blocks, window_blocks, _) => KvSizing::Pools(ferrox_plan::PoolSizes {
+                    kv_blocks,
+                    window_blocks,
+                }),
             },
             device: self.device,
             kv_dtype: self.kv_dtype,

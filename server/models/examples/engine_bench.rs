@@ -57,9 +57,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if prefill_len > 0 {
         let lease = pool.allocate(prefill_len.div_ceil(BLOCK))?;
         let p = prompt(0, prefill_len);
-        model.prefill(lease.blocks(), &p[..16.min(prefill_len)], 0, true)?; // warm-up
+        model.prefill(&[lease.blocks()], &p[..16.min(prefill_len)], 0, true)?; // warm-up
         let t = Instant::now();
-        model.prefill(lease.blocks(), &p, 0, true)?;
+        model.prefill(&[lease.blocks()], &p, 0, true)?;
         let secs = t.elapsed().as_secs_f64();
         println!(
             "prefill {prefill_len} tokens: {:.3} s = {:.1} tok/s",
@@ -73,18 +73,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map(|_| pool.allocate(per_seq))
             .collect::<Result<_, _>>()?;
         for (i, l) in leases.iter().enumerate() {
-            model.prefill(l.blocks(), &prompt(i + 1, context), 0, true)?;
+            model.prefill(&[l.blocks()], &prompt(i + 1, context), 0, true)?;
         }
         let mut tokens: Vec<u32> = (0..n as u32).map(|i| i + 2).collect();
         let t = Instant::now();
         for step in 0..steps {
-            let batch: Vec<DecodeRow<'_>> = leases
+            let tables: Vec<[&[u32]; 1]> = leases.iter().map(|l| [l.blocks()]).collect();
+            let batch: Vec<DecodeRow<'_>> = tables
                 .iter()
                 .zip(&tokens)
-                .map(|(l, &token)| DecodeRow {
+                .map(|(tables, &token)| DecodeRow {
                     token,
                     pos: context + step,
-                    blocks: l.blocks(),
+                    tables,
                 })
                 .collect();
             let logits = model.decode(&batch)?;

@@ -7,6 +7,11 @@
 //! reference in tests, and `--attention-backend gather`) gathers each
 //! sequence's slots, widens them to the queries' dtype and uses ordinary
 //! tensor ops.
+//!
+//! A layer attends through its KV group's cache (`KvStore::cache`) and its
+//! group's block table ([`SeqSpan::tables`]`[group]`). A windowed layer
+//! reads only its window on every path, so a windowed group's entries before
+//! the window's first block may be `RELEASED` (given back to the pool).
 
 use std::sync::Arc;
 
@@ -162,7 +167,7 @@ impl StepTables {
 /// table it reads), its scoring and window.
 #[derive(Debug, Clone, Copy)]
 pub struct LayerAttn {
-    /// The layer's index in the cache.
+    /// The layer's index in its group's cache.
     pub layer: usize,
     /// Its KV group: which of a span's tables it reads.
     pub group: usize,
@@ -366,7 +371,9 @@ fn window_mask(span: &SeqSpan, p: &AttnParams, device: &Device) -> Result<Tensor
 
 #[cfg(test)]
 mod tests {
-    use super::{AttentionBackend, SeqSpan, step_tables};
+    use ferrox_kernels::AttnParams;
+
+    use super::{AttentionBackend, SeqSpan, step_tables, window_mask};
 
     fn span(blocks: &[u32], start_pos: usize, n_tokens: usize) -> SeqSpan {
         SeqSpan {
@@ -396,7 +403,7 @@ mod tests {
     #[test]
     fn a_windowed_group_s_released_entries_are_not_checked() {
         // Position 9 with a window of 3 sees 7..=9: blocks 1 and 2 of 4.
-        let released = [u32::MAX, 6, 3];
+        let released = [ferrox_core::RELEASED, 6, 3];
         let spans = [span(&released, 9, 1)];
         let (tables, _, pos_of) = step_tables(&spans, (0, Some(3)), 4, 8).unwrap();
         assert_eq!((tables, pos_of), (released.to_vec(), vec![9]));
@@ -409,6 +416,30 @@ mod tests {
             "7 sees 3..=9: block 0 too"
         );
         assert!(step_tables(&spans, (0, None), 4, 8).is_err());
+    }
+
+    #[test]
+    fn a_window_masks_what_it_has_left() {
+        let mask = |start, n, window| {
+            let p = AttnParams {
+                window,
+                ..AttnParams::causal(16)
+            };
+            window_mask(&span(&[0, 1], start, n), &p, &candle_core::Device::Cpu)
+                .unwrap()
+                .squeeze(0)
+                .unwrap()
+                .to_vec2::<f32>()
+                .unwrap()
+                .iter()
+                .map(|r| r.iter().map(|&x| u8::from(x == 0.0)).collect::<Vec<_>>())
+                .collect::<Vec<_>>()
+        };
+        // Tokens at 5 and 6 with a window of 3 gather 3..=6: 5 sees 3..=5,
+        // 6 sees 4..=6.
+        assert_eq!(mask(5, 2, Some(3)), [vec![1, 1, 1, 0], vec![0, 1, 1, 1]]);
+        // Full attention: everything up to itself.
+        assert_eq!(mask(1, 2, None), [vec![1, 1, 0], vec![1, 1, 1]]);
     }
 
     #[test]

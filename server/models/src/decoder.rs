@@ -10,10 +10,10 @@ use candle_core::{Device, Tensor};
 use ferrox_kernels::AttnParams;
 use ferrox_plan::KvDtype;
 
-use crate::attention::{Heads, LayerAttn, SeqSpan, StepTables, attention, span_table};
+use crate::attention::{Heads, LayerAttn, SeqSpan, StepTables, attention};
 use crate::error::{Error, Result};
 use crate::fused::{Dims, FusedHead, FusedLayer, Scratch};
-use crate::kv_cache::KvCache;
+use crate::kv_store::KvStore;
 use crate::layer::{Ffn, Layer};
 use crate::linear::{Embedding, Linear, tensor_bytes};
 use crate::rope::Rope;
@@ -24,8 +24,6 @@ use crate::spec::{FeedForward, KvGroup, ModelSpec};
 pub struct Decoder {
     spec: ModelSpec,
     groups: Vec<KvGroup>,
-    /// Each layer's index into `groups`.
-    layer_group: Vec<usize>,
     embed: Embedding,
     layers: Vec<Layer>,
     norm: Tensor,
@@ -88,7 +86,6 @@ impl Decoder {
         };
         Ok(Decoder {
             groups: spec.kv_groups(),
-            layer_group: spec.layer_groups(),
             spec,
             embed,
             layers,
@@ -186,17 +183,14 @@ impl Decoder {
         }
     }
 
-    /// A KV cache for this model, held in `dtype`.
-    pub fn kv_cache(
-        &self,
-        num_blocks: usize,
-        block_size: usize,
-        dtype: KvDtype,
-    ) -> Result<KvCache> {
+    /// The KV cache of this model, held in `dtype`: group `g` of
+    /// [`Decoder::kv_groups`] gets a pool of `blocks[g]` blocks.
+    pub fn kv_store(&self, blocks: &[usize], block_size: usize, dtype: KvDtype) -> Result<KvStore> {
         let s = &self.spec;
-        KvCache::new(
+        KvStore::new(
+            &self.groups,
             s.layers.len(),
-            num_blocks,
+            blocks,
             block_size,
             s.kv_dim(),
             dtype,
@@ -204,20 +198,17 @@ impl Decoder {
         )
     }
 
-    /// Runs `step`, writing its K/V into `cache`; returns logits
+    /// Runs `step`, writing its K/V into `kv`; returns logits
     /// `(logits_for.len(), vocab)`, or `None` when none were asked for.
-    pub fn forward(&self, cache: &KvCache, step: &Step<'_>) -> Result<Option<Tensor>> {
-        let (positions, slots) = self.positions_and_slots(cache, step)?;
+    pub fn forward(&self, kv: &KvStore, step: &Step<'_>) -> Result<Option<Tensor>> {
+        let positions = self.positions(step)?;
         let pos = Tensor::new(positions.as_slice(), &self.device)?;
         let rope_rows = self
             .ropes
             .iter()
             .map(|r| r.gather(&pos))
             .collect::<Result<Vec<_>>>()?;
-        let slot_index = slots
-            .iter()
-            .map(|s| cache.slot_index(s, &self.device))
-            .collect::<Result<Vec<_>>>()?;
+        let slot_index = kv.slot_indices(&step.spans, &self.device)?;
         let mut x = self.embed.forward(step.tokens, &self.device)?;
         if let Some(scale) = self.spec.embed_scale {
             x = (x * f64::from(scale))?;
@@ -229,11 +220,12 @@ impl Decoder {
             .enumerate()
             .map(|(g, group)| {
                 let key = (g, group.window);
+                let cache = kv.cache(g);
                 StepTables::for_step(&step.spans, key, cache, &self.device, self.fused_attention)
             })
             .collect::<Result<Vec<_>>>()?;
         let ctx = LayerCtx {
-            cache,
+            kv,
             spans: &step.spans,
             tables: &tables,
             rope_rows: &rope_rows,
@@ -263,12 +255,8 @@ impl Decoder {
         }))
     }
 
-    /// Each token's position, and its slot in each KV group.
-    fn positions_and_slots(
-        &self,
-        cache: &KvCache,
-        step: &Step<'_>,
-    ) -> Result<(Vec<u32>, Vec<Vec<usize>>)> {
+    /// Each token's position.
+    fn positions(&self, step: &Step<'_>) -> Result<Vec<u32>> {
         let total: usize = step.spans.iter().map(|s| s.n_tokens).sum();
         if total != step.tokens.len() || total == 0 {
             return Err(Error::Input(format!(
@@ -283,7 +271,6 @@ impl Decoder {
         }
         let context = self.ropes.first().map_or(0, Rope::context);
         let mut positions = Vec::with_capacity(total);
-        let mut slots = vec![Vec::with_capacity(total); self.groups.len()];
         for span in step.spans.iter() {
             let end = span.start_pos + span.n_tokens;
             if end > context {
@@ -293,22 +280,17 @@ impl Decoder {
                 )));
             }
             positions.extend((span.start_pos..end).map(|p| p as u32));
-            for (g, group_slots) in slots.iter_mut().enumerate() {
-                let table = span_table(span, g)?;
-                for p in span.start_pos..end {
-                    group_slots.push(cache.slot(table, p)?);
-                }
-            }
         }
-        Ok((positions, slots))
+        Ok(positions)
     }
 
-    /// Layer `index`'s attention of `q` over the cache, by the step's spans.
+    /// Layer `index`'s attention of `q` over its group's cache, by the
+    /// step's spans.
     fn attend(&self, q: &Tensor, index: usize, ctx: &LayerCtx<'_>) -> Result<Tensor> {
         let (s, a) = (&self.spec, self.spec.layers[index].attention());
-        let group = self.layer_group[index];
+        let (group, local) = ctx.kv.group_of(index)?;
         let at = LayerAttn {
-            layer: index,
+            layer: local,
             group,
             heads: Heads {
                 heads: s.heads,
@@ -322,17 +304,14 @@ impl Decoder {
             },
         };
         let tables = ctx.tables[group].as_ref();
-        attention(q, ctx.cache, at, ctx.spans, tables, self.fused_attention)
+        let cache = ctx.kv.cache(group);
+        attention(q, cache, at, ctx.spans, tables, self.fused_attention)
     }
 
-    /// Layer `index`'s RoPE rows and KV slots for this step.
-    fn rows_and_slots<'c>(
-        &self,
-        index: usize,
-        ctx: &'c LayerCtx<'_>,
-    ) -> ((&'c Tensor, &'c Tensor), &'c Tensor) {
+    /// Layer `index`'s RoPE rows for this step.
+    fn rope_rows<'c>(&self, index: usize, ctx: &'c LayerCtx<'_>) -> (&'c Tensor, &'c Tensor) {
         let (cos, sin) = &ctx.rope_rows[self.spec.layers[index].attention().rope];
-        ((cos, sin), &ctx.slot_index[self.layer_group[index]])
+        (cos, sin)
     }
 
     /// The op-by-op layer: the reference, and the path of every device
@@ -364,10 +343,10 @@ impl Decoder {
         if let Some((qn, kn)) = &l.qk_norm {
             (q, k) = (norm(&q.contiguous()?, qn)?, norm(&k.contiguous()?, kn)?);
         }
-        let ((cos, sin), slots) = self.rows_and_slots(index, ctx);
+        let (cos, sin) = self.rope_rows(index, ctx);
         let q = Rope::apply(&q, cos, sin)?;
         let k = Rope::apply(&k, cos, sin)?.reshape((tokens, kv_dim))?;
-        ctx.cache.write(index, slots, &k, &v)?;
+        ctx.kv.write(index, ctx.slot_index, &k, &v)?;
         let mut a = l.o.forward(&self.attend(&q, index, ctx)?)?;
         if let Some(b) = &l.o_bias {
             a = a.broadcast_add(b)?;
@@ -404,7 +383,7 @@ impl Decoder {
         let tokens = x.dims()[0];
         let (q_dim, kv_dim) = (s.q_dim(), s.kv_dim());
         let dims = self.dims();
-        let (rows, slots) = self.rows_and_slots(index, ctx);
+        let rows = self.rope_rows(index, ctx);
         let qkv = l.qkv(x, rows, dims, &self.scratch)?;
         // Contiguous sections: views, no copies.
         let q = qkv
@@ -416,7 +395,7 @@ impl Decoder {
         let v = qkv
             .narrow(0, tokens * (q_dim + kv_dim), tokens * kv_dim)?
             .reshape((tokens, kv_dim))?;
-        ctx.cache.write(index, slots, &k, &v)?;
+        ctx.kv.write(index, ctx.slot_index, &k, &v)?;
         let a = self.attend(&q, index, ctx)?;
         l.attn_out(x, &a, dims.eps, &self.scratch)?;
         l.mlp(x, dims, &self.scratch)
@@ -425,7 +404,7 @@ impl Decoder {
 
 /// What every layer of a step shares.
 struct LayerCtx<'a> {
-    cache: &'a KvCache,
+    kv: &'a KvStore,
     spans: &'a Arc<[SeqSpan]>,
     /// Per KV group: its tables on the device, where a kernel reads them.
     tables: &'a [Option<Arc<StepTables>>],

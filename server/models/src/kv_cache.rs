@@ -1,7 +1,9 @@
-//! The paged KV cache: one K and one V tensor per layer of
-//! `num_blocks * block_size` token slots, in the KV dtype the plan counts.
-//! Which blocks belong to which sequence is the caller's business
-//! (ferrox-core's `BlockLease`); this only stores and addresses slots.
+//! The paged KV cache of one KV group: one K and one V tensor per layer of
+//! the group, of `num_blocks * block_size` token slots, in the KV dtype the
+//! plan counts. Which blocks belong to which sequence is the caller's
+//! business (ferrox-core's `BlockLease`); this only stores and addresses
+//! slots. A windowed group's tables hold `RELEASED` where the window has
+//! left; addressing such a position is an error, never a stray slot.
 
 use candle_core::{DType, Device, Tensor};
 use ferrox_plan::KvDtype;
@@ -118,7 +120,13 @@ impl KvCache {
                 blocks.len(),
                 self.block_size
             ))
-        })? as usize;
+        })?;
+        if block == ferrox_core::RELEASED {
+            return Err(Error::Input(format!(
+                "position {pos} is in a block its window gave back"
+            )));
+        }
+        let block = block as usize;
         if block >= self.num_blocks {
             return Err(Error::Input(format!(
                 "block {block} outside the pool of {}",

@@ -18,6 +18,7 @@ mod fused;
 pub mod gguf;
 pub mod holding;
 pub mod kv_cache;
+pub mod kv_store;
 pub mod layer;
 pub mod linear;
 pub mod memory;

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use candle_core::Device;
-use ferrox_plan::{DeviceKind, Footprint, Footprints, KvDtype, ModelGeometry};
+use ferrox_plan::{DeviceKind, Footprint, Footprints, KvDtype, ModelGeometry, SlidingWindow};
 use serde::Serialize;
 
 use crate::arch::Family;
@@ -58,8 +58,14 @@ pub struct ModelInfo {
     pub vocab_size: usize,
     /// MLP width.
     pub intermediate_size: usize,
-    /// The layers by KV kind: full attention, and each sliding window.
+    /// The layers by KV kind: full attention, and each sliding window
+    /// (which layer is which kind).
     pub kv_groups: Vec<KvGroup>,
+    /// The windowed groups as the plan counts them, window and number of
+    /// layers (absent: none): `ModelGeometry`'s field, which the operator
+    /// reads.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sliding_windows: Vec<SlidingWindow>,
     /// The weights and KV as held on each device.
     pub devices: Footprints,
     /// The half type a GPU computes this model in.
@@ -104,6 +110,7 @@ impl ModelInfo {
             intermediate_size: config.intermediate,
             kv_groups: config.kv_groups(),
             devices,
+            sliding_windows: config.sliding_windows(),
             model_half,
         })
     }
@@ -121,6 +128,7 @@ impl ModelInfo {
             hidden_size: self.hidden_size as u64,
             intermediate_size: self.intermediate_size as u64,
             vocab_size: self.vocab_size as u64,
+            sliding_windows: self.sliding_windows.clone(),
         }
     }
 }

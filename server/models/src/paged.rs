@@ -1,34 +1,50 @@
-//! The decoder and its paged KV cache behind the worker's `BatchModel` interface.
+//! The decoder and its paged KV cache behind the worker's `BatchModel`
+//! interface: one pool per KV group (the full-attention layers, each sliding
+//! window), each with a fixed number of blocks.
 
 use std::sync::Arc;
 
-use ferrox_core::batch_model::{PrefillChunk, StepLogits};
-use ferrox_core::{BatchModel, DecodeRow};
+use ferrox_core::batch_model::{PrefillChunk, StepLogits, Tables};
+use ferrox_core::{BatchModel, DecodeRow, PoolSpec};
 use ferrox_plan::KvDtype;
 
 use crate::attention::SeqSpan;
 use crate::decoder::{Decoder, Step};
 use crate::error::{Error, Result};
-use crate::kv_cache::KvCache;
+use crate::kv_store::KvStore;
 
-/// A decoder with a KV pool of a fixed number of blocks.
+/// A decoder with KV pools of a fixed number of blocks.
 #[derive(Debug)]
 pub struct PagedModel {
     decoder: Decoder,
-    cache: KvCache,
+    kv: KvStore,
 }
 
 impl PagedModel {
     /// Wraps `decoder` with a pool of `num_blocks` blocks of `block_size`
-    /// tokens, held in `kv_dtype`.
+    /// tokens for each of its KV groups, held in `kv_dtype`.
     pub fn new(
         decoder: Decoder,
         num_blocks: usize,
         block_size: usize,
         kv_dtype: KvDtype,
     ) -> Result<Self> {
-        let cache = decoder.kv_cache(num_blocks, block_size, kv_dtype)?;
-        Ok(PagedModel { decoder, cache })
+        let blocks = vec![num_blocks; decoder.kv_groups().len()];
+        Self::with_pools(decoder, &blocks, block_size, kv_dtype)
+    }
+
+    /// Wraps `decoder` with a pool of `blocks[g]` blocks of `block_size`
+    /// tokens for its KV group `g` (in [`Decoder::kv_groups`]' order: the
+    /// plan's KV pool first when the model has full-attention layers, then
+    /// its window pools), held in `kv_dtype`.
+    pub fn with_pools(
+        decoder: Decoder,
+        blocks: &[usize],
+        block_size: usize,
+        kv_dtype: KvDtype,
+    ) -> Result<Self> {
+        let kv = decoder.kv_store(blocks, block_size, kv_dtype)?;
+        Ok(PagedModel { decoder, kv })
     }
 
     /// The decoder.
@@ -46,12 +62,6 @@ impl PagedModel {
         &mut self.decoder
     }
 
-    /// One block table per KV group: until the worker keeps a table per
-    /// group, every group reads the sequence's one table.
-    fn tables(&self, blocks: &[u32]) -> Vec<Vec<u32>> {
-        vec![blocks.to_vec(); self.decoder.kv_groups().len()]
-    }
-
     fn run(
         &self,
         tokens: &[u32],
@@ -67,7 +77,7 @@ impl PagedModel {
         // loop is then joined by a thread that helps with it, instead of a
         // caller parked on a futex and woken per op (hundreds of ops a step
         // at one row). A GPU step stays on the thread that holds its context.
-        let forward = || self.decoder.forward(&self.cache, &step);
+        let forward = || self.decoder.forward(&self.kv, &step);
         let logits = if self.decoder.device().is_cpu() {
             rayon::scope(|_| forward())?
         } else {
@@ -96,7 +106,7 @@ impl PagedModel {
                 logits_for.push(tokens.len() - 1);
             }
             spans.push(SeqSpan {
-                tables: self.tables(c.blocks),
+                tables: owned(c.tables),
                 start_pos: c.pos,
                 n_tokens: c.tokens.len(),
             });
@@ -105,7 +115,7 @@ impl PagedModel {
             logits_for.push(tokens.len());
             tokens.push(r.token);
             spans.push(SeqSpan {
-                tables: self.tables(r.blocks),
+                tables: owned(r.tables),
                 start_pos: r.pos,
                 n_tokens: 1,
             });
@@ -116,6 +126,11 @@ impl PagedModel {
         let rows = self.run(&tokens, spans, &logits_for)?;
         Ok(split(prefill, rows))
     }
+}
+
+/// A row's tables, owned by the step.
+fn owned(tables: Tables<'_>) -> Vec<Vec<u32>> {
+    tables.iter().map(|t| t.to_vec()).collect()
 }
 
 /// Splits logit rows (every token's for a chunk that wanted all, the last
@@ -146,22 +161,22 @@ impl BatchModel for PagedModel {
     }
 
     fn block_size(&self) -> usize {
-        self.cache.block_size()
+        self.kv.block_size()
     }
 
-    fn num_blocks(&self) -> usize {
-        self.cache.num_blocks()
+    fn kv_pools(&self) -> Vec<PoolSpec> {
+        self.kv.pools()
     }
 
     fn prefill(
         &mut self,
-        blocks: &[u32],
+        tables: Tables<'_>,
         tokens: &[u32],
         pos: usize,
         want_logits: bool,
     ) -> std::result::Result<Option<Vec<f32>>, ferrox_core::Error> {
         let chunk = PrefillChunk {
-            blocks,
+            tables,
             tokens,
             pos,
             want_logits,

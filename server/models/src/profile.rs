@@ -54,19 +54,22 @@ impl ProfileShape {
 pub fn worst_step(model: &mut dyn BatchModel, shape: &ProfileShape) -> Result<()> {
     let tables = shape.tables();
     let prompt = vec![0u32; shape.prefill_chunk.max(1)];
+    // Every pool holds the profile's blocks: each group gets the same tables.
+    let groups = model.kv_pools().len();
+    let per_row: Vec<Vec<&[u32]>> = tables.iter().map(|t| vec![t.as_slice(); groups]).collect();
     let chunk = PrefillChunk {
-        blocks: &tables[0],
+        tables: &per_row[0],
         tokens: &prompt,
         pos: 0,
         want_logits: true,
         all_logits: false,
     };
-    let rows: Vec<DecodeRow<'_>> = tables[1..]
+    let rows: Vec<DecodeRow<'_>> = per_row[1..]
         .iter()
-        .map(|blocks| DecodeRow {
+        .map(|tables| DecodeRow {
             token: 0,
             pos: 0,
-            blocks,
+            tables,
         })
         .collect();
     model.step(&[chunk], &rows)?;
@@ -84,8 +87,8 @@ pub fn activation_bytes(before: &PoolReading, after: &PoolReading) -> u64 {
 }
 
 /// Profiles `decoder` on `device`: a temporary pool of the blocks `shape`
-/// needs, one worst-case step, and the activation bytes it took; returns
-/// the decoder (the pool is gone) and that figure.
+/// needs for each KV group, one worst-case step, and the activation bytes it
+/// took; returns the decoder (the pools are gone) and that figure.
 pub fn profile(
     decoder: Decoder,
     shape: &ProfileShape,
@@ -204,7 +207,10 @@ mod tests {
         assert_eq!(*meter.calls.borrow(), ["reset", "reading", "reading"]);
         // The decoder still serves: the real pool is made after the profile.
         let mut model = PagedModel::new(llama, 4, 16, KvDtype::F16).unwrap();
-        let logits = model.prefill(&[0], &[1, 2, 3], 0, true).unwrap().unwrap();
+        let logits = model
+            .prefill(&[&[0]], &[1, 2, 3], 0, true)
+            .unwrap()
+            .unwrap();
         assert_eq!(logits.len(), t.vocab);
     }
 }

@@ -3,6 +3,7 @@
 //! (`crate::arch`) maps its config and tensor names to this; the decoder and
 //! the kernels read only this.
 
+use ferrox_plan::{SlidingWindow, slides};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -308,13 +309,29 @@ impl ModelSpec {
         of
     }
 
-    /// Windows as wide as the context are full attention; checks the
-    /// numbers are usable, so the forward pass cannot index out of range.
+    /// The windowed groups as the capacity plan counts them (its
+    /// `ModelGeometry::sliding_windows`): each window and its layers' count.
+    pub fn sliding_windows(&self) -> Vec<SlidingWindow> {
+        self.kv_groups()
+            .iter()
+            .filter_map(|g| {
+                g.window.map(|w| SlidingWindow {
+                    window: w as u64,
+                    layers: g.layers.len() as u64,
+                })
+            })
+            .collect()
+    }
+
+    /// Windows that never slide in the trained context are full attention
+    /// (ferrox-plan's [`slides`], so the plan's pools are these groups);
+    /// checks the numbers are usable, so the forward pass cannot index out
+    /// of range.
     pub fn finish(mut self) -> Result<Self> {
         let context = self.context;
         for l in &mut self.layers {
             let Mixer::Attention(a) = &mut l.mixer;
-            if a.window.is_some_and(|w| w >= context) {
+            if a.window.is_some_and(|w| !slides(w as u64, context as u64)) {
                 a.window = None;
             }
         }
@@ -443,6 +460,44 @@ mod tests {
         let only_windowed = spec(&[Some(4), Some(4)]).finish().unwrap();
         assert_eq!(only_windowed.kv_groups().len(), 1);
         assert_eq!(only_windowed.layer_groups(), [0, 0]);
+        let at_context = spec(&[Some(256), Some(255)]).finish().unwrap();
+        let got: Vec<_> = at_context.kv_groups().iter().map(|g| g.window).collect();
+        assert_eq!(
+            got,
+            [None, Some(255)],
+            "a window of the context never slides"
+        );
+    }
+
+    /// The plan's pools are the decoder's groups: the same windows, layer
+    /// counts and order from the geometry `inspect` reports.
+    #[test]
+    fn the_plan_s_groups_are_the_spec_s() {
+        for windows in [
+            vec![Some(8), Some(8), None, Some(16), Some(8), None, Some(512)],
+            vec![Some(4), Some(4)],
+            vec![None, None],
+            vec![Some(255), Some(256), Some(1000)],
+        ] {
+            let s = spec(&windows).finish().unwrap();
+            let geometry = ferrox_plan::ModelGeometry {
+                layers: s.layers.len() as u64,
+                context_length: s.context as u64,
+                sliding_windows: s.sliding_windows(),
+                ..Default::default()
+            };
+            let plan: Vec<_> = geometry
+                .kv_groups()
+                .iter()
+                .map(|g| (g.window.map(|w| w as usize), g.layers as usize))
+                .collect();
+            let ours: Vec<_> = s
+                .kv_groups()
+                .iter()
+                .map(|g| (g.window, g.layers.len()))
+                .collect();
+            assert_eq!(plan, ours, "{windows:?}");
+        }
     }
 
     #[test]

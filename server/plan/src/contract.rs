@@ -20,8 +20,11 @@ pub mod flag {
     pub const PORT: &str = "port";
     /// The model name clients send.
     pub const SERVED_MODEL_NAME: &str = "served-model-name";
-    /// KV blocks in the pool.
+    /// Blocks of the KV pool (the full-attention layers).
     pub const KV_BLOCKS: &str = "kv-blocks";
+    /// Blocks of each window pool (sliding-window layers), smallest window
+    /// first, comma-separated.
+    pub const WINDOW_BLOCKS: &str = "window-blocks";
     /// Tokens per KV block.
     pub const BLOCK_SIZE: &str = "block-size";
     /// Most sequences at once.
@@ -51,8 +54,12 @@ pub struct ServeArgs {
     pub port: u16,
     /// The model name clients send.
     pub served_model_name: String,
-    /// KV blocks in the pool.
+    /// Blocks of the KV pool; 0 when every layer has a sliding window (the
+    /// flag is then left out).
     pub kv_blocks: u64,
+    /// Blocks of each window pool, smallest window first; empty for a model
+    /// without sliding-window layers.
+    pub window_blocks: Vec<u64>,
     /// Tokens per block.
     pub block_size: u64,
     /// Most sequences at once.
@@ -84,7 +91,13 @@ impl ServeArgs {
         push(flag::HOST, self.host.clone());
         push(flag::PORT, self.port.to_string());
         push(flag::SERVED_MODEL_NAME, self.served_model_name.clone());
-        push(flag::KV_BLOCKS, self.kv_blocks.to_string());
+        if self.kv_blocks > 0 || self.window_blocks.is_empty() {
+            push(flag::KV_BLOCKS, self.kv_blocks.to_string());
+        }
+        if !self.window_blocks.is_empty() {
+            let sizes: Vec<String> = self.window_blocks.iter().map(u64::to_string).collect();
+            push(flag::WINDOW_BLOCKS, sizes.join(","));
+        }
         push(flag::BLOCK_SIZE, self.block_size.to_string());
         push(flag::MAX_SEQS, self.max_seqs.to_string());
         push(flag::MAX_MODEL_LEN, self.max_model_len.to_string());
@@ -109,8 +122,20 @@ pub mod metric {
     pub const RUNNING: &str = "ferrox_requests_running";
     /// Requests ended, by `reason` (the autoscaler's sign of traffic between scrapes).
     pub const FINISHED: &str = "ferrox_requests_finished_total";
-    /// Reserved fraction of the KV pool.
+    /// Reserved fraction of the fullest pool (the KV pool, or a window pool
+    /// when that one is fuller): the one that stops admission first.
     pub const KV_USAGE: &str = "ferrox_kv_usage_ratio";
+    /// Window pool blocks reserved by running requests, by `window`.
+    pub const WINDOW_BLOCKS_USED: &str = "ferrox_window_blocks_used";
+    /// Window pool blocks, by `window`.
+    pub const WINDOW_BLOCKS_TOTAL: &str = "ferrox_window_blocks_total";
+    /// Window pool blocks holding a window now (the rest of the reserved
+    /// ones were given back as the windows moved, or are not drawn yet).
+    pub const WINDOW_BLOCKS_HELD: &str = "ferrox_window_blocks_held";
+    /// Reserved fraction of each window pool, by `window`.
+    pub const WINDOW_USAGE: &str = "ferrox_window_usage_ratio";
+    /// The label naming a window pool's window, in tokens.
+    pub const WINDOW_LABEL: &str = "window";
     /// vLLM's info gauge of the KV cache the server planned.
     pub const CACHE_CONFIG_INFO: &str = "vllm:cache_config_info";
     /// Weight bytes as planned.
@@ -123,6 +148,8 @@ pub mod metric {
     pub const PLAN_MAX_MODEL_LEN: &str = "ferrox_plan_max_model_len";
     /// The memory figure the plan was made from, by `source`.
     pub const PLAN_MEMORY_BYTES: &str = "ferrox_plan_memory_bytes";
+    /// Blocks of each window pool the server runs with, by `window`.
+    pub const PLAN_WINDOW_BLOCKS: &str = "ferrox_plan_window_blocks";
 }
 
 /// What the operator reads from each ferrox-router replica.
@@ -176,6 +203,7 @@ mod tests {
             port: 8000,
             served_model_name: "m".into(),
             kv_blocks: 2441,
+            window_blocks: Vec::new(),
             block_size: 16,
             max_seqs: 16,
             max_model_len: 8192,
@@ -201,5 +229,23 @@ mod tests {
             assert_eq!(value(f).as_deref(), want, "{f}");
         }
         assert_eq!(args.len(), 1 + 2 * 12);
+        // A model with windows gets its window pools; one whose every layer
+        // has a window has no KV pool to name.
+        let gemma = ServeArgs {
+            window_blocks: vec![5719],
+            ..a.clone()
+        };
+        let args = gemma.to_args();
+        let at = args.iter().position(|x| x == "--window-blocks").unwrap();
+        assert_eq!(args[at + 1], "5719");
+        assert!(args.contains(&"--kv-blocks".to_string()));
+        let mistral = ServeArgs {
+            kv_blocks: 0,
+            window_blocks: vec![3258, 100],
+            ..a
+        };
+        let args = mistral.to_args();
+        assert!(!args.contains(&"--kv-blocks".to_string()));
+        assert!(args.contains(&"3258,100".to_string()));
     }
 }

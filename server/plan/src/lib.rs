@@ -14,9 +14,17 @@
 use serde::{Deserialize, Serialize};
 
 pub mod contract;
+mod error;
 mod footprint;
+mod pools;
+mod window;
 
+pub use error::PlanError;
 pub use footprint::{DeviceKind, Footprint, Footprints};
+pub use pools::{PoolSizes, WindowPlan};
+pub use window::{KvGroupGeometry, SlidingWindow, slides, window_blocks};
+
+use pools::Layout;
 
 /// Element type of the KV cache: the one type the plan, the server's
 /// `--kv-dtype` and the operator's CRD share (lowercase on every wire).
@@ -110,10 +118,16 @@ pub struct ModelGeometry {
     /// Vocabulary size (0 if unknown).
     #[serde(default)]
     pub vocab_size: u64,
+    /// Layers that attend over a sliding window, by window; every other
+    /// layer attends to the whole sequence.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sliding_windows: Vec<SlidingWindow>,
 }
 
 impl ModelGeometry {
-    /// Bytes of K and V one token takes across all layers.
+    /// Bytes of K and V one token takes across all layers (what a token
+    /// costs while every layer holds it; windowed layers stop holding it
+    /// once it leaves their window).
     pub fn kv_bytes_per_token(&self) -> u64 {
         2 * self.layers * self.kv_heads * self.head_dim * self.kv_dtype.bytes()
     }
@@ -234,7 +248,7 @@ impl PlanConfig {
         }
     }
 
-    fn max_seqs_cap(&self) -> u64 {
+    pub(crate) fn max_seqs_cap(&self) -> u64 {
         self.max_seqs_cap.unwrap_or(DEFAULT_MAX_SEQS).max(1)
     }
 
@@ -271,19 +285,21 @@ impl Default for PlanConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Plan {
-    /// KV blocks in the pool.
+    /// Blocks in the KV pool: the full-attention layers' (0 when every layer
+    /// has a sliding window).
     pub kv_blocks: u64,
     /// Tokens per block.
     pub block_size: u64,
-    /// Concurrent sequences the server admits.
+    /// Concurrent sequences the server admits: typical sequences every pool
+    /// holds at once.
     pub max_seqs: u64,
-    /// Bytes of K and V per token.
+    /// Bytes of K and V per token in the full-attention layers.
     pub kv_bytes_per_token: u64,
-    /// Bytes of one block.
+    /// Bytes of one block of the KV pool.
     pub block_bytes: u64,
     /// Bytes of weights.
     pub weight_bytes: u64,
-    /// Bytes given to the KV pool.
+    /// Bytes of every pool together.
     pub kv_budget_bytes: u64,
     /// Bytes held back for one step's activations.
     pub activation_reserve_bytes: u64,
@@ -291,6 +307,10 @@ pub struct Plan {
     pub overhead_bytes: u64,
     /// Longest sequence served.
     pub max_model_len: u64,
+    /// The window pools beside the KV pool, smallest window first (none for a
+    /// model without sliding-window layers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<WindowPlan>,
 }
 
 impl Plan {
@@ -301,70 +321,11 @@ impl Plan {
             .saturating_add(self.activation_reserve_bytes)
             .saturating_add(self.overhead_bytes)
     }
-}
 
-/// Why no plan could be made.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum PlanError {
-    /// One full-length sequence does not fit in the memory given.
-    #[error(
-        "insufficient memory: {memory_bytes} bytes x {utilization} utilization = {usable_bytes} usable; \
-         weights take {weight_bytes}, activations and runtime {reserve_bytes}, leaving {available_bytes} \
-         for KV, but one {max_model_len}-token sequence needs {kv_per_seq_bytes} bytes of KV"
-    )]
-    InsufficientMemory {
-        /// Bytes of weights.
-        weight_bytes: u64,
-        /// KV bytes one full-length sequence needs (whole blocks).
-        kv_per_seq_bytes: u64,
-        /// Bytes left for KV after weights and reserves (0 if none).
-        available_bytes: u64,
-        /// Activation reserve plus runtime overhead.
-        reserve_bytes: u64,
-        /// `memory * utilization`.
-        usable_bytes: u64,
-        /// The utilization applied.
-        utilization: f64,
-        /// Memory given.
-        memory_bytes: u64,
-        /// Sequence length planned for.
-        max_model_len: u64,
-    },
-    /// A pool of a given size cannot hold one full-length sequence.
-    #[error(
-        "a pool of {kv_blocks} blocks of {block_size} tokens holds {pool_tokens} tokens, \
-         less than one {max_model_len}-token sequence"
-    )]
-    PoolTooSmall {
-        /// Blocks in the pool.
-        kv_blocks: u64,
-        /// Tokens per block.
-        block_size: u64,
-        /// `kv_blocks * block_size`.
-        pool_tokens: u64,
-        /// Sequence length planned for.
-        max_model_len: u64,
-    },
-    /// A pool of a given size does not fit in the memory there is.
-    #[error(
-        "the plan needs {total_bytes} bytes (weights {weight_bytes} + KV {kv_bytes} + activations and \
-         runtime {reserve_bytes}), more than the {memory_bytes} bytes there are"
-    )]
-    OverMemory {
-        /// Everything the plan counts.
-        total_bytes: u64,
-        /// Bytes of weights.
-        weight_bytes: u64,
-        /// Bytes of the KV pool.
-        kv_bytes: u64,
-        /// Activation reserve plus runtime overhead.
-        reserve_bytes: u64,
-        /// Memory there is.
-        memory_bytes: u64,
-    },
-    /// An input is out of range.
-    #[error("invalid plan input: {0}")]
-    Invalid(String),
+    /// Blocks of each window pool, smallest window first.
+    pub fn window_blocks(&self) -> Vec<u64> {
+        self.windows.iter().map(|w| w.kv_blocks).collect()
+    }
 }
 
 /// Blocks one sequence of `tokens` tokens needs.
@@ -372,7 +333,7 @@ pub fn blocks_for(tokens: u64, block_size: u64) -> u64 {
     tokens.div_ceil(block_size.max(1))
 }
 
-/// Plans the KV pool and sequence cap for `geometry` in `config`'s memory.
+/// Plans the KV pools and sequence cap for `geometry` in `config`'s memory.
 pub fn plan(geometry: &ModelGeometry, config: &PlanConfig) -> Result<Plan, PlanError> {
     check_inputs(geometry, config)?;
     let max_model_len = resolve_max_model_len(geometry, config.max_model_len)?;
@@ -383,21 +344,31 @@ pub fn plan(geometry: &ModelGeometry, config: &PlanConfig) -> Result<Plan, PlanE
     let available = usable
         .saturating_sub(geometry.weight_bytes)
         .saturating_sub(reserve);
-    let block_bytes = config
-        .block_size
-        .saturating_mul(geometry.kv_bytes_per_token());
-    let kv_blocks = available / block_bytes.max(1);
-    from_blocks(geometry, config, max_model_len, kv_blocks).map_err(|e| match e {
-        PlanError::PoolTooSmall { .. } => PlanError::InsufficientMemory {
-            weight_bytes: geometry.weight_bytes,
-            kv_per_seq_bytes: blocks_for(max_model_len, config.block_size) * block_bytes,
-            available_bytes: available,
-            reserve_bytes: reserve,
-            usable_bytes: usable,
-            utilization: config.utilization,
-            memory_bytes: config.memory_bytes,
+    let layout = Layout::new(geometry, config, max_model_len);
+    let pools = layout.split(available);
+    let planned = match layout.plan(geometry, config, max_model_len, &pools) {
+        // Each pool holds one sequence only by taking more than the budget.
+        Ok(_) if layout.bytes(&pools) > available => Err(PlanError::PoolTooSmall {
+            kv_blocks: 0,
+            block_size: config.block_size,
+            pool_tokens: 0,
             max_model_len,
-        },
+        }),
+        other => other,
+    };
+    planned.map_err(|e| match e {
+        PlanError::PoolTooSmall { .. } | PlanError::WindowPoolTooSmall { .. } => {
+            PlanError::InsufficientMemory {
+                weight_bytes: geometry.weight_bytes,
+                kv_per_seq_bytes: layout.most_bytes(),
+                available_bytes: available,
+                reserve_bytes: reserve,
+                usable_bytes: usable,
+                utilization: config.utilization,
+                memory_bytes: config.memory_bytes,
+                max_model_len,
+            }
+        }
         other => other,
     })
 }
@@ -414,9 +385,9 @@ pub enum MemoryKind {
 }
 
 /// Plans with no pool size given. In [`MemoryKind::Reserved`] memory this is
-/// [`plan`]. In [`MemoryKind::Free`] memory the pool is what `max_seqs_cap`
-/// full-length sequences and the prefix cache's allowance need
-/// ([`fit_blocks`]), never more than [`plan`] finds in `memory *
+/// [`plan`]. In [`MemoryKind::Free`] memory the pools are what `max_seqs_cap`
+/// full-length sequences need (with the prefix cache's allowance in the KV
+/// pool, [`fit_blocks`]), never more than [`plan`] finds in `memory *
 /// utilization`; the rule says which bound.
 pub fn plan_default(
     geometry: &ModelGeometry,
@@ -424,29 +395,67 @@ pub fn plan_default(
     memory: MemoryKind,
 ) -> Result<(Plan, SizingRule), PlanError> {
     let budget = plan(geometry, config)?;
-    let fit = fit_blocks(
-        config.max_seqs_cap(),
-        budget.max_model_len,
-        config.block_size,
-    );
-    if memory == MemoryKind::Reserved || fit >= budget.kv_blocks {
+    let layout = Layout::new(geometry, config, budget.max_model_len);
+    let fit = layout.fit(budget.max_model_len, config.block_size);
+    if memory == MemoryKind::Reserved || layout.bytes(&fit) >= budget.kv_budget_bytes {
         return Ok((budget, SizingRule::MemoryBudget));
     }
-    let fitted = from_blocks(geometry, config, budget.max_model_len, fit)?;
+    let fitted = layout.plan(geometry, config, budget.max_model_len, &fit)?;
     Ok((fitted, SizingRule::MaxSeqsFit))
 }
 
-/// Plans around a pool of exactly `kv_blocks` blocks (the server's
-/// `--kv-blocks`). When `config.memory_bytes` is not 0 the whole plan must
-/// fit in it (utilization is not applied: the blocks were chosen).
+/// Plans around a KV pool of exactly `kv_blocks` blocks (the server's
+/// `--kv-blocks`), any window pools sized to hold as many typical sequences;
+/// see [`plan_for_pools`].
 pub fn plan_for_blocks(
     geometry: &ModelGeometry,
     config: &PlanConfig,
     kv_blocks: u64,
 ) -> Result<Plan, PlanError> {
+    let sizes = PoolSizes {
+        kv_blocks: Some(kv_blocks),
+        window_blocks: None,
+    };
+    plan_for_pools(geometry, config, &sizes)
+}
+
+/// Plans around the pool sizes given (`--kv-blocks`, `--window-blocks`),
+/// deriving any not given so each pool holds as many typical sequences as the
+/// given ones. When `config.memory_bytes` is not 0 the whole plan must fit in
+/// it (utilization is not applied: the pools were chosen).
+pub fn plan_for_pools(
+    geometry: &ModelGeometry,
+    config: &PlanConfig,
+    sizes: &PoolSizes,
+) -> Result<Plan, PlanError> {
     check_inputs(geometry, config)?;
     let max_model_len = resolve_max_model_len(geometry, config.max_model_len)?;
-    let plan = from_blocks(geometry, config, max_model_len, kv_blocks)?;
+    let layout = Layout::new(geometry, config, max_model_len);
+    let pools = layout.sized(sizes)?;
+    within_memory(
+        config,
+        layout.plan(geometry, config, max_model_len, &pools)?,
+    )
+}
+
+/// Plans pools that together take `kv_bytes` (the server's
+/// `--kv-cache-memory`), split between them as [`plan`] splits a budget.
+pub fn plan_for_kv_bytes(
+    geometry: &ModelGeometry,
+    config: &PlanConfig,
+    kv_bytes: u64,
+) -> Result<Plan, PlanError> {
+    check_inputs(geometry, config)?;
+    let max_model_len = resolve_max_model_len(geometry, config.max_model_len)?;
+    let layout = Layout::new(geometry, config, max_model_len);
+    let pools = layout.split(kv_bytes);
+    within_memory(
+        config,
+        layout.plan(geometry, config, max_model_len, &pools)?,
+    )
+}
+
+fn within_memory(config: &PlanConfig, plan: Plan) -> Result<Plan, PlanError> {
     if config.memory_bytes != 0 && plan.total_bytes() > config.memory_bytes {
         return Err(PlanError::OverMemory {
             total_bytes: plan.total_bytes(),
@@ -457,43 +466,6 @@ pub fn plan_for_blocks(
         });
     }
     Ok(plan)
-}
-
-fn from_blocks(
-    geometry: &ModelGeometry,
-    config: &PlanConfig,
-    max_model_len: u64,
-    kv_blocks: u64,
-) -> Result<Plan, PlanError> {
-    let block_bytes = config
-        .block_size
-        .saturating_mul(geometry.kv_bytes_per_token());
-    if kv_blocks < blocks_for(max_model_len, config.block_size) {
-        return Err(PlanError::PoolTooSmall {
-            kv_blocks,
-            block_size: config.block_size,
-            pool_tokens: kv_blocks.saturating_mul(config.block_size),
-            max_model_len,
-        });
-    }
-    let typical = config
-        .typical_seq_len
-        .unwrap_or(max_model_len)
-        .clamp(1, max_model_len);
-    let max_seqs =
-        (kv_blocks / blocks_for(typical, config.block_size)).clamp(1, config.max_seqs_cap());
-    Ok(Plan {
-        kv_blocks,
-        block_size: config.block_size,
-        max_seqs,
-        kv_bytes_per_token: geometry.kv_bytes_per_token(),
-        block_bytes,
-        weight_bytes: geometry.weight_bytes,
-        kv_budget_bytes: kv_blocks.saturating_mul(block_bytes),
-        activation_reserve_bytes: config.activation_reserve(geometry),
-        overhead_bytes: config.overhead(geometry),
-        max_model_len,
-    })
 }
 
 fn resolve_max_model_len(geometry: &ModelGeometry, asked: Option<u64>) -> Result<u64, PlanError> {
@@ -515,6 +487,16 @@ fn check_inputs(geometry: &ModelGeometry, config: &PlanConfig) -> Result<(), Pla
     }
     if geometry.context_length == 0 {
         return invalid("contextLength must be at least 1");
+    }
+    if geometry.sliding_windows.iter().any(|s| s.window == 0) {
+        return invalid("a sliding window must be at least 1 token");
+    }
+    let windowed = geometry
+        .sliding_windows
+        .iter()
+        .fold(0u64, |n, s| n.saturating_add(s.layers));
+    if windowed > geometry.layers {
+        return invalid("slidingWindows name more layers than the model has");
     }
     if config.block_size == 0 {
         return invalid("blockSize must be at least 1");

@@ -47,10 +47,12 @@ fn stats(total: usize, reserved: usize, pinned: usize, cached: usize, free: usiz
     }
 }
 
-/// The stats without `filled`, which the tests that care check on their own.
+/// The stats without `filled` and `held`, which the tests that care check on
+/// their own.
 fn shape(pool: &BlockPool) -> PoolStats {
     PoolStats {
         filled: 0,
+        held: 0,
         ..pool.stats()
     }
 }
@@ -333,4 +335,62 @@ fn the_event_log_follows_what_is_cached_and_evicted() {
     drop(lease);
     // No log: empty pages.
     assert_eq!(BlockPool::new(2).kv_events(0, 0), KvEventsPage::default());
+}
+
+#[test]
+fn a_window_gives_blocks_back_and_keeps_its_reservation() {
+    let pool = BlockPool::new(10);
+    // A windowed lease: 4 blocks reserved, drawn as the sequence grows.
+    let mut lease = pool
+        .reserve(&Reservation {
+            total: 4,
+            ..Reservation::default()
+        })
+        .unwrap();
+    let other = pool.allocate(6).unwrap();
+    lease.grow(4).unwrap();
+    lease.commit(4, &[]);
+    assert_eq!((pool.stats().held, pool.stats().filled), (10, 4));
+    // The window has left the first two: they go back to the pool...
+    lease.release_before(2);
+    // `other` took ids 0..6 first.
+    assert_eq!(lease.blocks(), [RELEASED, RELEASED, 8, 9]);
+    assert_eq!((lease.held(), lease.len(), lease.capacity()), (2, 4, 6));
+    let s = pool.stats();
+    assert_eq!((s.held, s.filled, s.reserved, s.free), (8, 2, 10, 0));
+    // ...but stay promised to the lease: nobody else can take them.
+    assert!(pool.allocate(1).is_err());
+    // The table grows by the same entries, the positions keep their place.
+    lease.grow(6).unwrap();
+    assert_eq!(&lease.blocks()[..2], [RELEASED; 2]);
+    assert_eq!((lease.held(), pool.stats().held), (4, 10));
+    assert!(lease.grow(7).is_err(), "never past the reservation");
+    // Giving back again, or less, changes nothing; then more.
+    lease.release_before(1);
+    lease.release_before(2);
+    assert_eq!(lease.held(), 4);
+    lease.release_before(5);
+    assert_eq!((lease.held(), pool.stats().held, pool.used()), (1, 7, 10));
+    lease.commit(6, &[]);
+    // The drop gives back the rest, held and promised: nothing leaks.
+    drop(lease);
+    drop(other);
+    let s = pool.stats();
+    assert_eq!((s.reserved, s.held, s.filled, s.free), (0, 0, 0, 10));
+}
+
+#[test]
+fn a_window_releases_cached_blocks_to_the_cache() {
+    let pool = BlockPool::new(4);
+    let tokens = [1u32, 2, 3, 4, 5, 6];
+    let hashes = hasher().chain(&tokens);
+    let mut lease = pool.reserve(&ask(&hashes, 6, 0)).unwrap();
+    compute(&mut lease, &hashes, 6);
+    lease.release_before(1);
+    // The first block stays cached, unpinned; committing again skips it.
+    assert_eq!(shape(&pool), stats(4, 3, 2, 1, 0));
+    lease.commit(3, &hashes);
+    assert_eq!(pool.cached_prefix(&hashes), 3);
+    drop(lease);
+    assert_eq!(shape(&pool), stats(4, 0, 0, 3, 1));
 }

@@ -11,6 +11,7 @@ fn pool(reserved: usize, total: usize) -> PoolStats {
     PoolStats {
         total,
         reserved,
+        held: reserved,
         pinned: 2,
         filled: 4,
         cached: 6,
@@ -18,10 +19,18 @@ fn pool(reserved: usize, total: usize) -> PoolStats {
     }
 }
 
+/// The KV pool's spec (its size is in the stats).
+fn kv() -> PoolSpec {
+    PoolSpec {
+        window: None,
+        blocks: 0,
+    }
+}
+
 #[test]
 fn renders_every_series_with_its_value() {
     let m = Metrics::new().unwrap();
-    m.set_gauges(3, 2, &pool(5, 20));
+    m.set_gauges(3, 2, &[(kv(), pool(5, 20))]);
     m.add_prompt_tokens(7);
     m.add_generation_tokens(11);
     m.add_prefix_cache(40, 32);
@@ -101,6 +110,7 @@ fn the_plan_is_absent_until_set_then_exported_once() {
     let mut plan = PlanInfo {
         block_size: 16,
         kv_blocks: 1024,
+        windows: Vec::new(),
         kv_dtype: "f16".into(),
         memory_utilization: 0.9,
         prefix_caching: true,
@@ -116,7 +126,7 @@ fn the_plan_is_absent_until_set_then_exported_once() {
     // The labels come sorted by name; values as vLLM prints them.
     let info = "vllm:cache_config_info{block_size=\"16\",cache_dtype=\"f16\",\
                 enable_prefix_caching=\"True\",gpu_memory_utilization=\"0.9\",\
-                num_gpu_blocks=\"1024\"}";
+                num_gpu_blocks=\"1024\",sliding_window=\"None\"}";
     assert_eq!(value(&t, info), Some(1.0), "{t}");
     let cases: &[(&str, f64)] = &[
         ("ferrox_plan_weight_bytes", 1e8),
@@ -202,4 +212,63 @@ fn vllm_names_count_the_same_facts() {
         !t.contains("finished_reason=\"error\""),
         "vLLM counts no error reason"
     );
+}
+
+#[test]
+fn window_pools_are_reported_beside_the_kv_pool() {
+    let m = Metrics::new().unwrap();
+    m.set_gauges(0, 1, &[(kv(), pool(5, 20))]);
+    let t = m.render("m");
+    assert!(
+        !t.contains("ferrox_window_blocks_total{"),
+        "no window, no series:\n{t}"
+    );
+    let window = PoolSpec {
+        window: Some(1024),
+        blocks: 0,
+    };
+    let w = PoolStats {
+        total: 10,
+        reserved: 8,
+        held: 3,
+        free: 2,
+        ..PoolStats::default()
+    };
+    m.set_gauges(0, 1, &[(kv(), pool(5, 20)), (window, w)]);
+    let t = m.render("m");
+    let cases: &[(&str, f64)] = &[
+        ("ferrox_kv_blocks_used", 5.0),
+        ("ferrox_window_blocks_used{window=\"1024\"}", 8.0),
+        ("ferrox_window_blocks_total{window=\"1024\"}", 10.0),
+        ("ferrox_window_blocks_held{window=\"1024\"}", 3.0),
+        ("ferrox_window_usage_ratio{window=\"1024\"}", 0.8),
+        // Usage is the fuller pool's: what admission stops on, and what
+        // an autoscaler must read.
+        ("ferrox_kv_usage_ratio", 0.8),
+        ("vllm:kv_cache_usage_perc{model_name=\"m\"}", 0.8),
+    ];
+    for (series, want) in cases {
+        assert_eq!(value(&t, series), Some(*want), "{series}\n{t}");
+    }
+    // Every layer windowed: no KV pool, its gauges at zero.
+    m.set_gauges(0, 1, &[(window, w)]);
+    let t = m.render("m");
+    assert_eq!(value(&t, "ferrox_kv_blocks_total"), Some(0.0));
+    assert_eq!(value(&t, "ferrox_kv_usage_ratio"), Some(0.8));
+    // The plan names its window pools, and vLLM's label the window.
+    m.set_plan(&PlanInfo {
+        kv_blocks: 64,
+        windows: vec![crate::WindowPool {
+            window: 1024,
+            blocks: 97,
+        }],
+        ..PlanInfo::default()
+    });
+    let t = m.render("m");
+    assert_eq!(
+        value(&t, "ferrox_plan_window_blocks{window=\"1024\"}"),
+        Some(97.0),
+        "{t}"
+    );
+    assert!(t.contains("sliding_window=\"1024\""), "{t}");
 }

@@ -18,7 +18,7 @@ struct Rig {
 impl Rig {
     fn new(config: EngineConfig) -> Self {
         let mut model = FakeModel::new(config.block_size);
-        model.num_blocks = config.kv_blocks;
+        model.pools = config.pools();
         Rig::with_model(model, config)
     }
 
@@ -745,6 +745,7 @@ fn the_worker_thread_serves_and_idles() {
 mod constraint;
 mod prefix_cache;
 mod prompt_logprobs;
+mod window;
 #[test]
 fn liveness_sees_a_stalled_tick_and_a_dead_worker() {
     let bound = Duration::from_millis(100);
@@ -864,21 +865,24 @@ fn a_pool_that_is_not_the_models_cache_is_refused_at_start() {
         (cfg.kv_blocks, cfg.block_size * 2, false),
     ] {
         let mut model = FakeModel::new(block_size);
-        model.num_blocks = blocks;
+        model.pools = vec![ferrox_core::PoolSpec {
+            window: None,
+            blocks,
+        }];
         let metrics = Arc::new(Metrics::new().unwrap());
         match Scheduler::new(model, cfg.clone(), metrics, Instant::now()) {
             Ok((s, _)) => {
                 assert!(starts, "{blocks} x {block_size} started");
-                assert_eq!(s.pool.total(), cfg.kv_blocks);
+                assert_eq!(s.pool_stats().total, cfg.kv_blocks);
             }
             Err(e) => {
                 assert!(!starts, "{blocks} x {block_size} refused: {e}");
                 assert_eq!(
                     e,
                     EngineError::PoolMismatch {
-                        model_blocks: blocks,
+                        model_pools: format!("{blocks} blocks"),
                         model_block_size: block_size,
-                        kv_blocks: cfg.kv_blocks,
+                        pools: format!("{} blocks", cfg.kv_blocks),
                         block_size: cfg.block_size,
                     }
                 );

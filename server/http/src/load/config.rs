@@ -4,16 +4,18 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use ferrox_models::device::DeviceChoice;
-use ferrox_plan::KvDtype;
+use ferrox_plan::{KvDtype, PoolSizes};
 
 use crate::tools::parser::ParserChoice;
 
-/// How the KV pool is sized.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How the KV pools are sized.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KvSizing {
-    /// Exactly this many blocks.
-    Blocks(u64),
-    /// As many blocks as fit in this many bytes.
+    /// Pools of exactly these sizes (`--kv-blocks`, `--window-blocks`); a
+    /// pool not given holds as many typical sequences as the given ones.
+    Pools(PoolSizes),
+    /// As many blocks as fit in this many bytes, split between the pools as
+    /// the plan splits a budget.
     Memory(u64),
     /// What the plan leaves of `--memory-utilization` of the device's memory.
     Device,

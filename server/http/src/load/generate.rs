@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+use ferrox_core::BatchModel;
 use ferrox_core::ChatMessage;
 use ferrox_engine::{EngineConfig, Event, GenerationRequest, SamplingParams};
 use ferrox_models::Device;
@@ -69,10 +70,10 @@ pub fn run(config: &GenerateConfig) -> anyhow::Result<()> {
         max_queue: 1,
         max_model_len: info.context_length,
         block_size: config.block_size,
-        kv_blocks: blocks,
         decode_log_interval: 0,
         ..EngineConfig::default()
-    };
+    }
+    .with_pools(&model.kv_pools());
     // The worker thread ends with the process.
     let (handle, _worker) = ferrox_engine::worker::spawn(model, engine)?;
     let request = GenerationRequest {

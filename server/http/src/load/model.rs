@@ -4,14 +4,14 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use ferrox_engine::{EngineConfig, PlanInfo};
+use ferrox_engine::{EngineConfig, PlanInfo, WindowPool};
 use ferrox_models::ModelInfo;
 use ferrox_models::attention::AttentionBackend;
 use ferrox_models::memory::DeviceMemory;
 use ferrox_models::memory::MemorySource;
 use ferrox_plan::{
     DEFAULT_TYPICAL_SEQ_LEN, DeviceKind, KvDtype, MemoryKind, Plan, PlanConfig, plan_default,
-    plan_for_blocks,
+    plan_for_kv_bytes, plan_for_pools,
 };
 
 use crate::load::config::{KvSizing, ServeConfig};
@@ -63,15 +63,21 @@ pub fn size(
         activation_reserve_bytes: activation,
         ..PlanConfig::for_device(device)
     };
-    let block_bytes = (config.block_size * geometry.kv_bytes_per_token()).max(1);
-    let (planned, sized_by) = match cfg.kv {
+    let (planned, sized_by) = match &cfg.kv {
         KvSizing::Device => match plan_default(&geometry, &config, memory_kind(memory.source)) {
             Ok((p, rule)) => (Ok(p), rule.name()),
             Err(e) => (Err(e), "memory-budget"),
         },
-        KvSizing::Blocks(n) => (plan_for_blocks(&geometry, &config, n), "kv-blocks"),
+        KvSizing::Pools(sizes) => (
+            plan_for_pools(&geometry, &config, sizes),
+            if sizes.kv_blocks.is_some() {
+                "kv-blocks"
+            } else {
+                "window-blocks"
+            },
+        ),
         KvSizing::Memory(bytes) => (
-            plan_for_blocks(&geometry, &config, bytes / block_bytes),
+            plan_for_kv_bytes(&geometry, &config, *bytes),
             "kv-cache-memory",
         ),
     };
@@ -94,6 +100,17 @@ pub fn size(
         max_model_len: plan.max_model_len as usize,
         block_size: cfg.block_size,
         kv_blocks: usize::try_from(plan.kv_blocks).context("the KV pool is too large")?,
+        windows: plan
+            .windows
+            .iter()
+            .map(|w| {
+                Ok(WindowPool {
+                    window: usize::try_from(w.window)?,
+                    blocks: usize::try_from(w.kv_blocks)?,
+                })
+            })
+            .collect::<Result<_, std::num::TryFromIntError>>()
+            .context("a window pool is too large")?,
         decode_log_interval: cfg.decode_log_interval,
         prefix_caching: cfg.prefix_caching,
         // Everything but the tokens that decides what a block's KV holds.
@@ -114,9 +131,10 @@ impl Sizing {
         PlanInfo {
             block_size: self.engine.block_size,
             kv_blocks: self.engine.kv_blocks,
+            windows: self.engine.windows.clone(),
             kv_dtype: self.kv_dtype.name().to_string(),
             memory_utilization: cfg.memory_utilization,
-            prefix_caching: self.engine.prefix_caching,
+            prefix_caching: self.engine.prefix_cache_on(),
             weight_bytes: self.plan.weight_bytes,
             kv_block_bytes: self.plan.block_bytes,
             memory_bytes: self.memory.bytes,
@@ -146,7 +164,7 @@ fn hints(cfg: &ServeConfig, kv_dtype: KvDtype) -> Vec<&'static str> {
     }
     out.push(match cfg.kv {
         KvSizing::Device => "a higher --memory-utilization",
-        KvSizing::Blocks(_) => "fewer --kv-blocks",
+        KvSizing::Pools(_) => "fewer --kv-blocks or --window-blocks",
         KvSizing::Memory(_) => "a different --kv-cache-memory",
     });
     out.push("or more memory");
@@ -207,9 +225,11 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
         }
     };
     log_plan(&sizing);
-    let model = ferrox_models::PagedModel::new(
+    // One pool per KV group, in the order the model lists its groups.
+    let blocks: Vec<usize> = sizing.engine.pools().iter().map(|p| p.blocks).collect();
+    let model = ferrox_models::PagedModel::with_pools(
         decoder,
-        sizing.engine.kv_blocks,
+        &blocks,
         sizing.engine.block_size,
         sizing.kv_dtype,
     )
@@ -241,6 +261,16 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
 /// The plan, once, at start.
 fn log_plan(s: &Sizing) {
     let p = &s.plan;
+    let windows: Vec<String> = p
+        .windows
+        .iter()
+        .map(|w| {
+            format!(
+                "{} blocks of {} layers' {}-token windows",
+                w.kv_blocks, w.layers, w.window
+            )
+        })
+        .collect();
     tracing::info!(
         kv_blocks = p.kv_blocks,
         block_size = p.block_size,
@@ -253,7 +283,8 @@ fn log_plan(s: &Sizing) {
         memory_bytes = s.memory.bytes,
         memory_source = s.memory.source.as_str(),
         rule = s.sized_by,
-        prefix_caching = s.engine.prefix_caching,
+        window_pools = windows.join(", "),
+        prefix_caching = s.engine.prefix_cache_on(),
         max_model_len = p.max_model_len,
         plan_max_seqs = p.max_seqs,
         max_seqs = s.engine.max_seqs,
@@ -265,7 +296,7 @@ fn log_plan(s: &Sizing) {
 mod tests {
     use std::time::Duration;
 
-    use ferrox_models::{Format, ModelInfo};
+    use ferrox_models::{Format, KvGroup, ModelInfo};
     use ferrox_plan::{Footprint, Footprints};
 
     use super::*;
@@ -290,13 +321,25 @@ mod tests {
             heads: 0,
             vocab_size: 0,
             intermediate_size: 0,
-            kv_groups: Vec::new(),
+            kv_groups: vec![KvGroup {
+                window: None,
+                layers: vec![0, 1],
+            }],
             devices: Footprints {
                 cpu: fp(1000),
                 cuda: fp(500),
             },
+            sliding_windows: Vec::new(),
             model_half: KvDtype::Bf16,
         }
+    }
+
+    /// `--kv-blocks n`.
+    fn blocks(n: u64) -> KvSizing {
+        KvSizing::Pools(ferrox_plan::PoolSizes {
+            kv_blocks: Some(n),
+            window_blocks: None,
+        })
     }
 
     fn serve_config(kv: KvSizing, max_model_len: Option<usize>) -> ServeConfig {
@@ -350,27 +393,17 @@ mod tests {
                 Some(((gib / 2 - base) / 512, 256, "memory-budget")),
             ),
             (KvSizing::Device, None, 2 * base, None),
-            (
-                KvSizing::Blocks(16),
-                None,
-                gib,
-                Some((16, 256, "kv-blocks")),
-            ),
-            (KvSizing::Blocks(15), None, gib, None),
-            (
-                KvSizing::Blocks(8),
-                Some(128),
-                gib,
-                Some((8, 128, "kv-blocks")),
-            ),
+            (blocks(16), None, gib, Some((16, 256, "kv-blocks"))),
+            (blocks(15), None, gib, None),
+            (blocks(8), Some(128), gib, Some((8, 128, "kv-blocks"))),
             // Explicit pools are checked against all the memory (no utilization).
             (
-                KvSizing::Blocks(16),
+                blocks(16),
                 None,
                 base + 16 * 512,
                 Some((16, 256, "kv-blocks")),
             ),
-            (KvSizing::Blocks(16), None, base + 16 * 512 - 1, None),
+            (blocks(16), None, base + 16 * 512 - 1, None),
             (
                 KvSizing::Memory(20 * 512 + 5),
                 None,
@@ -385,7 +418,7 @@ mod tests {
                 DeviceKind::Cpu,
                 memory(mem),
                 None,
-                &serve_config(kv, len),
+                &serve_config(kv.clone(), len),
             );
             let got = got.ok().map(|s| {
                 assert_eq!(s.plan.activation_reserve_bytes, act);
@@ -466,7 +499,7 @@ mod tests {
 
     #[test]
     fn the_device_decides_weights_and_kv_dtype() {
-        let cfg = serve_config(KvSizing::Blocks(16), None);
+        let cfg = serve_config(blocks(16), None);
         let cpu = size(&info(), DeviceKind::Cpu, memory(1 << 30), None, &cfg).unwrap();
         let gpu = size(&info(), DeviceKind::Cuda, memory(1 << 30), None, &cfg).unwrap();
         assert_eq!((cpu.kv_dtype, cpu.plan.weight_bytes), (KvDtype::F16, 1000));
@@ -496,7 +529,7 @@ mod tests {
             assert!(err.contains(part), "{err} lacks {part}");
         }
         let wide = ServeConfig {
-            kv: KvSizing::Blocks(1 << 40),
+            kv: blocks(1 << 40),
             kv_dtype: Some(KvDtype::F32),
             ..cfg
         };
@@ -510,19 +543,20 @@ mod tests {
     fn the_plan_the_metrics_export_and_the_cache_switch() {
         // The memory figure is the device's, whichever flag sized the pool.
         for (kv, caching) in [
-            (KvSizing::Blocks(16), true),
+            (blocks(16), true),
             (KvSizing::Memory(20 * 512 + 5), false),
             (KvSizing::Device, true),
         ] {
             let cfg = ServeConfig {
                 prefix_caching: caching,
-                ..serve_config(kv, None)
+                ..serve_config(kv.clone(), None)
             };
             let s = size(&info(), DeviceKind::Cpu, memory(1 << 30), None, &cfg).unwrap();
             assert_eq!(s.engine.prefix_caching, caching);
             let want = PlanInfo {
                 block_size: 16,
                 kv_blocks: s.engine.kv_blocks,
+                windows: Vec::new(),
                 kv_dtype: "f16".into(),
                 memory_utilization: 0.5,
                 prefix_caching: caching,
@@ -541,7 +575,7 @@ mod tests {
             let cfg = ServeConfig {
                 model: model.into(),
                 kv_dtype: Some(kv_dtype),
-                ..serve_config(KvSizing::Blocks(16), None)
+                ..serve_config(blocks(16), None)
             };
             size(&info(), DeviceKind::Cpu, memory(1 << 30), None, &cfg)
                 .unwrap()
@@ -552,5 +586,73 @@ mod tests {
         assert_eq!(base, salt("a.gguf", KvDtype::F16));
         assert_ne!(base, salt("b.gguf", KvDtype::F16));
         assert_ne!(base, salt("a.gguf", KvDtype::F32));
+    }
+
+    /// `info()` with one of its two layers behind a 16-token window.
+    fn windowed() -> ModelInfo {
+        ModelInfo {
+            sliding_windows: vec![ferrox_plan::SlidingWindow {
+                window: 16,
+                layers: 1,
+            }],
+            kv_groups: vec![
+                KvGroup {
+                    window: None,
+                    layers: vec![1],
+                },
+                KvGroup {
+                    window: Some(16),
+                    layers: vec![0],
+                },
+            ],
+            ..info()
+        }
+    }
+
+    #[test]
+    fn a_windowed_model_gets_a_window_pool_beside_the_kv_pool() {
+        // 16 bytes a layer-token in f16: blocks of 256 bytes in each pool.
+        // A 256-token sequence takes 16 KV blocks and min(16, ceil((16 + 63)
+        // / 16) + 1 = 6) window blocks.
+        let cfg = serve_config(blocks(64), None);
+        let s = size(&windowed(), DeviceKind::Cpu, memory(1 << 30), None, &cfg).unwrap();
+        assert_eq!(s.engine.kv_blocks, 64);
+        // The window pool holds as many typical sequences as the KV pool:
+        // min(4 given, 64 / 16) = 4, at 6 blocks each.
+        assert_eq!(
+            s.engine.windows,
+            [WindowPool {
+                window: 16,
+                blocks: 24
+            }]
+        );
+        let info = s.info(&cfg);
+        assert_eq!(info.windows, s.engine.windows);
+        // No prefix cache with windows, and the metrics say so.
+        assert!(!info.prefix_caching);
+        // Both flags: the window pool as given, checked against one sequence.
+        let both = ServeConfig {
+            kv: KvSizing::Pools(ferrox_plan::PoolSizes {
+                kv_blocks: Some(64),
+                window_blocks: Some(vec![5]),
+            }),
+            ..cfg.clone()
+        };
+        let err = size(&windowed(), DeviceKind::Cpu, memory(1 << 30), None, &both)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("16-token window has 5 blocks, fewer than the 6"),
+            "{err}"
+        );
+        assert!(
+            err.contains("fewer --kv-blocks or --window-blocks"),
+            "{err}"
+        );
+        // From the memory: both pools, split as the plan splits a budget.
+        let device = serve_config(KvSizing::Device, None);
+        let s = size(&windowed(), DeviceKind::Cpu, memory(1 << 30), None, &device).unwrap();
+        assert!(s.engine.kv_blocks >= 16 && s.engine.windows[0].blocks >= 6);
+        assert_eq!(s.plan.windows[0].blocks_per_seq, 6);
     }
 }

@@ -232,21 +232,34 @@ mod tests {
             ),
             (ApiError::TooManyConnections { max: 1 }, 503),
             (ApiError::Internal("panic".into()), 500),
-            (
-                EngineError::TooLong {
-                    prompt_tokens: 1,
-                    max_tokens: 2,
-                    needed_tokens: 3,
-                    limit_tokens: 2,
-                }
-                .into(),
-                400,
-            ),
+            (too_long(), 400),
         ];
         for (e, want) in cases {
             let r = e.into_response();
             assert_eq!(r.status().as_u16(), want);
             assert_eq!(r.headers().contains_key(header::RETRY_AFTER), want == 429);
         }
+        // The 400 names the pool that cannot hold the request, with numbers.
+        let body = too_long().body();
+        assert_eq!(
+            body.error.message,
+            "this request needs 3 tokens (1 prompt + 2 max_tokens), more than the server's \
+             limit of 2 tokens (the 8-token window pool's 0 blocks of 2 tokens, where a long \
+             sequence reserves 5)"
+        );
+        assert_eq!(body.error.code, Some("context_length_exceeded"));
+    }
+
+    fn too_long() -> ApiError {
+        EngineError::TooLong {
+            prompt_tokens: 1,
+            max_tokens: 2,
+            needed_tokens: 3,
+            limit_tokens: 2,
+            limit: "the 8-token window pool's 0 blocks of 2 tokens, where a long sequence \
+                    reserves 5"
+                .into(),
+        }
+        .into()
     }
 }

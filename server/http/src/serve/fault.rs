@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use ferrox_core::batch_model::{PrefillChunk, StepLogits};
-use ferrox_core::{BatchModel, DecodeRow, Error};
+use ferrox_core::{BatchModel, DecodeRow, Error, PoolSpec, Tables};
 
 /// The environment variable naming the request id that stalls the worker.
 pub const STALL_ENV: &str = "FERROX_FAULT_STALL_REQUEST_ID";
@@ -75,23 +75,23 @@ impl<M: BatchModel> BatchModel for Stalling<M> {
         self.inner.block_size()
     }
 
-    fn num_blocks(&self) -> usize {
-        self.inner.num_blocks()
+    fn kv_pools(&self) -> Vec<PoolSpec> {
+        self.inner.kv_pools()
     }
 
-    fn check_input(&self, blocks: &[u32], tokens: &[u32], pos: usize) -> Result<(), Error> {
-        self.inner.check_input(blocks, tokens, pos)
+    fn check_input(&self, tables: Tables<'_>, tokens: &[u32], pos: usize) -> Result<(), Error> {
+        self.inner.check_input(tables, tokens, pos)
     }
 
     fn prefill(
         &mut self,
-        blocks: &[u32],
+        tables: Tables<'_>,
         tokens: &[u32],
         pos: usize,
         want_logits: bool,
     ) -> Result<Option<Vec<f32>>, Error> {
         self.hang_while_armed();
-        self.inner.prefill(blocks, tokens, pos, want_logits)
+        self.inner.prefill(tables, tokens, pos, want_logits)
     }
 
     fn decode(&mut self, rows: &[DecodeRow<'_>]) -> Result<Vec<Vec<f32>>, Error> {

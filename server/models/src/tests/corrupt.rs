@@ -87,9 +87,9 @@ fn load(path: &Path) {
     let row = DecodeRow {
         token: 1,
         pos: 0,
-        blocks: &[0],
+        tables: &[&[0]],
     };
-    if check_input(vocab, bs, row.blocks, &[row.token], row.pos).is_ok() {
+    if check_input(vocab, bs, 1, row.tables, &[row.token], row.pos).is_ok() {
         let _ = model.decode(&[row]);
     }
 }

@@ -4,34 +4,26 @@
 //! that crosses a window edge, batched; and the fused CPU path against the
 //! op-by-op one on quantized copies.
 
-use candle_core::quantized::GgmlDType;
-use ferrox_core::{BatchModel, BlockPool, DecodeRow};
-
-use super::helpers::{Joiner, argmax, greedy_batched, prefill};
+use super::helpers::{Joiner, Pools, argmax, decode, greedy_batched, prefill};
 use super::reference::{
     FAMILIES, Prompt, Reference, check_greedy, dir, log_softmax, open, reference, requantize,
 };
 use crate::PagedModel;
+use candle_core::quantized::GgmlDType;
 
 /// Greedy steps after `prompt` (prefilled in chunks of `chunk`), each with
-/// its log-probabilities.
+/// its log-probabilities; windowed pools give back what their windows have
+/// left before every step, as the worker's do.
 fn greedy(m: &mut PagedModel, prompt: &[u32], n: usize, chunk: usize) -> Vec<(u32, Vec<f32>)> {
-    let pool = BlockPool::new(m.num_blocks());
-    let lease = pool
-        .allocate((prompt.len() + n).div_ceil(m.block_size()))
-        .unwrap();
-    let mut logits = prefill(m, &lease, prompt, chunk);
+    let pools = Pools::of(m);
+    let mut kv = pools.seq(prompt.len() + n, chunk);
+    let mut logits = prefill(m, &mut kv, prompt, chunk);
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
         let token = argmax(&logits);
         out.push((token, log_softmax(&logits)));
         if i + 1 < n {
-            let row = DecodeRow {
-                token,
-                pos: prompt.len() + i,
-                blocks: lease.blocks(),
-            };
-            logits = m.decode(&[row]).unwrap().remove(0);
+            logits = decode(m, &mut kv, token, prompt.len() + i);
         }
     }
     out
@@ -100,7 +92,7 @@ fn batched_rows_of_every_family_equal_each_alone() {
         let r = reference(family);
         let run = &r.runs[0];
         let mut m = open(&r.files(run)[0], run.context);
-        let pool = BlockPool::new(m.num_blocks());
+        let pools = Pools::of(&m);
         let n = run.prompts[0].steps.len();
         let seqs: Vec<Joiner> = run
             .prompts
@@ -112,12 +104,12 @@ fn batched_rows_of_every_family_equal_each_alone() {
                 n,
             })
             .collect();
-        let batched = greedy_batched(&mut m, &pool, &seqs, 5);
+        let batched = greedy_batched(&mut m, &pools, &seqs, 5);
         for (i, (p, got)) in run.prompts.iter().zip(&batched).enumerate() {
             let alone: Vec<u32> = greedy(&mut m, &p.ids, n, 512).iter().map(|s| s.0).collect();
             assert_eq!(got, &alone, "{family} prompt {i}: batched vs alone");
         }
-        assert_eq!(pool.used(), 0);
+        assert_eq!(pools.used(), 0);
     }
 }
 
@@ -308,11 +300,10 @@ fn every_family_held_as_on_a_gpu_tracks_transformers() {
             d.set_context(c).unwrap();
         }
         let mut m = PagedModel::new(d, 256, 4, kv).unwrap();
+        let pools = Pools::of(&m);
         for (i, p) in run.prompts.iter().enumerate() {
-            let pool = BlockPool::new(m.num_blocks());
-            let n = p.steps.len();
-            let lease = pool.allocate((p.ids.len() + n).div_ceil(4)).unwrap();
-            let mut logits = prefill(&mut m, &lease, &p.ids, 512);
+            let mut kv = pools.seq(p.ids.len() + p.steps.len(), 512);
+            let mut logits = prefill(&mut m, &mut kv, &p.ids, 512);
             for (s, want) in p.steps.iter().enumerate() {
                 // Past a routing near-tie half precision may pick other experts.
                 if !r.routes_clearly(want) {
@@ -323,12 +314,7 @@ fn every_family_held_as_on_a_gpu_tracks_transformers() {
                     let d = (lp[id as usize] - ref_lp).abs();
                     assert!(d < 0.2, "{family} prompt {i} step {s}: {id} off by {d}");
                 }
-                let row = DecodeRow {
-                    token: want.token,
-                    pos: p.ids.len() + s,
-                    blocks: lease.blocks(),
-                };
-                logits = m.decode(&[row]).unwrap().remove(0);
+                logits = decode(&mut m, &mut kv, want.token, p.ids.len() + s);
             }
         }
     }

@@ -9,27 +9,19 @@ use std::path::PathBuf;
 
 use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Device};
-use ferrox_core::{BatchModel, BlockPool, DecodeRow};
 use ferrox_plan::{DeviceKind, KvDtype};
 
-use super::helpers::{argmax, prefill};
+use super::helpers::{Pools, argmax, decode, prefill};
 use crate::fixtures::{Tiny, random_weights, write_gguf, write_safetensors};
 use crate::{PagedModel, Source};
 
 /// Logits of the prompt's last token, then of each teacher-forced token.
 fn logits_along(m: &mut PagedModel, prompt: &[u32], forced: &[u32]) -> Vec<Vec<f32>> {
-    let pool = BlockPool::new(m.num_blocks());
-    let lease = pool
-        .allocate((prompt.len() + forced.len()).div_ceil(m.block_size()))
-        .unwrap();
-    let mut out = vec![prefill(m, &lease, prompt, 5)];
+    let pools = Pools::of(m);
+    let mut kv = pools.seq(prompt.len() + forced.len(), 5);
+    let mut out = vec![prefill(m, &mut kv, prompt, 5)];
     for (i, &token) in forced.iter().enumerate() {
-        let row = DecodeRow {
-            token,
-            pos: prompt.len() + i,
-            blocks: lease.blocks(),
-        };
-        out.push(m.decode(&[row]).unwrap().remove(0));
+        out.push(decode(m, &mut kv, token, prompt.len() + i));
     }
     out
 }

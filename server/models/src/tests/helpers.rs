@@ -1,6 +1,9 @@
-//! Driving a `PagedModel` the way the worker does, for tests.
+//! Driving a `PagedModel` the way the worker does, for tests: a block pool
+//! per KV pool of the model, a lease per pool per sequence, and the window
+//! reclaim before every step (a windowed pool gives back the blocks its
+//! window has left and reserves only its window plus a chunk).
 
-use ferrox_core::{BatchModel, BlockLease, BlockPool, DecodeRow};
+use ferrox_core::{BatchModel, BlockLease, BlockPool, DecodeRow, Reservation};
 
 use crate::PagedModel;
 
@@ -14,36 +17,151 @@ pub fn argmax(v: &[f32]) -> u32 {
     best as u32
 }
 
+/// A sequence's block tables, one per KV pool of the model.
+pub trait SeqKv {
+    /// Before a step computes `n` tokens at `pos`: what the worker's row
+    /// does (a window reclaims, then draws up to `pos + n`).
+    fn prepare(&mut self, pos: usize, n: usize);
+
+    /// The tables, one per pool.
+    fn tables(&self) -> Vec<&[u32]>;
+}
+
+/// One lease of a model with one pool, every block drawn at once.
+impl SeqKv for BlockLease {
+    fn prepare(&mut self, _pos: usize, _n: usize) {}
+
+    fn tables(&self) -> Vec<&[u32]> {
+        vec![self.blocks()]
+    }
+}
+
+/// A block pool per KV pool of a model, in its order.
+pub struct Pools {
+    pools: Vec<(Option<usize>, BlockPool)>,
+    block_size: usize,
+    /// Whether windowed pools give back what their window has left.
+    reclaim: bool,
+}
+
+impl Pools {
+    /// Pools of `m`'s sizes, windows reclaimed as the worker does.
+    pub fn of(m: &PagedModel) -> Self {
+        Pools {
+            pools: m
+                .kv_pools()
+                .iter()
+                .map(|p| (p.window, BlockPool::new(p.blocks)))
+                .collect(),
+            block_size: m.block_size(),
+            reclaim: true,
+        }
+    }
+
+    /// Pools of `m`'s sizes where nothing is given back before the end (a
+    /// reference for the reclaim).
+    pub fn keeping(m: &PagedModel) -> Self {
+        Pools {
+            reclaim: false,
+            ..Self::of(m)
+        }
+    }
+
+    /// The leases of a sequence of `tokens` tokens prefilled in chunks of
+    /// `chunk`: its whole length in a full-attention pool (drawn at once),
+    /// and with reclaim the worker's reservation in a windowed one.
+    pub fn seq(&self, tokens: usize, chunk: usize) -> Leases {
+        let bs = self.block_size;
+        let whole = tokens.div_ceil(bs);
+        let leases = self
+            .pools
+            .iter()
+            .map(|(window, pool)| {
+                let lease = match window.filter(|_| self.reclaim) {
+                    None => pool.allocate(whole),
+                    Some(w) => {
+                        let most = ferrox_plan::window_blocks(w as u64, chunk as u64, bs as u64);
+                        pool.reserve(&Reservation {
+                            total: whole.min(most as usize),
+                            ..Reservation::default()
+                        })
+                    }
+                };
+                (window.filter(|_| self.reclaim), lease.unwrap())
+            })
+            .collect();
+        Leases {
+            leases,
+            block_size: bs,
+        }
+    }
+
+    /// Blocks reserved, over every pool.
+    pub fn used(&self) -> usize {
+        self.pools.iter().map(|(_, p)| p.used()).sum()
+    }
+}
+
+/// One sequence's leases, one per pool ([`Pools::seq`]).
+pub struct Leases {
+    /// Each pool's window when it reclaims, and the lease there.
+    leases: Vec<(Option<usize>, BlockLease)>,
+    block_size: usize,
+}
+
+impl SeqKv for Leases {
+    fn prepare(&mut self, pos: usize, n: usize) {
+        let bs = self.block_size;
+        for (window, lease) in &mut self.leases {
+            let Some(w) = *window else { continue };
+            lease.release_before(pos.saturating_sub(w) / bs);
+            lease.grow((pos + n).div_ceil(bs)).unwrap();
+        }
+    }
+
+    fn tables(&self) -> Vec<&[u32]> {
+        self.leases.iter().map(|(_, l)| l.blocks()).collect()
+    }
+}
+
 /// Prefills `prompt` in chunks of `chunk`, returning the last logits.
-pub fn prefill(m: &mut PagedModel, lease: &BlockLease, prompt: &[u32], chunk: usize) -> Vec<f32> {
+pub fn prefill(m: &mut PagedModel, kv: &mut impl SeqKv, prompt: &[u32], chunk: usize) -> Vec<f32> {
     let mut logits = None;
     let mut pos = 0;
     for part in prompt.chunks(chunk) {
         let last = pos + part.len() == prompt.len();
-        logits = m.prefill(lease.blocks(), part, pos, last).unwrap();
+        kv.prepare(pos, part.len());
+        logits = m.prefill(&kv.tables(), part, pos, last).unwrap();
         pos += part.len();
     }
     logits.expect("last chunk returns logits")
 }
 
+/// The logits of `token` at `pos`, decoded alone.
+pub fn decode(m: &mut PagedModel, kv: &mut impl SeqKv, token: u32, pos: usize) -> Vec<f32> {
+    kv.prepare(pos, 1);
+    let tables = kv.tables();
+    let row = DecodeRow {
+        token,
+        pos,
+        tables: &tables,
+    };
+    m.decode(&[row]).unwrap().remove(0)
+}
+
 /// Greedy continuation of one sequence alone.
 pub fn greedy_alone(
     m: &mut PagedModel,
-    pool: &BlockPool,
+    pools: &Pools,
     prompt: &[u32],
     n: usize,
     chunk: usize,
 ) -> Vec<u32> {
-    let bs = m.block_size();
-    let lease = pool.allocate((prompt.len() + n).div_ceil(bs)).unwrap();
-    let mut out = vec![argmax(&prefill(m, &lease, prompt, chunk))];
+    let mut kv = pools.seq(prompt.len() + n, chunk);
+    let mut out = vec![argmax(&prefill(m, &mut kv, prompt, chunk))];
     while out.len() < n {
-        let row = DecodeRow {
-            token: *out.last().unwrap(),
-            pos: prompt.len() + out.len() - 1,
-            blocks: lease.blocks(),
-        };
-        out.push(argmax(&m.decode(&[row]).unwrap()[0]));
+        let pos = prompt.len() + out.len() - 1;
+        out.push(argmax(&decode(m, &mut kv, *out.last().unwrap(), pos)));
     }
     out
 }
@@ -58,19 +176,18 @@ pub struct Joiner {
 /// Runs the joiners through shared decode steps; returns each one's tokens.
 pub fn greedy_batched(
     m: &mut PagedModel,
-    pool: &BlockPool,
+    pools: &Pools,
     seqs: &[Joiner],
     chunk: usize,
 ) -> Vec<Vec<u32>> {
-    let bs = m.block_size();
-    let mut leases: Vec<Option<BlockLease>> = seqs.iter().map(|_| None).collect();
+    let mut leases: Vec<Option<Leases>> = seqs.iter().map(|_| None).collect();
     let mut out: Vec<Vec<u32>> = seqs.iter().map(|_| Vec::new()).collect();
     for step in 0.. {
         for (i, s) in seqs.iter().enumerate() {
             if s.join == step {
-                let lease = pool.allocate((s.prompt.len() + s.n).div_ceil(bs)).unwrap();
-                out[i].push(argmax(&prefill(m, &lease, &s.prompt, chunk)));
-                leases[i] = Some(lease);
+                let mut kv = pools.seq(s.prompt.len() + s.n, chunk);
+                out[i].push(argmax(&prefill(m, &mut kv, &s.prompt, chunk)));
+                leases[i] = Some(kv);
             }
         }
         let active: Vec<usize> = (0..seqs.len())
@@ -79,15 +196,25 @@ pub fn greedy_batched(
         if active.is_empty() && seqs.iter().all(|s| s.join <= step) {
             break;
         }
+        let pos = |i: usize| seqs[i].prompt.len() + out[i].len() - 1;
+        for &i in &active {
+            leases[i].as_mut().unwrap().prepare(pos(i), 1);
+        }
+        let tables: Vec<Vec<&[u32]>> = active
+            .iter()
+            .map(|&i| leases[i].as_ref().unwrap().tables())
+            .collect();
         let rows: Vec<DecodeRow<'_>> = active
             .iter()
-            .map(|&i| DecodeRow {
+            .zip(&tables)
+            .map(|(&i, tables)| DecodeRow {
                 token: *out[i].last().unwrap(),
-                pos: seqs[i].prompt.len() + out[i].len() - 1,
-                blocks: leases[i].as_ref().unwrap().blocks(),
+                pos: pos(i),
+                tables,
             })
             .collect();
         let logits = m.decode(&rows).unwrap();
+        drop(tables);
         for (j, &i) in active.iter().enumerate() {
             out[i].push(argmax(&logits[j]));
             if out[i].len() == seqs[i].n {

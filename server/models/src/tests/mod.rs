@@ -14,3 +14,4 @@ mod real_model;
 mod reference;
 mod requantized;
 mod tiny_model;
+mod window;

@@ -7,9 +7,9 @@
 use std::collections::BTreeMap;
 
 use candle_core::quantized::GgmlDType;
-use ferrox_core::{BatchModel, BlockPool, DecodeRow};
+use ferrox_core::{BatchModel, DecodeRow};
 
-use super::helpers::argmax;
+use super::helpers::{Pools, SeqKv, argmax, decode};
 use super::reference::{dir, open, reference, requantize};
 use crate::PagedModel;
 
@@ -38,29 +38,26 @@ fn read_since(m: &PagedModel, before: &[Vec<u64>]) -> Chosen {
 
 /// Token `t` alone at position 0 of its own blocks: its logits and the
 /// experts it chose.
-fn alone(m: &mut PagedModel, pool: &BlockPool, t: u32) -> (Vec<f32>, Chosen) {
-    let lease = pool.allocate(1).unwrap();
+fn alone(m: &mut PagedModel, pools: &Pools, t: u32) -> (Vec<f32>, Chosen) {
+    let mut kv = pools.seq(1, 1);
     let before = m.decoder().expert_reads();
-    let row = DecodeRow {
-        token: t,
-        pos: 0,
-        blocks: lease.blocks(),
-    };
-    let logits = m.decode(&[row]).unwrap().remove(0);
+    let logits = decode(m, &mut kv, t, 0);
     (logits, read_since(m, &before))
 }
 
 /// `tokens` in one step, each at position 0 of its own blocks: their
 /// logits and the experts the step read.
-fn batched(m: &mut PagedModel, pool: &BlockPool, tokens: &[u32]) -> (Vec<Vec<f32>>, Chosen) {
-    let leases: Vec<_> = tokens.iter().map(|_| pool.allocate(1).unwrap()).collect();
+fn batched(m: &mut PagedModel, pools: &Pools, tokens: &[u32]) -> (Vec<Vec<f32>>, Chosen) {
+    let mut leases: Vec<_> = tokens.iter().map(|_| pools.seq(1, 1)).collect();
+    leases.iter_mut().for_each(|kv| kv.prepare(0, 1));
+    let tables: Vec<Vec<&[u32]>> = leases.iter().map(|kv| kv.tables()).collect();
     let rows: Vec<DecodeRow<'_>> = tokens
         .iter()
-        .zip(&leases)
-        .map(|(&token, l)| DecodeRow {
+        .zip(&tables)
+        .map(|(&token, tables)| DecodeRow {
             token,
             pos: 0,
-            blocks: l.blocks(),
+            tables,
         })
         .collect();
     let before = m.decoder().expert_reads();
@@ -102,15 +99,15 @@ fn alike(alone: &BTreeMap<u32, (Vec<f32>, Chosen)>) -> Vec<u32> {
 }
 
 fn check_model(m: &mut PagedModel, exact: bool) {
-    let pool = BlockPool::new(m.num_blocks());
+    let pools = Pools::of(m);
     let vocab = m.decoder().spec().vocab as u32;
     let experts = m.decoder().spec().layers[0].moe().unwrap().experts;
     let runs: BTreeMap<u32, (Vec<f32>, Chosen)> =
-        (8..vocab).map(|t| (t, alone(m, &pool, t))).collect();
+        (8..vocab).map(|t| (t, alone(m, &pools, t))).collect();
     let sets = [("disjoint", disjoint(&runs)), ("alike", alike(&runs))];
     for (what, tokens) in sets {
         assert!(tokens.len() >= 3, "{what}: only {tokens:?}");
-        let (logits, read) = batched(m, &pool, &tokens);
+        let (logits, read) = batched(m, &pools, &tokens);
         for (layer, got) in read.iter().enumerate() {
             let mut want: Vec<usize> = tokens
                 .iter()

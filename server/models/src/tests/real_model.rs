@@ -1,10 +1,9 @@
 //! The real default model (SmolLM2-135M-Instruct Q4_1) against llama.cpp.
 
 use candle_core::Device;
-use ferrox_core::{BatchModel, BlockPool};
 use ferrox_plan::KvDtype;
 
-use super::helpers::{Joiner, greedy_alone, greedy_batched, prefill};
+use super::helpers::{Joiner, Pools, greedy_alone, greedy_batched, prefill};
 use crate::fixtures::default_model;
 use crate::{PagedModel, Source};
 
@@ -24,13 +23,12 @@ const REFERENCE: [u32; 20] = [
 /// The KV dtypes the CPU server holds its cache in (f16 by default).
 const KV_DTYPES: [KvDtype; 3] = [KvDtype::F16, KvDtype::F32, KvDtype::Bf16];
 
-fn real(blocks: usize, kv: KvDtype) -> Option<(PagedModel, BlockPool)> {
+fn real(blocks: usize, kv: KvDtype) -> Option<(PagedModel, Pools)> {
     let path = default_model()?;
     let llama = Source::open(&path).unwrap().decoder(&Device::Cpu).unwrap();
-    Some((
-        PagedModel::new(llama, blocks, 16, kv).unwrap(),
-        BlockPool::new(blocks),
-    ))
+    let m = PagedModel::new(llama, blocks, 16, kv).unwrap();
+    let pools = Pools::of(&m);
+    Some((m, pools))
 }
 
 #[test]
@@ -51,14 +49,13 @@ fn chunked_prefill_matches_one_prefill() {
         return;
     };
     let prompt: Vec<u32> = PROMPT.iter().cycle().take(150).copied().collect();
-    let bs = m.block_size();
     let whole = {
-        let lease = pool.allocate(prompt.len().div_ceil(bs)).unwrap();
-        prefill(&mut m, &lease, &prompt, prompt.len())
+        let mut kv = pool.seq(prompt.len(), prompt.len());
+        prefill(&mut m, &mut kv, &prompt, prompt.len())
     };
     for chunk in [1, 7, 64] {
-        let lease = pool.allocate(prompt.len().div_ceil(bs)).unwrap();
-        let got = prefill(&mut m, &lease, &prompt, chunk);
+        let mut kv = pool.seq(prompt.len(), chunk);
+        let got = prefill(&mut m, &mut kv, &prompt, chunk);
         let worst = got
             .iter()
             .zip(&whole)
@@ -128,8 +125,8 @@ fn candle_generic_path_matches_llama_cpp_too() {
     }
     let mut llama = src.decoder(&Device::Cpu).unwrap();
     llama.set_fused_attention(false);
-    let pool = BlockPool::new(64);
     let mut m = PagedModel::new(llama, 64, 16, KvDtype::F16).unwrap();
+    let pool = Pools::of(&m);
     let got = greedy_alone(&mut m, &pool, &PROMPT, REFERENCE.len(), 512);
     assert_eq!(got, REFERENCE);
 }

@@ -12,7 +12,7 @@ use candle_core::quantized::gguf_file::{self, Content};
 use ferrox_plan::KvDtype;
 use serde::Deserialize;
 
-use crate::{PagedModel, Source};
+use crate::{Decoder, PagedModel, Source};
 
 /// |d logprob| allowed against transformers (f32 compute and KV on both
 /// sides: only summation order differs; 1e-5 is typical).
@@ -119,11 +119,16 @@ impl Reference {
 
 /// `path` on the CPU, served to `context`, KV in f32 in blocks of 4.
 pub fn open(path: &Path, context: Option<usize>) -> PagedModel {
+    PagedModel::new(decoder(path, context), 256, 4, KvDtype::F32).unwrap()
+}
+
+/// The decoder of the model at `path`, serving `context` positions.
+pub fn decoder(path: &Path, context: Option<usize>) -> Decoder {
     let mut d = Source::open(path).unwrap().decoder(&Device::Cpu).unwrap();
     if let Some(c) = context {
         d.set_context(c).unwrap();
     }
-    PagedModel::new(d, 256, 4, KvDtype::F32).unwrap()
+    d
 }
 
 /// Log-softmax of a logit row.

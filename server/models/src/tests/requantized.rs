@@ -16,12 +16,12 @@ use std::path::Path;
 use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
-use ferrox_core::{BatchModel, BlockPool, DecodeRow};
+use ferrox_core::{BatchModel, BlockPool};
 use ferrox_plan::KvDtype;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::helpers::{argmax, prefill};
+use super::helpers::{argmax, decode, prefill};
 use super::real_model::PROMPT;
 use crate::fixtures::default_model;
 use crate::{PagedModel, Source};
@@ -128,7 +128,7 @@ fn greedy_with_gaps(
     prompt: &[u32],
     n: usize,
 ) -> Vec<(u32, f32)> {
-    let lease = pool
+    let mut lease = pool
         .allocate((prompt.len() + n).div_ceil(m.block_size()))
         .unwrap();
     let pick = |logits: &[f32]| {
@@ -141,14 +141,10 @@ fn greedy_with_gaps(
             .fold(f32::NEG_INFINITY, f32::max);
         (best, logits[best as usize] - second)
     };
-    let mut out = vec![pick(&prefill(m, &lease, prompt, 512))];
+    let mut out = vec![pick(&prefill(m, &mut lease, prompt, 512))];
     while out.len() < n {
-        let row = DecodeRow {
-            token: out[out.len() - 1].0,
-            pos: prompt.len() + out.len() - 1,
-            blocks: lease.blocks(),
-        };
-        out.push(pick(&m.decode(&[row]).unwrap()[0]));
+        let (token, pos) = (out[out.len() - 1].0, prompt.len() + out.len() - 1);
+        out.push(pick(&decode(m, &mut lease, token, pos)));
     }
     out
 }

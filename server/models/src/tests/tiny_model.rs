@@ -9,7 +9,7 @@ use ferrox_core::batch_model::{PrefillChunk, StepLogits};
 use ferrox_core::{BatchModel, BlockPool, DecodeRow};
 use ferrox_plan::KvDtype;
 
-use super::helpers::{Joiner, argmax, greedy_alone, greedy_batched, prefill};
+use super::helpers::{Joiner, Pools, argmax, greedy_alone, greedy_batched, prefill};
 use crate::fixtures::{Tiny, random_weights, write_gguf, write_safetensors};
 use crate::{Error, PagedModel, Source};
 
@@ -34,9 +34,8 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 }
 
 fn last_logits(m: &mut PagedModel, p: &[u32], chunk: usize) -> Vec<f32> {
-    let pool = BlockPool::new(m.num_blocks());
-    let lease = pool.allocate(p.len().div_ceil(m.block_size())).unwrap();
-    prefill(m, &lease, p, chunk)
+    let mut kv = Pools::of(m).seq(p.len(), chunk);
+    prefill(m, &mut kv, p, chunk)
 }
 
 #[test]
@@ -116,20 +115,20 @@ fn fused_matches_generic(kv: KvDtype) {
     let (p1, p2) = (prompt(13, 4), prompt(6, 5));
     for m in [&mut fused, &mut generic] {
         // Chunks that start mid-block (block size 4).
-        m.prefill(a.blocks(), &p1[..6], 0, false).unwrap();
-        m.prefill(a.blocks(), &p1[6..], 6, true).unwrap();
-        m.prefill(b.blocks(), &p2, 0, true).unwrap();
+        m.prefill(&[a.blocks()], &p1[..6], 0, false).unwrap();
+        m.prefill(&[a.blocks()], &p1[6..], 6, true).unwrap();
+        m.prefill(&[b.blocks()], &p2, 0, true).unwrap();
     }
     let rows = [
         DecodeRow {
             token: 5,
             pos: 13,
-            blocks: a.blocks(),
+            tables: &[a.blocks()],
         },
         DecodeRow {
             token: 9,
             pos: 6,
-            blocks: b.blocks(),
+            tables: &[b.blocks()],
         },
     ];
     let (x, y) = (fused.decode(&rows).unwrap(), generic.decode(&rows).unwrap());
@@ -161,7 +160,7 @@ fn chunks_and_batches(kv: KvDtype) {
         let got = last_logits(&mut m, &p, chunk);
         assert!(max_diff(&got, &whole) < 1e-4, "chunk {chunk}");
     }
-    let pool = BlockPool::new(64);
+    let pool = Pools::of(&m);
     let seqs = vec![
         Joiner {
             prompt: prompt(9, 1),
@@ -276,17 +275,20 @@ fn positions_past_the_blocks_are_errors_not_panics() {
     let mut m = open(&path);
     let pool = BlockPool::new(64);
     let lease = pool.allocate(1).unwrap();
-    assert!(m.prefill(lease.blocks(), &prompt(5, 1), 0, true).is_err());
+    assert!(
+        m.prefill(&[lease.blocks()], &prompt(5, 1), 0, true)
+            .is_err()
+    );
     let row = DecodeRow {
         token: 1,
         pos: 300,
-        blocks: lease.blocks(),
+        tables: &[lease.blocks()],
     };
     assert!(m.decode(&[row]).is_err());
     let row = DecodeRow {
         token: 1000,
         pos: 0,
-        blocks: lease.blocks(),
+        tables: &[lease.blocks()],
     };
     assert!(m.decode(&[row]).is_err());
 }
@@ -299,39 +301,40 @@ fn a_mixed_step_gives_the_logits_of_separate_prefill_and_decode_calls() {
     write_gguf(&path, &t, &random_weights(&t, 7), GgmlDType::Q8_0);
     let (mut mixed, mut separate) = (open(&path), open(&path));
     let pool = BlockPool::new(64);
-    let (x, y, z) = (
+    let (mut x, y, z) = (
         pool.allocate(8).unwrap(),
         pool.allocate(8).unwrap(),
         pool.allocate(8).unwrap(),
     );
     let (px, py, pz) = (prompt(9, 1), prompt(11, 2), prompt(5, 3));
     for m in [&mut mixed, &mut separate] {
-        prefill(m, &x, &px, 64);
+        prefill(m, &mut x, &px, 64);
     }
-    let chunk = |blocks, tokens, pos, want_logits| PrefillChunk {
-        blocks,
+    let (tx, ty, tz) = ([x.blocks()], [y.blocks()], [z.blocks()]);
+    let chunk = |tables, tokens, pos, want_logits| PrefillChunk {
+        tables,
         tokens,
         pos,
         want_logits,
         all_logits: false,
     };
-    let row = |token, pos, blocks| DecodeRow { token, pos, blocks };
+    let row = |token, pos, tables| DecodeRow { token, pos, tables };
     // Step 1: y's first chunk (mid-block end), z whole, x decodes.
-    let chunks = [
-        chunk(y.blocks(), &py[..6], 0, false),
-        chunk(z.blocks(), &pz[..], 0, true),
-    ];
-    let rows = [row(7, 9, x.blocks())];
+    let chunks = [chunk(&ty, &py[..6], 0, false), chunk(&tz, &pz[..], 0, true)];
+    let rows = [row(7, 9, &tx)];
     let got = mixed.step(&chunks, &rows).unwrap();
     assert_eq!(got.prefill.len(), 2);
     assert!(got.prefill[0].is_none());
     assert!(
         separate
-            .prefill(y.blocks(), &py[..6], 0, false)
+            .prefill(&[y.blocks()], &py[..6], 0, false)
             .unwrap()
             .is_none()
     );
-    let z_alone = separate.prefill(z.blocks(), &pz, 0, true).unwrap().unwrap();
+    let z_alone = separate
+        .prefill(&[z.blocks()], &pz, 0, true)
+        .unwrap()
+        .unwrap();
     let x_alone = separate.decode(&rows).unwrap();
     let z_mixed = got.prefill[1].as_ref().unwrap();
     assert!(
@@ -342,11 +345,11 @@ fn a_mixed_step_gives_the_logits_of_separate_prefill_and_decode_calls() {
     assert_eq!(got.decode.len(), 1);
     assert!(max_diff(&got.decode[0], &x_alone[0]) < 1e-4);
     // Step 2: y's final chunk starts mid-block; x and z decode.
-    let chunks = [chunk(y.blocks(), &py[6..], 6, true)];
-    let rows = [row(3, 10, x.blocks()), row(4, 5, z.blocks())];
+    let chunks = [chunk(&ty, &py[6..], 6, true)];
+    let rows = [row(3, 10, &tx), row(4, 5, &tz)];
     let got = mixed.step(&chunks, &rows).unwrap();
     let y_alone = separate
-        .prefill(y.blocks(), &py[6..], 6, true)
+        .prefill(&[y.blocks()], &py[6..], 6, true)
         .unwrap()
         .unwrap();
     let rows_alone = separate.decode(&rows).unwrap();
@@ -372,12 +375,12 @@ fn all_logits_of_a_chunk_are_each_prefix_s_last_logits() {
     write_gguf(&path, &t, &random_weights(&t, 7), GgmlDType::Q8_0);
     let (mut mixed, mut alone) = (open(&path), open(&path));
     let pool = BlockPool::new(64);
-    let (x, y) = (pool.allocate(8).unwrap(), pool.allocate(8).unwrap());
+    let (mut x, y) = (pool.allocate(8).unwrap(), pool.allocate(8).unwrap());
     let (px, py) = (prompt(9, 1), prompt(7, 2));
-    prefill(&mut mixed, &x, &px, 64);
+    prefill(&mut mixed, &mut x, &px, 64);
     // y's second chunk wants every token's logits, beside a decode row of x.
     let first = PrefillChunk {
-        blocks: y.blocks(),
+        tables: &[y.blocks()],
         tokens: &py[..3],
         pos: 0,
         want_logits: false,
@@ -394,7 +397,7 @@ fn all_logits_of_a_chunk_are_each_prefix_s_last_logits() {
     let row = DecodeRow {
         token: 5,
         pos: 9,
-        blocks: x.blocks(),
+        tables: &[x.blocks()],
     };
     let got = mixed.step(&[second], &[row]).unwrap();
     assert_eq!((got.prompt.len(), got.prompt[0].len()), (1, 4));
@@ -486,22 +489,22 @@ fn fused_layers_match_the_op_by_op_path_for_every_format() {
         assert!(!ops.decoder().fused_layers());
         // A mixed step of chunks and a decode row, then decode of all three.
         let pool = BlockPool::new(64);
-        let (a, b) = (pool.allocate(8).unwrap(), pool.allocate(8).unwrap());
+        let (mut a, mut b) = (pool.allocate(8).unwrap(), pool.allocate(8).unwrap());
         let (pa, pb) = (prompt(19, 1), prompt(9, 2));
         let mut logits = Vec::new();
         for m in [&mut fused, &mut ops] {
-            let la = prefill(m, &a, &pa, 7);
-            let lb = prefill(m, &b, &pb, 64);
+            let la = prefill(m, &mut a, &pa, 7);
+            let lb = prefill(m, &mut b, &pb, 64);
             let rows = [
                 DecodeRow {
                     token: 3,
                     pos: pa.len(),
-                    blocks: a.blocks(),
+                    tables: &[a.blocks()],
                 },
                 DecodeRow {
                     token: 11,
                     pos: pb.len(),
-                    blocks: b.blocks(),
+                    tables: &[b.blocks()],
                 },
             ];
             let d = m.decode(&rows).unwrap();

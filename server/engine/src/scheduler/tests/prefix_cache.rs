@@ -315,7 +315,7 @@ fn a_pool_full_of_cached_blocks_still_admits_and_evicts_the_oldest() {
     let h = ferrox_core::BlockHasher::new("fake", 4);
     let left: Vec<usize> = prompts
         .iter()
-        .map(|p| rig.s.pool.cached_prefix(&h.chain(p)))
+        .map(|p| rig.s.pools.first().cached_prefix(&h.chain(p)))
         .collect();
     assert_eq!(left, vec![0, 0, 2, 4]);
     rig.run(60);

@@ -1,0 +1,214 @@
+//! The KV cache of every group: one paged [`KvCache`] per KV group, sized by
+//! its own pool, and which group (and which of its layers) each model layer
+//! is. A layer reads and writes its group's cache through the block table of
+//! that group (`SeqSpan::tables[group]`).
+
+use candle_core::{Device, Tensor};
+use ferrox_core::PoolSpec;
+use ferrox_plan::KvDtype;
+
+use crate::attention::SeqSpan;
+use crate::error::{Error, Result};
+use crate::kv_cache::KvCache;
+use crate::spec::KvGroup;
+
+/// Every group's cache.
+#[derive(Debug)]
+pub struct KvStore {
+    caches: Vec<KvCache>,
+    windows: Vec<Option<usize>>,
+    /// Per model layer: its group, and its index among the group's layers.
+    of_layer: Vec<(usize, usize)>,
+}
+
+impl KvStore {
+    /// Caches for `groups` (in [`crate::Decoder::kv_groups`] order) of a
+    /// model of `layers` layers: group `g` holds `blocks[g]` blocks of
+    /// `block_size` slots of `kv_dim` values, in `dtype`. Every layer must be
+    /// in exactly one group.
+    pub fn new(
+        groups: &[KvGroup],
+        layers: usize,
+        blocks: &[usize],
+        block_size: usize,
+        kv_dim: usize,
+        dtype: KvDtype,
+        device: &Device,
+    ) -> Result<Self> {
+        if blocks.len() != groups.len() {
+            return Err(Error::Input(format!(
+                "{} pool sizes for {} KV groups",
+                blocks.len(),
+                groups.len()
+            )));
+        }
+        let mut of_layer = vec![None; layers];
+        for (g, group) in groups.iter().enumerate() {
+            for (i, &layer) in group.layers.iter().enumerate() {
+                match of_layer.get_mut(layer) {
+                    Some(slot @ None) => *slot = Some((g, i)),
+                    _ => {
+                        return Err(Error::Config(format!(
+                            "layer {layer} is in no KV group of a {layers}-layer model, or in two"
+                        )));
+                    }
+                }
+            }
+        }
+        let of_layer = of_layer
+            .into_iter()
+            .enumerate()
+            .map(|(l, g)| g.ok_or_else(|| Error::Config(format!("layer {l} is in no KV group"))))
+            .collect::<Result<_>>()?;
+        let caches = groups
+            .iter()
+            .zip(blocks)
+            .map(|(g, &n)| KvCache::new(g.layers.len(), n, block_size, kv_dim, dtype, device))
+            .collect::<Result<_>>()?;
+        Ok(KvStore {
+            caches,
+            windows: groups.iter().map(|g| g.window).collect(),
+            of_layer,
+        })
+    }
+
+    /// Groups.
+    pub fn groups(&self) -> usize {
+        self.caches.len()
+    }
+
+    /// Group `group`'s cache.
+    pub fn cache(&self, group: usize) -> &KvCache {
+        &self.caches[group]
+    }
+
+    /// Group `group`'s window (`None`: full attention).
+    pub fn window(&self, group: usize) -> Option<usize> {
+        self.windows[group]
+    }
+
+    /// Layer `layer`'s group, and its index among that group's layers.
+    pub fn group_of(&self, layer: usize) -> Result<(usize, usize)> {
+        self.of_layer
+            .get(layer)
+            .copied()
+            .ok_or_else(|| Error::Input(format!("layer {layer} has no KV group")))
+    }
+
+    /// Tokens per block (the same in every group).
+    pub fn block_size(&self) -> usize {
+        self.caches.first().map_or(1, KvCache::block_size)
+    }
+
+    /// The pools, as the worker hands them out.
+    pub fn pools(&self) -> Vec<PoolSpec> {
+        self.caches
+            .iter()
+            .zip(&self.windows)
+            .map(|(c, &window)| PoolSpec {
+                window,
+                blocks: c.num_blocks(),
+            })
+            .collect()
+    }
+
+    /// Per group, an index for [`KvStore::write`]: the slot of every token
+    /// of `spans`, in order, through that group's tables.
+    pub fn slot_indices(&self, spans: &[SeqSpan], device: &Device) -> Result<Vec<Tensor>> {
+        if let Some(s) = spans.iter().find(|s| s.tables.len() != self.groups()) {
+            return Err(Error::Input(format!(
+                "{} block tables for a model with {} KV groups",
+                s.tables.len(),
+                self.groups()
+            )));
+        }
+        (0..self.groups())
+            .map(|g| {
+                let cache = &self.caches[g];
+                let mut slots = Vec::new();
+                for s in spans {
+                    for p in s.start_pos..s.start_pos + s.n_tokens {
+                        slots.push(cache.slot(&s.tables[g], p)?);
+                    }
+                }
+                cache.slot_index(&slots, device)
+            })
+            .collect()
+    }
+
+    /// Writes layer `layer`'s `k`, `v` (`(tokens, kv_dim)`) into its group's
+    /// cache at the slots of `slot_index` (from [`KvStore::slot_indices`]).
+    pub fn write(&self, layer: usize, slot_index: &[Tensor], k: &Tensor, v: &Tensor) -> Result<()> {
+        let (g, local) = self.group_of(layer)?;
+        let index = slot_index
+            .get(g)
+            .ok_or_else(|| Error::Input(format!("no slot index for KV group {g}")))?;
+        self.caches[g].write(local, index, k, v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(window: Option<usize>, layers: &[usize]) -> KvGroup {
+        KvGroup {
+            window,
+            layers: layers.to_vec(),
+        }
+    }
+
+    #[test]
+    fn each_group_has_its_own_pool_and_each_layer_one_group() {
+        let groups = [group(None, &[2]), group(Some(8), &[0, 1, 3])];
+        let kv = KvStore::new(&groups, 4, &[10, 3], 4, 6, KvDtype::F16, &Device::Cpu).unwrap();
+        assert_eq!(
+            kv.pools(),
+            [
+                PoolSpec {
+                    window: None,
+                    blocks: 10
+                },
+                PoolSpec {
+                    window: Some(8),
+                    blocks: 3
+                }
+            ]
+        );
+        assert_eq!(kv.cache(1).layer(2).0.dims(), [12, 6]);
+        assert_eq!(kv.group_of(3).unwrap(), (1, 2));
+        assert_eq!(kv.group_of(2).unwrap(), (0, 0));
+        assert!(kv.group_of(4).is_err());
+        // A layer in no group, or in two, is refused.
+        for bad in [
+            vec![group(None, &[0, 1]), group(Some(8), &[3])],
+            vec![group(None, &[0, 1, 2]), group(Some(8), &[2, 3])],
+            vec![group(None, &[0, 1, 2, 3, 4])],
+        ] {
+            let n = bad.len();
+            assert!(KvStore::new(&bad, 4, &vec![2; n], 4, 6, KvDtype::F16, &Device::Cpu).is_err());
+        }
+        // Each token's slot in each group, through that group's table.
+        let span = SeqSpan {
+            tables: vec![vec![7, 9], vec![ferrox_core::RELEASED, 2]],
+            start_pos: 5,
+            n_tokens: 2,
+        };
+        let idx = kv.slot_indices(&[span], &Device::Cpu).unwrap();
+        let first = |t: &Tensor| {
+            t.to_vec2::<u32>()
+                .unwrap()
+                .iter()
+                .map(|r| r[0])
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(first(&idx[0]), [37, 38]);
+        assert_eq!(first(&idx[1]), [9, 10]);
+        let short = SeqSpan {
+            tables: vec![vec![7, 9]],
+            start_pos: 0,
+            n_tokens: 1,
+        };
+        assert!(kv.slot_indices(&[short], &Device::Cpu).is_err());
+    }
+}

@@ -169,6 +169,15 @@ impl GgufSource {
             .fold(0, u64::saturating_add)
     }
 
+    /// Parameters the file stores (elements of every tensor).
+    pub fn params(&self) -> u64 {
+        self.content
+            .tensor_infos
+            .values()
+            .map(|t| elem_count(t.shape.dims()).map_or(u64::MAX, |n| n as u64))
+            .fold(0, u64::saturating_add)
+    }
+
     /// The file's name of the layer tensor `name` (the family's renames).
     fn file_name<'a>(&self, name: &'a str) -> std::borrow::Cow<'a, str> {
         let renamed = name

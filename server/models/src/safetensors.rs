@@ -140,6 +140,18 @@ pub fn weight_bytes(dir: &Path, family: &'static Family, device: DeviceKind) -> 
     Ok(total)
 }
 
+/// Parameters of the text model's tensors in `dir` (elements stored).
+pub fn params(dir: &Path, family: &'static Family) -> Result<u64> {
+    let (_, mapped) = map(dir)?;
+    let names = HfNames::find(family, &mapped);
+    Ok(mapped
+        .tensors()
+        .iter()
+        .filter(|(name, _)| names.is_text(name))
+        .map(|(_, view)| holding::elem_count(view.shape()).map_or(u64::MAX, |n| n as u64))
+        .fold(0, u64::saturating_add))
+}
+
 impl SafetensorsSource {
     /// Maps every `*.safetensors` file in `dir`, for a `family` decoder on
     /// `device`.

@@ -4,7 +4,8 @@ RoPE scaling, Qwen2's window on some layers, Mistral's on all, Qwen3's q/k
 norms and wide heads, Gemma 2's soft-caps and alternation, Gemma 3's
 pattern and two RoPEs, Phi-3's fused tensors, partial rotary and LongRoPE;
 Mixtral's experts, Qwen3-MoE's many small ones renormalised, Qwen2-MoE's
-shared expert and a dense layer among them), and the prompts its
+shared expert and a dense layer among them; gpt-oss's sinks, biases,
+clamped SwiGLU, YaRN and alternating windows), and the prompts its
 references are recorded for."""
 
 import dataclasses
@@ -128,4 +129,14 @@ FAMILIES = [
                             mlp_only_layers=[], tie_word_embeddings=False, rope_theta=10000.0,
                             eos_token_id=6, use_sliding_window=False),
            "float16", "chatml", "<|im_end|>", PLAIN),
+    # Every layer's experts: top-2 of 4, biased, clamped SwiGLU; sinks; a
+    # window of 8 on the even layers; YaRN as released.
+    Family("gpt_oss", _cfg("GptOssForCausalLM", "gpt_oss", num_hidden_layers=4, head_dim=16,
+                           intermediate_size=32, num_local_experts=4, num_experts_per_tok=2,
+                           sliding_window=8, tie_word_embeddings=False, attention_bias=True,
+                           layer_types=["sliding_attention", "full_attention"] * 2,
+                           rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=32.0,
+                                                beta_fast=32.0, beta_slow=1.0, truncate=False,
+                                                original_max_position_embeddings=4096)),
+           "bfloat16", "plain", "<eos>", PLAIN),
 ]

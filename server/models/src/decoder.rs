@@ -305,7 +305,15 @@ impl Decoder {
         };
         let tables = ctx.tables[group].as_ref();
         let cache = ctx.kv.cache(group);
-        attention(q, cache, at, ctx.spans, tables, self.fused_attention)
+        let sinks = self.layers[index].sinks.as_ref();
+        attention(
+            q,
+            cache,
+            at,
+            ctx.spans,
+            (tables, sinks),
+            self.fused_attention,
+        )
     }
 
     /// Layer `index`'s RoPE rows for this step.

@@ -5,6 +5,7 @@
 //! group; no family has a decoder of its own.
 
 mod gemma;
+mod gpt_oss;
 mod llama;
 pub(crate) mod phi3;
 mod qwen;
@@ -30,7 +31,7 @@ pub enum HfExperts {
 
 /// The families `Error::UnknownArchitecture` names.
 pub const SUPPORTED: &str =
-    "llama, mistral, mixtral, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, phi3";
+    "llama, mistral, mixtral, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, phi3, gpt-oss";
 
 /// One family: its names, its tensor names, its settings' mapping.
 #[derive(Debug)]
@@ -62,7 +63,7 @@ pub struct Family {
 }
 
 /// Every family, in lookup order.
-const FAMILIES: [&Family; 10] = [
+const FAMILIES: [&Family; 11] = [
     &llama::LLAMA,
     &llama::MISTRAL,
     &llama::MIXTRAL,
@@ -73,6 +74,7 @@ const FAMILIES: [&Family; 10] = [
     &gemma::GEMMA2,
     &gemma::GEMMA3,
     &phi3::PHI3,
+    &gpt_oss::GPT_OSS,
 ];
 
 /// Layer tensors named alike by the Llama-layout families: (GGUF name,

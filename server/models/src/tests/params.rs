@@ -17,6 +17,8 @@ fn inspect_counts_every_expert_and_the_ones_a_token_runs() {
         ("qwen3moe_sparse", 218_176, 205_888),
         // The shared expert runs for every token.
         ("qwen2moe", 140_480, 115_904),
+        // Every layer's 4 experts, biased, 2 a token.
+        ("gpt_oss", 192_864, 142_688),
         ("llama", 115_008, 115_008),
     ];
     for (family, params, active) in cases {

@@ -19,7 +19,7 @@ use crate::{Decoder, PagedModel, Source};
 pub const TOL: f32 = 2e-3;
 
 /// Every family with a committed reference.
-pub const FAMILIES: [&str; 11] = [
+pub const FAMILIES: [&str; 12] = [
     "llama",
     "qwen2",
     "mistral",
@@ -31,7 +31,13 @@ pub const FAMILIES: [&str; 11] = [
     "qwen3moe",
     "qwen3moe_sparse",
     "qwen2moe",
+    "gpt_oss",
 ];
+
+/// A routing margin half precision keeps: every matrix held in bf16 moves
+/// a router's logits (of magnitude ~1) by up to ~1e-2 (gpt-oss's tiny model
+/// flips an expert at a margin of 6.8e-3).
+pub const HALF_ROUTE_TIE: f32 = 1e-2;
 
 /// One model's references.
 #[derive(Debug, Deserialize)]
@@ -77,12 +83,11 @@ pub struct RefStep {
 
 impl Reference {
     /// Whether `step`'s experts were chosen clearly enough for half
-    /// precision to choose the same ones (always, for a dense model).
+    /// precision to choose the same ones (always, for a dense model): by
+    /// [`HALF_ROUTE_TIE`], or the reference's own margin where wider.
     pub fn routes_clearly(&self, step: &RefStep) -> bool {
-        match (step.route_gap, self.route_tie) {
-            (Some(gap), Some(tie)) => gap >= tie,
-            _ => true,
-        }
+        let tie = self.route_tie.unwrap_or(0.0).max(HALF_ROUTE_TIE);
+        step.route_gap.is_none_or(|gap| gap >= tie)
     }
 }
 

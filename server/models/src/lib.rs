@@ -23,6 +23,7 @@ pub mod layer;
 pub mod linear;
 pub mod memory;
 pub mod moe;
+pub mod mxfp4;
 pub mod paged;
 pub mod profile;
 pub mod rope;

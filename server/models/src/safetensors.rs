@@ -13,6 +13,8 @@ use crate::layer::Projection;
 use crate::linear::{Embedding, Linear};
 use crate::weights::{WeightSource, check_shape, check_vector};
 
+mod mxfp4_experts;
+
 /// The tensors of a model directory, by their Hugging Face names, mapped
 /// from the files and read one at a time (no whole-file copy on load).
 pub struct SafetensorsSource {
@@ -124,6 +126,10 @@ pub fn weight_bytes(dir: &Path, family: &'static Family, device: DeviceKind) -> 
         if !names.is_text(&name) {
             continue;
         }
+        if let Some(b) = mxfp4_experts::held_bytes(&name, view.shape(), device) {
+            total = total.saturating_add(b);
+            continue;
+        }
         let stored = DType::try_from(view.dtype()).map_err(|e| corrupt(&files, e))?;
         let role = names.role(&name, view.shape().len());
         let held = holding::safetensors(role, stored, device);
@@ -148,7 +154,10 @@ pub fn params(dir: &Path, family: &'static Family) -> Result<u64> {
         .tensors()
         .iter()
         .filter(|(name, _)| names.is_text(name))
-        .map(|(_, view)| holding::elem_count(view.shape()).map_or(u64::MAX, |n| n as u64))
+        .map(|(name, view)| {
+            let n = holding::elem_count(view.shape()).unwrap_or(usize::MAX);
+            mxfp4_experts::params(name, n).unwrap_or(n as u64)
+        })
         .fold(0, u64::saturating_add))
 }
 
@@ -218,11 +227,7 @@ impl SafetensorsSource {
         };
         let t = all.get(e)?;
         let interleaved = self.names.family.hf_experts == HfExperts::StackedInterleaved;
-        let column = ["ffn_gate_exps.", "ffn_up_exps."]
-            .iter()
-            .position(|p| gguf_name.contains(p))
-            .filter(|_| interleaved);
-        let t = match column {
+        let t = match self.interleaved_column(gguf_name) {
             Some(c) => {
                 let dims = t.dims().to_vec();
                 let (last, lead) = dims.split_last().unwrap_or((&0, &[]));
@@ -238,6 +243,16 @@ impl SafetensorsSource {
             (2, true) => t.t()?.contiguous()?,
             _ => t,
         })
+    }
+
+    /// Where gate (0) or up (1) sits in a family's interleaved `gate_up`
+    /// tensor, for the GGUF tensor `gguf_name`.
+    fn interleaved_column(&self, gguf_name: &str) -> Option<usize> {
+        let interleaved = self.names.family.hf_experts == HfExperts::StackedInterleaved;
+        ["ffn_gate_exps.", "ffn_up_exps."]
+            .iter()
+            .position(|p| gguf_name.contains(p))
+            .filter(|_| interleaved)
     }
 
     fn matrix(&self, gguf_name: &str, rows: usize, cols: usize, device: &Device) -> Result<Tensor> {
@@ -302,6 +317,9 @@ impl WeightSource for SafetensorsSource {
         cols: usize,
         device: &Device,
     ) -> Result<Vec<Projection>> {
+        if let Some(packed) = self.mxfp4_experts(parts, experts, cols, device)? {
+            return Ok(packed);
+        }
         (0..experts)
             .map(|e| {
                 let mats = parts

@@ -9,6 +9,7 @@ mod families_engine;
 mod gpu_holding;
 mod helpers;
 mod moe_dispatch;
+mod mxfp4;
 mod params;
 mod prefix_cache;
 mod real_model;

@@ -111,4 +111,18 @@ fn mxfp4_experts_serve_the_values_they_hold_on_our_kernels() {
         saved
     );
     assert_eq!(im.devices.cpu.weight_bytes, a.decoder().held_bytes());
+    let gpu = Source::open(&mx)
+        .unwrap()
+        .decoder_held_as(&Device::Cpu, ferrox_plan::DeviceKind::Cuda)
+        .unwrap();
+    assert_eq!(
+        im.devices.cuda.weight_bytes,
+        gpu.held_bytes(),
+        "widened to bf16"
+    );
+    // The twin's experts were written in f32, and a GPU holds them so.
+    assert_eq!(
+        it.devices.cuda.weight_bytes - im.devices.cuda.weight_bytes,
+        experts * 2
+    );
 }

@@ -2,6 +2,9 @@
 //! transformers' count of the committed models (`sum(p.numel())`, a tied
 //! embedding once; active: less the routed experts a token does not run).
 
+use candle_core::Device;
+use ferrox_plan::DeviceKind;
+
 use super::reference::{dir, reference};
 use crate::Source;
 
@@ -32,8 +35,18 @@ fn inspect_counts_every_expert_and_the_ones_a_token_runs() {
             let info = Source::open(&path).unwrap().info().unwrap();
             let got = (info.params, info.active_params);
             assert_eq!(got, (params, active), "{}", path.display());
-            let g = info.geometry(ferrox_plan::DeviceKind::Cpu, ferrox_plan::KvDtype::F16);
+            let g = info.geometry(DeviceKind::Cpu, ferrox_plan::KvDtype::F16);
             assert_eq!((g.params, g.active_params), got);
+            // Every expert held, on either device, as the plan counts.
+            for kind in [DeviceKind::Cpu, DeviceKind::Cuda] {
+                let mut src = Source::open(&path).unwrap();
+                let held = src
+                    .decoder_held_as(&Device::Cpu, kind)
+                    .unwrap()
+                    .held_bytes();
+                let want = info.devices.on(kind).weight_bytes;
+                assert_eq!(held, want, "{}: held as on {kind}", path.display());
+            }
             let json = serde_json::to_value(&info).unwrap();
             assert_eq!(json["params"], params, "{family}: inspect --json");
             assert_eq!(json["activeParams"], active, "{family}: inspect --json");

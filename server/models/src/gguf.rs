@@ -58,7 +58,15 @@ impl GgufSource {
         let mut reader = BufReader::new(file);
         let content = Content::read(&mut reader).map_err(|e| Error::Corrupt {
             path: shown.clone(),
-            message: format!("not a readable GGUF file: {e}"),
+            message: match e.to_string() {
+                // GGML's MXFP4 (llama.cpp's gpt-oss files), which candle's
+                // reader does not know.
+                m if m.contains("unknown dtype for tensor 39") => format!(
+                    "GGUF type 39 (MXFP4, gpt-oss's experts) is not readable yet; serve the \
+                     safetensors checkpoint, whose MXFP4 experts run on our kernels ({m})"
+                ),
+                m => format!("not a readable GGUF file: {m}"),
+            },
         })?;
         Ok(GgufSource {
             path: shown,

@@ -126,3 +126,28 @@ fn mxfp4_experts_serve_the_values_they_hold_on_our_kernels() {
         experts * 2
     );
 }
+
+#[test]
+fn an_mxfp4_gguf_is_refused_by_name() {
+    // GGUF v3: one tensor `[32]` of type 39, no metadata.
+    let mut b = b"GGUF".to_vec();
+    b.extend(3u32.to_le_bytes());
+    b.extend(1u64.to_le_bytes());
+    b.extend(0u64.to_le_bytes());
+    let name = b"blk.0.ffn_down_exps.weight";
+    b.extend((name.len() as u64).to_le_bytes());
+    b.extend(name);
+    b.extend(1u32.to_le_bytes());
+    b.extend(32u64.to_le_bytes());
+    b.extend(39u32.to_le_bytes());
+    b.extend(0u64.to_le_bytes());
+    b.resize(b.len().next_multiple_of(32) + 17, 0);
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("gpt-oss-mxfp4.gguf");
+    std::fs::write(&path, b).unwrap();
+    let err = Source::open(&path).err().expect("refused").to_string();
+    assert!(
+        err.contains("MXFP4") && err.contains("safetensors"),
+        "{err}"
+    );
+}

@@ -5,10 +5,21 @@ use crate::test_util::{Rng, rel_err};
 
 /// Naive attention over each sequence's KV gathered into contiguous rows.
 fn reference(
-    (g, p): (&AttnGeometry, &AttnParams),
+    gp: (&AttnGeometry, &AttnParams),
     q: &[f32],
     k: &[f32],
     v: &[f32],
+    seqs: &[AttnSeq<'_>],
+) -> Vec<f32> {
+    reference_with(gp, None, q, (k, v), seqs)
+}
+
+/// [`reference`] with a sink logit per query head in each softmax.
+fn reference_with(
+    (g, p): (&AttnGeometry, &AttnParams),
+    sinks: Option<&[f32]>,
+    q: &[f32],
+    (k, v): (&[f32], &[f32]),
     seqs: &[AttnSeq<'_>],
 ) -> Vec<f32> {
     let (hd, row) = (g.head_dim, g.kv_heads * g.head_dim);
@@ -40,9 +51,10 @@ fn reference(
                         }
                     })
                     .collect();
-                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let sink = sinks.map_or(f64::NEG_INFINITY, |s| f64::from(s[h]));
+                let max = scores.iter().cloned().fold(sink, f64::max);
                 let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-                let sum: f64 = e.iter().sum();
+                let sum: f64 = e.iter().sum::<f64>() + (sink - max).exp();
                 let mut o = vec![0f64; hd];
                 for (j, w) in e.iter().enumerate() {
                     for (o, vv) in o.iter_mut().zip(at(v, first + j)) {
@@ -103,7 +115,7 @@ fn run<T: KvElem>(
     let mut out = vec![f32::NAN; q.len()];
     paged_attention(g, p, q, k, v, seqs, &mut out).unwrap();
     let mut portable = vec![f32::NAN; q.len()];
-    attention_on(false, (g, p), q, (k, v), seqs, &mut portable).unwrap();
+    attention_on(false, (g, p, None), q, (k, v), seqs, &mut portable).unwrap();
     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
     assert_eq!(
         bits(&out),
@@ -468,4 +480,65 @@ fn fast_exp_matches_std() {
     }
     assert!(exp_nonpositive(-1000.0) < 1e-37);
     assert!(exp_nonpositive(f32::NEG_INFINITY) < 1e-37);
+}
+
+#[test]
+fn sinks_take_their_share_and_minus_infinity_is_plain_attention() {
+    let g = geo(4, 2, 8, 4);
+    let seqs = [
+        AttnSeq {
+            blocks: &[3, 0, 2],
+            start_pos: 5,
+            n_tokens: 4,
+        },
+        AttnSeq {
+            blocks: &[1],
+            start_pos: 0,
+            n_tokens: 1,
+        },
+    ];
+    let mut rng = Rng::new(17);
+    let cache = 4 * g.block_size * g.kv_heads * g.head_dim;
+    let (k, v) = (rng.vec(cache), rng.vec(cache));
+    let q = rng.vec(5 * g.heads * g.head_dim);
+    let sinks = [0.5f32, -1.0, 2.0, 0.0];
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for window in [None, Some(3)] {
+        let p = AttnParams {
+            window,
+            ..AttnParams::causal(8)
+        };
+        let run = |s: Option<&[f32]>, fast: bool| {
+            let mut out = vec![f32::NAN; q.len()];
+            match fast {
+                true => paged_attention_with_sinks(&g, (&p, s), &q, (&k, &v), &seqs, &mut out),
+                false => attention_on(false, (&g, &p, s), &q, (&k, &v), &seqs, &mut out),
+            }
+            .unwrap();
+            out
+        };
+        let want = reference_with((&g, &p), Some(&sinks), &q, (&k, &v), &seqs);
+        let got = run(Some(&sinks), true);
+        assert_matches(&got, &want, &format!("sinks, window {window:?}"));
+        assert_eq!(
+            bits(&got),
+            bits(&run(Some(&sinks), false)),
+            "SIMD and portable"
+        );
+        let none = [f32::NEG_INFINITY; 4];
+        assert_eq!(bits(&run(Some(&none), true)), bits(&run(None, true)));
+        // A sink only takes probability away: the output shrinks.
+        let plain = run(None, true);
+        assert!(got.iter().zip(&plain).any(|(a, b)| a.abs() < b.abs()));
+    }
+    let mut out = vec![0f32; q.len()];
+    let short = paged_attention_with_sinks(
+        &g,
+        (&AttnParams::causal(8), Some(&sinks[..3])),
+        &q,
+        (&k, &v),
+        &seqs,
+        &mut out,
+    );
+    assert!(short.is_err(), "a sink per query head");
 }

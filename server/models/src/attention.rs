@@ -182,8 +182,8 @@ pub struct LayerAttn {
 /// positions of its own sequence only (within the layer's window).
 /// `tables`: the layer's group's tables on the device, for a device kernel
 /// (see [`StepTables::for_step`]). `sinks`: per query head, a learned
-/// logit that joins each softmax and attends to nothing (gpt-oss); such a
-/// layer takes the gather path on every device, as no kernel has them yet.
+/// logit that joins each softmax and attends to nothing (gpt-oss): our CPU
+/// kernel takes them; on CUDA such a layer takes the gather path.
 pub fn attention(
     q: &Tensor,
     cache: &KvCache,
@@ -194,8 +194,13 @@ pub fn attention(
 ) -> Result<Tensor> {
     let (k, v) = cache.layer(at.layer);
     let has_kernel = q.device().is_cpu() || (cfg!(feature = "cuda") && q.device().is_cuda());
-    if fused && has_kernel && sinks.is_none() {
+    if fused && has_kernel && (sinks.is_none() || q.device().is_cpu()) {
+        let sinks = match sinks {
+            Some(t) => Some(t.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>()?),
+            None => None,
+        };
         let op = PagedAttention {
+            sinks,
             spans: spans.clone(),
             group: at.group,
             tables: tables.cloned(),
@@ -215,6 +220,8 @@ pub fn attention(
 }
 
 struct PagedAttention {
+    /// Each query head's sink logit (CPU only).
+    sinks: Option<Vec<f32>>,
     spans: Arc<[SeqSpan]>,
     group: usize,
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -246,7 +253,8 @@ impl PagedAttention {
             .collect::<Result<_>>()
             .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
         let mut out = vec![0f32; q.len()];
-        ferrox_kernels::paged_attention(&self.geometry, &self.params, q, k, v, &seqs, &mut out)
+        let p = (&self.params, self.sinks.as_deref());
+        ferrox_kernels::paged_attention_with_sinks(&self.geometry, p, q, (k, v), &seqs, &mut out)
             .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
         Ok(out)
     }

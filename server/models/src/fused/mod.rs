@@ -127,6 +127,7 @@ pub(crate) struct FusedLayer {
     qkv_bias: Option<Vec<f32>>,
     qk_norm: Option<(Vec<f32>, Vec<f32>)>,
     o: Arc<QMatrix>,
+    o_bias: Option<Vec<f32>>,
     post_attn_norm: Option<Vec<f32>>,
     ffn_norm: Vec<f32>,
     ffn: FusedFfn,
@@ -188,10 +189,6 @@ impl FusedLayer {
         let Linear::Packed(o) = &l.o else {
             return Ok(None);
         };
-        // Attention biases and sinks (gpt-oss) take the op-by-op path.
-        if l.o_bias.is_some() || l.sinks.is_some() {
-            return Ok(None);
-        }
         let ffn = match (&l.ffn, ffn) {
             (Ffn::Dense(m), FeedForward::Gated(act)) => match FusedMlp::of(m)? {
                 Some(f) if f.gate_up_bias.is_none() && f.down_bias.is_none() => FusedFfn::Dense {
@@ -217,6 +214,7 @@ impl FusedLayer {
             qkv_bias: host_opt(&l.qkv_bias)?,
             qk_norm,
             o: o.clone(),
+            o_bias: host_opt(&l.o_bias)?,
             post_attn_norm: host_opt(&l.post_attn_norm)?,
             ffn_norm: host_vec(&l.ffn_norm)?,
             ffn,
@@ -252,6 +250,7 @@ impl FusedLayer {
     ) -> Result<()> {
         let op = ops::ResidualOp {
             w: &self.o,
+            bias: self.o_bias.as_deref(),
             post_norm: self.post_attn_norm.as_deref(),
             eps,
             scratch,

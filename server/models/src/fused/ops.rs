@@ -187,22 +187,31 @@ fn add_projection(
     w: &QMatrix,
     s: &mut Scratch,
     dst: &mut [f32],
-    post_norm: Option<&[f32]>,
+    (bias, post_norm): (Option<&[f32]>, Option<&[f32]>),
     eps: f32,
 ) -> candle_core::Result<()> {
-    let Some(norm) = post_norm else {
+    if bias.is_none() && post_norm.is_none() {
         return w.matmul_acts(&s.acts, &mut [dst], true).map_err(kernel_err);
-    };
+    }
     s.out.resize(dst.len(), 0.0);
     w.matmul_acts(&s.acts, &mut [&mut s.out], false)
         .map_err(kernel_err)?;
-    rms_norm_rows(&mut s.out, norm, eps);
+    // The op-by-op path's order: the bias, the norm, then the residual.
+    if let Some(b) = bias {
+        for row in s.out.chunks_exact_mut(b.len()) {
+            row.iter_mut().zip(b).for_each(|(x, b)| *x += b);
+        }
+    }
+    if let Some(norm) = post_norm {
+        rms_norm_rows(&mut s.out, norm, eps);
+    }
     dst.iter_mut().zip(&s.out).for_each(|(x, o)| *x += o);
     Ok(())
 }
 
 pub(super) struct ResidualOp<'a> {
     pub(super) w: &'a QMatrix,
+    pub(super) bias: Option<&'a [f32]>,
     pub(super) post_norm: Option<&'a [f32]>,
     pub(super) eps: f32,
     pub(super) scratch: &'a Mutex<Scratch>,
@@ -229,7 +238,7 @@ impl InplaceOp2 for ResidualOp<'_> {
         let mut guard = lock(self.scratch);
         let s = &mut *guard;
         s.acts.quantize(a, tokens).map_err(kernel_err)?;
-        add_projection(self.w, s, x, self.post_norm, self.eps)
+        add_projection(self.w, s, x, (self.bias, self.post_norm), self.eps)
     }
 }
 
@@ -265,7 +274,13 @@ impl InplaceOp1 for MlpOp<'_> {
             .matmul(&s.acts, &mut [&mut *gate, &mut *up])
             .map_err(kernel_err)?;
         quantize_activation(act, &mut s.acts, (gate, up), tokens)?;
-        add_projection(down, s, x, l.post_ffn_norm.as_deref(), self.dims.eps)
+        add_projection(
+            down,
+            s,
+            x,
+            (None, l.post_ffn_norm.as_deref()),
+            self.dims.eps,
+        )
     }
 }
 

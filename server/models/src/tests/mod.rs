@@ -15,5 +15,6 @@ mod prefix_cache;
 mod real_model;
 mod reference;
 mod requantized;
+mod request;
 mod tiny_model;
 mod window;

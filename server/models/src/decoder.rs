@@ -14,10 +14,10 @@ use crate::attention::{Heads, LayerAttn, SeqSpan, StepTables, attention};
 use crate::error::{Error, Result};
 use crate::fused::{Dims, FusedHead, FusedLayer, Scratch};
 use crate::kv_store::KvStore;
-use crate::layer::Layer;
+use crate::layer::{Ffn, Layer};
 use crate::linear::{Embedding, Linear, tensor_bytes};
 use crate::rope::Rope;
-use crate::spec::{Activation, FeedForward, KvGroup, ModelSpec};
+use crate::spec::{FeedForward, KvGroup, ModelSpec};
 
 /// The whole decoder.
 #[derive(Debug)]
@@ -77,10 +77,7 @@ impl Decoder {
         let fused_layers = layers
             .iter()
             .zip(&spec.layers)
-            .map(|(l, s)| {
-                let FeedForward::Gated(act) = s.ffn;
-                FusedLayer::from_layer(l, act)
-            })
+            .map(|(l, s)| FusedLayer::from_layer(l, s.ffn))
             .collect::<Result<Option<Vec<_>>>>()?;
         let head = FusedHead::new(&norm, &lm_head, spec.final_softcap)?;
         let fused = match (fused_layers, head) {
@@ -139,6 +136,18 @@ impl Decoder {
             + self.layers.iter().map(Layer::held_bytes).sum::<u64>()
             + tensor_bytes(&self.norm)
             + head
+    }
+
+    /// Per layer, how often each of its experts was read (empty for a
+    /// dense layer): an expert no token chose is never read.
+    pub fn expert_reads(&self) -> Vec<Vec<u64>> {
+        self.layers
+            .iter()
+            .map(|l| match &l.ffn {
+                Ffn::Moe(m) => m.reads.counts(),
+                Ffn::Dense(_) => Vec::new(),
+            })
+            .collect()
     }
 
     /// The device the weights live on.
@@ -296,7 +305,15 @@ impl Decoder {
         };
         let tables = ctx.tables[group].as_ref();
         let cache = ctx.kv.cache(group);
-        attention(q, cache, at, ctx.spans, tables, self.fused_attention)
+        let sinks = self.layers[index].sinks.as_ref();
+        attention(
+            q,
+            cache,
+            at,
+            ctx.spans,
+            (tables, sinks),
+            self.fused_attention,
+        )
     }
 
     /// Layer `index`'s RoPE rows for this step.
@@ -339,22 +356,23 @@ impl Decoder {
         let k = Rope::apply(&k, cos, sin)?.reshape((tokens, kv_dim))?;
         ctx.kv.write(index, ctx.slot_index, &k, &v)?;
         let mut a = l.o.forward(&self.attend(&q, index, ctx)?)?;
+        if let Some(b) = &l.o_bias {
+            a = a.broadcast_add(b)?;
+        }
         if let Some(w) = &l.post_attn_norm {
             a = norm(&a, w)?;
         }
         let x = (x + a)?;
         let h = norm(&x, &l.ffn_norm)?;
-        let gu = l.gate_up.forward(&h)?;
-        let (gate, up) = (
-            gu.narrow(1, 0, s.intermediate)?,
-            gu.narrow(1, s.intermediate, s.intermediate)?,
-        );
-        let FeedForward::Gated(act) = s.layers[index].ffn;
-        let gate = match act {
-            Activation::Silu => candle_nn::ops::silu(&gate)?,
-            Activation::GeluTanh => gate.gelu()?,
+        let mut d = match (&l.ffn, s.layers[index].ffn) {
+            (Ffn::Dense(m), FeedForward::Gated(act)) => m.forward(&h, s.intermediate, act)?,
+            (Ffn::Moe(m), FeedForward::Moe(_)) => crate::moe::forward(m, &h)?,
+            _ => {
+                return Err(Error::Config(format!(
+                    "layer {index}: its weights are not its kind's"
+                )));
+            }
         };
-        let mut d = l.down.forward(&(gate * up)?)?;
         if let Some(w) = &l.post_ffn_norm {
             d = norm(&d, w)?;
         }

@@ -22,6 +22,8 @@ pub mod kv_store;
 pub mod layer;
 pub mod linear;
 pub mod memory;
+pub mod moe;
+pub mod mxfp4;
 pub mod paged;
 pub mod profile;
 pub mod rope;

@@ -3,13 +3,13 @@
 use std::sync::{Mutex, MutexGuard};
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp3, InplaceOp1, InplaceOp2, Layout, Shape};
-use ferrox_kernels::QMatrix;
+use ferrox_kernels::{QActs, QMatrix};
 
-use super::{Dims, FusedHead, FusedLayer, Scratch};
+use super::{Dims, FusedHead, FusedLayer, Packed, Scratch};
 use crate::rope::Rope;
 use crate::spec::Activation;
 
-fn lock(s: &Mutex<Scratch>) -> MutexGuard<'_, Scratch> {
+pub(super) fn lock(s: &Mutex<Scratch>) -> MutexGuard<'_, Scratch> {
     // A panic mid-op leaves only stale numbers behind, which every op overwrites.
     s.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -24,7 +24,7 @@ fn slice<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> candle_core::Result<&
     }
 }
 
-fn slice_mut<'a>(
+pub(super) fn slice_mut<'a>(
     s: &'a mut CpuStorage,
     l: &Layout,
     what: &str,
@@ -38,12 +38,12 @@ fn slice_mut<'a>(
     }
 }
 
-fn kernel_err(e: ferrox_kernels::Error) -> candle_core::Error {
+pub(super) fn kernel_err(e: ferrox_kernels::Error) -> candle_core::Error {
     candle_core::Error::Msg(e.to_string())
 }
 
 /// Rows of a `(rows, cols)` input, checked against the weights' width.
-fn rows_of(l: &Layout, cols: usize, what: &str) -> candle_core::Result<usize> {
+pub(super) fn rows_of(l: &Layout, cols: usize, what: &str) -> candle_core::Result<usize> {
     let (rows, c) = l.shape().dims2()?;
     if c != cols {
         candle_core::bail!("fused layer: {what} has width {c}, weights expect {cols}");
@@ -53,7 +53,7 @@ fn rows_of(l: &Layout, cols: usize, what: &str) -> candle_core::Result<usize> {
 
 /// RMSNorm of every `w.len()`-long row of `x` in place, as candle's
 /// `rms_norm` computes it.
-fn rms_norm_rows(x: &mut [f32], w: &[f32], eps: f32) {
+pub(super) fn rms_norm_rows(x: &mut [f32], w: &[f32], eps: f32) {
     for row in x.chunks_exact_mut(w.len()) {
         let sum2: f32 = row.iter().map(|&v| v * v).sum();
         let rms = (sum2 / w.len() as f32 + eps).sqrt();
@@ -72,6 +72,38 @@ fn gelu_mul(gate: &mut [f32], up: &[f32]) {
         let inner = SQRT_2_OVER_PI * x * (1.0 + 0.044_715 * x * x);
         *g = 0.5 * x * (1.0 + inner.tanh()) * u;
     }
+}
+
+/// gpt-oss's clamped SwiGLU of `gate` and `up`, into `gate`, as the
+/// op-by-op path computes it.
+fn swiglu_oai(gate: &mut [f32], up: &[f32], alpha: f32, limit: f32) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let x = g.min(limit);
+        let u = u.clamp(-limit, limit);
+        *g = (u + 1.0) * (x * (1.0 / (1.0 + (-(x * alpha)).exp())));
+    }
+}
+
+/// `act(gate) * up` (each `tokens` rows) quantised into `acts`; `gate` is
+/// scratch afterwards.
+pub(super) fn quantize_activation(
+    act: Activation,
+    acts: &mut QActs,
+    (gate, up): (&mut [f32], &[f32]),
+    tokens: usize,
+) -> candle_core::Result<()> {
+    match act {
+        Activation::Silu => acts.quantize_silu_mul(gate, up, tokens),
+        Activation::GeluTanh => {
+            gelu_mul(gate, up);
+            acts.quantize(gate, tokens)
+        }
+        Activation::SwigluOai { alpha, limit } => {
+            swiglu_oai(gate, up, alpha, limit);
+            acts.quantize(gate, tokens)
+        }
+    }
+    .map_err(kernel_err)
 }
 
 pub(super) struct QkvOp<'a> {
@@ -155,22 +187,31 @@ fn add_projection(
     w: &QMatrix,
     s: &mut Scratch,
     dst: &mut [f32],
-    post_norm: Option<&[f32]>,
+    (bias, post_norm): (Option<&[f32]>, Option<&[f32]>),
     eps: f32,
 ) -> candle_core::Result<()> {
-    let Some(norm) = post_norm else {
+    if bias.is_none() && post_norm.is_none() {
         return w.matmul_acts(&s.acts, &mut [dst], true).map_err(kernel_err);
-    };
+    }
     s.out.resize(dst.len(), 0.0);
     w.matmul_acts(&s.acts, &mut [&mut s.out], false)
         .map_err(kernel_err)?;
-    rms_norm_rows(&mut s.out, norm, eps);
+    // The op-by-op path's order: the bias, the norm, then the residual.
+    if let Some(b) = bias {
+        for row in s.out.chunks_exact_mut(b.len()) {
+            row.iter_mut().zip(b).for_each(|(x, b)| *x += b);
+        }
+    }
+    if let Some(norm) = post_norm {
+        rms_norm_rows(&mut s.out, norm, eps);
+    }
     dst.iter_mut().zip(&s.out).for_each(|(x, o)| *x += o);
     Ok(())
 }
 
 pub(super) struct ResidualOp<'a> {
     pub(super) w: &'a QMatrix,
+    pub(super) bias: Option<&'a [f32]>,
     pub(super) post_norm: Option<&'a [f32]>,
     pub(super) eps: f32,
     pub(super) scratch: &'a Mutex<Scratch>,
@@ -197,12 +238,14 @@ impl InplaceOp2 for ResidualOp<'_> {
         let mut guard = lock(self.scratch);
         let s = &mut *guard;
         s.acts.quantize(a, tokens).map_err(kernel_err)?;
-        add_projection(self.w, s, x, self.post_norm, self.eps)
+        add_projection(self.w, s, x, (self.bias, self.post_norm), self.eps)
     }
 }
 
 pub(super) struct MlpOp<'a> {
     pub(super) layer: &'a FusedLayer,
+    /// `(gate_up, activation, down)`.
+    pub(super) mlp: (&'a Packed, Activation, &'a QMatrix),
     pub(super) dims: Dims,
     pub(super) scratch: &'a Mutex<Scratch>,
 }
@@ -213,10 +256,10 @@ impl InplaceOp1 for MlpOp<'_> {
     }
 
     fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> candle_core::Result<()> {
-        let l = self.layer;
+        let (l, (gate_up, act, down)) = (self.layer, self.mlp);
         let inter = self.dims.intermediate;
-        let tokens = rows_of(layout, l.gate_up.cols(), "residual")?;
-        if l.gate_up.rows() != 2 * inter || l.down.cols() != inter {
+        let tokens = rows_of(layout, gate_up.cols(), "residual")?;
+        if gate_up.rows() != 2 * inter || down.cols() != inter {
             candle_core::bail!("fused mlp: weights do not match the intermediate size");
         }
         let x = slice_mut(storage, layout, "residual")?;
@@ -227,18 +270,17 @@ impl InplaceOp1 for MlpOp<'_> {
             .map_err(kernel_err)?;
         s.gate_up.resize(tokens * 2 * inter, 0.0);
         let (gate, up) = s.gate_up.split_at_mut(tokens * inter);
-        l.gate_up
+        gate_up
             .matmul(&s.acts, &mut [&mut *gate, &mut *up])
             .map_err(kernel_err)?;
-        match l.act {
-            Activation::Silu => s.acts.quantize_silu_mul(gate, up, tokens),
-            Activation::GeluTanh => {
-                gelu_mul(gate, up);
-                s.acts.quantize(gate, tokens)
-            }
-        }
-        .map_err(kernel_err)?;
-        add_projection(&l.down, s, x, l.post_ffn_norm.as_deref(), self.dims.eps)
+        quantize_activation(act, &mut s.acts, (gate, up), tokens)?;
+        add_projection(
+            down,
+            s,
+            x,
+            (None, l.post_ffn_norm.as_deref()),
+            self.dims.eps,
+        )
     }
 }
 

@@ -227,6 +227,9 @@ pub fn to_geometry(g: &GeometrySpec, device: DeviceKind) -> ModelGeometry {
         intermediate_size: o(g.intermediate_size),
         vocab_size: o(g.vocab_size),
         sliding_windows: g.sliding_windows.clone().unwrap_or_default(),
+        // Reported by inspect and the server's plan; no field of the CRD's.
+        params: 0,
+        active_params: 0,
     }
 }
 

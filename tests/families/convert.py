@@ -14,7 +14,8 @@ import conversion  # noqa: E402
 from conversion import base  # noqa: E402
 
 FAMILIES = ["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-            "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM"]
+            "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM", "MixtralForCausalLM",
+            "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "GptOssForCausalLM"]
 
 
 def gpt2_vocab(self):

@@ -2,8 +2,11 @@
 windows of 8 to 12), the features its family has switched on (Llama 3's
 RoPE scaling, Qwen2's window on some layers, Mistral's on all, Qwen3's q/k
 norms and wide heads, Gemma 2's soft-caps and alternation, Gemma 3's
-pattern and two RoPEs, Phi-3's fused tensors, partial rotary and LongRoPE),
-and the prompts its references are recorded for."""
+pattern and two RoPEs, Phi-3's fused tensors, partial rotary and LongRoPE;
+Mixtral's experts, Qwen3-MoE's many small ones renormalised, Qwen2-MoE's
+shared expert and a dense layer among them; gpt-oss's sinks, biases,
+clamped SwiGLU, YaRN and alternating windows), and the prompts its
+references are recorded for."""
 
 import dataclasses
 
@@ -37,6 +40,8 @@ class Family:
     eos: str
     runs: list
     steps: int = 12
+    # Written as GGUF too (llama.cpp's converter maps the layout).
+    gguf: bool = True
 
 
 def _cfg(arch: str, model_type: str, **kw) -> dict:
@@ -96,4 +101,42 @@ FAMILIES = [
                                           long_factor=[1.2, 2.0, 5.0, 9.0])),
            "float16", "plain", "<eos>",
            [Run("short", [21, 38], context=512), Run("long", [530, 577], context=2048)]),
+    # Appended: a family's seed is its index, so the earlier ones stay as committed.
+    Family("mixtral", _cfg("MixtralForCausalLM", "mixtral", num_hidden_layers=2,
+                           intermediate_size=64, num_local_experts=4, num_experts_per_tok=2,
+                           tie_word_embeddings=False, rope_theta=1000000.0, sliding_window=None),
+           "float16", "plain", "<eos>", PLAIN),
+    Family("qwen3moe", _cfg("Qwen3MoeForCausalLM", "qwen3_moe", num_hidden_layers=2, head_dim=32,
+                            num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                            norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                            tie_word_embeddings=False, rope_theta=1000000.0, eos_token_id=6,
+                            use_sliding_window=False),
+           "float16", "chatml", "<|im_end|>", PLAIN),
+    # Dense layers among the routed ones: every second layer by
+    # `decoder_sparse_step`, and one by `mlp_only_layers`. llama.cpp's
+    # converter maps no such layout, so there is no GGUF of it.
+    Family("qwen3moe_sparse", _cfg("Qwen3MoeForCausalLM", "qwen3_moe", num_hidden_layers=4,
+                                   head_dim=32, num_experts=4, num_experts_per_tok=2,
+                                   moe_intermediate_size=32, norm_topk_prob=False,
+                                   decoder_sparse_step=2, mlp_only_layers=[3],
+                                   tie_word_embeddings=True, rope_theta=1000000.0, eos_token_id=6,
+                                   use_sliding_window=False),
+           "float16", "chatml", "<|im_end|>", [Run("default", LONG, files="safetensors")],
+           gguf=False),
+    Family("qwen2moe", _cfg("Qwen2MoeForCausalLM", "qwen2_moe", num_hidden_layers=2,
+                            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                            shared_expert_intermediate_size=64, norm_topk_prob=False,
+                            mlp_only_layers=[], tie_word_embeddings=False, rope_theta=10000.0,
+                            eos_token_id=6, use_sliding_window=False),
+           "float16", "chatml", "<|im_end|>", PLAIN),
+    # Every layer's experts: top-2 of 4, biased, clamped SwiGLU; sinks; a
+    # window of 8 on the even layers; YaRN as released.
+    Family("gpt_oss", _cfg("GptOssForCausalLM", "gpt_oss", num_hidden_layers=4, head_dim=16,
+                           intermediate_size=32, num_local_experts=4, num_experts_per_tok=2,
+                           sliding_window=8, tie_word_embeddings=False, attention_bias=True,
+                           layer_types=["sliding_attention", "full_attention"] * 2,
+                           rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=32.0,
+                                                beta_fast=32.0, beta_slow=1.0, truncate=False,
+                                                original_max_position_embeddings=4096)),
+           "bfloat16", "plain", "<eos>", PLAIN),
 ]

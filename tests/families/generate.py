@@ -48,9 +48,35 @@ def randomize(model: torch.nn.Module, family: str, seed: int) -> None:
                 p.copy_(r * 1.2 / p.shape[-1] ** 0.5)
 
 
+# Where a router's k-th and (k+1)-th logits are closer than this, half
+# precision may pick the other expert: the GPU-held checks stop there.
+ROUTE_TIE = 5e-3
+
 # A prompt whose reference has a near-tie this early is drawn again: it
 # would check too little.
 CLEAR_STEPS = 4
+
+
+class Routers:
+    """The smallest gap between the k-th and (k+1)-th router logits of any
+    token in any layer of a forward pass (the margin by which its experts
+    were chosen), for mixtures of experts."""
+
+    def __init__(self, model):
+        self.gap = None
+        for m in model.modules():
+            if type(m).__name__.endswith("TopKRouter"):
+                m.register_forward_hook(self._hook)
+
+    def _hook(self, module, args, output):
+        logits = output[0].float().reshape(-1, output[0].shape[-1])
+        top = torch.topk(logits, module.top_k + 1, dim=-1).values
+        gap = float((top[:, -2] - top[:, -1]).min())
+        self.gap = gap if self.gap is None else min(self.gap, gap)
+
+    def take(self):
+        gap, self.gap = self.gap, None
+        return gap
 
 
 def prompts(model, lengths: list, steps: int, seed: int) -> list:
@@ -58,29 +84,36 @@ def prompts(model, lengths: list, steps: int, seed: int) -> list:
     of near-ties for its first CLEAR_STEPS steps."""
     rng = random.Random(seed)
     first = len(tokenizer.SPECIALS)
+    routers = Routers(model)
     out = []
     for n in lengths:
         for _ in range(50):
             ids = [rng.randrange(first, tokenizer.VOCAB) for _ in range(n)]
-            got = greedy(model, ids, steps)
-            if all(s["top"][0][1] - s["top"][1][1] >= NEAR_TIE for s in got[:CLEAR_STEPS]):
+            got = greedy(model, ids, steps, routers)
+            clear = all(s["top"][0][1] - s["top"][1][1] >= NEAR_TIE for s in got[:CLEAR_STEPS])
+            if clear and got[0].get("route_gap", 1.0) >= ROUTE_TIE:
                 break
         out.append({"ids": ids, "steps": got})
     return out
 
 
 @torch.no_grad()
-def greedy(model, ids: list, steps: int) -> list:
+def greedy(model, ids: list, steps: int, routers: Routers) -> list:
     """`steps` greedy tokens after `ids`, each with the top-5 log-probabilities
-    of its step (the whole sequence recomputed each step: no cache)."""
+    of its step (the whole sequence recomputed each step: no cache) and, for
+    a mixture of experts, the smallest routing margin of any token so far."""
     out, seq = [], list(ids)
     for _ in range(steps):
         logits = model(torch.tensor([seq])).logits[0, -1].float()
         lp = torch.log_softmax(logits, -1)
         top = torch.topk(lp, 5)
         token = int(top.indices[0])
-        out.append({"token": token,
-                    "top": [[int(i), round(float(v), 6)] for v, i in zip(top.values, top.indices)]})
+        step = {"token": token,
+                "top": [[int(i), round(float(v), 6)] for v, i in zip(top.values, top.indices)]}
+        gap = routers.take()
+        if gap is not None:
+            step["route_gap"] = round(gap, 6)
+        out.append(step)
         seq.append(token)
     return out
 
@@ -131,9 +164,10 @@ def build(f: families.Family, out: pathlib.Path, src: pathlib.Path | None, seed:
         runs.append({"name": run.name, "context": run.context, "files": run.files,
                      "overrides": run.overrides,
                      "prompts": prompts(model, run.prompts, f.steps, seed * 100 + i)})
-    ref = {"family": f.name, "near_tie": NEAR_TIE, "torch": torch.__version__,
+    ref = {"family": f.name, "near_tie": NEAR_TIE, "route_tie": ROUTE_TIE,
+           "torch": torch.__version__,
            "transformers": transformers.__version__, "runs": runs}
-    if src is not None:
+    if src is not None and f.gguf:
         gguf = convert(dir, src, "bf16" if f.dtype == "bfloat16" else "f16")
         ref["gguf"] = gguf.name
     (dir / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")

@@ -86,7 +86,14 @@ def check(bin: pathlib.Path, dir: pathlib.Path, ref: dict, near_tie: float) -> d
     for run in ref["runs"]:
         if run["files"] == "safetensors":
             continue
-        proc, url = _serve(bin, dir / ref["gguf"], run["context"] or 256, dir / "llama-server.log")
+        try:
+            proc, url = _serve(bin, dir / ref["gguf"], run["context"] or 256,
+                               dir / "llama-server.log")
+        except RuntimeError as e:
+            # A layout llama.cpp does not load (Qwen2-MoE with a dense layer).
+            (dir / "llama-server.log").unlink(missing_ok=True)
+            reason = [l for l in str(e).splitlines() if "error" in l.lower()][-1:]
+            return {"verdict": "cannot load", "reason": " ".join(reason)[-300:]}
         try:
             for p in run["prompts"]:
                 fed = [s["token"] for s in p["steps"]]

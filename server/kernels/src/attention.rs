@@ -13,7 +13,7 @@ use crate::Error;
 mod math;
 #[cfg(test)]
 use math::{axpy, exp_nonpositive};
-use math::{dot, softmax, weighted_sum};
+use math::{dot, softmax, softmax_with_sink, weighted_sum};
 
 /// An element type the KV cache may be held in.
 pub trait KvElem: Copy + Send + Sync + 'static {
@@ -131,18 +131,41 @@ pub fn paged_attention<T: KvElem>(
     seqs: &[AttnSeq<'_>],
     out: &mut [f32],
 ) -> Result<(), Error> {
+    paged_attention_with_sinks(g, (p, None), q, (k_cache, v_cache), seqs, out)
+}
+
+/// [`paged_attention`] where each query head's softmax also has `sinks[h]`
+/// (gpt-oss's learned sink: a logit that takes its share of the probability
+/// and attends to nothing); `None` is plain attention, to the bit.
+pub fn paged_attention_with_sinks<T: KvElem>(
+    g: &AttnGeometry,
+    (p, sinks): (&AttnParams, Option<&[f32]>),
+    q: &[f32],
+    (k_cache, v_cache): (&[T], &[T]),
+    seqs: &[AttnSeq<'_>],
+    out: &mut [f32],
+) -> Result<(), Error> {
+    if let Some(s) = sinks
+        && s.len() != g.heads
+    {
+        return Err(Error::Length {
+            what: "attention sinks",
+            expected: g.heads,
+            got: s.len(),
+        });
+    }
     #[cfg(target_arch = "x86_64")]
     let fast = simd();
     #[cfg(not(target_arch = "x86_64"))]
     let fast = false;
-    attention_on(fast, (g, p), q, (k_cache, v_cache), seqs, out)
+    attention_on(fast, (g, p, sinks), q, (k_cache, v_cache), seqs, out)
 }
 
 /// [`paged_attention`], its loops in AVX2 registers when `fast` (which the
 /// caller has checked the CPU supports) or portable ones.
 pub(crate) fn attention_on<T: KvElem>(
     fast: bool,
-    (g, params): (&AttnGeometry, &AttnParams),
+    (g, params, sinks): (&AttnGeometry, &AttnParams, Option<&[f32]>),
     q: &[f32],
     (k_cache, v_cache): (&[T], &[T]),
     seqs: &[AttnSeq<'_>],
@@ -196,6 +219,7 @@ pub(crate) fn attention_on<T: KvElem>(
                 v: v_cache,
                 blocks: seqs[seq].blocks,
                 kv_head,
+                sinks,
             };
             let queries = QueryTile {
                 q,
@@ -325,6 +349,8 @@ struct KvView<'a, T> {
     v: &'a [T],
     blocks: &'a [u32],
     kv_head: usize,
+    /// Every query head's sink logit, if the layer has them.
+    sinks: Option<&'a [f32]>,
 }
 
 impl<T> KvView<'_, T> {
@@ -450,7 +476,11 @@ fn attend_tile<T: KvElem>(
     for i in 0..len {
         let from = p.first_seen(q.pos0 + i) - lo;
         for h in 0..heads {
-            softmax(&mut scores[(i * heads + h) * n..][from..=q.pos0 + i - lo]);
+            let row = &mut scores[(i * heads + h) * n..][from..=q.pos0 + i - lo];
+            match kv.sinks {
+                Some(s) => softmax_with_sink(row, s[kv.kv_head * heads + h]),
+                None => softmax(row),
+            }
         }
     }
     // V a block at a time: its rows widened once, then each (token, head)

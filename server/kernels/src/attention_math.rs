@@ -40,6 +40,20 @@ pub(super) fn softmax(s: &mut [f32]) {
     }
 }
 
+/// [`softmax`] with one more logit, `sink`, that takes its share and is
+/// dropped (with `sink` at minus infinity: [`softmax`], to the bit).
+#[inline(always)]
+pub(super) fn softmax_with_sink(s: &mut [f32], sink: f32) {
+    let max = s.iter().fold(sink, |a, &b| a.max(b));
+    for v in s.iter_mut() {
+        *v = exp_nonpositive(*v - max);
+    }
+    let inv = 1.0 / (s.iter().sum::<f32>() + exp_nonpositive(sink - max));
+    for v in s.iter_mut() {
+        *v *= inv;
+    }
+}
+
 /// `e^x` for `x <= 0` (softmax after max subtraction), relative error < 1e-6;
 /// `x < -87` gives ~0. Plain arithmetic, so loops over it vectorise, unlike libm's.
 #[inline(always)]

@@ -5,10 +5,21 @@ use crate::test_util::{Rng, rel_err};
 
 /// Naive attention over each sequence's KV gathered into contiguous rows.
 fn reference(
-    (g, p): (&AttnGeometry, &AttnParams),
+    gp: (&AttnGeometry, &AttnParams),
     q: &[f32],
     k: &[f32],
     v: &[f32],
+    seqs: &[AttnSeq<'_>],
+) -> Vec<f32> {
+    reference_with(gp, None, q, (k, v), seqs)
+}
+
+/// [`reference`] with a sink logit per query head in each softmax.
+fn reference_with(
+    (g, p): (&AttnGeometry, &AttnParams),
+    sinks: Option<&[f32]>,
+    q: &[f32],
+    (k, v): (&[f32], &[f32]),
     seqs: &[AttnSeq<'_>],
 ) -> Vec<f32> {
     let (hd, row) = (g.head_dim, g.kv_heads * g.head_dim);
@@ -40,9 +51,10 @@ fn reference(
                         }
                     })
                     .collect();
-                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let sink = sinks.map_or(f64::NEG_INFINITY, |s| f64::from(s[h]));
+                let max = scores.iter().cloned().fold(sink, f64::max);
                 let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-                let sum: f64 = e.iter().sum();
+                let sum: f64 = e.iter().sum::<f64>() + (sink - max).exp();
                 let mut o = vec![0f64; hd];
                 for (j, w) in e.iter().enumerate() {
                     for (o, vv) in o.iter_mut().zip(at(v, first + j)) {
@@ -103,7 +115,7 @@ fn run<T: KvElem>(
     let mut out = vec![f32::NAN; q.len()];
     paged_attention(g, p, q, k, v, seqs, &mut out).unwrap();
     let mut portable = vec![f32::NAN; q.len()];
-    attention_on(false, (g, p), q, (k, v), seqs, &mut portable).unwrap();
+    attention_on(false, (g, p, None), q, (k, v), seqs, &mut portable).unwrap();
     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
     assert_eq!(
         bits(&out),
@@ -469,3 +481,6 @@ fn fast_exp_matches_std() {
     assert!(exp_nonpositive(-1000.0) < 1e-37);
     assert!(exp_nonpositive(f32::NEG_INFINITY) < 1e-37);
 }
+
+#[path = "attention_sinks_tests.rs"]
+mod sinks;

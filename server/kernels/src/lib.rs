@@ -28,7 +28,9 @@ mod quant_type;
 #[cfg(test)]
 mod test_util;
 
-pub use attention::{AttnGeometry, AttnParams, AttnSeq, KvElem, paged_attention};
+pub use attention::{
+    AttnGeometry, AttnParams, AttnSeq, KvElem, paged_attention, paged_attention_with_sinks,
+};
 pub use dot::Kernel;
 pub use matmul::MAX_PARTS;
 pub use qact::QActs;

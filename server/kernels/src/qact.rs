@@ -120,6 +120,36 @@ impl QActs {
         Ok(())
     }
 
+    /// Rows `rows` of `src`, in that order: the activations of the tokens
+    /// one expert reads, quantised once for the whole step (a gathered row
+    /// is, bit for bit, that row quantised alone).
+    pub fn gather(&mut self, src: &QActs, rows: &[usize]) -> Result<(), Error> {
+        if let Some(&row) = rows.iter().find(|&&r| r >= src.batch) {
+            return Err(Error::RowOutOfRange {
+                row,
+                rows: src.batch,
+            });
+        }
+        let (cols, nb) = (src.cols, src.cols / QK);
+        (self.batch, self.cols) = (rows.len(), cols);
+        self.qs.clear();
+        self.d.clear();
+        self.s.clear();
+        self.isum.clear();
+        self.isum16.clear();
+        self.dsum.clear();
+        for &r in rows {
+            let b = r * nb..(r + 1) * nb;
+            self.qs.extend_from_slice(&src.qs[r * cols..(r + 1) * cols]);
+            self.d.extend_from_slice(&src.d[b.clone()]);
+            self.s.extend_from_slice(&src.s[b.clone()]);
+            self.isum.extend_from_slice(&src.isum[b.clone()]);
+            self.isum16.extend_from_slice(&src.isum16[b.clone()]);
+            self.dsum.extend_from_slice(&src.dsum[b]);
+        }
+        Ok(())
+    }
+
     /// Sizes the buffers for `batch x cols` (keeping their capacity) and
     /// quantises every block from the 32 values `block(row, b, out)` writes.
     fn fill(
@@ -332,6 +362,30 @@ mod tests {
         assert_eq!(
             (a.qs, a.d, a.s, a.isum, a.isum16, a.dsum),
             (b.qs, b.d, b.s, b.isum, b.isum16, b.dsum)
+        );
+    }
+
+    #[test]
+    fn gathered_rows_are_the_rows_quantised_alone() {
+        let (batch, cols) = (5, 64);
+        let x: Vec<f32> = (0..batch * cols).map(|i| (i as f32 * 0.37).sin()).collect();
+        let all = quantized(&x, batch);
+        let mut g = QActs::new();
+        g.gather(&all, &[3, 0, 3]).unwrap();
+        let mut want = Vec::new();
+        for r in [3, 0, 3] {
+            want.extend_from_slice(&x[r * cols..(r + 1) * cols]);
+        }
+        let w = quantized(&want, 3);
+        assert_eq!((g.batch(), g.cols()), (3, cols));
+        assert_eq!(
+            (g.qs, g.d, g.s, g.isum, g.isum16, g.dsum),
+            (w.qs, w.d, w.s, w.isum, w.isum16, w.dsum)
+        );
+        let mut g = QActs::new();
+        assert_eq!(
+            g.gather(&all, &[5]),
+            Err(Error::RowOutOfRange { row: 5, rows: 5 })
         );
     }
 

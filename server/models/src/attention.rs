@@ -181,19 +181,26 @@ pub struct LayerAttn {
 /// `(tokens, heads * head_dim)`. Causal: a token sees its own and earlier
 /// positions of its own sequence only (within the layer's window).
 /// `tables`: the layer's group's tables on the device, for a device kernel
-/// (see [`StepTables::for_step`]).
+/// (see [`StepTables::for_step`]). `sinks`: per query head, a learned
+/// logit that joins each softmax and attends to nothing (gpt-oss): our CPU
+/// kernel takes them; on CUDA such a layer takes the gather path.
 pub fn attention(
     q: &Tensor,
     cache: &KvCache,
     at: LayerAttn,
     spans: &Arc<[SeqSpan]>,
-    tables: Option<&Arc<StepTables>>,
+    (tables, sinks): (Option<&Arc<StepTables>>, Option<&Tensor>),
     fused: bool,
 ) -> Result<Tensor> {
     let (k, v) = cache.layer(at.layer);
     let has_kernel = q.device().is_cpu() || (cfg!(feature = "cuda") && q.device().is_cuda());
-    if fused && has_kernel {
+    if fused && has_kernel && (sinks.is_none() || q.device().is_cpu()) {
+        let sinks = match sinks {
+            Some(t) => Some(t.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>()?),
+            None => None,
+        };
         let op = PagedAttention {
+            sinks,
             spans: spans.clone(),
             group: at.group,
             tables: tables.cloned(),
@@ -209,10 +216,12 @@ pub fn attention(
         let q = q.to_dtype(candle_core::DType::F32)?.contiguous()?;
         return Ok(q.apply_op3_no_bwd(k, v, &op)?);
     }
-    gathered(q, cache, at, spans)
+    gathered(q, cache, at, spans, sinks)
 }
 
 struct PagedAttention {
+    /// Each query head's sink logit (CPU only).
+    sinks: Option<Vec<f32>>,
     spans: Arc<[SeqSpan]>,
     group: usize,
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -244,7 +253,8 @@ impl PagedAttention {
             .collect::<Result<_>>()
             .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
         let mut out = vec![0f32; q.len()];
-        ferrox_kernels::paged_attention(&self.geometry, &self.params, q, k, v, &seqs, &mut out)
+        let p = (&self.params, self.sinks.as_deref());
+        ferrox_kernels::paged_attention_with_sinks(&self.geometry, p, q, (k, v), &seqs, &mut out)
             .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
         Ok(out)
     }
@@ -304,7 +314,13 @@ impl CustomOp3 for PagedAttention {
 
 /// The device-generic path: gather each sequence's slots (those its
 /// tokens' windows reach) and attend with tensor ops.
-fn gathered(q: &Tensor, cache: &KvCache, at: LayerAttn, spans: &[SeqSpan]) -> Result<Tensor> {
+fn gathered(
+    q: &Tensor,
+    cache: &KvCache,
+    at: LayerAttn,
+    spans: &[SeqSpan],
+    sinks: Option<&Tensor>,
+) -> Result<Tensor> {
     let (k_cache, v_cache) = cache.layer(at.layer);
     let (h, p) = (at.heads, at.params);
     let device = q.device();
@@ -340,7 +356,22 @@ fn gathered(q: &Tensor, cache: &KvCache, at: LayerAttn, spans: &[SeqSpan]) -> Re
             scores = ((scores / f64::from(cap))?.tanh()? * f64::from(cap))?;
         }
         let mask = window_mask(span, &p, device)?;
-        let probs = candle_nn::ops::softmax_last_dim(&scores.broadcast_add(&mask)?)?;
+        let scores = scores.broadcast_add(&mask)?;
+        let probs = match sinks {
+            // The sink's column joins the softmax, then is dropped.
+            Some(s) => {
+                let ctx = scores.dim(2)?;
+                let col = s
+                    .to_dtype(scores.dtype())?
+                    .reshape((h.heads, 1, 1))?
+                    .broadcast_as((h.heads, span.n_tokens, 1))?;
+                let all = Tensor::cat(&[&scores, &col], 2)?.contiguous()?;
+                candle_nn::ops::softmax_last_dim(&all)?
+                    .narrow(2, 0, ctx)?
+                    .contiguous()?
+            }
+            None => candle_nn::ops::softmax_last_dim(&scores)?,
+        };
         let o = probs.matmul(&v)?.transpose(0, 1)?;
         outs.push(o.reshape((span.n_tokens, h.heads * h.head_dim))?);
         offset += span.n_tokens;

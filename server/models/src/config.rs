@@ -110,6 +110,23 @@ impl HfConfig {
         }
     }
 
+    /// A list of counts (`mlp_only_layers`); empty when absent.
+    pub fn usizes(&self, key: &str) -> Result<Vec<usize>> {
+        let Some(v) = self.get(key) else {
+            return Ok(Vec::new());
+        };
+        let bad = || Error::Config(format!("config.json {key} = {v} is not a list of counts"));
+        v.as_array()
+            .ok_or_else(bad)?
+            .iter()
+            .map(|x| {
+                x.as_u64()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .ok_or_else(bad)
+            })
+            .collect()
+    }
+
     /// A string, if present.
     pub fn str_opt(&self, key: &str) -> Option<&str> {
         self.get(key).and_then(Json::as_str)
@@ -193,6 +210,18 @@ impl Metadata<'_> {
         match self.md.contains_key(&key) {
             true => md_string(self.md, &key).map(Some),
             false => Ok(None),
+        }
+    }
+
+    /// `{arch}.{suffix}` as a boolean, if present.
+    pub fn bool_opt(&self, suffix: &str) -> Result<Option<bool>> {
+        let key = self.key(suffix);
+        match self.md.get(&key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(other) => Err(Error::Config(format!(
+                "{key} holds {other:?}, not a boolean"
+            ))),
         }
     }
 

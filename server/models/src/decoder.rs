@@ -14,11 +14,11 @@ use crate::attention::{Heads, LayerAttn, SeqSpan, StepTables, attention};
 use crate::error::{Error, Result};
 use crate::fused::{Dims, FusedHead, FusedLayer, Scratch};
 use crate::kv_store::KvStore;
-use crate::layer::Layer;
+use crate::layer::{Ffn, Layer};
 use crate::linear::{Embedding, Linear, tensor_bytes};
 use crate::lora::{LoraStep, Target};
 use crate::rope::Rope;
-use crate::spec::{Activation, FeedForward, KvGroup, ModelSpec};
+use crate::spec::{FeedForward, KvGroup, ModelSpec};
 
 /// The whole decoder.
 #[derive(Debug)]
@@ -80,10 +80,7 @@ impl Decoder {
         let fused_layers = layers
             .iter()
             .zip(&spec.layers)
-            .map(|(l, s)| {
-                let FeedForward::Gated(act) = s.ffn;
-                FusedLayer::from_layer(l, act)
-            })
+            .map(|(l, s)| FusedLayer::from_layer(l, s.ffn))
             .collect::<Result<Option<Vec<_>>>>()?;
         let head = FusedHead::new(&norm, &lm_head, spec.final_softcap)?;
         let fused = match (fused_layers, head) {
@@ -142,6 +139,18 @@ impl Decoder {
             + self.layers.iter().map(Layer::held_bytes).sum::<u64>()
             + tensor_bytes(&self.norm)
             + head
+    }
+
+    /// Per layer, how often each of its experts was read (empty for a
+    /// dense layer): an expert no token chose is never read.
+    pub fn expert_reads(&self) -> Vec<Vec<u64>> {
+        self.layers
+            .iter()
+            .map(|l| match &l.ffn {
+                Ffn::Moe(m) => m.reads.counts(),
+                Ffn::Dense(_) => Vec::new(),
+            })
+            .collect()
     }
 
     /// The device the weights live on.
@@ -300,7 +309,15 @@ impl Decoder {
         };
         let tables = ctx.tables[group].as_ref();
         let cache = ctx.kv.cache(group);
-        attention(q, cache, at, ctx.spans, tables, self.fused_attention)
+        let sinks = self.layers[index].sinks.as_ref();
+        attention(
+            q,
+            cache,
+            at,
+            ctx.spans,
+            (tables, sinks),
+            self.fused_attention,
+        )
     }
 
     /// Layer `index`'s RoPE rows for this step.
@@ -345,28 +362,26 @@ impl Decoder {
         ctx.kv.write(index, ctx.slot_index, &k, &v)?;
         let a = self.attend(&q, index, ctx)?;
         let mut a = ctx.lora(&[Target::O], index, &a, l.o.forward(&a)?)?;
+        if let Some(b) = &l.o_bias {
+            a = a.broadcast_add(b)?;
+        }
         if let Some(w) = &l.post_attn_norm {
             a = norm(&a, w)?;
         }
         let x = (x + a)?;
         let h = norm(&x, &l.ffn_norm)?;
-        let gu = ctx.lora(
-            &[Target::Gate, Target::Up],
-            index,
-            &h,
-            l.gate_up.forward(&h)?,
-        )?;
-        let (gate, up) = (
-            gu.narrow(1, 0, s.intermediate)?,
-            gu.narrow(1, s.intermediate, s.intermediate)?,
-        );
-        let FeedForward::Gated(act) = s.layers[index].ffn;
-        let gate = match act {
-            Activation::Silu => candle_nn::ops::silu(&gate)?,
-            Activation::GeluTanh => gate.gelu()?,
+        let hook = |targets: &[Target], x: &Tensor, out: Tensor| ctx.lora(targets, index, x, out);
+        let mut d = match (&l.ffn, s.layers[index].ffn) {
+            (Ffn::Dense(m), FeedForward::Gated(act)) => {
+                m.forward_hooked(&h, s.intermediate, act, &hook)?
+            }
+            (Ffn::Moe(m), FeedForward::Moe(_)) => crate::moe::forward(m, &h)?,
+            _ => {
+                return Err(Error::Config(format!(
+                    "layer {index}: its weights are not its kind's"
+                )));
+            }
         };
-        let act = (gate * up)?;
-        let mut d = ctx.lora(&[Target::Down], index, &act, l.down.forward(&act)?)?;
         if let Some(w) = &l.post_ffn_norm {
             d = norm(&d, w)?;
         }

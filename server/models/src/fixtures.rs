@@ -262,3 +262,62 @@ pub fn default_model() -> Option<PathBuf> {
     );
     None
 }
+
+/// A packed `[rows, cols]` matrix of random weights quantised to `ty`.
+fn random_packed(rows: usize, cols: usize, seed: u64, ty: GgmlDType) -> crate::linear::Linear {
+    let scale = 1.2 / (cols as f32).sqrt();
+    let t = Tensor::from_vec(values(rows * cols, seed, scale), (rows, cols), &Device::Cpu).unwrap();
+    let q = QTensor::quantize(&t, ty).unwrap();
+    let bytes = q.data().unwrap().to_vec();
+    let kt = crate::holding::kernel_type(ty).unwrap();
+    let m = ferrox_kernels::QMatrix::new(kt, rows, cols, bytes).unwrap();
+    crate::linear::Linear::Packed(std::sync::Arc::new(m))
+}
+
+/// A random gated MLP of width `inter` (with biases when `biases`).
+fn random_mlp(hidden: usize, inter: usize, seed: u64, biases: bool) -> crate::layer::Mlp {
+    use crate::layer::{Mlp, Projection};
+    let bias = |n: usize, s: u64| {
+        biases.then(|| Tensor::from_vec(values(n, s, 0.2), n, &Device::Cpu).unwrap())
+    };
+    Mlp {
+        gate_up: Projection::Fused(random_packed(2 * inter, hidden, seed, GgmlDType::Q8_0)),
+        down: random_packed(hidden, inter, seed + 1, GgmlDType::Q4_0),
+        gate_up_bias: bias(2 * inter, seed + 2),
+        down_bias: bias(hidden, seed + 3),
+    }
+}
+
+/// A mixture-of-experts layer of `spec` with random packed weights.
+pub fn random_moe(spec: crate::spec::MoeSpec, hidden: usize, seed: u64) -> crate::moe::MoeWeights {
+    let d = Device::Cpu;
+    let router = values(spec.experts * hidden, seed, 1.2 / (hidden as f32).sqrt());
+    let shared = spec.shared.map(|w| {
+        let gate = Tensor::from_vec(values(hidden, seed + 7, 0.3), hidden, &d).unwrap();
+        (random_mlp(hidden, w, seed + 11, false), gate)
+    });
+    crate::moe::MoeWeights {
+        spec,
+        router: Tensor::from_vec(router, (spec.experts, hidden), &d).unwrap(),
+        router_bias: spec.biases.then(|| {
+            Tensor::from_vec(values(spec.experts, seed + 5, 0.5), spec.experts, &d).unwrap()
+        }),
+        experts: (0..spec.experts)
+            .map(|e| {
+                random_mlp(
+                    hidden,
+                    spec.intermediate,
+                    seed + 100 * (e as u64 + 1),
+                    spec.biases,
+                )
+            })
+            .collect(),
+        shared,
+        reads: std::sync::Arc::new(crate::moe::ExpertReads::new(spec.experts)),
+    }
+}
+
+/// `n` deterministic pseudo-random values in [-scale, scale).
+pub fn random_values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    values(n, seed, scale)
+}

@@ -19,8 +19,8 @@ use crate::error::{Error, Result};
 use crate::holding::{self, Held, Role, device_kind, elem_count, kernel_type};
 use crate::layer::Projection;
 use crate::linear::{Embedding, Linear};
-use crate::spec::{ModelSpec, RopeScaling};
-use crate::weights::{WeightSource, check_shape};
+use crate::spec::{FeedForward, ModelSpec, RopeScaling};
+use crate::weights::{WeightSource, check_shape, check_vector};
 
 /// An open GGUF file.
 pub struct GgufSource {
@@ -35,6 +35,8 @@ pub struct GgufSource {
     packed: bool,
     /// Hold weights as on this device kind, whatever device they land on.
     hold_as: Option<DeviceKind>,
+    /// The family's own layer tensor names: (the common name, this file's).
+    renames: &'static [(&'static str, &'static str)],
 }
 
 struct Raw {
@@ -56,7 +58,15 @@ impl GgufSource {
         let mut reader = BufReader::new(file);
         let content = Content::read(&mut reader).map_err(|e| Error::Corrupt {
             path: shown.clone(),
-            message: format!("not a readable GGUF file: {e}"),
+            message: match e.to_string() {
+                // GGML's MXFP4 (llama.cpp's gpt-oss files), which candle's
+                // reader does not know.
+                m if m.contains("unknown dtype for tensor 39") => format!(
+                    "GGUF type 39 (MXFP4, gpt-oss's experts) is not readable yet; serve the \
+                     safetensors checkpoint, whose MXFP4 experts run on our kernels ({m})"
+                ),
+                m => format!("not a readable GGUF file: {m}"),
+            },
         })?;
         Ok(GgufSource {
             path: shown,
@@ -66,6 +76,7 @@ impl GgufSource {
             unpermute: None,
             packed: true,
             hold_as: None,
+            renames: &[],
         })
     }
 
@@ -106,6 +117,19 @@ impl GgufSource {
             arch: &arch,
         };
         let mut spec = (family.from_gguf)(&md)?;
+        self.renames = family.gguf_tensors;
+        // A layer without a router is a dense one (Qwen MoE's
+        // `mlp_only_layers`; GGUF names no pattern).
+        for (i, l) in spec.layers.iter_mut().enumerate() {
+            if let Some(m) = l.moe()
+                && !self
+                    .content
+                    .tensor_infos
+                    .contains_key(&format!("blk.{i}.ffn_gate_inp.weight"))
+            {
+                l.ffn = FeedForward::Gated(m.activation);
+            }
+        }
         if family.gguf_permuted_qk {
             self.unpermute = Some((spec.heads, spec.kv_heads));
         }
@@ -153,7 +177,30 @@ impl GgufSource {
             .fold(0, u64::saturating_add)
     }
 
+    /// Parameters the file stores (elements of every tensor).
+    pub fn params(&self) -> u64 {
+        self.content
+            .tensor_infos
+            .values()
+            .map(|t| elem_count(t.shape.dims()).map_or(u64::MAX, |n| n as u64))
+            .fold(0, u64::saturating_add)
+    }
+
+    /// The file's name of the layer tensor `name` (the family's renames).
+    fn file_name<'a>(&self, name: &'a str) -> std::borrow::Cow<'a, str> {
+        let renamed = name
+            .strip_prefix("blk.")
+            .and_then(|r| r.split_once('.'))
+            .and_then(|(layer, tail)| {
+                let (part, suffix) = tail.split_once('.')?;
+                let (_, file) = self.renames.iter().find(|(ours, _)| *ours == part)?;
+                Some(format!("blk.{layer}.{file}.{suffix}"))
+            });
+        renamed.map_or(std::borrow::Cow::Borrowed(name), std::borrow::Cow::Owned)
+    }
+
     fn raw(&mut self, name: &str) -> Result<Raw> {
+        let name = &*self.file_name(name).into_owned();
         let info = self
             .content
             .tensor_infos
@@ -252,6 +299,38 @@ impl GgufSource {
     }
 }
 
+impl GgufSource {
+    /// Matrices that read one input as one projection: one packed matrix
+    /// when they share a kernel type (on CPU), else one each.
+    fn project(&self, raws: Vec<Raw>, cols: usize, device: &Device) -> Result<Projection> {
+        let same_type = raws.iter().all(|r| r.dtype == raws[0].dtype);
+        if let (Some(ty), true) = (
+            kernel_type(raws[0].dtype),
+            self.kind(device) == DeviceKind::Cpu && self.packed && same_type,
+        ) {
+            let rows = raws.iter().map(|r| r.dims[0]).sum();
+            let names: Vec<&str> = raws.iter().map(|r| r.name.as_str()).collect();
+            let names = names.join(", ");
+            let bytes = raws
+                .into_iter()
+                .map(|r| r.bytes)
+                .collect::<Vec<_>>()
+                .concat();
+            let m = self.packed(&names, ty, rows, cols, bytes)?;
+            return Ok(Projection::Fused(Linear::Packed(Arc::new(m))));
+        }
+        let mut linears = raws
+            .into_iter()
+            .map(|r| self.linear(r, device))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(if linears.len() == 1 {
+            Projection::Fused(linears.remove(0))
+        } else {
+            Projection::Split(linears)
+        })
+    }
+}
+
 fn tensor_bytes(dtype: GgmlDType, elems: usize) -> usize {
     elems / dtype.block_size() * dtype.type_size()
 }
@@ -290,13 +369,15 @@ fn unpermute_rows(raw: &mut Raw, heads: usize) {
 
 impl WeightSource for GgufSource {
     fn has(&self, name: &str) -> bool {
-        self.content.tensor_infos.contains_key(name)
+        self.content
+            .tensor_infos
+            .contains_key(&*self.file_name(name))
     }
 
     fn vector(&mut self, name: &str, len: usize, device: &Device) -> Result<Tensor> {
         let raw = self.raw(name)?;
-        check_shape(name, &raw.dims, &[len])?;
-        self.dense(raw, DType::F32, device)
+        check_vector(name, &raw.dims, len)?;
+        Ok(self.dense(raw, DType::F32, device)?.reshape(len)?)
     }
 
     fn projection(
@@ -311,30 +392,59 @@ impl WeightSource for GgufSource {
             check_shape(name, &raw.dims, &[rows, cols])?;
             raws.push(raw);
         }
-        let same_type = raws.iter().all(|r| r.dtype == raws[0].dtype);
-        if let (Some(ty), true) = (
-            kernel_type(raws[0].dtype),
-            self.kind(device) == DeviceKind::Cpu && self.packed && same_type,
-        ) {
-            let rows = parts.iter().map(|p| p.1).sum();
-            let names: Vec<&str> = parts.iter().map(|p| p.0).collect();
-            let bytes = raws
-                .into_iter()
-                .map(|r| r.bytes)
-                .collect::<Vec<_>>()
-                .concat();
-            let m = self.packed(&names.join(", "), ty, rows, cols, bytes)?;
-            return Ok(Projection::Fused(Linear::Packed(Arc::new(m))));
+        self.project(raws, cols, device)
+    }
+
+    fn router(&mut self, name: &str, rows: usize, cols: usize, device: &Device) -> Result<Tensor> {
+        let raw = self.raw(name)?;
+        check_shape(name, &raw.dims, &[rows, cols])?;
+        self.dense(raw, DType::F32, device)
+    }
+
+    fn experts(
+        &mut self,
+        parts: &[(&str, usize)],
+        experts: usize,
+        cols: usize,
+        device: &Device,
+    ) -> Result<Vec<Projection>> {
+        let mut stacked = Vec::with_capacity(parts.len());
+        for &(name, rows) in parts {
+            let raw = self.raw(name)?;
+            check_shape(name, &raw.dims, &[experts, rows, cols])?;
+            stacked.push(raw);
         }
-        let mut linears = raws
-            .into_iter()
-            .map(|r| self.linear(r, device))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(if linears.len() == 1 {
-            Projection::Fused(linears.remove(0))
-        } else {
-            Projection::Split(linears)
-        })
+        (0..experts)
+            .map(|e| {
+                let raws = stacked
+                    .iter()
+                    .zip(parts)
+                    .map(|(r, &(_, rows))| {
+                        let size = rows * tensor_bytes(r.dtype, cols);
+                        Raw {
+                            name: format!("{}[{e}]", r.name),
+                            dtype: r.dtype,
+                            dims: vec![rows, cols],
+                            bytes: r.bytes[e * size..(e + 1) * size].to_vec(),
+                        }
+                    })
+                    .collect();
+                self.project(raws, cols, device)
+            })
+            .collect()
+    }
+
+    fn expert_vectors(
+        &mut self,
+        name: &str,
+        experts: usize,
+        len: usize,
+        device: &Device,
+    ) -> Result<Vec<Tensor>> {
+        let raw = self.raw(name)?;
+        check_shape(name, &raw.dims, &[experts, len])?;
+        let all = self.dense(raw, DType::F32, device)?;
+        (0..experts).map(|e| Ok(all.get(e)?)).collect()
     }
 
     fn embedding(

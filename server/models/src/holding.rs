@@ -24,13 +24,23 @@ pub enum Role {
     Embedding,
     /// A norm weight or a bias.
     Vector,
+    /// A mixture of experts' router (or a shared expert's gate): small,
+    /// and held in f32 on every device, so the experts a token gets never
+    /// turn on half-precision rounding (llama.cpp keeps it f32 too).
+    Router,
 }
+
+/// GGUF tensors held as [`Role::Router`].
+const ROUTERS: [&str; 2] = ["ffn_gate_inp.weight", "ffn_gate_inp_shexp.weight"];
 
 impl Role {
     /// The role of the GGUF tensor `name` with `dims`.
     pub fn of(name: &str, dims: usize) -> Role {
         match (name, dims) {
             ("token_embd.weight", _) => Role::Embedding,
+            _ if ROUTERS.iter().any(|r| name.ends_with(r)) => Role::Router,
+            // Stacked expert biases are 2-D.
+            _ if name.ends_with(".bias") => Role::Vector,
             (_, 0 | 1) => Role::Vector,
             _ => Role::Matrix,
         }
@@ -58,9 +68,18 @@ impl Held {
         };
         match self {
             Held::Packed(ty) => {
-                let cols = dims.last().copied().unwrap_or(0);
-                let rows = elems.checked_div(cols).unwrap_or(0);
-                ty.held_bytes(rows, cols).unwrap_or(stored) as u64
+                // Stacked experts `[experts, rows, cols]` are packed one
+                // expert at a time.
+                let (cols, rows) = match dims {
+                    [.., r, c] => (*c, *r),
+                    [c] => (*c, 1),
+                    [] => (0, 0),
+                };
+                let matrices = elem_count(&dims[..dims.len().saturating_sub(2)]).unwrap_or(0);
+                ty.held_bytes(rows, cols)
+                    .ok()
+                    .and_then(|b| b.checked_mul(matrices))
+                    .unwrap_or(stored) as u64
             }
             Held::Quantized => stored as u64,
             Held::Float(dt) => (elems as u64).saturating_mul(dt.size_in_bytes() as u64),
@@ -104,7 +123,7 @@ pub fn kernel_type(dtype: GgmlDType) -> Option<QuantType> {
 pub fn gguf(role: Role, dtype: GgmlDType, device: DeviceKind) -> Held {
     let float = matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
     match (device, role, kernel_type(dtype)) {
-        (_, Role::Vector, _) => Held::Float(DType::F32),
+        (_, Role::Vector | Role::Router, _) => Held::Float(DType::F32),
         (DeviceKind::Cpu, _, Some(ty)) => Held::Packed(ty),
         (DeviceKind::Cpu, Role::Matrix, None) if !float => Held::Quantized,
         (DeviceKind::Cpu, _, _) => Held::Float(DType::F32),
@@ -129,7 +148,7 @@ fn float_dtype(dtype: GgmlDType) -> DType {
 /// in f32, the residual stream's dtype.
 pub fn safetensors(role: Role, stored: DType, device: DeviceKind) -> DType {
     match (role, device) {
-        (Role::Vector, _) | (_, DeviceKind::Cpu) => DType::F32,
+        (Role::Vector | Role::Router, _) | (_, DeviceKind::Cpu) => DType::F32,
         (_, DeviceKind::Cuda) => stored,
     }
 }
@@ -224,5 +243,19 @@ mod tests {
         assert_eq!(Role::of("token_embd.weight", 2), Role::Embedding);
         assert_eq!(Role::of("blk.0.attn_norm.weight", 1), Role::Vector);
         assert_eq!(Role::of("output.weight", 2), Role::Matrix);
+        assert_eq!(Role::of("blk.3.ffn_gate_inp.weight", 2), Role::Router);
+        assert_eq!(Role::of("blk.3.ffn_gate_inp_shexp.weight", 2), Role::Router);
+        assert_eq!(Role::of("blk.3.ffn_gate_exps.bias", 2), Role::Vector);
+        assert_eq!(
+            gguf(Role::Router, GgmlDType::BF16, DeviceKind::Cuda),
+            Held::Float(DType::F32)
+        );
+        // Stacked experts are packed one at a time: 4 experts of 12 rows
+        // each round up to 16 rows.
+        let one = QuantType::Q8_0.held_bytes(12, 64).unwrap() as u64;
+        assert_eq!(
+            Held::Packed(QuantType::Q8_0).bytes(&[4, 12, 64], 0),
+            4 * one
+        );
     }
 }

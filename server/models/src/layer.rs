@@ -4,6 +4,9 @@ use candle_core::Tensor;
 
 use crate::error::Result;
 use crate::linear::{Linear, tensor_bytes};
+use crate::lora::Target;
+use crate::moe::MoeWeights;
+use crate::spec::Activation;
 
 /// Linear layers that read the same input, run as one matmul where the
 /// weights allow (their outputs are concatenated).
@@ -37,6 +40,93 @@ impl Projection {
     }
 }
 
+/// The op-by-op LoRA hook: `(targets, input, output)` to the output plus
+/// each row's adapter update.
+pub(crate) type LoraHook<'a> = dyn Fn(&[Target], &Tensor, Tensor) -> Result<Tensor> + 'a;
+
+/// A gated MLP's weights: a dense layer's, or one expert's.
+#[derive(Debug, Clone)]
+pub struct Mlp {
+    /// `[gate | up]` projection.
+    pub gate_up: Projection,
+    /// Down projection.
+    pub down: Linear,
+    /// `[gate | up]` biases (gpt-oss's experts).
+    pub gate_up_bias: Option<Tensor>,
+    /// Down bias.
+    pub down_bias: Option<Tensor>,
+}
+
+impl Mlp {
+    /// The MLP of width `inter` over `h` `(tokens, hidden)`, op by op.
+    pub(crate) fn forward(&self, h: &Tensor, inter: usize, act: Activation) -> Result<Tensor> {
+        self.forward_hooked(h, inter, act, &|_, _, out| Ok(out))
+    }
+
+    /// [`Mlp::forward`] with a LoRA hook: `hook(targets, input, output)`
+    /// returns a projection's output plus each row's adapter update.
+    pub(crate) fn forward_hooked(
+        &self,
+        h: &Tensor,
+        inter: usize,
+        act: Activation,
+        hook: &LoraHook<'_>,
+    ) -> Result<Tensor> {
+        let mut gu = hook(&[Target::Gate, Target::Up], h, self.gate_up.forward(h)?)?;
+        if let Some(b) = &self.gate_up_bias {
+            gu = gu.broadcast_add(b)?;
+        }
+        let a = activate(&gu, inter, act)?;
+        let mut d = hook(&[Target::Down], &a, self.down.forward(&a)?)?;
+        if let Some(b) = &self.down_bias {
+            d = d.broadcast_add(b)?;
+        }
+        Ok(d)
+    }
+
+    pub(crate) fn held_bytes(&self) -> u64 {
+        let opt = |t: &Option<Tensor>| t.as_ref().map_or(0, tensor_bytes);
+        self.gate_up.held_bytes()
+            + self.down.held_bytes()
+            + opt(&self.gate_up_bias)
+            + opt(&self.down_bias)
+    }
+}
+
+/// `act(gate) * up` of `gu` `(tokens, 2 * inter)` (`[gate | up]`).
+pub(crate) fn activate(gu: &Tensor, inter: usize, act: Activation) -> Result<Tensor> {
+    let (gate, up) = (gu.narrow(1, 0, inter)?, gu.narrow(1, inter, inter)?);
+    Ok(match act {
+        Activation::Silu => (candle_nn::ops::silu(&gate)? * up)?,
+        Activation::GeluTanh => (gate.gelu()? * up)?,
+        Activation::SwigluOai { alpha, limit } => {
+            let limit = f64::from(limit);
+            let gate = gate.minimum(limit)?;
+            let up = up.clamp(-limit, limit)?;
+            let glu = (&gate * candle_nn::ops::sigmoid(&(&gate * f64::from(alpha))?)?)?;
+            ((up + 1.0)? * glu)?
+        }
+    })
+}
+
+/// A layer's feed-forward weights.
+#[derive(Debug, Clone)]
+pub enum Ffn {
+    /// One gated MLP.
+    Dense(Mlp),
+    /// A mixture of experts.
+    Moe(Box<MoeWeights>),
+}
+
+impl Ffn {
+    pub(crate) fn held_bytes(&self) -> u64 {
+        match self {
+            Ffn::Dense(m) => m.held_bytes(),
+            Ffn::Moe(m) => m.held_bytes(),
+        }
+    }
+}
+
 /// One decoder layer's weights (norm weights with any `(1 + w)` offset
 /// already added).
 #[derive(Debug, Clone)]
@@ -51,14 +141,16 @@ pub struct Layer {
     pub qk_norm: Option<(Tensor, Tensor)>,
     /// Attention output projection.
     pub o: Linear,
+    /// Its bias (gpt-oss).
+    pub o_bias: Option<Tensor>,
+    /// Per query head, the learned logit of an attention sink (gpt-oss).
+    pub sinks: Option<Tensor>,
     /// RMSNorm of the attention output (Gemma).
     pub post_attn_norm: Option<Tensor>,
     /// RMSNorm before the MLP.
     pub ffn_norm: Tensor,
-    /// `[gate | up]` projection.
-    pub gate_up: Projection,
-    /// MLP down projection.
-    pub down: Linear,
+    /// The feed-forward.
+    pub ffn: Ffn,
     /// RMSNorm of the MLP output (Gemma).
     pub post_ffn_norm: Option<Tensor>,
 }
@@ -75,10 +167,11 @@ impl Layer {
             + opt(&self.qkv_bias)
             + opt(&self.post_attn_norm)
             + opt(&self.post_ffn_norm)
+            + opt(&self.o_bias)
+            + opt(&self.sinks)
             + qk
             + self.qkv.held_bytes()
             + self.o.held_bytes()
-            + self.gate_up.held_bytes()
-            + self.down.held_bytes()
+            + self.ffn.held_bytes()
     }
 }

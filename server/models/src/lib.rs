@@ -23,6 +23,8 @@ pub mod layer;
 pub mod linear;
 pub mod lora;
 pub mod memory;
+pub mod moe;
+pub mod mxfp4;
 pub mod paged;
 pub mod profile;
 pub mod rope;

@@ -66,6 +66,11 @@ pub struct ModelInfo {
     /// reads.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sliding_windows: Vec<SlidingWindow>,
+    /// Parameters stored, every expert counted.
+    pub params: u64,
+    /// Parameters one token runs through: `params` less the routed
+    /// experts a token does not choose.
+    pub active_params: u64,
     /// The weights and KV as held on each device.
     pub devices: Footprints,
     /// The half type a GPU computes this model in.
@@ -78,7 +83,7 @@ impl ModelInfo {
     /// held there.
     fn new(
         config: &ModelSpec,
-        format: Format,
+        (format, params): (Format, u64),
         model_half: KvDtype,
         weight_bytes: impl Fn(DeviceKind) -> Result<u64>,
     ) -> Result<Self> {
@@ -95,7 +100,10 @@ impl ModelInfo {
             cpu: footprint(DeviceKind::Cpu)?,
             cuda: footprint(DeviceKind::Cuda)?,
         };
+        let (experts, active_experts) = config.expert_params();
         Ok(ModelInfo {
+            params,
+            active_params: params.saturating_sub(experts - active_experts),
             architecture: config.family.to_string(),
             format,
             layers: config.layers.len(),
@@ -129,6 +137,8 @@ impl ModelInfo {
             intermediate_size: self.intermediate_size as u64,
             vocab_size: self.vocab_size as u64,
             sliding_windows: self.sliding_windows.clone(),
+            params: self.params,
+            active_params: self.active_params,
         }
     }
 }
@@ -188,9 +198,8 @@ impl Source {
             Source::Gguf(g) => {
                 let config = g.spec()?;
                 // GGUF carries no compute dtype; llama.cpp keeps KV in f16.
-                ModelInfo::new(&config, Format::Gguf, KvDtype::F16, |d| {
-                    Ok(g.weight_bytes(d))
-                })
+                let params = (Format::Gguf, g.params());
+                ModelInfo::new(&config, params, KvDtype::F16, |d| Ok(g.weight_bytes(d)))
             }
             Source::Dir {
                 dir,
@@ -198,9 +207,10 @@ impl Source {
                 config,
                 half,
                 ..
-            } => ModelInfo::new(config, Format::Safetensors, *half, |d| {
-                st::weight_bytes(dir, family, d)
-            }),
+            } => {
+                let params = (Format::Safetensors, st::params(dir, family)?);
+                ModelInfo::new(config, params, *half, |d| st::weight_bytes(dir, family, d))
+            }
         }
     }
 

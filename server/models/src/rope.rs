@@ -20,6 +20,10 @@ fn frequencies(spec: &RopeSpec, context: usize) -> Result<(Vec<f32>, f32)> {
     let (divisors, mul): (Option<&[f32]>, f32) = match &spec.scaling {
         RopeScaling::None | RopeScaling::Linear(_) => (None, 1.0),
         RopeScaling::Divisors(d) => (Some(d), 1.0),
+        RopeScaling::Yarn {
+            divisors,
+            attention,
+        } => (Some(divisors), *attention),
         // llama.cpp's rule (and vLLM's): one set for the whole served
         // context, so a token's rotation never depends on its batch.
         RopeScaling::LongRope {

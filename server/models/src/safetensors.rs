@@ -6,12 +6,14 @@ use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
 use ferrox_plan::DeviceKind;
 
-use crate::arch::Family;
+use crate::arch::{Family, HfExperts};
 use crate::error::{Error, Result};
 use crate::holding::{self, Role, device_kind};
 use crate::layer::Projection;
 use crate::linear::{Embedding, Linear};
-use crate::weights::{WeightSource, check_shape};
+use crate::weights::{WeightSource, check_shape, check_vector};
+
+mod mxfp4_experts;
 
 /// The tensors of a model directory, by their Hugging Face names, mapped
 /// from the files and read one at a time (no whole-file copy on load).
@@ -20,6 +22,8 @@ pub struct SafetensorsSource {
     /// The kind of device the decoder is built for (decides the held dtype).
     device: DeviceKind,
     names: HfNames,
+    /// The last stacked (3-D) expert tensor read, by name.
+    stacked: std::cell::RefCell<Option<(String, Tensor)>>,
 }
 
 /// How a family's checkpoint names the text model's tensors.
@@ -66,9 +70,27 @@ impl HfNames {
         let Some((layer, tail)) = gguf.strip_prefix("blk.").and_then(|r| r.split_once('.')) else {
             return gguf.to_string();
         };
+        // A whole name first (`attn_sinks.weight` is gpt-oss's `sinks`).
+        if let Some(hf) = self.family.hf_tensor(tail) {
+            return format!("{p}layers.{layer}.{hf}");
+        }
         let (part, suffix) = tail.rsplit_once('.').unwrap_or((tail, ""));
         let hf = self.family.hf_tensor(part).unwrap_or(part);
         format!("{p}layers.{layer}.{hf}.{suffix}")
+    }
+
+    /// How the checkpoint's tensor `name` of `rank` dimensions is held:
+    /// routers (by the family's names) in f32, biases as vectors.
+    fn role(&self, name: &str, rank: usize) -> Role {
+        let router = ["ffn_gate_inp", "ffn_gate_inp_shexp"]
+            .iter()
+            .filter_map(|g| self.family.hf_tensor(g))
+            .any(|r| name.ends_with(&format!(".{r}.weight")));
+        match router {
+            true => Role::Router,
+            false if name.ends_with("bias") => Role::Vector,
+            false => Role::of("", rank),
+        }
     }
 
     /// Whether a tensor of the checkpoint belongs to the text model (a
@@ -104,8 +126,12 @@ pub fn weight_bytes(dir: &Path, family: &'static Family, device: DeviceKind) -> 
         if !names.is_text(&name) {
             continue;
         }
+        if let Some(b) = mxfp4_experts::held_bytes(&name, view.shape(), device) {
+            total = total.saturating_add(b);
+            continue;
+        }
         let stored = DType::try_from(view.dtype()).map_err(|e| corrupt(&files, e))?;
-        let role = Role::of("", view.shape().len());
+        let role = names.role(&name, view.shape().len());
         let held = holding::safetensors(role, stored, device);
         let bytes = holding::elem_count(view.shape())
             .and_then(|n| n.checked_mul(held.size_in_bytes()))
@@ -118,6 +144,21 @@ pub fn weight_bytes(dir: &Path, family: &'static Family, device: DeviceKind) -> 
         total = total.saturating_add(bytes as u64);
     }
     Ok(total)
+}
+
+/// Parameters of the text model's tensors in `dir` (elements stored).
+pub fn params(dir: &Path, family: &'static Family) -> Result<u64> {
+    let (_, mapped) = map(dir)?;
+    let names = HfNames::find(family, &mapped);
+    Ok(mapped
+        .tensors()
+        .iter()
+        .filter(|(name, _)| names.is_text(name))
+        .map(|(name, view)| {
+            let n = holding::elem_count(view.shape()).unwrap_or(usize::MAX);
+            mxfp4_experts::params(name, n).unwrap_or(n as u64)
+        })
+        .fold(0, u64::saturating_add))
 }
 
 impl SafetensorsSource {
@@ -135,23 +176,83 @@ impl SafetensorsSource {
             files,
             device: kind,
             names,
+            stacked: Default::default(),
         })
     }
 
     /// The tensor stored under `gguf_name`'s Hugging Face name, in its held dtype.
     fn load(&self, gguf_name: &str, device: &Device) -> Result<Tensor> {
-        let name = self.names.hf(gguf_name);
+        self.load_named(&self.names.hf(gguf_name), device)
+    }
+
+    /// The tensor stored as `name`, in its held dtype.
+    fn load_named(&self, name: &str, device: &Device) -> Result<Tensor> {
+        let name = name.to_string();
         let view = self
             .files
             .get(&name)
             .map_err(|_| Error::MissingTensor(name.clone()))?;
         let t =
             candle_core::safetensors::Load::load(&view, device).map_err(|e| Error::Corrupt {
-                path: name,
+                path: name.clone(),
                 message: format!("unreadable tensor: {e}"),
             })?;
-        let role = Role::of("", t.rank());
+        let role = self.names.role(&name, t.rank());
         Ok(t.to_dtype(holding::safetensors(role, t.dtype(), self.device))?)
+    }
+
+    /// Expert `e`'s tensor of the stacked GGUF tensor `gguf_name`: its own
+    /// (`{e}` in the name), or row `e` of a 3-D one (gpt-oss's: `[in, out]`
+    /// applied as `x @ W`, transposed here; gate and up interleaved column
+    /// by column, the even ones gate's).
+    fn expert(&self, gguf_name: &str, e: usize, device: &Device) -> Result<Tensor> {
+        let name = self.names.hf(gguf_name);
+        if name.contains("{e}") {
+            return self.load_named(&name.replace("{e}", &e.to_string()), device);
+        }
+        // The stacked tensor is read once for all its experts.
+        let cached = self
+            .stacked
+            .borrow()
+            .as_ref()
+            .filter(|(n, _)| *n == name)
+            .map(|(_, t)| t.clone());
+        let all = match cached {
+            Some(t) => t,
+            None => {
+                let t = self.load_named(&name, device)?;
+                *self.stacked.borrow_mut() = Some((name.clone(), t.clone()));
+                t
+            }
+        };
+        let t = all.get(e)?;
+        let interleaved = self.names.family.hf_experts == HfExperts::StackedInterleaved;
+        let t = match self.interleaved_column(gguf_name) {
+            Some(c) => {
+                let dims = t.dims().to_vec();
+                let (last, lead) = dims.split_last().unwrap_or((&0, &[]));
+                let mut shape = lead.to_vec();
+                shape.extend([last / 2, 2]);
+                t.reshape(shape)?
+                    .narrow(lead.len() + 1, c, 1)?
+                    .squeeze(lead.len() + 1)?
+            }
+            None => t,
+        };
+        Ok(match (t.rank(), interleaved) {
+            (2, true) => t.t()?.contiguous()?,
+            _ => t,
+        })
+    }
+
+    /// Where gate (0) or up (1) sits in a family's interleaved `gate_up`
+    /// tensor, for the GGUF tensor `gguf_name`.
+    fn interleaved_column(&self, gguf_name: &str) -> Option<usize> {
+        let interleaved = self.names.family.hf_experts == HfExperts::StackedInterleaved;
+        ["ffn_gate_exps.", "ffn_up_exps."]
+            .iter()
+            .position(|p| gguf_name.contains(p))
+            .filter(|_| interleaved)
     }
 
     fn matrix(&self, gguf_name: &str, rows: usize, cols: usize, device: &Device) -> Result<Tensor> {
@@ -185,8 +286,8 @@ impl WeightSource for SafetensorsSource {
 
     fn vector(&mut self, name: &str, len: usize, device: &Device) -> Result<Tensor> {
         let t = self.load(name, device)?;
-        check_shape(&self.names.hf(name), t.dims(), &[len])?;
-        Ok(t.to_dtype(DType::F32)?)
+        check_vector(&self.names.hf(name), t.dims(), len)?;
+        Ok(t.to_dtype(DType::F32)?.reshape(len)?)
     }
 
     fn projection(
@@ -201,6 +302,54 @@ impl WeightSource for SafetensorsSource {
             .collect::<Result<Vec<_>>>()?;
         // Dense weights fuse by concatenating rows: one matmul instead of several.
         Ok(Projection::Fused(Linear::Dense(Tensor::cat(&mats, 0)?)))
+    }
+
+    fn router(&mut self, name: &str, rows: usize, cols: usize, device: &Device) -> Result<Tensor> {
+        Ok(self
+            .matrix(name, rows, cols, device)?
+            .to_dtype(DType::F32)?)
+    }
+
+    fn experts(
+        &mut self,
+        parts: &[(&str, usize)],
+        experts: usize,
+        cols: usize,
+        device: &Device,
+    ) -> Result<Vec<Projection>> {
+        if let Some(packed) = self.mxfp4_experts(parts, experts, cols, device)? {
+            return Ok(packed);
+        }
+        (0..experts)
+            .map(|e| {
+                let mats = parts
+                    .iter()
+                    .map(|&(name, rows)| {
+                        let t = self.expert(name, e, device)?;
+                        let shown = format!("{}[{e}]", self.names.hf(name));
+                        check_shape(&shown, t.dims(), &[rows, cols])?;
+                        Ok(t)
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(Projection::Fused(Linear::Dense(Tensor::cat(&mats, 0)?)))
+            })
+            .collect()
+    }
+
+    fn expert_vectors(
+        &mut self,
+        name: &str,
+        experts: usize,
+        len: usize,
+        device: &Device,
+    ) -> Result<Vec<Tensor>> {
+        (0..experts)
+            .map(|e| {
+                let t = self.expert(name, e, device)?;
+                check_shape(&format!("{}[{e}]", self.names.hf(name)), t.dims(), &[len])?;
+                Ok(t.to_dtype(DType::F32)?)
+            })
+            .collect()
     }
 
     fn embedding(

@@ -8,6 +8,10 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 
+mod moe;
+
+pub use moe::{MAX_EXPERTS, MoeSpec, Routing};
+
 /// What mixes information across positions in one layer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Mixer {
@@ -30,22 +34,36 @@ pub struct AttentionSpec {
     pub softcap: Option<f32>,
     /// Per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3).
     pub qk_norm: bool,
+    /// A learned sink logit per query head joins each softmax (and takes
+    /// its share of the probability, attending to nothing): gpt-oss.
+    pub sinks: bool,
 }
 
 /// The feed-forward of one layer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum FeedForward {
     /// `down(act(gate(x)) * up(x))`.
     Gated(Activation),
+    /// A mixture of experts: each token through the `top_k` gated MLPs its
+    /// router picks, their outputs weighted by the router.
+    Moe(MoeSpec),
 }
 
 /// A gated MLP's activation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Activation {
     /// SiLU (SwiGLU: Llama, Qwen, Mistral, Phi).
     Silu,
     /// GELU, tanh approximation (GeGLU: Gemma).
     GeluTanh,
+    /// gpt-oss's clamped SwiGLU: the gate clamped above at `limit`, up to
+    /// `[-limit, limit]`, then `(up + 1) * gate * sigmoid(alpha * gate)`.
+    SwigluOai {
+        /// The sigmoid's slope (1.702).
+        alpha: f32,
+        /// The clamp (7.0).
+        limit: f32,
+    },
 }
 
 /// One decoder layer.
@@ -62,6 +80,14 @@ impl LayerSpec {
     pub fn attention(&self) -> &AttentionSpec {
         match &self.mixer {
             Mixer::Attention(a) => a,
+        }
+    }
+
+    /// The layer's experts, if its feed-forward is a mixture.
+    pub fn moe(&self) -> Option<&MoeSpec> {
+        match &self.ffn {
+            FeedForward::Moe(m) => Some(m),
+            FeedForward::Gated(_) => None,
         }
     }
 }
@@ -100,6 +126,14 @@ pub enum RopeScaling {
         /// The pre-training context length.
         original: usize,
         /// The attention scaling (`sqrt(1 + ln(s) / ln(original))`).
+        attention: f32,
+    },
+    /// YaRN (gpt-oss): per-frequency divisors blending interpolation and
+    /// extrapolation, cos and sin multiplied by `attention`.
+    Yarn {
+        /// Per-frequency divisors.
+        divisors: Vec<f32>,
+        /// The attention scaling (`0.1 ln(factor) + 1`).
         attention: f32,
     },
 }
@@ -188,6 +222,16 @@ impl ModelSpec {
         groups
     }
 
+    /// Parameters of every layer's routed experts, `(all, those one token
+    /// runs)`: what total and active parameter counts differ by.
+    pub fn expert_params(&self) -> (u64, u64) {
+        self.layers
+            .iter()
+            .filter_map(LayerSpec::moe)
+            .map(|m| m.expert_params(self.hidden))
+            .fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
+    }
+
     /// Each layer's index into [`Self::kv_groups`].
     pub fn layer_groups(&self) -> Vec<usize> {
         let mut of = vec![0; self.layers.len()];
@@ -272,6 +316,10 @@ impl ModelSpec {
             if a.softcap.is_some_and(|c| !(c.is_finite() && c > 0.0)) || !a.scale.is_finite() {
                 return bad(format!("layer {i}: scale or soft-cap in {a:?}"));
             }
+            if let Some(m) = l.moe() {
+                m.validate()
+                    .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
+            }
         }
         if self
             .final_softcap
@@ -295,6 +343,7 @@ mod tests {
                 scale: 0.25,
                 softcap: None,
                 qk_norm: false,
+                sinks: false,
             }),
             ffn: FeedForward::Gated(Activation::Silu),
         }

@@ -5,9 +5,10 @@ use candle_core::{Device, Tensor};
 
 use crate::decoder::Decoder;
 use crate::error::{Error, Result};
-use crate::layer::{Layer, Projection};
+use crate::layer::{Ffn, Layer, Mlp, Projection};
 use crate::linear::{Embedding, Linear};
-use crate::spec::ModelSpec;
+use crate::moe::{ExpertReads, MoeWeights};
+use crate::spec::{ModelSpec, MoeSpec};
 
 /// Where weights come from.
 pub trait WeightSource {
@@ -22,6 +23,28 @@ pub trait WeightSource {
         cols: usize,
         device: &Device,
     ) -> Result<Projection>;
+    /// A router `[rows, cols]`, as f32 whatever it is stored as (see
+    /// [`crate::holding::Role::Router`]).
+    fn router(&mut self, name: &str, rows: usize, cols: usize, device: &Device) -> Result<Tensor>;
+    /// Each of `experts` experts' matrices `[out_i, cols]` from the stacked
+    /// tensors `parts` (`[experts, out_i, cols]`, GGUF names), one
+    /// projection an expert, fused where possible.
+    fn experts(
+        &mut self,
+        parts: &[(&str, usize)],
+        experts: usize,
+        cols: usize,
+        device: &Device,
+    ) -> Result<Vec<Projection>>;
+    /// Each expert's bias `[len]` from the stacked tensor `name`
+    /// (`[experts, len]`).
+    fn expert_vectors(
+        &mut self,
+        name: &str,
+        experts: usize,
+        len: usize,
+        device: &Device,
+    ) -> Result<Vec<Tensor>>;
     /// The embedding table `[vocab, hidden]`.
     fn embedding(
         &mut self,
@@ -42,6 +65,15 @@ pub fn check_shape(name: &str, got: &[usize], want: &[usize]) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// Checks a vector's shape: `[len]`, or a one-row matrix `[1, len]` (a
+/// gate some converters write as a matrix).
+pub fn check_vector(name: &str, got: &[usize], len: usize) -> Result<()> {
+    match got {
+        [1, n] if *n == len => Ok(()),
+        _ => check_shape(name, got, &[len]),
+    }
 }
 
 /// Loads every tensor `spec` needs and assembles the decoder.
@@ -130,11 +162,17 @@ fn load_layer(
         on.then(|| norm(src, spec, &n(name), hidden, device))
             .transpose()
     };
-    let gate_up = if src.has(&n("ffn_gate.weight")) {
-        let (gate, up) = (n("ffn_gate.weight"), n("ffn_up.weight"));
-        src.projection(&[(&gate, inter), (&up, inter)], hidden, device)?
-    } else {
-        src.projection(&[(&n("ffn_up.weight"), 2 * inter)], hidden, device)?
+    let ffn = match spec.layers[i].moe() {
+        Some(m) => Ffn::Moe(Box::new(load_moe(src, m, i, hidden, device)?)),
+        None => Ffn::Dense(load_mlp(src, i, "", (hidden, inter), device)?),
+    };
+    let o_bias = match src.has(&n("attn_output.bias")) {
+        true => Some(src.vector(&n("attn_output.bias"), hidden, device)?),
+        false => None,
+    };
+    let sinks = match spec.layers[i].attention().sinks {
+        true => Some(src.vector(&n("attn_sinks.weight"), spec.heads, device)?),
+        false => None,
     };
     Ok(Layer {
         attn_norm: norm(src, spec, &n("attn_norm.weight"), hidden, device)?,
@@ -142,10 +180,96 @@ fn load_layer(
         qkv_bias,
         qk_norm,
         o: single(src.projection(&[(&n("attn_output.weight"), hidden)], q_dim, device)?),
+        o_bias,
+        sinks,
         post_attn_norm: post(src, spec.norms.post_attention, "post_attention_norm.weight")?,
         ffn_norm: norm(src, spec, &n("ffn_norm.weight"), hidden, device)?,
-        gate_up,
-        down: single(src.projection(&[(&n("ffn_down.weight"), hidden)], inter, device)?),
+        ffn,
         post_ffn_norm: post(src, spec.norms.post_ffn, "post_ffw_norm.weight")?,
+    })
+}
+
+/// Layer `i`'s gated MLP of width `inter` (`suffix`: `""`, or `_shexp`
+/// for a shared expert); gate and up as two tensors or one `ffn_up`.
+fn load_mlp(
+    src: &mut dyn WeightSource,
+    i: usize,
+    suffix: &str,
+    (hidden, inter): (usize, usize),
+    device: &Device,
+) -> Result<Mlp> {
+    let n = |s: &str| format!("blk.{i}.{s}{suffix}.weight");
+    // Phi-3 stores gate and up as one `ffn_up`.
+    let gate_up = if src.has(&n("ffn_gate")) {
+        let (gate, up) = (n("ffn_gate"), n("ffn_up"));
+        src.projection(&[(&gate, inter), (&up, inter)], hidden, device)?
+    } else {
+        src.projection(&[(&n("ffn_up"), 2 * inter)], hidden, device)?
+    };
+    Ok(Mlp {
+        gate_up,
+        down: single(src.projection(&[(&n("ffn_down"), hidden)], inter, device)?),
+        gate_up_bias: None,
+        down_bias: None,
+    })
+}
+
+/// Layer `i`'s experts, router and shared expert.
+fn load_moe(
+    src: &mut dyn WeightSource,
+    m: &MoeSpec,
+    i: usize,
+    hidden: usize,
+    device: &Device,
+) -> Result<MoeWeights> {
+    let n = |s: &str| format!("blk.{i}.{s}");
+    let (e, inter) = (m.experts, m.intermediate);
+    let router = src.router(&n("ffn_gate_inp.weight"), e, hidden, device)?;
+    let (gate, up, down) = (
+        n("ffn_gate_exps.weight"),
+        n("ffn_up_exps.weight"),
+        n("ffn_down_exps.weight"),
+    );
+    let gate_ups = src.experts(&[(&gate, inter), (&up, inter)], e, hidden, device)?;
+    let downs = src.experts(&[(&down, hidden)], e, inter, device)?;
+    let mut biases = Vec::new();
+    if m.biases {
+        let gate = src.expert_vectors(&n("ffn_gate_exps.bias"), e, inter, device)?;
+        let up = src.expert_vectors(&n("ffn_up_exps.bias"), e, inter, device)?;
+        let down = src.expert_vectors(&n("ffn_down_exps.bias"), e, hidden, device)?;
+        for ((g, u), d) in gate.into_iter().zip(up).zip(down) {
+            biases.push((Some(Tensor::cat(&[g, u], 0)?), Some(d)));
+        }
+    }
+    biases.resize(e, (None, None));
+    let experts = gate_ups
+        .into_iter()
+        .zip(downs)
+        .zip(biases)
+        .map(|((gate_up, down), (gate_up_bias, down_bias))| Mlp {
+            gate_up,
+            down: single(down),
+            gate_up_bias,
+            down_bias,
+        })
+        .collect();
+    let router_bias = match m.biases {
+        true => Some(src.vector(&n("ffn_gate_inp.bias"), e, device)?),
+        false => None,
+    };
+    let shared = match m.shared {
+        Some(width) => Some((
+            load_mlp(src, i, "_shexp", (hidden, width), device)?,
+            src.vector(&n("ffn_gate_inp_shexp.weight"), hidden, device)?,
+        )),
+        None => None,
+    };
+    Ok(MoeWeights {
+        spec: *m,
+        router,
+        router_bias,
+        experts,
+        shared,
+        reads: std::sync::Arc::new(ExpertReads::new(e)),
     })
 }

@@ -124,6 +124,19 @@ pub struct ModelGeometry {
     /// layer attends to the whole sequence.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sliding_windows: Vec<SlidingWindow>,
+    /// Parameters stored, every expert of a mixture counted (0 if unknown):
+    /// all of them are resident, so the weight bytes hold them all.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub params: u64,
+    /// Parameters one token runs through: `params` less the experts it does
+    /// not choose (equal to `params` for a dense model; 0 if unknown).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub active_params: u64,
+}
+
+/// Whether a count is absent (serialised as nothing).
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl ModelGeometry {
@@ -319,6 +332,12 @@ pub struct Plan {
     /// model without sliding-window layers).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub windows: Vec<WindowPlan>,
+    /// The model's parameters, every expert counted (as in the geometry).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub params: u64,
+    /// Parameters one token runs through (as in the geometry).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub active_params: u64,
 }
 
 impl Plan {

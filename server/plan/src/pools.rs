@@ -234,6 +234,8 @@ impl Layout {
             adapter_bytes: config.adapter_bytes,
             max_model_len,
             windows: Vec::new(),
+            params: geometry.params,
+            active_params: geometry.active_params,
         };
         for (g, &n) in self.groups.iter().zip(pools) {
             let per_token = g.block_bytes / config.block_size.max(1);
@@ -282,3 +284,6 @@ impl Layout {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod experts_tests;

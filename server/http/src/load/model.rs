@@ -307,6 +307,8 @@ fn log_plan(s: &Sizing) {
         kv_dtype = %s.kv_dtype,
         kv_bytes = p.kv_budget_bytes,
         weight_bytes = p.weight_bytes,
+        params = p.params,
+        active_params = p.active_params,
         activation_bytes = p.activation_reserve_bytes,
         overhead_bytes = p.overhead_bytes,
         total_bytes = p.total_bytes(),
@@ -360,6 +362,8 @@ mod tests {
                 cuda: fp(500),
             },
             sliding_windows: Vec::new(),
+            params: 0,
+            active_params: 0,
             model_half: KvDtype::Bf16,
         }
     }

@@ -6,7 +6,7 @@
 //! a RoPE of its own for local layers.
 
 use super::rope::hf_rope;
-use super::{Family, Shape, sliding_pattern};
+use super::{Family, HfExperts, Shape, sliding_pattern};
 use crate::config::{HfConfig, Metadata};
 use crate::error::{Error, Result};
 use crate::spec::{
@@ -27,6 +27,8 @@ pub(super) static GEMMA2: Family = Family {
     gguf: &["gemma2"],
     hf: &["Gemma2ForCausalLM", "gemma2"],
     hf_tensors: TENSORS,
+    gguf_tensors: &[],
+    hf_experts: HfExperts::PerExpert,
     tied_default: true,
     gguf_permuted_qk: false,
     from_hf: |c| hf(c, &G2),
@@ -44,6 +46,8 @@ pub(super) static GEMMA3: Family = Family {
         "gemma3",
     ],
     hf_tensors: TENSORS,
+    gguf_tensors: &[],
+    hf_experts: HfExperts::PerExpert,
     tied_default: true,
     gguf_permuted_qk: false,
     from_hf: |c| hf(c, &G3),
@@ -115,6 +119,7 @@ fn layer(window: Option<usize>, scale: f32, softcap: Option<f32>, qk_norm: bool)
             scale,
             softcap,
             qk_norm,
+            sinks: false,
         }),
         ffn: FeedForward::Gated(Activation::GeluTanh),
     }

@@ -1,11 +1,13 @@
-//! Llama 2/3 (SmolLM, TinyLlama, ...) and Mistral: pre-norm SwiGLU layers,
-//! one RoPE; Mistral's `sliding_window` on every layer.
+//! Llama 2/3 (SmolLM, TinyLlama, ...), Mistral and Mixtral: pre-norm
+//! SwiGLU layers, one RoPE; Mistral's `sliding_window` on every layer;
+//! Mixtral's experts (top-2 of 8, softmax over the chosen), which llama.cpp
+//! writes as a `llama` GGUF with `expert_count`.
 
 use super::rope::hf_rope;
-use super::{Family, Shape, pre_norms, swiglu_layer};
+use super::{Family, HfExperts, Shape, gguf_moe, pre_norms, swiglu_layer, with_experts};
 use crate::config::{HfConfig, Metadata};
 use crate::error::Result;
-use crate::spec::{ModelSpec, RopeScaling, RopeSpec};
+use crate::spec::{Activation, ModelSpec, MoeSpec, RopeScaling, RopeSpec, Routing};
 
 /// Llama.
 pub(super) static LLAMA: Family = Family {
@@ -13,6 +15,8 @@ pub(super) static LLAMA: Family = Family {
     gguf: &["llama"],
     hf: &["LlamaForCausalLM", "llama"],
     hf_tensors: &[],
+    gguf_tensors: &[],
+    hf_experts: HfExperts::PerExpert,
     tied_default: false,
     gguf_permuted_qk: true,
     from_hf: |c| llama_like(c, "llama"),
@@ -25,11 +29,50 @@ pub(super) static MISTRAL: Family = Family {
     gguf: &["mistral"],
     hf: &["MistralForCausalLM", "mistral"],
     hf_tensors: &[],
+    gguf_tensors: &[],
+    hf_experts: HfExperts::PerExpert,
     tied_default: false,
     gguf_permuted_qk: true,
     from_hf: |c| llama_like(c, "mistral"),
     from_gguf: |m| gguf(m, "mistral"),
 };
+
+/// Mixtral (its GGUF reads as `llama`).
+pub(super) static MIXTRAL: Family = Family {
+    name: "mixtral",
+    gguf: &[],
+    hf: &["MixtralForCausalLM", "mixtral"],
+    hf_tensors: &[
+        ("ffn_gate_inp", "block_sparse_moe.gate"),
+        ("ffn_gate_exps", "block_sparse_moe.experts.{e}.w1"),
+        ("ffn_up_exps", "block_sparse_moe.experts.{e}.w3"),
+        ("ffn_down_exps", "block_sparse_moe.experts.{e}.w2"),
+    ],
+    gguf_tensors: &[],
+    hf_experts: HfExperts::PerExpert,
+    tied_default: false,
+    gguf_permuted_qk: true,
+    from_hf: mixtral,
+    from_gguf: |m| gguf(m, "llama"),
+};
+
+/// Mixtral's routing: softmax over the experts, the chosen renormalised.
+const MIXTRAL_ROUTING: Routing = Routing::SoftmaxTopK { normalize: true };
+
+fn mixtral(c: &HfConfig) -> Result<ModelSpec> {
+    let mut spec = llama_like(c, "mixtral")?;
+    let moe = MoeSpec {
+        experts: c.usize("num_local_experts")?,
+        top_k: c.usize("num_experts_per_tok")?,
+        intermediate: spec.intermediate,
+        activation: Activation::Silu,
+        routing: MIXTRAL_ROUTING,
+        biases: false,
+        shared: None,
+    };
+    with_experts(&mut spec, Some(moe), |_| true);
+    Ok(spec)
+}
 
 /// A Llama-layout model from `config.json`: every layer slides when the
 /// config sets `sliding_window` (Mistral v0.1; `null` in later ones).
@@ -57,12 +100,15 @@ pub(super) fn gguf(m: &Metadata<'_>, family: &'static str) -> Result<ModelSpec> 
     let window = m.usize_opt("attention.sliding_window")?.filter(|&w| w > 0);
     let spec = plain_gguf(m, &shape, family)?;
     let scale = shape.plain_scale();
-    Ok(ModelSpec {
+    let mut spec = ModelSpec {
         layers: (0..shape.layers)
             .map(|_| swiglu_layer(window, scale, false))
             .collect(),
         ..spec
-    })
+    };
+    let moe = gguf_moe(m, &shape, Activation::Silu, MIXTRAL_ROUTING, false)?;
+    with_experts(&mut spec, moe, |_| true);
+    Ok(spec)
 }
 
 /// Pre-norm SwiGLU layers without windows, one RoPE of the file's base and

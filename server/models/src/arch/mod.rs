@@ -5,6 +5,7 @@
 //! group; no family has a decoder of its own.
 
 mod gemma;
+mod gpt_oss;
 mod llama;
 pub(crate) mod phi3;
 mod qwen;
@@ -13,11 +14,24 @@ mod rope;
 use crate::config::{HfConfig, Metadata};
 use crate::error::{Error, Result};
 use crate::spec::{
-    Activation, AttentionSpec, FeedForward, LayerSpec, Mixer, ModelSpec, Norms, RopeSpec,
+    Activation, AttentionSpec, FeedForward, LayerSpec, Mixer, ModelSpec, MoeSpec, Norms, RopeSpec,
+    Routing,
 };
 
+/// How a checkpoint stores a layer's experts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HfExperts {
+    /// One 2-D matrix per expert and projection, `{e}` in the tensor
+    /// table's names (Mixtral, Qwen MoE).
+    PerExpert,
+    /// 3-D tensors `[experts, in, out]` applied as `x @ W`, gate and up
+    /// interleaved column by column in one (gpt-oss's `gate_up_proj`).
+    StackedInterleaved,
+}
+
 /// The families `Error::UnknownArchitecture` names.
-pub const SUPPORTED: &str = "llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3";
+pub const SUPPORTED: &str =
+    "llama, mistral, mixtral, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, phi3, gpt-oss";
 
 /// One family: its names, its tensor names, its settings' mapping.
 #[derive(Debug)]
@@ -31,6 +45,11 @@ pub struct Family {
     /// Layer tensors whose Hugging Face name is not the common one: (GGUF
     /// name, Hugging Face name under the layer's prefix).
     pub hf_tensors: &'static [(&'static str, &'static str)],
+    /// Layer tensors whose GGUF name is not the common one: (common name,
+    /// this family's) (gpt-oss's pre-MLP norm is `post_attention_norm`).
+    pub gguf_tensors: &'static [(&'static str, &'static str)],
+    /// How its checkpoints store a layer's experts.
+    pub hf_experts: HfExperts,
     /// `tie_word_embeddings` where `config.json` leaves it out (transformers'
     /// default for the family).
     pub tied_default: bool,
@@ -44,14 +63,18 @@ pub struct Family {
 }
 
 /// Every family, in lookup order.
-const FAMILIES: [&Family; 7] = [
+const FAMILIES: [&Family; 11] = [
     &llama::LLAMA,
     &llama::MISTRAL,
+    &llama::MIXTRAL,
     &qwen::QWEN2,
     &qwen::QWEN3,
+    &qwen::QWEN2MOE,
+    &qwen::QWEN3MOE,
     &gemma::GEMMA2,
     &gemma::GEMMA3,
     &phi3::PHI3,
+    &gpt_oss::GPT_OSS,
 ];
 
 /// Layer tensors named alike by the Llama-layout families: (GGUF name,
@@ -237,6 +260,7 @@ pub(crate) fn swiglu_layer(window: Option<usize>, scale: f32, qk_norm: bool) -> 
             scale,
             softcap: None,
             qk_norm,
+            sinks: false,
         }),
         ffn: FeedForward::Gated(Activation::Silu),
     }
@@ -262,3 +286,52 @@ pub(crate) fn sliding_pattern(
 
 #[cfg(test)]
 mod tests;
+
+/// The experts a GGUF file's metadata describes, if any: `expert_count`,
+/// `expert_used_count`, each `expert_feed_forward_length` wide (else
+/// `feed_forward_length`), a shared expert where
+/// `expert_shared_feed_forward_length` says; `expert_weights_norm`, where
+/// given, overrides the family's renormalisation.
+pub(crate) fn gguf_moe(
+    m: &Metadata<'_>,
+    shape: &Shape,
+    activation: Activation,
+    routing: Routing,
+    biases: bool,
+) -> Result<Option<MoeSpec>> {
+    let Some(experts) = m.usize_opt("expert_count")?.filter(|&n| n > 0) else {
+        return Ok(None);
+    };
+    let routing = match (routing, m.bool_opt("expert_weights_norm")?) {
+        (Routing::SoftmaxTopK { .. }, Some(normalize)) => Routing::SoftmaxTopK { normalize },
+        (r, _) => r,
+    };
+    Ok(Some(MoeSpec {
+        experts,
+        top_k: m.usize("expert_used_count")?,
+        intermediate: m
+            .usize_opt("expert_feed_forward_length")?
+            .unwrap_or(shape.intermediate),
+        activation,
+        routing,
+        biases,
+        shared: m
+            .usize_opt("expert_shared_feed_forward_length")?
+            .filter(|&n| n > 0),
+    }))
+}
+
+/// `spec`'s layers with `moe`'s feed-forward where `is_moe(i)`.
+pub(crate) fn with_experts(
+    spec: &mut ModelSpec,
+    moe: Option<MoeSpec>,
+    is_moe: impl Fn(usize) -> bool,
+) {
+    if let Some(m) = moe {
+        for (i, l) in spec.layers.iter_mut().enumerate() {
+            if is_moe(i) {
+                l.ffn = FeedForward::Moe(m);
+            }
+        }
+    }
+}

@@ -3,7 +3,7 @@
 //! (`short_factor` / `long_factor` with its attention scaling).
 
 use super::rope::hf_rope;
-use super::{Family, Shape, pre_norms, swiglu_layer};
+use super::{Family, HfExperts, Shape, pre_norms, swiglu_layer};
 use crate::config::{HfConfig, Metadata};
 use crate::error::Result;
 use crate::spec::{ModelSpec, RopeScaling, RopeSpec};
@@ -15,6 +15,8 @@ pub(super) static PHI3: Family = Family {
     hf: &["Phi3ForCausalLM", "phi3"],
     // llama.cpp names the fused gate/up tensor `ffn_up` (twice the rows).
     hf_tensors: &[("ffn_up", "mlp.gate_up_proj")],
+    gguf_tensors: &[],
+    hf_experts: HfExperts::PerExpert,
     tied_default: false,
     gguf_permuted_qk: false,
     from_hf: hf,

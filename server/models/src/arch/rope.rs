@@ -110,6 +110,25 @@ fn scaling_of(
                 theta, rotary_dim, band,
             )))
         }
+        "yarn" => {
+            let original = need(s, "original_max_position_embeddings", kind)?;
+            let factor = match num(s, "factor")? {
+                Some(f) => f,
+                None => c.usize("max_position_embeddings")? as f64 / original,
+            };
+            let beta = |key: &str, default: f64| -> Result<f64> {
+                Ok(num(s, key)?.filter(|&b| b != 0.0).unwrap_or(default))
+            };
+            let truncate = s.get("truncate").and_then(Json::as_bool).unwrap_or(true);
+            let yarn = Yarn {
+                factor,
+                original,
+                beta: (beta("beta_fast", 32.0)?, beta("beta_slow", 1.0)?),
+                truncate,
+                attention: num(s, "attention_factor")?,
+            };
+            Ok(yarn.scaling(theta, rotary_dim))
+        }
         "longrope" | "su" => {
             let half = rotary_dim / 2;
             // Phi-3 keeps the pre-training length beside the scaling, and
@@ -161,4 +180,55 @@ pub(crate) fn llama3_divisors(
             inv_freq / scaled
         })
         .collect()
+}
+
+/// YaRN's settings (transformers' names).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Yarn {
+    /// Context extension factor.
+    pub factor: f64,
+    /// The pre-training context.
+    pub original: f64,
+    /// `(beta_fast, beta_slow)`: rotations bounding the ramp.
+    pub beta: (f64, f64),
+    /// Whether the ramp's ends are rounded to whole dimensions.
+    pub truncate: bool,
+    /// cos/sin scaling, where given (else `0.1 ln(factor) + 1`).
+    pub attention: Option<f64>,
+}
+
+impl Yarn {
+    /// The divisors and attention factor, as transformers computes them:
+    /// each frequency between interpolated (`/ factor`) and kept by a ramp
+    /// over the dimensions whose wavelengths the beta rotations bound.
+    pub(crate) fn scaling(self, theta: f32, dim: usize) -> RopeScaling {
+        let base = f64::from(theta);
+        let correction = |rot: f64| {
+            (dim as f64 * (self.original / (rot * 2.0 * std::f64::consts::PI)).ln())
+                / (2.0 * base.ln())
+        };
+        let (mut low, mut high) = (correction(self.beta.0), correction(self.beta.1));
+        if self.truncate {
+            (low, high) = (low.floor(), high.ceil());
+        }
+        let (low, mut high) = (low.max(0.0), high.min(dim as f64 - 1.0));
+        if low == high {
+            high += 0.001;
+        }
+        let divisors = (0..dim / 2)
+            .map(|i| {
+                let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                let keep = 1.0 - ramp;
+                (1.0 / ((1.0 - keep) / self.factor + keep)) as f32
+            })
+            .collect();
+        let attention = self.attention.unwrap_or(match self.factor {
+            f if f <= 1.0 => 1.0,
+            f => 0.1 * f.ln() + 1.0,
+        });
+        RopeScaling::Yarn {
+            divisors,
+            attention: attention as f32,
+        }
+    }
 }

@@ -253,3 +253,76 @@ fn unknown_families_and_bad_settings_are_named() {
         assert!(err.contains(want), "{want}: {err}");
     }
 }
+
+#[test]
+fn the_mixtures_people_deploy_read_as_the_plan_counts_them() {
+    use crate::spec::{MoeSpec, Routing};
+    let q = read(
+        json!({"architectures":["Qwen3MoeForCausalLM"],"attention_bias":false,
+        "decoder_sparse_step":1,"head_dim":128,"hidden_size":2048,"intermediate_size":6144,
+        "max_position_embeddings":40960,"max_window_layers":48,"mlp_only_layers":[],
+        "model_type":"qwen3_moe","moe_intermediate_size":768,"norm_topk_prob":true,
+        "num_attention_heads":32,"num_experts":128,"num_experts_per_tok":8,
+        "num_hidden_layers":48,"num_key_value_heads":4,"rms_norm_eps":1e-06,
+        "rope_scaling":null,"rope_theta":1000000.0,"sliding_window":null,
+        "tie_word_embeddings":false,"use_sliding_window":false,"vocab_size":151936}),
+    );
+    let want = MoeSpec {
+        experts: 128,
+        top_k: 8,
+        intermediate: 768,
+        activation: Activation::Silu,
+        routing: Routing::SoftmaxTopK { normalize: true },
+        biases: false,
+        shared: None,
+    };
+    assert!(q.layers.iter().all(|l| l.moe() == Some(&want)));
+    // ferrox-plan's table: 30,532,122,624 parameters, 3,353,032,704 active.
+    let (all, active) = q.expert_params();
+    assert_eq!(all - active, 30_532_122_624 - 3_353_032_704);
+    assert!(q.sliding_windows().is_empty());
+
+    let kinds: Vec<&str> = (0..24)
+        .map(|i| ["sliding_attention", "full_attention"][i % 2])
+        .collect();
+    let g = read(
+        json!({"architectures":["GptOssForCausalLM"],"attention_bias":true,
+        "experts_per_token":4,"head_dim":64,"hidden_size":2880,"intermediate_size":2880,
+        "layer_types":kinds,"max_position_embeddings":131072,"model_type":"gpt_oss",
+        "num_attention_heads":64,"num_experts_per_tok":4,"num_hidden_layers":24,
+        "num_key_value_heads":8,"num_local_experts":32,"rms_norm_eps":1e-05,
+        "rope_scaling":{"beta_fast":32.0,"beta_slow":1.0,"factor":32.0,
+        "original_max_position_embeddings":4096,"rope_type":"yarn","truncate":false},
+        "rope_theta":150000,"sliding_window":128,"swiglu_limit":7.0,
+        "tie_word_embeddings":false,"vocab_size":201088}),
+    );
+    let alternate: Vec<Option<usize>> = (0..24).map(|i| (i % 2 == 0).then_some(128)).collect();
+    assert_eq!(windows(&g), alternate);
+    assert!(g.qkv_bias && g.layers.iter().all(|l| l.attention().sinks));
+    let m = g.layers[0].moe().unwrap();
+    assert_eq!((m.experts, m.top_k, m.intermediate), (32, 4, 2880));
+    assert_eq!((m.routing, m.biases), (Routing::TopKSoftmax, true));
+    assert_eq!(
+        m.activation,
+        Activation::SwigluOai {
+            alpha: 1.702,
+            limit: 7.0
+        }
+    );
+    let RopeScaling::Yarn {
+        divisors,
+        attention,
+    } = &g.ropes[0].scaling
+    else {
+        panic!("{:?}", g.ropes[0]);
+    };
+    // 0.1 ln 32 + 1; the fastest rotations kept, the slowest divided by 32.
+    assert!((attention - 1.346_574).abs() < 1e-5, "{attention}");
+    assert_eq!(divisors[0], 1.0);
+    assert!((divisors[31] - 32.0).abs() < 1e-3, "{}", divisors[31]);
+    // ferrox-plan's table: 20,914,757,184 parameters, 4,187,440,704 active.
+    let (all, active) = g.expert_params();
+    assert_eq!(all - active, 20_914_757_184 - 4_187_440_704);
+    let sw = g.sliding_windows();
+    assert_eq!((sw.len(), sw[0].window, sw[0].layers), (1, 128, 12));
+}

@@ -15,6 +15,7 @@
 //! The op-by-op path in `decoder.rs` stays the reference (and the path of
 //! every other device); the tests check the two agree.
 
+mod moe;
 mod ops;
 
 use std::sync::{Arc, Mutex};
@@ -25,10 +26,12 @@ use ferrox_kernels::{QActs, QMatrix};
 use crate::error::Result;
 
 type KernelResult = std::result::Result<(), ferrox_kernels::Error>;
-use crate::layer::{Layer, Projection};
+use crate::layer::{Ffn, Layer, Mlp, Projection};
 use crate::linear::Linear;
 use crate::lora::LoraStep;
-use crate::spec::Activation;
+use crate::spec::{Activation, FeedForward};
+
+pub(crate) use moe::FusedMoe;
 
 /// A step's adapters and the layer they are applied in (`None`: no row of
 /// the step has an adapter).
@@ -63,6 +66,7 @@ pub(crate) struct Scratch {
     gate_up: Vec<f32>,
     out: Vec<f32>,
     lora_in: Vec<f32>,
+    moe: moe::MoeScratch,
 }
 
 /// Matrices that read one input: one packed matrix holding every part's
@@ -134,12 +138,48 @@ pub(crate) struct FusedLayer {
     qkv_bias: Option<Vec<f32>>,
     qk_norm: Option<(Vec<f32>, Vec<f32>)>,
     o: Arc<QMatrix>,
+    o_bias: Option<Vec<f32>>,
     post_attn_norm: Option<Vec<f32>>,
     ffn_norm: Vec<f32>,
-    gate_up: Packed,
-    act: Activation,
-    down: Arc<QMatrix>,
+    ffn: FusedFfn,
     post_ffn_norm: Option<Vec<f32>>,
+}
+
+/// A fused layer's feed-forward.
+#[derive(Debug)]
+pub(crate) enum FusedFfn {
+    /// One gated MLP (no biases).
+    Dense {
+        gate_up: Packed,
+        act: Activation,
+        down: Arc<QMatrix>,
+    },
+    /// A mixture of experts.
+    Moe(Box<FusedMoe>),
+}
+
+/// A gated MLP's packed matrices and host biases.
+#[derive(Debug)]
+pub(crate) struct FusedMlp {
+    gate_up: Packed,
+    down: Arc<QMatrix>,
+    gate_up_bias: Option<Vec<f32>>,
+    down_bias: Option<Vec<f32>>,
+}
+
+impl FusedMlp {
+    /// The fused form of `m`, if its matrices are packed.
+    fn of(m: &Mlp) -> Result<Option<Self>> {
+        let (Some(gate_up), Linear::Packed(down)) = (Packed::of(&m.gate_up), &m.down) else {
+            return Ok(None);
+        };
+        Ok(Some(FusedMlp {
+            gate_up,
+            down: down.clone(),
+            gate_up_bias: host_opt(&m.gate_up_bias)?,
+            down_bias: host_opt(&m.down_bias)?,
+        }))
+    }
 }
 
 fn host_vec(t: &Tensor) -> Result<Vec<f32>> {
@@ -151,14 +191,29 @@ fn host_opt(t: &Option<Tensor>) -> Result<Option<Vec<f32>>> {
 }
 
 impl FusedLayer {
-    /// The fused form of `l` (MLP activation `act`), if all its matrices
+    /// The fused form of `l` (feed-forward `ffn`), if all its matrices
     /// are packed (CPU) ones.
-    pub(crate) fn from_layer(l: &Layer, act: Activation) -> Result<Option<Self>> {
-        let (Some(qkv), Some(gate_up)) = (Packed::of(&l.qkv), Packed::of(&l.gate_up)) else {
+    pub(crate) fn from_layer(l: &Layer, ffn: FeedForward) -> Result<Option<Self>> {
+        let Some(qkv) = Packed::of(&l.qkv) else {
             return Ok(None);
         };
-        let (Linear::Packed(o), Linear::Packed(down)) = (&l.o, &l.down) else {
+        let Linear::Packed(o) = &l.o else {
             return Ok(None);
+        };
+        let ffn = match (&l.ffn, ffn) {
+            (Ffn::Dense(m), FeedForward::Gated(act)) => match FusedMlp::of(m)? {
+                Some(f) if f.gate_up_bias.is_none() && f.down_bias.is_none() => FusedFfn::Dense {
+                    gate_up: f.gate_up,
+                    act,
+                    down: f.down,
+                },
+                _ => return Ok(None),
+            },
+            (Ffn::Moe(m), FeedForward::Moe(_)) => match FusedMoe::of(m)? {
+                Some(f) => FusedFfn::Moe(Box::new(f)),
+                None => return Ok(None),
+            },
+            _ => return Ok(None),
         };
         let qk_norm = match &l.qk_norm {
             Some((q, k)) => Some((host_vec(q)?, host_vec(k)?)),
@@ -170,11 +225,10 @@ impl FusedLayer {
             qkv_bias: host_opt(&l.qkv_bias)?,
             qk_norm,
             o: o.clone(),
+            o_bias: host_opt(&l.o_bias)?,
             post_attn_norm: host_opt(&l.post_attn_norm)?,
             ffn_norm: host_vec(&l.ffn_norm)?,
-            gate_up,
-            act,
-            down: down.clone(),
+            ffn,
             post_ffn_norm: host_opt(&l.post_ffn_norm)?,
         }))
     }
@@ -210,6 +264,7 @@ impl FusedLayer {
     ) -> Result<()> {
         let op = ops::ResidualOp {
             w: &self.o,
+            bias: self.o_bias.as_deref(),
             post_norm: self.post_attn_norm.as_deref(),
             eps,
             lora,
@@ -218,8 +273,9 @@ impl FusedLayer {
         Ok(x.inplace_op2(&attn.contiguous()?, &op)?)
     }
 
-    /// `x += post_norm(down(act(gate(h)) * up(h)))` with `h = rms_norm(x)`,
-    /// in place.
+    /// `x += post_norm(ffn(h))` with `h = rms_norm(x)`, in place: the
+    /// gated MLP (with its LoRA hook), or the mixture of experts (adapters
+    /// never target experts: `LoraShapes` refuses them).
     pub(crate) fn mlp(
         &self,
         x: &Tensor,
@@ -227,13 +283,28 @@ impl FusedLayer {
         lora: LoraAt<'_>,
         scratch: &Mutex<Scratch>,
     ) -> Result<()> {
-        let op = ops::MlpOp {
-            layer: self,
-            dims,
-            lora,
-            scratch,
-        };
-        Ok(x.inplace_op1(&op)?)
+        match &self.ffn {
+            FusedFfn::Dense { gate_up, act, down } => {
+                let op = ops::MlpOp {
+                    layer: self,
+                    mlp: (gate_up, *act, down),
+                    dims,
+                    lora,
+                    scratch,
+                };
+                Ok(x.inplace_op1(&op)?)
+            }
+            FusedFfn::Moe(m) => {
+                let op = moe::MoeOp {
+                    moe: m,
+                    norm: &self.ffn_norm,
+                    post_norm: self.post_ffn_norm.as_deref(),
+                    eps: dims.eps,
+                    scratch,
+                };
+                Ok(x.inplace_op1(&op)?)
+            }
+        }
     }
 }
 

@@ -5,12 +5,12 @@ use std::sync::{Mutex, MutexGuard};
 use candle_core::{CpuStorage, CustomOp1, CustomOp3, InplaceOp1, InplaceOp2, Layout, Shape};
 use ferrox_kernels::{QActs, QMatrix};
 
-use super::{Dims, FusedHead, FusedLayer, LoraAt, Scratch};
+use super::{Dims, FusedHead, FusedLayer, LoraAt, Packed, Scratch};
 use crate::lora::Target;
 use crate::rope::Rope;
 use crate::spec::Activation;
 
-fn lock(s: &Mutex<Scratch>) -> MutexGuard<'_, Scratch> {
+pub(super) fn lock(s: &Mutex<Scratch>) -> MutexGuard<'_, Scratch> {
     // A panic mid-op leaves only stale numbers behind, which every op overwrites.
     s.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -25,7 +25,7 @@ fn slice<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> candle_core::Result<&
     }
 }
 
-fn slice_mut<'a>(
+pub(super) fn slice_mut<'a>(
     s: &'a mut CpuStorage,
     l: &Layout,
     what: &str,
@@ -39,7 +39,7 @@ fn slice_mut<'a>(
     }
 }
 
-fn kernel_err(e: ferrox_kernels::Error) -> candle_core::Error {
+pub(super) fn kernel_err(e: ferrox_kernels::Error) -> candle_core::Error {
     candle_core::Error::Msg(e.to_string())
 }
 
@@ -68,7 +68,7 @@ fn normed_into(x: &[f32], w: &[f32], eps: f32, out: &mut Vec<f32>) {
 }
 
 /// Rows of a `(rows, cols)` input, checked against the weights' width.
-fn rows_of(l: &Layout, cols: usize, what: &str) -> candle_core::Result<usize> {
+pub(super) fn rows_of(l: &Layout, cols: usize, what: &str) -> candle_core::Result<usize> {
     let (rows, c) = l.shape().dims2()?;
     if c != cols {
         candle_core::bail!("fused layer: {what} has width {c}, weights expect {cols}");
@@ -78,7 +78,7 @@ fn rows_of(l: &Layout, cols: usize, what: &str) -> candle_core::Result<usize> {
 
 /// RMSNorm of every `w.len()`-long row of `x` in place, as candle's
 /// `rms_norm` computes it.
-fn rms_norm_rows(x: &mut [f32], w: &[f32], eps: f32) {
+pub(super) fn rms_norm_rows(x: &mut [f32], w: &[f32], eps: f32) {
     for row in x.chunks_exact_mut(w.len()) {
         let sum2: f32 = row.iter().map(|&v| v * v).sum();
         let rms = (sum2 / w.len() as f32 + eps).sqrt();
@@ -97,6 +97,38 @@ fn gelu_mul(gate: &mut [f32], up: &[f32]) {
         let inner = SQRT_2_OVER_PI * x * (1.0 + 0.044_715 * x * x);
         *g = 0.5 * x * (1.0 + inner.tanh()) * u;
     }
+}
+
+/// gpt-oss's clamped SwiGLU of `gate` and `up`, into `gate`, as the
+/// op-by-op path computes it.
+fn swiglu_oai(gate: &mut [f32], up: &[f32], alpha: f32, limit: f32) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let x = g.min(limit);
+        let u = u.clamp(-limit, limit);
+        *g = (u + 1.0) * (x * (1.0 / (1.0 + (-(x * alpha)).exp())));
+    }
+}
+
+/// `act(gate) * up` (each `tokens` rows) quantised into `acts`; `gate` is
+/// scratch afterwards.
+pub(super) fn quantize_activation(
+    act: Activation,
+    acts: &mut QActs,
+    (gate, up): (&mut [f32], &[f32]),
+    tokens: usize,
+) -> candle_core::Result<()> {
+    match act {
+        Activation::Silu => acts.quantize_silu_mul(gate, up, tokens),
+        Activation::GeluTanh => {
+            gelu_mul(gate, up);
+            acts.quantize(gate, tokens)
+        }
+        Activation::SwigluOai { alpha, limit } => {
+            swiglu_oai(gate, up, alpha, limit);
+            acts.quantize(gate, tokens)
+        }
+    }
+    .map_err(kernel_err)
 }
 
 pub(super) struct QkvOp<'a> {
@@ -186,10 +218,11 @@ impl CustomOp3 for QkvOp<'_> {
     }
 }
 
-/// A projection added onto the residual: its weights, its post-norm (with
-/// the norms' epsilon) and its LoRA hook (the target, the update's input).
+/// A projection added onto the residual: its weights, bias and post-norm
+/// (with the norms' epsilon), and its LoRA hook (the target).
 struct Residual<'a> {
     w: &'a QMatrix,
+    bias: Option<&'a [f32]>,
     post_norm: Option<&'a [f32]>,
     eps: f32,
     lora: LoraAt<'a>,
@@ -198,7 +231,8 @@ struct Residual<'a> {
 
 impl Residual<'_> {
     /// `w @ acts` (plus the LoRA update of `input`) added onto `dst`, in
-    /// place; through the post-norm when there is one.
+    /// place; in the op-by-op path's order: the bias, the post-norm, then
+    /// the residual.
     fn add(
         &self,
         acts: &QActs,
@@ -206,18 +240,25 @@ impl Residual<'_> {
         input: &[f32],
         dst: &mut [f32],
     ) -> candle_core::Result<()> {
-        let Some(norm) = self.post_norm else {
+        if self.bias.is_none() && self.post_norm.is_none() {
             self.w
                 .matmul_acts(acts, &mut [&mut *dst], true)
                 .map_err(kernel_err)?;
             return lora_add(self.lora, self.target, input, dst);
-        };
+        }
         out.resize(dst.len(), 0.0);
         self.w
             .matmul_acts(acts, &mut [&mut *out], false)
             .map_err(kernel_err)?;
         lora_add(self.lora, self.target, input, out)?;
-        rms_norm_rows(out, norm, self.eps);
+        if let Some(b) = self.bias {
+            for row in out.chunks_exact_mut(b.len()) {
+                row.iter_mut().zip(b).for_each(|(x, b)| *x += b);
+            }
+        }
+        if let Some(norm) = self.post_norm {
+            rms_norm_rows(out, norm, self.eps);
+        }
         dst.iter_mut().zip(out.iter()).for_each(|(x, o)| *x += o);
         Ok(())
     }
@@ -225,6 +266,7 @@ impl Residual<'_> {
 
 pub(super) struct ResidualOp<'a> {
     pub(super) w: &'a QMatrix,
+    pub(super) bias: Option<&'a [f32]>,
     pub(super) post_norm: Option<&'a [f32]>,
     pub(super) eps: f32,
     pub(super) lora: LoraAt<'a>,
@@ -254,6 +296,7 @@ impl InplaceOp2 for ResidualOp<'_> {
         s.acts.quantize(a, tokens).map_err(kernel_err)?;
         let residual = Residual {
             w: self.w,
+            bias: self.bias,
             post_norm: self.post_norm,
             eps: self.eps,
             lora: self.lora,
@@ -265,6 +308,8 @@ impl InplaceOp2 for ResidualOp<'_> {
 
 pub(super) struct MlpOp<'a> {
     pub(super) layer: &'a FusedLayer,
+    /// `(gate_up, activation, down)`.
+    pub(super) mlp: (&'a Packed, Activation, &'a QMatrix),
     pub(super) dims: Dims,
     pub(super) lora: LoraAt<'a>,
     pub(super) scratch: &'a Mutex<Scratch>,
@@ -276,10 +321,10 @@ impl InplaceOp1 for MlpOp<'_> {
     }
 
     fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> candle_core::Result<()> {
-        let l = self.layer;
+        let (l, (gate_up, act, down)) = (self.layer, self.mlp);
         let inter = self.dims.intermediate;
-        let tokens = rows_of(layout, l.gate_up.cols(), "residual")?;
-        if l.gate_up.rows() != 2 * inter || l.down.cols() != inter {
+        let tokens = rows_of(layout, gate_up.cols(), "residual")?;
+        if gate_up.rows() != 2 * inter || down.cols() != inter {
             candle_core::bail!("fused mlp: weights do not match the intermediate size");
         }
         let x = slice_mut(storage, layout, "residual")?;
@@ -290,7 +335,7 @@ impl InplaceOp1 for MlpOp<'_> {
             .map_err(kernel_err)?;
         s.gate_up.resize(tokens * 2 * inter, 0.0);
         let (gate, up) = s.gate_up.split_at_mut(tokens * inter);
-        l.gate_up
+        gate_up
             .matmul(&s.acts, &mut [&mut *gate, &mut *up])
             .map_err(kernel_err)?;
         // LoRA hook: gate and up before the activation (down below).
@@ -299,31 +344,24 @@ impl InplaceOp1 for MlpOp<'_> {
             lora_add(self.lora, Target::Gate, &s.lora_in, gate)?;
             lora_add(self.lora, Target::Up, &s.lora_in, up)?;
         }
-        // `act(gate) * up`, the down projection's input: in `gate` after
-        // GELU's multiply; SiLU's is fused with the quantisation, so an
-        // update computes it apart.
-        match l.act {
-            Activation::Silu => {
-                if self.lora.is_some() {
-                    s.lora_in.clear();
-                    let act = gate.iter().zip(up.iter());
-                    s.lora_in
-                        .extend(act.map(|(&g, &u)| g / (1.0 + (-g).exp()) * u));
-                }
-                s.acts.quantize_silu_mul(gate, up, tokens)
-            }
-            Activation::GeluTanh => {
-                gelu_mul(gate, up);
-                if self.lora.is_some() {
-                    s.lora_in.clear();
-                    s.lora_in.extend_from_slice(gate);
-                }
-                s.acts.quantize(gate, tokens)
-            }
+        // Down's update reads `act(gate) * up`: left in `gate` by every
+        // activation but SiLU, whose product is fused with the
+        // quantisation, so it is computed apart first.
+        let silu = matches!(act, Activation::Silu);
+        if self.lora.is_some() && silu {
+            s.lora_in.clear();
+            let act = gate.iter().zip(up.iter());
+            s.lora_in
+                .extend(act.map(|(&g, &u)| g / (1.0 + (-g).exp()) * u));
         }
-        .map_err(kernel_err)?;
+        quantize_activation(act, &mut s.acts, (gate, up), tokens)?;
+        if self.lora.is_some() && !silu {
+            s.lora_in.clear();
+            s.lora_in.extend_from_slice(gate);
+        }
         let residual = Residual {
-            w: &l.down,
+            w: down,
+            bias: None,
             post_norm: l.post_ffn_norm.as_deref(),
             eps: self.dims.eps,
             lora: self.lora,

@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use super::{Target, refuse};
 use crate::arch::Family;
 use crate::error::Result;
-use crate::spec::ModelSpec;
+use crate::spec::{FeedForward, ModelSpec};
 
 /// The base model's shapes an adapter must match.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +22,9 @@ pub struct LoraShapes {
     /// `(heads, kv_heads)` where llama.cpp stores q/k rows interleaved
     /// (the llama family), so a GGUF LoRA's `B` of q/k must be put back.
     pub gguf_unpermute: Option<(usize, usize)>,
+    /// Layers whose feed-forward is a mixture of experts: an adapter of
+    /// their gate/up/down is refused (experts take no adapters).
+    pub expert_layers: Vec<usize>,
 }
 
 impl LoraShapes {
@@ -33,6 +36,10 @@ impl LoraShapes {
             layers: s.layers.len(),
             dims: [(q, h), (kv, h), (kv, h), (h, q), (i, h), (i, h), (h, i)],
             gguf_unpermute: unpermute.then_some((s.heads, s.kv_heads)),
+            expert_layers: (s.layers.iter().enumerate())
+                .filter(|(_, l)| matches!(l.ffn, FeedForward::Moe(_)))
+                .map(|(i, _)| i)
+                .collect(),
         }
     }
 
@@ -246,6 +253,17 @@ pub(crate) fn assemble(
                 format!("it updates layer {layer}, the base has {}", shapes.layers),
             ));
         };
+        if matches!(target, Target::Gate | Target::Up | Target::Down)
+            && shapes.expert_layers.contains(&layer)
+        {
+            return Err(refuse(
+                name,
+                format!(
+                    "layer {layer} {}: the layer is a mixture of experts, whose experts take no adapters",
+                    target.module()
+                ),
+            ));
+        }
         if pair.dims() != want {
             return Err(refuse(
                 name,

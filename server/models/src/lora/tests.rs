@@ -221,6 +221,8 @@ fn peft_and_gguf_files_of_one_adapter_load_alike() {
             intermediate_size: t.intermediate as u64,
             vocab_size: t.vocab as u64,
             sliding_windows: Vec::new(),
+            params: 0,
+            active_params: 0,
         };
         assert_eq!(g.lora_adapter_bytes(4), p.bytes());
     }

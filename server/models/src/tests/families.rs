@@ -119,7 +119,9 @@ fn the_fused_cpu_path_matches_the_op_by_op_path_for_every_family() {
     for family in FAMILIES {
         let r = reference(family);
         let run = &r.runs[0];
-        let src = dir(family).join(&r.gguf);
+        let Some(src) = r.gguf_path() else {
+            continue;
+        };
         // One packed type for q/k/v and gate/up, then split ones (k, v and
         // up of another type: one activation quantisation feeds both).
         for (q, other) in [
@@ -163,10 +165,10 @@ fn each_family_s_text_side_reads_alike_from_both_formats() {
         let r = reference(family);
         let d = dir(family);
         let st = crate::Source::open(&d).unwrap().text().unwrap();
-        let gg = crate::Source::open(&d.join(&r.gguf))
-            .unwrap()
-            .text()
-            .unwrap();
+        let Some(gguf) = r.gguf_path() else {
+            continue;
+        };
+        let gg = crate::Source::open(&gguf).unwrap().text().unwrap();
         let text = "The capital of France is Paris. Name three colors!";
         let (a, b) = (
             st.tokenizer.encode(text, false).unwrap(),
@@ -303,6 +305,10 @@ fn every_family_held_as_on_a_gpu_tracks_transformers() {
             let mut kv = pools.seq(p.ids.len() + p.steps.len(), 512);
             let mut logits = prefill(&mut m, &mut kv, &p.ids, 512);
             for (s, want) in p.steps.iter().enumerate() {
+                // Past a routing near-tie half precision may pick other experts.
+                if !r.routes_clearly(want) {
+                    break;
+                }
                 let lp = log_softmax(&logits);
                 for &(id, ref_lp) in &want.top {
                     let d = (lp[id as usize] - ref_lp).abs();

@@ -9,52 +9,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferrox_engine::{
-    EngineConfig, EngineHandle, Event, GenerationRequest, Metrics, SamplingParams, Scheduler,
-    Submission, TokenText,
+    EngineConfig, EngineHandle, Event, Metrics, SamplingParams, Scheduler, Submission,
 };
 
 use ferrox_plan::KvDtype;
 
 use super::reference::{FAMILIES, Prompt, Run, check_step, decoder, reference};
+use super::request::{greedy, request};
 use crate::PagedModel;
 
 const MAX_SEQS: usize = 8;
 const BLOCK: usize = 4;
-
-struct NoText;
-
-impl TokenText for NoText {
-    fn push(&mut self, _id: u32) -> String {
-        String::new()
-    }
-
-    fn fresh(&self) -> Box<dyn TokenText> {
-        Box::new(NoText)
-    }
-}
-
-fn request(prompt: &[u32], n: usize) -> GenerationRequest {
-    GenerationRequest {
-        prompt: prompt.to_vec(),
-        max_tokens: n,
-        sampling: SamplingParams {
-            temperature: 0.0,
-            logprobs: Some(5),
-            ..SamplingParams::default()
-        },
-        stop: Vec::new(),
-        include_stop_str: false,
-        min_tokens: 0,
-        cache_salt: None,
-        request_id: None,
-        stop_token_ids: Vec::new(),
-        eos_token_ids: Vec::new(),
-        ignore_eos: true,
-        text: Box::new(NoText),
-        constraint: None,
-        adapter: None,
-    }
-}
 
 struct Engine {
     s: Scheduler<PagedModel>,
@@ -118,7 +83,13 @@ impl Engine {
     }
 
     fn submit(&self, prompt: &[u32], n: usize) -> Submission {
-        self.h.submit(request(prompt, n), self.now).unwrap()
+        let sampling = SamplingParams {
+            logprobs: Some(5),
+            ..greedy()
+        };
+        self.h
+            .submit(request(prompt.to_vec(), n, sampling), self.now)
+            .unwrap()
     }
 
     /// One tick; returns the prompt tokens the cache supplied. A window

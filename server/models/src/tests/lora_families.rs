@@ -13,7 +13,7 @@ use ferrox_core::batch_model::PrefillChunk;
 use ferrox_core::{AdapterRef, BatchModel};
 
 use super::helpers::{Pools, SeqKv};
-use super::reference::{FAMILIES, dir, open, reference, requantize};
+use super::reference::{dir, open, reference, requantize};
 use crate::PagedModel;
 use crate::lora::fixtures::{LoraSpec, random_peft_of, write_peft};
 use crate::lora::{self, LoraShapes, Target};
@@ -184,6 +184,12 @@ fn logits(
     out.prefill.into_iter().map(Option::unwrap).collect()
 }
 
+/// The families whose every layer has a dense MLP: experts take no
+/// adapters (see the refusal's test below).
+const DENSE: [&str; 7] = [
+    "llama", "qwen2", "mistral", "qwen3", "gemma2", "gemma3", "phi3",
+];
+
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter()
         .zip(b)
@@ -201,7 +207,7 @@ fn prompts(m: &PagedModel) -> Vec<Vec<u32>> {
 
 #[test]
 fn every_family_with_an_unmerged_adapter_equals_its_merged_model() {
-    for family in FAMILIES {
+    for family in DENSE {
         let tmp = tempfile::tempdir().unwrap();
         let (base, merged) = (tmp.path().join("base"), tmp.path().join("merged"));
         copy_f32(family, &base, |_| {});
@@ -229,12 +235,12 @@ fn every_family_with_an_unmerged_adapter_equals_its_merged_model() {
 
 #[test]
 fn every_family_s_fused_cpu_path_equals_the_op_by_op_path_with_an_adapter() {
-    for family in FAMILIES {
+    for family in DENSE {
         let tmp = tempfile::tempdir().unwrap();
         let r = reference(family);
         let path = tmp.path().join("q8.gguf");
         requantize(
-            &dir(family).join(&r.gguf),
+            &r.gguf_path().unwrap(),
             &path,
             GgmlDType::Q8_0,
             GgmlDType::Q8_0,
@@ -259,4 +265,32 @@ fn every_family_s_fused_cpu_path_equals_the_op_by_op_path_with_an_adapter() {
             "{family}: the adapter changed nothing"
         );
     }
+}
+
+#[test]
+fn an_adapter_of_a_mixture_s_experts_is_refused_by_layer_and_module() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = open(&dir("mixtral"), None);
+    let shapes = LoraShapes::of(m.decoder().spec());
+    assert!(!shapes.expert_layers.is_empty());
+    write_peft(
+        tmp.path(),
+        &LoraSpec::all(4, 7),
+        &random_peft_of(&shapes, &LoraSpec::all(4, 7)),
+    );
+    let err = lora::load("a", tmp.path(), &shapes, 16)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("layer 0 gate_proj") && err.contains("mixture of experts"),
+        "{err}"
+    );
+    // Attention-only adapters of the same model load.
+    let attn = LoraSpec {
+        targets: vec![Target::Q, Target::K, Target::V, Target::O],
+        ..LoraSpec::all(4, 7)
+    };
+    let at = tmp.path().join("attn");
+    write_peft(&at, &attn, &random_peft_of(&shapes, &attn));
+    lora::load("b", &at, &shapes, 16).unwrap();
 }

@@ -13,23 +13,11 @@ use candle_core::quantized::GgmlDType;
 use ferrox_core::BatchModel;
 use ferrox_engine::{
     EngineConfig, EngineHandle, Event, GenerationRequest, Metrics, SamplingParams, Scheduler,
-    TokenText,
 };
 
+use super::request::request;
 use crate::fixtures::{Tiny, default_model, random_weights, write_gguf};
 use crate::{PagedModel, Source};
-
-struct NoText;
-
-impl TokenText for NoText {
-    fn push(&mut self, _id: u32) -> String {
-        String::new()
-    }
-
-    fn fresh(&self) -> Box<dyn TokenText> {
-        Box::new(NoText)
-    }
-}
 
 /// One request: its prompt, and a seed to sample with (`None`: greedy).
 #[derive(Debug, Clone)]
@@ -39,26 +27,12 @@ struct Ask {
 }
 
 fn generation(ask: &Ask, n: usize) -> GenerationRequest {
-    GenerationRequest {
-        prompt: ask.prompt.clone(),
-        max_tokens: n,
-        sampling: SamplingParams {
-            temperature: if ask.seed.is_some() { 0.8 } else { 0.0 },
-            seed: ask.seed.unwrap_or(0),
-            ..SamplingParams::default()
-        },
-        stop: Vec::new(),
-        include_stop_str: false,
-        min_tokens: 0,
-        cache_salt: None,
-        request_id: None,
-        stop_token_ids: Vec::new(),
-        eos_token_ids: Vec::new(),
-        ignore_eos: true,
-        text: Box::new(NoText),
-        constraint: None,
-        adapter: None,
-    }
+    let sampling = SamplingParams {
+        temperature: if ask.seed.is_some() { 0.8 } else { 0.0 },
+        seed: ask.seed.unwrap_or(0),
+        ..SamplingParams::default()
+    };
+    request(ask.prompt.clone(), n, sampling)
 }
 
 /// The worker over one model, driven tick by tick.

@@ -19,17 +19,39 @@ use crate::{Decoder, PagedModel, Source};
 pub const TOL: f32 = 2e-3;
 
 /// Every family with a committed reference.
-pub const FAMILIES: [&str; 7] = [
-    "llama", "qwen2", "mistral", "qwen3", "gemma2", "gemma3", "phi3",
+pub const FAMILIES: [&str; 12] = [
+    "llama",
+    "qwen2",
+    "mistral",
+    "qwen3",
+    "gemma2",
+    "gemma3",
+    "phi3",
+    "mixtral",
+    "qwen3moe",
+    "qwen3moe_sparse",
+    "qwen2moe",
+    "gpt_oss",
 ];
+
+/// A routing margin half precision keeps: every matrix held in bf16 moves
+/// a router's logits (of magnitude ~1) by up to ~1e-2 (gpt-oss's tiny model
+/// flips an expert at a margin of 6.8e-3).
+pub const HALF_ROUTE_TIE: f32 = 1e-2;
 
 /// One model's references.
 #[derive(Debug, Deserialize)]
 pub struct Reference {
     pub family: String,
     pub near_tie: f32,
+    /// Routing margins below this may flip in half precision.
+    #[serde(default)]
+    pub route_tie: Option<f32>,
     pub runs: Vec<Run>,
-    pub gguf: String,
+    /// The GGUF llama.cpp's converter made of it (none where it maps no
+    /// such layout).
+    #[serde(default)]
+    pub gguf: Option<String>,
 }
 
 /// One set of prompts, the context served, which files it checks.
@@ -54,6 +76,19 @@ pub struct Prompt {
 pub struct RefStep {
     pub token: u32,
     pub top: Vec<(u32, f32)>,
+    /// A mixture of experts' smallest routing margin of any token so far.
+    #[serde(default)]
+    pub route_gap: Option<f32>,
+}
+
+impl Reference {
+    /// Whether `step`'s experts were chosen clearly enough for half
+    /// precision to choose the same ones (always, for a dense model): by
+    /// [`HALF_ROUTE_TIE`], or the reference's own margin where wider.
+    pub fn routes_clearly(&self, step: &RefStep) -> bool {
+        let tie = self.route_tie.unwrap_or(0.0).max(HALF_ROUTE_TIE);
+        step.route_gap.is_none_or(|gap| gap >= tie)
+    }
 }
 
 /// The folder of `family`'s committed model.
@@ -73,12 +108,17 @@ impl Reference {
     /// The files `run` checks: the safetensors folder and/or the GGUF.
     pub fn files(&self, run: &Run) -> Vec<PathBuf> {
         let d = dir(&self.family);
-        let gguf = d.join(&self.gguf);
-        match run.files.as_str() {
-            "safetensors" => vec![d],
-            "gguf" => vec![gguf],
-            _ => vec![d, gguf],
+        let gguf = self.gguf.as_ref().map(|g| d.join(g));
+        match (run.files.as_str(), gguf) {
+            ("safetensors", _) | (_, None) => vec![d],
+            ("gguf", Some(g)) => vec![g],
+            (_, Some(g)) => vec![d, g],
         }
+    }
+
+    /// The GGUF, for a family that has one.
+    pub fn gguf_path(&self) -> Option<PathBuf> {
+        self.gguf.as_ref().map(|g| dir(&self.family).join(g))
     }
 }
 

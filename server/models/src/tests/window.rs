@@ -10,13 +10,11 @@ use std::time::{Duration, Instant};
 
 use candle_core::Device;
 use ferrox_core::{BatchModel, BlockPool};
-use ferrox_engine::{
-    EngineConfig, Event, GenerationRequest, Metrics, SamplingParams, Scheduler, TokenText,
-    WindowPool,
-};
+use ferrox_engine::{EngineConfig, Event, Metrics, Scheduler, WindowPool};
 use ferrox_plan::KvDtype;
 
 use super::helpers::{Pools, argmax, greedy_alone, prefill};
+use super::request::{greedy, request};
 use crate::fixtures::{Tiny, random_weights, write_safetensors};
 use crate::{PagedModel, Source};
 
@@ -103,40 +101,6 @@ fn a_layer_sees_only_its_window() {
     );
 }
 
-struct NoText;
-
-impl TokenText for NoText {
-    fn push(&mut self, _id: u32) -> String {
-        String::new()
-    }
-
-    fn fresh(&self) -> Box<dyn TokenText> {
-        Box::new(NoText)
-    }
-}
-
-fn greedy(prompt: Vec<u32>, n: usize) -> GenerationRequest {
-    GenerationRequest {
-        prompt,
-        max_tokens: n,
-        sampling: SamplingParams {
-            temperature: 0.0,
-            ..SamplingParams::default()
-        },
-        stop: Vec::new(),
-        include_stop_str: false,
-        min_tokens: 0,
-        cache_salt: None,
-        request_id: None,
-        stop_token_ids: Vec::new(),
-        eos_token_ids: Vec::new(),
-        ignore_eos: true,
-        text: Box::new(NoText),
-        constraint: None,
-        adapter: None,
-    }
-}
-
 #[test]
 fn the_worker_with_window_reclaim_gives_each_requests_own_tokens() {
     let dir = tempfile::tempdir().unwrap();
@@ -177,7 +141,7 @@ fn the_worker_with_window_reclaim_gives_each_requests_own_tokens() {
         let (mut s, h) = Scheduler::new(model, config, metrics, now).unwrap();
         let mut subs: Vec<_> = prompts
             .iter()
-            .map(|p| h.submit(greedy(p.clone(), n), now).unwrap())
+            .map(|p| h.submit(request(p.clone(), n, greedy()), now).unwrap())
             .collect();
         let mut ticks = 0;
         while ticks == 0 || !s.is_idle() {

@@ -1,0 +1,64 @@
+//! The op-by-op mixture-of-experts forward on candle tensors: the path of
+//! every device without the fused CPU one, and its reference. Tokens are
+//! grouped by expert as there: each chosen expert runs once over its tokens.
+
+use candle_core::{DType, Tensor};
+
+use super::{Dispatch, MoeWeights, on_host, router_logits, shared_gate};
+use crate::error::Result;
+
+/// The layer's output for the normed hidden states `h` `(tokens, hidden)`.
+pub(crate) fn forward(w: &MoeWeights, h: &Tensor) -> Result<Tensor> {
+    let s = &w.spec;
+    let device = h.device();
+    let hidden = h.dim(1)?;
+    // In f32 on every device (the router's choice is discrete); on CPU by
+    // the fused path's own arithmetic.
+    let host = if device.is_cpu() {
+        let bias = match &w.router_bias {
+            Some(b) => Some(on_host(b, <[f32]>::to_vec)?),
+            None => None,
+        };
+        let mut out = Vec::new();
+        on_host(h, |hs| {
+            on_host(&w.router, |r| {
+                router_logits(hs, hidden, r, bias.as_deref(), &mut out)
+            })
+        })??;
+        out
+    } else {
+        let mut logits = h.to_dtype(DType::F32)?.matmul(&w.router.t()?)?;
+        if let Some(b) = &w.router_bias {
+            logits = logits.broadcast_add(b)?;
+        }
+        logits.flatten_all()?.to_vec1()?
+    };
+    let d = Dispatch::new(s, &host);
+    let mut out = h.zeros_like()?;
+    for (e, cells) in d.active() {
+        w.reads.record(e);
+        let rows: Vec<u32> = cells.iter().map(|&c| d.token(c) as u32).collect();
+        let weights: Vec<f32> = cells.iter().map(|&c| d.weight(c)).collect();
+        let idx = Tensor::new(rows.as_slice(), device)?;
+        let y = w.experts[e].forward(&h.index_select(&idx, 0)?, s.intermediate, s.activation)?;
+        let wt = Tensor::from_vec(weights, (cells.len(), 1), device)?.to_dtype(y.dtype())?;
+        out = out.index_add(&idx, &y.broadcast_mul(&wt)?, 0)?;
+    }
+    if let (Some((m, gate)), Some(width)) = (&w.shared, s.shared) {
+        let y = m.forward(h, width, s.activation)?;
+        let g = if device.is_cpu() {
+            let gates = on_host(h, |hs| {
+                on_host(gate, |g| {
+                    hs.chunks_exact(hidden)
+                        .map(|row| shared_gate(row, g))
+                        .collect::<Vec<f32>>()
+                })
+            })??;
+            Tensor::from_vec(gates, (y.dim(0)?, 1), device)?.to_dtype(y.dtype())?
+        } else {
+            candle_nn::ops::sigmoid(&h.matmul(&gate.to_dtype(h.dtype())?.unsqueeze(1)?)?)?
+        };
+        out = (out + y.broadcast_mul(&g)?)?;
+    }
+    Ok(out)
+}

@@ -1,0 +1,74 @@
+//! A mixture-of-experts layer's kind: how many experts, how many a token
+//! runs, how the router weighs them.
+
+use super::Activation;
+
+/// One mixture-of-experts layer's kind.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MoeSpec {
+    /// Experts in the layer (every one resident).
+    pub experts: usize,
+    /// Experts each token runs through.
+    pub top_k: usize,
+    /// Each expert's MLP width.
+    pub intermediate: usize,
+    /// The experts' activation.
+    pub activation: Activation,
+    /// How the router's logits become the chosen experts' weights.
+    pub routing: Routing,
+    /// Biases on the router and on every expert's projections (gpt-oss).
+    pub biases: bool,
+    /// A shared expert of this width that every token passes through,
+    /// scaled by a sigmoid gate of its own (Qwen2-MoE).
+    pub shared: Option<usize>,
+}
+
+/// More experts than any model has (DeepSeek-V3 has 256, Qwen3-Next 512):
+/// a count past it is a corrupt file's, refused before anything is sized by it.
+pub const MAX_EXPERTS: usize = 1 << 14;
+
+impl MoeSpec {
+    /// Checks the counts are usable.
+    pub(super) fn validate(&self) -> std::result::Result<(), String> {
+        if self.experts == 0 || self.experts > MAX_EXPERTS {
+            return Err(format!("{} experts (1 to {MAX_EXPERTS})", self.experts));
+        }
+        if self.top_k == 0 || self.top_k > self.experts {
+            return Err(format!(
+                "{} experts a token of {}",
+                self.top_k, self.experts
+            ));
+        }
+        if self.intermediate == 0 || self.shared == Some(0) {
+            return Err(format!("zero expert width in {self:?}"));
+        }
+        if let Activation::SwigluOai { alpha, limit } = self.activation
+            && !(alpha.is_finite() && limit.is_finite() && limit > 0.0)
+        {
+            return Err(format!("SwiGLU alpha {alpha}, limit {limit}"));
+        }
+        Ok(())
+    }
+
+    /// Parameters of the routed experts, `(all, those one token runs)`:
+    /// gate, up and down (and their biases) of each.
+    pub fn expert_params(&self, hidden: usize) -> (u64, u64) {
+        let (h, f) = (hidden as u64, self.intermediate as u64);
+        let bias = if self.biases { 2 * f + h } else { 0 };
+        let one = 3 * h * f + bias;
+        (one * self.experts as u64, one * self.top_k as u64)
+    }
+}
+
+/// How a router's logits choose experts and weigh them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routing {
+    /// Softmax over every expert, the `top_k` largest kept; `normalize`:
+    /// then divided by their sum (Mixtral always; Qwen's `norm_topk_prob`).
+    SoftmaxTopK {
+        /// Renormalise the kept probabilities.
+        normalize: bool,
+    },
+    /// The `top_k` largest logits, softmax over those alone (gpt-oss).
+    TopKSoftmax,
+}

@@ -78,6 +78,8 @@ mod tests {
             intermediate_size: 1536,
             vocab_size: 49152,
             sliding_windows: Vec::new(),
+            params: 0,
+            active_params: 0,
         }
     }
 

@@ -62,6 +62,9 @@ use serde::{Deserialize, Serialize};
     )
 )]
 #[x_kube(validation = Rule::new(
+    "!has(self.adapters) || !has(self.model.servedName) || self.adapters.all(a, a.name != self.model.servedName)"
+).message("an adapter's name must not be the model's servedName"))]
+#[x_kube(validation = Rule::new(
     "has(self.accelerator) || (has(self.resources) && ((has(self.resources.limits) && 'memory' in self.resources.limits) || (has(self.resources.requests) && 'memory' in self.resources.requests)))"
 ).message("without spec.accelerator, spec.resources.limits.memory (or requests.memory) is needed to plan the KV cache"))]
 #[serde(rename_all = "camelCase")]
@@ -114,6 +117,15 @@ pub struct ModelDeploymentSpec {
     /// Who may call the servers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<AuthSpec>,
+    /// LoRA adapters served on the model (rendered into the pods' args:
+    /// adding or removing one rolls the pods).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = Rule::new("self.all(a, self.exists_one(b, b.name == a.name))").message("adapters[].name must be unique"))]
+    pub adapters: Vec<AdapterSpec>,
+    /// How the servers hold the adapters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora: Option<LoraSpec>,
 }
 
 /// Access to the servers' OpenAI routes (`/health`, `/ready` and `/metrics`
@@ -482,8 +494,10 @@ pub fn crd_yaml() -> String {
     )
 }
 
+mod adapters;
 mod status;
 
+pub use adapters::*;
 pub use status::*;
 
 #[cfg(test)]

@@ -76,6 +76,8 @@ fn base_spec(source: &str) -> ModelDeploymentSpec {
         service: ServiceSpec::default(),
         inference_pool: None,
         auth: None,
+        adapters: Vec::new(),
+        lora: None,
     }
 }
 

@@ -2,7 +2,7 @@
 //! it renders, the reconciler that applies them and the built-in autoscaler.
 //!
 //! Functional core, imperative shell: `plan`, `gpu_nodes`, `desired`,
-//! `status`, `observed_plan`, `autoscaling::decision`, `autoscaling::idle`,
+//! `status`, `observed_plan`, `served_adapters`, `autoscaling::decision`, `autoscaling::idle`,
 //! `router::wake` and `render` are pure;
 //! `reconcile`, `node_watch`, `autoscaling::run`, `lease`,
 //! `autoscaling::scrape::scrape`, `autoscaling::waker`, `router::poll` and
@@ -25,6 +25,7 @@ pub mod quantity;
 pub mod reconcile;
 pub mod render;
 pub mod router;
+pub mod served_adapters;
 pub mod server;
 pub mod source;
 pub mod status;

@@ -144,10 +144,17 @@ pub fn planned(
     geometry: &ModelGeometry,
     memory: Memory,
 ) -> Result<Planned, PlanError> {
-    let config = plan_config(spec, memory.bytes);
-    let plan = ferrox_plan::plan(geometry, &config)?;
     let device = device_kind(spec);
-    let pod_memory_bytes = pod_memory_bytes(device, &plan, geometry, memory.bytes);
+    let lora = crate::desired::adapters::lora_plan(spec);
+    let config = PlanConfig {
+        adapter_bytes: lora.map_or(0, |l| l.device_bytes(geometry, device)),
+        ..plan_config(spec, memory.bytes)
+    };
+    let plan = ferrox_plan::plan(geometry, &config)?;
+    // A GPU server also keeps every adapter in host memory.
+    let host_adapters = lora.map_or(0, |l| l.host_bytes(geometry, device));
+    let pod_memory_bytes = pod_memory_bytes(device, &plan, geometry, memory.bytes)
+        .saturating_add(host_adapters.div_ceil(1 << 20) << 20);
     let typical_seq_len = config
         .typical_seq_len
         .unwrap_or(plan.max_model_len)
@@ -258,6 +265,7 @@ pub fn to_status(p: &Planned) -> PlanStatus {
         kv_budget_bytes: n(plan.kv_budget_bytes),
         activation_reserve_bytes: n(plan.activation_reserve_bytes),
         overhead_bytes: n(plan.overhead_bytes),
+        adapter_bytes: n(plan.adapter_bytes),
         total_bytes: n(plan.total_bytes()),
         memory_bytes: n(p.memory.bytes),
         memory_from: p.memory.from.clone(),

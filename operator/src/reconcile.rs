@@ -24,7 +24,7 @@ use serde::de::DeserializeOwned;
 
 use crate::crd::{AcceleratorStatus, ModelDeployment, ObservedGeometry};
 use crate::desired::{
-    Desired, DesiredConfig, desired, inference_pool, inspect_job, selector_string,
+    Desired, DesiredConfig, adapters, desired, inference_pool, inspect_job, selector_string,
 };
 use crate::gpu_nodes::GpuTarget;
 use crate::metrics::Metrics;
@@ -174,7 +174,8 @@ type PlanParts = (
 
 /// The plan (or why there is none), the geometry it used and the GPUs it is for.
 async fn plan_md(md: &ModelDeployment, ctx: &Context, ns: &str) -> Result<PlanParts, Error> {
-    if let Some((reason, message)) = plan::unsupported(&md.spec) {
+    let refused = plan::unsupported(&md.spec).or_else(|| adapters::refusal(md));
+    if let Some((reason, message)) = refused {
         return Ok((PlanOutcome::Refused { reason, message }, None, None));
     }
     let gpu = match &md.spec.accelerator {

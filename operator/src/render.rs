@@ -5,7 +5,7 @@ use kube::ResourceExt;
 use serde::Serialize;
 
 use crate::crd::{ModelDeployment, ObservedGeometry};
-use crate::desired::{Desired, DesiredConfig, desired};
+use crate::desired::{Desired, DesiredConfig, adapters, desired};
 use crate::plan::Planned;
 use crate::{Error, geometry, plan};
 
@@ -42,7 +42,8 @@ pub fn render(
     geometry_json: Option<&str>,
     config: &DesiredConfig,
 ) -> Result<Rendered, Error> {
-    if let Some((reason, message)) = plan::unsupported(&md.spec) {
+    let refused = plan::unsupported(&md.spec).or_else(|| adapters::refusal(md));
+    if let Some((reason, message)) = refused {
         return Err(Error::InvalidSpec(format!("{reason}: {message}")));
     }
     let observed: ObservedGeometry = match (geometry_json, geometry::known(md)) {
@@ -176,6 +177,7 @@ spec:
                     "device": r.plan.device,
                     "kvDtype": r.plan.kv_dtype,
                     "servedModelName": crate::desired::deployment::served_name(&md),
+                    "adapters": md.spec.adapters.iter().map(|a| &a.name).collect::<Vec<_>>(),
                 },
                 "args": pod.containers[0].args,
             });

@@ -112,6 +112,8 @@ pub fn desired_status(
         },
         observed_plan: None,
         autoscaler: None,
+        // The scraper's, as `autoscaler` and `observedPlan`.
+        adapters: Vec::new(),
     }
 }
 
@@ -264,6 +266,7 @@ pub fn status_patch(md: &ModelDeployment, next: &ModelDeploymentStatus) -> Optio
     let current = md.status.clone().map(|s| ModelDeploymentStatus {
         autoscaler: None,
         observed_plan: None,
+        adapters: Vec::new(),
         ..s
     });
     if current.as_ref() == Some(next) {

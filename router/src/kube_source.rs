@@ -50,6 +50,8 @@ pub async fn run(s: Shared, namespace: Option<String>) -> anyhow::Result<()> {
         }
         let mds: Vec<_> = md_store.state();
         let slices: Vec<_> = slice_store.state();
+        s.table()
+            .declare_adapters(declared(mds.iter().map(|m| m.as_ref())));
         crate::poller::sync(
             &s,
             &wanted(
@@ -59,6 +61,27 @@ pub async fn run(s: Shared, namespace: Option<String>) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The LoRA adapters the ModelDeployments declare (`spec.adapters[].name`):
+/// adapter -> served model.
+fn declared<'a>(mds: impl Iterator<Item = &'a DynamicObject>) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for md in mds {
+        let model = md.data["spec"]["model"]["servedName"]
+            .as_str()
+            .map_or_else(|| md.name_any(), str::to_string);
+        let adapters = md.data["spec"]["adapters"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for a in adapters {
+            if let Some(name) = a["name"].as_str() {
+                out.insert(name.to_string(), model.clone());
+            }
+        }
+    }
+    out
 }
 
 /// The endpoint set: served model -> [(url, ready)], ready pods only.
@@ -183,5 +206,19 @@ mod tests {
         );
         assert_eq!(w["idle"], vec![], "known at zero replicas");
         assert_eq!(w.len(), 2);
+    }
+
+    #[test]
+    fn adapters_are_declared_under_their_models_served_name() {
+        let mut with = md("smol", Some("smollm2"));
+        with.data["spec"]["adapters"] =
+            json!([{"name": "sql", "source": "hf://o/sql"}, {"name": "chat"}]);
+        let mds = [with, md("idle", None)];
+        let d = declared(mds.iter());
+        assert_eq!(d.len(), 2);
+        assert_eq!(
+            (d["sql"].as_str(), d["chat"].as_str()),
+            ("smollm2", "smollm2")
+        );
     }
 }

@@ -29,4 +29,4 @@ pub use metrics::Metrics;
 pub use pending::Pending;
 pub use request_view::RequestView;
 pub use retry::{Retries, SendFailure};
-pub use table::{Changes, Endpoint, RouteSettings, Table};
+pub use table::{Changes, Endpoint, RouteSettings, Table, Target};

@@ -27,6 +27,10 @@ struct Args {
     /// A static endpoint, MODEL=URL (repeatable), e.g. smol=http://10.0.0.1:8000.
     #[arg(long = "endpoint", value_name = "MODEL=URL")]
     endpoints: Vec<String>,
+    /// A LoRA adapter a static model serves, MODEL=ADAPTER (repeatable):
+    /// known before any endpoint lists it, so its requests wait for one.
+    #[arg(long = "adapter", value_name = "MODEL=ADAPTER")]
+    adapters: Vec<String>,
     /// Watch ModelDeployments and their EndpointSlices.
     #[arg(long, env = "FERROX_ROUTER_KUBERNETES")]
     kubernetes: bool,
@@ -94,6 +98,24 @@ fn static_endpoints(
     Ok(out)
 }
 
+/// `MODEL=ADAPTER` flags as adapter -> model.
+fn static_adapters(flags: &[String]) -> Result<BTreeMap<String, String>, RouterError> {
+    let mut out = BTreeMap::new();
+    for flag in flags {
+        match flag.split_once('=') {
+            Some((m, a)) if !m.is_empty() && !a.is_empty() => {
+                out.insert(a.to_string(), m.to_string());
+            }
+            _ => {
+                return Err(RouterError::BadRequest(format!(
+                    "--adapter {flag}: not MODEL=ADAPTER"
+                )));
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn secs(v: f64, flag: &str) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(v)
         .map_err(|_| anyhow::anyhow!("--{flag} {v}: not a duration in seconds"))
@@ -133,6 +155,7 @@ async fn main() -> anyhow::Result<()> {
             }
         });
     } else {
+        s.table().declare_adapters(static_adapters(&args.adapters)?);
         poller::sync(&s, &wanted);
     }
     let listener = tokio::net::TcpListener::bind(args.listen).await?;

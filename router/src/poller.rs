@@ -89,6 +89,12 @@ pub async fn run(s: Shared, model: String, url: String) {
             e.load.waiting = waiting;
             e.load.kv_usage = kv_usage;
         }
+        if tick.is_multiple_of(LOAD_EVERY)
+            && let Ok(adapters) = read_adapters(&s, &url).await
+            && let Some(e) = s.table().endpoint_mut(&model, &url)
+        {
+            e.adapters = adapters;
+        }
         let ready = s
             .table()
             .endpoint_mut(&model, &url)
@@ -144,6 +150,33 @@ async fn read_load(s: &Shared, url: &str) -> anyhow::Result<(usize, f64)> {
     Ok((waiting.max(0.0) as usize, kv))
 }
 
+/// The LoRA adapters an endpoint lists, with their prefix-cache keys.
+async fn read_adapters(s: &Shared, url: &str) -> anyhow::Result<BTreeMap<String, Option<String>>> {
+    let body: serde_json::Value = get(s, format!("{url}/v1/models"))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    Ok(adapters_of(&body))
+}
+
+/// The adapters of a `/v1/models` body: the cards with a `parent`.
+fn adapters_of(body: &serde_json::Value) -> BTreeMap<String, Option<String>> {
+    let cards = body["data"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    cards
+        .iter()
+        .filter(|c| c["parent"].is_string())
+        .filter_map(|c| {
+            let id = c["id"].as_str()?.to_string();
+            Some((id, c["cache_key"].as_str().map(str::to_string)))
+        })
+        .collect()
+}
+
 /// The value of the first sample of `name` in a Prometheus text exposition.
 fn gauge(text: &str, name: &str) -> Option<f64> {
     text.lines()
@@ -159,6 +192,20 @@ fn gauge(text: &str, name: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn adapters_are_the_cards_with_a_parent() {
+        let body = serde_json::json!({"object": "list", "data": [
+            {"id": "m", "parent": null},
+            {"id": "sql", "parent": "m", "cache_key": "sql@ab"},
+            {"id": "cold", "parent": "m"},
+            {"parent": "m"}]});
+        let got = adapters_of(&body);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got["sql"].as_deref(), Some("sql@ab"));
+        assert_eq!(got["cold"], None);
+        assert!(adapters_of(&serde_json::json!({})).is_empty());
+    }
 
     #[test]
     fn gauges_are_read_by_exact_name() {

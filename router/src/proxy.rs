@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use ferrox_plan::contract::router;
-use ferrox_router::{RequestView, Retries, RouteSettings, RouterError, SendFailure};
+use ferrox_router::{RequestView, Retries, RouteSettings, RouterError, SendFailure, Target};
 use futures::StreamExt;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::json;
@@ -165,16 +165,18 @@ fn allowed(s: &Shared, h: &HeaderMap) -> bool {
         .allows(h.get(header::AUTHORIZATION).map(HeaderValue::as_bytes))
 }
 
-/// `GET /v1/models`: every model the router knows, ready or at zero.
+/// `GET /v1/models`: every model the router knows, ready or at zero, then
+/// every LoRA adapter with its model as `parent` (vLLM's shape).
 async fn models(State(s): State<Shared>, h: HeaderMap) -> Response {
     if !allowed(&s, &h) {
         return unauthorized();
     }
-    let data: Vec<_> = s
-        .table()
-        .models()
-        .map(|m| json!({"id": m, "object": "model", "created": 0, "owned_by": "ferrox"}))
-        .collect();
+    let table = s.table();
+    let card = |id: &str, parent: Option<&str>| json!({"id": id, "object": "model", "created": 0, "owned_by": "ferrox", "parent": parent});
+    let mut data: Vec<_> = table.models().map(|m| card(m, None)).collect();
+    let adapters = table.adapters();
+    data.extend(adapters.iter().map(|(a, m)| card(a, Some(m))));
+    drop(table);
     axum::Json(json!({"object": "list", "data": data})).into_response()
 }
 
@@ -210,8 +212,9 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, Response> {
     }
 }
 
-/// The model a request is for: the one it names, or the only one known.
-fn model_of(s: &Shared, view: Option<&RequestView>) -> Result<String, RouterError> {
+/// What a request is for: the model or LoRA adapter it names, or the only
+/// model known.
+fn target_of(s: &Shared, view: Option<&RequestView>) -> Result<Target, RouterError> {
     let table = s.table();
     let model = match view.and_then(|v| v.model.clone()) {
         Some(m) => m,
@@ -227,11 +230,9 @@ fn model_of(s: &Shared, view: Option<&RequestView>) -> Result<String, RouterErro
             }
         }
     };
-    if table.knows(&model) {
-        Ok(model)
-    } else {
-        Err(RouterError::UnknownModel(model))
-    }
+    table
+        .resolve(&model)
+        .ok_or(RouterError::UnknownModel(model))
 }
 
 /// A place in the waiting line; leaving it (served, timed out, or the
@@ -302,22 +303,32 @@ async fn proxy(
         Err(r) => return r,
     };
     let view = RequestView::parse(&bytes);
-    let model = match model_of(&s, view.as_ref()) {
-        Ok(m) => m,
+    let target = match target_of(&s, view.as_ref()) {
+        Ok(t) => t,
         Err(e) => return refusal(&e),
     };
+    // An adapter's requests wait for, and count under, its model.
+    let model = target.model.clone();
     let ready = s.table().has_ready(&model);
     if !ready && let Err(e) = wait_ready(&s, &model).await {
         return refusal(&e);
     }
     let prompter = s.table().prompter(&model);
+    // An adapter's chains are salted by its key; not loaded anywhere yet,
+    // it has none to match, and the prompt's text places it.
+    let key = match &target.adapter {
+        Some(a) => s.table().adapter_key(&model, a).map(Some),
+        None => Some(None),
+    };
     let text = view.as_ref().map(RequestView::text_key).unwrap_or_default();
-    let chain = match (generates, view, prompter) {
+    let chain = match (generates, view, prompter, key) {
         // Tokenizing takes a while for long prompts: off the async threads.
-        (true, Some(v), Some(p)) => tokio::task::spawn_blocking(move || v.chain(&p))
-            .await
-            .ok()
-            .flatten(),
+        (true, Some(v), Some(p), Some(key)) => {
+            tokio::task::spawn_blocking(move || v.chain(&p, key.as_deref()))
+                .await
+                .ok()
+                .flatten()
+        }
         _ => None,
     };
     let now = Instant::now();
@@ -333,7 +344,7 @@ async fn proxy(
     let (upstream, url, decision, guard) = loop {
         let routed = s
             .table()
-            .route(&model, chain.as_deref(), &text, now, &settings);
+            .route(&target, chain.as_deref(), &text, now, &settings);
         let Some((url, decision)) = routed else {
             return unavailable(&format!("no replica of model `{model}` is ready"), 1);
         };

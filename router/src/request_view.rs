@@ -80,9 +80,11 @@ impl RequestView {
 
     /// The blocks of the prompt the server could take from its cache: its
     /// full blocks but the one holding the last prompt token (the server
-    /// always computes at least that token). `None` without a chain.
-    pub fn chain(&self, p: &Prompter) -> Option<Vec<BlockHash>> {
-        let hasher = p.hasher(self.cache_salt.as_deref())?;
+    /// always computes at least that token), for the LoRA adapter whose
+    /// prefix-cache key is `adapter_key` (`None`: the base model). `None`
+    /// without a chain.
+    pub fn chain(&self, p: &Prompter, adapter_key: Option<&str>) -> Option<Vec<BlockHash>> {
+        let hasher = p.hasher(adapter_key, self.cache_salt.as_deref())?;
         let tokens = self.tokens(p)?;
         let cacheable = tokens.len().saturating_sub(1) / hasher.block_size();
         let mut chain = hasher.chain(&tokens);

@@ -27,6 +27,9 @@ pub struct Endpoint<D> {
     pub load: Load,
     /// Its prompt recipe, once fetched.
     pub prompter: Option<Arc<Prompter>>,
+    /// The LoRA adapters its `/v1/models` lists: name -> prefix-cache key
+    /// (absent while the adapter is not in the server's memory).
+    pub adapters: BTreeMap<String, Option<String>>,
 }
 
 impl<D: Ord + Copy> Endpoint<D> {
@@ -37,6 +40,7 @@ impl<D: Ord + Copy> Endpoint<D> {
             holdings: Holdings::new(),
             load: Load::default(),
             prompter: None,
+            adapters: BTreeMap::new(),
         }
     }
 
@@ -70,6 +74,18 @@ pub struct Changes {
 #[derive(Debug, Default)]
 pub struct Table<D> {
     models: BTreeMap<String, BTreeMap<String, Endpoint<D>>>,
+    /// LoRA adapters the deployments declare: adapter -> its model (known
+    /// at zero replicas too, so a request for one wakes its model).
+    declared: BTreeMap<String, String>,
+}
+
+/// What a request's `model` names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The served model whose endpoints serve it.
+    pub model: String,
+    /// The LoRA adapter, when it names one.
+    pub adapter: Option<String>,
 }
 
 impl<D: Ord + Copy> Table<D> {
@@ -77,7 +93,64 @@ impl<D: Ord + Copy> Table<D> {
     pub fn new() -> Self {
         Table {
             models: BTreeMap::new(),
+            declared: BTreeMap::new(),
         }
+    }
+
+    /// The LoRA adapters the deployments declare: adapter -> model.
+    pub fn declare_adapters(&mut self, declared: BTreeMap<String, String>) {
+        self.declared = declared;
+    }
+
+    /// What `name` (a request's `model`) is: a served model, an adapter a
+    /// deployment declares, or an adapter some endpoint lists.
+    pub fn resolve(&self, name: &str) -> Option<Target> {
+        if self.models.contains_key(name) {
+            return Some(Target {
+                model: name.to_string(),
+                adapter: None,
+            });
+        }
+        let listed = || {
+            let mut all = self
+                .models
+                .iter()
+                .flat_map(|(m, eps)| eps.values().map(move |e| (m, e)));
+            all.find(|(_, e)| e.adapters.contains_key(name))
+                .map(|(m, _)| m)
+        };
+        let model = self
+            .declared
+            .get(name)
+            .filter(|m| self.models.contains_key(*m))
+            .or_else(listed)?;
+        Some(Target {
+            model: model.clone(),
+            adapter: Some(name.to_string()),
+        })
+    }
+
+    /// Every adapter known: (adapter, its model), declared or listed.
+    pub fn adapters(&self) -> BTreeMap<String, String> {
+        let mut out = self.declared.clone();
+        for (m, eps) in &self.models {
+            for e in eps.values() {
+                for a in e.adapters.keys() {
+                    out.entry(a.clone()).or_insert_with(|| m.clone());
+                }
+            }
+        }
+        out.retain(|_, m| self.models.contains_key(m));
+        out
+    }
+
+    /// The prefix-cache key of `adapter` on `model`'s endpoints (the first
+    /// that reports one).
+    pub fn adapter_key(&self, model: &str, adapter: &str) -> Option<String> {
+        let endpoints = self.models.get(model)?;
+        endpoints
+            .values()
+            .find_map(|e| e.adapters.get(adapter).cloned().flatten())
     }
 
     /// Makes the table exactly `wanted`: model -> [(endpoint, ready)]. A
@@ -150,23 +223,30 @@ impl<D: Ord + Copy> Table<D> {
         e.prompter.clone()
     }
 
-    /// Chooses an endpoint of `model` for a request with `chain` (or, with
-    /// none, `text`), counts it in flight there and expects its chain held
-    /// there; `None` when no endpoint of the model is ready.
+    /// Chooses an endpoint of `target`'s model for a request with `chain`
+    /// (or, with none, `text`), counts it in flight there and expects its
+    /// chain held there; `None` when no endpoint of the model is ready. A
+    /// request for an adapter goes to an endpoint that has it loaded when
+    /// one does (then by prefix and load as any request).
     pub fn route(
         &mut self,
-        model: &str,
+        target: &Target,
         chain: Option<&[BlockHash]>,
         text: &str,
         now: D,
         settings: &RouteSettings<D>,
     ) -> Option<(String, Decision)> {
-        let endpoints = self.models.get_mut(model)?;
+        let endpoints = self.models.get_mut(&target.model)?;
         for e in endpoints.values_mut() {
             e.holdings.prune(now);
         }
-        let ready: Vec<(&String, &Endpoint<D>)> =
+        let mut ready: Vec<(&String, &Endpoint<D>)> =
             endpoints.iter().filter(|(_, e)| e.ready()).collect();
+        if let Some(a) = &target.adapter
+            && ready.iter().any(|(_, e)| e.adapters.contains_key(a))
+        {
+            ready.retain(|(_, e)| e.adapters.contains_key(a));
+        }
         let candidates: Vec<Candidate<'_>> = ready
             .iter()
             .map(|(name, e)| Candidate {
@@ -241,6 +321,13 @@ mod tests {
             .collect()
     }
 
+    fn base(m: &str) -> Target {
+        Target {
+            model: m.into(),
+            adapter: None,
+        }
+    }
+
     fn settings(until: u64) -> RouteSettings<u64> {
         RouteSettings {
             bounds: Bounds::default(),
@@ -276,11 +363,15 @@ mod tests {
             t.apply_events("m", n, &KvEventsPage::default());
         }
         let chain = BlockHasher::new("x", 2).chain(&[1, 2, 3, 4]);
-        let (first, d) = t.route("m", Some(&chain), "", 0, &settings(10)).unwrap();
+        let (first, d) = t
+            .route(&base("m"), Some(&chain), "", 0, &settings(10))
+            .unwrap();
         assert_eq!(d.reason, Reason::NewPrefix);
         let other = if first == "a" { "b" } else { "a" };
         // The other is less loaded now, but the first is expected to hold it.
-        let (second, d) = t.route("m", Some(&chain), "", 1, &settings(10)).unwrap();
+        let (second, d) = t
+            .route(&base("m"), Some(&chain), "", 1, &settings(10))
+            .unwrap();
         assert_eq!(
             (second.as_str(), d.reason, d.predicted_hit_blocks),
             (first.as_str(), Reason::PrefixHit, 2)
@@ -289,18 +380,68 @@ mod tests {
         assert_eq!(t.finish("m", &first), 1);
         // The expectation lapsed and the server never reported it; a short
         // prompt (no block) goes to the least loaded.
-        let (third, d) = t.route("m", Some(&[][..]), "", 11, &settings(20)).unwrap();
+        let (third, d) = t
+            .route(&base("m"), Some(&[][..]), "", 11, &settings(20))
+            .unwrap();
         assert_eq!((third.as_str(), d.reason), (other, Reason::LeastLoad));
         // No chain: the hash fallback.
-        let (_, d) = t.route("m", None, "some text", 12, &settings(20)).unwrap();
+        let (_, d) = t
+            .route(&base("m"), None, "some text", 12, &settings(20))
+            .unwrap();
         assert_eq!(d.reason, Reason::HashFallback);
-        assert!(t.route("other", None, "", 0, &settings(1)).is_none());
+        assert!(t.route(&base("other"), None, "", 0, &settings(1)).is_none());
         // One refusing connections is passed over until polled again.
         t.mark_unreachable("m", &first);
         for _ in 0..3 {
-            let (name, _) = t.route("m", Some(&chain), "", 12, &settings(20)).unwrap();
+            let (name, _) = t
+                .route(&base("m"), Some(&chain), "", 12, &settings(20))
+                .unwrap();
             assert_eq!(name, other);
         }
         assert_eq!(t.finish("m", "gone"), 0);
+    }
+
+    #[test]
+    fn adapters_resolve_to_their_model_and_go_where_they_are_loaded() {
+        let mut t: Table<u64> = Table::new();
+        t.sync(&wanted(&[
+            ("m", &[("a", true), ("b", true)]),
+            ("zero", &[]),
+        ]));
+        t.declare_adapters([("sql".to_string(), "zero".to_string())].into());
+        for n in ["a", "b"] {
+            t.apply_events("m", n, &KvEventsPage::default());
+        }
+        let e = t.endpoint_mut("m", "b").unwrap();
+        e.adapters.insert("chat".into(), Some("chat@1".into()));
+        e.adapters.insert("cold".into(), None);
+        let chat = t.resolve("chat").unwrap();
+        assert_eq!(
+            (chat.model.as_str(), chat.adapter.as_deref()),
+            ("m", Some("chat"))
+        );
+        assert_eq!(t.resolve("m").unwrap(), base("m"));
+        // Declared on a model at zero replicas: known, so it waits for one.
+        assert_eq!(t.resolve("sql").unwrap().model, "zero");
+        assert!(t.resolve("nope").is_none());
+        assert_eq!(t.adapter_key("m", "chat").as_deref(), Some("chat@1"));
+        assert_eq!(t.adapter_key("m", "cold"), None);
+        let names: Vec<String> = t.adapters().into_keys().collect();
+        assert_eq!(names, ["chat", "cold", "sql"]);
+        // Only b has it: every request for it goes there, whatever the load.
+        for i in 0..4 {
+            let (name, _) = t
+                .route(&chat, None, &format!("p{i}"), 0, &settings(1))
+                .unwrap();
+            assert_eq!(name, "b");
+        }
+        // An adapter no ready endpoint lists: any endpoint (the server says).
+        let unlisted = Target {
+            adapter: Some("new".into()),
+            ..base("m")
+        };
+        assert!(t.route(&unlisted, None, "x", 0, &settings(1)).is_some());
+        t.declare_adapters(BTreeMap::new());
+        assert!(t.resolve("sql").is_none());
     }
 }

@@ -26,7 +26,7 @@ def render(name):
 
 def test_the_five_examples_exist():
     assert EXAMPLES == ["gemma-3-4b-gpu.yaml", "keda-autoscaling.yaml", "llama-3.1-8b-gpu.yaml",
-                        "llama-70b-q4-h100.yaml", "smollm2-cpu.yaml"]
+                        "llama-70b-q4-h100.yaml", "smollm2-cpu.yaml", "smollm2-lora.yaml"]
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -74,7 +74,8 @@ def test_example_renders_valid_objects_with_its_plan(name, tmp_path):
     memory = int(acc["memoryPerDevice"].removesuffix("Gi")) * GiB if acc else \
         int(spec["resources"]["limits"]["memory"].removesuffix("Gi")) * GiB
     assert plan["memoryBytes"] == memory
-    parts = plan["kvBudgetBytes"] + plan["weightBytes"] + plan["activationReserveBytes"] + plan["overheadBytes"]
+    parts = plan["kvBudgetBytes"] + plan["weightBytes"] + plan["activationReserveBytes"] + \
+        plan["overheadBytes"] + plan.get("adapterBytes", 0)
     assert plan["totalBytes"] == parts <= memory * 0.9
 
     # ...and the numbers reach the server's command line.
@@ -91,6 +92,10 @@ def test_example_renders_valid_objects_with_its_plan(name, tmp_path):
     assert flag("--block-size") == str(plan["blockSize"])
     assert flag("--max-model-len") == str(plan["maxModelLen"])
     assert flag("--served-model-name") == spec["model"]["servedName"]
+    if spec.get("adapters"):
+        at = args.index("--lora-modules") + 1
+        assert [a.split("=", 1)[0] for a in args[at:]] == [a["name"] for a in spec["adapters"]]
+        assert plan["adapterBytes"] > 0
     res = c["resources"]
     mib = lambda b: f"{math.ceil(b / (1 << 20))}Mi"
     if acc:

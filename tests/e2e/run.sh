@@ -7,7 +7,8 @@
 #   -> ferrox-operator run, locally, as the chart's ServiceAccount (a token
 #      from the TokenRequest API): RBAC is exactly the chart's rules
 #   -> kubectl apply -f examples/smollm2-cpu.yaml -> Deployment + Service with
-#      the planned args, `kubectl get md` plan columns, `kubectl scale md`
+#      the planned args, `kubectl get md` plan columns, an adapter added to
+#      spec.adapters reaching the pods' args and volumes, `kubectl scale md`
 #   -> CEL refuses a bad spec -> delete the ModelDeployment, the GC deletes
 #      its children -> every call the operator made is one the chart grants.
 #
@@ -158,6 +159,25 @@ row="$(kubectl get md smollm2 --no-headers | tr -s ' ')"
 for col in MODEL REPLICAS "MAX SEQS" "KV BLOCKS"; do grep -q "$col" <<<"$header" || fail "no column $col: $header"; done
 [[ "$row" == "smollm2 smollm2 1 "*" $seqs $blocks "* ]] || fail "kubectl get md row: $row"
 ok "kubectl get md: $row"
+
+# An adapter added to a running ModelDeployment: the operator plans it and
+# renders it into the pods' args and volumes (the template changes: the pods
+# roll, so each serves exactly the spec's adapters from its start).
+kubectl patch md smollm2 --type merge -p \
+  '{"spec":{"adapters":[{"name":"sql","source":"pvc://lora-adapters/sql-v3"}],"lora":{"maxLoras":1,"maxLoraRank":16}}}' >/dev/null \
+  || fail "patching spec.adapters"
+template() { kubectl get deployment smollm2 -o jsonpath="{.spec.template.spec.$1}"; }
+wait_for "template 'containers[0].args' | grep -q 'sql=/adapters/lora-adapters/sql-v3'" \
+  || fail "the adapter did not reach the pods' args: $(template 'containers[0].args')"
+args="$(template 'containers[0].args')"
+for want in '"--enable-lora"' '"--max-loras","1"' '"--max-lora-rank","16"' '"--lora-modules","sql=/adapters/lora-adapters/sql-v3"'; do
+  grep -qF "$want" <<<"$args" || fail "args $args lack $want"
+done
+[[ "$(template 'volumes[?(@.persistentVolumeClaim.claimName=="lora-adapters")].persistentVolumeClaim.readOnly')" == true ]] \
+  || fail "no read-only volume of the claim lora-adapters: $(template volumes)"
+wait_for "[ \"\$(kubectl get md smollm2 -o jsonpath='{.status.plan.adapterBytes}')\" -gt 0 ]" \
+  || fail "status.plan.adapterBytes not counted"
+ok "spec.adapters added at run time -> --enable-lora --lora-modules sql=... and the claim mounted read-only ($(kubectl get md smollm2 -o jsonpath='{.status.plan.adapterBytes}') adapter bytes planned)"
 
 kubectl scale md smollm2 --replicas 2 >/dev/null
 wait_for "[ \"\$(kubectl get deployment smollm2 -o jsonpath='{.spec.replicas}')\" = 2 ]" || fail "scale did not reach the Deployment"

@@ -44,6 +44,9 @@ CASES = [
      200, None),
     ("POST", "/v1/responses", {"input": "Hi", "store": True}, 400, None),
     ("GET", "/v1/models", None, 200, None),
+    # A server without LoRA refuses vLLM's run-time adapter routes (test_lora.py runs them).
+    ("POST", "/v1/load_lora_adapter", {"lora_name": "x", "lora_path": "/nowhere"}, 400, None),
+    ("POST", "/v1/unload_lora_adapter", {"lora_name": "x"}, 400, None),
     ("POST", "/tokenize", {"prompt": "Hello world", "return_token_strs": True}, 200, None),
     ("POST", "/tokenize", {"messages": CHAT["messages"], "add_generation_prompt": True}, 200, None),
     ("POST", "/detokenize", {"tokens": [19556, 905]}, 200, None),

@@ -14,14 +14,17 @@ use serde_json::json;
 use super::decision::{Decision, History, Observation, Policy, decide};
 use super::scrape::{aggregate, scrape_all};
 use crate::Error;
-use crate::crd::{AutoscalerStatus, AutoscalingSpec, ModelDeployment, ObservedPlanStatus};
+use crate::crd::{
+    AdapterStatus, AutoscalerStatus, AutoscalingSpec, ModelDeployment, ObservedPlanStatus,
+};
 use crate::desired::deployment::served_name;
 use crate::desired::{SERVER_PORT, selector_string};
 use crate::observed_plan::{Expected, observe};
 use crate::reconcile::{Context, publish};
+use crate::served_adapters::served;
 
-/// Field manager of `status.autoscaler` and `status.observedPlan` (the
-/// reconciler owns the rest).
+/// Field manager of `status.autoscaler`, `status.observedPlan` and
+/// `status.adapters` (the reconciler owns the rest).
 pub const FIELD_MANAGER: &str = "ferrox-operator-autoscaler";
 
 /// `/metrics` URLs of the ready pods among `pods`.
@@ -176,10 +179,16 @@ async fn step(
     };
     let autoscaler = autoscaler.map(|(status, _)| status);
     let old_observed = md.status.as_ref().and_then(|s| s.observed_plan.as_ref());
+    let adapters = served(&md.spec.adapters, &samples);
+    let old_adapters = md
+        .status
+        .as_ref()
+        .map_or(&[][..], |s| s.adapters.as_slice());
     let changed = match &autoscaler {
         Some(new) => status_changed(old, new),
         None => old.is_some(),
-    } || old_observed != observed.as_ref();
+    } || old_observed != observed.as_ref()
+        || old_adapters != adapters.as_slice();
     if !changed {
         return Ok(());
     }
@@ -188,6 +197,7 @@ async fn step(
         md,
         autoscaler.as_ref(),
         observed.as_ref(),
+        &adapters,
         precondition,
     )
     .await
@@ -266,9 +276,13 @@ pub async fn write_status(
     md: &ModelDeployment,
     autoscaler: Option<&AutoscalerStatus>,
     observed: Option<&ObservedPlanStatus>,
+    adapters: &[AdapterStatus],
     precondition: Option<String>,
 ) -> Result<(), Error> {
     let mut status = serde_json::Map::new();
+    if !adapters.is_empty() {
+        status.insert("adapters".into(), serde_json::to_value(adapters)?);
+    }
     if let Some(a) = autoscaler {
         status.insert("autoscaler".into(), serde_json::to_value(a)?);
     }

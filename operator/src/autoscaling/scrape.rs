@@ -9,8 +9,9 @@ use crate::Error;
 
 // The series names are the contract's, shared with the server's exporter.
 pub use ferrox_plan::contract::metric::{
-    CACHE_CONFIG_INFO, FINISHED, KV_USAGE, PLAN_KV_BLOCK_BYTES, PLAN_MAX_MODEL_LEN, PLAN_MAX_SEQS,
-    PLAN_MEMORY_BYTES, PLAN_WEIGHT_BYTES, PLAN_WINDOW_BLOCKS, RUNNING, WAITING, WINDOW_LABEL,
+    CACHE_CONFIG_INFO, FINISHED, KV_USAGE, LORA_ADAPTER_LOADED, PLAN_KV_BLOCK_BYTES,
+    PLAN_MAX_MODEL_LEN, PLAN_MAX_SEQS, PLAN_MEMORY_BYTES, PLAN_WEIGHT_BYTES, PLAN_WINDOW_BLOCKS,
+    RUNNING, WAITING, WINDOW_LABEL,
 };
 
 /// One pod's numbers.
@@ -26,6 +27,8 @@ pub struct PodSample {
     pub finished: f64,
     /// The plan it runs with, when it exports `vllm:cache_config_info`.
     pub plan: Option<ServerPlan>,
+    /// The LoRA adapters it serves (`ferrox_lora_adapter_loaded`'s labels).
+    pub adapters: Vec<String>,
 }
 
 /// The plan a server reports it runs with.
@@ -149,6 +152,10 @@ pub fn parse_metrics(text: &str) -> Result<PodSample, Error> {
         kv_usage: value(KV_USAGE).unwrap_or(0.0).clamp(0.0, 1.0),
         finished: value(FINISHED).unwrap_or(0.0),
         plan: server_plan(&scrape),
+        adapters: (scrape.samples.iter())
+            .filter(|s| s.metric == LORA_ADAPTER_LOADED)
+            .filter_map(|s| s.labels.get("adapter").map(str::to_string))
+            .collect(),
     })
 }
 
@@ -311,6 +318,7 @@ ferrox_plan_memory_bytes{source=\"cgroup-v2\"} 2147483648
                 kv_usage: 0.6,
                 finished: 12.0,
                 plan: None,
+                adapters: Vec::new(),
             }
         );
     }
@@ -329,6 +337,7 @@ ferrox_plan_memory_bytes{source=\"cgroup-v2\"} 2147483648
             kv_usage: 0.2,
             finished: 1.0,
             plan: None,
+            adapters: Vec::new(),
         };
         let b = PodSample {
             waiting: 6.0,
@@ -336,6 +345,7 @@ ferrox_plan_memory_bytes{source=\"cgroup-v2\"} 2147483648
             kv_usage: 0.6,
             finished: 2.0,
             plan: None,
+            adapters: Vec::new(),
         };
         let o = aggregate(&[a, b]);
         assert_eq!(

@@ -52,5 +52,10 @@ async fn wake(ctx: &Context, md: &ModelDeployment, pending: u64) -> Result<(), E
     let (status, _) = act(ctx, &api, md, &Decision::wake(pending), &obs).await?;
     tracing::info!(name = %md.name_any(), pending, "woke from zero");
     let observed = md.status.as_ref().and_then(|s| s.observed_plan.as_ref());
-    write_status(&api, md, Some(&status), observed, None).await
+    // Everything this field manager owns, or the apply would drop it.
+    let adapters = md
+        .status
+        .as_ref()
+        .map_or(&[][..], |s| s.adapters.as_slice());
+    write_status(&api, md, Some(&status), observed, adapters, None).await
 }

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use ferrox_plan::KvDtype;
 
-use super::GeometrySpec;
+use super::{AdapterStatus, GeometrySpec};
 
 /// What the operator observed and decided.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -49,6 +49,10 @@ pub struct ModelDeploymentStatus {
     /// The built-in autoscaler's last decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaler: Option<AutoscalerStatus>,
+    /// The LoRA adapters, and how many ready replicas serve each (written
+    /// by the scraper).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adapters: Vec<AdapterStatus>,
 }
 
 /// The GPUs a plan was made for.
@@ -152,6 +156,10 @@ pub struct PlanStatus {
     pub activation_reserve_bytes: i64,
     /// Bytes held back for the runtime.
     pub overhead_bytes: i64,
+    /// Bytes held for LoRA adapters (`spec.lora.maxLoras` of
+    /// `maxLoraRank`; every adapter on CPU).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub adapter_bytes: i64,
     /// Weights + KV + activations + overhead.
     pub total_bytes: i64,
     /// Memory planned from (per replica; `utilization` of it is used).
@@ -213,4 +221,8 @@ pub struct AutoscalerStatus {
     pub observed_kv_usage: f64,
     /// Pods scraped.
     pub observed_pods: i32,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }

@@ -88,7 +88,7 @@ fn pod_spec(
     let spec = &md.spec;
     PodSpec {
         containers: vec![server_container(md, plan, config, source)],
-        volumes: Some(volumes(md, source)),
+        volumes: Some([volumes(md, source), super::adapters::volumes(md, source)].concat()),
         security_context: Some(pod_security_context()),
         termination_grace_period_seconds: Some(
             PRE_STOP_SLEEP_SECONDS + spec.engine.drain_timeout_seconds + GRACE_MARGIN_SECONDS,
@@ -122,7 +122,7 @@ fn server_container(
             ..Default::default()
         }]),
         resources: Some(resources(md, plan)),
-        volume_mounts: Some(volume_mounts(source)),
+        volume_mounts: Some([volume_mounts(source), super::adapters::mounts(md, source)].concat()),
         liveness_probe: Some(http_probe("/health", 10, 3)),
         readiness_probe: Some(http_probe("/ready", 5, 3)),
         // Model download and load can take long; liveness waits for this.
@@ -184,6 +184,7 @@ pub fn server_args(md: &ModelDeployment, planned: &Planned, source: &ModelSource
         kv_dtype: planned.kv_dtype,
         prefill_chunk: spec.engine.prefill_chunk.map(n),
         max_queue: spec.engine.max_queue.map(n),
+        lora: super::adapters::lora_args(md),
     }
     .to_args();
     args.extend(spec.engine.extra_args.iter().cloned());
@@ -210,7 +211,7 @@ pub fn env(md: &ModelDeployment, source: &ModelSource) -> Vec<EnvVar> {
             ..Default::default()
         });
     }
-    if downloads(source) {
+    if downloads(source) || super::adapters::downloads_some(md) {
         for name in ["FERROX_MODEL_CACHE", "HF_HOME"] {
             env.push(EnvVar {
                 name: name.into(),

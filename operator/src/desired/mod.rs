@@ -14,6 +14,7 @@ use crate::crd::{AutoscalingMode, ModelDeployment};
 use crate::plan::Planned;
 use crate::router::RouterService;
 
+pub mod adapters;
 pub mod autoscaler;
 pub mod deployment;
 pub mod inference_pool;

@@ -67,7 +67,7 @@ fn plans_for_real_models() {
             geometry: fixtures::llama3_70b(),
             want: Err(
                 "insufficient memory: 25769803776 bytes x 0.9 utilization = 23192823398 usable; \
-                 weights take 141107412992, activations and runtime 808452096, leaving 0 for KV, \
+                 weights take 141107412992, activations, runtime and adapters 808452096, leaving 0 for KV, \
                  but one 8192-token sequence needs 2684354560 bytes of KV",
             ),
         },

@@ -25,9 +25,15 @@ struct Args {
         default_value = "http://127.0.0.1:8000"
     )]
     url: String,
-    /// Model name to send.
-    #[arg(long, env = "FERROX_BENCH_MODEL", default_value = "smol")]
-    model: String,
+    /// Model name to send; several, comma-separated, are sent in turn
+    /// (request i names the (i mod n)-th: a base and its LoRA adapters).
+    #[arg(
+        long,
+        env = "FERROX_BENCH_MODEL",
+        default_value = "smol",
+        value_delimiter = ','
+    )]
+    model: Vec<String>,
     /// Concurrent clients.
     #[arg(long, short = 'c', default_value_t = 8)]
     concurrency: usize,
@@ -66,8 +72,9 @@ async fn main() -> anyhow::Result<()> {
         // Each request's own part starts on a new line, so the shared
         // prefix tokenizes the same in every request.
         let prompt = format!("{prefix}\nQuestion {i}: {question}");
+        let model = &args.model[i % args.model.len().max(1)];
         let mut body = json!({
-            "model": args.model, "prompt": prompt, "max_tokens": args.output_len,
+            "model": model, "prompt": prompt, "max_tokens": args.output_len,
             "temperature": 0, "ignore_eos": true, "stream": true,
         });
         if let Some(schema) = &schema {

@@ -10,7 +10,7 @@
 //! the same order. A windowed group's table has [`crate::block_pool::RELEASED`]
 //! in the entries its window has left, which the model never reads.
 
-use crate::Error;
+use crate::{AdapterRef, Error};
 
 /// One KV pool of a model: the group of layers it serves and its size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,6 +187,26 @@ pub trait BatchModel: Send {
             out.decode = self.decode(decode)?;
         }
         Ok(out)
+    }
+
+    /// One mixed step whose rows may run with LoRA adapters: `adapters` has
+    /// one entry per prefill chunk, then one per decode row (`None`: the
+    /// base model), or is empty when no row has one. A model that serves
+    /// adapters overrides this; the default runs [`BatchModel::step`] and
+    /// refuses a step that names an adapter.
+    fn step_with_adapters(
+        &mut self,
+        prefill: &[PrefillChunk<'_>],
+        decode: &[DecodeRow<'_>],
+        adapters: &[Option<AdapterRef>],
+    ) -> Result<StepLogits, Error> {
+        if let Some(a) = adapters.iter().flatten().next() {
+            return Err(Error::Forward(format!(
+                "this model runs no LoRA adapters (asked for {:?})",
+                a.name()
+            )));
+        }
+        self.step(prefill, decode)
     }
 }
 

@@ -93,6 +93,34 @@ impl BlockHasher {
         }
     }
 
+    /// The hasher of one LoRA adapter's chains: the same tokens through
+    /// another adapter make other KV, so its root mixes the adapter's `key`
+    /// in (a domain of its own, apart from `cache_salt`'s).
+    pub fn adapter(&self, key: &str) -> Self {
+        let mut h = Sha256::new();
+        h.update(b"lora_adapter\0");
+        h.update(self.root.0);
+        h.update(key.as_bytes());
+        BlockHasher {
+            root: BlockHash(h.finalize().into()),
+            block_size: self.block_size,
+        }
+    }
+
+    /// The hasher of one request: the adapter's chains (if it names one),
+    /// then salted by its `cache_salt`. The server and a router both hash
+    /// through this, so they agree.
+    pub fn for_request(&self, adapter_key: Option<&str>, cache_salt: Option<&str>) -> Self {
+        let base = match adapter_key {
+            Some(key) => self.adapter(key),
+            None => self.clone(),
+        };
+        match cache_salt {
+            Some(salt) => base.salted(salt),
+            None => base,
+        }
+    }
+
     /// A hasher whose chains start from `root` (another process's
     /// [`BlockHasher::root`]): a router hashes as the server does without
     /// knowing what the server's salt names.
@@ -165,6 +193,27 @@ mod tests {
             assert!(x.iter().zip(y).all(|(p, q)| p != q), "{x:?} {y:?}");
         }
         assert_eq!(a.block_size(), 2);
+    }
+
+    #[test]
+    fn adapters_part_chains_from_each_other_from_the_base_and_from_salts() {
+        let h = BlockHasher::new("m", 2);
+        let tokens = [1, 2, 3, 4];
+        let chains = [
+            h.for_request(None, None).chain(&tokens),
+            h.for_request(Some("a@1"), None).chain(&tokens),
+            h.for_request(Some("b@1"), None).chain(&tokens),
+            h.for_request(None, Some("a@1")).chain(&tokens),
+            h.for_request(Some("a@1"), Some("t")).chain(&tokens),
+        ];
+        for (i, x) in chains.iter().enumerate() {
+            for y in &chains[i + 1..] {
+                assert!(x.iter().zip(y).all(|(p, q)| p != q), "{x:?} {y:?}");
+            }
+        }
+        assert_eq!(chains[0], h.chain(&tokens));
+        assert_eq!(chains[1], h.adapter("a@1").chain(&tokens));
+        assert_eq!(chains[4], h.adapter("a@1").salted("t").chain(&tokens));
     }
 
     #[test]

@@ -4,11 +4,13 @@
 //!   its blocks on drop, with the prefix cache of full blocks;
 //!   [`block_hash`]: the chained block hashes the cache is keyed by;
 //!   [`kv_events`]: what the pool stored and evicted, for a router.
-//! - [`batch_model`]: the interface the batching worker drives a model through.
+//! - [`batch_model`]: the interface the batching worker drives a model through;
+//!   [`adapter`]: a LoRA adapter as a request carries it.
 //! - [`tokenizer`], [`gguf_vocab`]: text to ids and back, from `tokenizer.json`
 //!   or GGUF metadata; [`detokenizer`]: streaming text; [`chat_template`]: the
 //!   model's Jinja template; [`end_of_generation`]: the model's end set.
 
+pub mod adapter;
 pub mod api_keys;
 pub mod batch_model;
 pub mod block_hash;
@@ -22,6 +24,7 @@ pub mod kv_events;
 pub mod token_bytes;
 pub mod tokenizer;
 
+pub use adapter::AdapterRef;
 pub use api_keys::ApiKeys;
 pub use batch_model::{BatchModel, DecodeRow, PoolSpec, Tables};
 pub use block_hash::{BlockHash, BlockHasher};

@@ -158,6 +158,24 @@ pub enum Blocked {
     /// A pool cannot cover its reservation, less the cached blocks it would
     /// share.
     BlockCap,
+    /// Its LoRA adapter is not among the running rows' and `max_loras`
+    /// distinct adapters already run.
+    AdapterCap,
+}
+
+/// The LoRA adapters the running rows use (by key), and how many distinct
+/// ones may run at once (`--max-loras`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AdapterCap<'a> {
+    pub running: &'a std::collections::HashSet<String>,
+    pub max: usize,
+}
+
+impl AdapterCap<'_> {
+    /// Whether a request for `adapter` may join the running rows.
+    fn admits(&self, adapter: Option<&ferrox_core::AdapterRef>) -> bool {
+        adapter.is_none_or(|a| self.running.contains(a.key()) || self.running.len() < self.max)
+    }
 }
 
 /// A request let in, with the blocks it reserved: one lease per pool.
@@ -193,6 +211,12 @@ impl WaitingLine {
         self.jobs.len()
     }
 
+    /// The LoRA adapters of the jobs in the line (`None` for the base), in
+    /// line order.
+    pub fn adapters(&self) -> impl Iterator<Item = Option<&ferrox_core::AdapterRef>> {
+        self.jobs.iter().map(|j| j.req.adapter.as_ref())
+    }
+
     /// True when the line is empty.
     pub fn is_empty(&self) -> bool {
         self.jobs.is_empty()
@@ -215,18 +239,23 @@ impl WaitingLine {
         removed
     }
 
-    /// Admits the head if fewer than `max_seqs` rows run and every pool can
-    /// reserve every block it may need there, less the cached prefix it
-    /// shares. Nothing behind the head is ever considered.
+    /// Admits the head if fewer than `max_seqs` rows run, its adapter (if
+    /// any) may join the running ones, and every pool can reserve every
+    /// block it may need there, less the cached prefix it shares. Nothing
+    /// behind the head is ever considered.
     pub fn pop_admissible(
         &mut self,
         running: usize,
         max_seqs: usize,
+        adapters: AdapterCap<'_>,
         pools: &KvPools,
     ) -> Result<Admitted, Blocked> {
         let head = self.jobs.front().ok_or(Blocked::Empty)?;
         if running >= max_seqs {
             return Err(Blocked::SeqCap);
+        }
+        if !adapters.admits(head.req.adapter.as_ref()) {
+            return Err(Blocked::AdapterCap);
         }
         let prompt = head.req.prompt.len();
         // At least the prompt's last token is computed, for its logits; all

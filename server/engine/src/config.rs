@@ -29,6 +29,8 @@ pub struct EngineConfig {
     /// Everything besides the tokens that decides what a block's KV holds
     /// (the model, the KV dtype): the root of every block hash chain.
     pub cache_salt: String,
+    /// Most distinct LoRA adapters among the running rows (`--max-loras`).
+    pub max_loras: usize,
 }
 
 impl Default for EngineConfig {
@@ -44,6 +46,7 @@ impl Default for EngineConfig {
             decode_log_interval: 40,
             prefix_caching: true,
             cache_salt: String::new(),
+            max_loras: 1,
         }
     }
 }

@@ -316,6 +316,7 @@ pub fn config() -> EngineConfig {
         decode_log_interval: 1,
         prefix_caching: true,
         cache_salt: "fake".into(),
+        max_loras: 2,
     }
 }
 
@@ -353,6 +354,7 @@ pub fn request(prompt: &[u32], max_tokens: usize) -> GenerationRequest {
         ignore_eos: false,
         text: Box::new(Letters),
         constraint: None,
+        adapter: None,
     }
 }
 

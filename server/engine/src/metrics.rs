@@ -15,6 +15,7 @@ use prometheus::{
 use ferrox_plan::contract::metric;
 
 use crate::PlanInfo;
+use lora::LoraSeries;
 use windows::{WindowGauges, ratio};
 
 /// Finish reasons always exported, even at zero.
@@ -151,6 +152,7 @@ pub struct Metrics {
     /// its name is known.
     vllm_latency: OnceLock<[Histogram; 5]>,
     plan: PlanSeries,
+    lora: LoraSeries,
     /// Renders copy into the vLLM series; one at a time.
     rendering: Mutex<()>,
 }
@@ -430,6 +432,7 @@ impl Metrics {
             vllm: VllmSeries::new(&r)?,
             vllm_latency: OnceLock::new(),
             plan: PlanSeries::new(&r)?,
+            lora: LoraSeries::new(&r)?,
             registry: r,
             rendering: Mutex::new(()),
         })
@@ -492,6 +495,27 @@ impl Metrics {
                 g.set(i64::try_from(w.blocks).unwrap_or(i64::MAX));
             }
         }
+    }
+
+    /// Exports the LoRA series from now on, with `--max-loras`.
+    pub fn enable_lora(&self, max_loras: usize) {
+        self.lora.enable(max_loras);
+    }
+
+    /// The adapters of the running rows and of the waiting line (names,
+    /// repeats allowed); a no-op until [`Metrics::enable_lora`].
+    pub fn set_lora_info(&self, running: Vec<String>, waiting: Vec<String>) {
+        self.lora.set_info(running, waiting);
+    }
+
+    /// The LoRA adapters served now: name, and whether held in memory.
+    pub fn set_lora_adapters(&self, adapters: &[(String, bool)]) {
+        self.lora.set_adapters(adapters);
+    }
+
+    /// Counts a request submitted for `adapter`.
+    pub fn lora_request(&self, adapter: &str) {
+        self.lora.request(adapter);
     }
 
     /// Requests waiting for admission, as last published.
@@ -618,6 +642,7 @@ impl Metrics {
     }
 }
 
+mod lora;
 mod windows;
 
 #[cfg(test)]

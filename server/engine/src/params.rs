@@ -1,5 +1,7 @@
 //! What a caller asks the engine for: the prompt and how to sample it.
 
+use ferrox_core::AdapterRef;
+
 use crate::EngineError;
 use crate::constraint::TokenConstraint;
 
@@ -193,6 +195,8 @@ pub struct GenerationRequest {
     pub text: Box<dyn TokenText>,
     /// What the output must match (structured outputs); `None` samples freely.
     pub constraint: Option<Box<dyn TokenConstraint>>,
+    /// The LoRA adapter the request runs with; `None`: the base model.
+    pub adapter: Option<AdapterRef>,
 }
 
 impl GenerationRequest {
@@ -265,6 +269,7 @@ impl GenerationRequest {
             ignore_eos,
             text,
             constraint,
+            adapter,
         } = self;
         GenerationRequest {
             prompt: prompt.clone(),
@@ -283,6 +288,7 @@ impl GenerationRequest {
             ignore_eos: *ignore_eos,
             text: text.fresh(),
             constraint: constraint.as_ref().map(|c| c.fork()),
+            adapter: adapter.clone(),
         }
     }
 }
@@ -295,6 +301,7 @@ impl std::fmt::Debug for GenerationRequest {
             .field("sampling", &self.sampling)
             .field("stop", &self.stop)
             .field("constrained", &self.constraint.is_some())
+            .field("adapter", &self.adapter.as_ref().map(AdapterRef::name))
             .finish_non_exhaustive()
     }
 }

@@ -8,7 +8,7 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use ferrox_core::{BlockHasher, BlockPool, KvEventsPage};
+use ferrox_core::{AdapterRef, BlockHasher, BlockPool, KvEventsPage};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::admission::{LineBound, check_fits};
@@ -97,10 +97,8 @@ impl EngineHandle {
         let blocks = check_fits(req.prompt.len(), req.max_tokens, &s.config)?;
         s.line.enter()?;
         // Hashed here, on the caller's thread, not on the worker's.
-        let hasher = s.hasher.as_ref().map(|h| match &req.cache_salt {
-            Some(salt) => h.salted(salt),
-            None => h.clone(),
-        });
+        let adapter = req.adapter.as_ref().map(AdapterRef::key);
+        let hasher = (s.hasher.as_ref()).map(|h| h.for_request(adapter, req.cache_salt.as_deref()));
         let hashes = hasher
             .as_ref()
             .map_or_else(Vec::new, |h| h.chain(&req.prompt));
@@ -118,10 +116,14 @@ impl EngineHandle {
             events: events_tx,
         };
         s.in_flight.fetch_add(1, Ordering::SeqCst);
+        let adapter = job.req.adapter.as_ref().map(|a| a.name().to_string());
         if tx.1.send(job).is_err() {
             s.line.leave();
             s.in_flight.fetch_sub(1, Ordering::SeqCst);
             return Err(EngineError::WorkerGone);
+        }
+        if let Some(name) = adapter {
+            s.metrics.lora_request(&name);
         }
         Ok(Submission {
             id,

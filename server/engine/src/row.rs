@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use ferrox_core::{BlockHash, BlockHasher};
+use ferrox_core::{AdapterRef, BlockHash, BlockHasher};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::EngineError;
@@ -65,6 +65,8 @@ pub(crate) struct Row {
     /// `bad_words`, tokenized.
     bad_words: Vec<Vec<u32>>,
     pub events: UnboundedSender<Event>,
+    /// The LoRA adapter every step of this row runs with.
+    pub adapter: Option<AdapterRef>,
     submitted: Instant,
     last_token_at: Option<Instant>,
     pub finish: Option<Finish>,
@@ -134,6 +136,7 @@ impl Row {
             pending: None,
             generated: 0,
             output: Vec::new(),
+            adapter: req.adapter.take(),
             hashes: job.hashes,
             hasher: job.hasher,
             block_size,

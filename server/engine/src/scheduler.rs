@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ferrox_core::batch_model::StepLogits;
-use ferrox_core::{BatchModel, BlockHasher, PoolSpec, PoolStats};
+use ferrox_core::{AdapterRef, BatchModel, BlockHasher, PoolSpec, PoolStats};
 
-use crate::admission::{Admitted, LineBound, WaitingLine};
+use crate::admission::{AdapterCap, Admitted, LineBound, WaitingLine};
 use crate::job::{Job, RequestId};
 use crate::kv_pools::KvPools;
 use crate::metrics::{Latency, Metrics};
@@ -281,12 +281,21 @@ impl<M: BatchModel> Scheduler<M> {
     /// tokens are counted here, where they are taken from the cache.
     fn admit(&mut self, now: Instant) -> PrefillFacts {
         let mut facts = PrefillFacts::default();
-        let max_seqs = self.shared.config.max_seqs;
+        let (max_seqs, max_loras) = (self.shared.config.max_seqs, self.shared.config.max_loras);
         let block_size = self.shared.config.block_size;
-        while let Ok(Admitted { job, leases }) =
-            self.waiting
-                .pop_admissible(self.rows.len(), max_seqs, &self.pools)
-        {
+        let mut adapters = self.running_adapters();
+        while let Ok(Admitted { job, leases }) = self.waiting.pop_admissible(
+            self.rows.len(),
+            max_seqs,
+            AdapterCap {
+                running: &adapters,
+                max: max_loras,
+            },
+            &self.pools,
+        ) {
+            if let Some(a) = &job.req.adapter {
+                adapters.insert(a.key().to_string());
+            }
             self.metrics.observe(Latency::Queue, now - job.submitted);
             let prompt = job.req.prompt.len();
             let kv = RowKv::new(&self.windows, leases, block_size);
@@ -490,6 +499,12 @@ impl<M: BatchModel> Scheduler<M> {
         }
     }
 
+    /// The LoRA adapters (by key) the admitted rows run with.
+    fn running_adapters(&self) -> HashSet<String> {
+        let adapters = self.rows.values().filter_map(|r| r.adapter.as_ref());
+        adapters.map(|a| a.key().to_string()).collect()
+    }
+
     fn gauges(&self) -> BatchGauges {
         BatchGauges {
             running: self.rows.len(),
@@ -512,6 +527,11 @@ impl<M: BatchModel> Scheduler<M> {
         let g = self.gauges();
         self.metrics
             .set_gauges(g.queued, g.running, &self.pools.stats());
+        let names = |a: Option<&AdapterRef>| a.map(|a| a.name().to_string());
+        let running = self.rows.values().filter_map(|r| names(r.adapter.as_ref()));
+        let waiting = self.waiting.adapters().filter_map(names);
+        self.metrics
+            .set_lora_info(running.collect(), waiting.collect());
     }
 }
 

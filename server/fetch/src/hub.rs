@@ -16,6 +16,8 @@ const REQUIRED: &[&str] = &["config.json", "tokenizer.json"];
 const OPTIONAL: &[&str] = &["tokenizer_config.json", "generation_config.json"];
 /// The shard index of a sharded safetensors checkpoint.
 const INDEX: &str = "model.safetensors.index.json";
+/// A PEFT adapter's files.
+const ADAPTER_FILES: [&str; 2] = ["adapter_config.json", "adapter_model.safetensors"];
 /// The single-file safetensors checkpoint.
 const SINGLE: &str = "model.safetensors";
 
@@ -126,6 +128,20 @@ impl HubRepo {
             })?;
         self.write_marker(&got)?;
         Ok(dir)
+    }
+
+    /// A PEFT adapter's directory (snapshot): `adapter_config.json` and
+    /// `adapter_model.safetensors`.
+    pub(crate) async fn adapter_directory(&self) -> Result<PathBuf, Error> {
+        let config = self.file(ADAPTER_FILES[0]).await?;
+        self.file(ADAPTER_FILES[1]).await?;
+        config
+            .parent()
+            .map(Path::to_path_buf)
+            .ok_or_else(|| Error::BadFile {
+                path: config.clone(),
+                reason: "cached file has no parent directory".into(),
+            })
     }
 
     /// Downloads the safetensors weights; returns their repo file names.

@@ -82,6 +82,23 @@ pub fn resolve(source: &ModelSource, config: &FetchConfig) -> Result<PathBuf, Er
     }
 }
 
+/// Resolves a LoRA adapter's `source` as [`resolve`] does a model's, but
+/// a Hub repo without a file is a PEFT adapter (`adapter_config.json` and
+/// `adapter_model.safetensors`), not a model directory.
+pub fn resolve_adapter(source: &ModelSource, config: &FetchConfig) -> Result<PathBuf, Error> {
+    match source {
+        ModelSource::HuggingFace {
+            repo,
+            revision,
+            file: None,
+        } => block_on(|| async {
+            let hub = hub::HubRepo::new(repo, revision.as_deref(), config)?;
+            hub.adapter_directory().await
+        }),
+        other => resolve(other, config),
+    }
+}
+
 /// Runs the future `make` builds on a small current-thread runtime; on a
 /// thread of its own when called from inside a runtime (which cannot nest).
 fn block_on<T, F>(make: impl FnOnce() -> F + Send) -> Result<T, Error>

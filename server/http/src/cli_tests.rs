@@ -7,7 +7,9 @@ use ferrox_plan::contract::ServeArgs as PodArgs;
 use ferrox_plan::{DeviceKind, KvDtype};
 
 use super::{Cli, Command};
+use crate::load::adapters::LoraConfig;
 use crate::load::config::KvSizing;
+use ferrox_plan::contract::LoraArgs as PodLora;
 
 /// The sizing `--kv-blocks` and `--window-blocks` ask for.
 fn pools(kv_blocks: Option<u64>, window_blocks: Option<Vec<u64>>) -> KvSizing {
@@ -23,15 +25,46 @@ fn the_operators_pod_args_parse_into_its_plan() {
     std::fs::create_dir_all(&dir).unwrap();
     let model = dir.join("m.gguf");
     std::fs::write(&model, b"not read by the parse").unwrap();
-    // (device, KV dtype, prefill chunk, waiting line, window pools) as
-    // specs set them.
+    // (device, KV dtype, prefill chunk, waiting line, window pools,
+    // adapters) as specs set them.
+    let lora = PodLora {
+        modules: vec![
+            ("sql".into(), "/adapters/sql".into()),
+            ("chat".into(), "hf://o/chat".into()),
+        ],
+        max_loras: 2,
+        max_lora_rank: 32,
+        max_cpu_loras: 3,
+        runtime_updates: true,
+    };
     let cases = [
-        (DeviceKind::Cpu, KvDtype::F16, None, None, vec![]),
-        (DeviceKind::Cuda, KvDtype::Bf16, Some(256), Some(64), vec![]),
-        (DeviceKind::Cuda, KvDtype::Bf16, None, None, vec![5719]),
-        (DeviceKind::Cuda, KvDtype::Bf16, None, None, vec![300, 40]),
+        (DeviceKind::Cpu, KvDtype::F16, None, None, vec![], None),
+        (
+            DeviceKind::Cuda,
+            KvDtype::Bf16,
+            Some(256),
+            Some(64),
+            vec![],
+            Some(lora.clone()),
+        ),
+        (
+            DeviceKind::Cuda,
+            KvDtype::Bf16,
+            None,
+            None,
+            vec![5719],
+            None,
+        ),
+        (
+            DeviceKind::Cuda,
+            KvDtype::Bf16,
+            None,
+            None,
+            vec![300, 40],
+            Some(lora),
+        ),
     ];
-    for (device, kv_dtype, prefill_chunk, max_queue, window_blocks) in cases {
+    for (device, kv_dtype, prefill_chunk, max_queue, window_blocks, lora) in cases {
         let pod = PodArgs {
             model: model.display().to_string(),
             host: "0.0.0.0".into(),
@@ -47,6 +80,7 @@ fn the_operators_pod_args_parse_into_its_plan() {
             kv_dtype,
             prefill_chunk,
             max_queue,
+            lora: lora.clone(),
         };
         let argv = std::iter::once("ferrox-server".to_string()).chain(pod.to_args());
         let Command::Serve(args) = Cli::try_parse_from(argv).unwrap().command else {
@@ -74,8 +108,80 @@ fn the_operators_pod_args_parse_into_its_plan() {
             prefill_chunk.unwrap_or(ferrox_plan::DEFAULT_PREFILL_CHUNK)
         );
         assert_eq!(c.max_queue as u64, max_queue.unwrap_or(256));
+        let want = lora.map(|l| LoraConfig {
+            modules: l.modules,
+            max_loras: l.max_loras as usize,
+            max_lora_rank: l.max_lora_rank as usize,
+            max_cpu_loras: l.max_cpu_loras as usize,
+            allow_runtime_updates: l.runtime_updates,
+        });
+        assert_eq!(c.lora, want);
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn lora_flags_take_vllms_forms_and_check_their_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m.gguf");
+    std::fs::write(&model, b"not read by the parse").unwrap();
+    let model = model.display().to_string();
+    let parse = |extra: &[&str]| {
+        let argv = ["ferrox-server", "serve", "--model", &model]
+            .into_iter()
+            .chain(extra.iter().copied());
+        let Command::Serve(args) = Cli::try_parse_from(argv)
+            .map_err(|e| e.to_string())?
+            .command
+        else {
+            panic!("not serve");
+        };
+        args.into_config()
+            .map(|c| c.lora)
+            .map_err(|e| e.to_string())
+    };
+    assert_eq!(parse(&[]), Ok(None));
+    let json = r#"{"name": "b", "path": "/x/b", "base_model_name": "m"}"#;
+    let two = parse(&["--lora-modules", "a=/x/a", json]).unwrap().unwrap();
+    assert_eq!(
+        two.modules,
+        [("a".into(), "/x/a".into()), ("b".into(), "/x/b".into())]
+    );
+    // vLLM's defaults: one adapter a step, rank 16; every module kept loaded.
+    assert_eq!(
+        (two.max_loras, two.max_lora_rank, two.max_cpu_loras),
+        (1, 16, 2)
+    );
+    assert!(!two.allow_runtime_updates);
+    let on = parse(&["--enable-lora", "--max-loras", "4"])
+        .unwrap()
+        .unwrap();
+    assert_eq!((on.max_loras, on.max_cpu_loras), (4, 4));
+    let runtime = parse(&["--allow-runtime-lora-updating"]).unwrap().unwrap();
+    assert!(runtime.allow_runtime_updates && runtime.modules.is_empty());
+    for (bad, why) in [
+        (&["--lora-modules", "noequals"][..], "is not name=source"),
+        (&["--lora-modules", "=src"], "is not name=source"),
+        (
+            &["--lora-modules", r#"{"name": "x"}"#],
+            "is not name=source",
+        ),
+        (
+            &["--enable-lora", "--max-loras", "0"],
+            "--max-loras must be at least 1",
+        ),
+        (
+            &["--enable-lora", "--max-lora-rank", "0"],
+            "--max-lora-rank must be at least 1",
+        ),
+        (
+            &["--enable-lora", "--max-loras", "3", "--max-cpu-loras", "2"],
+            "--max-cpu-loras (2) must be at least --max-loras (3)",
+        ),
+    ] {
+        let err = parse(bad).unwrap_err();
+        assert!(err.contains(why), "{bad:?}: {err}");
+    }
 }
 
 #[test]
@@ -113,7 +219,7 @@ fn each_examples_pod_args_parse_into_the_operators_plan() {
     std::fs::write(&model, b"not read by the parse").unwrap();
     let examples: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(EXAMPLES_POD_ARGS).unwrap();
-    assert_eq!(examples.len(), 5, "one entry per example");
+    assert_eq!(examples.len(), 6, "one entry per example");
     for (name, ex) in &examples {
         let plan = &ex["plan"];
         let mut args: Vec<String> = serde_json::from_value(ex["args"].clone()).unwrap();
@@ -148,6 +254,11 @@ fn each_examples_pod_args_parse_into_the_operators_plan() {
         assert_eq!(c.device, want_device, "{name}");
         let kv_dtype: KvDtype = serde_json::from_value(plan["kvDtype"].clone()).unwrap();
         assert_eq!(c.kv_dtype, Some(kv_dtype), "{name}");
+        let adapters: Vec<String> = serde_json::from_value(plan["adapters"].clone()).unwrap();
+        let served: Vec<String> = (c.lora.iter())
+            .flat_map(|l| l.modules.iter().map(|m| m.0.clone()))
+            .collect();
+        assert_eq!(served, adapters, "{name}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

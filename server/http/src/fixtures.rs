@@ -65,6 +65,16 @@ impl BatchModel for FakeModel {
         std::thread::sleep(self.delay);
         Ok(rows.iter().map(|r| Self::logits(r.token)).collect())
     }
+
+    /// Adapters change nothing in the fake's arithmetic.
+    fn step_with_adapters(
+        &mut self,
+        prefill: &[ferrox_core::batch_model::PrefillChunk<'_>],
+        decode: &[DecodeRow<'_>],
+        _adapters: &[Option<ferrox_core::AdapterRef>],
+    ) -> Result<ferrox_core::batch_model::StepLogits, Error> {
+        self.step(prefill, decode)
+    }
 }
 
 /// Byte `b` is token `b % 64`; token `i` reads as `'A' + i` (printable).
@@ -204,6 +214,7 @@ pub fn engine_config() -> EngineConfig {
         decode_log_interval: 0,
         prefix_caching: true,
         cache_salt: "fake".into(),
+        max_loras: 2,
     }
 }
 
@@ -244,6 +255,7 @@ pub fn loaded_stalling(
             describe: true,
         },
         stall,
+        adapters: None,
     });
     state
 }

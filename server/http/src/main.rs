@@ -18,6 +18,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use ferrox_plan::contract::flag;
 
+use crate::load::adapters::LoraConfig;
 use crate::load::config::{
     DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT_SECS, DEFAULT_REQUEST_TIMEOUT_SECS,
     DEFAULT_STALL_TIMEOUT_SECS, DEFAULT_STREAM_IDLE_TIMEOUT_SECS, HttpConfig, KvSizing,
@@ -59,6 +60,11 @@ struct FetchArgs {
 impl FetchArgs {
     /// Resolves a parsed `--model` to a local path, downloading it if needed.
     fn resolve(self, source: &ferrox_fetch::ModelSource) -> anyhow::Result<PathBuf> {
+        Ok(ferrox_fetch::resolve(source, &self.config()?)?)
+    }
+
+    /// Where and how downloads go.
+    fn config(self) -> anyhow::Result<ferrox_fetch::FetchConfig> {
         let cache_dir = match self.model_cache {
             Some(dir) => dir,
             None => ferrox_fetch::default_cache_dir(
@@ -67,12 +73,11 @@ impl FetchArgs {
             )
             .ok_or_else(|| anyhow::anyhow!("no model cache: set --model-cache, HF_HOME or HOME"))?,
         };
-        let config = ferrox_fetch::FetchConfig {
+        Ok(ferrox_fetch::FetchConfig {
             cache_dir,
             hf_token: self.hf_token,
             hf_endpoint: self.hf_endpoint,
-        };
-        Ok(ferrox_fetch::resolve(source, &config)?)
+        })
     }
 }
 
@@ -203,6 +208,91 @@ struct ServeArgs {
     tool_call_parser: tools::parser::ParserChoice,
     #[command(flatten)]
     edge: EdgeArgs,
+    #[command(flatten)]
+    lora: LoraFlags,
+}
+
+/// LoRA adapters (vLLM's flags).
+#[derive(Debug, Args)]
+struct LoraFlags {
+    /// Serve LoRA adapters (implied by the other LoRA flags).
+    #[arg(long = flag::ENABLE_LORA, env = "FERROX_ENABLE_LORA")]
+    enable_lora: bool,
+    /// Adapters loaded at start: name=source (a PEFT directory or a GGUF
+    /// LoRA file, as a path, file://, hf:// or https://), or vLLM's JSON
+    /// {"name": ..., "path": ...}; a request's `model` names one.
+    #[arg(long = flag::LORA_MODULES, env = "FERROX_LORA_MODULES", num_args = 1.., value_parser = parse_lora_module)]
+    lora_modules: Vec<(String, String)>,
+    /// Most distinct adapters in one step (a request for another waits).
+    #[arg(long = flag::MAX_LORAS, env = "FERROX_MAX_LORAS", default_value_t = 1)]
+    max_loras: usize,
+    /// The largest adapter rank loaded.
+    #[arg(long = flag::MAX_LORA_RANK, env = "FERROX_MAX_LORA_RANK", default_value_t = 16)]
+    max_lora_rank: usize,
+    /// Adapters kept in host memory, least recently used unloaded (default:
+    /// --max-loras, or the number of --lora-modules if more).
+    #[arg(long = flag::MAX_CPU_LORAS, env = "FERROX_MAX_CPU_LORAS")]
+    max_cpu_loras: Option<usize>,
+    /// Allow POST /v1/load_lora_adapter and /v1/unload_lora_adapter (also
+    /// VLLM_ALLOW_RUNTIME_LORA_UPDATING=true).
+    #[arg(long = flag::ALLOW_RUNTIME_LORA_UPDATING, env = "FERROX_ALLOW_RUNTIME_LORA_UPDATING")]
+    allow_runtime_lora_updating: bool,
+}
+
+/// One `--lora-modules` entry: `name=source` or `{"name": .., "path": ..}`.
+fn parse_lora_module(text: &str) -> Result<(String, String), String> {
+    let (name, source) = if text.trim_start().starts_with('{') {
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+        let field = |k: &str| {
+            v.get(k)
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_string)
+        };
+        (field("name"), field("path").or_else(|| field("source")))
+    } else {
+        let (n, s) = text.split_once('=').unzip();
+        (n.map(str::to_string), s.map(str::to_string))
+    };
+    match (name, source) {
+        (Some(n), Some(s)) if !n.is_empty() && !s.is_empty() => Ok((n, s)),
+        _ => Err(format!(
+            "`{text}` is not name=source nor {{\"name\": .., \"path\": ..}}"
+        )),
+    }
+}
+
+/// Whether vLLM's variable turns runtime adapter loading on.
+fn vllm_runtime_updates() -> bool {
+    std::env::var("VLLM_ALLOW_RUNTIME_LORA_UPDATING")
+        .is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
+}
+
+impl LoraFlags {
+    /// The LoRA settings, `None` when the server serves no adapters.
+    fn into_config(self, vllm_env: bool) -> anyhow::Result<Option<LoraConfig>> {
+        let runtime = self.allow_runtime_lora_updating || vllm_env;
+        if !self.enable_lora && self.lora_modules.is_empty() && !runtime {
+            return Ok(None);
+        }
+        anyhow::ensure!(self.max_loras > 0, "--max-loras must be at least 1");
+        anyhow::ensure!(self.max_lora_rank > 0, "--max-lora-rank must be at least 1");
+        let max_cpu_loras = self
+            .max_cpu_loras
+            .unwrap_or(self.max_loras.max(self.lora_modules.len()));
+        anyhow::ensure!(
+            max_cpu_loras >= self.max_loras,
+            "--max-cpu-loras ({max_cpu_loras}) must be at least --max-loras ({})",
+            self.max_loras
+        );
+        Ok(Some(LoraConfig {
+            modules: self.lora_modules,
+            max_loras: self.max_loras,
+            max_lora_rank: self.max_lora_rank,
+            max_cpu_loras,
+            allow_runtime_updates: runtime,
+        }))
+    }
 }
 
 /// Who may call, and the HTTP edge's limits.
@@ -291,8 +381,12 @@ impl ServeArgs {
         let served_model_name = self
             .served_model_name
             .unwrap_or_else(|| source.default_name());
-        let model = self.fetch.resolve(&source)?;
+        let fetch = self.fetch.config()?;
+        let model = ferrox_fetch::resolve(&source, &fetch)?;
+        let lora = self.lora.into_config(vllm_runtime_updates())?;
         Ok(ServeConfig {
+            lora,
+            fetch,
             kv: match (self.kv_blocks, self.window_blocks, self.kv_cache_memory) {
                 (None, None, Some(bytes)) => KvSizing::Memory(bytes),
                 (None, None, None) => KvSizing::Device,

@@ -4,11 +4,16 @@
 //! `RAYON_NUM_THREADS=2 cargo run --release -p ferrox-models --example engine_bench -- MODEL.gguf [ROWS,..] [PREFILL_LEN] [STEPS]`
 //! (a prefill length of 0 skips prefill; few steps suit `valgrind --tool=callgrind`).
 //! (`KV_DTYPE=f32` for an f32 KV cache; the default is f16, the server's;
-//! `CONTEXT=N` starts the decode rows at N tokens instead of 128).
+//! `CONTEXT=N` starts the decode rows at N tokens instead of 128;
+//! `LORA=DIR,DIR,..` gives the rows those adapters in turn and times each
+//! row count with and without them, alternating, three times).
 
 use std::time::Instant;
 
-use ferrox_core::{BatchModel, BlockPool, DecodeRow};
+use std::sync::Arc;
+
+use ferrox_core::{AdapterRef, BatchModel, BlockPool, DecodeRow};
+use ferrox_models::lora::{self, LoraShapes};
 use ferrox_models::{Device, PagedModel, Source};
 
 /// Context each decode row starts at (`CONTEXT=16` keeps callgrind runs short).
@@ -37,6 +42,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let decoder = Source::open(path.as_ref())?.decoder(&Device::Cpu)?;
     let vocab = decoder.spec().vocab as u32;
+    let shapes = LoraShapes::of(decoder.spec());
+    let adapters: Vec<AdapterRef> = std::env::var("LORA")
+        .unwrap_or_default()
+        .split(',')
+        .filter(|d| !d.is_empty())
+        .enumerate()
+        .map(|(i, dir)| {
+            let name = format!("a{i}");
+            let a = lora::load(&name, dir.as_ref(), &shapes, 64)?;
+            Ok(AdapterRef::new(&name, &a.cache_key(), Arc::new(a)))
+        })
+        .collect::<Result<_, ferrox_models::Error>>()?;
     let max_rows = *rows.iter().max().unwrap_or(&1);
     let per_seq = (context + steps)
         .div_ceil(BLOCK)
@@ -75,30 +92,40 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for (i, l) in leases.iter().enumerate() {
             model.prefill(&[l.blocks()], &prompt(i + 1, context), 0, true)?;
         }
-        let mut tokens: Vec<u32> = (0..n as u32).map(|i| i + 2).collect();
-        let t = Instant::now();
-        for step in 0..steps {
-            let tables: Vec<[&[u32]; 1]> = leases.iter().map(|l| [l.blocks()]).collect();
-            let batch: Vec<DecodeRow<'_>> = tables
-                .iter()
-                .zip(&tokens)
-                .map(|(tables, &token)| DecodeRow {
-                    token,
-                    pos: context + step,
-                    tables,
-                })
-                .collect();
-            let logits = model.decode(&batch)?;
-            for (tok, row) in tokens.iter_mut().zip(&logits) {
-                *tok = argmax(row);
+        let with: Vec<Option<AdapterRef>> = (0..n)
+            .map(|i| adapters.get(i % adapters.len().max(1)).cloned())
+            .collect();
+        let runs: Vec<(&str, &[Option<AdapterRef>])> = if adapters.is_empty() {
+            vec![("", &[])]
+        } else {
+            [("base ", &[][..]), ("lora ", &with[..])].repeat(3)
+        };
+        for (label, rows_adapters) in runs {
+            let mut tokens: Vec<u32> = (0..n as u32).map(|i| i + 2).collect();
+            let t = Instant::now();
+            for step in 0..steps {
+                let tables: Vec<[&[u32]; 1]> = leases.iter().map(|l| [l.blocks()]).collect();
+                let batch: Vec<DecodeRow<'_>> = tables
+                    .iter()
+                    .zip(&tokens)
+                    .map(|(tables, &token)| DecodeRow {
+                        token,
+                        pos: context + step,
+                        tables,
+                    })
+                    .collect();
+                let logits = model.step_with_adapters(&[], &batch, rows_adapters)?.decode;
+                for (tok, row) in tokens.iter_mut().zip(&logits) {
+                    *tok = argmax(row);
+                }
             }
+            let secs = t.elapsed().as_secs_f64();
+            println!(
+                "{label}decode rows={n:>3}: {:.1} tok/s aggregate, {:.1} ms/step",
+                (n * steps) as f64 / secs,
+                secs * 1e3 / steps as f64
+            );
         }
-        let secs = t.elapsed().as_secs_f64();
-        println!(
-            "decode rows={n:>3}: {:.1} tok/s aggregate, {:.1} ms/step",
-            (n * steps) as f64 / secs,
-            secs * 1e3 / steps as f64
-        );
     }
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     if let Some(line) = status.lines().find(|l| l.starts_with("VmHWM")) {

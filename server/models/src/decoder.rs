@@ -16,6 +16,7 @@ use crate::fused::{Dims, FusedHead, FusedLayer, Scratch};
 use crate::kv_store::KvStore;
 use crate::layer::{Ffn, Layer};
 use crate::linear::{Embedding, Linear, tensor_bytes};
+use crate::lora::{LoraStep, Target};
 use crate::rope::Rope;
 use crate::spec::{FeedForward, KvGroup, ModelSpec};
 
@@ -47,6 +48,8 @@ pub struct Step<'a> {
     pub spans: Arc<[SeqSpan]>,
     /// Indices into `tokens` whose logits are wanted, in output order.
     pub logits_for: &'a [usize],
+    /// The rows' LoRA adapters; `None` when no row has one.
+    pub lora: Option<&'a LoraStep<'a>>,
 }
 
 /// One table per RoPE kind; kinds alike (Gemma 2's local and global) share
@@ -230,6 +233,7 @@ impl Decoder {
             tables: &tables,
             rope_rows: &rope_rows,
             slot_index: &slot_index,
+            lora: step.lora,
         };
         for (i, layer) in self.layers.iter().enumerate() {
             match fused {
@@ -341,6 +345,7 @@ impl Decoder {
         if let Some(b) = &l.qkv_bias {
             qkv = qkv.broadcast_add(b)?;
         }
+        let qkv = ctx.lora(&[Target::Q, Target::K, Target::V], index, &h, qkv)?;
         let mut q = qkv
             .narrow(1, 0, q_dim)?
             .reshape((tokens, s.heads, s.head_dim))?;
@@ -355,7 +360,8 @@ impl Decoder {
         let q = Rope::apply(&q, cos, sin)?;
         let k = Rope::apply(&k, cos, sin)?.reshape((tokens, kv_dim))?;
         ctx.kv.write(index, ctx.slot_index, &k, &v)?;
-        let mut a = l.o.forward(&self.attend(&q, index, ctx)?)?;
+        let a = self.attend(&q, index, ctx)?;
+        let mut a = ctx.lora(&[Target::O], index, &a, l.o.forward(&a)?)?;
         if let Some(b) = &l.o_bias {
             a = a.broadcast_add(b)?;
         }
@@ -364,8 +370,11 @@ impl Decoder {
         }
         let x = (x + a)?;
         let h = norm(&x, &l.ffn_norm)?;
+        let hook = |targets: &[Target], x: &Tensor, out: Tensor| ctx.lora(targets, index, x, out);
         let mut d = match (&l.ffn, s.layers[index].ffn) {
-            (Ffn::Dense(m), FeedForward::Gated(act)) => m.forward(&h, s.intermediate, act)?,
+            (Ffn::Dense(m), FeedForward::Gated(act)) => {
+                m.forward_hooked(&h, s.intermediate, act, &hook)?
+            }
             (Ffn::Moe(m), FeedForward::Moe(_)) => crate::moe::forward(m, &h)?,
             _ => {
                 return Err(Error::Config(format!(
@@ -392,7 +401,8 @@ impl Decoder {
         let (q_dim, kv_dim) = (s.q_dim(), s.kv_dim());
         let dims = self.dims();
         let rows = self.rope_rows(index, ctx);
-        let qkv = l.qkv(x, rows, dims, &self.scratch)?;
+        let lora = ctx.lora.map(|step| (step, index));
+        let qkv = l.qkv(x, rows, dims, lora, &self.scratch)?;
         // Contiguous sections: views, no copies.
         let q = qkv
             .narrow(0, 0, tokens * q_dim)?
@@ -405,8 +415,8 @@ impl Decoder {
             .reshape((tokens, kv_dim))?;
         ctx.kv.write(index, ctx.slot_index, &k, &v)?;
         let a = self.attend(&q, index, ctx)?;
-        l.attn_out(x, &a, dims.eps, &self.scratch)?;
-        l.mlp(x, dims, &self.scratch)
+        l.attn_out(x, &a, dims.eps, lora, &self.scratch)?;
+        l.mlp(x, dims, lora, &self.scratch)
     }
 }
 
@@ -420,4 +430,16 @@ struct LayerCtx<'a> {
     rope_rows: &'a [(Tensor, Tensor)],
     /// Per KV group: this step's slot index.
     slot_index: &'a [Tensor],
+    lora: Option<&'a LoraStep<'a>>,
+}
+
+impl LayerCtx<'_> {
+    /// The LoRA hook of the op-by-op path: `out` (the base projections
+    /// `targets` of `x`, concatenated) plus each row's adapter update.
+    fn lora(&self, targets: &[Target], layer: usize, x: &Tensor, out: Tensor) -> Result<Tensor> {
+        match self.lora {
+            Some(step) => step.add(targets, layer, x, out),
+            None => Ok(out),
+        }
+    }
 }

@@ -41,6 +41,14 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// A LoRA adapter was refused: its name and why.
+    #[error("LoRA adapter {name:?} refused: {reason}")]
+    Adapter {
+        /// The adapter's name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
     /// Tokenizer, template or KV pool error from ferrox-core.
     #[error(transparent)]
     Core(#[from] ferrox_core::Error),

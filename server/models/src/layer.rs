@@ -4,6 +4,7 @@ use candle_core::Tensor;
 
 use crate::error::Result;
 use crate::linear::{Linear, tensor_bytes};
+use crate::lora::Target;
 use crate::moe::MoeWeights;
 use crate::spec::Activation;
 
@@ -39,6 +40,10 @@ impl Projection {
     }
 }
 
+/// The op-by-op LoRA hook: `(targets, input, output)` to the output plus
+/// each row's adapter update.
+pub(crate) type LoraHook<'a> = dyn Fn(&[Target], &Tensor, Tensor) -> Result<Tensor> + 'a;
+
 /// A gated MLP's weights: a dense layer's, or one expert's.
 #[derive(Debug, Clone)]
 pub struct Mlp {
@@ -55,11 +60,24 @@ pub struct Mlp {
 impl Mlp {
     /// The MLP of width `inter` over `h` `(tokens, hidden)`, op by op.
     pub(crate) fn forward(&self, h: &Tensor, inter: usize, act: Activation) -> Result<Tensor> {
-        let mut gu = self.gate_up.forward(h)?;
+        self.forward_hooked(h, inter, act, &|_, _, out| Ok(out))
+    }
+
+    /// [`Mlp::forward`] with a LoRA hook: `hook(targets, input, output)`
+    /// returns a projection's output plus each row's adapter update.
+    pub(crate) fn forward_hooked(
+        &self,
+        h: &Tensor,
+        inter: usize,
+        act: Activation,
+        hook: &LoraHook<'_>,
+    ) -> Result<Tensor> {
+        let mut gu = hook(&[Target::Gate, Target::Up], h, self.gate_up.forward(h)?)?;
         if let Some(b) = &self.gate_up_bias {
             gu = gu.broadcast_add(b)?;
         }
-        let mut d = self.down.forward(&activate(&gu, inter, act)?)?;
+        let a = activate(&gu, inter, act)?;
+        let mut d = hook(&[Target::Down], &a, self.down.forward(&a)?)?;
         if let Some(b) = &self.down_bias {
             d = d.broadcast_add(b)?;
         }

@@ -21,6 +21,7 @@ pub mod kv_cache;
 pub mod kv_store;
 pub mod layer;
 pub mod linear;
+pub mod lora;
 pub mod memory;
 pub mod moe;
 pub mod mxfp4;

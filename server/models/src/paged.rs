@@ -5,19 +5,22 @@
 use std::sync::Arc;
 
 use ferrox_core::batch_model::{PrefillChunk, StepLogits, Tables};
-use ferrox_core::{BatchModel, DecodeRow, PoolSpec};
+use ferrox_core::{AdapterRef, BatchModel, DecodeRow, PoolSpec};
 use ferrox_plan::KvDtype;
 
 use crate::attention::SeqSpan;
 use crate::decoder::{Decoder, Step};
 use crate::error::{Error, Result};
 use crate::kv_store::KvStore;
+use crate::lora::{DeviceSlots, LoraAdapter, LoraStep};
 
 /// A decoder with KV pools of a fixed number of blocks.
 #[derive(Debug)]
 pub struct PagedModel {
     decoder: Decoder,
     kv: KvStore,
+    /// Adapters held on an accelerator (`--max-loras`); unused on CPU.
+    lora_slots: DeviceSlots,
 }
 
 impl PagedModel {
@@ -44,7 +47,16 @@ impl PagedModel {
         kv_dtype: KvDtype,
     ) -> Result<Self> {
         let kv = decoder.kv_store(blocks, block_size, kv_dtype)?;
-        Ok(PagedModel { decoder, kv })
+        Ok(PagedModel {
+            decoder,
+            kv,
+            lora_slots: DeviceSlots::new(1),
+        })
+    }
+
+    /// Holds up to `n` adapters on an accelerator (`--max-loras`).
+    pub fn set_max_loras(&mut self, n: usize) {
+        self.lora_slots = DeviceSlots::new(n);
     }
 
     /// The decoder.
@@ -67,11 +79,20 @@ impl PagedModel {
         tokens: &[u32],
         spans: Vec<SeqSpan>,
         logits_for: &[usize],
+        adapters: &[Option<&LoraAdapter>],
     ) -> Result<Vec<Vec<f32>>> {
+        let lora = LoraStep::new(adapters.iter().zip(&spans).map(|(a, s)| (*a, s.n_tokens)));
+        let lora = match lora {
+            Some(l) if !self.decoder.device().is_cpu() => {
+                Some(l.on_device(self.decoder.device(), &self.lora_slots)?)
+            }
+            other => other,
+        };
         let step = Step {
             tokens,
             spans: Arc::from(spans),
             logits_for,
+            lora: lora.as_ref(),
         };
         // On CPU the whole step runs on a pool worker: each kernel's parallel
         // loop is then joined by a thread that helps with it, instead of a
@@ -89,11 +110,18 @@ impl PagedModel {
         }
     }
 
-    /// Prefill chunks then decode rows, in one forward pass.
-    fn mixed(&self, prefill: &[PrefillChunk<'_>], decode: &[DecodeRow<'_>]) -> Result<StepLogits> {
+    /// Prefill chunks then decode rows, in one forward pass; `adapters`
+    /// as [`BatchModel::step_with_adapters`] takes them.
+    fn mixed(
+        &self,
+        prefill: &[PrefillChunk<'_>],
+        decode: &[DecodeRow<'_>],
+        adapters: &[Option<AdapterRef>],
+    ) -> Result<StepLogits> {
         if prefill.iter().any(|c| c.tokens.is_empty()) {
             return Err(Error::Input("empty prefill chunk".into()));
         }
+        let adapters = lora_adapters(adapters, prefill.len() + decode.len())?;
         let mut tokens = Vec::new();
         let mut spans = Vec::with_capacity(prefill.len() + decode.len());
         let mut logits_for = Vec::new();
@@ -123,9 +151,35 @@ impl PagedModel {
         if tokens.is_empty() {
             return Ok(StepLogits::default());
         }
-        let rows = self.run(&tokens, spans, &logits_for)?;
+        let rows = self.run(&tokens, spans, &logits_for, &adapters)?;
         Ok(split(prefill, rows))
     }
+}
+
+/// Each row's adapter weights (`rows` of them; none when `adapters` is
+/// empty), refusing a step that names an adapter of another kind.
+fn lora_adapters(
+    adapters: &[Option<AdapterRef>],
+    rows: usize,
+) -> Result<Vec<Option<&LoraAdapter>>> {
+    if adapters.is_empty() {
+        return Ok(vec![None; rows]);
+    }
+    if adapters.len() != rows {
+        return Err(Error::Input(format!(
+            "{} adapters for a step of {rows} rows",
+            adapters.len()
+        )));
+    }
+    adapters
+        .iter()
+        .map(|a| match a {
+            None => Ok(None),
+            Some(a) => a.weights::<LoraAdapter>().map(Some).ok_or_else(|| {
+                Error::Input(format!("adapter {:?} is not a loaded LoRA", a.name()))
+            }),
+        })
+        .collect()
 }
 
 /// A row's tables, owned by the step.
@@ -182,14 +236,14 @@ impl BatchModel for PagedModel {
             want_logits,
             all_logits: false,
         };
-        Ok(self.mixed(&[chunk], &[])?.prefill.pop().flatten())
+        Ok(self.mixed(&[chunk], &[], &[])?.prefill.pop().flatten())
     }
 
     fn decode(
         &mut self,
         rows: &[DecodeRow<'_>],
     ) -> std::result::Result<Vec<Vec<f32>>, ferrox_core::Error> {
-        Ok(self.mixed(&[], rows)?.decode)
+        Ok(self.mixed(&[], rows, &[])?.decode)
     }
 
     fn step(
@@ -197,6 +251,15 @@ impl BatchModel for PagedModel {
         prefill: &[PrefillChunk<'_>],
         decode: &[DecodeRow<'_>],
     ) -> std::result::Result<StepLogits, ferrox_core::Error> {
-        Ok(self.mixed(prefill, decode)?)
+        Ok(self.mixed(prefill, decode, &[])?)
+    }
+
+    fn step_with_adapters(
+        &mut self,
+        prefill: &[PrefillChunk<'_>],
+        decode: &[DecodeRow<'_>],
+        adapters: &[Option<AdapterRef>],
+    ) -> std::result::Result<StepLogits, ferrox_core::Error> {
+        Ok(self.mixed(prefill, decode, adapters)?)
     }
 }

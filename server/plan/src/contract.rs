@@ -41,6 +41,55 @@ pub mod flag {
     pub const PREFILL_CHUNK: &str = "prefill-chunk";
     /// Most requests waiting for admission.
     pub const MAX_QUEUE: &str = "max-queue";
+    /// Serve LoRA adapters (implied by the flags below).
+    pub const ENABLE_LORA: &str = "enable-lora";
+    /// LoRA adapters loaded at start, `name=source` each (vLLM's syntax).
+    pub const LORA_MODULES: &str = "lora-modules";
+    /// Most distinct LoRA adapters in one step (and on the device).
+    pub const MAX_LORAS: &str = "max-loras";
+    /// The largest LoRA rank loaded.
+    pub const MAX_LORA_RANK: &str = "max-lora-rank";
+    /// LoRA adapters kept in host memory (least recently used unloaded).
+    pub const MAX_CPU_LORAS: &str = "max-cpu-loras";
+    /// `POST /v1/load_lora_adapter` and `/v1/unload_lora_adapter` allowed.
+    pub const ALLOW_RUNTIME_LORA_UPDATING: &str = "allow-runtime-lora-updating";
+}
+
+/// What a server serving LoRA adapters is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoraArgs {
+    /// `(name, source)` of each adapter loaded at start.
+    pub modules: Vec<(String, String)>,
+    /// Distinct adapters in one step.
+    pub max_loras: u64,
+    /// The largest rank.
+    pub max_lora_rank: u64,
+    /// Adapters kept in host memory.
+    pub max_cpu_loras: u64,
+    /// The load and unload endpoints allowed.
+    pub runtime_updates: bool,
+}
+
+impl LoraArgs {
+    /// The flags, appended to `args`.
+    fn push_to(&self, args: &mut Vec<String>) {
+        args.push(format!("--{}", flag::ENABLE_LORA));
+        for (name, value) in [
+            (flag::MAX_LORAS, self.max_loras),
+            (flag::MAX_LORA_RANK, self.max_lora_rank),
+            (flag::MAX_CPU_LORAS, self.max_cpu_loras),
+        ] {
+            args.push(format!("--{name}"));
+            args.push(value.to_string());
+        }
+        if self.runtime_updates {
+            args.push(format!("--{}", flag::ALLOW_RUNTIME_LORA_UPDATING));
+        }
+        if !self.modules.is_empty() {
+            args.push(format!("--{}", flag::LORA_MODULES));
+            args.extend(self.modules.iter().map(|(n, s)| format!("{n}={s}")));
+        }
+    }
 }
 
 /// What the operator tells one server: where to serve and the plan.
@@ -77,6 +126,8 @@ pub struct ServeArgs {
     pub prefill_chunk: Option<u64>,
     /// The waiting line's bound, when the spec sets one.
     pub max_queue: Option<u64>,
+    /// LoRA adapters, when the spec has any.
+    pub lora: Option<LoraArgs>,
 }
 
 impl ServeArgs {
@@ -109,6 +160,9 @@ impl ServeArgs {
         }
         if let Some(n) = self.max_queue {
             push(flag::MAX_QUEUE, n.to_string());
+        }
+        if let Some(lora) = &self.lora {
+            lora.push_to(&mut args);
         }
         args
     }
@@ -150,6 +204,16 @@ pub mod metric {
     pub const PLAN_MEMORY_BYTES: &str = "ferrox_plan_memory_bytes";
     /// Blocks of each window pool the server runs with, by `window`.
     pub const PLAN_WINDOW_BLOCKS: &str = "ferrox_plan_window_blocks";
+    /// vLLM's info gauge of LoRA adapters: labels `running_lora_adapters`,
+    /// `waiting_lora_adapters` (comma-separated names) and `max_lora`; the
+    /// value is the Unix time the label set was last seen.
+    pub const LORA_REQUESTS_INFO: &str = "vllm:lora_requests_info";
+    /// Requests submitted for each LoRA adapter, by `adapter`.
+    pub const LORA_REQUESTS: &str = "ferrox_lora_requests_total";
+    /// Each LoRA adapter the server serves, by `adapter`: 1 held in memory,
+    /// 0 known and read in again on its next request (the operator's
+    /// `status.adapters`).
+    pub const LORA_ADAPTER_LOADED: &str = "ferrox_lora_adapter_loaded";
 }
 
 /// What the operator reads from each ferrox-router replica.
@@ -212,6 +276,7 @@ mod tests {
             kv_dtype: KvDtype::Bf16,
             prefill_chunk: Some(256),
             max_queue: None,
+            lora: None,
         };
         let args = a.to_args();
         let value = |f: &str| {
@@ -229,6 +294,37 @@ mod tests {
             assert_eq!(value(f).as_deref(), want, "{f}");
         }
         assert_eq!(args.len(), 1 + 2 * 12);
+        let lora = LoraArgs {
+            modules: vec![
+                ("a".into(), "hf://o/a".into()),
+                ("b".into(), "/adapters/b".into()),
+            ],
+            max_loras: 2,
+            max_lora_rank: 16,
+            max_cpu_loras: 4,
+            runtime_updates: false,
+        };
+        let with = ServeArgs {
+            lora: Some(lora),
+            ..a.clone()
+        }
+        .to_args();
+        let tail: Vec<&str> = with[args.len()..].iter().map(String::as_str).collect();
+        assert_eq!(
+            tail,
+            [
+                "--enable-lora",
+                "--max-loras",
+                "2",
+                "--max-lora-rank",
+                "16",
+                "--max-cpu-loras",
+                "4",
+                "--lora-modules",
+                "a=hf://o/a",
+                "b=/adapters/b"
+            ]
+        );
         // A model with windows gets its window pools; one whose every layer
         // has a window has no KV pool to name.
         let gemma = ServeArgs {

@@ -6,7 +6,7 @@ pub enum PlanError {
     /// One full-length sequence does not fit in the memory given.
     #[error(
         "insufficient memory: {memory_bytes} bytes x {utilization} utilization = {usable_bytes} usable; \
-         weights take {weight_bytes}, activations and runtime {reserve_bytes}, leaving {available_bytes} \
+         weights take {weight_bytes}, activations, runtime and adapters {reserve_bytes}, leaving {available_bytes} \
          for KV, but one {max_model_len}-token sequence needs {kv_per_seq_bytes} bytes of KV"
     )]
     InsufficientMemory {
@@ -16,7 +16,7 @@ pub enum PlanError {
         kv_per_seq_bytes: u64,
         /// Bytes left for KV after weights and reserves (0 if none).
         available_bytes: u64,
-        /// Activation reserve plus runtime overhead.
+        /// Activation reserve, runtime overhead and adapters.
         reserve_bytes: u64,
         /// `memory * utilization`.
         usable_bytes: u64,
@@ -59,8 +59,8 @@ pub enum PlanError {
     },
     /// A pool of a given size does not fit in the memory there is.
     #[error(
-        "the plan needs {total_bytes} bytes (weights {weight_bytes} + KV {kv_bytes} + activations and \
-         runtime {reserve_bytes}), more than the {memory_bytes} bytes there are"
+        "the plan needs {total_bytes} bytes (weights {weight_bytes} + KV {kv_bytes} + activations, \
+         runtime and adapters {reserve_bytes}), more than the {memory_bytes} bytes there are"
     )]
     OverMemory {
         /// Everything the plan counts.
@@ -69,7 +69,7 @@ pub enum PlanError {
         weight_bytes: u64,
         /// Bytes of the KV pool.
         kv_bytes: u64,
-        /// Activation reserve plus runtime overhead.
+        /// Activation reserve, runtime overhead and adapters.
         reserve_bytes: u64,
         /// Memory there is.
         memory_bytes: u64,

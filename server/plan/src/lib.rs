@@ -4,7 +4,7 @@
 //! ```text
 //! kv_bytes_per_token = 2 * layers * kv_heads * head_dim * kv_dtype_bytes
 //! block_bytes        = block_size * kv_bytes_per_token
-//! kv_budget          = memory * utilization - weights - activation_reserve - overhead
+//! kv_budget          = memory * utilization - weights - activation_reserve - overhead - adapters
 //! kv_blocks          = floor(kv_budget / block_bytes)
 //! max_seqs           = min(cap, kv_blocks / ceil(typical_seq_len / block_size))
 //! ```
@@ -16,11 +16,13 @@ use serde::{Deserialize, Serialize};
 pub mod contract;
 mod error;
 mod footprint;
+mod lora;
 mod pools;
 mod window;
 
 pub use error::PlanError;
 pub use footprint::{DeviceKind, Footprint, Footprints};
+pub use lora::LoraPlan;
 pub use pools::{PoolSizes, WindowPlan};
 pub use window::{KvGroupGeometry, SlidingWindow, slides, window_blocks};
 
@@ -175,6 +177,8 @@ pub struct PlanConfig {
     /// Sequence length used to count how many sequences fit; `None` means
     /// `max_model_len` (every sequence may run to full length).
     pub typical_seq_len: Option<u64>,
+    /// Held for LoRA adapters on this device ([`LoraPlan::device_bytes`]).
+    pub adapter_bytes: u64,
 }
 
 /// The cap on concurrent sequences of a [`PlanConfig`] that names none
@@ -258,6 +262,7 @@ impl PlanConfig {
             max_model_len: None,
             max_seqs_cap: None,
             typical_seq_len: None,
+            adapter_bytes: 0,
         }
     }
 
@@ -318,6 +323,9 @@ pub struct Plan {
     pub activation_reserve_bytes: u64,
     /// Bytes held back for the runtime.
     pub overhead_bytes: u64,
+    /// Bytes held for LoRA adapters.
+    #[serde(default)]
+    pub adapter_bytes: u64,
     /// Longest sequence served.
     pub max_model_len: u64,
     /// The window pools beside the KV pool, smallest window first (none for a
@@ -333,12 +341,14 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Everything the plan counts: weights + KV + activations + overhead.
+    /// Everything the plan counts: weights + KV + activations + overhead
+    /// + adapters.
     pub fn total_bytes(&self) -> u64 {
         self.weight_bytes
             .saturating_add(self.kv_budget_bytes)
             .saturating_add(self.activation_reserve_bytes)
             .saturating_add(self.overhead_bytes)
+            .saturating_add(self.adapter_bytes)
     }
 
     /// Blocks of each window pool, smallest window first.
@@ -359,7 +369,8 @@ pub fn plan(geometry: &ModelGeometry, config: &PlanConfig) -> Result<Plan, PlanE
     let usable = (config.memory_bytes as f64 * config.utilization).floor() as u64;
     let reserve = config
         .activation_reserve(geometry)
-        .saturating_add(config.overhead(geometry));
+        .saturating_add(config.overhead(geometry))
+        .saturating_add(config.adapter_bytes);
     let available = usable
         .saturating_sub(geometry.weight_bytes)
         .saturating_sub(reserve);
@@ -480,7 +491,8 @@ fn within_memory(config: &PlanConfig, plan: Plan) -> Result<Plan, PlanError> {
             total_bytes: plan.total_bytes(),
             weight_bytes: plan.weight_bytes,
             kv_bytes: plan.kv_budget_bytes,
-            reserve_bytes: plan.activation_reserve_bytes + plan.overhead_bytes,
+            reserve_bytes: (plan.activation_reserve_bytes + plan.overhead_bytes)
+                .saturating_add(plan.adapter_bytes),
             memory_bytes: config.memory_bytes,
         });
     }

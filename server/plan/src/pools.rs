@@ -231,6 +231,7 @@ impl Layout {
             kv_budget_bytes: self.bytes(pools),
             activation_reserve_bytes: config.activation_reserve(geometry),
             overhead_bytes: config.overhead(geometry),
+            adapter_bytes: config.adapter_bytes,
             max_model_len,
             windows: Vec::new(),
             params: geometry.params,

@@ -238,7 +238,7 @@ fn refusal_names_every_number() {
     for part in [
         "25769803776 bytes x 0.9 utilization = 23192823398 usable",
         "weights take 141107412992",
-        "activations and runtime 1024",
+        "activations, runtime and adapters 1024",
         "leaving 0 for KV",
         "one 131072-token sequence needs 42949672960 bytes of KV",
     ] {

@@ -95,14 +95,16 @@ impl Prompter {
         })
     }
 
-    /// The chain hasher of a request with `cache_salt`; `None` when the
-    /// server caches no prefixes.
-    pub fn hasher(&self, cache_salt: Option<&str>) -> Option<BlockHasher> {
+    /// The chain hasher of a request for the LoRA adapter whose cache key
+    /// is `adapter_key` (the base model: `None`) with `cache_salt`; `None`
+    /// when the server caches no prefixes.
+    pub fn hasher(
+        &self,
+        adapter_key: Option<&str>,
+        cache_salt: Option<&str>,
+    ) -> Option<BlockHasher> {
         let h = self.hasher.as_ref()?;
-        Some(match cache_salt {
-            Some(salt) => h.salted(salt),
-            None => h.clone(),
-        })
+        Some(h.for_request(adapter_key, cache_salt))
     }
 
     /// The prompt tokens of a chat request, as the server submits them.

@@ -177,6 +177,54 @@ check_router_killed() {
   fi
 }
 
+# A LoRA adapter on a hostPath PersistentVolume (pvc://), declared in
+# spec.adapters: the pod serves it, the router sends `model: <adapter>` to
+# it, and the status counts the replica serving it.
+check_router_lora() {
+  local name=smol-lora dir="$NODE_DIR/pv/lora" url body
+  mkdir -p "$dir" || { bad "lora: mkdir"; return; }
+  python3 -c "import sys, pathlib; sys.path.insert(0, 'tests/server'); import lora_adapters
+lora_adapters.write(pathlib.Path(sys.argv[1]), 8, 7, scale=0.5)" "$dir/sql" && chmod -R a+rX "$dir" ||
+    { bad "lora: writing the adapter"; return; }
+  kubectl apply -f - >/dev/null <<YAML || { bad "lora: PV/PVC"; return; }
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: ferrox-lora}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadOnlyMany]
+  storageClassName: ""
+  claimRef: {namespace: default, name: lora-adapters}
+  hostPath: {path: $dir, type: Directory}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: lora-adapters, namespace: default}
+spec:
+  accessModes: [ReadOnlyMany]
+  storageClassName: ""
+  volumeName: ferrox-lora
+  resources: {requests: {storage: 1Gi}}
+YAML
+  small_md "$name" 2Gi 250m "  replicas: 1
+  adapters: [{name: sql, source: 'pvc://lora-adapters/sql'}]
+  lora: {maxLoras: 1, maxLoraRank: 16}" | kubectl apply -f - >/dev/null || { bad "apply $name"; return; }
+  url=$(router_url)
+  if wait_for "md_ready $name" 240 && wait_for "router_knows sql" 60 && wait_for "chat $url sql" 30; then
+    body=$(curl -sf --max-time 60 "$url/v1/chat/completions" -H 'Content-Type: application/json' -d "${CHAT/smollm2/sql}")
+    if [[ $(python3 -c 'import json,sys; print(json.load(sys.stdin)["model"])' <<<"$body") == sql ]] &&
+      wait_for "[ \"\$(md_field $name '{.status.adapters[?(@.name==\"sql\")].replicas}')\" = 1 ]" 30; then
+      ok "a LoRA adapter from a hostPath PV (pvc://lora-adapters/sql): served by its pod, \`model: sql\` through the router answers as sql, status.adapters counts 1 replica"
+    else
+      bad "lora: answer '$body', status.adapters '$(md_field $name '{.status.adapters}')'"
+    fi
+  else
+    dump; bad "lora: $name not Ready, or the router does not serve sql"
+  fi
+  kubectl delete md "$name" --wait=true --timeout 90s >>"$NODE_DIR/logs/kubectl.log" 2>&1
+  kubectl delete pvc lora-adapters --wait=false >/dev/null; kubectl delete pv ferrox-lora --wait=false >/dev/null
+}
+
 run_router_checks() {
   # Room on a 2-core node for the router's models.
   kubectl scale md "$MD" --replicas 1 >/dev/null
@@ -186,5 +234,6 @@ run_router_checks() {
   check_replica_deleted
   check_router_killed
   kubectl delete md "$PREFIX" --wait=true --timeout 90s >>"$NODE_DIR/logs/kubectl.log" 2>&1
+  check_router_lora
   ROUTER_FIGURES="${ZERO_FIGURES:-?}; ${PREFIX_FIGURES:-?}"
 }

@@ -125,7 +125,7 @@ fn admission_counts_blocks_in_every_pool() {
     // has room.
     push(&[1; 12], 4);
     push(&[1; 12], 4);
-    let first = l.pop_admissible(0, 4, &pools).ok().unwrap();
+    let first = l.pop_admissible(0, 4, no_adapters(), &pools).ok().unwrap();
     assert_eq!(
         first
             .leases
@@ -135,7 +135,7 @@ fn admission_counts_blocks_in_every_pool() {
         [4, 4]
     );
     assert_eq!(
-        l.pop_admissible(1, 4, &pools).err(),
+        l.pop_admissible(1, 4, no_adapters(), &pools).err(),
         Some(Blocked::BlockCap)
     );
     let s = pools.stats();
@@ -145,7 +145,7 @@ fn admission_counts_blocks_in_every_pool() {
         "a refusal takes nothing"
     );
     drop(first);
-    assert!(l.pop_admissible(0, 4, &pools).is_ok());
+    assert!(l.pop_admissible(0, 4, no_adapters(), &pools).is_ok());
 }
 
 /// One full-attention pool of `n` blocks.
@@ -155,6 +155,16 @@ fn pools(n: usize) -> KvPools {
         blocks: n,
     };
     KvPools::new(&[spec], 0)
+}
+
+static NONE_RUNNING: std::sync::LazyLock<std::collections::HashSet<String>> =
+    std::sync::LazyLock::new(Default::default);
+
+fn no_adapters() -> AdapterCap<'static> {
+    AdapterCap {
+        running: &NONE_RUNNING,
+        max: 1,
+    }
 }
 
 fn line(max: usize) -> (WaitingLine, Arc<LineBound>) {
@@ -187,7 +197,10 @@ fn the_bound_counts_from_the_door_to_admission_or_cancel() {
     join(&mut l, &bound, &[1], 3, None);
     assert_eq!(bound.enter(), Err(EngineError::QueueFull { max_queue: 2 }));
     let pool = pools(8);
-    let got = l.pop_admissible(0, 4, &pool).ok().map(|x| x.job.id);
+    let got = l
+        .pop_admissible(0, 4, no_adapters(), &pool)
+        .ok()
+        .map(|x| x.job.id);
     assert_eq!((got, bound.waiting()), (Some(a), 1));
     assert_eq!(l.remove(|_| true).len(), 1);
     assert_eq!((bound.waiting(), l.len()), (0, 0));
@@ -203,11 +216,17 @@ fn strict_fifo_a_head_that_does_not_fit_stops_the_line() {
     // (prompt, max_tokens): 6 blocks, then 1.
     let big = join(&mut l, &bound, &[1; 4], 20, None);
     join(&mut l, &bound, &[1; 2], 2, None);
-    assert_eq!(l.pop_admissible(0, 4, &pool).err(), Some(Blocked::BlockCap));
+    assert_eq!(
+        l.pop_admissible(0, 4, no_adapters(), &pool).err(),
+        Some(Blocked::BlockCap)
+    );
     assert_eq!(l.len(), 2, "the small one did not skip ahead");
     assert_eq!(pool.used(), 4, "a refused head takes nothing");
     drop(_held);
-    let first = l.pop_admissible(0, 4, &pool).ok().map(|a| a.job.id);
+    let first = l
+        .pop_admissible(0, 4, no_adapters(), &pool)
+        .ok()
+        .map(|a| a.job.id);
     assert_eq!(first, Some(big));
 }
 
@@ -215,10 +234,54 @@ fn strict_fifo_a_head_that_does_not_fit_stops_the_line() {
 fn the_sequence_cap_and_the_empty_line() {
     let (mut l, bound) = line(8);
     let pool = pools(8);
-    assert_eq!(l.pop_admissible(0, 1, &pool).err(), Some(Blocked::Empty));
+    assert_eq!(
+        l.pop_admissible(0, 1, no_adapters(), &pool).err(),
+        Some(Blocked::Empty)
+    );
     join(&mut l, &bound, &[1], 1, None);
-    assert_eq!(l.pop_admissible(1, 1, &pool).err(), Some(Blocked::SeqCap));
-    assert!(l.pop_admissible(0, 1, &pool).is_ok());
+    assert_eq!(
+        l.pop_admissible(1, 1, no_adapters(), &pool).err(),
+        Some(Blocked::SeqCap)
+    );
+    assert!(l.pop_admissible(0, 1, no_adapters(), &pool).is_ok());
+}
+
+#[test]
+fn a_head_whose_adapter_cannot_join_stops_the_line() {
+    let (mut l, bound) = line(8);
+    let pool = pools(16);
+    let adapter = |name: &str| {
+        let a = ferrox_core::AdapterRef::new(name, &format!("{name}@0"), Arc::new(()));
+        let mut r = request(&[1, 2], 2);
+        r.adapter = Some(a);
+        r
+    };
+    let push = |l: &mut WaitingLine, r, id| {
+        bound.enter().unwrap();
+        l.push(job(id, r, &config()));
+    };
+    push(&mut l, adapter("c"), 0);
+    push(&mut l, request(&[1], 1), 1);
+    push(&mut l, adapter("a"), 2);
+    let running: std::collections::HashSet<String> = ["a@0".to_string(), "b@0".into()].into();
+    let cap = |max| AdapterCap {
+        running: &running,
+        max,
+    };
+    // Two adapters run, max two: "c" waits and the base request behind it too.
+    assert_eq!(
+        l.pop_admissible(2, 8, cap(2), &pool).err(),
+        Some(Blocked::AdapterCap)
+    );
+    assert_eq!(l.len(), 3);
+    // Room for a third: "c" goes, then the base request, then "a" (running).
+    let order: Vec<u64> = (0..3)
+        .map(|_| l.pop_admissible(2, 8, cap(3), &pool).ok().unwrap().job.id)
+        .collect();
+    assert_eq!(order, [0, 1, 2]);
+    // A running adapter always joins, whatever the cap.
+    push(&mut l, adapter("b"), 3);
+    assert!(l.pop_admissible(2, 8, cap(1), &pool).is_ok());
 }
 
 #[test]
@@ -229,18 +292,31 @@ fn a_cached_prefix_is_pinned_not_reserved_twice() {
     let prompt: Vec<u32> = (0..17).collect();
     // 17 + 3 tokens: 5 blocks, 4 of them full prompt blocks.
     join(&mut l, &bound, &prompt, 3, Some(&h));
-    let mut first = l.pop_admissible(0, 4, &pool).ok().unwrap().leases.remove(0);
+    let mut first = l
+        .pop_admissible(0, 4, no_adapters(), &pool)
+        .ok()
+        .unwrap()
+        .leases
+        .remove(0);
     assert_eq!(first.cached_blocks(), 0);
     first.commit(5, &h.chain(&prompt));
     // While the first holds 5 of 8 blocks, an equal request needs only
     // its own last block: it fits in the 3 left.
     join(&mut l, &bound, &prompt, 3, Some(&h));
-    let second = l.pop_admissible(1, 4, &pool).ok().unwrap().leases.remove(0);
+    let second = l
+        .pop_admissible(1, 4, no_adapters(), &pool)
+        .ok()
+        .unwrap()
+        .leases
+        .remove(0);
     assert_eq!(second.cached_blocks(), 4);
     assert_eq!(pool.used(), 6);
     // Without hashes (the cache off) the same request does not fit.
     join(&mut l, &bound, &prompt, 3, None);
-    assert_eq!(l.pop_admissible(2, 4, &pool).err(), Some(Blocked::BlockCap));
+    assert_eq!(
+        l.pop_admissible(2, 4, no_adapters(), &pool).err(),
+        Some(Blocked::BlockCap)
+    );
 }
 
 #[test]
@@ -250,11 +326,21 @@ fn the_last_prompt_token_is_always_computed() {
     let pool = pools(16);
     let prompt: Vec<u32> = (0..8).collect();
     join(&mut l, &bound, &prompt, 1, Some(&h));
-    let mut first = l.pop_admissible(0, 4, &pool).ok().unwrap().leases.remove(0);
+    let mut first = l
+        .pop_admissible(0, 4, no_adapters(), &pool)
+        .ok()
+        .unwrap()
+        .leases
+        .remove(0);
     first.commit(2, &h.chain(&prompt));
     drop(first);
     // Both blocks are cached, but the second is recomputed.
     join(&mut l, &bound, &prompt, 1, Some(&h));
-    let again = l.pop_admissible(0, 4, &pool).ok().unwrap().leases.remove(0);
+    let again = l
+        .pop_admissible(0, 4, no_adapters(), &pool)
+        .ok()
+        .unwrap()
+        .leases
+        .remove(0);
     assert_eq!(again.cached_blocks(), 1);
 }

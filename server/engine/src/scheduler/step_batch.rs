@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use ferrox_core::batch_model::{PrefillChunk, StepLogits};
-use ferrox_core::{BatchModel, DecodeRow, PoolSpec};
+use ferrox_core::{AdapterRef, BatchModel, DecodeRow, PoolSpec};
 
 use crate::job::RequestId;
 use crate::row::Row;
@@ -48,7 +48,15 @@ pub(super) fn run_step<M: BatchModel>(
             tables,
         })
         .collect();
-    model.step(&prefill, &decode)
+    // One adapter per chunk, then per decode row; none at all without any.
+    let adapters: Vec<Option<AdapterRef>> = (chunk_rows.iter().map(|(r, _)| *r))
+        .chain(decode_rows.iter().copied())
+        .map(|r| r.adapter.clone())
+        .collect();
+    if adapters.iter().all(Option::is_none) {
+        return model.step(&prefill, &decode);
+    }
+    model.step_with_adapters(&prefill, &decode, &adapters)
 }
 
 /// Prompt tokens and position of a row's next chunk of `n` tokens.

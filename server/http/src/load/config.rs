@@ -90,6 +90,10 @@ pub struct ServeConfig {
     pub tool_call_parser: ParserChoice,
     /// The HTTP edge: keys, timeouts, connection cap, liveness bound.
     pub http: HttpConfig,
+    /// LoRA adapters; `None` serves none.
+    pub lora: Option<crate::load::adapters::LoraConfig>,
+    /// Where downloads (adapters at run time) go.
+    pub fetch: ferrox_fetch::FetchConfig,
 }
 
 /// Default of `--read-timeout`, seconds.

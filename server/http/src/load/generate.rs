@@ -94,6 +94,7 @@ pub fn run(config: &GenerateConfig) -> anyhow::Result<()> {
         ignore_eos: false,
         text: Box::new(Stream::new(Arc::new(text.tokenizer), true)),
         constraint: None,
+        adapter: None,
     };
     let mut submission = handle.submit(request, Instant::now())?;
     let mut out = std::io::stdout().lock();

@@ -1,5 +1,6 @@
 //! The model side: configuration, loading and KV sizing, the text side, generate and inspect.
 
+pub mod adapters;
 pub mod config;
 pub mod generate;
 pub mod inspect;

@@ -10,14 +10,16 @@ use ferrox_models::attention::AttentionBackend;
 use ferrox_models::memory::DeviceMemory;
 use ferrox_models::memory::MemorySource;
 use ferrox_plan::{
-    DEFAULT_TYPICAL_SEQ_LEN, DeviceKind, KvDtype, MemoryKind, Plan, PlanConfig, plan_default,
-    plan_for_kv_bytes, plan_for_pools,
+    DEFAULT_TYPICAL_SEQ_LEN, DeviceKind, KvDtype, LoraPlan, MemoryKind, Plan, PlanConfig,
+    plan_default, plan_for_kv_bytes, plan_for_pools,
 };
 
+use crate::load::adapters::AdapterStore;
 use crate::load::config::{KvSizing, ServeConfig};
 use crate::load::text::CoreFrontend;
 use crate::serve::state::Loaded;
 use crate::tools::parser::ToolSetup;
+use ferrox_models::lora::LoraShapes;
 
 /// What the server runs with: the engine's limits, the plan behind them and
 /// the memory figure it was made from.
@@ -61,6 +63,7 @@ pub fn size(
         // for requests of this many tokens (admission reserves each one's own).
         typical_seq_len: Some(DEFAULT_TYPICAL_SEQ_LEN),
         activation_reserve_bytes: activation,
+        adapter_bytes: lora_plan(cfg).map_or(0, |l| l.device_bytes(&geometry, device)),
         ..PlanConfig::for_device(device)
     };
     let (planned, sized_by) = match &cfg.kv {
@@ -115,6 +118,7 @@ pub fn size(
         prefix_caching: cfg.prefix_caching,
         // Everything but the tokens that decides what a block's KV holds.
         cache_salt: format!("{}|kv={kv_dtype}", cfg.model.display()),
+        max_loras: cfg.lora.as_ref().map_or(1, |l| l.max_loras),
     };
     Ok(Sizing {
         engine,
@@ -143,6 +147,15 @@ impl Sizing {
             max_model_len: self.engine.max_model_len,
         }
     }
+}
+
+/// The adapters the plan counts, if the server serves any.
+fn lora_plan(cfg: &ServeConfig) -> Option<LoraPlan> {
+    cfg.lora.as_ref().map(|l| LoraPlan {
+        max_loras: l.max_loras as u64,
+        max_lora_rank: l.max_lora_rank as u64,
+        max_cpu_loras: l.max_cpu_loras as u64,
+    })
 }
 
 /// Free memory the server takes what it can use of; a limit or a GPU was
@@ -225,15 +238,28 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
         }
     };
     log_plan(&sizing);
+    let adapters = cfg
+        .lora
+        .as_ref()
+        .map(|l| {
+            AdapterStore::start(
+                &cfg.served_model_name,
+                l,
+                &cfg.fetch,
+                LoraShapes::of(decoder.spec()),
+            )
+        })
+        .transpose()?;
     // One pool per KV group, in the order the model lists its groups.
     let blocks: Vec<usize> = sizing.engine.pools().iter().map(|p| p.blocks).collect();
-    let model = ferrox_models::PagedModel::with_pools(
+    let mut model = ferrox_models::PagedModel::with_pools(
         decoder,
         &blocks,
         sizing.engine.block_size,
         sizing.kv_dtype,
     )
     .context("allocating the KV cache")?;
+    model.set_max_loras(sizing.engine.max_loras);
     let eos = text.end_of_generation.ids().to_vec();
     let template = text.chat_template.as_ref().map(|t| t.source());
     let tools = ToolSetup::new(cfg.tool_call_parser, template);
@@ -245,6 +271,9 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
         .context("starting the worker thread")?;
     engine.metrics().set_plan(&sizing.info(cfg));
     engine.metrics().set_model_name(&cfg.served_model_name);
+    if adapters.is_some() {
+        engine.metrics().enable_lora(sizing.engine.max_loras);
+    }
     tracing::info!(
         secs = started.elapsed().as_secs_f64(),
         "model {} loaded",
@@ -255,6 +284,7 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
         frontend: Arc::new(frontend),
         tools,
         stall,
+        adapters,
     })
 }
 
@@ -370,6 +400,12 @@ mod tests {
             prefix_caching: true,
             default_max_tokens: 1024,
             tool_call_parser: crate::tools::parser::ParserChoice::Auto,
+            lora: None,
+            fetch: ferrox_fetch::FetchConfig {
+                cache_dir: "/nonexistent".into(),
+                hf_token: None,
+                hf_endpoint: None,
+            },
         }
     }
 

@@ -32,6 +32,12 @@ pub enum ApiError {
     /// The request names a model this server does not serve.
     #[error("the model `{0}` does not exist")]
     UnknownModel(String),
+    /// A LoRA adapter to unload that the server does not have.
+    #[error("the LoRA adapter {0:?} cannot be found")]
+    UnknownAdapter(String),
+    /// The server was not started to allow this.
+    #[error("{0}")]
+    Forbidden(String),
     /// No such route.
     #[error("no such route")]
     NoRoute,
@@ -109,6 +115,13 @@ impl ApiError {
                 Some("model".into()),
                 Some("model_not_found"),
             ),
+            ApiError::UnknownAdapter(_) => (
+                S::NOT_FOUND,
+                invalid,
+                Some("lora_name".into()),
+                Some("model_not_found"),
+            ),
+            ApiError::Forbidden(_) => (S::FORBIDDEN, "permission_error", None, None),
             ApiError::NoRoute => (S::NOT_FOUND, invalid, None, None),
             ApiError::Prompt(_) => (S::BAD_REQUEST, invalid, Some("prompt".into()), None),
             ApiError::Unavailable(_) => (S::SERVICE_UNAVAILABLE, "service_unavailable", None, None),
@@ -217,6 +230,8 @@ mod tests {
             (ApiError::TooLarge { limit: 1 }, 413),
             (ApiError::invalid("n", "n must be 1"), 400),
             (ApiError::UnknownModel("m".into()), 404),
+            (ApiError::UnknownAdapter("a".into()), 404),
+            (ApiError::Forbidden("off".into()), 403),
             (ApiError::Unavailable("loading".into()), 503),
             (EngineError::QueueFull { max_queue: 1 }.into(), 429),
             (EngineError::Draining.into(), 503),

@@ -1,9 +1,12 @@
 //! Turns a parsed OpenAI request into the engine's `GenerationRequest`:
 //! tokenize or template the prompt, settle max_tokens, map the knobs.
 
-use ferrox_core::{ChatMessage, RenderOptions};
+use std::sync::Arc;
+
+use ferrox_core::{AdapterRef, ChatMessage, RenderOptions};
 use ferrox_engine::GenerationRequest;
 
+use crate::load::adapters::AdapterStore;
 use crate::openai::chat_request::ChatRequest;
 use crate::openai::error::ApiError;
 use crate::openai::request::{CompletionRequest, Knobs, Prompt};
@@ -136,6 +139,8 @@ pub struct PrepareConfig {
     pub max_queue: usize,
     /// How the model calls tools.
     pub tools: ToolSetup,
+    /// The LoRA adapters a request's `model` may name; `None`: none.
+    pub adapters: Option<Arc<AdapterStore>>,
 }
 
 impl PrepareConfig {
@@ -176,11 +181,29 @@ impl PrepareConfig {
         })
     }
 
-    /// Refuses a request that names another model.
+    /// Refuses a request that names neither the served model nor one of
+    /// its LoRA adapters.
     pub fn check_model(&self, asked: Option<&str>) -> Result<(), ApiError> {
         match asked {
-            Some(m) if m != self.model_name => Err(ApiError::UnknownModel(m.to_string())),
+            Some(m)
+                if m != self.model_name
+                    && !self.adapters.as_ref().is_some_and(|a| a.contains(m)) =>
+            {
+                Err(ApiError::UnknownModel(m.to_string()))
+            }
             _ => Ok(()),
+        }
+    }
+
+    /// The LoRA adapter a request's `model` names (read into memory if it
+    /// was unloaded); `None` for the served model itself.
+    pub fn adapter(&self, asked: Option<&str>) -> Result<Option<AdapterRef>, ApiError> {
+        let Some(m) = asked.filter(|m| *m != self.model_name) else {
+            return Ok(None);
+        };
+        match self.adapters.as_ref().and_then(|a| a.get(m)) {
+            Some(found) => found.map(Some),
+            None => Err(ApiError::UnknownModel(m.to_string())),
         }
     }
 }
@@ -191,7 +214,7 @@ pub fn completion(
     f: &dyn Frontend,
     c: &PrepareConfig,
 ) -> Result<Prepared, ApiError> {
-    c.check_model(r.knobs.model.as_deref())?;
+    let adapter = c.adapter(r.knobs.model.as_deref())?;
     r.check_supported()?;
     let prompts: Vec<(Option<String>, Option<Vec<u32>>)> = match std::mem::take(&mut r.prompt) {
         Prompt::Text(t) => vec![(Some(t), None)],
@@ -203,10 +226,13 @@ pub fn completion(
         return Err(ApiError::invalid("prompt", "the prompt list is empty"));
     }
     c.check_choices(&r.knobs, prompts.len())?;
-    let jobs = prompts
+    let mut jobs = prompts
         .into_iter()
         .map(|(text, ids)| completion_job(&r, text, ids, f, c))
         .collect::<Result<Vec<_>, _>>()?;
+    for job in &mut jobs {
+        job.req.adapter = adapter.clone();
+    }
     Ok(Prepared {
         jobs,
         n: r.knobs.choices(),
@@ -269,7 +295,7 @@ fn completion_job(
 /// Prepares a `/v1/chat/completions` request; one without `max_tokens`
 /// gets `default_max_tokens`, capped by what `max_model_len` leaves.
 pub fn chat(r: ChatRequest, f: &dyn Frontend, c: &PrepareConfig) -> Result<Prepared, ApiError> {
-    c.check_model(r.knobs.model.as_deref())?;
+    let adapter = c.adapter(r.knobs.model.as_deref())?;
     r.check_supported()?;
     c.check_choices(&r.knobs, 1)?;
     let tools = r.tool_request()?;
@@ -294,6 +320,7 @@ pub fn chat(r: ChatRequest, f: &dyn Frontend, c: &PrepareConfig) -> Result<Prepa
     let logprobs = (r.logprobs == Some(true)).then(|| r.top_logprobs.unwrap_or(0) as usize);
     let prompt_logprobs = r.knobs.prompt_logprobs_k();
     let mut req = request(prompt, max_tokens, (logprobs, prompt_logprobs), &r.knobs, f)?;
+    req.adapter = adapter;
     if let (Some(t), Some(shape)) = (&tools, tool_shape)
         && t.forced()
     {
@@ -450,6 +477,8 @@ fn request(
         ignore_eos: knobs.ignore_eos == Some(true),
         text: f.detokenizer(knobs.skip_special_tokens != Some(false)),
         constraint: constraint(knobs, f)?,
+        // Set from the request's `model` by the endpoint.
+        adapter: None,
     })
 }
 

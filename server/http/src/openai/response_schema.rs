@@ -304,6 +304,17 @@ pub struct ModelCard {
     pub owned_by: String,
     /// The context the server runs with; null while loading.
     pub max_model_len: Option<usize>,
+    /// Where it was loaded from: a LoRA adapter's source (vLLM's `root`);
+    /// null for the served model.
+    pub root: Option<String>,
+    /// A LoRA adapter's base: the served model's name (vLLM's `parent`);
+    /// null for the served model.
+    pub parent: Option<String>,
+    /// A LoRA adapter's prefix-cache key (its name and the digest of its
+    /// weights), which a router hashes prompts with; absent for the
+    /// served model and for an adapter not in memory now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_key: Option<String>,
 }
 
 /// `POST /tokenize`.

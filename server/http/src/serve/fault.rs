@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use ferrox_core::batch_model::{PrefillChunk, StepLogits};
-use ferrox_core::{BatchModel, DecodeRow, Error, PoolSpec, Tables};
+use ferrox_core::{AdapterRef, BatchModel, DecodeRow, Error, PoolSpec, Tables};
 
 /// The environment variable naming the request id that stalls the worker.
 pub const STALL_ENV: &str = "FERROX_FAULT_STALL_REQUEST_ID";
@@ -106,6 +106,16 @@ impl<M: BatchModel> BatchModel for Stalling<M> {
     ) -> Result<StepLogits, Error> {
         self.hang_while_armed();
         self.inner.step(prefill, decode)
+    }
+
+    fn step_with_adapters(
+        &mut self,
+        prefill: &[PrefillChunk<'_>],
+        decode: &[DecodeRow<'_>],
+        adapters: &[Option<AdapterRef>],
+    ) -> Result<StepLogits, Error> {
+        self.hang_while_armed();
+        self.inner.step_with_adapters(prefill, decode, adapters)
     }
 }
 

@@ -11,7 +11,7 @@ use utoipa::openapi::path::Operation;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
 
 use crate::openai::response_schema::{ChatCompletionChunk, CompletionChunk};
-use crate::serve::routes::{self, Access, Verb, info, prefix};
+use crate::serve::routes::{self, Access, Verb, info, lora, prefix};
 
 /// The security scheme's name in the document.
 pub const BEARER: &str = "bearer";
@@ -28,6 +28,8 @@ pub const BEARER: &str = "bearer";
         routes::chat_completions,
         routes::responses,
         info::models,
+        lora::load_lora_adapter,
+        lora::unload_lora_adapter,
         routes::tokenize,
         routes::detokenize,
         info::tokenizer_info,

@@ -36,6 +36,7 @@ use crate::serve::state::{AppState, Loaded};
 use crate::tools::parser::{finish_reason, parse_answer};
 
 pub(crate) mod info;
+pub(crate) mod lora;
 pub(crate) mod prefix;
 
 /// Who may call a route.
@@ -95,6 +96,18 @@ pub fn table() -> Vec<Route> {
         route(Post, "/v1/chat/completions", Keyed, chat_completions),
         route(Post, "/v1/responses", Keyed, responses),
         route(Get, "/v1/models", Keyed, info::models),
+        route(
+            Post,
+            "/v1/load_lora_adapter",
+            Keyed,
+            lora::load_lora_adapter,
+        ),
+        route(
+            Post,
+            "/v1/unload_lora_adapter",
+            Keyed,
+            lora::unload_lora_adapter,
+        ),
         route(Post, "/tokenize", Keyed, tokenize),
         route(Post, "/detokenize", Keyed, detokenize),
         route(Get, "/tokenizer_info", Keyed, info::tokenizer_info),
@@ -277,6 +290,7 @@ fn prepare_config(s: &AppState, loaded: &Loaded) -> PrepareConfig {
         default_max_tokens: s.default_max_tokens(),
         max_queue: loaded.engine.config().max_queue,
         tools: loaded.tools,
+        adapters: loaded.adapters.clone(),
     }
 }
 
@@ -300,7 +314,10 @@ async fn answer(s: &AppState, p: Prepared, headers: &HeaderMap, reply: Reply) ->
     loaded.stall.on_request(header_id);
     let (choices, shape) = p.requests();
     let (requests, metas): (Vec<_>, Vec<_>) = choices.into_iter().unzip();
-    let env = envelope(s, &shape, header_id);
+    // The answer names what was asked for: the adapter, else the model.
+    let adapter = requests.first().and_then(|r| r.adapter.as_ref());
+    let model = adapter.map_or_else(|| s.model_name().to_string(), |a| a.name().to_string());
+    let env = envelope(&model, &shape, header_id);
     tracing::debug!(id = %env.id, choices = requests.len(), "request submitted");
     let requests = requests.into_iter().map(|mut r| {
         r.request_id = Some(env.id.clone());
@@ -439,7 +456,7 @@ fn header_request_id(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
 /// The envelope of one answer: its id is `<prefix>-<request id>` when the
 /// client named the request (the header first, then the body), else
 /// `<prefix>-<a clock-derived hex>`.
-fn envelope(s: &AppState, shape: &Shape, header_id: Option<&str>) -> Envelope {
+fn envelope(model: &str, shape: &Shape, header_id: Option<&str>) -> Envelope {
     let kind = shape.kind;
     let request_id = header_id.or(shape.request_id.as_deref());
     let created = SystemTime::now()
@@ -459,7 +476,7 @@ fn envelope(s: &AppState, shape: &Shape, header_id: Option<&str>) -> Envelope {
             |id| format!("{prefix}-{id}"),
         ),
         created,
-        model: s.model_name().to_string(),
+        model: model.to_string(),
         token_ids: shape.token_ids,
     }
 }

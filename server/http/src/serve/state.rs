@@ -21,6 +21,8 @@ pub struct Loaded {
     pub tools: crate::tools::parser::ToolSetup,
     /// The test-only stall switch (inert unless its variable is set).
     pub stall: crate::serve::fault::StallSwitch,
+    /// The LoRA adapters; `None` when the server serves none.
+    pub adapters: Option<Arc<crate::load::adapters::AdapterStore>>,
 }
 
 /// Handler state. Cheap to clone.

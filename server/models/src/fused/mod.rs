@@ -8,6 +8,10 @@
 //! layers and steps, so a step allocates only the tensors candle hands on
 //! (q/k/v, attention).
 //!
+//! LoRA adapters hook in after each targeted projection's base matmul (see
+//! `crate::lora`): q/k/v before their biases, norms and RoPE, o and down
+//! before their post-norms, gate and up before the activation.
+//!
 //! The op-by-op path in `decoder.rs` stays the reference (and the path of
 //! every other device); the tests check the two agree.
 
@@ -24,9 +28,14 @@ use crate::error::Result;
 type KernelResult = std::result::Result<(), ferrox_kernels::Error>;
 use crate::layer::{Ffn, Layer, Mlp, Projection};
 use crate::linear::Linear;
+use crate::lora::LoraStep;
 use crate::spec::{Activation, FeedForward};
 
 pub(crate) use moe::FusedMoe;
+
+/// A step's adapters and the layer they are applied in (`None`: no row of
+/// the step has an adapter).
+pub(crate) type LoraAt<'a> = Option<(&'a LoraStep<'a>, usize)>;
 
 /// Head and MLP sizes the fused ops need.
 #[derive(Debug, Clone, Copy)]
@@ -49,12 +58,14 @@ impl Dims {
 }
 
 /// Buffers every fused op reuses: quantised activations, the MLP's gate/up
-/// output, and a projection's output on its way through a post-norm.
+/// output, a projection's output on its way through a post-norm, and a LoRA
+/// update's f32 input (a normed residual, the MLP's activation).
 #[derive(Debug, Default)]
 pub(crate) struct Scratch {
     acts: QActs,
     gate_up: Vec<f32>,
     out: Vec<f32>,
+    lora_in: Vec<f32>,
     moe: moe::MoeScratch,
 }
 
@@ -230,11 +241,13 @@ impl FusedLayer {
         x: &Tensor,
         (cos, sin): (&Tensor, &Tensor),
         dims: Dims,
+        lora: LoraAt<'_>,
         scratch: &Mutex<Scratch>,
     ) -> Result<Tensor> {
         let op = ops::QkvOp {
             layer: self,
             dims,
+            lora,
             scratch,
         };
         Ok(x.apply_op3_no_bwd(cos, sin, &op)?)
@@ -246,6 +259,7 @@ impl FusedLayer {
         x: &Tensor,
         attn: &Tensor,
         eps: f32,
+        lora: LoraAt<'_>,
         scratch: &Mutex<Scratch>,
     ) -> Result<()> {
         let op = ops::ResidualOp {
@@ -253,20 +267,29 @@ impl FusedLayer {
             bias: self.o_bias.as_deref(),
             post_norm: self.post_attn_norm.as_deref(),
             eps,
+            lora,
             scratch,
         };
         Ok(x.inplace_op2(&attn.contiguous()?, &op)?)
     }
 
     /// `x += post_norm(ffn(h))` with `h = rms_norm(x)`, in place: the
-    /// gated MLP, or the mixture of experts.
-    pub(crate) fn mlp(&self, x: &Tensor, dims: Dims, scratch: &Mutex<Scratch>) -> Result<()> {
+    /// gated MLP (with its LoRA hook), or the mixture of experts (adapters
+    /// never target experts: `LoraShapes` refuses them).
+    pub(crate) fn mlp(
+        &self,
+        x: &Tensor,
+        dims: Dims,
+        lora: LoraAt<'_>,
+        scratch: &Mutex<Scratch>,
+    ) -> Result<()> {
         match &self.ffn {
             FusedFfn::Dense { gate_up, act, down } => {
                 let op = ops::MlpOp {
                     layer: self,
                     mlp: (gate_up, *act, down),
                     dims,
+                    lora,
                     scratch,
                 };
                 Ok(x.inplace_op1(&op)?)

@@ -5,7 +5,8 @@ use std::sync::{Mutex, MutexGuard};
 use candle_core::{CpuStorage, CustomOp1, CustomOp3, InplaceOp1, InplaceOp2, Layout, Shape};
 use ferrox_kernels::{QActs, QMatrix};
 
-use super::{Dims, FusedHead, FusedLayer, Packed, Scratch};
+use super::{Dims, FusedHead, FusedLayer, LoraAt, Packed, Scratch};
+use crate::lora::Target;
 use crate::rope::Rope;
 use crate::spec::Activation;
 
@@ -40,6 +41,30 @@ pub(super) fn slice_mut<'a>(
 
 pub(super) fn kernel_err(e: ferrox_kernels::Error) -> candle_core::Error {
     candle_core::Error::Msg(e.to_string())
+}
+
+/// The LoRA hook on host slices: `out += ` the update of `target` for `x`'s
+/// rows (nothing without adapters).
+fn lora_add(
+    lora: LoraAt<'_>,
+    target: Target,
+    x: &[f32],
+    out: &mut [f32],
+) -> candle_core::Result<()> {
+    match lora {
+        Some((step, layer)) => step
+            .apply(target, layer, x, out)
+            .map_err(|e| candle_core::Error::Msg(e.to_string())),
+        None => Ok(()),
+    }
+}
+
+/// `rms_norm(x) * w` row by row into `out` (a LoRA update's input: what the
+/// quantised path normed on its way into the matmul).
+fn normed_into(x: &[f32], w: &[f32], eps: f32, out: &mut Vec<f32>) {
+    out.clear();
+    out.extend_from_slice(x);
+    rms_norm_rows(out, w, eps);
 }
 
 /// Rows of a `(rows, cols)` input, checked against the weights' width.
@@ -109,6 +134,7 @@ pub(super) fn quantize_activation(
 pub(super) struct QkvOp<'a> {
     pub(super) layer: &'a FusedLayer,
     pub(super) dims: Dims,
+    pub(super) lora: LoraAt<'a>,
     pub(super) scratch: &'a Mutex<Scratch>,
 }
 
@@ -166,13 +192,23 @@ impl CustomOp3 for QkvOp<'_> {
         }
         let mut out = vec![0f32; tokens * l.qkv.rows()];
         {
-            let mut s = lock(self.scratch);
+            let mut guard = lock(self.scratch);
+            let s = &mut *guard;
             s.acts
                 .quantize_rms_norm(x, tokens, &l.attn_norm, d.eps)
                 .map_err(kernel_err)?;
             let (q, rest) = out.split_at_mut(tokens * q_dim);
             let (k, v) = rest.split_at_mut(tokens * kv_dim);
-            l.qkv.matmul(&s.acts, &mut [q, k, v]).map_err(kernel_err)?;
+            l.qkv
+                .matmul(&s.acts, &mut [&mut *q, &mut *k, &mut *v])
+                .map_err(kernel_err)?;
+            // LoRA hook: onto the projections, before biases, norms and RoPE.
+            if self.lora.is_some() {
+                normed_into(x, &l.attn_norm, d.eps, &mut s.lora_in);
+                for (t, sec) in [(Target::Q, q), (Target::K, k), (Target::V, v)] {
+                    lora_add(self.lora, t, &s.lora_in, sec)?;
+                }
+            }
         }
         let (q, rest) = out.split_at_mut(tokens * q_dim);
         let (k, v) = rest.split_at_mut(tokens * kv_dim);
@@ -182,31 +218,50 @@ impl CustomOp3 for QkvOp<'_> {
     }
 }
 
-/// `w @ src` added onto `dst` (in place; through a post-norm when given).
-fn add_projection(
-    w: &QMatrix,
-    s: &mut Scratch,
-    dst: &mut [f32],
-    (bias, post_norm): (Option<&[f32]>, Option<&[f32]>),
+/// A projection added onto the residual: its weights, bias and post-norm
+/// (with the norms' epsilon), and its LoRA hook (the target).
+struct Residual<'a> {
+    w: &'a QMatrix,
+    bias: Option<&'a [f32]>,
+    post_norm: Option<&'a [f32]>,
     eps: f32,
-) -> candle_core::Result<()> {
-    if bias.is_none() && post_norm.is_none() {
-        return w.matmul_acts(&s.acts, &mut [dst], true).map_err(kernel_err);
-    }
-    s.out.resize(dst.len(), 0.0);
-    w.matmul_acts(&s.acts, &mut [&mut s.out], false)
-        .map_err(kernel_err)?;
-    // The op-by-op path's order: the bias, the norm, then the residual.
-    if let Some(b) = bias {
-        for row in s.out.chunks_exact_mut(b.len()) {
-            row.iter_mut().zip(b).for_each(|(x, b)| *x += b);
+    lora: LoraAt<'a>,
+    target: Target,
+}
+
+impl Residual<'_> {
+    /// `w @ acts` (plus the LoRA update of `input`) added onto `dst`, in
+    /// place; in the op-by-op path's order: the bias, the post-norm, then
+    /// the residual.
+    fn add(
+        &self,
+        acts: &QActs,
+        out: &mut Vec<f32>,
+        input: &[f32],
+        dst: &mut [f32],
+    ) -> candle_core::Result<()> {
+        if self.bias.is_none() && self.post_norm.is_none() {
+            self.w
+                .matmul_acts(acts, &mut [&mut *dst], true)
+                .map_err(kernel_err)?;
+            return lora_add(self.lora, self.target, input, dst);
         }
+        out.resize(dst.len(), 0.0);
+        self.w
+            .matmul_acts(acts, &mut [&mut *out], false)
+            .map_err(kernel_err)?;
+        lora_add(self.lora, self.target, input, out)?;
+        if let Some(b) = self.bias {
+            for row in out.chunks_exact_mut(b.len()) {
+                row.iter_mut().zip(b).for_each(|(x, b)| *x += b);
+            }
+        }
+        if let Some(norm) = self.post_norm {
+            rms_norm_rows(out, norm, self.eps);
+        }
+        dst.iter_mut().zip(out.iter()).for_each(|(x, o)| *x += o);
+        Ok(())
     }
-    if let Some(norm) = post_norm {
-        rms_norm_rows(&mut s.out, norm, eps);
-    }
-    dst.iter_mut().zip(&s.out).for_each(|(x, o)| *x += o);
-    Ok(())
 }
 
 pub(super) struct ResidualOp<'a> {
@@ -214,6 +269,7 @@ pub(super) struct ResidualOp<'a> {
     pub(super) bias: Option<&'a [f32]>,
     pub(super) post_norm: Option<&'a [f32]>,
     pub(super) eps: f32,
+    pub(super) lora: LoraAt<'a>,
     pub(super) scratch: &'a Mutex<Scratch>,
 }
 
@@ -238,7 +294,15 @@ impl InplaceOp2 for ResidualOp<'_> {
         let mut guard = lock(self.scratch);
         let s = &mut *guard;
         s.acts.quantize(a, tokens).map_err(kernel_err)?;
-        add_projection(self.w, s, x, (self.bias, self.post_norm), self.eps)
+        let residual = Residual {
+            w: self.w,
+            bias: self.bias,
+            post_norm: self.post_norm,
+            eps: self.eps,
+            lora: self.lora,
+            target: Target::O,
+        };
+        residual.add(&s.acts, &mut s.out, a, x)
     }
 }
 
@@ -247,6 +311,7 @@ pub(super) struct MlpOp<'a> {
     /// `(gate_up, activation, down)`.
     pub(super) mlp: (&'a Packed, Activation, &'a QMatrix),
     pub(super) dims: Dims,
+    pub(super) lora: LoraAt<'a>,
     pub(super) scratch: &'a Mutex<Scratch>,
 }
 
@@ -273,14 +338,36 @@ impl InplaceOp1 for MlpOp<'_> {
         gate_up
             .matmul(&s.acts, &mut [&mut *gate, &mut *up])
             .map_err(kernel_err)?;
+        // LoRA hook: gate and up before the activation (down below).
+        if self.lora.is_some() {
+            normed_into(x, &l.ffn_norm, self.dims.eps, &mut s.lora_in);
+            lora_add(self.lora, Target::Gate, &s.lora_in, gate)?;
+            lora_add(self.lora, Target::Up, &s.lora_in, up)?;
+        }
+        // Down's update reads `act(gate) * up`: left in `gate` by every
+        // activation but SiLU, whose product is fused with the
+        // quantisation, so it is computed apart first.
+        let silu = matches!(act, Activation::Silu);
+        if self.lora.is_some() && silu {
+            s.lora_in.clear();
+            let act = gate.iter().zip(up.iter());
+            s.lora_in
+                .extend(act.map(|(&g, &u)| g / (1.0 + (-g).exp()) * u));
+        }
         quantize_activation(act, &mut s.acts, (gate, up), tokens)?;
-        add_projection(
-            down,
-            s,
-            x,
-            (None, l.post_ffn_norm.as_deref()),
-            self.dims.eps,
-        )
+        if self.lora.is_some() && !silu {
+            s.lora_in.clear();
+            s.lora_in.extend_from_slice(gate);
+        }
+        let residual = Residual {
+            w: down,
+            bias: None,
+            post_norm: l.post_ffn_norm.as_deref(),
+            eps: self.dims.eps,
+            lora: self.lora,
+            target: Target::Down,
+        };
+        residual.add(&s.acts, &mut s.out, &s.lora_in, x)
     }
 }
 

@@ -55,6 +55,7 @@ impl Engine {
             decode_log_interval: 0,
             prefix_caching: caching,
             cache_salt: "test".into(),
+            max_loras: 1,
         };
         let now = Instant::now();
         let metrics = Arc::new(Metrics::new().unwrap());

@@ -32,6 +32,7 @@ pub fn request(prompt: Vec<u32>, n: usize, sampling: SamplingParams) -> Generati
         ignore_eos: true,
         text: Box::new(NoText),
         constraint: None,
+        adapter: None,
     }
 }
 

@@ -134,6 +134,7 @@ fn the_worker_with_window_reclaim_gives_each_requests_own_tokens() {
             decode_log_interval: 0,
             prefix_caching: true,
             cache_salt: "w".into(),
+            max_loras: 1,
         };
         let metrics = Arc::new(Metrics::new().unwrap());
         let mut now = Instant::now();

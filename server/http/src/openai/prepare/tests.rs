@@ -19,6 +19,7 @@ fn config() -> PrepareConfig {
             family: Some(crate::tools::parser::ToolFamily::Hermes),
             describe: false,
         },
+        adapters: None,
     }
 }
 

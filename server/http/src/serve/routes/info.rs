@@ -13,23 +13,38 @@ use crate::openai::error::{ApiError, ErrorBody};
 use crate::openai::response_schema::{ModelCard, ModelList, TokenizerInfo};
 use crate::serve::state::AppState;
 
-/// `GET /v1/models`: the one served model.
+/// `GET /v1/models`: the served model, then its LoRA adapters (`parent`
+/// the served model, as vLLM lists them).
 #[utoipa::path(get, path = "/v1/models", tag = "openai",
     responses(
-        (status = 200, description = "The served model", body = ModelList),
+        (status = 200, description = "The served model and its LoRA adapters", body = ModelList),
         (status = 401, description = "No valid key (when the server has keys)", body = ErrorBody),
     ))]
 pub(crate) async fn models(State(s): State<AppState>) -> Response {
     let max_model_len = s.loaded().map(|l| l.engine.config().max_model_len);
+    let card = |id: String| ModelCard {
+        id,
+        object: "model".into(),
+        created: 0,
+        owned_by: "ferrox".into(),
+        max_model_len,
+        root: None,
+        parent: None,
+        cache_key: None,
+    };
+    let mut data = vec![card(s.model_name().to_string())];
+    let adapters = s.loaded().and_then(|l| l.adapters.as_ref());
+    for a in adapters.map(|a| a.list()).unwrap_or_default() {
+        data.push(ModelCard {
+            root: Some(a.source),
+            parent: Some(s.model_name().to_string()),
+            cache_key: a.key,
+            ..card(a.name)
+        });
+    }
     axum::Json(ModelList {
         object: "list".into(),
-        data: vec![ModelCard {
-            id: s.model_name().to_string(),
-            object: "model".into(),
-            created: 0,
-            owned_by: "ferrox".into(),
-            max_model_len,
-        }],
+        data,
     })
     .into_response()
 }
@@ -102,7 +117,17 @@ pub(crate) async fn ready(State(s): State<AppState>) -> Response {
 pub(crate) async fn metrics(State(s): State<AppState>) -> Response {
     let text = s
         .loaded()
-        .map(|l| l.engine.metrics().render(s.model_name()))
+        .map(|l| {
+            if let Some(store) = &l.adapters {
+                let served: Vec<(String, bool)> = store
+                    .list()
+                    .into_iter()
+                    .map(|a| (a.name, a.key.is_some()))
+                    .collect();
+                l.engine.metrics().set_lora_adapters(&served);
+            }
+            l.engine.metrics().render(s.model_name())
+        })
         .unwrap_or_default();
     (
         [(

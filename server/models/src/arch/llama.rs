@@ -97,22 +97,15 @@ fn llama_like(c: &HfConfig, family: &'static str) -> Result<ModelSpec> {
 /// loader adds; a window where the file names one).
 pub(super) fn gguf(m: &Metadata<'_>, family: &'static str) -> Result<ModelSpec> {
     let shape = Shape::gguf(m)?;
-    let window = m.usize_opt("attention.sliding_window")?.filter(|&w| w > 0);
-    let spec = plain_gguf(m, &shape, family)?;
-    let scale = shape.plain_scale();
-    let mut spec = ModelSpec {
-        layers: (0..shape.layers)
-            .map(|_| swiglu_layer(window, scale, false))
-            .collect(),
-        ..spec
-    };
+    let mut spec = plain_gguf(m, &shape, family)?;
     let moe = gguf_moe(m, &shape, Activation::Silu, MIXTRAL_ROUTING, false)?;
     with_experts(&mut spec, moe, |_| true);
     Ok(spec)
 }
 
-/// Pre-norm SwiGLU layers without windows, one RoPE of the file's base and
-/// dimension count (the shared part of every Llama-layout GGUF).
+/// Pre-norm SwiGLU layers, every one with the file's sliding window where
+/// it names one, one RoPE of the file's base and dimension count (the shared
+/// part of every Llama-layout GGUF).
 pub(super) fn plain_gguf(
     m: &Metadata<'_>,
     shape: &Shape,
@@ -128,10 +121,11 @@ pub(super) fn plain_gguf(
             .unwrap_or(shape.head_dim),
         scaling: RopeScaling::None,
     };
+    let window = m.usize_opt("attention.sliding_window")?.filter(|&w| w > 0);
     let scale = shape.plain_scale();
     Ok(
         shape.spec(family, pre_norms(f64::from(eps)), vec![rope], |_| {
-            swiglu_layer(None, scale, false)
+            swiglu_layer(window, scale, false)
         }),
     )
 }

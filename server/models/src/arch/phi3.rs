@@ -2,11 +2,12 @@
 //! gate, up in one, partial rotary (`partial_rotary_factor`) and LongRoPE
 //! (`short_factor` / `long_factor` with its attention scaling).
 
+use super::llama::plain_gguf;
 use super::rope::hf_rope;
 use super::{Family, HfExperts, Shape, pre_norms, swiglu_layer};
 use crate::config::{HfConfig, Metadata};
 use crate::error::Result;
-use crate::spec::{ModelSpec, RopeScaling, RopeSpec};
+use crate::spec::{ModelSpec, RopeScaling};
 
 /// Phi-3 (Phi-3.5, Phi-4-mini: `Phi3ForCausalLM`).
 pub(super) static PHI3: Family = Family {
@@ -43,25 +44,8 @@ fn hf(c: &HfConfig) -> Result<ModelSpec> {
 }
 
 fn gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
-    let shape = Shape::gguf(m)?;
-    let window = m.usize_opt("attention.sliding_window")?.filter(|&w| w > 0);
-    let eps = m
-        .f32_opt("attention.layer_norm_rms_epsilon")?
-        .unwrap_or(1e-5);
-    let rope = RopeSpec {
-        theta: m.f32_opt("rope.freq_base")?.unwrap_or(10_000.0),
-        rotary_dim: m
-            .usize_opt("rope.dimension_count")?
-            .unwrap_or(shape.head_dim),
-        // The factors are tensors: see `longrope`.
-        scaling: RopeScaling::None,
-    };
-    let scale = shape.plain_scale();
-    Ok(
-        shape.spec("phi3", pre_norms(f64::from(eps)), vec![rope], |_| {
-            swiglu_layer(window, scale, false)
-        }),
-    )
+    // LongRoPE's factors are tensors: see `longrope`.
+    plain_gguf(m, &Shape::gguf(m)?, "phi3")
 }
 
 /// LongRoPE from a GGUF's `rope_factors_short` / `rope_factors_long`

@@ -224,6 +224,26 @@ pub struct GeometrySpec {
     /// window pool per window holds only each sequence's window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sliding_windows: Option<Vec<SlidingWindow>>,
+    /// Parameters stored, every expert of a mixture counted (reported in
+    /// the plan; absent if unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub params: Option<i64>,
+    /// Parameters one token runs through (a mixture's active experts; equal
+    /// to `params` for a dense model; absent if unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub active_params: Option<i64>,
+    /// Recurrent layers (Mamba-2), which keep a fixed state per sequence
+    /// instead of KV; the other layers attend (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub recurrent_layers: Option<i64>,
+    /// Bytes of one sequence's state over all recurrent layers (`inspect`'s
+    /// `stateBytes`; absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub state_bytes_per_seq: Option<i64>,
 }
 
 /// Accelerators per replica.

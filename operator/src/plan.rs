@@ -227,9 +227,10 @@ pub fn to_geometry(g: &GeometrySpec, device: DeviceKind) -> ModelGeometry {
         intermediate_size: o(g.intermediate_size),
         vocab_size: o(g.vocab_size),
         sliding_windows: g.sliding_windows.clone().unwrap_or_default(),
-        // Reported by inspect and the server's plan; no field of the CRD's.
-        params: 0,
-        active_params: 0,
+        params: o(g.params),
+        active_params: o(g.active_params),
+        recurrent_layers: o(g.recurrent_layers),
+        state_bytes_per_seq: o(g.state_bytes_per_seq),
     }
 }
 
@@ -249,6 +250,10 @@ pub fn from_geometry(g: &ModelGeometry) -> GeometrySpec {
         intermediate_size: o(g.intermediate_size),
         vocab_size: o(g.vocab_size),
         sliding_windows: (!g.sliding_windows.is_empty()).then(|| g.sliding_windows.clone()),
+        params: o(g.params),
+        active_params: o(g.active_params),
+        recurrent_layers: o(g.recurrent_layers),
+        state_bytes_per_seq: o(g.state_bytes_per_seq),
     }
 }
 
@@ -285,6 +290,10 @@ pub fn to_status(p: &Planned) -> PlanStatus {
                 })
                 .collect()
         }),
+        params: (plan.params > 0).then(|| n(plan.params)),
+        active_params: (plan.active_params > 0).then(|| n(plan.active_params)),
+        state_slots: (plan.state_bytes_per_seq > 0).then(|| n(plan.state_slots)),
+        state_bytes_per_seq: (plan.state_bytes_per_seq > 0).then(|| n(plan.state_bytes_per_seq)),
     }
 }
 

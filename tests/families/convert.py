@@ -15,7 +15,8 @@ from conversion import base  # noqa: E402
 
 FAMILIES = ["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
             "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM", "MixtralForCausalLM",
-            "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "GptOssForCausalLM"]
+            "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "GptOssForCausalLM",
+            "Mamba2ForCausalLM"]
 
 
 def gpt2_vocab(self):

@@ -5,8 +5,10 @@ norms and wide heads, Gemma 2's soft-caps and alternation, Gemma 3's
 pattern and two RoPEs, Phi-3's fused tensors, partial rotary and LongRoPE;
 Mixtral's experts, Qwen3-MoE's many small ones renormalised, Qwen2-MoE's
 shared expert and a dense layer among them; gpt-oss's sinks, biases,
-clamped SwiGLU, YaRN and alternating windows), and the prompts its
-references are recorded for."""
+clamped SwiGLU, YaRN and alternating windows; Mamba-2's recurrent layers
+with grouped B/C and chunks of 8 so its scan crosses chunk edges; Granite
+4.0-H's Mamba-2 and NoPE attention layers with its multipliers), and the
+prompts its references are recorded for."""
 
 import dataclasses
 
@@ -139,4 +141,36 @@ FAMILIES = [
                                                 beta_fast=32.0, beta_slow=1.0, truncate=False,
                                                 original_max_position_embeddings=4096)),
            "bfloat16", "plain", "<eos>", PLAIN),
+    # No attention at all: two Mamba-2 layers, 8 heads of 16 in 2 groups,
+    # a state of 16, a conv of 4; transformers' scan chunks of 8, so its
+    # prompts cross several chunk edges.
+    Family("mamba2", dict(architectures=["Mamba2ForCausalLM"], model_type="mamba2",
+                          vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_heads=8,
+                          head_dim=16, expand=2, state_size=16, n_groups=2, conv_kernel=4,
+                          chunk_size=8, use_bias=False, use_conv_bias=True,
+                          # Finite: transformers writes an infinite limit
+                          # it cannot read back. Its floor clamps some steps.
+                          time_step_limit=[0.05, 1.0],
+                          layer_norm_epsilon=1e-5, tie_word_embeddings=False,
+                          bos_token_id=2, eos_token_id=1, pad_token_id=0),
+           "float16", "plain", "<eos>",
+           # A GGUF records no time step limit (llama.cpp clamps none): its
+           # run has the clamp off.
+           [Run("default", LONG, files="safetensors"),
+            Run("no-clamp", LONG, overrides=dict(time_step_limit=[0.0, 1e9]), files="gguf")]),
+    # Granite 4.0-H's dense-MLP mix (Granite-4.0-H-Micro's kind): Mamba-2
+    # and NoPE attention layers by `layer_types`, a shared SwiGLU MLP in
+    # every layer, its embedding, residual, attention and logit multipliers.
+    Family("granitehybrid", _cfg("GraniteMoeHybridForCausalLM", "granitemoehybrid",
+                                 num_hidden_layers=4, shared_intermediate_size=128,
+                                 num_local_experts=0, position_embedding_type="nope",
+                                 layer_types=["mamba", "attention", "mamba", "attention"],
+                                 mamba_n_heads=8, mamba_d_head=16, mamba_d_state=16,
+                                 mamba_n_groups=2, mamba_d_conv=4, mamba_expand=2,
+                                 mamba_chunk_size=8, mamba_conv_bias=True, mamba_proj_bias=False,
+                                 time_step_limit=[0.05, 1.0], embedding_multiplier=2.0,
+                                 residual_multiplier=0.5, attention_multiplier=0.2,
+                                 logits_scaling=4.0, tie_word_embeddings=False),
+           "bfloat16", "plain", "<eos>", [Run("default", LONG, files="safetensors")],
+           gguf=False),
 ]

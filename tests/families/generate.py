@@ -40,6 +40,10 @@ def randomize(model: torch.nn.Module, family: str, seed: int) -> None:
             r = torch.randn(p.shape, generator=g)
             if "norm" in name:
                 p.copy_(0.2 * r + (0.0 if gemma else 1.0))
+            elif name.endswith("dt_bias"):
+                # A recurrent layer's time step: softplus(-2) ~ 0.13, so its
+                # state decays slowly enough to carry across chunks.
+                p.copy_(0.3 * r - 2.0)
             elif name.endswith("bias"):
                 p.copy_(0.2 * r)
             elif "embed_tokens" in name:

@@ -179,6 +179,19 @@ pub struct PlanStatus {
     /// layer's pool, and 0 when every layer has a window).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub windows: Option<Vec<WindowPlanStatus>>,
+    /// The model's parameters, every expert counted (absent if unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<i64>,
+    /// Parameters one token runs through (absent if unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_params: Option<i64>,
+    /// State slots, one a sequence, for a model with recurrent layers
+    /// (absent for one without).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_slots: Option<i64>,
+    /// Bytes of one state slot (absent for a model without recurrent layers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_bytes_per_seq: Option<i64>,
 }
 
 /// One window pool of the plan.

@@ -188,6 +188,45 @@ fn status_shows_every_part() {
     assert_eq!(s.memory_from, "spec.resources.limits.memory");
     assert_eq!(s.pod_memory_bytes as u64, p.pod_memory_bytes);
     assert_eq!(s.typical_seq_len, 2048);
+    assert_eq!((s.params, s.active_params), (None, None), "unknown: absent");
+}
+
+#[test]
+fn a_mixture_s_parameters_reach_the_status_from_the_crd_s_geometry() {
+    // gpt-oss-20b: 20.9 B stored, 3.6 B a token.
+    let mut spec = from_geometry(&fixtures::llama3_8b());
+    (spec.params, spec.active_params) = (Some(20_914_757_184), Some(3_606_562_560));
+    let g = to_geometry(&spec, DeviceKind::Cpu);
+    let s = to_status(&plan_offline(&cpu_spec("64Gi"), &g).unwrap());
+    assert_eq!(
+        (s.params, s.active_params),
+        (Some(20_914_757_184), Some(3_606_562_560))
+    );
+}
+
+#[test]
+fn a_hybrid_s_state_reaches_the_plan_and_status_from_the_crd_s_geometry() {
+    let dense = from_geometry(&fixtures::llama3_8b());
+    // 28 of its 32 layers recurrent, 4 MiB of state a sequence.
+    let mut hybrid = dense.clone();
+    (hybrid.recurrent_layers, hybrid.state_bytes_per_seq) = (Some(28), Some(4 << 20));
+    let status = |g: &GeometrySpec| {
+        to_status(&plan_offline(&gpu_spec(1, "40Gi"), &to_geometry(g, DeviceKind::Cuda)).unwrap())
+    };
+    let (d, h) = (status(&dense), status(&hybrid));
+    assert_eq!((d.state_slots, d.state_bytes_per_seq), (None, None));
+    assert_eq!(h.state_bytes_per_seq, Some(4 << 20));
+    assert!(h.state_slots.unwrap() >= h.max_seqs, "{h:?}");
+    assert!(
+        h.max_seqs >= 3 * d.max_seqs && d.max_seqs > 1,
+        "{} vs {}",
+        h.max_seqs,
+        d.max_seqs
+    );
+    assert_eq!(
+        from_geometry(&to_geometry(&hybrid, DeviceKind::Cpu)),
+        hybrid
+    );
 }
 
 #[test]
@@ -197,6 +236,8 @@ fn geometry_round_trips() {
         hidden_size: 4096,
         intermediate_size: 14_336,
         vocab_size: 128_256,
+        params: 8_030_261_248,
+        active_params: 8_030_261_248,
         ..fixtures::llama3_8b()
     };
     for device in [DeviceKind::Cpu, DeviceKind::Cuda] {

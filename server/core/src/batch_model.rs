@@ -22,8 +22,29 @@ pub struct PoolSpec {
 }
 
 /// A sequence's block tables, one per KV pool in [`BatchModel::kv_pools`]'s
-/// order.
+/// order; for a model with recurrent layers ([`BatchModel::state_slots`]
+/// is `Some`), then one more table of one entry: the sequence's state slot.
 pub type Tables<'a> = &'a [&'a [u32]];
+
+/// The input check of a row's state slot: the one-entry table after the KV
+/// pools' tables, inside `slots`; no table at all when `slots` is `None` (a
+/// model without recurrent layers). Returns the KV pools' tables.
+pub fn check_state_table<'a>(
+    slots: Option<usize>,
+    pools: usize,
+    tables: Tables<'a>,
+) -> Result<Tables<'a>, Error> {
+    let Some(slots) = slots else {
+        return Ok(tables);
+    };
+    match tables.split_last() {
+        Some((&[slot], kv)) if kv.len() == pools && (*slot as usize) < slots => Ok(kv),
+        _ => Err(Error::Forward(format!(
+            "a row of a model with {slots} state slots needs its KV tables, then \
+             one slot below {slots}"
+        ))),
+    }
+}
 
 /// One row of a batched decode step.
 #[derive(Debug, Clone, Copy)]
@@ -122,6 +143,13 @@ pub trait BatchModel: Send {
     /// first. The pools the scheduler hands out are exactly these.
     fn kv_pools(&self) -> Vec<PoolSpec>;
 
+    /// Recurrent state slots: each running sequence of a model with
+    /// recurrent layers holds one (its state, of fixed size, in every such
+    /// layer); `None` for a model without. A row's slot is its last table.
+    fn state_slots(&self) -> Option<usize> {
+        None
+    }
+
     /// Checks one row's input before a step: `tokens` at `pos` into the
     /// sequence with block tables `tables`. The worker leaves a row that fails
     /// out of the step and ends it alone, so one bad row never fails the
@@ -129,6 +157,7 @@ pub trait BatchModel: Send {
     /// inside the vocabulary, a table per pool and room for them in each.
     fn check_input(&self, tables: Tables<'_>, tokens: &[u32], pos: usize) -> Result<(), Error> {
         let pools = self.kv_pools().len();
+        let tables = check_state_table(self.state_slots(), pools, tables)?;
         check_input(
             self.vocab_size(),
             self.block_size(),

@@ -29,6 +29,13 @@ pub struct ChatMessage {
     /// The call a `tool` message answers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// An assistant turn's reasoning sent back, as Qwen3's templates read
+    /// it; [`ChatMessage::with_reasoning`] sets it with `thinking`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    /// The same reasoning under the name gpt-oss's template reads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
 }
 
 impl ChatMessage {
@@ -38,6 +45,15 @@ impl ChatMessage {
             role: role.into(),
             content: content.into(),
             ..Self::default()
+        }
+    }
+
+    /// This message with `reasoning` under both names templates read it by.
+    pub fn with_reasoning(self, reasoning: Option<String>) -> Self {
+        Self {
+            thinking: reasoning.clone(),
+            reasoning_content: reasoning,
+            ..self
         }
     }
 }
@@ -106,6 +122,7 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
+        env.add_filter("tojson", crate::py_json::tojson);
         let source = source.into();
         env.add_template_owned(TEMPLATE_NAME, source.clone())
             .map_err(template_err)?;

@@ -4,13 +4,16 @@ use crate::gguf_vocab::GgufVocab;
 use crate::tokenizer::Tokenizer;
 
 /// End-of-turn markers looked up by text, for vocabularies whose metadata
-/// names only some of them (ChatML, Llama 3, Gemma, GPT-2).
-const END_TEXTS: [&str; 5] = [
+/// names only some of them (ChatML, Llama 3, Gemma, GPT-2, and harmony's
+/// `<|return|>` and `<|call|>`: gpt-oss's config names one of the three).
+const END_TEXTS: [&str; 7] = [
     "<|im_end|>",
     "<|eot_id|>",
     "<|end_of_text|>",
     "<end_of_turn>",
     "<|endoftext|>",
+    "<|return|>",
+    "<|call|>",
 ];
 
 /// The model's own ends of generation (not the caller's stop tokens).

@@ -21,6 +21,7 @@ pub mod end_of_generation;
 pub mod error;
 pub mod gguf_vocab;
 pub mod kv_events;
+mod py_json;
 pub mod token_bytes;
 pub mod tokenizer;
 

@@ -90,6 +90,12 @@ pub fn check_fits(
             limit = (tokens, name);
         }
     }
+    if config.state_slots == Some(0) {
+        return Err(EngineError::invalid(
+            "prompt",
+            "the model has recurrent layers and the server holds no state slot for a sequence",
+        ));
+    }
     if needed > limit.0 {
         return Err(EngineError::TooLong {
             prompt_tokens,
@@ -161,6 +167,8 @@ pub enum Blocked {
     /// Its LoRA adapter is not among the running rows' and `max_loras`
     /// distinct adapters already run.
     AdapterCap,
+    /// Every recurrent state slot is held (a model with recurrent layers).
+    StateCap,
 }
 
 /// The LoRA adapters the running rows use (by key), and how many distinct
@@ -178,10 +186,12 @@ impl AdapterCap<'_> {
     }
 }
 
-/// A request let in, with the blocks it reserved: one lease per pool.
+/// A request let in, with the blocks it reserved: one lease per pool, and
+/// its state slot.
 pub(crate) struct Admitted {
     pub job: Job,
     pub leases: Vec<BlockLease>,
+    pub state: Option<BlockLease>,
 }
 
 /// The worker's FIFO of requests not yet admitted.
@@ -266,12 +276,19 @@ impl WaitingLine {
             prompt.saturating_sub(1) / self.block_size
         };
         let now = prompt.div_ceil(self.block_size);
-        let leases = pools
+        let reserved = pools
             .reserve(&head.hashes, max_cached, now, &head.blocks)
-            .map_err(|_| Blocked::BlockCap)?;
+            .map_err(|pool| match pool == head.blocks.len() {
+                true => Blocked::StateCap,
+                false => Blocked::BlockCap,
+            })?;
         let job = self.jobs.pop_front().ok_or(Blocked::Empty)?;
         self.bound.leave();
-        Ok(Admitted { job, leases })
+        Ok(Admitted {
+            job,
+            leases: reserved.leases,
+            state: reserved.state,
+        })
     }
 }
 

@@ -21,6 +21,10 @@ pub struct EngineConfig {
     pub kv_blocks: usize,
     /// The window pools beside the KV pool, smallest window first.
     pub windows: Vec<WindowPool>,
+    /// Recurrent state slots, one per running sequence of a model with
+    /// recurrent layers (the third admission cap); `None` for a model
+    /// without.
+    pub state_slots: Option<usize>,
     /// Log a decode status line every this many steps; 0 disables.
     pub decode_log_interval: u64,
     /// Share the KV of cached full prompt blocks between requests (asked
@@ -43,6 +47,7 @@ impl Default for EngineConfig {
             block_size: 16,
             kv_blocks: 2048,
             windows: Vec::new(),
+            state_slots: None,
             decode_log_interval: 40,
             prefix_caching: true,
             cache_salt: String::new(),
@@ -64,7 +69,9 @@ impl EngineConfig {
     /// The pools, in the order a model lists its KV groups: the KV pool (when
     /// the model has full-attention layers), then each window pool.
     pub fn pools(&self) -> Vec<PoolSpec> {
-        let full = (self.kv_blocks > 0 || self.windows.is_empty()).then_some(PoolSpec {
+        // A model without attention (every layer recurrent) has no KV pool.
+        let attends = self.windows.is_empty() && self.state_slots.is_none();
+        let full = (self.kv_blocks > 0 || attends).then_some(PoolSpec {
             window: None,
             blocks: self.kv_blocks,
         });
@@ -103,8 +110,21 @@ impl EngineConfig {
     /// window's blocks too, and a window pool gives blocks back as the window
     /// moves, so a model with windows runs without the cache (the server logs
     /// why; docs/operator.md).
+    ///
+    /// Likewise a model with recurrent layers: a cached prefix is usable only
+    /// with the recurrent state at its end, which is not kept (no state
+    /// checkpoints), so such a model runs without the cache.
     pub fn prefix_cache_on(&self) -> bool {
-        self.prefix_caching && self.windows.is_empty()
+        self.prefix_caching && self.windows.is_empty() && self.state_slots.is_none()
+    }
+
+    /// This config with `slots` recurrent state slots (a model's
+    /// [`ferrox_core::BatchModel::state_slots`]).
+    pub fn with_state_slots(self, slots: Option<usize>) -> Self {
+        EngineConfig {
+            state_slots: slots,
+            ..self
+        }
     }
 }
 
@@ -134,6 +154,14 @@ mod tests {
                 c.prefix_cache_on(),
                 pools.len() == 1 && pools[0].window.is_none()
             );
+            // Recurrent layers: no cache; no KV pool unless one is given.
+            let r = c.clone().with_state_slots(Some(4));
+            assert!(!r.prefix_cache_on());
+            assert_eq!(r.pools(), pools.clone());
         }
+        let none = EngineConfig::default()
+            .with_pools(&[])
+            .with_state_slots(Some(4));
+        assert_eq!(none.pools(), []);
     }
 }

@@ -71,6 +71,11 @@ pub struct FakeModel {
     pub die: Arc<AtomicBool>,
     /// The KV pools it claims to hold (the engine's must match).
     pub pools: Vec<PoolSpec>,
+    /// Recurrent state slots it claims to hold (`None`: no recurrent layers).
+    pub state_slots: Option<usize>,
+    /// Per state slot: the tokens its "state" has folded in; a row must
+    /// resume there or at 0.
+    slot_at: HashMap<u32, usize>,
 }
 
 impl FakeModel {
@@ -79,6 +84,8 @@ impl FakeModel {
         FakeModel {
             block_size,
             pools: config().pools(),
+            state_slots: None,
+            slot_at: HashMap::new(),
             peak: 100.0,
             kv: HashMap::new(),
             calls: Arc::new(Mutex::new(Vec::new())),
@@ -142,10 +149,35 @@ impl FakeModel {
         Ok(seen)
     }
 
+    /// A recurrent model's row: its slot (the last table) must hold the
+    /// tokens before `pos`, or the row starts at 0; then it holds these too.
+    fn state<'a>(&mut self, tables: Tables<'a>, n: usize, pos: usize) -> Result<Tables<'a>, Error> {
+        let kv = ferrox_core::batch_model::check_state_table(
+            self.state_slots,
+            self.pools.len(),
+            tables,
+        )?;
+        if let Some(&slot) = tables
+            .last()
+            .and_then(|t| t.first())
+            .filter(|_| self.state_slots.is_some())
+        {
+            let at = self.slot_at.entry(slot).or_insert(0);
+            if pos != 0 && *at != pos {
+                return Err(Error::Forward(format!(
+                    "state slot {slot} holds {at} tokens, the row resumes at {pos}"
+                )));
+            }
+            *at = pos + n;
+        }
+        Ok(kv)
+    }
+
     fn run(&mut self, tables: Tables<'_>, tokens: &[u32], pos: usize) -> Result<Vec<f32>, Error> {
         if self.poison.is_some_and(|p| tokens.contains(&p)) {
             return Err(Error::Forward("poisoned input".into()));
         }
+        let tables = self.state(tables, tokens.len(), pos)?;
         if tables.len() != self.pools.len() {
             return Err(Error::Forward(format!(
                 "{} tables for {} pools",
@@ -185,6 +217,10 @@ impl BatchModel for FakeModel {
         self.pools.clone()
     }
 
+    fn state_slots(&self) -> Option<usize> {
+        self.state_slots
+    }
+
     fn check_input(&self, tables: Tables<'_>, tokens: &[u32], pos: usize) -> Result<(), Error> {
         if self.poison.is_some_and(|p| tokens.contains(&p)) {
             return Err(Error::Forward(
@@ -192,6 +228,7 @@ impl BatchModel for FakeModel {
             ));
         }
         let pools = self.pools.len();
+        let tables = ferrox_core::batch_model::check_state_table(self.state_slots, pools, tables)?;
         ferrox_core::batch_model::check_input(VOCAB, self.block_size, pools, tables, tokens, pos)
     }
 
@@ -313,6 +350,7 @@ pub fn config() -> EngineConfig {
         block_size: 4,
         kv_blocks: 32,
         windows: Vec::new(),
+        state_slots: None,
         decode_log_interval: 1,
         prefix_caching: true,
         cache_salt: "fake".into(),

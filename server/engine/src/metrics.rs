@@ -16,6 +16,7 @@ use ferrox_plan::contract::metric;
 
 use crate::PlanInfo;
 use lora::LoraSeries;
+use recurrent::RecurrentGauges;
 use windows::{WindowGauges, ratio};
 
 /// Finish reasons always exported, even at zero.
@@ -140,6 +141,7 @@ pub struct Metrics {
     running: IntGauge,
     kv: KvGauges,
     windows: WindowGauges,
+    recurrent: RecurrentGauges,
     prompt_tokens: IntCounter,
     generation_tokens: IntCounter,
     prefix_queries: IntCounter,
@@ -396,6 +398,7 @@ impl Metrics {
             running: int_gauge(&r, metric::RUNNING, "Requests prefilling or decoding.")?,
             kv: KvGauges::new(&r)?,
             windows: WindowGauges::new(&r)?,
+            recurrent: RecurrentGauges::new(&r)?,
             prompt_tokens: int_counter(
                 &r,
                 "ferrox_prompt_tokens_total",
@@ -464,6 +467,12 @@ impl Metrics {
                 self.windows.set(w, s);
             }
         }
+    }
+
+    /// Sets the recurrent state slots' gauges (held, total); zeros for a
+    /// model without recurrent layers.
+    pub fn set_recurrent(&self, slots: Option<PoolStats>) {
+        self.recurrent.set(slots.unwrap_or_default());
     }
 
     /// Exports the plan the server runs with; call once at start (a later
@@ -643,6 +652,7 @@ impl Metrics {
 }
 
 mod lora;
+mod recurrent;
 mod windows;
 
 #[cfg(test)]

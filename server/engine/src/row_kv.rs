@@ -4,25 +4,39 @@
 
 use ferrox_core::{BlockHash, BlockLease, Error};
 
-/// One block table per pool, in the pools' order.
+/// One block table per pool, in the pools' order, then the row's state
+/// slot (a model with recurrent layers), a one-block lease of the slots'
+/// pool: it goes back with the blocks, in the leases' one release.
 pub(crate) struct RowKv {
     /// Each pool's window (`None`: full attention) and the row's lease there.
     leases: Vec<(Option<usize>, BlockLease)>,
+    state: Option<BlockLease>,
     block_size: usize,
 }
 
 impl RowKv {
-    /// The row's `leases`, one per pool of `windows`.
-    pub fn new(windows: &[Option<usize>], leases: Vec<BlockLease>, block_size: usize) -> Self {
+    /// The row's `leases`, one per pool of `windows`, and its state slot.
+    pub fn new(
+        windows: &[Option<usize>],
+        (leases, state): (Vec<BlockLease>, Option<BlockLease>),
+        block_size: usize,
+    ) -> Self {
         RowKv {
             leases: windows.iter().copied().zip(leases).collect(),
+            state,
             block_size: block_size.max(1),
         }
     }
 
-    /// The block tables, one per pool.
+    /// The block tables, one per pool, then the state slot's one-entry
+    /// table where the model has recurrent layers.
     pub fn tables(&self) -> Vec<&[u32]> {
-        self.leases.iter().map(|(_, l)| l.blocks()).collect()
+        let state = self.state.as_ref().map(BlockLease::blocks);
+        self.leases
+            .iter()
+            .map(|(_, l)| l.blocks())
+            .chain(state)
+            .collect()
     }
 
     /// Leading blocks the prefix cache held at admission (the full-attention

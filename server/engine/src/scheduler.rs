@@ -75,7 +75,10 @@ impl<M: BatchModel> Scheduler<M> {
         now: Instant,
     ) -> Result<(Self, EngineHandle), EngineError> {
         let (model_pools, model_block_size) = (model.kv_pools(), model.block_size());
-        if (&model_pools, model_block_size) != (&config.pools(), config.block_size) {
+        let slots = model.state_slots();
+        if (&model_pools, model_block_size, slots)
+            != (&config.pools(), config.block_size, config.state_slots)
+        {
             return Err(EngineError::PoolMismatch {
                 model_pools: spell_pools(&model_pools),
                 model_block_size,
@@ -86,16 +89,23 @@ impl<M: BatchModel> Scheduler<M> {
         let (tx, rx) = std::sync::mpsc::channel();
         let line = Arc::new(LineBound::new(config.max_queue));
         if config.prefix_caching && !config.prefix_cache_on() {
-            tracing::warn!(
-                "prefix caching is off: the model has sliding-window layers, whose blocks \
-                 leave their window pool as the window moves"
-            );
+            let why = match config.state_slots {
+                Some(_) => {
+                    "the model has recurrent layers, and a cached prefix would need the \
+                     recurrent state at its end, which is not kept"
+                }
+                None => {
+                    "the model has sliding-window layers, whose blocks leave their window \
+                     pool as the window moves"
+                }
+            };
+            tracing::warn!("prefix caching is off: {why}");
         }
         let hasher = config
             .prefix_cache_on()
             .then(|| BlockHasher::new(&config.cache_salt, config.block_size));
         let kv_epoch = rand::random::<u64>() >> 11;
-        let pools = KvPools::new(&model_pools, kv_epoch);
+        let pools = KvPools::new(&model_pools, slots, kv_epoch);
         let shared = Arc::new(Shared {
             tx: Mutex::new((0, tx)),
             line: Arc::clone(&line),
@@ -167,6 +177,12 @@ impl<M: BatchModel> Scheduler<M> {
     /// Each pool and where its blocks are now.
     pub fn pools_stats(&self) -> Vec<(PoolSpec, PoolStats)> {
         self.pools.stats()
+    }
+
+    /// The recurrent state slots (held, total), for a model with
+    /// recurrent layers.
+    pub fn state_stats(&self) -> Option<PoolStats> {
+        self.pools.state_stats()
     }
 
     /// Rows admitted (prefilling or decoding).
@@ -284,7 +300,7 @@ impl<M: BatchModel> Scheduler<M> {
         let (max_seqs, max_loras) = (self.shared.config.max_seqs, self.shared.config.max_loras);
         let block_size = self.shared.config.block_size;
         let mut adapters = self.running_adapters();
-        while let Ok(Admitted { job, leases }) = self.waiting.pop_admissible(
+        while let Ok(Admitted { job, leases, state }) = self.waiting.pop_admissible(
             self.rows.len(),
             max_seqs,
             AdapterCap {
@@ -298,7 +314,7 @@ impl<M: BatchModel> Scheduler<M> {
             }
             self.metrics.observe(Latency::Queue, now - job.submitted);
             let prompt = job.req.prompt.len();
-            let kv = RowKv::new(&self.windows, leases, block_size);
+            let kv = RowKv::new(&self.windows, (leases, state), block_size);
             let cached = kv.cached_blocks() * block_size;
             facts.new_seqs += 1;
             if let Some(id) =
@@ -520,6 +536,11 @@ impl<M: BatchModel> Scheduler<M> {
                     total: s.total,
                 })
                 .collect(),
+            recurrent: self.pools.state_stats().map(|s| PoolGauge {
+                window: None,
+                used: s.reserved,
+                total: s.total,
+            }),
         }
     }
 
@@ -527,6 +548,7 @@ impl<M: BatchModel> Scheduler<M> {
         let g = self.gauges();
         self.metrics
             .set_gauges(g.queued, g.running, &self.pools.stats());
+        self.metrics.set_recurrent(self.pools.state_stats());
         let names = |a: Option<&AdapterRef>| a.map(|a| a.name().to_string());
         let running = self.rows.values().filter_map(|r| names(r.adapter.as_ref()));
         let waiting = self.waiting.adapters().filter_map(names);

@@ -14,6 +14,9 @@ pub struct BatchGauges {
     pub tokens: usize,
     /// Each KV pool: the KV pool (full attention), then the window pools.
     pub pools: Vec<PoolGauge>,
+    /// The recurrent state slots (a model with recurrent layers): slots
+    /// held and total.
+    pub recurrent: Option<PoolGauge>,
 }
 
 /// One pool's blocks, for the lines.
@@ -55,11 +58,15 @@ impl BatchGauges {
             .filter(|p| p.window.is_some())
             .map(|p| format!("{:.2}", p.usage()))
             .collect();
-        if windows.is_empty() {
-            String::new()
-        } else {
-            format!(", window usage: {}", windows.join(" "))
+        let mut out = String::new();
+        if !windows.is_empty() {
+            out = format!(", window usage: {}", windows.join(" "));
         }
+        // The reference's `recurrent` gauge: slots held of the pool.
+        if let Some(r) = &self.recurrent {
+            out.push_str(&format!(", recurrent: {}/{}", r.used, r.total));
+        }
+        out
     }
 }
 
@@ -183,6 +190,7 @@ mod tests {
             queued: 4,
             tokens: 50,
             pools: vec![kv(5, 20)],
+            recurrent: None,
         };
         assert_eq!(
             prefill_line(&facts, &g),
@@ -210,6 +218,7 @@ mod tests {
             queued: 0,
             tokens: 10,
             pools: vec![kv(1, 4)],
+            recurrent: None,
         };
         let mut r = DecodeReporter::new(2, t0);
         assert_eq!(r.on_step(t0 + Duration::from_secs(1), 2, &g), None);
@@ -264,5 +273,19 @@ mod tests {
             ..g
         };
         assert!(!prefill_line(&facts, &plain).contains("window"));
+        // A model with recurrent layers: its slots held, of the pool.
+        let hybrid = BatchGauges {
+            recurrent: Some(PoolGauge {
+                window: None,
+                used: 3,
+                total: 8,
+            }),
+            ..plain
+        };
+        let line = prefill_line(&facts, &hybrid);
+        assert!(
+            line.contains("token usage: 0.10, recurrent: 3/8, #running-req"),
+            "{line}"
+        );
     }
 }

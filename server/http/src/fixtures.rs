@@ -211,6 +211,7 @@ pub fn engine_config() -> EngineConfig {
         block_size: 4,
         kv_blocks: KV_BLOCKS,
         windows: Vec::new(),
+        state_slots: None,
         decode_log_interval: 0,
         prefix_caching: true,
         cache_salt: "fake".into(),
@@ -254,6 +255,7 @@ pub fn loaded_stalling(
             family: Some(crate::tools::parser::ToolFamily::Hermes),
             describe: true,
         },
+        reasoning: None,
         stall,
         adapters: None,
     });

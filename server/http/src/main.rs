@@ -9,6 +9,7 @@ mod load;
 mod openai;
 #[cfg(test)]
 mod pools_tests;
+mod reasoning;
 mod serve;
 mod tools;
 
@@ -206,6 +207,11 @@ struct ServeArgs {
     /// hermes when it has no tool markup), hermes, llama3-json, or none (off).
     #[arg(long, env = "FERROX_TOOL_CALL_PARSER", default_value = "auto", value_parser = parse_tool_parser)]
     tool_call_parser: tools::parser::ParserChoice,
+    /// How reasoning is read out of answers into `reasoning_content`: auto
+    /// (gpt-oss's harmony, else `<think>` when the chat template writes it,
+    /// else none), qwen3, deepseek-r1, gpt-oss, or none.
+    #[arg(long, env = "FERROX_REASONING_PARSER", default_value = "auto", value_parser = parse_reasoning_parser)]
+    reasoning_parser: reasoning::choice::ReasoningChoice,
     #[command(flatten)]
     edge: EdgeArgs,
     #[command(flatten)]
@@ -331,6 +337,11 @@ fn parse_tool_parser(text: &str) -> Result<tools::parser::ParserChoice, String> 
     text.parse()
 }
 
+/// `--reasoning-parser`.
+fn parse_reasoning_parser(text: &str) -> Result<reasoning::choice::ReasoningChoice, String> {
+    text.parse()
+}
+
 /// A flag's seconds, checked by [`parse_secs`].
 fn secs(text: &str) -> Result<f64, String> {
     parse_secs(text).map(|d| d.as_secs_f64())
@@ -415,6 +426,7 @@ impl ServeArgs {
             prefix_caching: self.prefix_caching == Switch::On,
             default_max_tokens: self.default_max_tokens,
             tool_call_parser: self.tool_call_parser,
+            reasoning_parser: self.reasoning_parser,
             http: self.edge.into_config()?,
         })
     }

@@ -1,5 +1,5 @@
 //! Block dot-product tiles over the row-interleaved layout: a group of 8
-//! weight rows (the lanes of a register; 16 on 512-bit kernels) x up to 8
+//! weight rows (the lanes of a register; 16 on 512-bit kernels) x up to 16
 //! activation rows, so each weight block is loaded and unpacked once per
 //! tile, and a block's scales multiply 8 rows' integer dots with one vector op.
 //!
@@ -14,7 +14,7 @@ use crate::qmatrix::QMatrix;
 use crate::quant_type::{GROUP, Min, QK, QuantType, Sub};
 
 /// Most activation rows per tile.
-pub(crate) const ACTS: usize = 8;
+pub(crate) const ACTS: usize = 16;
 
 /// Results of one tile: `[activation row][row in group]`.
 pub(crate) type Tile = [[f32; GROUP]; ACTS];
@@ -218,7 +218,8 @@ fn tile_scalar(w: &QMatrix, g: usize, acts: &QActs, (n0, aa): (usize, usize)) ->
             };
             for (j, a) in acc.iter_mut().enumerate().take(aa) {
                 let xb = (n0 + j) * nb + b;
-                let xq = &acts.qs[xb * QK..(xb + 1) * QK];
+                let at = (n0 + j) * acts.stride() + b * QK;
+                let xq = &acts.qs[at..at + QK];
                 let half = |h: usize| -> i32 {
                     (16 * h..16 * h + 16).map(|k| q[k] * i32::from(xq[k])).sum()
                 };

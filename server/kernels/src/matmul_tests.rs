@@ -2,7 +2,7 @@ use half::f16;
 
 use super::*;
 use crate::fixtures::{Scales, random_blocks};
-use crate::quant_type::QuantType;
+use crate::quant_type::{QK_K, QuantType};
 use crate::test_util::{Rng, rel_err};
 
 /// `matmul` through one kernel, into one plain output.
@@ -115,6 +115,81 @@ fn every_kernel_agrees_with_scalar_bit_for_bit() {
                     bits(&want),
                     "{k:?} {ty:?} {rows}x{cols} b{batch} {scales:?}"
                 );
+            }
+        }
+    }
+}
+
+/// The widest fixed tile of `k` (batches up to 8): the 512-bit kernel's
+/// 8 rows, the 256-bit kernels' 4.
+fn small_tile(k: Kernel) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if k == Kernel::Avx512Vnni {
+        return 8;
+    }
+    let _ = k;
+    4
+}
+
+#[test]
+fn decode_batches_take_one_pass_of_wide_tiles_and_match_scalar() {
+    // Past 8 rows a group's activation rows run in tiles of up to 16 (each
+    // block unpacked once for them all), the rest in one narrower tile;
+    // up to 8, fixed tiles of 8, 4, 2, 1. 40 rows: two whole panels and a
+    // lone last group (the 512-bit kernel's half-panel tiles); 2 x 8192
+    // columns for Q8_0..Q5_1 and 2 super-blocks otherwise, so rows sit a
+    // padded stride apart.
+    let mut rng = Rng::new(12);
+    let batches = [1, 7, 8, 9, 15, 16, 17, 31, 32, 33];
+    for ty in QuantType::ALL {
+        let cols = if ty.block_len() == QK_K { 512 } else { 8192 };
+        let w = matrix(&mut rng, ty, 40, cols, Scales::Extreme);
+        let mut acts = QActs::new();
+        acts.quantize(
+            &rng.vec(33 * cols)
+                .iter()
+                .map(|v| v * 8.0)
+                .collect::<Vec<_>>(),
+            33,
+        )
+        .unwrap();
+        for &batch in &batches {
+            let collect = |k: Kernel| {
+                let (mut cells, mut tiles) = (Vec::new(), Vec::new());
+                k.tiles(
+                    &w,
+                    (0, w.groups()),
+                    &acts,
+                    (0, batch),
+                    &mut |g, (n, aa), t| {
+                        tiles.push((g, n, aa));
+                        for (j, row) in t.iter().enumerate().take(aa) {
+                            cells.extend(
+                                row.iter()
+                                    .enumerate()
+                                    .map(|(r, v)| (g, n + j, r, v.to_bits())),
+                            );
+                        }
+                    },
+                );
+                cells.sort_unstable();
+                tiles.sort_unstable();
+                (cells, tiles)
+            };
+            let (want, _) = collect(Kernel::Scalar);
+            for k in kernels().into_iter().filter(|&k| k != Kernel::Scalar) {
+                let (got, tiles) = collect(k);
+                assert_eq!(got, want, "{k:?} {ty:?} b{batch}");
+                let widths: Vec<usize> = tiles.iter().filter(|t| t.0 == 0).map(|t| t.2).collect();
+                let most = if batch > 8 { 16 } else { small_tile(k) };
+                let mut expect = vec![most; batch / most];
+                let rest = batch % most;
+                if batch > 8 {
+                    expect.extend((rest > 0).then_some(rest));
+                } else {
+                    expect.extend([4, 2, 1].into_iter().filter(|&t| rest & t != 0));
+                }
+                assert_eq!(widths, expect, "{k:?} {ty:?} b{batch}: tiles of group 0");
             }
         }
     }

@@ -15,7 +15,8 @@ use crate::quant_type::QK;
 pub struct QActs {
     batch: usize,
     cols: usize,
-    /// Quantised values, `batch * cols`.
+    /// Quantised values: `batch` rows of [`Self::stride`] bytes, the
+    /// `cols` values then zeros.
     pub(crate) qs: Vec<i8>,
     /// Per-block scale `max|x| / 127`, rounded through f16, `[row][block]`.
     pub(crate) d: Vec<f32>,
@@ -50,6 +51,14 @@ impl QActs {
     /// Row length.
     pub fn cols(&self) -> usize {
         self.cols
+    }
+
+    /// Bytes from one quantised row to the next: `cols`, plus a cache
+    /// line where `cols` is an even number of lines. A tile reads the same
+    /// columns of up to 16 rows together; at a stride of 2^k bytes those
+    /// lines would all fall in one L1 set, more than its ways.
+    pub(crate) fn stride(&self) -> usize {
+        row_stride(self.cols)
     }
 
     /// Quantises `batch` rows `x` (row length a positive multiple of 32).
@@ -140,7 +149,8 @@ impl QActs {
         self.dsum.clear();
         for &r in rows {
             let b = r * nb..(r + 1) * nb;
-            self.qs.extend_from_slice(&src.qs[r * cols..(r + 1) * cols]);
+            let at = r * src.stride();
+            self.qs.extend_from_slice(&src.qs[at..at + src.stride()]);
             self.d.extend_from_slice(&src.d[b.clone()]);
             self.s.extend_from_slice(&src.s[b.clone()]);
             self.isum.extend_from_slice(&src.isum[b.clone()]);
@@ -160,13 +170,15 @@ impl QActs {
     ) {
         let nb = cols / QK;
         (self.batch, self.cols) = (batch, cols);
-        self.qs.resize(batch * cols, 0);
+        let stride = row_stride(cols);
+        self.qs.resize(batch * stride, 0);
         self.d.resize(batch * nb, 0.0);
         self.s.resize(batch * nb, 0.0);
         self.isum.resize(batch * nb, 0);
         self.isum16.resize(batch * nb, [0; 2]);
         self.dsum.resize(batch * nb, 0.0);
         let row = |n: usize, out: RowMut<'_>| {
+            out.qs[cols..].fill(0);
             let mut vals = [0f32; QK];
             for b in 0..nb {
                 block(n, b, &mut vals);
@@ -186,7 +198,7 @@ impl QActs {
         };
         let rows = self
             .qs
-            .chunks_mut(cols)
+            .chunks_mut(stride)
             .zip(self.d.chunks_mut(nb))
             .zip(self.s.chunks_mut(nb))
             .zip(self.isum.chunks_mut(nb))
@@ -219,6 +231,15 @@ struct RowMut<'a> {
     isum: &'a mut [i32],
     isum16: &'a mut [[i16; 2]],
     dsum: &'a mut [f32],
+}
+
+/// [`QActs::stride`] of rows of `cols` values.
+fn row_stride(cols: usize) -> usize {
+    if cols.is_multiple_of(128) {
+        cols + 64
+    } else {
+        cols
+    }
 }
 
 /// The row length of `len` values in `batch` rows, checked.
@@ -315,6 +336,27 @@ mod tests {
         assert_eq!(a.qs, want);
         assert_eq!(&a.qs[1..6], &[1, -1, 0, 0, 1]);
         assert_eq!(a.isum[0], want.iter().map(|&q| i32::from(q)).sum::<i32>());
+    }
+
+    #[test]
+    fn rows_an_even_number_of_lines_long_are_a_line_apart_padded_with_zeros() {
+        // (cols, stride): 2^k-byte rows would put a tile's 16 rows' lines
+        // in one L1 set; odd line counts and sub-line rows stay packed.
+        for (cols, stride) in [(32, 32), (64, 64), (96, 96), (128, 192), (8192, 8256)] {
+            let x: Vec<f32> = (0..3 * cols).map(|i| 1.0 + (i % 7) as f32).collect();
+            let mut a = QActs::new();
+            // A larger shape first: the pad of a reused buffer is zeroed too.
+            a.quantize(&vec![5.0; 4 * (cols + 64)], 4).unwrap();
+            a.quantize(&x, 3).unwrap();
+            assert_eq!((a.stride(), a.qs.len()), (stride, 3 * stride), "{cols}");
+            for row in a.qs.chunks(stride) {
+                assert!(row[..cols].iter().all(|&q| q != 0), "{cols}");
+                assert!(row[cols..].iter().all(|&q| q == 0), "{cols}");
+            }
+            let mut g = QActs::new();
+            g.gather(&a, &[2, 0]).unwrap();
+            assert_eq!(g.qs[..stride], a.qs[2 * stride..], "{cols}");
+        }
     }
 
     #[test]

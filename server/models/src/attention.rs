@@ -60,6 +60,9 @@ pub struct SeqSpan {
     pub start_pos: usize,
     /// New tokens (1 for a decode row, the chunk length for prefill).
     pub n_tokens: usize,
+    /// The sequence's slot in the state store (models with recurrent
+    /// layers; `None` otherwise).
+    pub state: Option<u32>,
 }
 
 /// Head layout.
@@ -411,6 +414,7 @@ mod tests {
             tables: vec![blocks.to_vec()],
             start_pos,
             n_tokens,
+            state: None,
         }
     }
 

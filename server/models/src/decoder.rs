@@ -14,11 +14,12 @@ use crate::attention::{Heads, LayerAttn, SeqSpan, StepTables, attention};
 use crate::error::{Error, Result};
 use crate::fused::{Dims, FusedHead, FusedLayer, Scratch};
 use crate::kv_store::KvStore;
-use crate::layer::{Ffn, Layer};
+use crate::layer::{Block, Ffn, Layer, SsmLayer};
 use crate::linear::{Embedding, Linear, tensor_bytes};
 use crate::lora::{LoraStep, Target};
 use crate::rope::Rope;
 use crate::spec::{FeedForward, KvGroup, ModelSpec};
+use crate::state_store::StateStore;
 
 /// The whole decoder.
 #[derive(Debug)]
@@ -26,11 +27,13 @@ pub struct Decoder {
     spec: ModelSpec,
     groups: Vec<KvGroup>,
     embed: Embedding,
-    layers: Vec<Layer>,
+    layers: Vec<Block>,
     norm: Tensor,
     lm_head: Linear,
     /// One table per RoPE kind of the spec.
     ropes: Vec<Rope>,
+    /// Positions served (`--max-model-len`, at most the trained context).
+    context: usize,
     device: Device,
     fused_attention: bool,
     /// The CPU fast path, when every matrix is packed: one per layer, the head.
@@ -71,22 +74,34 @@ impl Decoder {
     pub fn new(
         spec: ModelSpec,
         embed: Embedding,
-        layers: Vec<Layer>,
+        layers: Vec<Block>,
         norm: Tensor,
         lm_head: Linear,
         device: &Device,
     ) -> Result<Self> {
         let ropes = ropes(&spec, spec.context, device)?;
+        // The fused CPU path runs attention layers only.
         let fused_layers = layers
             .iter()
             .zip(&spec.layers)
-            .map(|(l, s)| FusedLayer::from_layer(l, s.ffn))
+            .map(|(l, s)| match l {
+                Block::Attention(l) => FusedLayer::from_layer(l, s.ffn),
+                Block::Ssm(_) => Ok(None),
+            })
             .collect::<Result<Option<Vec<_>>>>()?;
         let head = FusedHead::new(&norm, &lm_head, spec.final_softcap)?;
+        // Nor Granite's multipliers or NoPE: those models run op by op.
+        let plain = spec.residual_scale.is_none()
+            && spec.logit_scale.is_none()
+            && !spec
+                .layers
+                .iter()
+                .any(|l| l.attention().is_some_and(|a| a.nope));
         let fused = match (fused_layers, head) {
-            (Some(l), Some(h)) if device.is_cpu() => Some((l, h)),
+            (Some(l), Some(h)) if device.is_cpu() && plain => Some((l, h)),
             _ => None,
         };
+        let spec_context = spec.context;
         Ok(Decoder {
             groups: spec.kv_groups(),
             spec,
@@ -95,6 +110,7 @@ impl Decoder {
             norm,
             lm_head,
             ropes,
+            context: spec_context,
             device: device.clone(),
             fused_attention: true,
             fused,
@@ -118,11 +134,8 @@ impl Decoder {
     /// Serves positions `0..context` only (the server's `--max-model-len`):
     /// smaller RoPE tables, and LongRoPE's factors chosen for that context.
     pub fn set_context(&mut self, context: usize) -> Result<()> {
-        self.ropes = ropes(
-            &self.spec,
-            context.clamp(1, self.spec.context),
-            &self.device,
-        )?;
+        self.context = context.clamp(1, self.spec.context);
+        self.ropes = ropes(&self.spec, self.context, &self.device)?;
         Ok(())
     }
 
@@ -136,7 +149,7 @@ impl Decoder {
         };
         let head = if tied { 0 } else { self.lm_head.held_bytes() };
         self.embed.held_bytes()
-            + self.layers.iter().map(Layer::held_bytes).sum::<u64>()
+            + self.layers.iter().map(Block::held_bytes).sum::<u64>()
             + tensor_bytes(&self.norm)
             + head
     }
@@ -146,9 +159,9 @@ impl Decoder {
     pub fn expert_reads(&self) -> Vec<Vec<u64>> {
         self.layers
             .iter()
-            .map(|l| match &l.ffn {
-                Ffn::Moe(m) => m.reads.counts(),
-                Ffn::Dense(_) => Vec::new(),
+            .map(|l| match l.ffn() {
+                Some(Ffn::Moe(m)) => m.reads.counts(),
+                _ => Vec::new(),
             })
             .collect()
     }
@@ -201,10 +214,23 @@ impl Decoder {
         )
     }
 
-    /// Runs `step`, writing its K/V into `kv`; returns logits
+    /// The recurrent state of `slots` sequences, for this model's
+    /// recurrent layers (an empty store when it has none).
+    pub fn state_store(&self, slots: usize) -> Result<StateStore> {
+        StateStore::new(&self.spec, slots, &self.device)
+    }
+
+    /// Runs `step`, writing its K/V into `kv` and its rows' recurrent
+    /// states into their slots of `state`; returns logits
     /// `(logits_for.len(), vocab)`, or `None` when none were asked for.
-    pub fn forward(&self, kv: &KvStore, step: &Step<'_>) -> Result<Option<Tensor>> {
+    pub fn forward(
+        &self,
+        kv: &KvStore,
+        state: &StateStore,
+        step: &Step<'_>,
+    ) -> Result<Option<Tensor>> {
         let positions = self.positions(step)?;
+        state.check(&step.spans)?;
         let pos = Tensor::new(positions.as_slice(), &self.device)?;
         let rope_rows = self
             .ropes
@@ -229,6 +255,7 @@ impl Decoder {
             .collect::<Result<Vec<_>>>()?;
         let ctx = LayerCtx {
             kv,
+            state,
             spans: &step.spans,
             tables: &tables,
             rope_rows: &rope_rows,
@@ -236,11 +263,13 @@ impl Decoder {
             lora: step.lora,
         };
         for (i, layer) in self.layers.iter().enumerate() {
-            match fused {
-                Some((fl, _)) => self.fused_layer_forward(i, &fl[i], &x, &ctx)?,
-                None => x = self.layer_forward(i, layer, &x, &ctx)?,
+            match (fused, layer) {
+                (Some((fl, _)), _) => self.fused_layer_forward(i, &fl[i], &x, &ctx)?,
+                (None, Block::Attention(l)) => x = self.layer_forward(i, l, &x, &ctx)?,
+                (None, Block::Ssm(l)) => x = self.ssm_layer_forward(i, l, &x, &ctx)?,
             }
         }
+        state.advance(&step.spans)?;
         if step.logits_for.is_empty() {
             return Ok(None);
         }
@@ -252,7 +281,10 @@ impl Decoder {
             return Ok(Some(head.forward(&x, eps, &self.scratch)?));
         }
         let x = candle_nn::ops::rms_norm(&x, &self.norm, eps)?;
-        let logits = self.lm_head.forward(&x)?;
+        let mut logits = self.lm_head.forward(&x)?;
+        if let Some(s) = self.spec.logit_scale {
+            logits = (logits * f64::from(s))?;
+        }
         Ok(Some(match self.spec.final_softcap {
             Some(cap) => ((logits / f64::from(cap))?.tanh()? * f64::from(cap))?,
             None => logits,
@@ -273,7 +305,7 @@ impl Decoder {
                 "logits asked for token {bad} of {total}"
             )));
         }
-        let context = self.ropes.first().map_or(0, Rope::context);
+        let context = self.context;
         let mut positions = Vec::with_capacity(total);
         for span in step.spans.iter() {
             let end = span.start_pos + span.n_tokens;
@@ -291,7 +323,7 @@ impl Decoder {
     /// Layer `index`'s attention of `q` over its group's cache, by the
     /// step's spans.
     fn attend(&self, q: &Tensor, index: usize, ctx: &LayerCtx<'_>) -> Result<Tensor> {
-        let (s, a) = (&self.spec, self.spec.layers[index].attention());
+        let (s, a) = (&self.spec, self.attention_spec(index)?);
         let (group, local) = ctx.kv.group_of(index)?;
         let at = LayerAttn {
             layer: local,
@@ -309,7 +341,10 @@ impl Decoder {
         };
         let tables = ctx.tables[group].as_ref();
         let cache = ctx.kv.cache(group);
-        let sinks = self.layers[index].sinks.as_ref();
+        let sinks = match &self.layers[index] {
+            Block::Attention(l) => l.sinks.as_ref(),
+            Block::Ssm(_) => None,
+        };
         attention(
             q,
             cache,
@@ -320,10 +355,79 @@ impl Decoder {
         )
     }
 
+    /// Layer `index`'s attention kind.
+    fn attention_spec(&self, index: usize) -> Result<&crate::spec::AttentionSpec> {
+        self.spec
+            .layers
+            .get(index)
+            .and_then(|l| l.attention())
+            .ok_or_else(|| Error::Config(format!("layer {index} is not an attention layer")))
+    }
+
     /// Layer `index`'s RoPE rows for this step.
-    fn rope_rows<'c>(&self, index: usize, ctx: &'c LayerCtx<'_>) -> (&'c Tensor, &'c Tensor) {
-        let (cos, sin) = &ctx.rope_rows[self.spec.layers[index].attention().rope];
-        (cos, sin)
+    fn rope_rows<'c>(
+        &self,
+        index: usize,
+        ctx: &'c LayerCtx<'_>,
+    ) -> Result<(&'c Tensor, &'c Tensor)> {
+        let (cos, sin) = &ctx.rope_rows[self.attention_spec(index)?.rope];
+        Ok((cos, sin))
+    }
+
+    /// A recurrent layer: `x + mixer(norm(x))`, then its feed-forward where
+    /// it has one.
+    fn ssm_layer_forward(
+        &self,
+        index: usize,
+        l: &SsmLayer,
+        x: &Tensor,
+        ctx: &LayerCtx<'_>,
+    ) -> Result<Tensor> {
+        let s = &self.spec;
+        let ssm = s.layers[index].ssm().ok_or_else(|| {
+            Error::Config(format!("layer {index}: its weights are not its kind's"))
+        })?;
+        let eps = s.norms.eps as f32;
+        let h = candle_nn::ops::rms_norm(x, &l.norm, eps)?;
+        let m = l
+            .mixer
+            .forward(ssm, eps, &h, (index, ctx.spans, ctx.state))?;
+        let x = (x + self.residual(m)?)?;
+        let Some((norm, ffn)) = &l.ffn else {
+            return Ok(x);
+        };
+        let h = candle_nn::ops::rms_norm(&x, norm, eps)?;
+        let d = self.ffn_forward(index, ffn, &h, ctx)?;
+        Ok((x + self.residual(d)?)?)
+    }
+
+    /// A mixer's or feed-forward's output as the residual stream adds it.
+    fn residual(&self, out: Tensor) -> Result<Tensor> {
+        Ok(match self.spec.residual_scale {
+            Some(s) => (out * f64::from(s))?,
+            None => out,
+        })
+    }
+
+    /// Layer `index`'s feed-forward of `h` (normed).
+    fn ffn_forward(
+        &self,
+        index: usize,
+        ffn: &Ffn,
+        h: &Tensor,
+        ctx: &LayerCtx<'_>,
+    ) -> Result<Tensor> {
+        let s = &self.spec;
+        let hook = |targets: &[Target], x: &Tensor, out: Tensor| ctx.lora(targets, index, x, out);
+        match (ffn, s.layers[index].ffn) {
+            (Ffn::Dense(m), FeedForward::Gated(act)) => {
+                m.forward_hooked(h, s.intermediate, act, &hook)
+            }
+            (Ffn::Moe(m), FeedForward::Moe(_)) => crate::moe::forward(m, h),
+            _ => Err(Error::Config(format!(
+                "layer {index}: its weights are not its kind's"
+            ))),
+        }
     }
 
     /// The op-by-op layer: the reference, and the path of every device
@@ -356,9 +460,12 @@ impl Decoder {
         if let Some((qn, kn)) = &l.qk_norm {
             (q, k) = (norm(&q.contiguous()?, qn)?, norm(&k.contiguous()?, kn)?);
         }
-        let (cos, sin) = self.rope_rows(index, ctx);
-        let q = Rope::apply(&q, cos, sin)?;
-        let k = Rope::apply(&k, cos, sin)?.reshape((tokens, kv_dim))?;
+        let (cos, sin) = self.rope_rows(index, ctx)?;
+        let (q, k) = match self.attention_spec(index)?.nope {
+            true => (q.contiguous()?, k),
+            false => (Rope::apply(&q, cos, sin)?, Rope::apply(&k, cos, sin)?),
+        };
+        let k = k.contiguous()?.reshape((tokens, kv_dim))?;
         ctx.kv.write(index, ctx.slot_index, &k, &v)?;
         let a = self.attend(&q, index, ctx)?;
         let mut a = ctx.lora(&[Target::O], index, &a, l.o.forward(&a)?)?;
@@ -368,24 +475,13 @@ impl Decoder {
         if let Some(w) = &l.post_attn_norm {
             a = norm(&a, w)?;
         }
-        let x = (x + a)?;
+        let x = (x + self.residual(a)?)?;
         let h = norm(&x, &l.ffn_norm)?;
-        let hook = |targets: &[Target], x: &Tensor, out: Tensor| ctx.lora(targets, index, x, out);
-        let mut d = match (&l.ffn, s.layers[index].ffn) {
-            (Ffn::Dense(m), FeedForward::Gated(act)) => {
-                m.forward_hooked(&h, s.intermediate, act, &hook)?
-            }
-            (Ffn::Moe(m), FeedForward::Moe(_)) => crate::moe::forward(m, &h)?,
-            _ => {
-                return Err(Error::Config(format!(
-                    "layer {index}: its weights are not its kind's"
-                )));
-            }
-        };
+        let mut d = self.ffn_forward(index, &l.ffn, &h, ctx)?;
         if let Some(w) = &l.post_ffn_norm {
             d = norm(&d, w)?;
         }
-        Ok((x + d)?)
+        Ok((x + self.residual(d)?)?)
     }
 
     /// The fused CPU layer: updates the residual stream `x` in place.
@@ -400,7 +496,7 @@ impl Decoder {
         let tokens = x.dims()[0];
         let (q_dim, kv_dim) = (s.q_dim(), s.kv_dim());
         let dims = self.dims();
-        let rows = self.rope_rows(index, ctx);
+        let rows = self.rope_rows(index, ctx)?;
         let lora = ctx.lora.map(|step| (step, index));
         let qkv = l.qkv(x, rows, dims, lora, &self.scratch)?;
         // Contiguous sections: views, no copies.
@@ -423,6 +519,7 @@ impl Decoder {
 /// What every layer of a step shares.
 struct LayerCtx<'a> {
     kv: &'a KvStore,
+    state: &'a StateStore,
     spans: &'a Arc<[SeqSpan]>,
     /// Per KV group: its tables on the device, where a kernel reads them.
     tables: &'a [Option<Arc<StepTables>>],

@@ -1,6 +1,6 @@
 //! Weights from a GGUF file.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
@@ -16,17 +16,22 @@ use ferrox_plan::DeviceKind;
 use crate::arch::Family;
 use crate::config::{Metadata, md_string};
 use crate::error::{Error, Result};
+use crate::gguf_header;
 use crate::holding::{self, Held, Role, device_kind, elem_count, kernel_type};
 use crate::layer::Projection;
 use crate::linear::{Embedding, Linear};
+use crate::mxfp4;
 use crate::spec::{FeedForward, ModelSpec, RopeScaling};
-use crate::weights::{WeightSource, check_shape, check_vector};
+use crate::weights::{WeightSource, check_shape, check_small, check_vector};
 
 /// An open GGUF file.
 pub struct GgufSource {
     path: String,
     reader: BufReader<File>,
     content: Content,
+    /// Tensors stored as MXFP4, listed in `content` as the Q5_0 they are
+    /// transcoded to on reading.
+    mxfp4: HashSet<String>,
     file_size: u64,
     /// `(heads, kv_heads)` when q/k rows are stored interleaved for
     /// llama.cpp's RoPE and must be put back in Hugging Face order.
@@ -56,22 +61,15 @@ impl GgufSource {
         })?;
         let file_size = file.metadata().map(|m| m.len()).unwrap_or(0);
         let mut reader = BufReader::new(file);
-        let content = Content::read(&mut reader).map_err(|e| Error::Corrupt {
+        let header = gguf_header::read(&mut reader).map_err(|m| Error::Corrupt {
             path: shown.clone(),
-            message: match e.to_string() {
-                // GGML's MXFP4 (llama.cpp's gpt-oss files), which candle's
-                // reader does not know.
-                m if m.contains("unknown dtype for tensor 39") => format!(
-                    "GGUF type 39 (MXFP4, gpt-oss's experts) is not readable yet; serve the \
-                     safetensors checkpoint, whose MXFP4 experts run on our kernels ({m})"
-                ),
-                m => format!("not a readable GGUF file: {m}"),
-            },
+            message: format!("not a readable GGUF file: {m}"),
         })?;
         Ok(GgufSource {
             path: shown,
             reader,
-            content,
+            content: header.content,
+            mxfp4: header.mxfp4,
             file_size,
             unpermute: None,
             packed: true,
@@ -213,8 +211,13 @@ impl GgufSource {
             path: self.path.clone(),
             message,
         };
+        let mxfp4 = self.mxfp4.contains(name);
         let size = elem_count(&dims)
-            .map(|n| tensor_bytes(dtype, n))
+            .filter(|_| !mxfp4 || dims.last().is_some_and(|c| c % mxfp4::BLOCK == 0))
+            .map(|n| match mxfp4 {
+                true => n / mxfp4::BLOCK * mxfp4::GGML_BLOCK_BYTES,
+                false => tensor_bytes(dtype, n),
+            })
             .ok_or_else(|| corrupt(format!("tensor {name} has impossible dimensions {dims:?}")))?;
         let start = self.content.tensor_data_offset.checked_add(info.offset);
         let end = start.and_then(|s| s.checked_add(size as u64));
@@ -239,6 +242,14 @@ impl GgufSource {
                 path: self.path.clone(),
                 source,
             })?;
+        if mxfp4 {
+            bytes = mxfp4::ggml_to_q5_0(&bytes).map_err(|mxfp4::ScaleOutOfRange(e)| {
+                corrupt(format!(
+                    "tensor {name}: an MXFP4 scale of 2^{} is past what Q5_0 holds",
+                    i32::from(e) - 127
+                ))
+            })?;
+        }
         let mut raw = Raw {
             name: name.to_string(),
             dtype,
@@ -378,6 +389,12 @@ impl WeightSource for GgufSource {
         let raw = self.raw(name)?;
         check_vector(name, &raw.dims, len)?;
         Ok(self.dense(raw, DType::F32, device)?.reshape(len)?)
+    }
+
+    fn small(&mut self, name: &str, shape: &[usize], device: &Device) -> Result<Tensor> {
+        let raw = self.raw(name)?;
+        check_small(name, &raw.dims, shape)?;
+        Ok(self.dense(raw, DType::F32, device)?.reshape(shape)?)
     }
 
     fn projection(

@@ -17,15 +17,18 @@ use crate::spec::KvGroup;
 pub struct KvStore {
     caches: Vec<KvCache>,
     windows: Vec<Option<usize>>,
-    /// Per model layer: its group, and its index among the group's layers.
-    of_layer: Vec<(usize, usize)>,
+    /// Tokens per block (every group's; also kept with no group at all).
+    block_size: usize,
+    /// Per model layer: its group, and its index among the group's layers
+    /// (`None` for a recurrent layer, which keeps no KV).
+    of_layer: Vec<Option<(usize, usize)>>,
 }
 
 impl KvStore {
     /// Caches for `groups` (in [`crate::Decoder::kv_groups`] order) of a
     /// model of `layers` layers: group `g` holds `blocks[g]` blocks of
-    /// `block_size` slots of `kv_dim` values, in `dtype`. Every layer must be
-    /// in exactly one group.
+    /// `block_size` slots of `kv_dim` values, in `dtype`. No layer may be in
+    /// two groups; one in none (a recurrent layer) has no KV.
     pub fn new(
         groups: &[KvGroup],
         layers: usize,
@@ -49,17 +52,12 @@ impl KvStore {
                     Some(slot @ None) => *slot = Some((g, i)),
                     _ => {
                         return Err(Error::Config(format!(
-                            "layer {layer} is in no KV group of a {layers}-layer model, or in two"
+                            "layer {layer} is past a {layers}-layer model, or in two KV groups"
                         )));
                     }
                 }
             }
         }
-        let of_layer = of_layer
-            .into_iter()
-            .enumerate()
-            .map(|(l, g)| g.ok_or_else(|| Error::Config(format!("layer {l} is in no KV group"))))
-            .collect::<Result<_>>()?;
         let caches = groups
             .iter()
             .zip(blocks)
@@ -68,6 +66,7 @@ impl KvStore {
         Ok(KvStore {
             caches,
             windows: groups.iter().map(|g| g.window).collect(),
+            block_size,
             of_layer,
         })
     }
@@ -92,12 +91,13 @@ impl KvStore {
         self.of_layer
             .get(layer)
             .copied()
+            .flatten()
             .ok_or_else(|| Error::Input(format!("layer {layer} has no KV group")))
     }
 
     /// Tokens per block (the same in every group).
     pub fn block_size(&self) -> usize {
-        self.caches.first().map_or(1, KvCache::block_size)
+        self.block_size
     }
 
     /// The pools, as the worker hands them out.
@@ -179,9 +179,12 @@ mod tests {
         assert_eq!(kv.group_of(3).unwrap(), (1, 2));
         assert_eq!(kv.group_of(2).unwrap(), (0, 0));
         assert!(kv.group_of(4).is_err());
-        // A layer in no group, or in two, is refused.
+        // A layer in two groups, or past the model, is refused; one in none
+        // (a recurrent layer) has no KV.
+        let partial = [group(None, &[0, 1]), group(Some(8), &[3])];
+        let kv2 = KvStore::new(&partial, 4, &[2, 2], 4, 6, KvDtype::F16, &Device::Cpu).unwrap();
+        assert!(kv2.group_of(2).is_err() && kv2.group_of(3).is_ok());
         for bad in [
-            vec![group(None, &[0, 1]), group(Some(8), &[3])],
             vec![group(None, &[0, 1, 2]), group(Some(8), &[2, 3])],
             vec![group(None, &[0, 1, 2, 3, 4])],
         ] {
@@ -193,6 +196,7 @@ mod tests {
             tables: vec![vec![7, 9], vec![ferrox_core::RELEASED, 2]],
             start_pos: 5,
             n_tokens: 2,
+            state: None,
         };
         let idx = kv.slot_indices(&[span], &Device::Cpu).unwrap();
         let first = |t: &Tensor| {
@@ -208,6 +212,7 @@ mod tests {
             tables: vec![vec![7, 9]],
             start_pos: 0,
             n_tokens: 1,
+            state: None,
         };
         assert!(kv.slot_indices(&[short], &Device::Cpu).is_err());
     }

@@ -7,6 +7,7 @@ use crate::linear::{Linear, tensor_bytes};
 use crate::lora::Target;
 use crate::moe::MoeWeights;
 use crate::spec::Activation;
+use crate::ssm::Mamba2Weights;
 
 /// Linear layers that read the same input, run as one matmul where the
 /// weights allow (their outputs are concatenated).
@@ -173,5 +174,49 @@ impl Layer {
             + self.qkv.held_bytes()
             + self.o.held_bytes()
             + self.ffn.held_bytes()
+    }
+}
+
+/// One recurrent layer's weights: its pre-norm, its mixer, and its
+/// feed-forward with its own pre-norm where it has one (a hybrid's).
+#[derive(Debug, Clone)]
+pub struct SsmLayer {
+    /// RMSNorm before the mixer.
+    pub norm: Tensor,
+    /// The Mamba-2 mixer.
+    pub mixer: Mamba2Weights,
+    /// RMSNorm before the feed-forward, and the feed-forward.
+    pub ffn: Option<(Tensor, Ffn)>,
+}
+
+/// One decoder layer, by its mixer.
+#[derive(Debug, Clone)]
+pub enum Block {
+    /// Attention and a feed-forward.
+    Attention(Box<Layer>),
+    /// A recurrent mixer.
+    Ssm(Box<SsmLayer>),
+}
+
+impl Block {
+    pub(crate) fn held_bytes(&self) -> u64 {
+        match self {
+            Block::Attention(l) => l.held_bytes(),
+            Block::Ssm(l) => {
+                let ffn = l
+                    .ffn
+                    .as_ref()
+                    .map_or(0, |(n, f)| tensor_bytes(n) + f.held_bytes());
+                tensor_bytes(&l.norm) + l.mixer.held_bytes() + ffn
+            }
+        }
+    }
+
+    /// The layer's feed-forward, if it has one.
+    pub(crate) fn ffn(&self) -> Option<&Ffn> {
+        match self {
+            Block::Attention(l) => Some(&l.ffn),
+            Block::Ssm(l) => l.ffn.as_ref().map(|(_, f)| f),
+        }
     }
 }

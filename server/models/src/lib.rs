@@ -16,6 +16,7 @@ pub mod device;
 pub mod error;
 mod fused;
 pub mod gguf;
+mod gguf_header;
 pub mod holding;
 pub mod kv_cache;
 pub mod kv_store;
@@ -30,6 +31,8 @@ pub mod profile;
 pub mod rope;
 pub mod safetensors;
 pub mod spec;
+pub mod ssm;
+pub mod state_store;
 pub mod text;
 pub mod weights;
 
@@ -38,6 +41,7 @@ pub use decoder::{Decoder, Step};
 pub use error::{Error, Result};
 pub use paged::PagedModel;
 pub use spec::{KvGroup, ModelSpec};
+pub use state_store::StateStore;
 pub mod load;
 
 pub use load::{Format, ModelInfo, Source};

@@ -71,6 +71,13 @@ pub struct ModelInfo {
     /// Parameters one token runs through: `params` less the routed
     /// experts a token does not choose.
     pub active_params: u64,
+    /// Bytes of one sequence's recurrent state over every recurrent layer
+    /// (absent: none): a fixed cost per sequence beside its KV.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub state_bytes: u64,
+    /// Layers that keep that state instead of KV (absent: none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub recurrent_layers: u64,
     /// The weights and KV as held on each device.
     pub devices: Footprints,
     /// The half type a GPU computes this model in.
@@ -87,12 +94,18 @@ impl ModelInfo {
         model_half: KvDtype,
         weight_bytes: impl Fn(DeviceKind) -> Result<u64>,
     ) -> Result<Self> {
+        let attention_layers = config
+            .layers
+            .iter()
+            .filter(|l| l.attention().is_some())
+            .count();
         let footprint = |device: DeviceKind| -> Result<Footprint> {
             let kv_dtype = device.auto_kv_dtype(model_half);
             Ok(Footprint {
                 weight_bytes: weight_bytes(device)?,
                 kv_dtype,
-                kv_bytes_per_token: (2 * config.layers.len() * config.kv_dim()) as u64
+                // Only attention layers keep KV.
+                kv_bytes_per_token: (2 * attention_layers * config.kv_dim()) as u64
                     * kv_dtype.bytes(),
             })
         };
@@ -117,6 +130,8 @@ impl ModelInfo {
             vocab_size: config.vocab,
             intermediate_size: config.intermediate,
             kv_groups: config.kv_groups(),
+            state_bytes: config.state_bytes(),
+            recurrent_layers: config.ssm_layers().len() as u64,
             devices,
             sliding_windows: config.sliding_windows(),
             model_half,
@@ -139,6 +154,8 @@ impl ModelInfo {
             sliding_windows: self.sliding_windows.clone(),
             params: self.params,
             active_params: self.active_params,
+            recurrent_layers: self.recurrent_layers,
+            state_bytes_per_seq: self.state_bytes,
         }
     }
 }
@@ -154,7 +171,7 @@ pub enum Source {
         /// Its family.
         family: &'static Family,
         /// The model its `config.json` describes.
-        config: ModelSpec,
+        config: Box<ModelSpec>,
         /// `tie_word_embeddings`.
         tied: bool,
         /// The half type of its weights.
@@ -178,7 +195,7 @@ impl Source {
             return Ok(Source::Dir {
                 dir: path.to_path_buf(),
                 family,
-                config,
+                config: Box::new(config),
                 tied: hf.bool_or("tie_word_embeddings", family.tied_default)?,
                 half: hf.half_dtype(),
             });
@@ -247,8 +264,12 @@ impl Source {
                 if !*tied && !src.has("output.weight") {
                     return Err(Error::MissingTensor("lm_head.weight".into()));
                 }
-                build_decoder(&mut src, config.clone(), device)
+                build_decoder(&mut src, (**config).clone(), device)
             }
         }
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

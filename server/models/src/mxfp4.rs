@@ -60,6 +60,25 @@ pub fn to_q5_0(bytes: &[u8; BLOCK_BYTES], scale: u8) -> Result<[u8; Q5_0_BYTES],
     Ok(out)
 }
 
+/// Bytes of a block as GGML stores it: the E8M0 scale, then 16 bytes whose
+/// low nibbles are values 0..16 and high nibbles values 16..32.
+pub const GGML_BLOCK_BYTES: usize = 17;
+
+/// GGML's MXFP4 blocks (llama.cpp's gpt-oss files) as Q5_0 blocks.
+pub fn ggml_to_q5_0(blocks: &[u8]) -> Result<Vec<u8>, ScaleOutOfRange> {
+    let mut out = Vec::with_capacity(blocks.len() / GGML_BLOCK_BYTES * Q5_0_BYTES);
+    for b in blocks.chunks_exact(GGML_BLOCK_BYTES) {
+        // Into the checkpoint's order: value `i` in byte `i / 2`.
+        let code = |i: usize| match i < 16 {
+            true => b[1 + i] & 0x0f,
+            false => b[1 + i - 16] >> 4,
+        };
+        let bytes = std::array::from_fn(|j| code(2 * j) | (code(2 * j + 1) << 4));
+        out.extend_from_slice(&to_q5_0(&bytes, b[0])?);
+    }
+    Ok(out)
+}
+
 /// The Q5_0 bytes of matrix rows `rows` of an MXFP4 tensor whose rows are
 /// `blocks_per_row` blocks: `blocks` (16 bytes a block) and `scales` (one a
 /// block) of the whole tensor.

@@ -1,6 +1,8 @@
 //! The decoder and its paged KV cache behind the worker's `BatchModel`
 //! interface: one pool per KV group (the full-attention layers, each sliding
-//! window), each with a fixed number of blocks.
+//! window), each with a fixed number of blocks; and, for a model with
+//! recurrent layers, a fixed number of state slots, a row's slot its last
+//! table.
 
 use std::sync::Arc;
 
@@ -13,12 +15,15 @@ use crate::decoder::{Decoder, Step};
 use crate::error::{Error, Result};
 use crate::kv_store::KvStore;
 use crate::lora::{DeviceSlots, LoraAdapter, LoraStep};
+use crate::state_store::StateStore;
 
 /// A decoder with KV pools of a fixed number of blocks.
 #[derive(Debug)]
 pub struct PagedModel {
     decoder: Decoder,
     kv: KvStore,
+    /// Recurrent states by slot (empty without recurrent layers).
+    state: StateStore,
     /// Adapters held on an accelerator (`--max-loras`); unused on CPU.
     lora_slots: DeviceSlots,
 }
@@ -48,10 +53,18 @@ impl PagedModel {
     ) -> Result<Self> {
         let kv = decoder.kv_store(blocks, block_size, kv_dtype)?;
         Ok(PagedModel {
+            state: decoder.state_store(0)?,
             decoder,
             kv,
             lora_slots: DeviceSlots::new(1),
         })
+    }
+
+    /// Holds `slots` recurrent states (one per running sequence; only a
+    /// model with recurrent layers keeps any). Drops every state held.
+    pub fn set_state_slots(&mut self, slots: usize) -> Result<()> {
+        self.state = self.decoder.state_store(slots)?;
+        Ok(())
     }
 
     /// Holds up to `n` adapters on an accelerator (`--max-loras`).
@@ -98,7 +111,7 @@ impl PagedModel {
         // loop is then joined by a thread that helps with it, instead of a
         // caller parked on a futex and woken per op (hundreds of ops a step
         // at one row). A GPU step stays on the thread that holds its context.
-        let forward = || self.decoder.forward(&self.kv, &step);
+        let forward = || self.decoder.forward(&self.kv, &self.state, &step);
         let logits = if self.decoder.device().is_cpu() {
             rayon::scope(|_| forward())?
         } else {
@@ -133,19 +146,23 @@ impl PagedModel {
             } else if c.want_logits {
                 logits_for.push(tokens.len() - 1);
             }
+            let (tables, state) = self.split_tables(c.tables)?;
             spans.push(SeqSpan {
-                tables: owned(c.tables),
+                tables,
                 start_pos: c.pos,
                 n_tokens: c.tokens.len(),
+                state,
             });
         }
         for r in decode {
             logits_for.push(tokens.len());
             tokens.push(r.token);
+            let (tables, state) = self.split_tables(r.tables)?;
             spans.push(SeqSpan {
-                tables: owned(r.tables),
+                tables,
                 start_pos: r.pos,
                 n_tokens: 1,
+                state,
             });
         }
         if tokens.is_empty() {
@@ -153,6 +170,23 @@ impl PagedModel {
         }
         let rows = self.run(&tokens, spans, &logits_for, &adapters)?;
         Ok(split(prefill, rows))
+    }
+}
+
+impl PagedModel {
+    /// A row's KV tables, owned by the step, and its state slot (the last
+    /// table, for a model with recurrent layers).
+    fn split_tables(&self, tables: Tables<'_>) -> Result<(Vec<Vec<u32>>, Option<u32>)> {
+        let kv = ferrox_core::batch_model::check_state_table(
+            self.state.slots(),
+            self.kv.groups(),
+            tables,
+        )?;
+        let slot = match self.state.is_used() {
+            true => tables.last().and_then(|t| t.first().copied()),
+            false => None,
+        };
+        Ok((owned(kv), slot))
     }
 }
 
@@ -220,6 +254,10 @@ impl BatchModel for PagedModel {
 
     fn kv_pools(&self) -> Vec<PoolSpec> {
         self.kv.pools()
+    }
+
+    fn state_slots(&self) -> Option<usize> {
+        self.state.slots()
     }
 
     fn prefill(

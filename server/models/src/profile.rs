@@ -54,9 +54,22 @@ impl ProfileShape {
 pub fn worst_step(model: &mut dyn BatchModel, shape: &ProfileShape) -> Result<()> {
     let tables = shape.tables();
     let prompt = vec![0u32; shape.prefill_chunk.max(1)];
-    // Every pool holds the profile's blocks: each group gets the same tables.
+    // Every pool holds the profile's blocks: each group gets the same tables;
+    // a model with recurrent layers gives each row a slot of its own.
     let groups = model.kv_pools().len();
-    let per_row: Vec<Vec<&[u32]>> = tables.iter().map(|t| vec![t.as_slice(); groups]).collect();
+    let slots: Vec<[u32; 1]> = (0..tables.len() as u32).map(|i| [i]).collect();
+    let recurrent = model.state_slots().is_some();
+    let per_row: Vec<Vec<&[u32]>> = tables
+        .iter()
+        .zip(&slots)
+        .map(|(t, slot)| {
+            let mut row = vec![t.as_slice(); groups];
+            if recurrent {
+                row.push(slot.as_slice());
+            }
+            row
+        })
+        .collect();
     let chunk = PrefillChunk {
         tables: &per_row[0],
         tokens: &prompt,
@@ -97,6 +110,8 @@ pub fn profile(
     device: &Device,
 ) -> Result<(Decoder, u64)> {
     let mut model = PagedModel::new(decoder, shape.blocks(), shape.block_size, kv_dtype)?;
+    // One state slot for the prefill chunk and each decode row.
+    model.set_state_slots(shape.max_seqs + 1)?;
     gpus.reset_peak(device)?;
     let before = gpus.reading(device)?;
     worst_step(&mut model, shape)?;

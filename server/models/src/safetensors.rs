@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::holding::{self, Role, device_kind};
 use crate::layer::Projection;
 use crate::linear::{Embedding, Linear};
-use crate::weights::{WeightSource, check_shape, check_vector};
+use crate::weights::{WeightSource, check_shape, check_small, check_vector};
 
 mod mxfp4_experts;
 
@@ -38,7 +38,12 @@ pub(crate) struct HfNames {
 }
 
 /// Text-model prefixes, in the order they are tried.
-const PREFIXES: [&str; 3] = ["model.", "model.language_model.", "language_model.model."];
+const PREFIXES: [&str; 4] = [
+    "model.",
+    "model.language_model.",
+    "language_model.model.",
+    "backbone.",
+];
 /// LM head names, in the order they are tried.
 const HEADS: [&str; 2] = ["lm_head.weight", "language_model.lm_head.weight"];
 
@@ -46,9 +51,12 @@ impl HfNames {
     /// The names `files` uses for `family`'s tensors.
     fn find(family: &'static Family, files: &MmapedSafetensors) -> Self {
         let has = |n: &str| files.get(n).is_ok();
+        let embed = family
+            .hf_global("token_embd.weight")
+            .unwrap_or("embed_tokens.weight");
         let prefix = PREFIXES
             .into_iter()
-            .find(|p| has(&format!("{p}embed_tokens.weight")))
+            .find(|p| has(&format!("{p}{embed}")))
             .unwrap_or(PREFIXES[0]);
         let head = HEADS.into_iter().find(|h| has(h)).unwrap_or(HEADS[0]);
         HfNames {
@@ -61,6 +69,9 @@ impl HfNames {
     /// Translates a GGUF tensor name to this checkpoint's.
     fn hf(&self, gguf: &str) -> String {
         let p = self.prefix;
+        if let Some(hf) = self.family.hf_global(gguf) {
+            return format!("{p}{hf}");
+        }
         match gguf {
             "token_embd.weight" => return format!("{p}embed_tokens.weight"),
             "output_norm.weight" => return format!("{p}norm.weight"),
@@ -288,6 +299,12 @@ impl WeightSource for SafetensorsSource {
         let t = self.load(name, device)?;
         check_vector(&self.names.hf(name), t.dims(), len)?;
         Ok(t.to_dtype(DType::F32)?.reshape(len)?)
+    }
+
+    fn small(&mut self, name: &str, shape: &[usize], device: &Device) -> Result<Tensor> {
+        let t = self.load(name, device)?;
+        check_small(&self.names.hf(name), t.dims(), shape)?;
+        Ok(t.to_dtype(DType::F32)?.reshape(shape)?)
     }
 
     fn projection(

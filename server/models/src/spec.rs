@@ -9,14 +9,19 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 
 mod moe;
+mod ssm;
 
 pub use moe::{MAX_EXPERTS, MoeSpec, Routing};
+pub use ssm::SsmSpec;
 
 /// What mixes information across positions in one layer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Mixer {
     /// Causal self-attention over the paged KV cache.
     Attention(AttentionSpec),
+    /// Mamba-2's state-space mixer: a fixed state per sequence, in a slot
+    /// of the state store, instead of KV.
+    Mamba2(SsmSpec),
 }
 
 /// One attention layer's kind.
@@ -37,6 +42,8 @@ pub struct AttentionSpec {
     /// A learned sink logit per query head joins each softmax (and takes
     /// its share of the probability, attending to nothing): gpt-oss.
     pub sinks: bool,
+    /// No position embedding at all (NoPE: Granite 4.0-H's attention).
+    pub nope: bool,
 }
 
 /// The feed-forward of one layer.
@@ -47,6 +54,8 @@ pub enum FeedForward {
     /// A mixture of experts: each token through the `top_k` gated MLPs its
     /// router picks, their outputs weighted by the router.
     Moe(MoeSpec),
+    /// None: the mixer is the whole layer (Mamba-2's blocks).
+    None,
 }
 
 /// A gated MLP's activation.
@@ -76,10 +85,19 @@ pub struct LayerSpec {
 }
 
 impl LayerSpec {
-    /// The attention of this layer (every mixer today is one).
-    pub fn attention(&self) -> &AttentionSpec {
+    /// The attention of this layer, if its mixer is attention.
+    pub fn attention(&self) -> Option<&AttentionSpec> {
         match &self.mixer {
-            Mixer::Attention(a) => a,
+            Mixer::Attention(a) => Some(a),
+            Mixer::Mamba2(_) => None,
+        }
+    }
+
+    /// The recurrent mixer of this layer, if it has one.
+    pub fn ssm(&self) -> Option<&SsmSpec> {
+        match &self.mixer {
+            Mixer::Mamba2(s) => Some(s),
+            Mixer::Attention(_) => None,
         }
     }
 
@@ -87,7 +105,7 @@ impl LayerSpec {
     pub fn moe(&self) -> Option<&MoeSpec> {
         match &self.ffn {
             FeedForward::Moe(m) => Some(m),
-            FeedForward::Gated(_) => None,
+            FeedForward::Gated(_) | FeedForward::None => None,
         }
     }
 }
@@ -191,6 +209,11 @@ pub struct ModelSpec {
     pub final_softcap: Option<f32>,
     /// q, k and v projections carry biases (Qwen2).
     pub qkv_bias: bool,
+    /// Each layer's mixer and feed-forward outputs multiplied by this
+    /// before their residual adds (Granite's `residual_multiplier`).
+    pub residual_scale: Option<f32>,
+    /// Final logits multiplied by this (Granite's `1 / logits_scaling`).
+    pub logit_scale: Option<f32>,
 }
 
 impl ModelSpec {
@@ -205,11 +228,13 @@ impl ModelSpec {
     }
 
     /// The KV groups (full attention first, then windows ascending): the
-    /// block tables a sequence needs, one per group.
+    /// block tables a sequence needs, one per group. Recurrent layers keep
+    /// no KV and are in none.
     pub fn kv_groups(&self) -> Vec<KvGroup> {
         let mut groups: Vec<KvGroup> = Vec::new();
         for (i, l) in self.layers.iter().enumerate() {
-            let window = l.attention().window;
+            let Some(a) = l.attention() else { continue };
+            let window = a.window;
             match groups.iter_mut().find(|g| g.window == window) {
                 Some(g) => g.layers.push(i),
                 None => groups.push(KvGroup {
@@ -232,7 +257,29 @@ impl ModelSpec {
             .fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
     }
 
-    /// Each layer's index into [`Self::kv_groups`].
+    /// The recurrent layers, ascending: each keeps one state per sequence
+    /// in the state store, in this order.
+    pub fn ssm_layers(&self) -> Vec<usize> {
+        (0..self.layers.len())
+            .filter(|&i| self.layers[i].ssm().is_some())
+            .collect()
+    }
+
+    /// Bytes of one sequence's recurrent state over every layer, held in
+    /// f32 (the scan's precision): what a state slot costs.
+    pub fn state_bytes(&self) -> u64 {
+        self.layers
+            .iter()
+            .filter_map(LayerSpec::ssm)
+            .map(|s| {
+                let (conv, ssm) = s.state_values();
+                4 * (conv + ssm) as u64
+            })
+            .sum()
+    }
+
+    /// Each layer's index into [`Self::kv_groups`] (0 for a recurrent
+    /// layer, which has none).
     pub fn layer_groups(&self) -> Vec<usize> {
         let mut of = vec![0; self.layers.len()];
         for (g, group) in self.kv_groups().iter().enumerate() {
@@ -264,7 +311,9 @@ impl ModelSpec {
     pub fn finish(mut self) -> Result<Self> {
         let context = self.context;
         for l in &mut self.layers {
-            let Mixer::Attention(a) = &mut l.mixer;
+            let Mixer::Attention(a) = &mut l.mixer else {
+                continue;
+            };
             if a.window.is_some_and(|w| !slides(w as u64, context as u64)) {
                 a.window = None;
             }
@@ -275,26 +324,24 @@ impl ModelSpec {
 
     fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::Config(m));
-        let dims = [
-            self.hidden,
-            self.intermediate,
-            self.heads,
-            self.kv_heads,
-            self.head_dim,
-            self.vocab,
-            self.context,
-            self.layers.len(),
-        ];
-        if dims.contains(&0) {
+        let dims = [self.hidden, self.vocab, self.context, self.layers.len()];
+        // Attention's and the MLP's widths matter only where such layers are.
+        let attends = self.layers.iter().any(|l| l.attention().is_some());
+        let heads = [self.heads, self.kv_heads, self.head_dim];
+        let mlp = self
+            .layers
+            .iter()
+            .any(|l| matches!(l.ffn, FeedForward::Gated(_)));
+        if dims.contains(&0) || (attends && heads.contains(&0)) || (mlp && self.intermediate == 0) {
             return bad(format!("zero dimension in {self:?}"));
         }
-        if !self.heads.is_multiple_of(self.kv_heads) {
+        if attends && !self.heads.is_multiple_of(self.kv_heads) {
             return bad(format!(
                 "heads {} not a multiple of kv heads {}",
                 self.heads, self.kv_heads
             ));
         }
-        if !self.head_dim.is_multiple_of(2) {
+        if attends && !self.head_dim.is_multiple_of(2) {
             return bad(format!("head dim {} is odd", self.head_dim));
         }
         for r in &self.ropes {
@@ -309,16 +356,20 @@ impl ModelSpec {
             }
         }
         for (i, l) in self.layers.iter().enumerate() {
-            let a = l.attention();
+            if let Some(s) = l.ssm() {
+                s.validate()
+                    .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
+            }
+            if let Some(m) = l.moe() {
+                m.validate()
+                    .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
+            }
+            let Some(a) = l.attention() else { continue };
             if a.rope >= self.ropes.len() || a.window == Some(0) {
                 return bad(format!("layer {i}: {a:?}"));
             }
             if a.softcap.is_some_and(|c| !(c.is_finite() && c > 0.0)) || !a.scale.is_finite() {
                 return bad(format!("layer {i}: scale or soft-cap in {a:?}"));
-            }
-            if let Some(m) = l.moe() {
-                m.validate()
-                    .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
             }
         }
         if self
@@ -344,6 +395,7 @@ mod tests {
                 softcap: None,
                 qk_norm: false,
                 sinks: false,
+                nope: false,
             }),
             ffn: FeedForward::Gated(Activation::Silu),
         }
@@ -374,6 +426,8 @@ mod tests {
             embed_scale: None,
             final_softcap: None,
             qkv_bias: false,
+            residual_scale: None,
+            logit_scale: None,
         }
     }
 
@@ -442,12 +496,14 @@ mod tests {
             ("not a multiple", |s| s.kv_heads = 3),
             ("rotary dim", |s| s.ropes[0].rotary_dim = 15),
             ("layer 0", |s| {
-                let Mixer::Attention(a) = &mut s.layers[0].mixer;
-                a.window = Some(0);
+                if let Mixer::Attention(a) = &mut s.layers[0].mixer {
+                    a.window = Some(0);
+                }
             }),
             ("soft-cap", |s| {
-                let Mixer::Attention(a) = &mut s.layers[0].mixer;
-                a.softcap = Some(-1.0);
+                if let Mixer::Attention(a) = &mut s.layers[0].mixer {
+                    a.softcap = Some(-1.0);
+                }
             }),
             ("final soft-cap", |s| s.final_softcap = Some(f32::NAN)),
         ];

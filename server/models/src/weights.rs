@@ -5,10 +5,11 @@ use candle_core::{Device, Tensor};
 
 use crate::decoder::Decoder;
 use crate::error::{Error, Result};
-use crate::layer::{Ffn, Layer, Mlp, Projection};
+use crate::layer::{Block, Ffn, Layer, Mlp, Projection, SsmLayer};
 use crate::linear::{Embedding, Linear};
 use crate::moe::{ExpertReads, MoeWeights};
-use crate::spec::{ModelSpec, MoeSpec};
+use crate::spec::{FeedForward, ModelSpec, MoeSpec, SsmSpec};
+use crate::ssm::Mamba2Weights;
 
 /// Where weights come from.
 pub trait WeightSource {
@@ -16,6 +17,9 @@ pub trait WeightSource {
     fn has(&self, name: &str) -> bool;
     /// A 1-D f32 tensor (norm weights, biases) of length `len`.
     fn vector(&mut self, name: &str, len: usize, device: &Device) -> Result<Tensor>;
+    /// A small f32 tensor of `shape` (a convolution's weights); unit
+    /// dimensions of the stored one are ignored (`[c, 1, k]` reads as `[c, k]`).
+    fn small(&mut self, name: &str, shape: &[usize], device: &Device) -> Result<Tensor>;
     /// Matrices `[out_i, cols]` that read the same input, fused where possible.
     fn projection(
         &mut self,
@@ -67,6 +71,15 @@ pub fn check_shape(name: &str, got: &[usize], want: &[usize]) -> Result<()> {
     Ok(())
 }
 
+/// Checks a small tensor's shape against `want`, unit dimensions dropped.
+pub fn check_small(name: &str, got: &[usize], want: &[usize]) -> Result<()> {
+    let strip = |d: &[usize]| d.iter().copied().filter(|&n| n != 1).collect::<Vec<_>>();
+    match strip(got) == strip(want) {
+        true => Ok(()),
+        false => check_shape(name, got, want),
+    }
+}
+
 /// Checks a vector's shape: `[len]`, or a one-row matrix `[1, len]` (a
 /// gate some converters write as a matrix).
 pub fn check_vector(name: &str, got: &[usize], len: usize) -> Result<()> {
@@ -87,7 +100,11 @@ pub fn build_decoder(
     // must fail at the first missing layer, not abort on the allocation.
     let mut layers = Vec::new();
     for i in 0..spec.layers.len() {
-        layers.push(load_layer(src, &spec, i, device)?);
+        let block = match spec.layers[i].ssm() {
+            Some(s) => Block::Ssm(Box::new(load_ssm_layer(src, &spec, s, i, device)?)),
+            None => Block::Attention(Box::new(load_layer(src, &spec, i, device)?)),
+        };
+        layers.push(block);
     }
     let norm = norm(src, &spec, "output_norm.weight", spec.hidden, device)?;
     let lm_head = if src.has("output.weight") {
@@ -127,7 +144,7 @@ fn load_layer(
     device: &Device,
 ) -> Result<Layer> {
     let n = |s: &str| format!("blk.{i}.{s}");
-    let (hidden, inter) = (spec.hidden, spec.intermediate);
+    let hidden = spec.hidden;
     let (q_dim, kv_dim) = (spec.q_dim(), spec.kv_dim());
     // Phi-3 stores q, k, v as one matrix, and gate, up as one `ffn_up`.
     let qkv = if src.has(&n("attn_qkv.weight")) {
@@ -151,7 +168,10 @@ fn load_layer(
         None
     };
     let hd = spec.head_dim;
-    let qk_norm = match spec.layers[i].attention().qk_norm {
+    let attn = spec.layers[i]
+        .attention()
+        .ok_or_else(|| Error::Config(format!("layer {i} is not an attention layer")))?;
+    let qk_norm = match attn.qk_norm {
         true => Some((
             norm(src, spec, &n("attn_q_norm.weight"), hd, device)?,
             norm(src, spec, &n("attn_k_norm.weight"), hd, device)?,
@@ -162,15 +182,13 @@ fn load_layer(
         on.then(|| norm(src, spec, &n(name), hidden, device))
             .transpose()
     };
-    let ffn = match spec.layers[i].moe() {
-        Some(m) => Ffn::Moe(Box::new(load_moe(src, m, i, hidden, device)?)),
-        None => Ffn::Dense(load_mlp(src, i, "", (hidden, inter), device)?),
-    };
+    let ffn = load_ffn(src, spec, i, device)?
+        .ok_or_else(|| Error::Config(format!("layer {i}: attention without a feed-forward")))?;
     let o_bias = match src.has(&n("attn_output.bias")) {
         true => Some(src.vector(&n("attn_output.bias"), hidden, device)?),
         false => None,
     };
-    let sinks = match spec.layers[i].attention().sinks {
+    let sinks = match attn.sinks {
         true => Some(src.vector(&n("attn_sinks.weight"), spec.heads, device)?),
         false => None,
     };
@@ -187,6 +205,84 @@ fn load_layer(
         ffn,
         post_ffn_norm: post(src, spec.norms.post_ffn, "post_ffw_norm.weight")?,
     })
+}
+
+/// Layer `i`'s feed-forward, if its kind has one.
+fn load_ffn(
+    src: &mut dyn WeightSource,
+    spec: &ModelSpec,
+    i: usize,
+    device: &Device,
+) -> Result<Option<Ffn>> {
+    let (hidden, inter) = (spec.hidden, spec.intermediate);
+    Ok(match spec.layers[i].ffn {
+        FeedForward::Moe(m) => Some(Ffn::Moe(Box::new(load_moe(src, &m, i, hidden, device)?))),
+        FeedForward::Gated(_) => Some(Ffn::Dense(load_mlp(src, i, "", (hidden, inter), device)?)),
+        FeedForward::None => None,
+    })
+}
+
+/// Layer `i`'s recurrent mixer (llama.cpp's `ssm_*` names), its norms and
+/// any feed-forward. A_log is stored as such in safetensors, as
+/// `A = -exp(A_log)` (`ssm_a`) in GGUF.
+fn load_ssm_layer(
+    src: &mut dyn WeightSource,
+    spec: &ModelSpec,
+    s: &SsmSpec,
+    i: usize,
+    device: &Device,
+) -> Result<SsmLayer> {
+    let n = |t: &str| format!("blk.{i}.{t}");
+    let (hidden, inner, conv_dim, heads) = (spec.hidden, s.inner(), s.conv_dim(), s.heads);
+    let opt = |src: &mut dyn WeightSource, on: bool, name: &str, len: usize| {
+        on.then(|| src.vector(&n(name), len, device)).transpose()
+    };
+    // llama.cpp stores A and D as `[heads, 1]`.
+    let per_head = |src: &mut dyn WeightSource, name: &str| -> Result<Tensor> {
+        Ok(src.small(&n(name), &[heads], device)?.reshape(heads)?)
+    };
+    let a = match src.has(&n("ssm_a")) {
+        true => per_head(src, "ssm_a")?,
+        false => per_head(src, "ssm_a_log")?.exp()?.neg()?,
+    };
+    let in_proj = src.projection(&[(&n("ssm_in.weight"), s.in_proj())], hidden, device)?;
+    let out_proj = src.projection(&[(&n("ssm_out.weight"), hidden)], inner, device)?;
+    let mixer = Mamba2Weights {
+        in_proj: single(in_proj),
+        in_bias: opt(src, s.proj_bias, "ssm_in.bias", s.in_proj())?,
+        conv: src.small(&n("ssm_conv1d.weight"), &[conv_dim, s.conv_kernel], device)?,
+        conv_bias: opt(src, s.conv_bias, "ssm_conv1d.bias", conv_dim)?,
+        dt_bias: per_head(src, "ssm_dt.bias")?,
+        a,
+        d: per_head(src, "ssm_d")?,
+        norm: gated_norm(src, &n("ssm_norm.weight"), (inner, s.groups), device)?,
+        out_proj: single(out_proj),
+        out_bias: opt(src, s.proj_bias, "ssm_out.bias", hidden)?,
+    };
+    let ffn = match load_ffn(src, spec, i, device)? {
+        Some(f) => Some((norm(src, spec, &n("ffn_norm.weight"), hidden, device)?, f)),
+        None => None,
+    };
+    Ok(SsmLayer {
+        norm: norm(src, spec, &n("attn_norm.weight"), hidden, device)?,
+        mixer,
+        ffn,
+    })
+}
+
+/// A gated norm's weight, `[inner]` (llama.cpp stores it per group,
+/// `[groups, inner / groups]`).
+fn gated_norm(
+    src: &mut dyn WeightSource,
+    name: &str,
+    (inner, groups): (usize, usize),
+    device: &Device,
+) -> Result<Tensor> {
+    let w = match src.small(name, &[groups, inner / groups.max(1)], device) {
+        Ok(w) => w,
+        Err(_) => src.small(name, &[inner], device)?,
+    };
+    Ok(w.reshape(inner)?)
 }
 
 /// Layer `i`'s gated MLP of width `inter` (`suffix`: `""`, or `_shexp`

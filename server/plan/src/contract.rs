@@ -190,6 +190,12 @@ pub mod metric {
     pub const WINDOW_USAGE: &str = "ferrox_window_usage_ratio";
     /// The label naming a window pool's window, in tokens.
     pub const WINDOW_LABEL: &str = "window";
+    /// Recurrent state slots held by running requests (a model with
+    /// recurrent layers: one a sequence; the reference's `recurrent` gauge).
+    pub const RECURRENT_SLOTS_USED: &str = "ferrox_recurrent_slots_used";
+    /// Recurrent state slots of the server (0 for a model without
+    /// recurrent layers).
+    pub const RECURRENT_SLOTS_CAPACITY: &str = "ferrox_recurrent_slots_capacity";
     /// vLLM's info gauge of the KV cache the server planned.
     pub const CACHE_CONFIG_INFO: &str = "vllm:cache_config_info";
     /// Weight bytes as planned.

@@ -2,12 +2,17 @@
 //! server (to size its KV pool and check the plan against real memory).
 //!
 //! ```text
-//! kv_bytes_per_token = 2 * layers * kv_heads * head_dim * kv_dtype_bytes
+//! kv_bytes_per_token = 2 * attention_layers * kv_heads * head_dim * kv_dtype_bytes
 //! block_bytes        = block_size * kv_bytes_per_token
 //! kv_budget          = memory * utilization - weights - activation_reserve - overhead - adapters
 //! kv_blocks          = floor(kv_budget / block_bytes)
 //! max_seqs           = min(cap, kv_blocks / ceil(typical_seq_len / block_size))
 //! ```
+//!
+//! A model with recurrent layers (Mamba-2) keeps no KV there but a fixed
+//! state per sequence (`state_bytes_per_seq`): a pool of state slots, one a
+//! sequence, shares the budget with the KV pools as a pool whose sequences
+//! each take one "block" of that size.
 //!
 //! Everything here is a pure function of its inputs: no I/O, no clock.
 
@@ -132,6 +137,13 @@ pub struct ModelGeometry {
     /// not choose (equal to `params` for a dense model; 0 if unknown).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub active_params: u64,
+    /// Layers that keep a recurrent state instead of KV (Mamba-2's): out
+    /// of `layers`, and of every KV count.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub recurrent_layers: u64,
+    /// Bytes of one sequence's recurrent state over all those layers.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub state_bytes_per_seq: u64,
 }
 
 /// Whether a count is absent (serialised as nothing).
@@ -144,7 +156,12 @@ impl ModelGeometry {
     /// costs while every layer holds it; windowed layers stop holding it
     /// once it leaves their window).
     pub fn kv_bytes_per_token(&self) -> u64 {
-        2 * self.layers * self.kv_heads * self.head_dim * self.kv_dtype.bytes()
+        2 * self.attention_layers() * self.kv_heads * self.head_dim * self.kv_dtype.bytes()
+    }
+
+    /// Layers that keep KV: all but the recurrent ones.
+    pub fn attention_layers(&self) -> u64 {
+        self.layers.saturating_sub(self.recurrent_layers)
     }
 }
 
@@ -338,6 +355,13 @@ pub struct Plan {
     /// Parameters one token runs through (as in the geometry).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub active_params: u64,
+    /// Recurrent state slots, one a running sequence (a model with
+    /// recurrent layers; 0 otherwise).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub state_slots: u64,
+    /// Bytes of one slot: a sequence's state over every recurrent layer.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub state_bytes_per_seq: u64,
 }
 
 impl Plan {
@@ -513,8 +537,15 @@ fn resolve_max_model_len(geometry: &ModelGeometry, asked: Option<u64>) -> Result
 
 fn check_inputs(geometry: &ModelGeometry, config: &PlanConfig) -> Result<(), PlanError> {
     let invalid = |m: &str| Err(PlanError::Invalid(m.to_string()));
-    if geometry.layers == 0 || geometry.kv_heads == 0 || geometry.head_dim == 0 {
+    // A model whose every layer is recurrent has no attention heads.
+    let attends = geometry.attention_layers() > 0;
+    if geometry.layers == 0 || (attends && (geometry.kv_heads == 0 || geometry.head_dim == 0)) {
         return invalid("layers, kvHeads and headDim must be at least 1");
+    }
+    if geometry.recurrent_layers > geometry.layers
+        || (geometry.recurrent_layers > 0) != (geometry.state_bytes_per_seq > 0)
+    {
+        return invalid("recurrentLayers and stateBytesPerSeq must both be set, within layers");
     }
     if geometry.context_length == 0 {
         return invalid("contextLength must be at least 1");

@@ -80,6 +80,8 @@ mod tests {
             sliding_windows: Vec::new(),
             params: 0,
             active_params: 0,
+            recurrent_layers: 0,
+            state_bytes_per_seq: 0,
         }
     }
 

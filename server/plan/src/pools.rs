@@ -12,6 +12,10 @@
 //! full-attention blocks, never more window blocks, so the rest goes to the
 //! KV pool (a model whose every layer has a window leaves it unused). Every pool holds at least one `max_model_len` sequence.
 //! `max_seqs` is how many typical sequences every pool holds at once.
+//!
+//! A model with recurrent layers adds the pool of state slots, last: a
+//! "group" whose block is one sequence's state (`state_bytes_per_seq`),
+//! one a sequence whatever its length, split and capped like a window pool.
 
 use serde::{Deserialize, Serialize};
 
@@ -49,7 +53,8 @@ pub struct PoolSizes {
 /// What one group costs.
 #[derive(Debug, Clone, Copy)]
 struct Group {
-    kv: KvGroupGeometry,
+    /// The KV group; `None` for the state slots.
+    kv: Option<KvGroupGeometry>,
     block_bytes: u64,
     /// Blocks a `max_model_len` sequence reserves.
     most: u64,
@@ -69,6 +74,18 @@ fn mul_div(a: u64, b: u64, c: u64) -> u64 {
     u64::try_from(u128::from(a) * u128::from(b) / u128::from(c.max(1))).unwrap_or(u64::MAX)
 }
 
+impl Group {
+    /// The full-attention KV group.
+    fn is_full(&self) -> bool {
+        self.kv.is_some_and(|k| k.window.is_none())
+    }
+
+    /// A window group's window.
+    fn window(&self) -> Option<u64> {
+        self.kv.and_then(|k| k.window)
+    }
+}
+
 impl Layout {
     /// The groups of `geometry` for sequences of `max_model_len` tokens.
     pub fn new(geometry: &ModelGeometry, config: &PlanConfig, max_model_len: u64) -> Self {
@@ -77,17 +94,24 @@ impl Layout {
             .unwrap_or(max_model_len)
             .clamp(1, max_model_len);
         let (bs, chunk) = (config.block_size, config.prefill_chunk);
+        let state = (geometry.state_bytes_per_seq > 0).then_some(Group {
+            kv: None,
+            block_bytes: geometry.state_bytes_per_seq,
+            most: 1,
+            typical: 1,
+        });
         let groups = geometry
             .kv_groups()
             .into_iter()
             .map(|kv| Group {
-                kv,
+                kv: Some(kv),
                 block_bytes: bs
                     .saturating_mul(kv.layers)
                     .saturating_mul(geometry.layer_kv_bytes_per_token()),
                 most: kv.seq_blocks(max_model_len, chunk, bs),
                 typical: kv.seq_blocks(typical, chunk, bs),
             })
+            .chain(state)
             .collect();
         Layout {
             groups,
@@ -96,7 +120,7 @@ impl Layout {
     }
 
     fn full(&self) -> Option<usize> {
-        self.groups.iter().position(|g| g.kv.window.is_none())
+        self.groups.iter().position(Group::is_full)
     }
 
     /// Bytes of `pools` (one size per group).
@@ -125,7 +149,7 @@ impl Layout {
             .map(|g| share(g, budget, per_seq))
             .collect();
         for (g, pool) in self.groups.iter().zip(pools.iter_mut()) {
-            if g.kv.window.is_some() {
+            if !g.is_full() {
                 *pool = (*pool).min(self.cap.saturating_mul(g.most)).max(g.most);
             }
         }
@@ -157,9 +181,9 @@ impl Layout {
     pub fn fit(&self, max_model_len: u64, block_size: u64) -> Vec<u64> {
         self.groups
             .iter()
-            .map(|g| match g.kv.window {
-                None => crate::fit_blocks(self.cap, max_model_len, block_size),
-                Some(_) => self.cap.saturating_mul(g.most),
+            .map(|g| match g.is_full() {
+                true => crate::fit_blocks(self.cap, max_model_len, block_size),
+                false => self.cap.saturating_mul(g.most),
             })
             .collect()
     }
@@ -168,7 +192,7 @@ impl Layout {
     /// typical sequences as the given ones do, and at least one whole one;
     /// refuses sizes for pools the model does not have.
     pub fn sized(&self, given: &PoolSizes) -> Result<Vec<u64>, PlanError> {
-        let windows = self.groups.iter().filter(|g| g.kv.window.is_some()).count();
+        let windows = self.groups.iter().filter(|g| g.window().is_some()).count();
         let mut pools: Vec<Option<u64>> = vec![None; self.groups.len()];
         if let Some(n) = given.kv_blocks {
             let full = self.full().ok_or_else(|| {
@@ -191,7 +215,7 @@ impl Layout {
                 .groups
                 .iter()
                 .enumerate()
-                .filter(|(_, g)| g.kv.window.is_some());
+                .filter(|(_, g)| g.window().is_some());
             for ((i, _), &n) in at.zip(sizes) {
                 pools[i] = Some(n);
             }
@@ -236,10 +260,24 @@ impl Layout {
             windows: Vec::new(),
             params: geometry.params,
             active_params: geometry.active_params,
+            state_slots: 0,
+            state_bytes_per_seq: 0,
         };
         for (g, &n) in self.groups.iter().zip(pools) {
             let per_token = g.block_bytes / config.block_size.max(1);
-            match g.kv.window {
+            let Some(kv) = g.kv else {
+                if n == 0 {
+                    return Err(PlanError::PoolTooSmall {
+                        kv_blocks: 0,
+                        block_size: config.block_size,
+                        pool_tokens: 0,
+                        max_model_len,
+                    });
+                }
+                (plan.state_slots, plan.state_bytes_per_seq) = (n, g.block_bytes);
+                continue;
+            };
+            match kv.window {
                 None if n < g.most => {
                     return Err(PlanError::PoolTooSmall {
                         kv_blocks: n,
@@ -262,7 +300,7 @@ impl Layout {
                 }
                 Some(window) => plan.windows.push(WindowPlan {
                     window,
-                    layers: g.kv.layers,
+                    layers: kv.layers,
                     kv_bytes_per_token: per_token,
                     block_bytes: g.block_bytes,
                     blocks_per_seq: g.most,
@@ -287,3 +325,6 @@ mod tests;
 
 #[cfg(test)]
 mod experts_tests;
+
+#[cfg(test)]
+mod recurrent_tests;

@@ -75,7 +75,8 @@ impl ModelGeometry {
         2 * self.kv_heads * self.head_dim * self.kv_dtype.bytes()
     }
 
-    /// Layers with no window that slides: all of them less the windowed ones.
+    /// Layers with no window that slides: the attention layers less the
+    /// windowed ones.
     pub fn full_layers(&self) -> u64 {
         let windowed: u64 = self
             .sliding_windows
@@ -83,7 +84,7 @@ impl ModelGeometry {
             .filter(|s| slides(s.window, self.context_length))
             .map(|s| s.layers)
             .sum();
-        self.layers.saturating_sub(windowed)
+        self.attention_layers().saturating_sub(windowed)
     }
 
     /// The KV groups, in the order every part of the server lists them: full

@@ -79,6 +79,12 @@ pub struct Message {
     pub tool_calls: Option<Vec<ToolCall>>,
     /// The call a `tool` message answers.
     pub tool_call_id: Option<String>,
+    /// An assistant turn's reasoning, sent back as an answer gave it
+    /// (vLLM's field); the template gets it as `reasoning_content` and
+    /// `thinking`.
+    pub reasoning_content: Option<String>,
+    /// Newer vLLM's name for `reasoning_content` (that one wins).
+    pub reasoning: Option<String>,
 }
 
 impl Message {
@@ -120,6 +126,8 @@ impl Message {
                 .as_ref()
                 .map(|calls| calls.iter().map(ToolCall::for_template).collect()),
             tool_call_id: self.tool_call_id.clone(),
-        })
+            ..ChatMessage::default()
+        }
+        .with_reasoning(self.reasoning_content.clone().or(self.reasoning.clone())))
     }
 }

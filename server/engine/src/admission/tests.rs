@@ -113,7 +113,7 @@ fn a_request_reserves_its_window_in_a_window_pool_and_the_door_names_the_pool() 
 #[test]
 fn admission_counts_blocks_in_every_pool() {
     let cfg = windowed(4);
-    let pools = KvPools::new(&cfg.pools(), 0);
+    let pools = KvPools::new(&cfg.pools(), None, 0);
     let bound = Arc::new(LineBound::new(8));
     let mut l = WaitingLine::new(Arc::clone(&bound), 4);
     let mut push = |prompt: &[u32], max| {
@@ -154,7 +154,7 @@ fn pools(n: usize) -> KvPools {
         window: None,
         blocks: n,
     };
-    KvPools::new(&[spec], 0)
+    KvPools::new(&[spec], None, 0)
 }
 
 static NONE_RUNNING: std::sync::LazyLock<std::collections::HashSet<String>> =

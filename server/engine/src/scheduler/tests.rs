@@ -745,6 +745,7 @@ fn the_worker_thread_serves_and_idles() {
 mod constraint;
 mod prefix_cache;
 mod prompt_logprobs;
+mod recurrent;
 mod window;
 #[test]
 fn liveness_sees_a_stalled_tick_and_a_dead_worker() {

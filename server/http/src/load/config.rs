@@ -88,6 +88,8 @@ pub struct ServeConfig {
     pub default_max_tokens: usize,
     /// How tool calls are read out of answers.
     pub tool_call_parser: ParserChoice,
+    /// How reasoning is read out of answers.
+    pub reasoning_parser: crate::reasoning::choice::ReasoningChoice,
     /// The HTTP edge: keys, timeouts, connection cap, liveness bound.
     pub http: HttpConfig,
     /// LoRA adapters; `None` serves none.

@@ -64,7 +64,9 @@ pub fn run(config: &GenerateConfig) -> anyhow::Result<()> {
     }
     let blocks = total.div_ceil(config.block_size);
     let kv = ferrox_plan::DeviceKind::Cpu.auto_kv_dtype(info.model_half);
-    let model = PagedModel::new(source.decoder(&Device::Cpu)?, blocks, config.block_size, kv)?;
+    let mut model = PagedModel::new(source.decoder(&Device::Cpu)?, blocks, config.block_size, kv)?;
+    // One sequence: one recurrent state slot, where the model has such layers.
+    model.set_state_slots(1)?;
     let engine = EngineConfig {
         max_seqs: 1,
         max_queue: 1,
@@ -73,7 +75,8 @@ pub fn run(config: &GenerateConfig) -> anyhow::Result<()> {
         decode_log_interval: 0,
         ..EngineConfig::default()
     }
-    .with_pools(&model.kv_pools());
+    .with_pools(&model.kv_pools())
+    .with_state_slots(model.state_slots());
     // The worker thread ends with the process.
     let (handle, _worker) = ferrox_engine::worker::spawn(model, engine)?;
     let request = GenerationRequest {

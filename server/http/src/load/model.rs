@@ -94,10 +94,16 @@ pub fn size(
             hints(cfg, kv_dtype).join(", ")
         )
     })?;
+    let max_seqs = cfg
+        .max_seqs
+        .unwrap_or(usize::try_from(plan.max_seqs).context("max_seqs is too large")?);
     let engine = EngineConfig {
-        max_seqs: cfg
-            .max_seqs
-            .unwrap_or(usize::try_from(plan.max_seqs).context("max_seqs is too large")?),
+        max_seqs,
+        // A model with recurrent layers: the plan's state slots.
+        state_slots: (plan.state_slots > 0)
+            .then(|| usize::try_from(plan.state_slots))
+            .transpose()
+            .context("the state slots are too many")?,
         max_queue: cfg.max_queue,
         prefill_chunk: cfg.prefill_chunk,
         max_model_len: plan.max_model_len as usize,
@@ -259,11 +265,18 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
         sizing.kv_dtype,
     )
     .context("allocating the KV cache")?;
+    if let Some(slots) = sizing.engine.state_slots {
+        model
+            .set_state_slots(slots)
+            .context("allocating the recurrent state")?;
+    }
     model.set_max_loras(sizing.engine.max_loras);
     let eos = text.end_of_generation.ids().to_vec();
     let template = text.chat_template.as_ref().map(|t| t.source());
     let tools = ToolSetup::new(cfg.tool_call_parser, template);
     tracing::info!(family = ?tools.family, describe = tools.describe, "tool calls");
+    let reasoning = cfg.reasoning_parser.resolve(template);
+    tracing::info!(family = ?reasoning, "reasoning");
     let frontend = CoreFrontend::new(text.tokenizer, text.chat_template, eos);
     let stall = crate::serve::fault::StallSwitch::from_env();
     let model = crate::serve::fault::Stalling::new(model, stall.clone());
@@ -283,6 +296,7 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
         engine,
         frontend: Arc::new(frontend),
         tools,
+        reasoning,
         stall,
         adapters,
     })
@@ -316,6 +330,8 @@ fn log_plan(s: &Sizing) {
         memory_source = s.memory.source.as_str(),
         rule = s.sized_by,
         window_pools = windows.join(", "),
+        state_slots = p.state_slots,
+        state_bytes_per_seq = p.state_bytes_per_seq,
         prefix_caching = s.engine.prefix_cache_on(),
         max_model_len = p.max_model_len,
         plan_max_seqs = p.max_seqs,
@@ -362,6 +378,8 @@ mod tests {
                 cuda: fp(500),
             },
             sliding_windows: Vec::new(),
+            state_bytes: 0,
+            recurrent_layers: 0,
             params: 0,
             active_params: 0,
             model_half: KvDtype::Bf16,
@@ -400,6 +418,7 @@ mod tests {
             prefix_caching: true,
             default_max_tokens: 1024,
             tool_call_parser: crate::tools::parser::ParserChoice::Auto,
+            reasoning_parser: crate::reasoning::choice::ReasoningChoice::Auto,
             lora: None,
             fetch: ferrox_fetch::FetchConfig {
                 cache_dir: "/nonexistent".into(),

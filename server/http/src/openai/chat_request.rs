@@ -36,6 +36,9 @@ pub struct ChatRequest {
     pub reasoning_effort: Option<String>,
     /// Passed to the template as `verbosity`, as `reasoning_effort`.
     pub verbosity: Option<String>,
+    /// Send the reasoning read out of the answer as `reasoning_content`
+    /// (default true; vLLM's).
+    pub include_reasoning: Option<bool>,
     /// The chat template's fields.
     #[serde(flatten)]
     pub template: TemplateArgs,

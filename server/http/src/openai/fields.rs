@@ -53,7 +53,7 @@ pub const COMMON_FIELDS: [&str; 35] = [
 /// Fields only `/v1/completions` parses.
 pub const COMPLETION_FIELDS: [&str; 4] = ["prompt", "echo", "best_of", "suffix"];
 /// Fields only `/v1/chat/completions` parses.
-pub const CHAT_FIELDS: [&str; 12] = [
+pub const CHAT_FIELDS: [&str; 13] = [
     "messages",
     "max_completion_tokens",
     "top_logprobs",
@@ -66,6 +66,7 @@ pub const CHAT_FIELDS: [&str; 12] = [
     "reasoning_effort",
     "verbosity",
     "echo",
+    "include_reasoning",
 ];
 /// Fields `/tokenize` parses (vLLM's): a prompt, or messages for the chat
 /// template.
@@ -103,7 +104,15 @@ pub const RESPONSES_FIELDS: [&str; 17] = [
 /// Fields `/detokenize` parses (vLLM's).
 pub const DETOKENIZE_FIELDS: [&str; 2] = ["model", "tokens"];
 /// The fields of one chat message.
-pub const MESSAGE_FIELDS: [&str; 5] = ["role", "content", "name", "tool_calls", "tool_call_id"];
+pub const MESSAGE_FIELDS: [&str; 7] = [
+    "role",
+    "content",
+    "name",
+    "tool_calls",
+    "tool_call_id",
+    "reasoning_content",
+    "reasoning",
+];
 
 /// Request fields that change nothing a self-hosted server returns: who the
 /// end user is, OpenAI-side storage, billing tier, cache routing, and a
@@ -121,8 +130,7 @@ pub const IGNORED_FIELDS: [&str; 7] = [
 ];
 /// Message fields clients send back from an earlier response that the
 /// template has no use for.
-pub const IGNORED_MESSAGE_FIELDS: [&str; 4] =
-    ["refusal", "annotations", "audio", "reasoning_content"];
+pub const IGNORED_MESSAGE_FIELDS: [&str; 3] = ["refusal", "annotations", "audio"];
 
 /// One flag per ignored field: logged already.
 static LOGGED: [AtomicBool; IGNORED_FIELDS.len() + IGNORED_MESSAGE_FIELDS.len()] =

@@ -11,6 +11,7 @@ use crate::openai::chat_request::ChatRequest;
 use crate::openai::error::ApiError;
 use crate::openai::request::{CompletionRequest, Knobs, Prompt};
 use crate::openai::response::Kind;
+use crate::reasoning::choice::{ReasoningFamily, ReasoningShape};
 use crate::serve::frontend::Frontend;
 use crate::tools::choice::ToolRequest;
 use crate::tools::grammar::tool_grammar;
@@ -71,6 +72,8 @@ pub struct Shape {
     pub logprobs: bool,
     /// Tool calls are read out of the answer (chat).
     pub tools: Option<ToolShape>,
+    /// Reasoning is read out of the answer (chat).
+    pub reasoning: Option<ReasoningShape>,
 }
 
 /// How tool calls are read out of an answer.
@@ -139,6 +142,8 @@ pub struct PrepareConfig {
     pub max_queue: usize,
     /// How the model calls tools.
     pub tools: ToolSetup,
+    /// How the model's reasoning is read; `None`: it is not.
+    pub reasoning: Option<ReasoningFamily>,
     /// The LoRA adapters a request's `model` may name; `None`: none.
     pub adapters: Option<Arc<AdapterStore>>,
 }
@@ -326,6 +331,13 @@ pub fn chat(r: ChatRequest, f: &dyn Frontend, c: &PrepareConfig) -> Result<Prepa
     {
         req.constraint = Some(forced_call(t, shape.family, req.constraint.take(), f)?);
     }
+    let include = r.include_reasoning != Some(false);
+    let reasoning =
+        (c.reasoning).map(|family| ReasoningShape::new(family, &req.prompt, include, f));
+    if reasoning.is_some_and(|r| r.family == ReasoningFamily::Harmony) {
+        // Harmony's channels are special tokens: the reader needs them.
+        req.text = f.detokenizer(false);
+    }
     Ok(Prepared {
         jobs: vec![Job {
             req,
@@ -334,6 +346,7 @@ pub fn chat(r: ChatRequest, f: &dyn Frontend, c: &PrepareConfig) -> Result<Prepa
         n: r.knobs.choices(),
         shape: Shape {
             tools: tool_shape,
+            reasoning,
             ..shape(&r.knobs, logprobs.is_some(), Kind::Chat)
         },
     })
@@ -373,7 +386,14 @@ fn forced_call(
              response_format or a guided grammar",
         ));
     }
-    f.constraint(&tool_grammar(t, family))
+    let grammar = tool_grammar(t, family).ok_or_else(|| {
+        ApiError::invalid(
+            "tool_choice",
+            "tool_choice \"required\" or a named function is not supported for harmony \
+             (gpt-oss) models; send \"auto\"",
+        )
+    })?;
+    f.constraint(&grammar)
         .map_err(|e| ApiError::invalid("tool_choice", format!("tool_choice: {e}")))
 }
 
@@ -494,6 +514,7 @@ fn shape(knobs: &Knobs, logprobs: bool, kind: Kind) -> Shape {
         prompt_logprobs: knobs.prompt_logprobs.is_some(),
         logprobs,
         tools: None,
+        reasoning: None,
     }
 }
 

@@ -120,8 +120,8 @@ pub enum Chunk {
 impl Chunk {
     /// Sets the chunk's usage (the last chunk's, or the usage so far with
     /// `continuous_usage_stats`).
-    pub fn set_usage(&mut self, usage: Usage) {
-        let usage = Some(UsageBody::from(usage));
+    pub fn set_usage(&mut self, usage: Usage, reasoning_tokens: Option<usize>) {
+        let usage = Some(UsageBody::from(usage).with_reasoning(reasoning_tokens));
         match self {
             Chunk::Completion(c) => c.usage = usage,
             Chunk::Chat(c) => c.usage = usage,
@@ -140,6 +140,10 @@ pub struct Choice {
     pub logprobs: Option<LogprobsBody>,
     /// The tool calls read out of it (chat).
     pub tool_calls: Vec<ParsedCall>,
+    /// The reasoning read out of it, where it is sent.
+    pub reasoning: Option<String>,
+    /// Its generated tokens that were reasoning, where reasoning was read.
+    pub reasoning_tokens: Option<usize>,
     /// The prompt's logprobs in vLLM's shape, with `prompt_logprobs`.
     pub prompt_logprobs: Option<PromptLogprobs>,
 }
@@ -155,7 +159,10 @@ impl Envelope {
 
     /// A whole, non-streamed response.
     pub fn full(&self, choices: Vec<Choice>, usage: Usage) -> Whole {
-        let usage = UsageBody::from(usage);
+        let reasoning = (choices.iter().map(|c| c.reasoning_tokens))
+            .reduce(|a, b| Some(a? + b?))
+            .flatten();
+        let usage = UsageBody::from(usage).with_reasoning(reasoning);
         match self.kind {
             Kind::Completion => Whole::Completion(CompletionResponse {
                 id: self.id.clone(),
@@ -229,6 +236,7 @@ impl Envelope {
             return AssistantMessage {
                 role: "assistant".into(),
                 content: Some(c.text.clone()),
+                reasoning_content: c.reasoning.clone(),
                 tool_calls: None,
             };
         }
@@ -245,6 +253,7 @@ impl Envelope {
         AssistantMessage {
             role: "assistant".into(),
             content: (!c.text.is_empty()).then(|| c.text.clone()),
+            reasoning_content: c.reasoning.clone(),
             tool_calls: Some(calls),
         }
     }
@@ -256,6 +265,7 @@ impl Envelope {
         let mut delta = ChatDelta {
             role: role.then(|| "assistant".into()),
             content: None,
+            reasoning_content: None,
             tool_calls: None,
         };
         match event {
@@ -314,6 +324,7 @@ impl Envelope {
                 delta: ChatDelta {
                     role: role.then(|| "assistant".into()),
                     content: (!text.is_empty() || role).then(|| text.into()),
+                    reasoning_content: None,
                     tool_calls: None,
                 },
                 logprobs: logprobs.and_then(LogprobsBody::chat),
@@ -322,13 +333,29 @@ impl Envelope {
         }
     }
 
+    /// A streamed chunk of choice `index`'s reasoning (`role` marks its
+    /// first chunk).
+    pub fn reasoning_chunk(&self, index: usize, text: &str, role: bool) -> Chunk {
+        self.chat_chunk(vec![ChatChunkChoice {
+            index,
+            delta: ChatDelta {
+                role: role.then(|| "assistant".into()),
+                content: None,
+                reasoning_content: Some(text.into()),
+                tool_calls: None,
+            },
+            logprobs: None,
+            finish_reason: None,
+        }])
+    }
+
     /// The final usage chunk (`stream_options.include_usage`).
-    pub fn usage_chunk(&self, usage: Usage) -> Chunk {
+    pub fn usage_chunk(&self, usage: Usage, reasoning_tokens: Option<usize>) -> Chunk {
         let mut chunk = match self.kind {
             Kind::Completion => self.completion_chunk(Vec::new()),
             Kind::Chat => self.chat_chunk(Vec::new()),
         };
-        chunk.set_usage(usage);
+        chunk.set_usage(usage, reasoning_tokens);
         chunk
     }
 

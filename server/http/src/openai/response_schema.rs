@@ -149,6 +149,10 @@ pub struct AssistantMessage {
     pub role: String,
     /// The text (null when the reply is only tool calls).
     pub content: Option<String>,
+    /// The reasoning read out of the reply (vLLM's field), with a
+    /// reasoning parser.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     /// The tool calls read out of the reply, when tools were offered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallBody>>,
@@ -239,6 +243,9 @@ pub struct ChatDelta {
     /// More text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// More reasoning (vLLM's field), with a reasoning parser.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
     /// More of the tool calls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallDelta>>,
@@ -366,6 +373,25 @@ pub struct UsageBody {
     pub total_tokens: usize,
     /// Where the prompt tokens came from.
     pub prompt_tokens_details: PromptTokensDetails,
+    /// What the generated tokens were, with a reasoning parser.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_tokens_details: Option<CompletionTokensDetails>,
+}
+
+/// OpenAI's `usage.completion_tokens_details`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+pub struct CompletionTokensDetails {
+    /// Generated tokens that were reasoning (with its markup).
+    pub reasoning_tokens: usize,
+}
+
+impl UsageBody {
+    /// With the count of reasoning tokens, where reasoning was read.
+    pub fn with_reasoning(mut self, reasoning_tokens: Option<usize>) -> Self {
+        self.completion_tokens_details =
+            reasoning_tokens.map(|reasoning_tokens| CompletionTokensDetails { reasoning_tokens });
+        self
+    }
 }
 
 /// OpenAI's `usage.prompt_tokens_details`.
@@ -384,6 +410,7 @@ impl From<Usage> for UsageBody {
             prompt_tokens_details: PromptTokensDetails {
                 cached_tokens: u.cached_tokens,
             },
+            completion_tokens_details: None,
         }
     }
 }

@@ -15,9 +15,9 @@ use futures::{Stream, StreamExt};
 use crate::openai::error::ApiError;
 use crate::openai::prepare::{ChoiceMeta, Shape};
 use crate::openai::response::{Chunk, Envelope, Logprobs, LogprobsBody};
+use crate::reasoning::answer::{AnswerEvent, AnswerStream};
 use crate::serve::frontend::Frontend;
-use crate::tools::parser::event::ToolEvent;
-use crate::tools::parser::{ToolStream, finish_reason};
+use crate::tools::parser::finish_reason;
 
 /// Each choice's events, tagged with its index; `None` once its
 /// submission ended without a last event (the worker went away).
@@ -33,8 +33,9 @@ struct ChoiceState {
     generated: usize,
     /// Its echo, and whether its usage counts its prompt.
     meta: ChoiceMeta,
-    /// Reads tool calls out of the text, when the request has tools.
-    tools: Option<ToolStream>,
+    /// Reads reasoning and tool calls out of the text, when the request
+    /// has tools or the model a reasoning parser.
+    reader: Option<AnswerStream>,
 }
 
 /// Where one stream is.
@@ -45,6 +46,8 @@ struct Cursor {
     shape: Shape,
     choices: Vec<ChoiceState>,
     usage: Usage,
+    /// The finished choices' reasoning tokens, where reasoning is read.
+    reasoning_tokens: Option<usize>,
     /// Frames ready to send before reading the next event.
     ready: Vec<String>,
     done: bool,
@@ -79,12 +82,14 @@ pub fn respond(
             .into_iter()
             .map(|meta| ChoiceState {
                 first: true,
-                tools: shape.tools.map(|t| ToolStream::new(t.family, t.parallel)),
+                reader: (shape.tools.is_some() || shape.reasoning.is_some())
+                    .then(|| AnswerStream::new(shape.reasoning, shape.tools)),
                 meta,
                 ..ChoiceState::default()
             })
             .collect(),
         usage: Usage::default(),
+        reasoning_tokens: shape.reasoning.map(|_| 0),
         ready: Vec::new(),
         done: false,
         shape,
@@ -161,12 +166,15 @@ impl Cursor {
                 // final usage.
                 self.choices[i].meta.add_usage(&mut self.usage, &usage);
                 self.choices[i].done = true;
-                let calls = match self.choices[i].tools.as_mut() {
-                    Some(tools) => {
-                        let mut events = tools.push(&text);
-                        events.extend(tools.finish());
-                        let calls = tools.calls();
-                        self.tool_events(i, events);
+                let calls = match self.choices[i].reader.as_mut() {
+                    Some(reader) => {
+                        let mut events = reader.push(&text, 0);
+                        events.extend(reader.finish());
+                        let calls = reader.calls();
+                        if let Some(n) = self.reasoning_tokens.as_mut() {
+                            *n += reader.reasoning_tokens();
+                        }
+                        self.answer_events(i, events);
                         calls
                     }
                     None => {
@@ -185,24 +193,29 @@ impl Cursor {
         }
     }
 
-    /// Generated text of choice `i`, through its tool reader if it has one.
+    /// One generated token's text of choice `i`, through its reader if it
+    /// has one.
     fn text(&mut self, i: usize, text: &str, lp: Option<LogprobsBody>) {
-        let Some(tools) = self.choices[i].tools.as_mut() else {
+        let Some(reader) = self.choices[i].reader.as_mut() else {
             if !text.is_empty() || lp.is_some() || self.choices[i].first {
                 self.push(i, text, None, lp);
             }
             return;
         };
-        let events = tools.push(text);
-        self.tool_events(i, events);
+        let events = reader.push(text, 1);
+        self.answer_events(i, events);
         if lp.is_some() || self.choices[i].first {
             self.push(i, "", None, lp);
         }
     }
 
-    fn tool_events(&mut self, i: usize, events: Vec<ToolEvent>) {
+    fn answer_events(&mut self, i: usize, events: Vec<AnswerEvent>) {
         for e in events {
-            let chunk = self.env.tool_chunk(i, &e, self.choices[i].first);
+            let first = self.choices[i].first;
+            let chunk = match &e {
+                AnswerEvent::Reasoning(t) => self.env.reasoning_chunk(i, t, first),
+                AnswerEvent::Tool(t) => self.env.tool_chunk(i, t, first),
+            };
             self.choices[i].first = false;
             self.send(chunk);
         }
@@ -218,7 +231,8 @@ impl Cursor {
     /// carries it (`continuous_usage_stats`).
     fn send(&mut self, mut chunk: Chunk) {
         if self.shape.continuous_usage {
-            chunk.set_usage(self.usage_so_far());
+            let (usage, reasoning) = self.usage_so_far();
+            chunk.set_usage(usage, reasoning);
         }
         // The body types have string keys and no fallible parts: this
         // cannot fail.
@@ -229,20 +243,24 @@ impl Cursor {
     /// The finished choices' usage and the running ones' prompts and tokens
     /// so far: it only grows, and once every choice is done it is the final
     /// usage.
-    fn usage_so_far(&self) -> Usage {
+    fn usage_so_far(&self) -> (Usage, Option<usize>) {
         let mut u = self.usage;
+        let mut reasoning = self.reasoning_tokens;
         for c in self.choices.iter().filter(|c| !c.done) {
             if c.meta.counts_prompt {
                 u.prompt_tokens += c.meta.prompt_tokens;
             }
             u.completion_tokens += c.generated;
+            if let (Some(n), Some(r)) = (reasoning.as_mut(), c.reader.as_ref()) {
+                *n += r.reasoning_tokens();
+            }
         }
-        u
+        (u, reasoning)
     }
 
     fn finish(&mut self) {
         if self.shape.include_usage {
-            let chunk = self.env.usage_chunk(self.usage);
+            let chunk = self.env.usage_chunk(self.usage, self.reasoning_tokens);
             self.ready
                 .push(serde_json::to_string(&chunk).unwrap_or_default());
         }

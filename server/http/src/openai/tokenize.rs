@@ -133,6 +133,7 @@ mod tests {
                 family: Some(crate::tools::parser::ToolFamily::Hermes),
                 describe: false,
             },
+            reasoning: None,
             adapters: None,
         }
     }

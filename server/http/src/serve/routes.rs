@@ -31,9 +31,10 @@ use crate::openai::responses::body::{Meta, ResponseObject, Settings};
 use crate::openai::responses::request::ResponsesRequest;
 use crate::openai::stream;
 use crate::openai::tokenize::{DetokenizeRequest, TokenizeRequest};
+use crate::reasoning::answer::AnswerCollector;
 use crate::serve::frontend::Frontend;
 use crate::serve::state::{AppState, Loaded};
-use crate::tools::parser::{finish_reason, parse_answer};
+use crate::tools::parser::finish_reason;
 
 pub(crate) mod info;
 pub(crate) mod lora;
@@ -290,6 +291,7 @@ fn prepare_config(s: &AppState, loaded: &Loaded) -> PrepareConfig {
         default_max_tokens: s.default_max_tokens(),
         max_queue: loaded.engine.config().max_queue,
         tools: loaded.tools,
+        reasoning: loaded.reasoning,
         adapters: loaded.adapters.clone(),
     }
 }
@@ -339,9 +341,7 @@ async fn answer(s: &AppState, p: Prepared, headers: &HeaderMap, reply: Reply) ->
     if shape.stream {
         return match (responses, subs.pop()) {
             // The Responses API has one choice (no `n`).
-            (Some(meta), Some(sub)) => {
-                crate::openai::responses::stream::respond(sub, meta, shape.tools)
-            }
+            (Some(meta), Some(sub)) => crate::openai::responses::stream::respond(sub, meta, &shape),
             (None, last) => {
                 subs.extend(last);
                 let frontend = loaded.frontend.clone();
@@ -388,11 +388,10 @@ async fn collect(
     frontend: &dyn crate::serve::frontend::Frontend,
     shape: &Shape,
 ) -> Result<(Choice, ferrox_engine::Usage), ApiError> {
-    let mut text = meta
-        .echo
-        .as_ref()
-        .map(|e| e.text.clone())
-        .unwrap_or_default();
+    let echo = meta.echo.as_ref().map_or("", |e| e.text.as_str());
+    let mut answer = AnswerCollector::new(shape.reasoning, shape.tools, echo);
+    // Where each token's text starts, for logprobs.
+    let mut offset = echo.len();
     let mut lp = Logprobs::default();
     let mut prompt_logprobs = None;
     while let Some(event) = sub.next().await {
@@ -409,29 +408,26 @@ async fn collect(
                 text: t, logprob, ..
             } => {
                 if let (true, Some(l)) = (shape.logprobs, logprob) {
-                    lp.tokens.push((l, text.len()));
+                    lp.tokens.push((l, offset));
                 }
-                text.push_str(&t);
+                offset += t.len();
+                answer.push(&t, 1);
             }
             Event::Done {
                 reason,
                 text: tail,
                 usage,
             } => {
-                text.push_str(&tail);
+                answer.push(&tail, 0);
                 let logprobs = shape.logprobs.then(|| env.logprobs(&lp, frontend));
-                let (text, tool_calls) = match shape.tools {
-                    None => (text, Vec::new()),
-                    Some(t) => {
-                        let answer = parse_answer(t.family, t.parallel, &text);
-                        (answer.content.unwrap_or_default(), answer.calls)
-                    }
-                };
+                let whole = answer.finish();
                 let choice = Choice {
-                    text,
-                    finish: finish_reason(reason.as_str(), tool_calls.len()),
+                    text: whole.content,
+                    finish: finish_reason(reason.as_str(), whole.calls.len()),
                     logprobs,
-                    tool_calls,
+                    tool_calls: whole.calls,
+                    reasoning: whole.reasoning,
+                    reasoning_tokens: shape.reasoning.map(|_| whole.reasoning_tokens),
                     prompt_logprobs,
                 };
                 return Ok((choice, usage));

@@ -19,6 +19,8 @@ pub struct Loaded {
     pub frontend: Arc<dyn Frontend>,
     /// How the model calls tools.
     pub tools: crate::tools::parser::ToolSetup,
+    /// How reasoning is read out of answers; `None`: it is not.
+    pub reasoning: Option<crate::reasoning::choice::ReasoningFamily>,
     /// The test-only stall switch (inert unless its variable is set).
     pub stall: crate::serve::fault::StallSwitch,
     /// The LoRA adapters; `None` when the server serves none.

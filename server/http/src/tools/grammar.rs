@@ -9,11 +9,13 @@ use serde_json::{Value, json};
 use crate::tools::choice::ToolRequest;
 use crate::tools::parser::ToolFamily;
 
-/// The grammar of one call of `request`'s callable tools.
-pub fn tool_grammar(request: &ToolRequest, family: ToolFamily) -> GrammarSpec {
+/// The grammar of one call of `request`'s callable tools; `None` for
+/// harmony, whose markup is special tokens a grammar over text cannot hold.
+pub fn tool_grammar(request: &ToolRequest, family: ToolFamily) -> Option<GrammarSpec> {
     let key = match family {
         ToolFamily::Hermes => "arguments",
         ToolFamily::Llama3Json => "parameters",
+        ToolFamily::Harmony => return None,
     };
     let calls: Vec<Value> = request
         .callable()
@@ -30,10 +32,10 @@ pub fn tool_grammar(request: &ToolRequest, family: ToolFamily) -> GrammarSpec {
         Ok([one]) => one,
         Err(many) => json!({"anyOf": many}),
     };
-    match family {
+    Some(match family {
         ToolFamily::Llama3Json => GrammarSpec::JsonSchema(schema),
-        ToolFamily::Hermes => GrammarSpec::Lark(hermes_lark(schema)),
-    }
+        _ => GrammarSpec::Lark(hermes_lark(schema)),
+    })
 }
 
 /// `<tool_call>\n{call}\n</tool_call>`, the JSON written with fixed
@@ -66,12 +68,14 @@ mod tests {
     #[test]
     fn one_call_of_a_callable_tool_with_its_schema() {
         let named = request(json!({"type": "function", "function": {"name": "now"}}));
-        let GrammarSpec::JsonSchema(named) = tool_grammar(&named, ToolFamily::Llama3Json) else {
+        let GrammarSpec::JsonSchema(named) = tool_grammar(&named, ToolFamily::Llama3Json).unwrap()
+        else {
             panic!("llama3 calls are a JSON schema");
         };
         assert_eq!(named["properties"]["name"], json!({"const": "now"}));
         assert_eq!(named["required"], json!(["name", "parameters"]));
-        let GrammarSpec::Lark(lark) = tool_grammar(&request(json!("required")), ToolFamily::Hermes)
+        let GrammarSpec::Lark(lark) =
+            tool_grammar(&request(json!("required")), ToolFamily::Hermes).unwrap()
         else {
             panic!("hermes calls are a Lark grammar");
         };

@@ -19,6 +19,10 @@ pub enum ToolFamily {
     Hermes,
     /// A bare `{"name": ..., "parameters": ...}` (Llama 3.1/3.2).
     Llama3Json,
+    /// gpt-oss's harmony messages to `functions.NAME`, read by the harmony
+    /// reasoning reader with the channels they share; the answer's text
+    /// holds none.
+    Harmony,
 }
 
 /// `--tool-call-parser`.
@@ -40,9 +44,10 @@ impl FromStr for ParserChoice {
             "auto" => Ok(ParserChoice::Auto),
             "hermes" => Ok(ParserChoice::Family(ToolFamily::Hermes)),
             "llama3-json" | "llama3_json" => Ok(ParserChoice::Family(ToolFamily::Llama3Json)),
+            "openai" | "harmony" => Ok(ParserChoice::Family(ToolFamily::Harmony)),
             "none" => Ok(ParserChoice::Off),
             other => Err(format!(
-                "`{other}` is not a tool-call parser (auto, hermes, llama3-json or none)"
+                "`{other}` is not a tool-call parser (auto, hermes, llama3-json, openai or none)"
             )),
         }
     }
@@ -63,7 +68,9 @@ impl ParserChoice {
 /// markup of its own (SmolLM2's) gets Hermes, what vLLM users expect of
 /// such models; the server then describes the tools in Hermes' words.
 pub fn detect(template: &str) -> ToolFamily {
-    if template.contains("<tool_call>") {
+    if template.contains("<|call|>") {
+        ToolFamily::Harmony
+    } else if template.contains("<tool_call>") {
         ToolFamily::Hermes
     } else if template.contains("<|python_tag|>")
         || (template.contains("ipython") && template.contains("\"parameters\""))
@@ -97,6 +104,8 @@ impl ToolSetup {
 enum Reader {
     Hermes(Hermes),
     Llama3Json(Llama3Json),
+    /// The text as it comes (harmony's calls are not in it).
+    Plain,
 }
 
 /// One answer's incremental tool-call reader.
@@ -119,6 +128,7 @@ impl ToolStream {
             reader: match family {
                 ToolFamily::Hermes => Reader::Hermes(Hermes::default()),
                 ToolFamily::Llama3Json => Reader::Llama3Json(Llama3Json::default()),
+                ToolFamily::Harmony => Reader::Plain,
             },
             calls: Calls {
                 max: (!parallel).then_some(1),
@@ -135,6 +145,7 @@ impl ToolStream {
         match &mut self.reader {
             Reader::Hermes(r) => r.push(text, &mut self.calls, &mut raw),
             Reader::Llama3Json(r) => r.push(text, &mut self.calls, &mut raw),
+            Reader::Plain => raw.push(ToolEvent::Content(text.to_string())),
         }
         self.tidy(raw)
     }
@@ -145,6 +156,7 @@ impl ToolStream {
         match &mut self.reader {
             Reader::Hermes(r) => r.finish(&mut self.calls, &mut raw),
             Reader::Llama3Json(r) => r.finish(&mut self.calls, &mut raw),
+            Reader::Plain => {}
         }
         let mut out = self.tidy(raw);
         if self.started == 0 && !self.blank.is_empty() {

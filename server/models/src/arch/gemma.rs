@@ -120,6 +120,7 @@ fn layer(window: Option<usize>, scale: f32, softcap: Option<f32>, qk_norm: bool)
             softcap,
             qk_norm,
             sinks: false,
+            nope: false,
         }),
         ffn: FeedForward::Gated(Activation::GeluTanh),
     }

@@ -50,8 +50,9 @@ fn layers(spec: &mut ModelSpec, window: usize, slides: &[bool], moe: MoeSpec) {
             scale,
             false,
         );
-        let Mixer::Attention(a) = &mut l.mixer;
-        a.sinks = true;
+        if let Mixer::Attention(a) = &mut l.mixer {
+            a.sinks = true;
+        }
     }
     with_experts(spec, Some(moe), |_| true);
     spec.qkv_bias = true;

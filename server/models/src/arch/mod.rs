@@ -6,7 +6,9 @@
 
 mod gemma;
 mod gpt_oss;
+mod granite;
 mod llama;
+mod mamba;
 pub(crate) mod phi3;
 mod qwen;
 mod rope;
@@ -30,8 +32,8 @@ pub enum HfExperts {
 }
 
 /// The families `Error::UnknownArchitecture` names.
-pub const SUPPORTED: &str =
-    "llama, mistral, mixtral, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, phi3, gpt-oss";
+pub const SUPPORTED: &str = "llama, mistral, mixtral, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, phi3, gpt-oss, mamba2, \
+     granitehybrid";
 
 /// One family: its names, its tensor names, its settings' mapping.
 #[derive(Debug)]
@@ -42,8 +44,9 @@ pub struct Family {
     pub gguf: &'static [&'static str],
     /// `config.json` `architectures` entries and `model_type`s.
     pub hf: &'static [&'static str],
-    /// Layer tensors whose Hugging Face name is not the common one: (GGUF
-    /// name, Hugging Face name under the layer's prefix).
+    /// Tensors whose Hugging Face name is not the common one: (GGUF name,
+    /// Hugging Face name under the layer's prefix; for a whole GGUF name
+    /// outside the layers, `token_embd.weight`, under the model's prefix).
     pub hf_tensors: &'static [(&'static str, &'static str)],
     /// Layer tensors whose GGUF name is not the common one: (common name,
     /// this family's) (gpt-oss's pre-MLP norm is `post_attention_norm`).
@@ -63,7 +66,7 @@ pub struct Family {
 }
 
 /// Every family, in lookup order.
-const FAMILIES: [&Family; 11] = [
+const FAMILIES: [&Family; 13] = [
     &llama::LLAMA,
     &llama::MISTRAL,
     &llama::MIXTRAL,
@@ -75,6 +78,8 @@ const FAMILIES: [&Family; 11] = [
     &gemma::GEMMA3,
     &phi3::PHI3,
     &gpt_oss::GPT_OSS,
+    &mamba::MAMBA2,
+    &granite::GRANITE_HYBRID,
 ];
 
 /// Layer tensors named alike by the Llama-layout families: (GGUF name,
@@ -115,6 +120,15 @@ impl Family {
             })
     }
 
+    /// The Hugging Face name of a tensor outside the layers (its whole GGUF
+    /// name), where the family names it otherwise than the common one.
+    pub fn hf_global(&self, gguf: &str) -> Option<&'static str> {
+        self.hf_tensors
+            .iter()
+            .find(|(g, _)| *g == gguf)
+            .map(|(_, h)| *h)
+    }
+
     /// The Hugging Face name of the layer tensor part `gguf` (`attn_q`),
     /// without the layer prefix.
     pub fn hf_tensor(&self, gguf: &str) -> Option<&'static str> {
@@ -150,14 +164,19 @@ pub(crate) struct Shape {
 /// past it is a corrupt file's, refused before anything is sized by it.
 const MAX_LAYERS: usize = 4096;
 
+/// `layers`, unless past any model's count.
+pub(crate) fn checked_layers(layers: usize) -> Result<usize> {
+    if layers > MAX_LAYERS {
+        return Err(Error::Config(format!(
+            "{layers} layers is past any model's ({MAX_LAYERS})"
+        )));
+    }
+    Ok(layers)
+}
+
 impl Shape {
     fn checked(self) -> Result<Self> {
-        if self.layers > MAX_LAYERS {
-            return Err(Error::Config(format!(
-                "{} layers is past any model's ({MAX_LAYERS})",
-                self.layers
-            )));
-        }
+        checked_layers(self.layers)?;
         Ok(self)
     }
 
@@ -232,6 +251,8 @@ impl Shape {
             embed_scale: None,
             final_softcap: None,
             qkv_bias: false,
+            residual_scale: None,
+            logit_scale: None,
         }
     }
 
@@ -261,6 +282,7 @@ pub(crate) fn swiglu_layer(window: Option<usize>, scale: f32, qk_norm: bool) -> 
             softcap: None,
             qk_norm,
             sinks: false,
+            nope: false,
         }),
         ffn: FeedForward::Gated(Activation::Silu),
     }

@@ -11,7 +11,10 @@ fn read(config: serde_json::Value) -> ModelSpec {
 }
 
 fn windows(s: &ModelSpec) -> Vec<Option<usize>> {
-    s.layers.iter().map(|l| l.attention().window).collect()
+    s.layers
+        .iter()
+        .map(|l| l.attention().unwrap().window)
+        .collect()
 }
 
 #[test]
@@ -61,7 +64,7 @@ fn qwen3_has_qk_norms_its_own_head_dim_and_no_biases() {
         "tie_word_embeddings":false}),
     );
     assert_eq!((q.family, q.head_dim, q.q_dim()), ("qwen3", 128, 4096));
-    assert!(q.layers.iter().all(|l| l.attention().qk_norm));
+    assert!(q.layers.iter().all(|l| l.attention().unwrap().qk_norm));
     assert!(!q.qkv_bias);
     assert_eq!(q.ropes[0].theta, 1e6);
     // Qwen2 with its window switched on slides from max_window_layers on.
@@ -72,7 +75,7 @@ fn qwen3_has_qk_norms_its_own_head_dim_and_no_biases() {
         "use_sliding_window":true,"sliding_window":16,"max_window_layers":2}),
     );
     assert_eq!(windows(&q2), [None, None, Some(16), Some(16)]);
-    assert!(q2.qkv_bias && !q2.layers[0].attention().qk_norm);
+    assert!(q2.qkv_bias && !q2.layers[0].attention().unwrap().qk_norm);
 }
 
 #[test]
@@ -100,10 +103,13 @@ fn gemma_3_4b_reads_its_text_config_with_the_class_defaults() {
         (1e6, &RopeScaling::Linear(8.0))
     );
     assert_eq!((local.theta, &local.scaling), (1e4, &RopeScaling::None));
-    assert_eq!(g.layers[0].attention().rope, 1);
-    assert_eq!(g.layers[5].attention().rope, 0);
-    assert_eq!(g.layers[0].attention().scale, 1.0 / 16.0);
-    assert!(g.layers[0].attention().qk_norm && g.layers[0].attention().softcap.is_none());
+    assert_eq!(g.layers[0].attention().unwrap().rope, 1);
+    assert_eq!(g.layers[5].attention().unwrap().rope, 0);
+    assert_eq!(g.layers[0].attention().unwrap().scale, 1.0 / 16.0);
+    assert!(
+        g.layers[0].attention().unwrap().qk_norm
+            && g.layers[0].attention().unwrap().softcap.is_none()
+    );
     assert_eq!(g.embed_scale, Some((2560f64).sqrt() as f32));
     assert_eq!(
         (g.norms.offset, g.norms.post_attention, g.norms.post_ffn),
@@ -131,7 +137,7 @@ fn gemma_2_soft_caps_and_alternates() {
         "vocab_size":256000,"max_position_embeddings":8192}),
     );
     assert_eq!(&windows(&g)[..3], [Some(4096), None, Some(4096)]);
-    let a = g.layers[0].attention();
+    let a = g.layers[0].attention().unwrap();
     assert_eq!(
         (a.softcap, a.scale),
         (Some(50.0), (224f64).powf(-0.5) as f32)
@@ -144,7 +150,10 @@ fn gemma_2_soft_caps_and_alternates() {
         "vocab_size":100,"max_position_embeddings":256,"final_logit_softcapping":null}),
     );
     assert_eq!(
-        (off.final_softcap, off.layers[0].attention().softcap),
+        (
+            off.final_softcap,
+            off.layers[0].attention().unwrap().softcap
+        ),
         (None, Some(50.0))
     );
 }
@@ -298,7 +307,7 @@ fn the_mixtures_people_deploy_read_as_the_plan_counts_them() {
     );
     let alternate: Vec<Option<usize>> = (0..24).map(|i| (i % 2 == 0).then_some(128)).collect();
     assert_eq!(windows(&g), alternate);
-    assert!(g.qkv_bias && g.layers.iter().all(|l| l.attention().sinks));
+    assert!(g.qkv_bias && g.layers.iter().all(|l| l.attention().unwrap().sinks));
     let m = g.layers[0].moe().unwrap();
     assert_eq!((m.experts, m.top_k, m.intermediate), (32, 4, 2880));
     assert_eq!((m.routing, m.biases), (Routing::TopKSoftmax, true));
@@ -325,4 +334,43 @@ fn the_mixtures_people_deploy_read_as_the_plan_counts_them() {
     assert_eq!(all - active, 20_914_757_184 - 4_187_440_704);
     let sw = g.sliding_windows();
     assert_eq!((sw.len(), sw[0].window, sw[0].layers), (1, 128, 12));
+}
+
+#[test]
+fn granite_4_h_mixes_mamba_and_nope_attention_with_its_multipliers() {
+    // Granite-4.0-H-Micro's config, its layers cut to four.
+    let config = json!({
+        "architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid",
+        "hidden_size": 2048, "intermediate_size": 8192, "shared_intermediate_size": 8192,
+        "num_hidden_layers": 4, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "vocab_size": 100352, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
+        "num_local_experts": 0, "position_embedding_type": "nope",
+        "layer_types": ["mamba", "attention", "mamba", "mamba"],
+        "mamba_n_heads": 64, "mamba_d_head": 64, "mamba_d_state": 128, "mamba_n_groups": 1,
+        "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 256,
+        "embedding_multiplier": 12.0, "residual_multiplier": 0.22,
+        "attention_multiplier": 0.0078125, "logits_scaling": 8.0
+    });
+    let g = read(config.clone());
+    let kinds: Vec<bool> = g.layers.iter().map(|l| l.ssm().is_some()).collect();
+    assert_eq!(kinds, [true, false, true, true]);
+    let a = g.layers[1].attention().unwrap();
+    assert!(a.nope && a.scale == 0.0078125);
+    assert_eq!(g.layers[0].ffn, FeedForward::Gated(Activation::Silu));
+    assert_eq!(g.intermediate, 8192);
+    assert_eq!(
+        (g.embed_scale, g.residual_scale, g.logit_scale),
+        (Some(12.0), Some(0.22), Some(0.125))
+    );
+    let s = g.layers[0].ssm().unwrap();
+    assert_eq!((s.heads, s.head_dim, s.state, s.groups), (64, 64, 128, 1));
+    // Only the attention layer keeps KV; each Mamba layer a state of
+    // 3 * (4096 + 256) + 64 * 64 * 128 f32 values.
+    assert_eq!(g.kv_groups()[0].layers, [1]);
+    assert_eq!(g.state_bytes(), 3 * 4 * (3 * 4352 + 64 * 64 * 128));
+    // The mixture-of-experts variants are refused by name.
+    let mut moe = config;
+    moe["num_local_experts"] = json!(64);
+    let err = from_hf(&moe.to_string()).unwrap_err().to_string();
+    assert!(err.contains("mixture of experts"), "{err}");
 }

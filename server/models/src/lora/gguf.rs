@@ -91,12 +91,19 @@ pub fn load_gguf(name: &str, path: &Path, shapes: &LoraShapes) -> Result<LoraAda
     let file = File::open(path).map_err(|e| refuse(name, format!("{}: {e}", path.display())))?;
     let file_size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let mut reader = BufReader::new(file);
-    let content = Content::read(&mut reader).map_err(|e| {
+    let header = crate::gguf_header::read(&mut reader).map_err(|e| {
         refuse(
             name,
             format!("{}: not a readable GGUF file: {e}", path.display()),
         )
     })?;
+    if let Some(t) = header.mxfp4.iter().next() {
+        return Err(refuse(
+            name,
+            format!("tensor {t}: an adapter in MXFP4 is not read"),
+        ));
+    }
+    let content = header.content;
     let md = &content.metadata;
     let (kind, adapter) = (text(md, "general.type"), text(md, "adapter.type"));
     if kind != Some("adapter") || adapter != Some("lora") {

@@ -223,6 +223,8 @@ fn peft_and_gguf_files_of_one_adapter_load_alike() {
             sliding_windows: Vec::new(),
             params: 0,
             active_params: 0,
+            recurrent_layers: 0,
+            state_bytes_per_seq: 0,
         };
         assert_eq!(g.lora_adapter_bytes(4), p.bytes());
     }

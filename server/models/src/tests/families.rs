@@ -29,11 +29,14 @@ fn greedy(m: &mut PagedModel, prompt: &[u32], n: usize, chunk: usize) -> Vec<(u3
     out
 }
 
-/// The widest window of a family's model (0: none).
-fn widest_window(r: &Reference) -> usize {
+/// The widest window of a family's model, or its recurrent scan's block
+/// (0: neither): chunk edges must fall at every offset from their edges.
+fn widest_edge(r: &Reference) -> usize {
     let m = open(&dir(&r.family), None);
-    let groups = m.decoder().kv_groups();
-    groups.iter().filter_map(|g| g.window).max().unwrap_or(0)
+    let spec = m.decoder().spec();
+    let windows = m.decoder().kv_groups().iter().filter_map(|g| g.window);
+    let scans = spec.layers.iter().filter_map(|l| l.ssm()).map(|s| s.chunk);
+    windows.chain(scans).max().unwrap_or(0)
 }
 
 fn check_prompts(what: &str, m: &mut PagedModel, prompts: &[Prompt], r: &Reference, chunk: usize) {
@@ -65,7 +68,7 @@ fn every_family_matches_transformers_from_both_formats_and_both_attention_paths(
 fn prompts_chunked_at_every_size_across_a_window_edge_match_transformers() {
     for family in FAMILIES {
         let r = reference(family);
-        let window = widest_window(&r);
+        let window = widest_edge(&r);
         if window == 0 {
             continue;
         }
@@ -122,6 +125,16 @@ fn the_fused_cpu_path_matches_the_op_by_op_path_for_every_family() {
         let Some(src) = r.gguf_path() else {
             continue;
         };
+        // The fused CPU path runs attention layers only: a model with
+        // recurrent layers always runs op by op (`Decoder::new`).
+        if !open(&src, run.context)
+            .decoder()
+            .spec()
+            .ssm_layers()
+            .is_empty()
+        {
+            continue;
+        }
         // One packed type for q/k/v and gate/up, then split ones (k, v and
         // up of another type: one activation quantisation feeds both).
         for (q, other) in [
@@ -300,6 +313,7 @@ fn every_family_held_as_on_a_gpu_tracks_transformers() {
             d.set_context(c).unwrap();
         }
         let mut m = PagedModel::new(d, 256, 4, kv).unwrap();
+        m.set_state_slots(super::reference::SLOTS).unwrap();
         let pools = Pools::of(&m);
         for (i, p) in run.prompts.iter().enumerate() {
             let mut kv = pools.seq(p.ids.len() + p.steps.len(), 512);

@@ -52,7 +52,9 @@ impl Engine {
         for &(g, most) in &per_row {
             blocks[g] = MAX_SEQS * most;
         }
-        let model = PagedModel::with_pools(d, &blocks, BLOCK, KvDtype::F32).unwrap();
+        let mut model = PagedModel::with_pools(d, &blocks, BLOCK, KvDtype::F32).unwrap();
+        model.set_state_slots(MAX_SEQS).unwrap();
+        let slots = ferrox_core::BatchModel::state_slots(&model);
         let config = EngineConfig {
             max_seqs: MAX_SEQS,
             max_queue: 32,
@@ -64,7 +66,8 @@ impl Engine {
             cache_salt: "test".into(),
             ..EngineConfig::default()
         }
-        .with_pools(&ferrox_core::BatchModel::kv_pools(&model));
+        .with_pools(&ferrox_core::BatchModel::kv_pools(&model))
+        .with_state_slots(slots);
         let now = Instant::now();
         let metrics = Arc::new(Metrics::new().unwrap());
         let (s, h) = Scheduler::new(model, config, metrics, now).unwrap();
@@ -77,9 +80,10 @@ impl Engine {
         }
     }
 
-    /// Whether the model has a windowed group (then the prefix cache is off).
+    /// Whether the model has a windowed group or recurrent layers (then
+    /// the prefix cache is off).
     fn windowed(&self) -> bool {
-        !self.per_row.is_empty()
+        !self.per_row.is_empty() || self.s.state_stats().is_some()
     }
 
     fn submit(&self, prompt: &[u32], n: usize) -> Submission {
@@ -102,6 +106,10 @@ impl Engine {
             let held = stats[g].1.held;
             assert!(held <= self.s.running() * most, "pool {g}: {:?}", stats[g]);
         }
+        // One state slot a running row, never more.
+        if let Some(slots) = self.s.state_stats() {
+            assert_eq!(slots.reserved, self.s.running(), "{slots:?}");
+        }
         cached
     }
 
@@ -113,6 +121,8 @@ impl Engine {
         for (spec, stats) in self.s.pools_stats() {
             assert_eq!(stats.reserved, 0, "{spec:?}: blocks still reserved");
         }
+        let slots = self.s.state_stats().map_or(0, |s| s.reserved);
+        assert_eq!(slots, 0, "state slots still held");
         cached
     }
 }
@@ -193,7 +203,8 @@ fn the_engine_serves_every_family_as_transformers_does() {
                 let what = format!("{family} {} {}", run.name, path.display());
                 if windowed {
                     // A cached prefix would need its window's blocks, which
-                    // the window pool gives back: the cache is off.
+                    // the window pool gives back (or a recurrent state at
+                    // its end, which is not kept): the cache is off.
                     assert_eq!(hits, 0, "{what}: the cache is off with windows");
                 } else {
                     assert!(hits > 0, "{what}: the second round found its prompts");

@@ -36,9 +36,11 @@ impl SeqKv for BlockLease {
     }
 }
 
-/// A block pool per KV pool of a model, in its order.
+/// A block pool per KV pool of a model, in its order, and one of its state
+/// slots (a model with recurrent layers: a sequence holds one).
 pub struct Pools {
     pools: Vec<(Option<usize>, BlockPool)>,
+    state: Option<BlockPool>,
     block_size: usize,
     /// Whether windowed pools give back what their window has left.
     reclaim: bool,
@@ -53,6 +55,7 @@ impl Pools {
                 .iter()
                 .map(|p| (p.window, BlockPool::new(p.blocks)))
                 .collect(),
+            state: m.state_slots().map(BlockPool::new),
             block_size: m.block_size(),
             reclaim: true,
         }
@@ -92,13 +95,15 @@ impl Pools {
             .collect();
         Leases {
             leases,
+            state: self.state.as_ref().map(|p| p.allocate(1).unwrap()),
             block_size: bs,
         }
     }
 
-    /// Blocks reserved, over every pool.
+    /// Blocks reserved, over every pool (state slots too).
     pub fn used(&self) -> usize {
-        self.pools.iter().map(|(_, p)| p.used()).sum()
+        let slots = self.state.as_ref().map_or(0, BlockPool::used);
+        self.pools.iter().map(|(_, p)| p.used()).sum::<usize>() + slots
     }
 }
 
@@ -106,6 +111,8 @@ impl Pools {
 pub struct Leases {
     /// Each pool's window when it reclaims, and the lease there.
     leases: Vec<(Option<usize>, BlockLease)>,
+    /// The sequence's state slot, a one-block lease.
+    state: Option<BlockLease>,
     block_size: usize,
 }
 
@@ -120,7 +127,12 @@ impl SeqKv for Leases {
     }
 
     fn tables(&self) -> Vec<&[u32]> {
-        self.leases.iter().map(|(_, l)| l.blocks()).collect()
+        let state = self.state.as_ref().map(BlockLease::blocks);
+        self.leases
+            .iter()
+            .map(|(_, l)| l.blocks())
+            .chain(state)
+            .collect()
     }
 }
 

@@ -65,6 +65,7 @@ fn engine(path: &Path, max_loras: usize) -> (Scheduler<PagedModel>, EngineHandle
         block_size: 4,
         kv_blocks: model.kv_pools()[0].blocks,
         windows: Vec::new(),
+        state_slots: None,
         decode_log_interval: 0,
         prefix_caching: true,
         cache_salt: "lora".into(),

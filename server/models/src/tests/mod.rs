@@ -17,6 +17,7 @@ mod mxfp4;
 mod params;
 mod prefix_cache;
 mod real_model;
+mod recurrent;
 mod reference;
 mod requantized;
 mod request;

@@ -6,6 +6,8 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use candle_core::quantized::ggml_file::qtensor_from_ggml;
+use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
 use candle_core::{DType, Device, Tensor};
 
 use super::helpers::{Pools, greedy_alone};
@@ -127,27 +129,140 @@ fn mxfp4_experts_serve_the_values_they_hold_on_our_kernels() {
     );
 }
 
+/// llama.cpp's gpt-oss GGUF: the committed tiny model quantized by
+/// `llama-quantize --allow-requantize model.gguf model-mxfp4.gguf MXFP4_MOE`
+/// (experts MXFP4, the rest Q8_0).
+fn mxfp4_gguf() -> std::path::PathBuf {
+    dir("gpt_oss").join("model-mxfp4.gguf")
+}
+
+/// GGML's MXFP4 block as its published layout reads it (`block_mxfp4`:
+/// an E8M0 scale `e`, then 16 bytes whose low nibbles are values 0..16 and
+/// high nibbles 16..32; value = `kvalues_mxfp4[code] * 2^(e - 128)`).
+fn ggml_block(b: &[u8]) -> [f32; 32] {
+    const KVALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+    let d = 2f32.powi(i32::from(b[0]) - 128);
+    std::array::from_fn(|i| {
+        let code = if i < 16 {
+            b[1 + i] & 15
+        } else {
+            b[1 + i - 16] >> 4
+        };
+        f32::from(KVALUES[usize::from(code)]) * d
+    })
+}
+
+/// A tensor as the file stores it: `(name, dims, is MXFP4, bytes)`.
+type Stored = (String, Vec<usize>, bool, Vec<u8>);
+
+/// The file's tensors as stored, in file order.
+fn stored(path: &Path) -> (gguf_file::Content, Vec<Stored>) {
+    let bytes = std::fs::read(path).unwrap();
+    let h = crate::gguf_header::read(&mut std::io::Cursor::new(&bytes)).unwrap();
+    let mut out = Vec::new();
+    for (name, t) in &h.content.tensor_infos {
+        let dims = t.shape.dims().to_vec();
+        let n: usize = dims.iter().product();
+        let mx = h.mxfp4.contains(name);
+        let size = match mx {
+            true => n / 32 * 17,
+            false => n / t.ggml_dtype.block_size() * t.ggml_dtype.type_size(),
+        };
+        let at = (h.content.tensor_data_offset + t.offset) as usize;
+        out.push((name.clone(), dims, mx, bytes[at..at + size].to_vec()));
+    }
+    out.sort_by_key(|(name, ..)| h.content.tensor_infos[name].offset);
+    (h.content, out)
+}
+
 #[test]
-fn an_mxfp4_gguf_is_refused_by_name() {
-    // GGUF v3: one tensor `[32]` of type 39, no metadata.
-    let mut b = b"GGUF".to_vec();
-    b.extend(3u32.to_le_bytes());
-    b.extend(1u64.to_le_bytes());
-    b.extend(0u64.to_le_bytes());
-    let name = b"blk.0.ffn_down_exps.weight";
-    b.extend((name.len() as u64).to_le_bytes());
-    b.extend(name);
-    b.extend(1u32.to_le_bytes());
-    b.extend(32u64.to_le_bytes());
-    b.extend(39u32.to_le_bytes());
-    b.extend(0u64.to_le_bytes());
-    b.resize(b.len().next_multiple_of(32) + 17, 0);
+fn a_llama_cpp_mxfp4_gguf_serves_the_values_it_holds() {
     let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("gpt-oss-mxfp4.gguf");
-    std::fs::write(&path, b).unwrap();
-    let err = Source::open(&path).err().expect("refused").to_string();
+    let twin = tmp.path().join("twin.gguf");
+    // The twin: the experts widened to f32 by GGML's layout, the rest as
+    // stored.
+    let (content, tensors) = stored(&mxfp4_gguf());
+    let mut q = Vec::new();
+    for (name, dims, mx, bytes) in &tensors {
+        let t = match mx {
+            true => {
+                let v: Vec<f32> = bytes.chunks_exact(17).flat_map(ggml_block).collect();
+                let t = Tensor::from_vec(v, dims.as_slice(), &Device::Cpu).unwrap();
+                QTensor::quantize(&t, GgmlDType::F32).unwrap()
+            }
+            false => {
+                let ty = content.tensor_infos[name].ggml_dtype;
+                qtensor_from_ggml(ty, bytes, dims.clone(), &Device::Cpu).unwrap()
+            }
+        };
+        q.push((name.as_str(), t));
+    }
+    assert_eq!(
+        tensors.iter().filter(|t| t.2).count(),
+        4 * 3,
+        "gate, up, down of 4 layers"
+    );
+    let md: Vec<_> = content
+        .metadata
+        .iter()
+        .map(|(k, v)| (k.as_str(), v))
+        .collect();
+    let ts: Vec<_> = q.iter().map(|(k, v)| (*k, v)).collect();
+    gguf_file::write(&mut std::fs::File::create(&twin).unwrap(), &md, &ts).unwrap();
+
+    let r = reference("gpt_oss");
+    let (mut a, mut b) = (open(&mxfp4_gguf(), None), open(&twin, None));
+    let (pa, pb) = (Pools::of(&a), Pools::of(&b));
+    for p in &r.runs[0].prompts {
+        let got = greedy_alone(&mut a, &pa, &p.ids, 8, 16);
+        let want = greedy_alone(&mut b, &pb, &p.ids, 8, 16);
+        assert_eq!(
+            got, want,
+            "MXFP4 GGUF on the kernels vs its values as floats"
+        );
+    }
+    // Held as Q5_0 (22 bytes a block of 32), as the plan counts.
+    let info = Source::open(&mxfp4_gguf()).unwrap().info().unwrap();
+    assert_eq!(info.devices.cpu.weight_bytes, a.decoder().held_bytes());
+    let experts: usize = tensors
+        .iter()
+        .filter(|t| t.2)
+        .map(|t| t.3.len() / 17 * 22)
+        .sum();
+    let twin_info = Source::open(&twin).unwrap().info().unwrap();
+    assert_eq!(info.params, twin_info.params);
+    assert!(experts > 0 && info.devices.cpu.weight_bytes < twin_info.devices.cpu.weight_bytes);
+}
+
+#[test]
+fn a_truncated_or_out_of_range_mxfp4_tensor_is_refused_by_name() {
+    let path = mxfp4_gguf();
+    let bytes = std::fs::read(&path).unwrap();
+    let (content, tensors) = stored(&path);
+    let (name, _, mx, data) = tensors.iter().rev().find(|t| t.2).unwrap();
+    assert!(*mx);
+    let at = (content.tensor_data_offset + content.tensor_infos[name].offset) as usize;
+    let tmp = tempfile::tempdir().unwrap();
+    let load = |b: &[u8]| {
+        let p = tmp.path().join("m.gguf");
+        std::fs::write(&p, b).unwrap();
+        match Source::open(&p).and_then(|mut s| s.decoder(&Device::Cpu)) {
+            Ok(_) => panic!("a broken file loaded"),
+            Err(e) => e.to_string(),
+        }
+    };
+    let err = load(&bytes[..at + data.len() / 2]);
+    assert!(err.contains(name.as_str()), "{err}");
+    // A block's scale past f16: the first block with a value that is not 0.
+    let block = data
+        .chunks_exact(17)
+        .position(|b| b[1..].iter().any(|&c| c & 0x77 != 0))
+        .unwrap();
+    let mut bad = bytes.clone();
+    bad[at + block * 17] = 250;
+    let err = load(&bad);
     assert!(
-        err.contains("MXFP4") && err.contains("safetensors"),
+        err.contains(name.as_str()) && err.contains("MXFP4"),
         "{err}"
     );
 }

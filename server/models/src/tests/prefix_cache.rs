@@ -52,6 +52,7 @@ impl Engine {
             block_size,
             kv_blocks: model.kv_pools()[0].blocks,
             windows: Vec::new(),
+            state_slots: None,
             decode_log_interval: 0,
             prefix_caching: caching,
             cache_salt: "test".into(),

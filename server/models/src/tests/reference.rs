@@ -19,7 +19,7 @@ use crate::{Decoder, PagedModel, Source};
 pub const TOL: f32 = 2e-3;
 
 /// Every family with a committed reference.
-pub const FAMILIES: [&str; 12] = [
+pub const FAMILIES: [&str; 14] = [
     "llama",
     "qwen2",
     "mistral",
@@ -32,6 +32,8 @@ pub const FAMILIES: [&str; 12] = [
     "qwen3moe_sparse",
     "qwen2moe",
     "gpt_oss",
+    "mamba2",
+    "granitehybrid",
 ];
 
 /// A routing margin half precision keeps: every matrix held in bf16 moves
@@ -122,9 +124,14 @@ impl Reference {
     }
 }
 
+/// State slots the tests' models hold (a model with recurrent layers).
+pub const SLOTS: usize = 8;
+
 /// `path` on the CPU, served to `context`, KV in f32 in blocks of 4.
 pub fn open(path: &Path, context: Option<usize>) -> PagedModel {
-    PagedModel::new(decoder(path, context), 256, 4, KvDtype::F32).unwrap()
+    let mut m = PagedModel::new(decoder(path, context), 256, 4, KvDtype::F32).unwrap();
+    m.set_state_slots(SLOTS).unwrap();
+    m
 }
 
 /// The decoder of the model at `path`, serving `context` positions.

@@ -127,6 +127,7 @@ fn the_worker_with_window_reclaim_gives_each_requests_own_tokens() {
             max_model_len: 128,
             block_size: BLOCK,
             kv_blocks: 0,
+            state_slots: None,
             windows: vec![WindowPool {
                 window: WINDOW,
                 blocks,

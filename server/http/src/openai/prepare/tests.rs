@@ -19,6 +19,7 @@ fn config() -> PrepareConfig {
             family: Some(crate::tools::parser::ToolFamily::Hermes),
             describe: false,
         },
+        reasoning: Some(crate::reasoning::choice::ReasoningFamily::Think { open: false }),
         adapters: None,
     }
 }
@@ -342,6 +343,12 @@ fn cases() -> Vec<Case> {
         (
             "reasoning_effort",
             json!({"reasoning_effort": "low"}),
+            none.clone(),
+            Changes,
+        ),
+        (
+            "include_reasoning",
+            json!({"include_reasoning": false}),
             none.clone(),
             Changes,
         ),

@@ -114,6 +114,18 @@ pub struct IncompleteDetails {
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum OutputItem {
+    /// The model's reasoning, read out of its answer by the reasoning
+    /// parser (vLLM's shape: no summary, the text as one part).
+    Reasoning {
+        /// `rs_...`.
+        id: String,
+        /// Always empty: no summarizer.
+        summary: Vec<Value>,
+        /// One `reasoning_text` part.
+        content: Vec<ReasoningText>,
+        /// `in_progress` or `completed`.
+        status: String,
+    },
     /// The assistant's text.
     Message {
         /// `msg_...`.
@@ -163,6 +175,26 @@ impl OutputText {
     }
 }
 
+/// A reasoning item's text part.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ReasoningText {
+    /// `reasoning_text`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The text.
+    pub text: String,
+}
+
+impl ReasoningText {
+    /// A `reasoning_text` part.
+    pub fn new(text: impl Into<String>) -> Self {
+        ReasoningText {
+            kind: "reasoning_text".into(),
+            text: text.into(),
+        }
+    }
+}
+
 /// The Responses API's token counts.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ResponseUsage {
@@ -172,7 +204,8 @@ pub struct ResponseUsage {
     pub input_tokens_details: CachedTokens,
     /// Generated tokens.
     pub output_tokens: usize,
-    /// `{"reasoning_tokens": 0}`.
+    /// `{"reasoning_tokens"}`: generated tokens that were reasoning (0
+    /// with no reasoning parser).
     pub output_tokens_details: ReasoningTokens,
     /// Both.
     pub total_tokens: usize,
@@ -185,15 +218,16 @@ pub struct CachedTokens {
     pub cached_tokens: usize,
 }
 
-/// Reasoning tokens (none: no reasoning parser).
+/// Reasoning tokens.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReasoningTokens {
-    /// Always 0.
+    /// How many (0 with no reasoning parser).
     pub reasoning_tokens: usize,
 }
 
-impl From<Usage> for ResponseUsage {
-    fn from(u: Usage) -> Self {
+impl ResponseUsage {
+    /// `u`, of which `reasoning` generated tokens were reasoning.
+    fn new(u: Usage, reasoning: usize) -> Self {
         ResponseUsage {
             input_tokens: u.prompt_tokens,
             input_tokens_details: CachedTokens {
@@ -201,7 +235,7 @@ impl From<Usage> for ResponseUsage {
             },
             output_tokens: u.completion_tokens,
             output_tokens_details: ReasoningTokens {
-                reasoning_tokens: 0,
+                reasoning_tokens: reasoning,
             },
             total_tokens: u.prompt_tokens + u.completion_tokens,
         }
@@ -234,19 +268,23 @@ impl Meta {
         }
     }
 
-    /// The response with `output` so far; `end` is the finish reason and
-    /// usage once it ended.
-    pub fn snapshot(&self, output: Vec<OutputItem>, end: Option<(&str, Usage)>) -> ResponseObject {
+    /// The response with `output` so far; `end` is the finish reason,
+    /// usage and reasoning tokens once it ended.
+    pub fn snapshot(
+        &self,
+        output: Vec<OutputItem>,
+        end: Option<(&str, Usage, usize)>,
+    ) -> ResponseObject {
         let (status, incomplete, usage) = match end {
             None => ("in_progress", None, None),
-            Some(("length", u)) => (
+            Some(("length", u, r)) => (
                 "incomplete",
                 Some(IncompleteDetails {
                     reason: "max_output_tokens".into(),
                 }),
-                Some(u.into()),
+                Some(ResponseUsage::new(u, r)),
             ),
-            Some((_, u)) => ("completed", None, Some(u.into())),
+            Some((_, u, r)) => ("completed", None, Some(ResponseUsage::new(u, r))),
         };
         ResponseObject {
             id: self.id.clone(),
@@ -273,13 +311,21 @@ impl Meta {
     }
 }
 
-/// A whole answer as a response: its text (when there is any, or no call)
-/// and then its calls.
+/// A whole answer as a response: its reasoning (when read), its text (when
+/// there is any, or no call) and then its calls.
 pub fn whole(meta: &Meta, choice: Choice, usage: Usage) -> ResponseObject {
     let mut output = Vec::new();
+    if let Some(reasoning) = choice.reasoning {
+        output.push(OutputItem::Reasoning {
+            id: meta.item_id("rs", 0),
+            summary: Vec::new(),
+            content: vec![ReasoningText::new(reasoning)],
+            status: "completed".into(),
+        });
+    }
     if !choice.text.is_empty() || choice.tool_calls.is_empty() {
         output.push(OutputItem::Message {
-            id: meta.item_id("msg", 0),
+            id: meta.item_id("msg", output.len()),
             status: "completed".into(),
             role: "assistant".into(),
             content: vec![OutputText::new(choice.text)],
@@ -299,5 +345,6 @@ pub fn whole(meta: &Meta, choice: Choice, usage: Usage) -> ResponseObject {
     } else {
         "stop"
     };
-    meta.snapshot(output, Some((reason, usage)))
+    let reasoning = choice.reasoning_tokens.unwrap_or(0);
+    meta.snapshot(output, Some((reason, usage, reasoning)))
 }

@@ -98,6 +98,24 @@ pub enum StreamEvent {
         /// All of it.
         text: String,
     },
+    /// More of a reasoning item's text.
+    #[serde(rename = "response.reasoning_text.delta")]
+    ReasoningDelta {
+        /// Where the text goes.
+        #[serde(flatten)]
+        at: PartAt,
+        /// The new text.
+        delta: String,
+    },
+    /// A reasoning item's whole text.
+    #[serde(rename = "response.reasoning_text.done")]
+    ReasoningDone {
+        /// Where the text is.
+        #[serde(flatten)]
+        at: PartAt,
+        /// All of it.
+        text: String,
+    },
     /// More of a function call's arguments.
     #[serde(rename = "response.function_call_arguments.delta")]
     ArgumentsDelta {

@@ -14,18 +14,19 @@ use axum::response::{IntoResponse, Response};
 use ferrox_engine::{Event, Submission};
 use futures::Stream;
 
-use super::body::{Meta, OutputItem, OutputText};
+use super::body::{Meta, OutputItem, OutputText, ReasoningText};
 use super::event::{Envelope, PartAt, StreamEvent};
 use crate::openai::error::ApiError;
-use crate::openai::prepare::ToolShape;
-use crate::tools::parser::ToolStream;
+use crate::openai::prepare::Shape;
+use crate::reasoning::answer::{AnswerEvent, AnswerStream};
 use crate::tools::parser::event::ToolEvent;
 
 /// Where one response stream is.
 struct Cursor {
     sub: Submission,
     meta: Arc<Meta>,
-    tools: Option<ToolStream>,
+    /// Reads reasoning and calls out of the text.
+    reader: AnswerStream,
     /// The items so far; the last may still be open.
     output: Vec<OutputItem>,
     /// Output index of the open item, if one is open.
@@ -38,11 +39,11 @@ struct Cursor {
 }
 
 /// Answers with the Responses API's event stream of `sub`.
-pub fn respond(sub: Submission, meta: Meta, tools: Option<ToolShape>) -> Response {
+pub fn respond(sub: Submission, meta: Meta, shape: &Shape) -> Response {
     let mut c = Cursor {
         sub,
         meta: Arc::new(meta),
-        tools: tools.map(|t| ToolStream::new(t.family, t.parallel)),
+        reader: AnswerStream::new(shape.reasoning, shape.tools),
         output: Vec::new(),
         open: None,
         calls: 0,
@@ -92,23 +93,24 @@ impl Cursor {
     fn absorb(&mut self, event: Event) {
         match event {
             Event::PromptLogprobs(_) => {}
-            Event::Token { text, .. } => self.text(&text),
+            Event::Token { text, .. } => self.text(&text, 1),
             Event::Done {
                 reason,
                 text,
                 usage,
             } => {
-                self.text(&text);
-                if let Some(events) = self.tools.as_mut().map(ToolStream::finish) {
-                    self.apply(events);
-                }
+                self.text(&text, 0);
+                let events = self.reader.finish();
+                self.apply(events);
                 self.close();
                 let end = if reason.as_str() == "length" {
                     "length"
                 } else {
                     "stop"
                 };
-                let response = self.meta.snapshot(self.output.clone(), Some((end, usage)));
+                let reasoning = self.reader.reasoning_tokens();
+                let response =
+                    (self.meta).snapshot(self.output.clone(), Some((end, usage, reasoning)));
                 self.send(if end == "length" {
                     StreamEvent::Incomplete { response }
                 } else {
@@ -120,27 +122,58 @@ impl Cursor {
         }
     }
 
-    /// Text from the engine: through the tool reader when the request has
-    /// tools, else straight into the message.
-    fn text(&mut self, text: &str) {
+    /// Text of `tokens` generated tokens, through the answer's reader.
+    fn text(&mut self, text: &str, tokens: usize) {
         if text.is_empty() {
             return;
         }
-        let events = match self.tools.as_mut() {
-            Some(t) => t.push(text),
-            None => vec![ToolEvent::Content(text.to_string())],
-        };
+        let events = self.reader.push(text, tokens);
         self.apply(events);
     }
 
-    fn apply(&mut self, events: Vec<ToolEvent>) {
+    fn apply(&mut self, events: Vec<AnswerEvent>) {
         for e in events {
             match e {
-                ToolEvent::Content(t) if !t.is_empty() => self.content(&t),
-                ToolEvent::Content(_) => {}
-                ToolEvent::Start { name, .. } => self.start_call(name),
-                ToolEvent::Arguments { fragment, .. } => self.arguments(&fragment),
+                AnswerEvent::Reasoning(t) if !t.is_empty() => self.reasoning(&t),
+                AnswerEvent::Tool(ToolEvent::Content(t)) if !t.is_empty() => self.content(&t),
+                AnswerEvent::Reasoning(_) | AnswerEvent::Tool(ToolEvent::Content(_)) => {}
+                AnswerEvent::Tool(ToolEvent::Start { name, .. }) => self.start_call(name),
+                AnswerEvent::Tool(ToolEvent::Arguments { fragment, .. }) => {
+                    self.arguments(&fragment)
+                }
             }
+        }
+    }
+
+    /// More reasoning: into the open reasoning item, else a new one.
+    fn reasoning(&mut self, delta: &str) {
+        let index = match self.open {
+            Some(i) if matches!(self.output[i], OutputItem::Reasoning { .. }) => i,
+            _ => {
+                self.close();
+                let index = self.output.len();
+                let item = OutputItem::Reasoning {
+                    id: self.meta.item_id("rs", index),
+                    summary: Vec::new(),
+                    content: vec![ReasoningText::new("")],
+                    status: "in_progress".into(),
+                };
+                self.send(StreamEvent::ItemAdded {
+                    output_index: index,
+                    item: item.clone(),
+                });
+                self.output.push(item);
+                self.open = Some(index);
+                index
+            }
+        };
+        if let OutputItem::Reasoning { id, content, .. } = &mut self.output[index] {
+            content[0].text.push_str(delta);
+            let at = part_at(id, index);
+            self.send(StreamEvent::ReasoningDelta {
+                at,
+                delta: delta.to_string(),
+            });
         }
     }
 
@@ -221,6 +254,17 @@ impl Cursor {
         };
         let mut item = self.output[index].clone();
         match &mut item {
+            OutputItem::Reasoning {
+                id,
+                status,
+                content,
+                ..
+            } => {
+                *status = "completed".into();
+                let at = part_at(id, index);
+                let text = content[0].text.clone();
+                self.send(StreamEvent::ReasoningDone { at, text });
+            }
             OutputItem::Message {
                 id,
                 status,

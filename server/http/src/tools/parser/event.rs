@@ -55,7 +55,7 @@ impl Calls {
 }
 
 /// How many trailing bytes of `text` may be the start of `marker`.
-pub(super) fn held_prefix(text: &str, marker: &str) -> usize {
+pub(crate) fn held_prefix(text: &str, marker: &str) -> usize {
     (1..marker.len().min(text.len() + 1))
         .rev()
         .find(|&n| {

@@ -56,6 +56,16 @@ pub(super) fn run(
     }
 }
 
+/// Whether `batch` activation rows run in tiles of up to [`ACTS`], each
+/// block unpacked once for them all and each row's dots taken in turn
+/// (out-of-order execution overlaps the rows), rather than in fixed tiles
+/// of 8, 4, 2, 1 that interleave their rows register by register: past 8
+/// rows the interleaved sums would spill, and a second pass over the
+/// group's weights would unpack every block again.
+fn wide_tiles(batch: usize) -> bool {
+    batch > GROUP
+}
+
 /// Defines a `#[target_feature]` entry point: every intrinsic of the tiles
 /// inlined into it compiles with its features.
 macro_rules! entry {
@@ -75,11 +85,23 @@ macro_rules! entry {
                 // A whole panel at once where the vector holds 16 rows.
                 if <$wide>::LANES == 16 && g % 2 == 0 && g + 1 < g1 {
                     // SAFETY: groups `g`, `g + 1` (one panel) exist.
-                    unsafe { acts_loop::<$wide, T, 8>(w, g, acts, batch, sink) };
+                    unsafe {
+                        if wide_tiles(batch.1 - batch.0) {
+                            acts_loop::<$wide, T, ACTS>(w, g, acts, batch, sink)
+                        } else {
+                            acts_loop::<$wide, T, 8>(w, g, acts, batch, sink)
+                        }
+                    };
                     g += 2;
                 } else {
                     // SAFETY: group `g` exists.
-                    unsafe { acts_loop::<$narrow, T, 4>(w, g, acts, batch, sink) };
+                    unsafe {
+                        if wide_tiles(batch.1 - batch.0) {
+                            acts_loop::<$narrow, T, ACTS>(w, g, acts, batch, sink)
+                        } else {
+                            acts_loop::<$narrow, T, 4>(w, g, acts, batch, sink)
+                        }
+                    };
                     g += 1;
                 }
             }
@@ -97,8 +119,12 @@ entry!(
 );
 
 /// Group `g` (its panel when `V` is 16 rows wide) against activation rows
-/// `n0..n1`: tiles of `A`, then the rest in tiles of 4, 2, 1. A lone last
-/// group (half a panel's step) is rare: it runs 1-wide tiles.
+/// `n0..n1`. With `A > 8`: tiles of up to `A` rows, each block unpacked
+/// once for all of them (decode-sized batches); else tiles of `A`, then
+/// the rest in tiles of 4, 2, 1. A lone last group (half a panel's step)
+/// is rare: it runs 1-wide tiles. The first tile over the group prefetches
+/// its quants (later ones find them in cache), and so do the narrow tiles,
+/// whose compute is too short to hide DRAM's latency.
 ///
 /// # Safety
 /// As [`tile`].
@@ -115,61 +141,56 @@ unsafe fn acts_loop<V: Simd, const T: u8, const A: usize>(
     // the step is the group's.
     if w.layout().step(g) == GROUP {
         while n < n1 {
-            emit::<V, 1>(
-                g,
-                n,
-                &unsafe { tile::<V, T, 1, GROUP>(w, g, acts, n) },
-                sink,
-            );
+            let res = unsafe { tile::<V, T, 1, GROUP>(w, g, acts, (n, 1), true) };
+            emit::<V, 1>(g, (n, 1), &res, sink);
             n += 1;
         }
         return;
     }
+    if A > 8 {
+        while n < n1 {
+            let aa = (n1 - n).min(A);
+            let res = unsafe { tile::<V, T, A, PANEL>(w, g, acts, (n, aa), n == n0) };
+            emit::<V, A>(g, (n, aa), &res, sink);
+            n += aa;
+        }
+        return;
+    }
     while n1 - n >= A {
-        emit::<V, A>(
-            g,
-            n,
-            &unsafe { tile::<V, T, A, PANEL>(w, g, acts, n) },
-            sink,
-        );
+        let res = unsafe { tile::<V, T, A, PANEL>(w, g, acts, (n, A), n == n0) };
+        emit::<V, A>(g, (n, A), &res, sink);
         n += A;
     }
     if A > 4 && n1 - n >= 4 {
-        emit::<V, 4>(
-            g,
-            n,
-            &unsafe { tile::<V, T, 4, PANEL>(w, g, acts, n) },
-            sink,
-        );
+        let res = unsafe { tile::<V, T, 4, PANEL>(w, g, acts, (n, 4), n == n0) };
+        emit::<V, 4>(g, (n, 4), &res, sink);
         n += 4;
     }
     if n1 - n >= 2 {
-        emit::<V, 2>(
-            g,
-            n,
-            &unsafe { tile::<V, T, 2, PANEL>(w, g, acts, n) },
-            sink,
-        );
+        let res = unsafe { tile::<V, T, 2, PANEL>(w, g, acts, (n, 2), true) };
+        emit::<V, 2>(g, (n, 2), &res, sink);
         n += 2;
     }
     if n1 - n >= 1 {
-        emit::<V, 1>(
-            g,
-            n,
-            &unsafe { tile::<V, T, 1, PANEL>(w, g, acts, n) },
-            sink,
-        );
+        let res = unsafe { tile::<V, T, 1, PANEL>(w, g, acts, (n, 1), true) };
+        emit::<V, 1>(g, (n, 1), &res, sink);
     }
 }
 
-/// Hands a tile's results to `sink`, one group of 8 rows at a time.
+/// Hands a tile's `aa` rows of results to `sink`, one group of 8 weight
+/// rows at a time.
 #[inline(always)]
-fn emit<V: Simd, const A: usize>(g: usize, n: usize, res: &[[f32; 16]; A], sink: &mut Sink<'_>) {
+fn emit<V: Simd, const A: usize>(
+    g: usize,
+    (n, aa): (usize, usize),
+    res: &[[f32; 16]; A],
+    sink: &mut Sink<'_>,
+) {
     for half in 0..V::LANES / GROUP {
         let mut t: Tile = [[0f32; GROUP]; ACTS];
-        for (dst, src) in t.iter_mut().zip(res) {
+        for (dst, src) in t.iter_mut().zip(&res[..aa]) {
             dst.copy_from_slice(&src[half * GROUP..(half + 1) * GROUP]);
         }
-        sink(g + half, (n, A), &t);
+        sink(g + half, (n, aa), &t);
     }
 }

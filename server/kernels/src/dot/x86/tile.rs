@@ -194,14 +194,17 @@ unsafe fn block_term<V: Simd>(
 }
 
 /// Weight rows of group `g` (with `V::LANES == 16`, of its whole panel)
-/// against activation rows `n0..n0+A`: `[activation][lane]`. `STEP` is
-/// the group's `Layout::step` (16 in a whole panel, 8 alone), a constant
-/// so every offset folds into an address.
+/// against activation rows `n0..n0+aa` (`aa <= A`; the callers of the
+/// small tiles pass `A` itself, a constant, so their loops unroll):
+/// `[activation][lane]`, rows from `aa` on zero. `STEP` is the group's
+/// `Layout::step` (16 in a whole panel, 8 alone), a constant so every
+/// offset folds into an address. With `prefetch` the tile asks for its
+/// quants a page ahead: the first pass over a group reads them from DRAM.
 ///
 /// # Safety
 /// The CPU has `V`'s features; group `g` (its panel when wide) and the
-/// activation rows exist, `STEP == w.layout().step(g)`, and
-/// `acts.cols() == w.cols()`.
+/// activation rows exist, `1 <= aa <= A`, `STEP == w.layout().step(g)`,
+/// and `acts.cols() == w.cols()`.
 // Index loops over the const-size register tiles read clearer than zips.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
@@ -209,7 +212,8 @@ pub(super) unsafe fn tile<V: Simd, const T: u8, const A: usize, const STEP: usiz
     w: &QMatrix,
     g: usize,
     acts: &QActs,
-    n0: usize,
+    (n0, aa): (usize, usize),
+    prefetch: bool,
 ) -> [[f32; 16]; A] {
     let f = const { QuantType::from_code(T).format() };
     let signed = T == Q8_0 && !V::XOR_SIGNED;
@@ -221,8 +225,9 @@ pub(super) unsafe fn tile<V: Simd, const T: u8, const A: usize, const STEP: usiz
     let (lay, nb, regs, step) = (w.layout(), w.blocks_per_row(), f.regs(), STEP);
     let units = nb / f.bpu;
     debug_assert_eq!(step, lay.step(g));
+    debug_assert!(1 <= aa && aa <= A);
     // SAFETY (all pointer arithmetic below): offsets of group `g`'s own
-    // elements in each array, and of activation rows `n0..n0+A`; arrays a
+    // elements in each array, and of activation rows `n0..n0+aa`; arrays a
     // format lacks are never read.
     unsafe {
         let qp = w.qs.as_ptr().add(4 * lay.index(g, 0, nb, 0, regs));
@@ -232,7 +237,7 @@ pub(super) unsafe fn tile<V: Simd, const T: u8, const A: usize, const STEP: usiz
             Sub::Per32 => lay.index(g, 0, nb, 0, 2),
             _ => 2 * lay.index(g, 0, nb, 0, 1),
         });
-        let xq: [*const i8; A] = std::array::from_fn(|j| acts.qs.as_ptr().add((n0 + j) * w.cols()));
+        let xq0 = acts.qs.as_ptr().add(n0 * acts.stride());
         let x = ActBlocks {
             d: acts.d.as_ptr(),
             s: acts.s.as_ptr(),
@@ -250,7 +255,7 @@ pub(super) unsafe fn tile<V: Simd, const T: u8, const A: usize, const STEP: usiz
             };
             for b in unit * f.bpu..(unit + 1) * f.bpu {
                 let qb = qp.add(4 * b * regs * step);
-                if A <= 2 {
+                if prefetch {
                     // One line per register of a panel's block (64 bytes).
                     for k in 0..regs {
                         _mm_prefetch::<_MM_HINT_T0>(
@@ -270,13 +275,15 @@ pub(super) unsafe fn tile<V: Simd, const T: u8, const A: usize, const STEP: usiz
                     }
                 }
                 let scales = sub_scales::<V>(f.sub, sp.wrapping_add(2 * b * step), step, d, m);
-                if V::DOT4 && A > 1 {
+                let (xb, stride) = (xq0.add(QK * b), acts.stride());
+                if V::DOT4 && A > 1 && A <= 8 && aa == A {
                     // Register by register across the activation rows: `A`
                     // independent chains a half (integer sums: any order).
                     let mut s = [[V::splat32(0); A]; 2];
                     for u in 0..8 {
                         for j in 0..A {
-                            s[u / 4][j] = V::dot4(s[u / 4][j], wu[u], xq[j].add(QK * b + 4 * u));
+                            let xj = xb.add(j * stride + 4 * u);
+                            s[u / 4][j] = V::dot4(s[u / 4][j], wu[u], xj);
                         }
                     }
                     for j in 0..A {
@@ -288,15 +295,18 @@ pub(super) unsafe fn tile<V: Simd, const T: u8, const A: usize, const STEP: usiz
                         acc[j] = block_term(f, offset, acc[j], s, &scales, x, (n0 + j) * nb + b);
                     }
                 } else {
-                    for j in 0..A {
-                        let s = V::dots(&wu, &raw, xq[j].add(QK * b), f.halves(), chunk(T), signed);
+                    // Row by row (wide tiles, or no one-instruction dot):
+                    // out-of-order execution overlaps the rows' chains.
+                    for j in 0..aa {
+                        let s =
+                            V::dots(&wu, &raw, xb.add(j * stride), f.halves(), chunk(T), signed);
                         acc[j] = block_term(f, offset, acc[j], s, &scales, x, (n0 + j) * nb + b);
                     }
                 }
             }
         }
         let mut res = [[0f32; 16]; A];
-        for j in 0..A {
+        for j in 0..aa {
             V::store(res[j].as_mut_ptr(), acc[j]);
         }
         res

@@ -1,0 +1,129 @@
+//! `<think>…</think>` (Qwen3, DeepSeek-R1 and their distills): the text
+//! inside the block is reasoning, the rest the answer. Whitespace next to
+//! the tags is dropped, as the templates write it there.
+
+use super::piece::{Found, Piece};
+use crate::tools::parser::event::held_prefix;
+
+const OPEN: &str = "<think>";
+const CLOSE: &str = "</think>";
+
+/// Where the reader is.
+#[derive(Debug)]
+enum State {
+    /// Nothing but whitespace yet: held until it is `<think>` or not.
+    Start(String),
+    /// In the block: text held back while it may be the start of
+    /// `</think>` or trailing whitespace; `leading`: nothing sent yet.
+    Reasoning { held: String, leading: bool },
+    /// After the block (or with none); `leading`: drop whitespace first.
+    Content { leading: bool },
+}
+
+/// The incremental `<think>` reader.
+#[derive(Debug)]
+pub struct Think {
+    state: State,
+    /// The block is open before the output starts (the template wrote
+    /// `<think>`, or the family always does): text before `</think>` is
+    /// reasoning even without an opening tag.
+    open: bool,
+}
+
+impl Think {
+    /// A reader; `open`: the prompt already opened the block.
+    pub fn new(open: bool) -> Self {
+        Think {
+            state: State::Start(String::new()),
+            open,
+        }
+    }
+
+    /// Reads more of the output.
+    pub fn push(&mut self, text: &str, found: &mut Found) {
+        let mut rest = text.to_string();
+        loop {
+            match &mut self.state {
+                State::Start(held) => {
+                    held.push_str(&rest);
+                    let t = held.trim_start();
+                    if let Some(after) = t.strip_prefix(OPEN) {
+                        found.reasoning = true;
+                        rest = after.to_string();
+                    } else if OPEN.starts_with(t) {
+                        return;
+                    } else if self.open {
+                        rest = std::mem::take(held);
+                    } else {
+                        found.add(Piece::Content(std::mem::take(held)));
+                        self.state = State::Content { leading: false };
+                        return;
+                    }
+                    self.state = State::Reasoning {
+                        held: String::new(),
+                        leading: true,
+                    };
+                }
+                State::Reasoning { held, leading } => {
+                    found.reasoning = true;
+                    held.push_str(&rest);
+                    if let Some(i) = held.find(CLOSE) {
+                        let text = held[..i].trim_end();
+                        send_reasoning(text, leading, found);
+                        rest = held[i + CLOSE.len()..].to_string();
+                        self.state = State::Content { leading: true };
+                        continue;
+                    }
+                    // Held: what may start `</think>`, and the whitespace
+                    // before it (dropped if the block closes there).
+                    let sure = held.len() - held_prefix(held, CLOSE);
+                    let sent = held[..sure].trim_end().len();
+                    send_reasoning(&held[..sent], leading, found);
+                    held.drain(..sent);
+                    return;
+                }
+                State::Content { leading } => {
+                    let text = match leading {
+                        true => rest.trim_start(),
+                        false => &rest,
+                    };
+                    if !text.is_empty() {
+                        *leading = false;
+                        found.add(Piece::Content(text.to_string()));
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The output ended: what was held back. A block never closed is all
+    /// reasoning; with none opened, the text is the answer.
+    pub fn finish(&mut self, found: &mut Found) {
+        match std::mem::replace(&mut self.state, State::Content { leading: false }) {
+            State::Start(held) if self.open => {
+                found.reasoning = true;
+                send_reasoning(held.trim(), &mut true, found);
+            }
+            State::Start(held) => found.add(Piece::Content(held)),
+            State::Reasoning { held, mut leading } => {
+                found.reasoning = true;
+                send_reasoning(held.trim_end(), &mut leading, found);
+            }
+            State::Content { .. } => {}
+        }
+    }
+}
+
+/// Sends reasoning text, its leading whitespace dropped while nothing has
+/// been sent.
+fn send_reasoning(text: &str, leading: &mut bool, found: &mut Found) {
+    let text = match *leading {
+        true => text.trim_start(),
+        false => text,
+    };
+    if !text.is_empty() {
+        *leading = false;
+        found.add(Piece::Reasoning(text.to_string()));
+    }
+}

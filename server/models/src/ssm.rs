@@ -1,0 +1,187 @@
+//! Mamba-2's mixer: in-projection, a causal depthwise convolution carrying
+//! its last inputs per sequence, the SSD scan with grouped B and C carrying
+//! an SSM state per sequence, a gated RMSNorm, and the out-projection. Every
+//! op is candle's, so it runs on any device.
+//!
+//! A step's spans run in runs: each prefill span alone (its tokens scanned
+//! in blocks of the model's chunk, quadratic within a block and carrying the
+//! state between blocks: the SSD form), consecutive single-token spans (the
+//! decode rows) together as one batch, where the same form is one
+//! recurrence step. States come from and go back to the rows' slots of the
+//! [`StateStore`].
+
+use candle_core::{D, DType, Tensor};
+
+use crate::attention::SeqSpan;
+use crate::error::Result;
+use crate::linear::{Linear, tensor_bytes};
+use crate::spec::SsmSpec;
+use crate::state_store::StateStore;
+
+mod scan;
+
+/// One Mamba-2 mixer's weights (vectors f32).
+#[derive(Debug, Clone)]
+pub struct Mamba2Weights {
+    /// `[z | x B C | dt]` from the normed input.
+    pub in_proj: Linear,
+    /// Its bias.
+    pub in_bias: Option<Tensor>,
+    /// The depthwise convolution, `(conv_dim, kernel)`.
+    pub conv: Tensor,
+    /// Its bias, `conv_dim`.
+    pub conv_bias: Option<Tensor>,
+    /// Added to each head's time step before the softplus.
+    pub dt_bias: Tensor,
+    /// Each head's decay rate `A = -exp(A_log)` (negative).
+    pub a: Tensor,
+    /// Each head's skip weight.
+    pub d: Tensor,
+    /// The gated RMSNorm's weight, `inner`.
+    pub norm: Tensor,
+    /// Back to the residual width.
+    pub out_proj: Linear,
+    /// Its bias.
+    pub out_bias: Option<Tensor>,
+}
+
+impl Mamba2Weights {
+    pub(crate) fn held_bytes(&self) -> u64 {
+        let opt = |t: &Option<Tensor>| t.as_ref().map_or(0, tensor_bytes);
+        self.in_proj.held_bytes()
+            + self.out_proj.held_bytes()
+            + [&self.conv, &self.dt_bias, &self.a, &self.d, &self.norm]
+                .into_iter()
+                .map(tensor_bytes)
+                .sum::<u64>()
+            + opt(&self.in_bias)
+            + opt(&self.conv_bias)
+            + opt(&self.out_bias)
+    }
+
+    /// The mixer over `h` `(tokens, hidden)` (normed) of layer `layer`,
+    /// whose tokens are `spans`' in order; reads and writes the spans'
+    /// states in `state`.
+    pub(crate) fn forward(
+        &self,
+        s: &SsmSpec,
+        eps: f32,
+        h: &Tensor,
+        (layer, spans, state): (usize, &[SeqSpan], &StateStore),
+    ) -> Result<Tensor> {
+        let dtype = h.dtype();
+        let mut proj = self.in_proj.forward(h)?.to_dtype(DType::F32)?;
+        if let Some(b) = &self.in_bias {
+            proj = proj.broadcast_add(b)?;
+        }
+        let (inner, conv_dim) = (s.inner(), s.conv_dim());
+        let z = proj.narrow(1, 0, inner)?;
+        let xbc = proj.narrow(1, inner, conv_dim)?;
+        let dt = proj.narrow(1, inner + conv_dim, s.heads)?;
+        let mut outs = Vec::new();
+        let (mut first, mut token) = (0, 0);
+        while first < spans.len() {
+            // A prefill span alone; a run of single-token spans together.
+            let mut last = first + 1;
+            if spans[first].n_tokens == 1 {
+                while last < spans.len() && spans[last].n_tokens == 1 {
+                    last += 1;
+                }
+            }
+            let run = &spans[first..last];
+            let (rows, len) = (run.len(), run[0].n_tokens);
+            let take = |t: &Tensor| -> Result<Tensor> {
+                let width = t.dim(1)?;
+                Ok(t.narrow(0, token, rows * len)?
+                    .reshape((rows, len, width))?)
+            };
+            let y = self.run(s, (take(&xbc)?, take(&dt)?), (layer, run, state))?;
+            outs.push(y.reshape((rows * len, inner))?);
+            (first, token) = (last, token + rows * len);
+        }
+        let y = Tensor::cat(&outs, 0)?;
+        let y = gated_norm(&y, &z, &self.norm, s.groups, eps)?;
+        let mut out = self.out_proj.forward(&y.to_dtype(dtype)?)?;
+        if let Some(b) = &self.out_bias {
+            out = out.broadcast_add(b)?;
+        }
+        Ok(out)
+    }
+
+    /// One run of `rows` spans of `len` tokens each: `xbc` `(rows, len,
+    /// conv_dim)`, `dt` `(rows, len, heads)`; returns `y` `(rows, len, inner)`.
+    fn run(
+        &self,
+        s: &SsmSpec,
+        (xbc, dt): (Tensor, Tensor),
+        (layer, run, state): (usize, &[SeqSpan], &StateStore),
+    ) -> Result<Tensor> {
+        let (rows, len, conv_dim) = xbc.dims3()?;
+        let (conv_state, ssm_state) = state.read(layer, run)?;
+        let k1 = s.conv_kernel - 1;
+        // The convolution's window: the last k-1 inputs, then these.
+        let win = Tensor::cat(&[conv_state.reshape((rows, k1, conv_dim))?, xbc], 1)?;
+        let mut conv = win
+            .narrow(1, 0, len)?
+            .broadcast_mul(&self.conv.narrow(1, 0, 1)?.squeeze(1)?)?;
+        for k in 1..s.conv_kernel {
+            let w = self.conv.narrow(1, k, 1)?.squeeze(1)?;
+            conv = (conv + win.narrow(1, k, len)?.broadcast_mul(&w)?)?;
+        }
+        if let Some(b) = &self.conv_bias {
+            conv = conv.broadcast_add(b)?;
+        }
+        let conv = candle_nn::ops::silu(&conv)?;
+        let new_conv = win.narrow(1, len, k1)?.reshape((rows, k1 * conv_dim))?;
+        let (inner, gn) = (s.inner(), s.groups * s.state);
+        let x = conv
+            .narrow(2, 0, inner)?
+            .reshape((rows, len, s.heads, s.head_dim))?;
+        let b = conv
+            .narrow(2, inner, gn)?
+            .reshape((rows, len, s.groups, s.state))?;
+        let c = conv
+            .narrow(2, inner + gn, gn)?
+            .reshape((rows, len, s.groups, s.state))?;
+        let dt = softplus(&dt.broadcast_add(&self.dt_bias)?)?
+            .clamp(f64::from(s.dt_limit.0), f64::from(s.dt_limit.1))?;
+        let mut h = ssm_state.reshape((rows, s.heads, s.head_dim, s.state))?;
+        let mut ys = Vec::new();
+        let mut at = 0;
+        while at < len {
+            let n = s.chunk.min(len - at);
+            let part = |t: &Tensor| t.narrow(1, at, n);
+            let block = scan::Block {
+                x: part(&x)?,
+                b: part(&b)?,
+                c: part(&c)?,
+                dt: part(&dt)?,
+            };
+            let (y, next) = scan::ssd(&block, &self.a, &h, s.heads / s.groups)?;
+            ys.push(y);
+            h = next;
+            at += n;
+        }
+        let y = Tensor::cat(&ys, 1)?;
+        let y = (y + x.broadcast_mul(&self.d.reshape((1, 1, s.heads, 1))?)?)?;
+        state.write(layer, run, &new_conv, &h.reshape((rows, ()))?)?;
+        Ok(y.reshape((rows, len, inner))?)
+    }
+}
+
+/// `log(1 + exp(x))`, without overflow.
+fn softplus(x: &Tensor) -> Result<Tensor> {
+    let tail = (x.abs()?.neg()?.exp()? + 1.0)?.log()?;
+    Ok((x.relu()? + tail)?)
+}
+
+/// `rmsnorm(y * silu(z))` over each of `groups` equal slices of the width,
+/// times `w` (Mamba-2's gated norm, the gate applied before the norm).
+fn gated_norm(y: &Tensor, z: &Tensor, w: &Tensor, groups: usize, eps: f32) -> Result<Tensor> {
+    let (tokens, width) = y.dims2()?;
+    let g = (y * candle_nn::ops::silu(z)?)?.reshape((tokens, groups, width / groups))?;
+    let rms = (g.sqr()?.mean_keepdim(D::Minus1)? + f64::from(eps))?.sqrt()?;
+    Ok(g.broadcast_div(&rms)?
+        .reshape((tokens, width))?
+        .broadcast_mul(w)?)
+}

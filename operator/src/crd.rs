@@ -239,8 +239,8 @@ pub struct GeometrySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub recurrent_layers: Option<i64>,
-    /// Bytes of one sequence's state over all recurrent layers (`inspect`'s
-    /// `stateBytes`; absent: none).
+    /// Bytes of one sequence's state over all recurrent layers (`inspect`
+    /// reports it under the same name; absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub state_bytes_per_seq: Option<i64>,

@@ -1,5 +1,7 @@
 """(d) One tiny model of every family the server serves (Llama, Qwen2 with
-its window, Mistral's window, Qwen3, Gemma 2, Gemma 3, Phi-3 with LongRoPE):
+its window, Mistral's window, Qwen3, Gemma 2, Gemma 3, Phi-3 with LongRoPE,
+the mixtures of experts, and the recurrent ones: Mamba-2 and the Granite
+4.0-H hybrid, whose state slots the CUDA server holds on the device):
 the committed safetensors of server/models/testdata/families, which
 scripts/reference-models wrote with Hugging Face transformers, on the
 server under test, against transformers' own greedy tokens and top-5

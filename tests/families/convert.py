@@ -4,7 +4,10 @@ know only published tokenizers (a hash of a fixed text's tokens, or a
 sentencepiece file); the tiny byte-level BPE tokenizer is written as GPT-2's,
 which is what it is. Everything else is the converter's own."""
 
+import json
+import pathlib
 import sys
+import tempfile
 
 src, model, args = sys.argv[1], sys.argv[2], sys.argv[3:]
 sys.path[:0] = [src, f"{src}/gguf-py"]
@@ -16,7 +19,10 @@ from conversion import base  # noqa: E402
 FAMILIES = ["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
             "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM", "MixtralForCausalLM",
             "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "GptOssForCausalLM",
-            "Mamba2ForCausalLM"]
+            "Mamba2ForCausalLM", "GraniteMoeHybridForCausalLM"]
+# transformers 5 saves Granite 4.0-H's layer kinds as linear/full attention;
+# the Hub's configs, which the converter reads, say mamba/attention.
+HUB_KINDS = {"linear_attention": "mamba", "full_attention": "attention"}
 
 
 def gpt2_vocab(self):
@@ -31,5 +37,22 @@ for name in FAMILIES:
         if "set_vocab" in c.__dict__:
             c.set_vocab = gpt2_vocab
 
-sys.argv = ["convert_hf_to_gguf.py", model, *args]
+
+def hub_spelled(model: str) -> str:
+    """`model`, or a folder beside it whose config spells Granite 4.0-H's
+    layer kinds as the Hub does (the other files linked)."""
+    d = pathlib.Path(model)
+    config = json.loads((d / "config.json").read_text())
+    if config.get("model_type") != "granitemoehybrid":
+        return model
+    config["layer_types"] = [HUB_KINDS.get(k, k) for k in config.get("layer_types", [])]
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="ferrox-convert-"))
+    for f in d.iterdir():
+        if f.name != "config.json":
+            (tmp / f.name).symlink_to(f.resolve())
+    (tmp / "config.json").write_text(json.dumps(config))
+    return str(tmp)
+
+
+sys.argv = ["convert_hf_to_gguf.py", hub_spelled(model), *args]
 convert_hf_to_gguf.main()

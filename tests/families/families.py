@@ -171,6 +171,8 @@ FAMILIES = [
                                  time_step_limit=[0.05, 1.0], embedding_multiplier=2.0,
                                  residual_multiplier=0.5, attention_multiplier=0.2,
                                  logits_scaling=4.0, tie_word_embeddings=False),
-           "bfloat16", "plain", "<eos>", [Run("default", LONG, files="safetensors")],
-           gguf=False),
+           "bfloat16", "plain", "<eos>",
+           # As Mamba-2's: the GGUF records no time step limit.
+           [Run("default", LONG, files="safetensors"),
+            Run("no-clamp", LONG, overrides=dict(time_step_limit=[0.0, 1e9]), files="gguf")]),
 ]

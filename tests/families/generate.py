@@ -128,7 +128,8 @@ def load(dir: pathlib.Path, overrides: dict):
     if overrides:
         d.update(overrides)
         # transformers derives the layer kinds from the window settings.
-        d.pop("layer_types", None)
+        if any("window" in k for k in overrides):
+            d.pop("layer_types", None)
     config = transformers.AutoConfig.for_model(d.pop("model_type"), **d)
     return transformers.AutoModelForCausalLM.from_pretrained(
         dir, config=config, dtype=torch.float32, attn_implementation="eager").eval()

@@ -244,6 +244,26 @@ impl Metadata<'_> {
         }
     }
 
+    /// `{arch}.{suffix}` as one count per layer (an array, or one count
+    /// for every layer), if present: llama.cpp writes a hybrid's
+    /// `attention.head_count_kv` per layer, 0 for a recurrent one.
+    pub fn per_layer_opt(&self, suffix: &str, layers: usize) -> Result<Option<Vec<usize>>> {
+        let key = self.key(suffix);
+        let Some(Value::Array(a)) = self.md.get(&key) else {
+            return Ok(self.usize_opt(suffix)?.map(|n| vec![n; layers]));
+        };
+        if a.len() != layers {
+            return Err(Error::Config(format!(
+                "{key} has {} entries for {layers} layers",
+                a.len()
+            )));
+        }
+        a.iter()
+            .map(|v| count(&key, v))
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
+
     /// The vocabulary size: `{arch}.vocab_size`, else the tokenizer's count.
     pub fn vocab(&self) -> Result<usize> {
         match self.usize("vocab_size") {
@@ -273,6 +293,11 @@ pub(crate) fn md_usize(md: &HashMap<String, Value>, key: &str) -> Result<usize> 
     let v = md
         .get(key)
         .ok_or_else(|| Error::Config(format!("missing metadata {key}")))?;
+    count(key, v)
+}
+
+/// A metadata value (`key`'s, or one entry of its array) as a count.
+fn count(key: &str, v: &Value) -> Result<usize> {
     let n = match v {
         Value::U8(x) => *x as u64,
         Value::U16(x) => *x as u64,

@@ -72,9 +72,10 @@ pub struct ModelInfo {
     /// experts a token does not choose.
     pub active_params: u64,
     /// Bytes of one sequence's recurrent state over every recurrent layer
-    /// (absent: none): a fixed cost per sequence beside its KV.
+    /// (absent: none): a fixed cost per sequence beside its KV;
+    /// `ModelGeometry`'s field, which the operator reads.
     #[serde(skip_serializing_if = "is_zero")]
-    pub state_bytes: u64,
+    pub state_bytes_per_seq: u64,
     /// Layers that keep that state instead of KV (absent: none).
     #[serde(skip_serializing_if = "is_zero")]
     pub recurrent_layers: u64,
@@ -130,7 +131,7 @@ impl ModelInfo {
             vocab_size: config.vocab,
             intermediate_size: config.intermediate,
             kv_groups: config.kv_groups(),
-            state_bytes: config.state_bytes(),
+            state_bytes_per_seq: config.state_bytes(),
             recurrent_layers: config.ssm_layers().len() as u64,
             devices,
             sliding_windows: config.sliding_windows(),
@@ -155,7 +156,7 @@ impl ModelInfo {
             params: self.params,
             active_params: self.active_params,
             recurrent_layers: self.recurrent_layers,
-            state_bytes_per_seq: self.state_bytes,
+            state_bytes_per_seq: self.state_bytes_per_seq,
         }
     }
 }

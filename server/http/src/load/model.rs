@@ -378,7 +378,7 @@ mod tests {
                 cuda: fp(500),
             },
             sliding_windows: Vec::new(),
-            state_bytes: 0,
+            state_bytes_per_seq: 0,
             recurrent_layers: 0,
             params: 0,
             active_params: 0,

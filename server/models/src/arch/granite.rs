@@ -3,15 +3,17 @@
 //! shared SwiGLU MLP after either mixer, attention without position
 //! embeddings (NoPE) unless `position_embedding_type` is `rope`, and
 //! Granite's multipliers (embeddings, residuals, attention scale, logits).
-//! The dense-MLP variant (Granite-4.0-H-Micro's kind); its mixture of
-//! experts is refused by name.
+//! The dense-MLP variant (Granite-4.0-H-Micro's kind), from safetensors
+//! and GGUF; its mixture of experts is refused by name.
 
-use super::mamba::dt_limit;
+use super::mamba::{RECURRENT_CONTEXT, dt_limit, gguf_ssm};
 use super::rope::hf_rope;
 use super::{Family, HfExperts, Shape, pre_norms, swiglu_layer};
 use crate::config::{HfConfig, Metadata};
 use crate::error::{Error, Result};
-use crate::spec::{Activation, FeedForward, LayerSpec, Mixer, ModelSpec, SsmSpec};
+use crate::spec::{
+    Activation, FeedForward, LayerSpec, Mixer, ModelSpec, RopeScaling, RopeSpec, SsmSpec,
+};
 
 /// Granite 4.0-H.
 pub(super) static GRANITE_HYBRID: Family = Family {
@@ -33,7 +35,8 @@ pub(super) static GRANITE_HYBRID: Family = Family {
     gguf_tensors: &[],
     hf_experts: HfExperts::PerExpert,
     tied_default: false,
-    gguf_permuted_qk: false,
+    // The converter permutes q and k for llama.cpp's RoPE layout.
+    gguf_permuted_qk: true,
     from_hf: granite,
     from_gguf: granite_gguf,
 };
@@ -95,14 +98,67 @@ fn mamba_layers(c: &HfConfig, layers: usize) -> Result<Vec<bool>> {
         .collect()
 }
 
-fn granite(c: &HfConfig) -> Result<ModelSpec> {
-    if c.usize_or("num_local_experts", 0)? > 0 {
-        return Err(Error::Config(
-            "Granite 4.0-H with a mixture of experts (num_local_experts > 0) is not \
-             supported yet; its dense-MLP variants (H-Micro) are"
-                .into(),
-        ));
+/// What a Granite 4.0-H's spec is built from, whichever file it came from.
+struct Hybrid {
+    shape: Shape,
+    eps: f64,
+    rope: RopeSpec,
+    /// Attention without position embeddings.
+    nope: bool,
+    /// The attention scale (`attention_multiplier`).
+    scale: f32,
+    /// Which layers are Mamba-2.
+    mamba: Vec<bool>,
+    ssm: SsmSpec,
+    /// Embedding, residual and logit multipliers, 1 where absent.
+    multipliers: [f32; 3],
+}
+
+impl Hybrid {
+    fn spec(self) -> ModelSpec {
+        let (nope, scale, ssm) = (self.nope, self.scale, self.ssm);
+        let mut spec = self.shape.spec(
+            "granitehybrid",
+            pre_norms(self.eps),
+            vec![self.rope],
+            |i| match self.mamba[i] {
+                true => LayerSpec {
+                    mixer: Mixer::Mamba2(ssm),
+                    ffn: FeedForward::Gated(Activation::Silu),
+                },
+                false => {
+                    let mut l = swiglu_layer(None, scale, false);
+                    if let Mixer::Attention(a) = &mut l.mixer {
+                        a.nope = nope;
+                    }
+                    l
+                }
+            },
+        );
+        // 0 is llama.cpp's "absent", 1 changes nothing.
+        let [embed, residual, logits] = self
+            .multipliers
+            .map(|m| Some(m).filter(|&m| m != 1.0 && m != 0.0));
+        spec.embed_scale = embed;
+        spec.residual_scale = residual;
+        spec.logit_scale = logits.map(|s| 1.0 / s);
+        spec
     }
+}
+
+/// The refusal of Granite 4.0-H's mixture-of-experts variants.
+fn no_experts(experts: usize) -> Result<()> {
+    match experts {
+        0 => Ok(()),
+        n => Err(Error::Config(format!(
+            "Granite 4.0-H with a mixture of experts ({n} experts) is not supported \
+             yet; its dense-MLP variants (H-Micro) are"
+        ))),
+    }
+}
+
+fn granite(c: &HfConfig) -> Result<ModelSpec> {
+    no_experts(c.usize_or("num_local_experts", 0)?)?;
     let mut shape = Shape::hf(c, &[])?;
     shape.intermediate = c.usize("shared_intermediate_size")?;
     let rope = hf_rope(
@@ -112,42 +168,94 @@ fn granite(c: &HfConfig) -> Result<ModelSpec> {
         10_000.0,
         shape.head_dim,
     )?;
-    let nope = c.str_opt("position_embedding_type") != Some("rope");
-    let scale = c.f64_opt("attention_multiplier")?.unwrap_or(1.0) as f32;
-    let eps = c.f64_opt("rms_norm_eps")?.unwrap_or(1e-6);
-    let kinds = mamba_layers(c, shape.layers)?;
-    let ssm = ssm(c, shape.hidden)?;
-    let mut spec = shape.spec(
-        "granitehybrid",
-        pre_norms(eps),
-        vec![rope],
-        |i| match kinds[i] {
-            true => LayerSpec {
-                mixer: Mixer::Mamba2(ssm),
-                ffn: FeedForward::Gated(Activation::Silu),
-            },
-            false => {
-                let mut l = swiglu_layer(None, scale, false);
-                if let Mixer::Attention(a) = &mut l.mixer {
-                    a.nope = nope;
-                }
-                l
-            }
-        },
-    );
-    let multiplier = |key: &str| -> Result<Option<f32>> {
-        Ok(c.f64_opt(key)?.map(|m| m as f32).filter(|&m| m != 1.0))
-    };
-    spec.embed_scale = multiplier("embedding_multiplier")?;
-    spec.residual_scale = multiplier("residual_multiplier")?;
-    spec.logit_scale = multiplier("logits_scaling")?.map(|s| 1.0 / s);
+    let multiplier = |key: &str| -> Result<f32> { Ok(c.f64_opt(key)?.map_or(1.0, |m| m as f32)) };
+    let mut spec = Hybrid {
+        eps: c.f64_opt("rms_norm_eps")?.unwrap_or(1e-6),
+        rope,
+        nope: c.str_opt("position_embedding_type") != Some("rope"),
+        scale: c.f64_opt("attention_multiplier")?.unwrap_or(1.0) as f32,
+        mamba: mamba_layers(c, shape.layers)?,
+        ssm: ssm(c, shape.hidden)?,
+        multipliers: [
+            multiplier("embedding_multiplier")?,
+            multiplier("residual_multiplier")?,
+            multiplier("logits_scaling")?,
+        ],
+        shape,
+    }
+    .spec();
     spec.qkv_bias = c.bool_or("attention_bias", false)?;
     Ok(spec)
 }
 
-/// Granite 4.0-H's GGUF is not read yet (its safetensors are).
-fn granite_gguf(_: &Metadata<'_>) -> Result<ModelSpec> {
-    Err(Error::Config(
-        "a granitehybrid GGUF is not supported yet: serve its safetensors".into(),
-    ))
+/// llama.cpp's `granitehybrid`: the layer kinds from the per-layer KV head
+/// counts (0 for a Mamba-2 layer), NoPE where `rope.scaling.finetuned` is
+/// false (its converter's switch), the multipliers as `*_scale` keys.
+fn granite_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
+    no_experts(m.usize_opt("expert_count")?.unwrap_or(0))?;
+    let layers = super::checked_layers(m.usize("block_count")?)?;
+    let kv = m
+        .per_layer_opt("attention.head_count_kv", layers)?
+        .ok_or_else(|| {
+            Error::Config(format!(
+                "missing metadata {}.attention.head_count_kv",
+                m.arch
+            ))
+        })?;
+    let (hidden, heads) = (
+        m.usize("embedding_length")?,
+        m.usize("attention.head_count")?,
+    );
+    let kv_heads = kv.iter().copied().find(|&n| n > 0).unwrap_or(heads);
+    if kv.iter().any(|&n| n != 0 && n != kv_heads) {
+        return Err(Error::Config(format!(
+            "{}.attention.head_count_kv {kv:?}: attention layers of different KV head counts",
+            m.arch
+        )));
+    }
+    let intermediate = match m.usize_opt("expert_shared_feed_forward_length")? {
+        Some(n) => n,
+        None => m.usize("feed_forward_length")?,
+    };
+    let shape = Shape {
+        hidden,
+        intermediate,
+        layers,
+        heads,
+        kv_heads,
+        head_dim: m
+            .usize_opt("attention.key_length")?
+            .unwrap_or(hidden / heads.max(1)),
+        vocab: m.vocab()?,
+        context: m.usize_opt("context_length")?.unwrap_or(RECURRENT_CONTEXT),
+    }
+    .checked()?;
+    let rope = RopeSpec {
+        theta: m.f32_opt("rope.freq_base")?.unwrap_or(10_000.0),
+        rotary_dim: m
+            .usize_opt("rope.dimension_count")?
+            .unwrap_or(shape.head_dim),
+        scaling: RopeScaling::None,
+    };
+    let scale = |key: &str| -> Result<f32> { Ok(m.f32_opt(key)?.unwrap_or(1.0)) };
+    Ok(Hybrid {
+        eps: m
+            .f32_opt("attention.layer_norm_rms_epsilon")?
+            .map_or(1e-6, f64::from),
+        rope,
+        nope: m.bool_opt("rope.scaling.finetuned")? == Some(false),
+        scale: m
+            .f32_opt("attention.scale")?
+            .filter(|&s| s != 0.0)
+            .unwrap_or(shape.plain_scale()),
+        mamba: kv.iter().map(|&n| n == 0).collect(),
+        ssm: gguf_ssm(m)?,
+        multipliers: [
+            scale("embedding_scale")?,
+            scale("residual_scale")?,
+            scale("logit_scale")?,
+        ],
+        shape,
+    }
+    .spec())
 }

@@ -111,11 +111,11 @@ fn inspect_reports_the_state_and_the_plan_gives_it_slots() {
     // Per layer: conv 3 * (128 + 2 * 2 * 16) = 576 values, SSM 8 * 16 * 16
     // = 2048, in f32; two layers; no KV at all.
     let state = 2 * 4 * (576 + 2048);
-    assert_eq!((info.state_bytes, info.recurrent_layers), (state, 2));
+    assert_eq!(
+        (info.state_bytes_per_seq, info.recurrent_layers),
+        (state, 2)
+    );
     assert_eq!(info.devices.cpu.kv_bytes_per_token, 0);
-    let json = serde_json::to_value(&info).unwrap();
-    assert_eq!(json["stateBytes"], state);
-    assert_eq!(json["recurrentLayers"], 2);
     let g = info.geometry(ferrox_plan::DeviceKind::Cpu, ferrox_plan::KvDtype::F32);
     let config = ferrox_plan::PlanConfig {
         block_size: 4,
@@ -128,4 +128,23 @@ fn inspect_reports_the_state_and_the_plan_gives_it_slots() {
         (plan.kv_blocks, plan.state_slots, plan.max_seqs),
         (0, 10, 10)
     );
+}
+
+#[test]
+fn inspect_json_reads_back_as_the_geometry_the_operator_plans_with() {
+    // The operator parses `inspect --json` as a `ModelGeometry`: every
+    // field the plan needs must travel under the geometry's own names.
+    for family in ["mamba2", "granitehybrid"] {
+        let gguf = reference(family)
+            .gguf
+            .expect("a GGUF beside the safetensors");
+        for path in [dir(family), dir(family).join(gguf)] {
+            let info = crate::Source::open(&path).unwrap().info().unwrap();
+            let read: ferrox_plan::ModelGeometry =
+                serde_json::from_value(serde_json::to_value(&info).unwrap()).unwrap();
+            let want = info.geometry(ferrox_plan::DeviceKind::Cpu, info.kv_dtype);
+            assert_eq!(read, want, "{}", path.display());
+            assert!(read.state_bytes_per_seq > 0 && read.recurrent_layers > 0);
+        }
+    }
 }

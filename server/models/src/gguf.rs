@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use candle_core::quantized::gguf_file::{Content, Value};
-use candle_core::quantized::{GgmlDType, QMatMul, ggml_file::qtensor_from_ggml};
+use candle_core::quantized::{QMatMul, ggml_file::qtensor_from_ggml};
 use candle_core::{DType, Device, Tensor};
 use ferrox_kernels::{QMatrix, QuantType};
 
@@ -23,6 +23,10 @@ use crate::linear::{Embedding, Linear};
 use crate::mxfp4;
 use crate::spec::{FeedForward, ModelSpec, RopeScaling};
 use crate::weights::{WeightSource, check_shape, check_small, check_vector};
+
+mod raw;
+
+use self::raw::{Raw, tensor_bytes, unpermute_rows};
 
 /// An open GGUF file.
 pub struct GgufSource {
@@ -43,26 +47,6 @@ pub struct GgufSource {
     hold_as: Option<DeviceKind>,
     /// The family's own layer tensor names: (the common name, this file's).
     renames: &'static [(&'static str, &'static str)],
-}
-
-struct Raw {
-    name: String,
-    /// The type `content` lists (an MXFP4 tensor's is Q5_0).
-    dtype: GgmlDType,
-    dims: Vec<usize>,
-    bytes: Vec<u8>,
-    /// `bytes` are GGML MXFP4 blocks (17 bytes a block of 32).
-    mx: bool,
-}
-
-impl Raw {
-    /// Bytes of a row of `cols` values as `bytes` hold them.
-    fn row_bytes(&self, cols: usize) -> usize {
-        match self.mx {
-            true => cols / mxfp4::BLOCK * mxfp4::GGML_BLOCK_BYTES,
-            false => tensor_bytes(self.dtype, cols),
-        }
-    }
 }
 
 impl GgufSource {
@@ -389,42 +373,6 @@ impl GgufSource {
             Projection::Split(linears)
         })
     }
-}
-
-fn tensor_bytes(dtype: GgmlDType, elems: usize) -> usize {
-    elems / dtype.block_size() * dtype.type_size()
-}
-
-/// llama.cpp's converter interleaves the two halves of each head's q/k rows
-/// (for its RoPE); our RoPE is Hugging Face's half-split one, so put the rows
-/// back: HF row `h*d + j*d/2 + i` is GGUF row `h*d + 2i + j`.
-fn unpermute_rows(raw: &mut Raw, heads: usize) {
-    // A matrix of another rank is refused by the shape check that follows.
-    let &[rows, cols] = raw.dims.as_slice() else {
-        return;
-    };
-    let row_bytes = raw.row_bytes(cols);
-    // Counts from a corrupt header: leave the rows as they are and let the
-    // shape checks refuse the tensor.
-    let fits = rows
-        .checked_mul(row_bytes)
-        .is_some_and(|n| n <= raw.bytes.len());
-    if heads == 0 || !fits || heads.checked_mul(2).is_none_or(|h2| rows % h2 != 0) {
-        return;
-    }
-    let d = rows / heads;
-    let mut out = vec![0u8; raw.bytes.len()];
-    for h in 0..heads {
-        for j in 0..2 {
-            for i in 0..d / 2 {
-                let dst = h * d + j * (d / 2) + i;
-                let src = h * d + 2 * i + j;
-                out[dst * row_bytes..(dst + 1) * row_bytes]
-                    .copy_from_slice(&raw.bytes[src * row_bytes..(src + 1) * row_bytes]);
-            }
-        }
-    }
-    raw.bytes = out;
 }
 
 impl WeightSource for GgufSource {

@@ -44,6 +44,8 @@ fn f16_fields(ty: QuantType) -> &'static [usize] {
         QuantType::Q2_K => &[80, 82],
         QuantType::Q3_K => &[108],
         QuantType::Q6_K => &[208],
+        // An e8m0 byte, not an f16: set apart.
+        QuantType::MXFP4 => &[],
     }
 }
 
@@ -57,6 +59,10 @@ fn random_blocks(rng: &mut Rng, ty: QuantType, rows: usize, cols: usize) -> Vec<
         for &at in f16_fields(ty) {
             let v = f16::from_f32(0.001 + (rng.next() % 1000) as f32 * 1e-5);
             blk[at..at + 2].copy_from_slice(&v.to_le_bytes());
+        }
+        if ty == QuantType::MXFP4 {
+            // 2^-10..2^-3.
+            blk[0] = 118 + (rng.next() % 8) as u8;
         }
     }
     data

@@ -11,7 +11,7 @@
 
 use crate::qact::QActs;
 use crate::qmatrix::QMatrix;
-use crate::quant_type::{GROUP, Min, QK, QuantType, Sub};
+use crate::quant_type::{E2M1, GROUP, Min, QK, QuantType, Sub};
 
 /// Most activation rows per tile.
 pub(crate) const ACTS: usize = 16;
@@ -138,7 +138,9 @@ pub(crate) struct WeightScales {
 /// under 2^24, so also exact as f32); then at most two fused multiply-adds,
 /// each rounding once, scale term first:
 /// - legacy: `I = dot + offset * sum(x)`; `acc += I * (d * d_x)`; Q4_1/Q5_1
-///   then `acc += m * s_x` (`s_x`: the f16-rounded `d_x * sum(x)`);
+///   then `acc += m * s_x` (`s_x`: the f16-rounded `d_x * sum(x)`); MXFP4
+///   likewise, its dot over the codes' doubled e2m1 values and `d` its
+///   e8m0 scale `2^(e - 128)`;
 /// - Q4_K/Q5_K: `I = sc * dot`; `acc += I * (d * d_x)`, then
 ///   `acc -= (dmin * mn) * (d_x * sum(x))`;
 /// - Q6_K/Q3_K: `I = sum_h sc_h * (dot_h + offset * sum_h(x))`; `acc += I * (d * d_x)`;
@@ -146,7 +148,8 @@ pub(crate) struct WeightScales {
 ///   `acc += I * (d * d_x)`, then `acc -= M * (dmin * d_x)`.
 ///
 /// (`d * d_x`, `dmin * mn`, `d_x * sum(x)` and `dmin * d_x` are exact in
-/// f32, so each product inside an fma is the exact real term.)
+/// f32, so each product inside an fma is the exact real term; MXFP4's
+/// `d * d_x`, a power of two times an f16, is exact wherever f32 holds it.)
 pub(crate) fn block_term(
     ty: QuantType,
     acc: f32,
@@ -197,18 +200,16 @@ pub(crate) fn block_term(
 #[allow(clippy::needless_range_loop)]
 fn tile_scalar(w: &QMatrix, g: usize, acts: &QActs, (n0, aa): (usize, usize)) -> Tile {
     let nb = w.blocks_per_row();
-    let signed = w.quant_type() == QuantType::Q8_0;
+    let ty = w.quant_type();
     let mut res = [[0f32; GROUP]; ACTS];
     for r in 0..GROUP {
         let row = g * GROUP + r;
         let mut acc = [0f32; ACTS];
         for b in 0..nb {
-            let q = w.block_quants(row, b).map(|u| {
-                if signed {
-                    i32::from(u as i8)
-                } else {
-                    i32::from(u)
-                }
+            let q = w.block_quants(row, b).map(|u| match ty {
+                QuantType::Q8_0 => i32::from(u as i8),
+                QuantType::MXFP4 => i32::from(E2M1[usize::from(u)]),
+                _ => i32::from(u),
             });
             let (d, m) = w.unit_scales(row, b);
             let ws = WeightScales {

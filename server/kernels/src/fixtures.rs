@@ -1,5 +1,5 @@
 //! Builders of raw GGML blocks for the tests: random quants and sub-scale
-//! bytes, with f16 scales plausible or extreme.
+//! bytes, with f16 (MXFP4: e8m0) scales plausible or extreme.
 
 use half::f16;
 
@@ -31,9 +31,15 @@ pub(crate) const EXTREMES: [f32; 10] = [
     0.75,
 ];
 
-/// Byte offsets of a GGML block's f16 scale and minimum (`dmin`), if any.
+/// MXFP4's extreme e8m0 scales: `2^(e - 128)` from f32's subnormals
+/// (0, 1) through 1 (128) to its largest power of two (255).
+pub(crate) const E8M0_EXTREMES: [u8; 8] = [0, 1, 2, 127, 128, 200, 254, 255];
+
+/// Byte offsets of a GGML block's f16 scale and minimum (`dmin`), if any
+/// (MXFP4: of its e8m0 byte, written apart).
 pub(crate) fn f16_fields(ty: QuantType) -> (usize, Option<usize>) {
     match ty {
+        QuantType::MXFP4 => (0, None),
         QuantType::Q4_0 | QuantType::Q5_0 | QuantType::Q8_0 => (0, None),
         QuantType::Q4_1 | QuantType::Q5_1 | QuantType::Q4_K | QuantType::Q5_K => (0, Some(2)),
         QuantType::Q2_K => (80, Some(82)),
@@ -70,6 +76,17 @@ pub(crate) fn random_blocks(
                 (pick(), pick())
             }
         };
+        if ty == QuantType::MXFP4 {
+            blk[0] = match scales {
+                // 2^-10..2^-3 (a weight's largest value 6x that).
+                Scales::Plausible => 118 + (rng.next_u64() % 8) as u8,
+                Scales::Extreme => {
+                    E8M0_EXTREMES[(rng.next_u64() % E8M0_EXTREMES.len() as u64) as usize]
+                }
+            };
+            data.extend(blk);
+            continue;
+        }
         blk[d_at..d_at + 2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
         if let Some(at) = m_at {
             blk[at..at + 2].copy_from_slice(&f16::from_f32(m).to_le_bytes());

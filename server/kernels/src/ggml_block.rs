@@ -1,6 +1,6 @@
 //! GGML's block layouts (ggml-common.h) read into what a repacked matrix
 //! holds: per 32-block its stored quants and two sub-scale bytes, per GGML
-//! block the f16 bits of its scale and minimum.
+//! block the f16 bits of its scale and minimum (MXFP4: its e8m0 byte).
 
 use crate::quant_type::{QK, QuantType};
 
@@ -8,7 +8,7 @@ use crate::quant_type::{QK, QuantType};
 /// i8 bit pattern); sub-scales are as [`crate::quant_type::Sub`] holds them.
 #[derive(Debug, Clone)]
 pub(crate) struct Decoded {
-    /// f16 bits of the scale (`d`).
+    /// f16 bits of the scale (`d`; MXFP4: the e8m0 byte).
     pub d: u16,
     /// f16 bits of the minimum (Q4_1/Q5_1's `m`, the K-quants' `dmin`), else 0.
     pub m: u16,
@@ -64,6 +64,13 @@ pub(crate) fn decode(ty: QuantType, blk: &[u8], out: &mut Decoded) {
         QuantType::Q2_K | QuantType::Q3_K => decode_q23k(ty == QuantType::Q3_K, blk, out),
         QuantType::Q4_K | QuantType::Q5_K => decode_q45k(ty == QuantType::Q5_K, blk, out),
         QuantType::Q6_K => decode_q6k(blk, out),
+        // `block_mxfp4`: the e8m0 byte, then the codes as Q4_0's nibbles.
+        QuantType::MXFP4 => {
+            out.d = u16::from(blk[0]);
+            for (j, q) in out.q[0].iter_mut().enumerate() {
+                *q = nib(&blk[1..], j);
+            }
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! CPU kernels for the server's hot paths: quantized matmul over GGML block
-//! formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants Q2_K..Q6_K) and
-//! paged attention over an f32, f16 or bf16 KV cache.
+//! formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, the K-quants Q2_K..Q6_K and
+//! MXFP4) and paged attention over an f32, f16 or bf16 KV cache.
 //!
 //! Weights are repacked at load into the layout the tiles read (see
 //! [`QMatrix`]: 8 rows interleaved, so a register's lanes are 8 rows and a

@@ -7,7 +7,7 @@ use rayon::prelude::*;
 use crate::Error;
 use crate::ggml_block::{Decoded, decode};
 use crate::layout::Layout;
-use crate::quant_type::{Format, GROUP, Min, QK, QuantType, Sub};
+use crate::quant_type::{E2M1, Format, GROUP, Min, QK, QuantType, Sub, e8m0_half};
 
 /// A quantized weight matrix, `rows` output features by `cols` input features.
 ///
@@ -22,7 +22,9 @@ use crate::quant_type::{Format, GROUP, Min, QK, QuantType, Sub};
 /// `maddubs`/`vpdpbusd` gives every row's partial dot, with no horizontal
 /// sums. Scales sit beside the quants per panel: f16 `d` (and `m`: Q4_1/Q5_1's
 /// minimum, the K-quants' `dmin`) per GGML block, and two sub-scale bytes
-/// per 32-block (K-quants). The bytes held are [`QuantType::held_bytes`].
+/// per 32-block (K-quants); MXFP4 keeps its e8m0 byte instead of an f16
+/// (its codes are held as Q4_0's nibbles). The bytes held are
+/// [`QuantType::held_bytes`].
 #[derive(Debug, Clone)]
 pub struct QMatrix {
     ty: QuantType,
@@ -34,6 +36,8 @@ pub struct QMatrix {
     pub(crate) d: Vec<u16>,
     /// f16 bits of each GGML block's minimum (`Min::None`: empty), as `d`.
     pub(crate) m: Vec<u16>,
+    /// MXFP4's e8m0 scale bytes, as `d` (which it leaves empty); else empty.
+    pub(crate) e: Vec<u8>,
     /// Sub-scale bytes (`Sub::None`: empty), two a row a 32-block.
     pub(crate) sc: Vec<u8>,
 }
@@ -43,6 +47,7 @@ struct PanelMut<'a> {
     qs: &'a mut [u8],
     d: &'a mut [u16],
     m: &'a mut [u16],
+    e: &'a mut [u8],
     sc: &'a mut [u8],
 }
 
@@ -68,6 +73,11 @@ impl QMatrix {
         let (nb, units) = (cols / QK, cols / ty.block_len());
         // Exactly `held_bytes`, whose checked sum these products stay under.
         let m_len = if f.min == Min::None { 0 } else { slots * units };
+        let (d_len, e_len) = if f.mx {
+            (0, slots * units)
+        } else {
+            (slots * units, 0)
+        };
         let sc_len = if f.sub == Sub::None {
             0
         } else {
@@ -78,8 +88,9 @@ impl QMatrix {
             rows,
             cols,
             qs: vec![0; slots * nb * f.regs() * 4],
-            d: vec![0; slots * units],
+            d: vec![0; d_len],
             m: vec![0; m_len],
+            e: vec![0; e_len],
             sc: vec![0; sc_len],
         };
         let lens = [
@@ -88,14 +99,20 @@ impl QMatrix {
             Layout::panel_len(units, 1),
             Layout::panel_len(nb, 2),
         ];
-        let (mut qs, mut d, mut m, mut sc) =
-            (&mut w.qs[..], &mut w.d[..], &mut w.m[..], &mut w.sc[..]);
+        let (mut qs, mut d, mut m, mut e, mut sc) = (
+            &mut w.qs[..],
+            &mut w.d[..],
+            &mut w.m[..],
+            &mut w.e[..],
+            &mut w.sc[..],
+        );
         let mut panels = Vec::with_capacity(lay.groups().div_ceil(2));
         while !qs.is_empty() {
             panels.push(PanelMut {
                 qs: split_off(&mut qs, lens[0]),
                 d: split_off(&mut d, lens[1]),
                 m: split_off(&mut m, lens[2]),
+                e: split_off(&mut e, lens[1]),
                 sc: split_off(&mut sc, lens[3]),
             });
         }
@@ -122,7 +139,10 @@ impl QMatrix {
 
     /// Bytes the weights occupy (equals [`QuantType::held_bytes`]).
     pub fn held_bytes(&self) -> usize {
-        self.qs.capacity() + self.sc.capacity() + (self.d.capacity() + self.m.capacity()) * 2
+        self.qs.capacity()
+            + self.sc.capacity()
+            + self.e.capacity()
+            + (self.d.capacity() + self.m.capacity()) * 2
     }
 
     /// Where row groups sit.
@@ -189,6 +209,9 @@ impl QMatrix {
         let units = self.cols / self.ty.block_len();
         let at = self.layout().index(row / GROUP, b / f.bpu, units, 0, 1) + row % GROUP;
         let m = self.m.get(at).map_or(0.0, |&m| f16::from_bits(m).to_f32());
+        if f.mx {
+            return (e8m0_half(self.e[at]), m);
+        }
         (f16::from_bits(self.d[at]).to_f32(), m)
     }
 
@@ -263,7 +286,11 @@ fn fill_panel(
                 let at = (row * units + unit) * bb;
                 decode(ty, &data[at..at + bb], &mut dec);
                 let ud = lay.index(g, unit, units, 0, 1) + r - d0;
-                out.d[ud] = dec.d;
+                if f.mx {
+                    out.e[ud] = dec.d as u8;
+                } else {
+                    out.d[ud] = dec.d;
+                }
                 if let Some(m) = out.m.get_mut(ud) {
                     *m = dec.m;
                 }
@@ -321,6 +348,7 @@ fn dequantize_block(
                 d * f32::from(sub[0]) * u as f32 - m * f32::from(sub[1])
             }
             QuantType::Q6_K => d * f32::from(h as i8) * (u - 32) as f32,
+            QuantType::MXFP4 => f32::from(E2M1[u as usize]) * d,
         };
     }
 }

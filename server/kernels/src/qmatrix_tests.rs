@@ -54,6 +54,7 @@ fn ggml_dequantize(ty: QuantType, data: &[u8]) -> Vec<f32> {
             QuantType::Q3_K => q3_k(x, h(x, 108), &mut y),
             QuantType::Q4_K | QuantType::Q5_K => q45_k(x, ty == QuantType::Q5_K, &mut y),
             QuantType::Q6_K => q6_k(x, h(x, 208), &mut y),
+            QuantType::MXFP4 => mxfp4(x, &mut y),
         }
         out.extend(y);
     }
@@ -173,6 +174,21 @@ fn q6_k(x: &[u8], d: f32, y: &mut [f32]) {
     }
 }
 
+/// GGML's `kvalues_mxfp4`: the e2m1 values by code, doubled.
+const KVALUES_MXFP4: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// `block_mxfp4` (an e8m0 byte `e`, then 16 bytes: weight `j` the low
+/// nibble of byte `j`, weight `j + 16` its high nibble), each weight
+/// `kvalues_mxfp4[code] * 2^(e - 128)`; the power of two taken in f64
+/// (exact for every `e`, and so in f32).
+fn mxfp4(x: &[u8], y: &mut [f32]) {
+    let d = 2f64.powi(i32::from(x[0]) - 128) as f32;
+    for j in 0..16 {
+        y[j] = f32::from(KVALUES_MXFP4[usize::from(x[1 + j] & 0xF)]) * d;
+        y[j + 16] = f32::from(KVALUES_MXFP4[usize::from(x[1 + j] >> 4)]) * d;
+    }
+}
+
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|f| f.to_bits()).collect()
 }
@@ -272,6 +288,43 @@ fn dequantizes_known_blocks() {
             assert_eq!(v, want(j), "{ty:?} weight {j}");
         }
     }
+}
+
+#[test]
+fn mxfp4_dequantizes_every_code_at_every_extreme_scale() {
+    // Low nibbles code j, high nibbles code 15 - j: every code in both
+    // halves of the block. Scales from f32's subnormal 2^-128 (e = 0) to
+    // 2^127 (e = 255, where 12 x 2^127 overflows to infinity as in GGML).
+    let qs: Vec<u8> = (0..16u8).map(|j| j | ((15 - j) << 4)).collect();
+    let (mut data, scales) = (Vec::new(), [0u8, 1, 2, 64, 127, 128, 129, 200, 254, 255]);
+    for e in scales {
+        data.push(e);
+        data.extend(&qs);
+    }
+    let w = QMatrix::new(QuantType::MXFP4, scales.len(), 32, data.clone()).unwrap();
+    let got = w.dequantize();
+    assert_eq!(bits(&got), bits(&ggml_dequantize(QuantType::MXFP4, &data)));
+    for (row, &e) in scales.iter().enumerate() {
+        let unit = 2f64.powi(i32::from(e) - 128);
+        for (k, &v) in got[row * 32..(row + 1) * 32].iter().enumerate() {
+            let code = if k < 16 { k } else { 31 - k };
+            // e2m1: sign bit 3, then 0, 0.5, 1, 1.5, 2, 3, 4, 6.
+            let mag = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0][code % 8];
+            // Code 8 (-0) is GGML's +0.
+            let sign = if code > 8 { -1.0 } else { 1.0 };
+            let want = (sign * mag * 2.0 * unit) as f32;
+            assert_eq!(
+                v.to_bits(),
+                want.to_bits(),
+                "e {e} code {code}: {v} vs {want}"
+            );
+        }
+    }
+    // The extreme scales as f32 bits: subnormal, then normal, then the top.
+    assert_eq!(got[1].to_bits(), 0x0020_0000, "0.5 x 2^-127 is 2^-128");
+    assert_eq!(got[32 + 1].to_bits(), 0x0040_0000);
+    assert_eq!(got[9 * 32 + 1], 2f32.powi(127));
+    assert_eq!(got[9 * 32 + 2], f32::INFINITY);
 }
 
 #[test]

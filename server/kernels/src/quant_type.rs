@@ -40,6 +40,28 @@ pub enum QuantType {
     Q5_K,
     /// 256 x 6-bit weights (offset by 32) in 16-blocks with i8 scales, f16 `d`.
     Q6_K,
+    /// OCP microscaling FP4 (gpt-oss's experts): an e8m0 scale byte `e`,
+    /// 32 x 4-bit e2m1 codes; weight = [`E2M1`]`[code] * 2^(e - 128)`.
+    MXFP4,
+}
+
+/// MXFP4's e2m1 values by code, doubled to integers (GGML's `kvalues_mxfp4`):
+/// sign bit 3, then 0, 0.5, 1, 1.5, 2, 3, 4, 6 times two.
+pub(crate) const E2M1: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// What [`E2M1`]'s values are biased by where the SIMD paths read them as
+/// unsigned bytes (u8 x i8 dot instructions): 0..=24, offset back in integers.
+pub(crate) const E2M1_BIAS: i32 = 12;
+
+/// An e8m0 scale byte as the f32 `2^(e - 128)` (GGML's
+/// `GGML_E8M0_TO_FP32_HALF`: exact for every byte, 0 and 1 subnormal).
+pub(crate) const fn e8m0_half(e: u8) -> f32 {
+    let bits = if e < 2 {
+        0x0020_0000u32 << e
+    } else {
+        (e as u32 - 1) << 23
+    };
+    f32::from_bits(bits)
 }
 
 /// How a 32-block's sub-block scales are held (two bytes a row a block).
@@ -69,7 +91,8 @@ pub(crate) enum Min {
 }
 
 /// How a format is held and computed: quants as bit planes, scales as
-/// per-block bytes and per-unit (block or super-block) f16s.
+/// per-block bytes and per-unit (block or super-block) f16s (MXFP4: e8m0
+/// bytes).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Format {
     /// Bits of the low plane (8, 4 or 2): plane registers per 32-block.
@@ -84,6 +107,9 @@ pub(crate) struct Format {
     pub min: Min,
     /// 32-blocks per unit of the f16 scales: 1, or 8 for a K-quant super-block.
     pub bpu: usize,
+    /// MXFP4: stored quants are e2m1 codes whose values are [`E2M1`]'s, and
+    /// the scale is an e8m0 byte, not an f16.
+    pub mx: bool,
 }
 
 impl Format {
@@ -97,9 +123,18 @@ impl Format {
         matches!(self.sub, Sub::Per16 | Sub::Per16Min)
     }
 
-    /// Largest stored quant.
+    /// Largest unsigned quant a SIMD dot multiplies (MXFP4: its biased value).
     pub const fn umax(self) -> u32 {
-        (1 << (self.lo + self.hi)) - 1
+        if self.mx {
+            2 * E2M1_BIAS as u32
+        } else {
+            (1 << (self.lo + self.hi)) - 1
+        }
+    }
+
+    /// Bytes of a unit's scale as held: an f16, or MXFP4's e8m0 byte.
+    pub const fn scale_bytes(self) -> usize {
+        if self.mx { 1 } else { 2 }
     }
 
     /// Where weight `k` of a 32-block sits: `[(register, shift)]` of its low
@@ -121,7 +156,7 @@ impl Format {
 
 impl QuantType {
     /// Every supported format.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::Q4_0,
         Self::Q4_1,
         Self::Q5_0,
@@ -132,6 +167,7 @@ impl QuantType {
         Self::Q4_K,
         Self::Q5_K,
         Self::Q6_K,
+        Self::MXFP4,
     ];
 
     /// The format for a const-generic code (`ty as u8`).
@@ -157,6 +193,7 @@ impl QuantType {
             Self::Q4_K => 144,
             Self::Q5_K => 176,
             Self::Q6_K => 210,
+            Self::MXFP4 => 17,
         }
     }
 
@@ -173,6 +210,8 @@ impl QuantType {
             Self::Q4_K => (4, 0, 0, Sub::Per32, Min::Super, 8),
             Self::Q5_K => (4, 1, 0, Sub::Per32, Min::Super, 8),
             Self::Q6_K => (4, 2, -32, Sub::Per16, Min::None, 8),
+            // The scalar dot takes the signed values, offset 0.
+            Self::MXFP4 => (4, 0, 0, Sub::None, Min::None, 1),
         };
         Format {
             lo,
@@ -181,6 +220,7 @@ impl QuantType {
             sub,
             min,
             bpu,
+            mx: matches!(self, Self::MXFP4),
         }
     }
 
@@ -197,13 +237,13 @@ impl QuantType {
     /// matrix of this format (the memory planner counts weights with it),
     /// rows rounded up to a whole group of 8: GGML's size for every format
     /// but Q3_K/Q4_K/Q5_K, whose 6-bit sub-block scales are held as bytes
-    /// (2-4% over).
+    /// (2-4% over). MXFP4 holds its 17 bytes a block: 4.25 bits a weight.
     pub fn held_bytes(self, rows: usize, cols: usize) -> Result<usize, Error> {
         self.check_cols(cols)?;
         let f = self.format();
         let nb = cols / QK;
         let sub = if f.sub == Sub::None { 0 } else { 2 };
-        let unit = if f.min == Min::None { 2 } else { 4 };
+        let unit = if f.min == Min::None { 1 } else { 2 } * f.scale_bytes();
         nb.checked_mul(4 * f.regs() + sub)
             .and_then(|q| q.checked_add(nb / f.bpu * unit))
             .zip(rows.checked_next_multiple_of(GROUP))

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use candle_core::quantized::gguf_file::{Content, Value};
-use candle_core::quantized::{GgmlDType, QMatMul, ggml_file::qtensor_from_ggml};
+use candle_core::quantized::{QMatMul, ggml_file::qtensor_from_ggml};
 use candle_core::{DType, Device, Tensor};
 use ferrox_kernels::{QMatrix, QuantType};
 
@@ -24,13 +24,18 @@ use crate::mxfp4;
 use crate::spec::{FeedForward, ModelSpec, RopeScaling};
 use crate::weights::{WeightSource, check_shape, check_small, check_vector};
 
+mod raw;
+
+use self::raw::{Raw, tensor_bytes, unpermute_rows};
+
 /// An open GGUF file.
 pub struct GgufSource {
     path: String,
     reader: BufReader<File>,
     content: Content,
     /// Tensors stored as MXFP4, listed in `content` as the Q5_0 they are
-    /// transcoded to on reading.
+    /// transcoded to where candle reads them (on CPU our kernels run them
+    /// as stored).
     mxfp4: HashSet<String>,
     file_size: u64,
     /// `(heads, kv_heads)` when q/k rows are stored interleaved for
@@ -42,13 +47,6 @@ pub struct GgufSource {
     hold_as: Option<DeviceKind>,
     /// The family's own layer tensor names: (the common name, this file's).
     renames: &'static [(&'static str, &'static str)],
-}
-
-struct Raw {
-    name: String,
-    dtype: GgmlDType,
-    dims: Vec<usize>,
-    bytes: Vec<u8>,
 }
 
 impl GgufSource {
@@ -169,8 +167,15 @@ impl GgufSource {
             .iter()
             .map(|(name, t)| {
                 let (dtype, dims) = (t.ggml_dtype, t.shape.dims());
+                // An MXFP4 tensor's stored size is its Q5_0 transcoding's
+                // (listed so), what a device holding it as stored holds.
                 let stored = elem_count(dims).map_or(usize::MAX, |n| tensor_bytes(dtype, n));
-                holding::gguf(Role::of(name, t.shape.rank()), dtype, device).bytes(dims, stored)
+                let role = Role::of(name, t.shape.rank());
+                let held = match self.mxfp4.contains(name) {
+                    true => holding::gguf_mxfp4(role, device),
+                    false => holding::gguf(role, dtype, device),
+                };
+                held.bytes(dims, stored)
             })
             .fold(0, u64::saturating_add)
     }
@@ -242,19 +247,12 @@ impl GgufSource {
                 path: self.path.clone(),
                 source,
             })?;
-        if mxfp4 {
-            bytes = mxfp4::ggml_to_q5_0(&bytes).map_err(|mxfp4::ScaleOutOfRange(e)| {
-                corrupt(format!(
-                    "tensor {name}: an MXFP4 scale of 2^{} is past what Q5_0 holds",
-                    i32::from(e) - 127
-                ))
-            })?;
-        }
         let mut raw = Raw {
             name: name.to_string(),
             dtype,
             dims,
             bytes,
+            mx: mxfp4,
         };
         if let Some((heads, kv_heads)) = self.unpermute {
             if name.ends_with("attn_q.weight") {
@@ -266,8 +264,36 @@ impl GgufSource {
         Ok(raw)
     }
 
+    /// `raw` as candle reads it: MXFP4 blocks transcoded to Q5_0 (exact;
+    /// a block whose scale f16 cannot carry is refused by the tensor's name).
+    fn for_candle(&self, mut raw: Raw) -> Result<Raw> {
+        if raw.mx {
+            raw.bytes = mxfp4::ggml_to_q5_0(&raw.bytes).map_err(|mxfp4::ScaleOutOfRange(e)| {
+                Error::Corrupt {
+                    path: self.path.clone(),
+                    message: format!(
+                        "tensor {}: an MXFP4 scale of 2^{} is past what Q5_0 holds",
+                        raw.name,
+                        i32::from(e) - 127
+                    ),
+                }
+            })?;
+            raw.mx = false;
+        }
+        Ok(raw)
+    }
+
+    /// How `raw` in `role` is held on `device`.
+    fn held(&self, role: Role, raw: &Raw, device: &Device) -> Held {
+        match raw.mx {
+            true => holding::gguf_mxfp4(role, self.kind(device)),
+            false => holding::gguf(role, raw.dtype, self.kind(device)),
+        }
+    }
+
     /// `raw` as floats of `dtype`.
     fn dense(&self, raw: Raw, dtype: DType, device: &Device) -> Result<Tensor> {
+        let raw = self.for_candle(raw)?;
         let q = qtensor_from_ggml(raw.dtype, &raw.bytes, raw.dims, device)?;
         Ok(q.dequantize(device)?.to_dtype(dtype)?)
     }
@@ -289,7 +315,7 @@ impl GgufSource {
     }
 
     fn linear(&self, raw: Raw, device: &Device) -> Result<Linear> {
-        match holding::gguf(Role::Matrix, raw.dtype, self.kind(device)) {
+        match self.held(Role::Matrix, &raw, device) {
             Held::Float(dtype) => Ok(Linear::Dense(self.dense(raw, dtype, device)?)),
             Held::Packed(ty) if self.packed => {
                 let &[rows, cols] = raw.dims.as_slice() else {
@@ -303,6 +329,7 @@ impl GgufSource {
             }
             // With the kernels switched off (a test reference), candle's.
             Held::Packed(_) | Held::Quantized => {
+                let raw = self.for_candle(raw)?;
                 let q = qtensor_from_ggml(raw.dtype, &raw.bytes, raw.dims, device)?;
                 Ok(Linear::Quant(QMatMul::from_qtensor(q)?))
             }
@@ -314,9 +341,15 @@ impl GgufSource {
     /// Matrices that read one input as one projection: one packed matrix
     /// when they share a kernel type (on CPU), else one each.
     fn project(&self, raws: Vec<Raw>, cols: usize, device: &Device) -> Result<Projection> {
-        let same_type = raws.iter().all(|r| r.dtype == raws[0].dtype);
+        let same_type = raws
+            .iter()
+            .all(|r| (r.dtype, r.mx) == (raws[0].dtype, raws[0].mx));
+        let ty = match raws[0].mx {
+            true => Some(QuantType::MXFP4),
+            false => kernel_type(raws[0].dtype),
+        };
         if let (Some(ty), true) = (
-            kernel_type(raws[0].dtype),
+            ty,
             self.kind(device) == DeviceKind::Cpu && self.packed && same_type,
         ) {
             let rows = raws.iter().map(|r| r.dims[0]).sum();
@@ -340,42 +373,6 @@ impl GgufSource {
             Projection::Split(linears)
         })
     }
-}
-
-fn tensor_bytes(dtype: GgmlDType, elems: usize) -> usize {
-    elems / dtype.block_size() * dtype.type_size()
-}
-
-/// llama.cpp's converter interleaves the two halves of each head's q/k rows
-/// (for its RoPE); our RoPE is Hugging Face's half-split one, so put the rows
-/// back: HF row `h*d + j*d/2 + i` is GGUF row `h*d + 2i + j`.
-fn unpermute_rows(raw: &mut Raw, heads: usize) {
-    // A matrix of another rank is refused by the shape check that follows.
-    let &[rows, cols] = raw.dims.as_slice() else {
-        return;
-    };
-    let row_bytes = tensor_bytes(raw.dtype, cols);
-    // Counts from a corrupt header: leave the rows as they are and let the
-    // shape checks refuse the tensor.
-    let fits = rows
-        .checked_mul(row_bytes)
-        .is_some_and(|n| n <= raw.bytes.len());
-    if heads == 0 || !fits || heads.checked_mul(2).is_none_or(|h2| rows % h2 != 0) {
-        return;
-    }
-    let d = rows / heads;
-    let mut out = vec![0u8; raw.bytes.len()];
-    for h in 0..heads {
-        for j in 0..2 {
-            for i in 0..d / 2 {
-                let dst = h * d + j * (d / 2) + i;
-                let src = h * d + 2 * i + j;
-                out[dst * row_bytes..(dst + 1) * row_bytes]
-                    .copy_from_slice(&raw.bytes[src * row_bytes..(src + 1) * row_bytes]);
-            }
-        }
-    }
-    raw.bytes = out;
 }
 
 impl WeightSource for GgufSource {
@@ -437,12 +434,13 @@ impl WeightSource for GgufSource {
                     .iter()
                     .zip(parts)
                     .map(|(r, &(_, rows))| {
-                        let size = rows * tensor_bytes(r.dtype, cols);
+                        let size = rows * r.row_bytes(cols);
                         Raw {
                             name: format!("{}[{e}]", r.name),
                             dtype: r.dtype,
                             dims: vec![rows, cols],
                             bytes: r.bytes[e * size..(e + 1) * size].to_vec(),
+                            mx: r.mx,
                         }
                     })
                     .collect();
@@ -473,7 +471,7 @@ impl WeightSource for GgufSource {
     ) -> Result<Embedding> {
         let raw = self.raw(name)?;
         check_shape(name, &raw.dims, &[vocab, hidden])?;
-        match holding::gguf(Role::Embedding, raw.dtype, self.kind(device)) {
+        match self.held(Role::Embedding, &raw, device) {
             Held::Packed(ty) if self.packed => {
                 let m = self.packed(name, ty, vocab, hidden, raw.bytes)?;
                 Ok(Embedding::Packed(Arc::new(m)))

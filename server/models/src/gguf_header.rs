@@ -1,9 +1,9 @@
 //! The header of a GGUF file (metadata and tensor directory), read by us:
 //! candle's reader refuses a whole file at the first tensor type it does not
 //! know, and llama.cpp's gpt-oss files hold their experts as MXFP4 (GGML
-//! type 39). Such tensors are listed as the Q5_0 they become on reading
-//! ([`crate::mxfp4`]) and marked, so everything past the header sees types
-//! candle knows.
+//! type 39). Such tensors are listed as the Q5_0 they become where candle
+//! reads them ([`crate::mxfp4`]) and marked, so everything past the header
+//! sees types candle knows (our CPU kernels run them as stored).
 //!
 //! Every count and length is untrusted: each is checked against the bytes
 //! left in the file before anything is allocated for it.

@@ -3,12 +3,13 @@
 //! the bytes the server allocates there.
 //!
 //! On CPU the decoder computes in f32: float matrices are widened to f32,
-//! every block type ferrox-kernels runs (Q4_0..Q8_0, Q2_K..Q6_K) is repacked
-//! for them (matrices and embedding tables alike: a table is dequantized a
-//! row at a time on lookup), other quantized matrices stay as stored
-//! (candle's). On CUDA float weights stay in the dtype they are
-//! stored in (bf16/f16 through cuBLAS), quantized matrices stay quantized and
-//! a quantized embedding table is widened to f16.
+//! every block type ferrox-kernels runs (Q4_0..Q8_0, Q2_K..Q6_K, MXFP4) is
+//! repacked for them (matrices and embedding tables alike: a table is
+//! dequantized a row at a time on lookup), other quantized matrices stay as
+//! stored (candle's). On CUDA float weights stay in the dtype they are
+//! stored in (bf16/f16 through cuBLAS), quantized matrices stay quantized
+//! (MXFP4 as the Q5_0 it is transcoded to without loss: candle has no MXFP4
+//! kernels) and a quantized embedding table is widened to f16.
 
 use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Device};
@@ -134,6 +135,16 @@ pub fn gguf(role: Role, dtype: GgmlDType, device: DeviceKind) -> Held {
     }
 }
 
+/// How a GGUF tensor stored as MXFP4 (GGML type 39) in `role` is held on
+/// `device`: packed as MXFP4 on CPU, as its Q5_0 transcoding on CUDA.
+pub fn gguf_mxfp4(role: Role, device: DeviceKind) -> Held {
+    match (device, role) {
+        (_, Role::Vector | Role::Router) => Held::Float(DType::F32),
+        (DeviceKind::Cpu, _) => Held::Packed(QuantType::MXFP4),
+        (DeviceKind::Cuda, _) => gguf(role, GgmlDType::Q5_0, device),
+    }
+}
+
 /// The candle dtype of a float GGML type (f32 for any other).
 fn float_dtype(dtype: GgmlDType) -> DType {
     match dtype {
@@ -224,6 +235,17 @@ mod tests {
                 want,
                 "{role:?} {dtype:?} {device}"
             );
+        }
+        let mx = [
+            (Role::Matrix, Cpu, Held::Packed(QuantType::MXFP4)),
+            (Role::Embedding, Cpu, Held::Packed(QuantType::MXFP4)),
+            (Role::Matrix, Cuda, Held::Quantized),
+            (Role::Embedding, Cuda, Held::Float(DType::F16)),
+            (Role::Vector, Cpu, f32),
+            (Role::Router, Cuda, f32),
+        ];
+        for (role, device, want) in mx {
+            assert_eq!(gguf_mxfp4(role, device), want, "MXFP4 {role:?} {device}");
         }
         assert_eq!(safetensors(Role::Matrix, DType::BF16, Cpu), DType::F32);
         assert_eq!(safetensors(Role::Matrix, DType::BF16, Cuda), DType::BF16);

@@ -1,9 +1,11 @@
 //! MXFP4, gpt-oss's expert weights: blocks of 32 e2m1 values (4 bits:
 //! sign, 2-bit exponent, 1-bit mantissa; two a byte, the low nibble first)
 //! sharing one E8M0 scale (`2^(s - 127)`). Every such value is an integer
-//! in -12..=12 times `2^(s - 128)`, so a block is transcoded without loss
-//! into a GGML Q5_0 block (5-bit quants offset by 16, an f16 scale) and runs
-//! on our exact integer kernels: 22 bytes a block where MXFP4 takes 17.
+//! in -12..=12 times `2^(s - 128)`. On CPU ferrox-kernels run the blocks
+//! as stored (`QuantType::MXFP4`, GGML's `block_mxfp4`: 17 bytes a block);
+//! candle, which has no MXFP4 kernels (CUDA), gets each block transcoded
+//! without loss into a GGML Q5_0 block (5-bit quants offset by 16, an f16
+//! scale: 22 bytes).
 
 use half::f16;
 
@@ -79,24 +81,27 @@ pub fn ggml_to_q5_0(blocks: &[u8]) -> Result<Vec<u8>, ScaleOutOfRange> {
     Ok(out)
 }
 
-/// The Q5_0 bytes of matrix rows `rows` of an MXFP4 tensor whose rows are
-/// `blocks_per_row` blocks: `blocks` (16 bytes a block) and `scales` (one a
-/// block) of the whole tensor.
-pub fn rows_to_q5_0(
+/// GGML's MXFP4 blocks (`block_mxfp4`: the scale, then value `j` in the
+/// low nibble of byte `j`, value `j + 16` in its high nibble) of matrix rows
+/// `rows` of a checkpoint's MXFP4 tensor whose rows are `blocks_per_row`
+/// blocks: `blocks` (16 bytes a block, value `i` in byte `i / 2`, the low
+/// nibble first) and `scales` (one a block) of the whole tensor.
+pub fn rows_to_ggml(
     blocks: &[u8],
     scales: &[u8],
     blocks_per_row: usize,
     rows: impl Iterator<Item = usize>,
-) -> Result<Vec<u8>, ScaleOutOfRange> {
+) -> Vec<u8> {
     let mut out = Vec::new();
     for r in rows {
         for b in r * blocks_per_row..(r + 1) * blocks_per_row {
-            let mut bytes = [0u8; BLOCK_BYTES];
-            bytes.copy_from_slice(&blocks[b * BLOCK_BYTES..(b + 1) * BLOCK_BYTES]);
-            out.extend_from_slice(&to_q5_0(&bytes, scales[b])?);
+            let bytes = &blocks[b * BLOCK_BYTES..(b + 1) * BLOCK_BYTES];
+            let code = |i: usize| (bytes[i / 2] >> (4 * (i % 2))) & 0x0f;
+            out.push(scales[b]);
+            out.extend((0..16).map(|j| code(j) | (code(j + 16) << 4)));
         }
     }
-    Ok(out)
+    out
 }
 
 /// Matrix rows `rows` of an MXFP4 tensor as f32 (by [`value`]).
@@ -183,13 +188,21 @@ mod tests {
 
     #[test]
     fn rows_read_alike_packed_and_as_floats() {
-        let (blocks, scales): (Vec<[u8; 16]>, Vec<u8>) = cases().into_iter().take(12).unzip();
+        // Scales past f16 too: the packed format holds every e8m0 byte.
+        let (blocks, mut scales): (Vec<[u8; 16]>, Vec<u8>) = cases().into_iter().take(12).unzip();
+        (scales[9], scales[11]) = (10, 150);
         let flat: Vec<u8> = blocks.concat();
         // 4 rows of 3 blocks: rows 1 and 3.
-        let q5 = rows_to_q5_0(&flat, &scales, 3, [1, 3].into_iter()).unwrap();
+        let ggml = rows_to_ggml(&flat, &scales, 3, [1, 3].into_iter());
         let f = rows_to_f32(&flat, &scales, 3, [1, 3].into_iter());
-        let m = ferrox_kernels::QMatrix::new(ferrox_kernels::QuantType::Q5_0, 2, 96, q5).unwrap();
+        let m = ferrox_kernels::QMatrix::new(ferrox_kernels::QuantType::MXFP4, 2, 96, ggml.clone())
+            .unwrap();
         assert_eq!(m.dequantize(), f);
+        // The GGML blocks transcode to Q5_0 alike where f16 holds the scale.
+        let q5 = ggml_to_q5_0(&ggml[..3 * GGML_BLOCK_BYTES]).unwrap();
+        let q = ferrox_kernels::QMatrix::new(ferrox_kernels::QuantType::Q5_0, 1, 96, q5).unwrap();
+        assert_eq!(q.dequantize(), f[..96]);
+        assert_eq!(ggml_to_q5_0(&ggml), Err(ScaleOutOfRange(10)));
         // Every kernel this CPU has computes the scalar reference's bits.
         let x: Vec<f32> = (0..3 * 96).map(|i| (i as f32 * 0.37).sin()).collect();
         let mut acts = ferrox_kernels::QActs::new();
@@ -204,15 +217,24 @@ mod tests {
         for k in ferrox_kernels::Kernel::available() {
             assert_eq!(run(k), scalar, "{k:?}");
         }
-        // And the values' own f32 dot within the activations' 8 bits.
+        // And the values' own f32 dot within the activations' 8 bits: each
+        // off by at most a step (its block's largest / 127), and the
+        // f16-rounded activation scales (2^-11 relative).
         for (n, row) in x.chunks_exact(96).enumerate() {
             for r in 0..2 {
-                let want: f32 = row.iter().zip(&f[r * 96..]).map(|(a, b)| a * b).sum();
+                let w = &f[r * 96..(r + 1) * 96];
+                let want: f32 = row.iter().zip(w).map(|(a, b)| a * b).sum();
+                let step: f32 = row
+                    .chunks(32)
+                    .zip(w.chunks(32))
+                    .map(|(xb, wb)| {
+                        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+                        wb.iter().map(|v| v.abs()).sum::<f32>() * amax / 127.0
+                    })
+                    .sum();
+                let mag: f32 = row.iter().zip(w).map(|(a, b)| (a * b).abs()).sum();
                 let got = scalar[n * 2 + r];
-                assert!(
-                    (got - want).abs() < 2e-2 * (1.0 + want.abs()),
-                    "{got} vs {want}"
-                );
+                assert!((got - want).abs() <= step + 1e-3 * mag, "{got} vs {want}");
             }
         }
     }

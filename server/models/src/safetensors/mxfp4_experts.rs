@@ -1,8 +1,9 @@
 //! Experts stored as MXFP4 (gpt-oss as released: `{name}_blocks` `[experts,
 //! rows, blocks, 16]` and `{name}_scales` `[experts, rows, blocks]`, rows
 //! as a linear layer's, gate and up interleaved row by row): on CPU each
-//! expert's matrices transcoded without loss to Q5_0 and packed for our
-//! kernels, elsewhere widened to the held dtype.
+//! expert's matrices packed as MXFP4 for our kernels (GGML's block layout,
+//! 17 bytes a block of 32, every scale held exactly), elsewhere widened to
+//! the held dtype.
 
 use std::sync::Arc;
 
@@ -31,7 +32,7 @@ pub(super) fn held_bytes(name: &str, shape: &[usize], device: DeviceKind) -> Opt
     }
     let cols = blocks.checked_mul(mxfp4::BLOCK)?;
     let one = match device {
-        DeviceKind::Cpu => QuantType::Q5_0.held_bytes(rows, cols).ok()?,
+        DeviceKind::Cpu => QuantType::MXFP4.held_bytes(rows, cols).ok()?,
         DeviceKind::Cuda => rows.checked_mul(cols)?.checked_mul(2)?,
     };
     one.checked_mul(experts).map(|b| b as u64)
@@ -85,32 +86,24 @@ impl SafetensorsSource {
                     s.shape()
                 )));
             }
-            stored.push((b, s, column, rows, all, blocks));
+            stored.push((b, s, column, rows, all));
         }
         let packed = self.device == DeviceKind::Cpu;
         let mut out = Vec::with_capacity(experts);
         for e in 0..experts {
-            let (mut q5, mut f, mut rows_total) = (Vec::new(), Vec::new(), 0);
-            for (b, s, column, rows, all, name) in &stored {
+            let (mut ggml, mut f, mut rows_total) = (Vec::new(), Vec::new(), 0);
+            for (b, s, column, rows, all) in &stored {
                 let pick = |i: usize| e * all + column.map_or(i, |c| 2 * i + c);
                 let (bd, sd, per_row) = (b.data(), s.data(), cols / mxfp4::BLOCK);
                 if packed {
-                    let bytes = mxfp4::rows_to_q5_0(bd, sd, per_row, (0..*rows).map(pick))
-                        .map_err(|x| Error::Corrupt {
-                            path: name.clone(),
-                            message: format!(
-                                "expert {e}: MXFP4 scale 2^{} past f16",
-                                i32::from(x.0) - 127
-                            ),
-                        })?;
-                    q5.extend_from_slice(&bytes);
+                    ggml.extend(mxfp4::rows_to_ggml(bd, sd, per_row, (0..*rows).map(pick)));
                 } else {
                     f.extend(mxfp4::rows_to_f32(bd, sd, per_row, (0..*rows).map(pick)));
                 }
                 rows_total += rows;
             }
             let linear = if packed {
-                let m = QMatrix::new(QuantType::Q5_0, rows_total, cols, q5).map_err(|x| {
+                let m = QMatrix::new(QuantType::MXFP4, rows_total, cols, ggml).map_err(|x| {
                     Error::Corrupt {
                         path: hf.join(", "),
                         message: x.to_string(),

@@ -100,14 +100,14 @@ fn mxfp4_experts_serve_the_values_they_hold_on_our_kernels() {
         assert_eq!(got, want, "MXFP4 on the kernels vs its values as floats");
     }
     // Parameters as stored (two a byte, scales not counted), and the
-    // experts held as Q5_0: 22 bytes a block of 32 against 128 in f32.
+    // experts held as MXFP4: 17 bytes a block of 32 against 128 in f32.
     let (im, it) = (
         Source::open(&mx).unwrap().info().unwrap(),
         Source::open(&twin).unwrap().info().unwrap(),
     );
     assert_eq!((im.params, im.active_params), (it.params, it.active_params));
     let experts = 4 * 4 * (64 * 64 + 32 * 64) as u64; // layers x experts x (gate_up + down)
-    let saved = experts * 4 - experts / 32 * 22;
+    let saved = experts * 4 - experts / 32 * 17;
     assert_eq!(
         it.devices.cpu.weight_bytes - im.devices.cpu.weight_bytes,
         saved
@@ -221,17 +221,23 @@ fn a_llama_cpp_mxfp4_gguf_serves_the_values_it_holds() {
             "MXFP4 GGUF on the kernels vs its values as floats"
         );
     }
-    // Held as Q5_0 (22 bytes a block of 32), as the plan counts.
+    // Held as stored (17 bytes a block of 32, the experts' rows whole
+    // groups of 8) where the twin holds f32, as the plan counts.
     let info = Source::open(&mxfp4_gguf()).unwrap().info().unwrap();
     assert_eq!(info.devices.cpu.weight_bytes, a.decoder().held_bytes());
-    let experts: usize = tensors
-        .iter()
-        .filter(|t| t.2)
-        .map(|t| t.3.len() / 17 * 22)
-        .sum();
+    let stored: usize = tensors.iter().filter(|t| t.2).map(|t| t.3.len()).sum();
     let twin_info = Source::open(&twin).unwrap().info().unwrap();
     assert_eq!(info.params, twin_info.params);
-    assert!(experts > 0 && info.devices.cpu.weight_bytes < twin_info.devices.cpu.weight_bytes);
+    assert_eq!(
+        twin_info.devices.cpu.weight_bytes - info.devices.cpu.weight_bytes,
+        (stored / 17 * 32 * 4 - stored) as u64
+    );
+    // A GPU holds them as the Q5_0 candle runs (22 bytes a block).
+    let gpu = Source::open(&mxfp4_gguf())
+        .unwrap()
+        .decoder_held_as(&Device::Cpu, ferrox_plan::DeviceKind::Cuda)
+        .unwrap();
+    assert_eq!(info.devices.cuda.weight_bytes, gpu.held_bytes());
 }
 
 #[test]
@@ -252,15 +258,31 @@ fn a_truncated_or_out_of_range_mxfp4_tensor_is_refused_by_name() {
         }
     };
     let err = load(&bytes[..at + data.len() / 2]);
-    assert!(err.contains(name.as_str()), "{err}");
-    // A block's scale past f16: the first block with a value that is not 0.
+    assert!(
+        err.contains(name.as_str()) && err.contains("truncated"),
+        "{err}"
+    );
+    // A block's scale past f16 (the first block with a value that is not
+    // 0): held exactly on CPU, refused by name where it must become Q5_0.
     let block = data
         .chunks_exact(17)
         .position(|b| b[1..].iter().any(|&c| c & 0x77 != 0))
         .unwrap();
     let mut bad = bytes.clone();
     bad[at + block * 17] = 250;
-    let err = load(&bad);
+    let p = tmp.path().join("big.gguf");
+    std::fs::write(&p, &bad).unwrap();
+    assert!(
+        Source::open(&p)
+            .and_then(|mut s| s.decoder(&Device::Cpu))
+            .is_ok()
+    );
+    let held_as_gpu = Source::open(&p)
+        .and_then(|mut s| s.decoder_held_as(&Device::Cpu, ferrox_plan::DeviceKind::Cuda));
+    let err = match held_as_gpu {
+        Ok(_) => panic!("a scale past f16 became Q5_0"),
+        Err(e) => e.to_string(),
+    };
     assert!(
         err.contains(name.as_str()) && err.contains("MXFP4"),
         "{err}"

@@ -41,6 +41,9 @@ pub(super) fn run(
                 QuantType::Q4_K => $run::<{ QuantType::Q4_K as u8 }>(w, groups, acts, batch, sink),
                 QuantType::Q5_K => $run::<{ QuantType::Q5_K as u8 }>(w, groups, acts, batch, sink),
                 QuantType::Q6_K => $run::<{ QuantType::Q6_K as u8 }>(w, groups, acts, batch, sink),
+                QuantType::MXFP4 => {
+                    $run::<{ QuantType::MXFP4 as u8 }>(w, groups, acts, batch, sink)
+                }
             }
         };
     }

@@ -61,6 +61,11 @@ pub(super) trait Simd {
     unsafe fn i8_to_i16(p: *const u8) -> Self::I;
     /// `2 * LANES` bytes zero-extended to i16.
     unsafe fn u8_to_i16(p: *const u8) -> Self::I;
+    /// The 16 bytes at `p` in every 128-bit lane (a [`Self::lut`] table).
+    unsafe fn table16(p: *const u8) -> Self::I;
+    /// Each byte of `a` (all below 16) replaced by `table`'s byte at that
+    /// index (`pshufb`).
+    unsafe fn lut(a: Self::I, table: Self::I) -> Self::I;
     /// `acc + ` the u8 x i8 dot of each lane's 4 bytes of `w` with the 4
     /// bytes at `x` (only where [`Self::DOT4`]).
     unsafe fn dot4(acc: Self::I, w: Self::I, x: *const i8) -> Self::I;
@@ -82,6 +87,11 @@ pub(super) trait Simd {
     unsafe fn cvt(a: Self::I) -> Self::F;
     /// `LANES` f16 bits to f32.
     unsafe fn f16s(p: *const u16) -> Self::F;
+    /// `LANES` e8m0 bytes `e` to the f32 `2^(e - 128)`, exactly as
+    /// `quant_type::e8m0_half`: bits `(e - 1) << 23`, or for `e < 2` the
+    /// subnormal `0x0040_0000 >> (1 - e)` (a shift of 32 or more gives 0,
+    /// and the larger of the two as i32 is the one that applies).
+    unsafe fn e8m0s(p: *const u8) -> Self::F;
     /// The f32 at `p` in every lane.
     unsafe fn fsplat(p: *const f32) -> Self::F;
     /// Zeros.

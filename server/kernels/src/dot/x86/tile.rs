@@ -7,7 +7,7 @@ use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
 use super::simd::Simd;
 use crate::qact::QActs;
 use crate::qmatrix::QMatrix;
-use crate::quant_type::{Format, Min, QK, QuantType, Sub};
+use crate::quant_type::{E2M1, E2M1_BIAS, Format, Min, QK, QuantType, Sub};
 
 /// How far ahead of the current block a decode tile prefetches its quants:
 /// a row group's weights are one sequential run, read once a call, and the
@@ -16,6 +16,18 @@ const PREFETCH: usize = 4096;
 
 /// Q8_0's code: its quants are signed.
 const Q8_0: u8 = QuantType::Q8_0 as u8;
+
+/// MXFP4's e2m1 values biased to unsigned bytes (0..=24), by code: the
+/// table its codes are looked up in, the bias taken back as an offset.
+const E2M1_BIASED: [u8; 16] = {
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (E2M1[i] as i32 + E2M1_BIAS) as u8;
+        i += 1;
+    }
+    t
+};
 
 /// How many `maddubs` results (pairs of products) an i16 lane may sum:
 /// each is at most `2 * umax * 127`.
@@ -219,6 +231,8 @@ pub(super) unsafe fn tile<V: Simd, const T: u8, const A: usize, const STEP: usiz
     let signed = T == Q8_0 && !V::XOR_SIGNED;
     let offset = if T == Q8_0 && V::XOR_SIGNED {
         -128
+    } else if f.mx {
+        -E2M1_BIAS
     } else {
         f.offset
     };
@@ -231,7 +245,9 @@ pub(super) unsafe fn tile<V: Simd, const T: u8, const A: usize, const STEP: usiz
     // format lacks are never read.
     unsafe {
         let qp = w.qs.as_ptr().add(4 * lay.index(g, 0, nb, 0, regs));
-        let dp = w.d.as_ptr().add(lay.index(g, 0, units, 0, 1));
+        let dp = w.d.as_ptr().wrapping_add(lay.index(g, 0, units, 0, 1));
+        let ep = w.e.as_ptr().wrapping_add(lay.index(g, 0, units, 0, 1));
+        let table = V::table16(E2M1_BIASED.as_ptr());
         let mp = w.m.as_ptr().wrapping_add(lay.index(g, 0, units, 0, 1));
         let sp = w.sc.as_ptr().wrapping_add(match f.sub {
             Sub::Per32 => lay.index(g, 0, nb, 0, 2),
@@ -247,7 +263,11 @@ pub(super) unsafe fn tile<V: Simd, const T: u8, const A: usize, const STEP: usiz
         };
         let mut acc = [V::fzero(); A];
         for unit in 0..units {
-            let d = V::f16s(dp.add(unit * step));
+            let d = if f.mx {
+                V::e8m0s(ep.add(unit * step))
+            } else {
+                V::f16s(dp.add(unit * step))
+            };
             let m = if f.min == Min::None {
                 V::fzero()
             } else {
@@ -265,6 +285,11 @@ pub(super) unsafe fn tile<V: Simd, const T: u8, const A: usize, const STEP: usiz
                 }
                 let raw = unpack::<V>(qb, 4 * step, f.lo, f.hi);
                 let mut wu = raw;
+                if f.mx {
+                    for r in &mut wu {
+                        *r = V::lut(*r, table);
+                    }
+                }
                 if T == Q8_0 {
                     for r in &mut wu {
                         *r = if V::XOR_SIGNED {

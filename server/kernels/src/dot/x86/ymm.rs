@@ -100,6 +100,15 @@ impl<const VNNI: bool> Simd for Ymm<VNNI> {
     }
 
     #[inline(always)]
+    unsafe fn table16(p: *const u8) -> __m256i {
+        unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn lut(a: __m256i, table: __m256i) -> __m256i {
+        unsafe { _mm256_shuffle_epi8(table, a) }
+    }
+
+    #[inline(always)]
     unsafe fn dot4(acc: __m256i, w: __m256i, x: *const i8) -> __m256i {
         // SAFETY: `x..x+4` readable (the caller's guarantee).
         unsafe {
@@ -178,6 +187,15 @@ impl<const VNNI: bool> Simd for Ymm<VNNI> {
     #[inline(always)]
     unsafe fn f16s(p: *const u16) -> __m256 {
         unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn e8m0s(p: *const u8) -> __m256 {
+        unsafe {
+            let (e, one) = (Self::u8_to_i32(p), _mm256_set1_epi32(1));
+            let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, one));
+            let tiny = _mm256_srlv_epi32(_mm256_set1_epi32(0x0040_0000), _mm256_sub_epi32(one, e));
+            _mm256_castsi256_ps(_mm256_max_epi32(normal, tiny))
+        }
     }
     #[inline(always)]
     unsafe fn fsplat(p: *const f32) -> __m256 {

@@ -115,6 +115,15 @@ impl<const WIDE: bool> Simd for Zmm<WIDE> {
     }
 
     #[inline(always)]
+    unsafe fn table16(p: *const u8) -> __m512i {
+        unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(p.cast())) }
+    }
+    #[inline(always)]
+    unsafe fn lut(a: __m512i, table: __m512i) -> __m512i {
+        unsafe { _mm512_shuffle_epi8(table, a) }
+    }
+
+    #[inline(always)]
     unsafe fn dot4(acc: __m512i, w: __m512i, x: *const i8) -> __m512i {
         // SAFETY: `x..x+4` readable (the caller's guarantee).
         unsafe { _mm512_dpbusd_epi32(acc, w, Self::bcast32(x.cast())) }
@@ -160,6 +169,15 @@ impl<const WIDE: bool> Simd for Zmm<WIDE> {
                 _mm256_zextsi128_si256(_mm_loadu_si128(p.cast()))
             };
             _mm512_cvtph_ps(h)
+        }
+    }
+    #[inline(always)]
+    unsafe fn e8m0s(p: *const u8) -> __m512 {
+        unsafe {
+            let (e, one) = (Self::u8_to_i32(p), _mm512_set1_epi32(1));
+            let normal = _mm512_slli_epi32::<23>(_mm512_sub_epi32(e, one));
+            let tiny = _mm512_srlv_epi32(_mm512_set1_epi32(0x0040_0000), _mm512_sub_epi32(one, e));
+            _mm512_castsi512_ps(_mm512_max_epi32(normal, tiny))
         }
     }
     #[inline(always)]

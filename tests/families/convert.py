@@ -16,7 +16,7 @@ from conversion import base  # noqa: E402
 FAMILIES = ["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
             "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM", "MixtralForCausalLM",
             "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "GptOssForCausalLM",
-            "Mamba2ForCausalLM"]
+            "Mamba2ForCausalLM", "Qwen3_5ForCausalLM", "Qwen3NextForCausalLM"]
 
 
 def gpt2_vocab(self):

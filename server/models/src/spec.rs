@@ -8,9 +8,11 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 
+mod gdn;
 mod moe;
 mod ssm;
 
+pub use gdn::GdnSpec;
 pub use moe::{MAX_EXPERTS, MoeSpec, Routing};
 pub use ssm::SsmSpec;
 
@@ -22,6 +24,9 @@ pub enum Mixer {
     /// Mamba-2's state-space mixer: a fixed state per sequence, in a slot
     /// of the state store, instead of KV.
     Mamba2(SsmSpec),
+    /// Gated DeltaNet (Qwen3-Next's and Qwen3.5's linear attention): a
+    /// fixed state per sequence too.
+    GatedDeltaNet(GdnSpec),
 }
 
 /// One attention layer's kind.
@@ -44,6 +49,10 @@ pub struct AttentionSpec {
     pub sinks: bool,
     /// No position embedding at all (NoPE: Granite 4.0-H's attention).
     pub nope: bool,
+    /// The query projection emits each head's query and then its output
+    /// gate; the output is multiplied by `sigmoid(gate)` before the output
+    /// projection (Qwen3-Next, Qwen3.5).
+    pub gated: bool,
 }
 
 /// The feed-forward of one layer.
@@ -89,14 +98,41 @@ impl LayerSpec {
     pub fn attention(&self) -> Option<&AttentionSpec> {
         match &self.mixer {
             Mixer::Attention(a) => Some(a),
-            Mixer::Mamba2(_) => None,
+            Mixer::Mamba2(_) | Mixer::GatedDeltaNet(_) => None,
         }
     }
 
-    /// The recurrent mixer of this layer, if it has one.
+    /// The Mamba-2 mixer of this layer, if it has one.
     pub fn ssm(&self) -> Option<&SsmSpec> {
         match &self.mixer {
             Mixer::Mamba2(s) => Some(s),
+            Mixer::Attention(_) | Mixer::GatedDeltaNet(_) => None,
+        }
+    }
+
+    /// The Gated DeltaNet mixer of this layer, if it has one.
+    pub fn gdn(&self) -> Option<&GdnSpec> {
+        match &self.mixer {
+            Mixer::GatedDeltaNet(g) => Some(g),
+            Mixer::Attention(_) | Mixer::Mamba2(_) => None,
+        }
+    }
+
+    /// Values of one sequence's state `(convolution, recurrent)` in this
+    /// layer, if its mixer is recurrent (keeps a state, not KV).
+    pub fn state_values(&self) -> Option<(usize, usize)> {
+        match &self.mixer {
+            Mixer::Mamba2(s) => Some(s.state_values()),
+            Mixer::GatedDeltaNet(g) => Some(g.state_values()),
+            Mixer::Attention(_) => None,
+        }
+    }
+
+    /// The block length of a recurrent mixer's scan, if it has one.
+    pub fn scan_chunk(&self) -> Option<usize> {
+        match &self.mixer {
+            Mixer::Mamba2(s) => Some(s.chunk),
+            Mixer::GatedDeltaNet(g) => Some(g.chunk),
             Mixer::Attention(_) => None,
         }
     }
@@ -259,9 +295,9 @@ impl ModelSpec {
 
     /// The recurrent layers, ascending: each keeps one state per sequence
     /// in the state store, in this order.
-    pub fn ssm_layers(&self) -> Vec<usize> {
+    pub fn recurrent_layers(&self) -> Vec<usize> {
         (0..self.layers.len())
-            .filter(|&i| self.layers[i].ssm().is_some())
+            .filter(|&i| self.layers[i].state_values().is_some())
             .collect()
     }
 
@@ -270,11 +306,8 @@ impl ModelSpec {
     pub fn state_bytes(&self) -> u64 {
         self.layers
             .iter()
-            .filter_map(LayerSpec::ssm)
-            .map(|s| {
-                let (conv, ssm) = s.state_values();
-                4 * (conv + ssm) as u64
-            })
+            .filter_map(LayerSpec::state_values)
+            .map(|(conv, state)| 4 * (conv + state) as u64)
             .sum()
     }
 
@@ -360,6 +393,10 @@ impl ModelSpec {
                 s.validate()
                     .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
             }
+            if let Some(g) = l.gdn() {
+                g.validate()
+                    .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
+            }
             if let Some(m) = l.moe() {
                 m.validate()
                     .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
@@ -396,6 +433,7 @@ mod tests {
                 qk_norm: false,
                 sinks: false,
                 nope: false,
+                gated: false,
             }),
             ffn: FeedForward::Gated(Activation::Silu),
         }

@@ -35,7 +35,7 @@ fn widest_edge(r: &Reference) -> usize {
     let m = open(&dir(&r.family), None);
     let spec = m.decoder().spec();
     let windows = m.decoder().kv_groups().iter().filter_map(|g| g.window);
-    let scans = spec.layers.iter().filter_map(|l| l.ssm()).map(|s| s.chunk);
+    let scans = spec.layers.iter().filter_map(|l| l.scan_chunk());
     windows.chain(scans).max().unwrap_or(0)
 }
 
@@ -130,7 +130,7 @@ fn the_fused_cpu_path_matches_the_op_by_op_path_for_every_family() {
         if !open(&src, run.context)
             .decoder()
             .spec()
-            .ssm_layers()
+            .recurrent_layers()
             .is_empty()
         {
             continue;

@@ -457,21 +457,7 @@ impl Decoder {
             qkv = qkv.broadcast_add(b)?;
         }
         let qkv = ctx.lora(&[Target::Q, Target::K, Target::V], index, &h, qkv)?;
-        let gated = self.attention_spec(index)?.gated;
-        // A gated projection's rows: each head's query, then its gate.
-        let q_rows = if gated { 2 * q_dim } else { q_dim };
-        let per_head = qkv
-            .narrow(1, 0, q_rows)?
-            .reshape((tokens, s.heads, q_rows / s.heads))?;
-        let mut q = per_head.narrow(2, 0, s.head_dim)?;
-        let gate = match gated {
-            true => Some(per_head.narrow(2, s.head_dim, s.head_dim)?.contiguous()?),
-            false => None,
-        };
-        let mut k = qkv
-            .narrow(1, q_rows, kv_dim)?
-            .reshape((tokens, s.kv_heads, s.head_dim))?;
-        let v = qkv.narrow(1, q_rows + kv_dim, kv_dim)?;
+        let (mut q, gate, mut k, v) = self.split_qkv(index, &qkv)?;
         if let Some((qn, kn)) = &l.qk_norm {
             (q, k) = (norm(&q.contiguous()?, qn)?, norm(&k.contiguous()?, kn)?);
         }
@@ -502,6 +488,31 @@ impl Decoder {
             d = norm(&d, w)?;
         }
         Ok((x + self.residual(d)?)?)
+    }
+
+    /// Layer `index`'s `(q (tokens, heads, head_dim), its output gate
+    /// (tokens, heads, head_dim) where the layer is gated, k (tokens,
+    /// kv_heads, head_dim), v (tokens, kv_dim))` from its projections.
+    fn split_qkv(&self, index: usize, qkv: &Tensor) -> Result<QkvParts> {
+        let s = &self.spec;
+        let tokens = qkv.dim(0)?;
+        let (q_dim, kv_dim) = (s.q_dim(), s.kv_dim());
+        let gated = self.attention_spec(index)?.gated;
+        // A gated projection's rows: each head's query, then its gate.
+        let q_rows = if gated { 2 * q_dim } else { q_dim };
+        let per_head = qkv
+            .narrow(1, 0, q_rows)?
+            .reshape((tokens, s.heads, q_rows / s.heads))?;
+        let q = per_head.narrow(2, 0, s.head_dim)?;
+        let gate = match gated {
+            true => Some(per_head.narrow(2, s.head_dim, s.head_dim)?.contiguous()?),
+            false => None,
+        };
+        let k = qkv
+            .narrow(1, q_rows, kv_dim)?
+            .reshape((tokens, s.kv_heads, s.head_dim))?;
+        let v = qkv.narrow(1, q_rows + kv_dim, kv_dim)?;
+        Ok((q, gate, k, v))
     }
 
     /// The fused CPU layer: updates the residual stream `x` in place.
@@ -535,6 +546,9 @@ impl Decoder {
         l.mlp(x, dims, lora, &self.scratch)
     }
 }
+
+/// A layer's queries, their output gate where it has one, keys, values.
+type QkvParts = (Tensor, Option<Tensor>, Tensor, Tensor);
 
 /// What every layer of a step shares.
 struct LayerCtx<'a> {

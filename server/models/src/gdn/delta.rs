@@ -17,7 +17,7 @@
 //! all matmuls but the inverse of the unit lower-triangular `T`, which
 //! [`unit_lower_inverse`] builds by doubling blocks (log2 of the block's
 //! length steps of batched matmuls, not a step a token). A block of one
-//! token is exactly one recurrence step (a decode row).
+//! token (a decode row) runs the recurrence step itself.
 
 use candle_core::{D, Device, Tensor};
 
@@ -54,6 +54,9 @@ fn lower_mask(len: usize, strict: bool, device: &Device) -> Result<Tensor> {
 /// it `(rows, heads, key_dim, value_dim)`, from the state `s0` before it.
 pub(super) fn block(b: &Block, s0: &Tensor) -> Result<(Tensor, Tensor)> {
     let len = b.q.dim(2)?;
+    if len == 1 {
+        return step(b, s0);
+    }
     let device = b.q.device();
     let sums = b.g.cumsum(D::Minus1)?;
     // exp(G_t - G_s) for s <= t; above the diagonal the difference is >= 0
@@ -83,6 +86,16 @@ pub(super) fn block(b: &Block, s0: &Tensor) -> Result<(Tensor, Tensor)> {
     let keys = b.k.broadcast_mul(&to_end)?.transpose(2, 3)?.contiguous()?;
     let kept = s0.broadcast_mul(&end.exp()?.unsqueeze(3)?)?;
     Ok((o, (kept + keys.matmul(&v_new)?)?))
+}
+
+/// One token (a decode row): the recurrence itself, without the block
+/// form's masks and inverse.
+fn step(b: &Block, s0: &Tensor) -> Result<(Tensor, Tensor)> {
+    let s = s0.broadcast_mul(&b.g.exp()?.unsqueeze(3)?)?;
+    // S^T k as a row: k (1 x key_dim) S (key_dim x value_dim).
+    let delta = (&b.v - b.k.matmul(&s)?)?.broadcast_mul(&b.beta.unsqueeze(3)?)?;
+    let s = (s + b.k.transpose(2, 3)?.contiguous()?.matmul(&delta)?)?;
+    Ok((b.q.matmul(&s)?, s))
 }
 
 /// `(I + l)^-1` for `l` `(.., n, n)` strictly lower-triangular: the

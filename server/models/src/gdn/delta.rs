@@ -112,20 +112,13 @@ pub(super) fn unit_lower_inverse(l: &Tensor) -> Result<Tensor> {
     if p > n {
         l = l.pad_with_zeros(1, 0, p - n)?.pad_with_zeros(2, 0, p - n)?;
     }
-    let flat = l.reshape((batch, p * p))?;
+    let diagonal = diagonal_blocks(&l.reshape((batch, 1, p, p))?)?;
     // The inverses of the 1x1 diagonal blocks: ones.
     let mut inv = Tensor::ones((batch, p, 1, 1), l.dtype(), l.device())?;
     let mut s = 1;
-    while s < p {
+    for pairs_of_l in diagonal.iter().rev() {
         let pairs = p / (2 * s);
-        let idx: Vec<u32> = (0..pairs)
-            .flat_map(|pair| {
-                let top = pair * 2 * s;
-                (0..s * s).map(move |i| ((top + s + i / s) * p + top + i % s) as u32)
-            })
-            .collect();
-        let idx = Tensor::from_vec(idx, pairs * s * s, l.device())?;
-        let c = flat.index_select(&idx, 1)?.reshape((batch, pairs, s, s))?;
+        let c = pairs_of_l.narrow(2, s, s)?.narrow(3, 0, s)?.contiguous()?;
         let halves = inv.reshape((batch, pairs, 2, s, s))?;
         let a = halves.narrow(2, 0, 1)?.squeeze(2)?.contiguous()?;
         let b = halves.narrow(2, 1, 1)?.squeeze(2)?.contiguous()?;
@@ -142,6 +135,26 @@ pub(super) fn unit_lower_inverse(l: &Tensor) -> Result<Tensor> {
     let mut shape = lead.to_vec();
     shape.extend([n, n]);
     Ok(inv.contiguous()?.reshape(shape)?)
+}
+
+/// The diagonal blocks of `m` `(batch, 1, p, p)` of every size from `p`
+/// down to 2, largest first, each `(batch, p / size, size, size)`: each
+/// size's are the two halves on the diagonal of the size above's (views
+/// and copies on the device, no index from the host).
+fn diagonal_blocks(m: &Tensor) -> Result<Vec<Tensor>> {
+    let (batch, _, p, _) = m.dims4()?;
+    let mut out = Vec::new();
+    let mut level = m.clone();
+    let mut size = p;
+    while size >= 2 {
+        out.push(level.clone());
+        let (blocks, h) = (p / size, size / 2);
+        let top = level.narrow(2, 0, h)?.narrow(3, 0, h)?;
+        let bottom = level.narrow(2, h, h)?.narrow(3, h, h)?;
+        level = Tensor::stack(&[&top, &bottom], 2)?.reshape((batch, 2 * blocks, h, h))?;
+        size = h;
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -7,8 +7,10 @@ Mixtral's experts, Qwen3-MoE's many small ones renormalised, Qwen2-MoE's
 shared expert and a dense layer among them; gpt-oss's sinks, biases,
 clamped SwiGLU, YaRN and alternating windows; Mamba-2's recurrent layers
 with grouped B/C and chunks of 8 so its scan crosses chunk edges; Granite
-4.0-H's Mamba-2 and NoPE attention layers with its multipliers), and the
-prompts its references are recorded for."""
+4.0-H's Mamba-2 and NoPE attention layers with its multipliers; Qwen3.5's
+Gated DeltaNet layers among gated attention layers, and Qwen3-Next's with
+its fused projections and Qwen2-MoE-style experts, a prompt longer than the
+delta rule's block of 64), and the prompts its references are recorded for."""
 
 import dataclasses
 
@@ -44,6 +46,8 @@ class Family:
     steps: int = 12
     # Written as GGUF too (llama.cpp's converter maps the layout).
     gguf: bool = True
+    # More arguments to llama.cpp's converter.
+    convert_args: list = dataclasses.field(default_factory=list)
 
 
 def _cfg(arch: str, model_type: str, **kw) -> dict:
@@ -175,4 +179,32 @@ FAMILIES = [
            # As Mamba-2's: the GGUF records no time step limit.
            [Run("default", LONG, files="safetensors"),
             Run("no-clamp", LONG, overrides=dict(time_step_limit=[0.0, 1e9]), files="gguf")]),
+    # Gated DeltaNet layers (2 key heads, 4 value heads, a conv of 4) and
+    # gated attention layers (q/k norms, a quarter of each head rotating),
+    # (1 + w) norms; a 75-token prompt crosses the delta rule's block of 64.
+    Family("qwen35", _cfg("Qwen3_5ForCausalLM", "qwen3_5_text", num_hidden_layers=4, head_dim=32,
+                          layer_types=["linear_attention", "linear_attention", "full_attention",
+                                       "linear_attention"],
+                          linear_num_key_heads=2, linear_num_value_heads=4,
+                          linear_key_head_dim=16, linear_value_head_dim=16,
+                          linear_conv_kernel_dim=4, tie_word_embeddings=False, eos_token_id=6,
+                          rope_parameters=dict(rope_type="default", rope_theta=10000000.0,
+                                               partial_rotary_factor=0.25)),
+           "bfloat16", "chatml", "<|im_end|>", [Run("default", [21, 38, 75])],
+           # The tiny model has no MTP layers for the converter to find.
+           convert_args=["--no-mtp"]),
+    # Qwen3-Next: the same layers with q, k, v, z and b, a in-projections
+    # fused and interleaved per key head; experts (top-2 of 4, renormalised)
+    # with a gated shared expert; every third layer full attention.
+    Family("qwen3next", _cfg("Qwen3NextForCausalLM", "qwen3_next", num_hidden_layers=3, head_dim=32,
+                             full_attention_interval=3, linear_num_key_heads=2,
+                             linear_num_value_heads=4, linear_key_head_dim=16,
+                             linear_value_head_dim=16, linear_conv_kernel_dim=4,
+                             num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                             shared_expert_intermediate_size=64, norm_topk_prob=True,
+                             decoder_sparse_step=1, mlp_only_layers=[],
+                             tie_word_embeddings=False, eos_token_id=6,
+                             rope_theta=10000000.0, partial_rotary_factor=0.25),
+           "bfloat16", "chatml", "<|im_end|>", [Run("default", [21, 38, 75])],
+           convert_args=["--no-mtp"]),
 ]

@@ -34,12 +34,15 @@ def randomize(model: torch.nn.Module, family: str, seed: int) -> None:
     """Weights with spread enough for clear greedy choices: matrices of unit
     gain, norms around 1 (Gemma's stored as the offset from 1), biases small."""
     g = torch.Generator().manual_seed(seed)
-    gemma = family.startswith("gemma")
+    # Norms whose weight is stored as the offset from 1 (Qwen3.5's and
+    # Qwen3-Next's but their DeltaNet's gated norm).
+    offset = family.startswith(("gemma", "qwen35", "qwen3next"))
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
             r = torch.randn(p.shape, generator=g)
             if "norm" in name:
-                p.copy_(0.2 * r + (0.0 if gemma else 1.0))
+                plain = not offset or name.endswith("linear_attn.norm.weight")
+                p.copy_(0.2 * r + (1.0 if plain else 0.0))
             elif name.endswith("dt_bias"):
                 # A recurrent layer's time step: softplus(-2) ~ 0.13, so its
                 # state decays slowly enough to carry across chunks.
@@ -145,14 +148,14 @@ def write_model(f: families.Family, dir: pathlib.Path, seed: int) -> None:
     tokenizer.write(dir, f.template, f.eos)
 
 
-def convert(dir: pathlib.Path, src: pathlib.Path, outtype: str) -> pathlib.Path:
+def convert(dir: pathlib.Path, src: pathlib.Path, outtype: str, extra: list) -> pathlib.Path:
     out = dir / "model.gguf"
     here = pathlib.Path(__file__).resolve().parent
     cmd = [sys.executable, str(here / "convert.py"), str(src), str(dir), "--outfile", str(out),
            "--outtype", outtype,
            # Not the family's name: llama.cpp keys token attributes off
            # names ("phi3" wants Phi's own special tokens).
-           "--model-name", "ferrox tiny reference"]
+           "--model-name", "ferrox tiny reference", *extra]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"convert_hf_to_gguf.py failed on {dir.name}:\n{done.stderr[-3000:]}")
@@ -173,7 +176,7 @@ def build(f: families.Family, out: pathlib.Path, src: pathlib.Path | None, seed:
            "torch": torch.__version__,
            "transformers": transformers.__version__, "runs": runs}
     if src is not None and f.gguf:
-        gguf = convert(dir, src, "bf16" if f.dtype == "bfloat16" else "f16")
+        gguf = convert(dir, src, "bf16" if f.dtype == "bfloat16" else "f16", f.convert_args)
         ref["gguf"] = gguf.name
     (dir / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
     return ref

@@ -56,8 +56,13 @@ fn pools(dir: &Path, flags: &[&str]) -> Vec<PoolSpec> {
     let planned = sizing.engine.pools();
     let blocks: Vec<usize> = planned.iter().map(|p| p.blocks).collect();
     let decoder = source.decoder(&ferrox_models::Device::Cpu).unwrap();
-    let model = PagedModel::with_pools(decoder, &blocks, sizing.engine.block_size, sizing.kv_dtype)
-        .unwrap();
+    let mut model =
+        PagedModel::with_pools(decoder, &blocks, sizing.engine.block_size, sizing.kv_dtype)
+            .unwrap();
+    // A model with recurrent layers: the plan's state slots too.
+    if let Some(slots) = sizing.engine.state_slots {
+        model.set_state_slots(slots).unwrap();
+    }
     assert_eq!(model.kv_pools(), planned, "{}", dir.display());
     let metrics = Arc::new(Metrics::new().unwrap());
     Scheduler::new(model, sizing.engine, metrics, Instant::now()).unwrap();
@@ -108,6 +113,27 @@ fn every_family_runs_with_the_pools_its_plan_sizes() {
             assert_eq!(got[0].blocks, 64, "{family}");
             assert_eq!(got[1].blocks, 40, "{family}");
         }
+    }
+}
+
+/// A hybrid model (Mamba-2's or Gated DeltaNet's layers among attention
+/// layers): the KV pool for its attention layers, and a state slot for
+/// each sequence, both from the memory the plan sizes.
+#[test]
+fn a_hybrid_model_runs_with_its_kv_pool_and_state_slots() {
+    for family in ["granitehybrid", "qwen35", "qwen3next"] {
+        let dir = families().join(family);
+        assert_eq!(windows(&pools(&dir, &[])), [None], "{family}");
+        let cfg = serve(&dir, &[]);
+        let info = Source::open(&dir).unwrap().info().unwrap();
+        assert!(info.state_bytes_per_seq > 0, "{family}");
+        let memory = DeviceMemory {
+            bytes: 1 << 30,
+            source: MemorySource::CgroupV2,
+        };
+        let sizing = size(&info, DeviceKind::Cpu, memory, None, &cfg).unwrap();
+        let slots = sizing.engine.state_slots;
+        assert_eq!(slots, Some(sizing.engine.max_seqs), "{family}");
     }
 }
 

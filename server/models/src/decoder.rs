@@ -14,11 +14,11 @@ use crate::attention::{Heads, LayerAttn, SeqSpan, StepTables, attention};
 use crate::error::{Error, Result};
 use crate::fused::{Dims, FusedHead, FusedLayer, Scratch};
 use crate::kv_store::KvStore;
-use crate::layer::{Block, Ffn, Layer, SsmLayer};
+use crate::layer::{Block, Ffn, Layer, RecurrentMixer, SsmLayer};
 use crate::linear::{Embedding, Linear, tensor_bytes};
 use crate::lora::{LoraStep, Target};
 use crate::rope::Rope;
-use crate::spec::{FeedForward, KvGroup, ModelSpec};
+use crate::spec::{FeedForward, KvGroup, Mixer, ModelSpec};
 use crate::state_store::StateStore;
 
 /// The whole decoder.
@@ -90,13 +90,14 @@ impl Decoder {
             })
             .collect::<Result<Option<Vec<_>>>>()?;
         let head = FusedHead::new(&norm, &lm_head, spec.final_softcap)?;
-        // Nor Granite's multipliers or NoPE: those models run op by op.
+        // Nor Granite's multipliers, NoPE or gated attention: those models
+        // run op by op.
         let plain = spec.residual_scale.is_none()
             && spec.logit_scale.is_none()
             && !spec
                 .layers
                 .iter()
-                .any(|l| l.attention().is_some_and(|a| a.nope));
+                .any(|l| l.attention().is_some_and(|a| a.nope || a.gated));
         let fused = match (fused_layers, head) {
             (Some(l), Some(h)) if device.is_cpu() && plain => Some((l, h)),
             _ => None,
@@ -384,14 +385,20 @@ impl Decoder {
         ctx: &LayerCtx<'_>,
     ) -> Result<Tensor> {
         let s = &self.spec;
-        let ssm = s.layers[index].ssm().ok_or_else(|| {
-            Error::Config(format!("layer {index}: its weights are not its kind's"))
-        })?;
         let eps = s.norms.eps as f32;
         let h = candle_nn::ops::rms_norm(x, &l.norm, eps)?;
-        let m = l
-            .mixer
-            .forward(ssm, eps, &h, (index, ctx.spans, ctx.state))?;
+        let at = (index, &ctx.spans[..], ctx.state);
+        let m = match (&l.mixer, &s.layers[index].mixer) {
+            (RecurrentMixer::Mamba2(w), Mixer::Mamba2(spec)) => w.forward(spec, eps, &h, at)?,
+            (RecurrentMixer::GatedDeltaNet(w), Mixer::GatedDeltaNet(spec)) => {
+                w.forward(spec, eps, &h, at)?
+            }
+            _ => {
+                return Err(Error::Config(format!(
+                    "layer {index}: its weights are not its kind's"
+                )));
+            }
+        };
         let x = (x + self.residual(m)?)?;
         let Some((norm, ffn)) = &l.ffn else {
             return Ok(x);
@@ -450,13 +457,7 @@ impl Decoder {
             qkv = qkv.broadcast_add(b)?;
         }
         let qkv = ctx.lora(&[Target::Q, Target::K, Target::V], index, &h, qkv)?;
-        let mut q = qkv
-            .narrow(1, 0, q_dim)?
-            .reshape((tokens, s.heads, s.head_dim))?;
-        let mut k = qkv
-            .narrow(1, q_dim, kv_dim)?
-            .reshape((tokens, s.kv_heads, s.head_dim))?;
-        let v = qkv.narrow(1, q_dim + kv_dim, kv_dim)?;
+        let (mut q, gate, mut k, v) = self.split_qkv(index, &qkv)?;
         if let Some((qn, kn)) = &l.qk_norm {
             (q, k) = (norm(&q.contiguous()?, qn)?, norm(&k.contiguous()?, kn)?);
         }
@@ -467,7 +468,12 @@ impl Decoder {
         };
         let k = k.contiguous()?.reshape((tokens, kv_dim))?;
         ctx.kv.write(index, ctx.slot_index, &k, &v)?;
-        let a = self.attend(&q, index, ctx)?;
+        let mut a = self.attend(&q, index, ctx)?;
+        if let Some(gate) = gate {
+            let gate = candle_nn::ops::sigmoid(&gate.reshape((tokens, q_dim))?)?;
+            let gate = gate.to_dtype(a.dtype())?;
+            a = (a * gate)?;
+        }
         let mut a = ctx.lora(&[Target::O], index, &a, l.o.forward(&a)?)?;
         if let Some(b) = &l.o_bias {
             a = a.broadcast_add(b)?;
@@ -482,6 +488,31 @@ impl Decoder {
             d = norm(&d, w)?;
         }
         Ok((x + self.residual(d)?)?)
+    }
+
+    /// Layer `index`'s `(q (tokens, heads, head_dim), its output gate
+    /// (tokens, heads, head_dim) where the layer is gated, k (tokens,
+    /// kv_heads, head_dim), v (tokens, kv_dim))` from its projections.
+    fn split_qkv(&self, index: usize, qkv: &Tensor) -> Result<QkvParts> {
+        let s = &self.spec;
+        let tokens = qkv.dim(0)?;
+        let (q_dim, kv_dim) = (s.q_dim(), s.kv_dim());
+        let gated = self.attention_spec(index)?.gated;
+        // A gated projection's rows: each head's query, then its gate.
+        let q_rows = if gated { 2 * q_dim } else { q_dim };
+        let per_head = qkv
+            .narrow(1, 0, q_rows)?
+            .reshape((tokens, s.heads, q_rows / s.heads))?;
+        let q = per_head.narrow(2, 0, s.head_dim)?;
+        let gate = match gated {
+            true => Some(per_head.narrow(2, s.head_dim, s.head_dim)?.contiguous()?),
+            false => None,
+        };
+        let k = qkv
+            .narrow(1, q_rows, kv_dim)?
+            .reshape((tokens, s.kv_heads, s.head_dim))?;
+        let v = qkv.narrow(1, q_rows + kv_dim, kv_dim)?;
+        Ok((q, gate, k, v))
     }
 
     /// The fused CPU layer: updates the residual stream `x` in place.
@@ -515,6 +546,9 @@ impl Decoder {
         l.mlp(x, dims, lora, &self.scratch)
     }
 }
+
+/// A layer's queries, their output gate where it has one, keys, values.
+type QkvParts = (Tensor, Option<Tensor>, Tensor, Tensor);
 
 /// What every layer of a step shares.
 struct LayerCtx<'a> {

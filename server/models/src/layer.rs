@@ -3,6 +3,7 @@
 use candle_core::Tensor;
 
 use crate::error::Result;
+use crate::gdn::GdnWeights;
 use crate::linear::{Linear, tensor_bytes};
 use crate::lora::Target;
 use crate::moe::MoeWeights;
@@ -177,14 +178,32 @@ impl Layer {
     }
 }
 
+/// A recurrent mixer's weights.
+#[derive(Debug, Clone)]
+pub enum RecurrentMixer {
+    /// Mamba-2's.
+    Mamba2(Mamba2Weights),
+    /// Gated DeltaNet's.
+    GatedDeltaNet(GdnWeights),
+}
+
+impl RecurrentMixer {
+    pub(crate) fn held_bytes(&self) -> u64 {
+        match self {
+            RecurrentMixer::Mamba2(m) => m.held_bytes(),
+            RecurrentMixer::GatedDeltaNet(g) => g.held_bytes(),
+        }
+    }
+}
+
 /// One recurrent layer's weights: its pre-norm, its mixer, and its
 /// feed-forward with its own pre-norm where it has one (a hybrid's).
 #[derive(Debug, Clone)]
 pub struct SsmLayer {
     /// RMSNorm before the mixer.
     pub norm: Tensor,
-    /// The Mamba-2 mixer.
-    pub mixer: Mamba2Weights,
+    /// The recurrent mixer.
+    pub mixer: RecurrentMixer,
     /// RMSNorm before the feed-forward, and the feed-forward.
     pub ffn: Option<(Tensor, Ffn)>,
 }

@@ -15,6 +15,7 @@ pub mod decoder;
 pub mod device;
 pub mod error;
 mod fused;
+pub mod gdn;
 pub mod gguf;
 mod gguf_header;
 pub mod holding;

@@ -132,7 +132,7 @@ impl ModelInfo {
             intermediate_size: config.intermediate,
             kv_groups: config.kv_groups(),
             state_bytes_per_seq: config.state_bytes(),
-            recurrent_layers: config.ssm_layers().len() as u64,
+            recurrent_layers: config.recurrent_layers().len() as u64,
             devices,
             sliding_windows: config.sliding_windows(),
             model_half,

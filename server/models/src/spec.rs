@@ -8,9 +8,11 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 
+mod gdn;
 mod moe;
 mod ssm;
 
+pub use gdn::GdnSpec;
 pub use moe::{MAX_EXPERTS, MoeSpec, Routing};
 pub use ssm::SsmSpec;
 
@@ -22,6 +24,9 @@ pub enum Mixer {
     /// Mamba-2's state-space mixer: a fixed state per sequence, in a slot
     /// of the state store, instead of KV.
     Mamba2(SsmSpec),
+    /// Gated DeltaNet (Qwen3-Next's and Qwen3.5's linear attention): a
+    /// fixed state per sequence too.
+    GatedDeltaNet(GdnSpec),
 }
 
 /// One attention layer's kind.
@@ -44,6 +49,10 @@ pub struct AttentionSpec {
     pub sinks: bool,
     /// No position embedding at all (NoPE: Granite 4.0-H's attention).
     pub nope: bool,
+    /// The query projection emits each head's query and then its output
+    /// gate; the output is multiplied by `sigmoid(gate)` before the output
+    /// projection (Qwen3-Next, Qwen3.5).
+    pub gated: bool,
 }
 
 /// The feed-forward of one layer.
@@ -89,14 +98,41 @@ impl LayerSpec {
     pub fn attention(&self) -> Option<&AttentionSpec> {
         match &self.mixer {
             Mixer::Attention(a) => Some(a),
-            Mixer::Mamba2(_) => None,
+            Mixer::Mamba2(_) | Mixer::GatedDeltaNet(_) => None,
         }
     }
 
-    /// The recurrent mixer of this layer, if it has one.
+    /// The Mamba-2 mixer of this layer, if it has one.
     pub fn ssm(&self) -> Option<&SsmSpec> {
         match &self.mixer {
             Mixer::Mamba2(s) => Some(s),
+            Mixer::Attention(_) | Mixer::GatedDeltaNet(_) => None,
+        }
+    }
+
+    /// The Gated DeltaNet mixer of this layer, if it has one.
+    pub fn gdn(&self) -> Option<&GdnSpec> {
+        match &self.mixer {
+            Mixer::GatedDeltaNet(g) => Some(g),
+            Mixer::Attention(_) | Mixer::Mamba2(_) => None,
+        }
+    }
+
+    /// Values of one sequence's state `(convolution, recurrent)` in this
+    /// layer, if its mixer is recurrent (keeps a state, not KV).
+    pub fn state_values(&self) -> Option<(usize, usize)> {
+        match &self.mixer {
+            Mixer::Mamba2(s) => Some(s.state_values()),
+            Mixer::GatedDeltaNet(g) => Some(g.state_values()),
+            Mixer::Attention(_) => None,
+        }
+    }
+
+    /// The block length of a recurrent mixer's scan, if it has one.
+    pub fn scan_chunk(&self) -> Option<usize> {
+        match &self.mixer {
+            Mixer::Mamba2(s) => Some(s.chunk),
+            Mixer::GatedDeltaNet(g) => Some(g.chunk),
             Mixer::Attention(_) => None,
         }
     }
@@ -259,9 +295,9 @@ impl ModelSpec {
 
     /// The recurrent layers, ascending: each keeps one state per sequence
     /// in the state store, in this order.
-    pub fn ssm_layers(&self) -> Vec<usize> {
+    pub fn recurrent_layers(&self) -> Vec<usize> {
         (0..self.layers.len())
-            .filter(|&i| self.layers[i].ssm().is_some())
+            .filter(|&i| self.layers[i].state_values().is_some())
             .collect()
     }
 
@@ -270,11 +306,8 @@ impl ModelSpec {
     pub fn state_bytes(&self) -> u64 {
         self.layers
             .iter()
-            .filter_map(LayerSpec::ssm)
-            .map(|s| {
-                let (conv, ssm) = s.state_values();
-                4 * (conv + ssm) as u64
-            })
+            .filter_map(LayerSpec::state_values)
+            .map(|(conv, state)| 4 * (conv + state) as u64)
             .sum()
     }
 
@@ -360,6 +393,10 @@ impl ModelSpec {
                 s.validate()
                     .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
             }
+            if let Some(g) = l.gdn() {
+                g.validate()
+                    .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
+            }
             if let Some(m) = l.moe() {
                 m.validate()
                     .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
@@ -383,135 +420,4 @@ impl ModelSpec {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn layer(window: Option<usize>) -> LayerSpec {
-        LayerSpec {
-            mixer: Mixer::Attention(AttentionSpec {
-                window,
-                rope: 0,
-                scale: 0.25,
-                softcap: None,
-                qk_norm: false,
-                sinks: false,
-                nope: false,
-            }),
-            ffn: FeedForward::Gated(Activation::Silu),
-        }
-    }
-
-    pub(crate) fn spec(windows: &[Option<usize>]) -> ModelSpec {
-        ModelSpec {
-            family: "llama",
-            hidden: 64,
-            intermediate: 128,
-            heads: 4,
-            kv_heads: 2,
-            head_dim: 16,
-            vocab: 100,
-            context: 256,
-            layers: windows.iter().map(|&w| layer(w)).collect(),
-            norms: Norms {
-                eps: 1e-5,
-                offset: 0.0,
-                post_attention: false,
-                post_ffn: false,
-            },
-            ropes: vec![RopeSpec {
-                theta: 1e4,
-                rotary_dim: 16,
-                scaling: RopeScaling::None,
-            }],
-            embed_scale: None,
-            final_softcap: None,
-            qkv_bias: false,
-            residual_scale: None,
-            logit_scale: None,
-        }
-    }
-
-    #[test]
-    fn groups_put_full_layers_first_and_each_window_apart() {
-        let s = spec(&[Some(8), Some(8), None, Some(16), Some(8), None, Some(512)])
-            .finish()
-            .unwrap();
-        let g = s.kv_groups();
-        let want = [
-            (None, vec![2, 5, 6]),
-            (Some(8), vec![0, 1, 4]),
-            (Some(16), vec![3]),
-        ];
-        let got: Vec<_> = g.iter().map(|g| (g.window, g.layers.clone())).collect();
-        assert_eq!(got, want, "a window past the context is full attention");
-        assert_eq!(s.layer_groups(), [1, 1, 0, 2, 1, 0, 0]);
-        let only_windowed = spec(&[Some(4), Some(4)]).finish().unwrap();
-        assert_eq!(only_windowed.kv_groups().len(), 1);
-        assert_eq!(only_windowed.layer_groups(), [0, 0]);
-        let at_context = spec(&[Some(256), Some(255)]).finish().unwrap();
-        let got: Vec<_> = at_context.kv_groups().iter().map(|g| g.window).collect();
-        assert_eq!(
-            got,
-            [None, Some(255)],
-            "a window of the context never slides"
-        );
-    }
-
-    /// The plan's pools are the decoder's groups: the same windows, layer
-    /// counts and order from the geometry `inspect` reports.
-    #[test]
-    fn the_plan_s_groups_are_the_spec_s() {
-        for windows in [
-            vec![Some(8), Some(8), None, Some(16), Some(8), None, Some(512)],
-            vec![Some(4), Some(4)],
-            vec![None, None],
-            vec![Some(255), Some(256), Some(1000)],
-        ] {
-            let s = spec(&windows).finish().unwrap();
-            let geometry = ferrox_plan::ModelGeometry {
-                layers: s.layers.len() as u64,
-                context_length: s.context as u64,
-                sliding_windows: s.sliding_windows(),
-                ..Default::default()
-            };
-            let plan: Vec<_> = geometry
-                .kv_groups()
-                .iter()
-                .map(|g| (g.window.map(|w| w as usize), g.layers as usize))
-                .collect();
-            let ours: Vec<_> = s
-                .kv_groups()
-                .iter()
-                .map(|g| (g.window, g.layers.len()))
-                .collect();
-            assert_eq!(plan, ours, "{windows:?}");
-        }
-    }
-
-    #[test]
-    fn unusable_numbers_are_refused() {
-        type Break = fn(&mut ModelSpec);
-        let cases: [(&str, Break); 6] = [
-            ("zero dimension", |s| s.hidden = 0),
-            ("not a multiple", |s| s.kv_heads = 3),
-            ("rotary dim", |s| s.ropes[0].rotary_dim = 15),
-            ("layer 0", |s| {
-                if let Mixer::Attention(a) = &mut s.layers[0].mixer {
-                    a.window = Some(0);
-                }
-            }),
-            ("soft-cap", |s| {
-                if let Mixer::Attention(a) = &mut s.layers[0].mixer {
-                    a.softcap = Some(-1.0);
-                }
-            }),
-            ("final soft-cap", |s| s.final_softcap = Some(f32::NAN)),
-        ];
-        for (want, break_it) in cases {
-            let mut s = spec(&[None]);
-            break_it(&mut s);
-            let err = s.finish().unwrap_err().to_string();
-            assert!(err.contains(want), "{want}: {err}");
-        }
-    }
-}
+mod tests;

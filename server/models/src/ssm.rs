@@ -8,7 +8,7 @@
 //! state between blocks: the SSD form), consecutive single-token spans (the
 //! decode rows) together as one batch, where the same form is one
 //! recurrence step. States come from and go back to the rows' slots of the
-//! [`StateStore`].
+//! [`StateStore`]. Gated DeltaNet (`crate::gdn`) runs its spans alike.
 
 use candle_core::{D, DType, Tensor};
 
@@ -18,6 +18,7 @@ use crate::linear::{Linear, tensor_bytes};
 use crate::spec::SsmSpec;
 use crate::state_store::StateStore;
 
+pub(crate) mod conv;
 mod scan;
 
 /// One Mamba-2 mixer's weights (vectors f32).
@@ -79,25 +80,12 @@ impl Mamba2Weights {
         let xbc = proj.narrow(1, inner, conv_dim)?;
         let dt = proj.narrow(1, inner + conv_dim, s.heads)?;
         let mut outs = Vec::new();
-        let (mut first, mut token) = (0, 0);
-        while first < spans.len() {
-            // A prefill span alone; a run of single-token spans together.
-            let mut last = first + 1;
-            if spans[first].n_tokens == 1 {
-                while last < spans.len() && spans[last].n_tokens == 1 {
-                    last += 1;
-                }
-            }
-            let run = &spans[first..last];
+        for (range, token) in runs(spans) {
+            let run = &spans[range];
             let (rows, len) = (run.len(), run[0].n_tokens);
-            let take = |t: &Tensor| -> Result<Tensor> {
-                let width = t.dim(1)?;
-                Ok(t.narrow(0, token, rows * len)?
-                    .reshape((rows, len, width))?)
-            };
+            let take = |t: &Tensor| take_run(t, token, rows, len);
             let y = self.run(s, (take(&xbc)?, take(&dt)?), (layer, run, state))?;
             outs.push(y.reshape((rows * len, inner))?);
-            (first, token) = (last, token + rows * len);
         }
         let y = Tensor::cat(&outs, 0)?;
         let y = gated_norm(&y, &z, &self.norm, s.groups, eps)?;
@@ -116,23 +104,11 @@ impl Mamba2Weights {
         (xbc, dt): (Tensor, Tensor),
         (layer, run, state): (usize, &[SeqSpan], &StateStore),
     ) -> Result<Tensor> {
-        let (rows, len, conv_dim) = xbc.dims3()?;
+        let (rows, len, _) = xbc.dims3()?;
         let (conv_state, ssm_state) = state.read(layer, run)?;
-        let k1 = s.conv_kernel - 1;
-        // The convolution's window: the last k-1 inputs, then these.
-        let win = Tensor::cat(&[conv_state.reshape((rows, k1, conv_dim))?, xbc], 1)?;
-        let mut conv = win
-            .narrow(1, 0, len)?
-            .broadcast_mul(&self.conv.narrow(1, 0, 1)?.squeeze(1)?)?;
-        for k in 1..s.conv_kernel {
-            let w = self.conv.narrow(1, k, 1)?.squeeze(1)?;
-            conv = (conv + win.narrow(1, k, len)?.broadcast_mul(&w)?)?;
-        }
-        if let Some(b) = &self.conv_bias {
-            conv = conv.broadcast_add(b)?;
-        }
+        let (conv, new_conv) =
+            conv::causal_conv(&xbc, &conv_state, &self.conv, self.conv_bias.as_ref())?;
         let conv = candle_nn::ops::silu(&conv)?;
-        let new_conv = win.narrow(1, len, k1)?.reshape((rows, k1 * conv_dim))?;
         let (inner, gn) = (s.inner(), s.groups * s.state);
         let x = conv
             .narrow(2, 0, inner)?
@@ -169,8 +145,35 @@ impl Mamba2Weights {
     }
 }
 
+/// The runs a step's spans go through a recurrent mixer in: each prefill
+/// span alone, consecutive single-token spans (decode rows) together; each
+/// run's span range and its first token.
+pub(crate) fn runs(spans: &[SeqSpan]) -> Vec<(std::ops::Range<usize>, usize)> {
+    let mut out = Vec::new();
+    let (mut first, mut token) = (0, 0);
+    while first < spans.len() {
+        let mut last = first + 1;
+        if spans[first].n_tokens == 1 {
+            while last < spans.len() && spans[last].n_tokens == 1 {
+                last += 1;
+            }
+        }
+        out.push((first..last, token));
+        token += (last - first) * spans[first].n_tokens;
+        first = last;
+    }
+    out
+}
+
+/// A run's rows of `t` `(tokens, width)`: `(rows, len, width)` from `token`.
+pub(crate) fn take_run(t: &Tensor, token: usize, rows: usize, len: usize) -> Result<Tensor> {
+    let width = t.dim(1)?;
+    Ok(t.narrow(0, token, rows * len)?
+        .reshape((rows, len, width))?)
+}
+
 /// `log(1 + exp(x))`, without overflow.
-fn softplus(x: &Tensor) -> Result<Tensor> {
+pub(crate) fn softplus(x: &Tensor) -> Result<Tensor> {
     let tail = (x.abs()?.neg()?.exp()? + 1.0)?.log()?;
     Ok((x.relu()? + tail)?)
 }

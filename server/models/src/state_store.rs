@@ -43,8 +43,9 @@ impl StateStore {
         let mut of_layer = vec![None; spec.layers.len()];
         let mut layers = Vec::new();
         for (i, l) in spec.layers.iter().enumerate() {
-            let Some(s) = l.ssm() else { continue };
-            let (conv, ssm) = s.state_values();
+            let Some((conv, ssm)) = l.state_values() else {
+                continue;
+            };
             of_layer[i] = Some(layers.len());
             layers.push(LayerState {
                 conv: Tensor::zeros((slots, conv), DType::F32, device)?,

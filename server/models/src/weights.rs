@@ -5,10 +5,10 @@ use candle_core::{Device, Tensor};
 
 use crate::decoder::Decoder;
 use crate::error::{Error, Result};
-use crate::layer::{Block, Ffn, Layer, Mlp, Projection, SsmLayer};
+use crate::layer::{Block, Ffn, Layer, Mlp, Projection, RecurrentMixer, SsmLayer};
 use crate::linear::{Embedding, Linear};
 use crate::moe::{ExpertReads, MoeWeights};
-use crate::spec::{FeedForward, ModelSpec, MoeSpec, SsmSpec};
+use crate::spec::{FeedForward, Mixer, ModelSpec, MoeSpec, SsmSpec};
 use crate::ssm::Mamba2Weights;
 
 /// Where weights come from.
@@ -100,9 +100,18 @@ pub fn build_decoder(
     // must fail at the first missing layer, not abort on the allocation.
     let mut layers = Vec::new();
     for i in 0..spec.layers.len() {
-        let block = match spec.layers[i].ssm() {
-            Some(s) => Block::Ssm(Box::new(load_ssm_layer(src, &spec, s, i, device)?)),
-            None => Block::Attention(Box::new(load_layer(src, &spec, i, device)?)),
+        let block = match &spec.layers[i].mixer {
+            Mixer::Attention(_) => Block::Attention(Box::new(load_layer(src, &spec, i, device)?)),
+            Mixer::Mamba2(s) => {
+                let mixer = RecurrentMixer::Mamba2(load_mamba2(src, &spec, s, i, device)?);
+                Block::Ssm(Box::new(recurrent_layer(src, &spec, mixer, i, device)?))
+            }
+            Mixer::GatedDeltaNet(g) => {
+                let at = (i, spec.hidden);
+                let mixer =
+                    RecurrentMixer::GatedDeltaNet(crate::gdn::load::load(src, g, at, device)?);
+                Block::Ssm(Box::new(recurrent_layer(src, &spec, mixer, i, device)?))
+            }
         };
         layers.push(block);
     }
@@ -146,20 +155,25 @@ fn load_layer(
     let n = |s: &str| format!("blk.{i}.{s}");
     let hidden = spec.hidden;
     let (q_dim, kv_dim) = (spec.q_dim(), spec.kv_dim());
+    let attn = spec.layers[i]
+        .attention()
+        .ok_or_else(|| Error::Config(format!("layer {i} is not an attention layer")))?;
+    // A gated query projection's rows hold each head's query, then its gate.
+    let q_rows = if attn.gated { 2 * q_dim } else { q_dim };
     // Phi-3 stores q, k, v as one matrix, and gate, up as one `ffn_up`.
     let qkv = if src.has(&n("attn_qkv.weight")) {
         src.projection(
-            &[(&n("attn_qkv.weight"), q_dim + 2 * kv_dim)],
+            &[(&n("attn_qkv.weight"), q_rows + 2 * kv_dim)],
             hidden,
             device,
         )?
     } else {
         let (q, k, v) = (n("attn_q.weight"), n("attn_k.weight"), n("attn_v.weight"));
-        src.projection(&[(&q, q_dim), (&k, kv_dim), (&v, kv_dim)], hidden, device)?
+        src.projection(&[(&q, q_rows), (&k, kv_dim), (&v, kv_dim)], hidden, device)?
     };
     let qkv_bias = if spec.qkv_bias {
         let parts = [
-            src.vector(&n("attn_q.bias"), q_dim, device)?,
+            src.vector(&n("attn_q.bias"), q_rows, device)?,
             src.vector(&n("attn_k.bias"), kv_dim, device)?,
             src.vector(&n("attn_v.bias"), kv_dim, device)?,
         ];
@@ -168,9 +182,6 @@ fn load_layer(
         None
     };
     let hd = spec.head_dim;
-    let attn = spec.layers[i]
-        .attention()
-        .ok_or_else(|| Error::Config(format!("layer {i} is not an attention layer")))?;
     let qk_norm = match attn.qk_norm {
         true => Some((
             norm(src, spec, &n("attn_q_norm.weight"), hd, device)?,
@@ -222,16 +233,15 @@ fn load_ffn(
     })
 }
 
-/// Layer `i`'s recurrent mixer (llama.cpp's `ssm_*` names), its norms and
-/// any feed-forward. A_log is stored as such in safetensors, as
-/// `A = -exp(A_log)` (`ssm_a`) in GGUF.
-fn load_ssm_layer(
+/// Layer `i`'s Mamba-2 mixer (llama.cpp's `ssm_*` names). A_log is stored
+/// as such in safetensors, as `A = -exp(A_log)` (`ssm_a`) in GGUF.
+fn load_mamba2(
     src: &mut dyn WeightSource,
     spec: &ModelSpec,
     s: &SsmSpec,
     i: usize,
     device: &Device,
-) -> Result<SsmLayer> {
+) -> Result<Mamba2Weights> {
     let n = |t: &str| format!("blk.{i}.{t}");
     let (hidden, inner, conv_dim, heads) = (spec.hidden, s.inner(), s.conv_dim(), s.heads);
     let opt = |src: &mut dyn WeightSource, on: bool, name: &str, len: usize| {
@@ -247,7 +257,7 @@ fn load_ssm_layer(
     };
     let in_proj = src.projection(&[(&n("ssm_in.weight"), s.in_proj())], hidden, device)?;
     let out_proj = src.projection(&[(&n("ssm_out.weight"), hidden)], inner, device)?;
-    let mixer = Mamba2Weights {
+    Ok(Mamba2Weights {
         in_proj: single(in_proj),
         in_bias: opt(src, s.proj_bias, "ssm_in.bias", s.in_proj())?,
         conv: src.small(&n("ssm_conv1d.weight"), &[conv_dim, s.conv_kernel], device)?,
@@ -258,7 +268,20 @@ fn load_ssm_layer(
         norm: gated_norm(src, &n("ssm_norm.weight"), (inner, s.groups), device)?,
         out_proj: single(out_proj),
         out_bias: opt(src, s.proj_bias, "ssm_out.bias", hidden)?,
-    };
+    })
+}
+
+/// Layer `i` around its recurrent `mixer`: the pre-norm, and any
+/// feed-forward with its own.
+fn recurrent_layer(
+    src: &mut dyn WeightSource,
+    spec: &ModelSpec,
+    mixer: RecurrentMixer,
+    i: usize,
+    device: &Device,
+) -> Result<SsmLayer> {
+    let n = |t: &str| format!("blk.{i}.{t}");
+    let hidden = spec.hidden;
     let ffn = match load_ffn(src, spec, i, device)? {
         Some(f) => Some((norm(src, spec, &n("ffn_norm.weight"), hidden, device)?, f)),
         None => None,

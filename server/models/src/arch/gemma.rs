@@ -121,6 +121,7 @@ fn layer(window: Option<usize>, scale: f32, softcap: Option<f32>, qk_norm: bool)
             qk_norm,
             sinks: false,
             nope: false,
+            gated: false,
         }),
         ffn: FeedForward::Gated(Activation::GeluTanh),
     }

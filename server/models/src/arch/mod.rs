@@ -11,6 +11,7 @@ mod llama;
 mod mamba;
 pub(crate) mod phi3;
 mod qwen;
+mod qwen35;
 mod rope;
 
 use crate::config::{HfConfig, Metadata};
@@ -33,7 +34,7 @@ pub enum HfExperts {
 
 /// The families `Error::UnknownArchitecture` names.
 pub const SUPPORTED: &str = "llama, mistral, mixtral, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, phi3, gpt-oss, mamba2, \
-     granitehybrid";
+     granitehybrid, qwen35, qwen3next";
 
 /// One family: its names, its tensor names, its settings' mapping.
 #[derive(Debug)]
@@ -66,7 +67,7 @@ pub struct Family {
 }
 
 /// Every family, in lookup order.
-const FAMILIES: [&Family; 13] = [
+const FAMILIES: [&Family; 15] = [
     &llama::LLAMA,
     &llama::MISTRAL,
     &llama::MIXTRAL,
@@ -80,6 +81,8 @@ const FAMILIES: [&Family; 13] = [
     &gpt_oss::GPT_OSS,
     &mamba::MAMBA2,
     &granite::GRANITE_HYBRID,
+    &qwen35::QWEN35,
+    &qwen35::QWEN3NEXT,
 ];
 
 /// Layer tensors named alike by the Llama-layout families: (GGUF name,
@@ -283,6 +286,7 @@ pub(crate) fn swiglu_layer(window: Option<usize>, scale: f32, qk_norm: bool) -> 
             qk_norm,
             sinks: false,
             nope: false,
+            gated: false,
         }),
         ffn: FeedForward::Gated(Activation::Silu),
     }

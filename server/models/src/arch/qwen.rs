@@ -43,7 +43,7 @@ pub(super) static QWEN3: Family = Family {
 };
 
 /// Qwen MoE checkpoints' expert tensors.
-const MOE_TENSORS: &[(&str, &str)] = &[
+pub(super) const MOE_TENSORS: [(&str, &str); 8] = [
     ("ffn_gate_inp", "mlp.gate"),
     ("ffn_gate_exps", "mlp.experts.{e}.gate_proj"),
     ("ffn_up_exps", "mlp.experts.{e}.up_proj"),
@@ -59,7 +59,7 @@ pub(super) static QWEN2MOE: Family = Family {
     name: "qwen2moe",
     gguf: &["qwen2moe"],
     hf: &["Qwen2MoeForCausalLM", "qwen2_moe"],
-    hf_tensors: MOE_TENSORS,
+    hf_tensors: &MOE_TENSORS,
     gguf_tensors: &[],
     hf_experts: HfExperts::PerExpert,
     tied_default: false,
@@ -73,7 +73,7 @@ pub(super) static QWEN3MOE: Family = Family {
     name: "qwen3moe",
     gguf: &["qwen3moe"],
     hf: &["Qwen3MoeForCausalLM", "qwen3_moe"],
-    hf_tensors: MOE_TENSORS,
+    hf_tensors: &MOE_TENSORS,
     gguf_tensors: &[],
     hf_experts: HfExperts::PerExpert,
     tied_default: false,
@@ -84,10 +84,16 @@ pub(super) static QWEN3MOE: Family = Family {
     from_gguf: |m| gguf_experts(m, "qwen3moe", true, true),
 };
 
-/// A Qwen MoE model from `config.json`: experts on layer `i` when `i` is
-/// not in `mlp_only_layers` and `(i + 1) % decoder_sparse_step == 0`.
+/// A Qwen MoE model from `config.json`.
 fn qwen_moe(c: &HfConfig, family: &'static str, qk_norm: bool) -> Result<ModelSpec> {
     let mut spec = qwen(c, family, qk_norm)?;
+    with_hf_experts(c, &mut spec)?;
+    Ok(spec)
+}
+
+/// A Qwen MoE config's experts on layer `i` of `spec` when `i` is not in
+/// `mlp_only_layers` and `(i + 1) % decoder_sparse_step == 0`.
+pub(super) fn with_hf_experts(c: &HfConfig, spec: &mut ModelSpec) -> Result<()> {
     let moe = MoeSpec {
         // transformers 5 writes `num_local_experts`; the Hub's have `num_experts`.
         experts: match c.usize_opt("num_experts")? {
@@ -107,10 +113,10 @@ fn qwen_moe(c: &HfConfig, family: &'static str, qk_norm: bool) -> Result<ModelSp
     };
     let step = c.usize_or("decoder_sparse_step", 1)?.max(1);
     let dense = c.usizes("mlp_only_layers")?;
-    with_experts(&mut spec, Some(moe), |i| {
+    with_experts(spec, Some(moe), |i| {
         !dense.contains(&i) && (i + 1).is_multiple_of(step)
     });
-    Ok(spec)
+    Ok(())
 }
 
 /// A Qwen MoE model from GGUF (the loader makes a layer without a router

@@ -374,3 +374,91 @@ fn granite_4_h_mixes_mamba_and_nope_attention_with_its_multipliers() {
     let err = from_hf(&moe.to_string()).unwrap_err().to_string();
     assert!(err.contains("mixture of experts"), "{err}");
 }
+
+#[test]
+fn qwen3_5_mixes_gated_delta_net_and_gated_attention() {
+    // Qwen3.5-9B's multimodal config (vision cut), its layers cut to eight.
+    let config = json!({
+        "architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+        "text_config": {
+            "model_type": "qwen3_5_text", "hidden_size": 4096, "intermediate_size": 12288,
+            "num_hidden_layers": 8, "num_attention_heads": 16, "num_key_value_heads": 4,
+            "head_dim": 256, "vocab_size": 248320, "max_position_embeddings": 262144,
+            "rms_norm_eps": 1e-6, "full_attention_interval": 4, "linear_conv_kernel_dim": 4,
+            "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+            "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+            "rope_parameters": {"mrope_interleaved": true, "mrope_section": [11, 11, 10],
+                "rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25}
+        },
+        "vision_config": {"hidden_size": 1152}
+    });
+    let s = read(config.clone());
+    assert_eq!(s.family, "qwen35");
+    let linear: Vec<bool> = s.layers.iter().map(|l| l.gdn().is_some()).collect();
+    assert_eq!(linear, [true, true, true, false, true, true, true, false]);
+    let a = s.layers[3].attention().unwrap();
+    assert!(a.gated && a.qk_norm && !a.nope);
+    assert_eq!((s.ropes[0].rotary_dim, s.ropes[0].theta), (64, 1e7));
+    assert_eq!(s.norms.offset, 1.0, "(1 + w) norms");
+    let g = s.layers[0].gdn().unwrap();
+    assert_eq!(
+        (g.key_heads, g.value_heads, g.key_dim, g.value_dim),
+        (16, 32, 128, 128)
+    );
+    // KV for the two attention layers only; each DeltaNet layer a state of
+    // 3 * (2 * 2048 + 4096) + 32 * 128 * 128 f32 values.
+    assert_eq!(s.kv_groups()[0].layers, [3, 7]);
+    assert_eq!(s.recurrent_layers(), [0, 1, 2, 4, 5, 6]);
+    assert_eq!(s.state_bytes(), 6 * 4 * (3 * 8192 + 32 * 128 * 128));
+    let bad = |key: &str, value: serde_json::Value| {
+        let mut c = config.clone();
+        c["text_config"][key] = value;
+        from_hf(&c.to_string()).unwrap_err().to_string()
+    };
+    let err = bad("linear_num_value_heads", json!(24));
+    assert!(
+        err.contains("24 linear-attention value heads not a multiple of 16"),
+        "{err}"
+    );
+    let err = bad("linear_key_head_dim", json!(0));
+    assert!(err.contains("unusable dimensions"), "{err}");
+    let err = bad("full_attention_interval", json!(0));
+    assert!(err.contains("full_attention_interval"), "{err}");
+    let err = bad("layer_types", json!(["linear_attention", "mamba"]));
+    assert!(err.contains("layer_types"), "{err}");
+    let err = bad("attention_bias", json!(true));
+    assert!(err.contains("attention_bias"), "{err}");
+}
+
+#[test]
+fn qwen3_next_has_experts_and_a_quarter_rotary_by_default() {
+    // Qwen3-Next-80B-A3B's config, its layers cut to four.
+    let mut config = json!({
+        "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next",
+        "hidden_size": 2048, "intermediate_size": 5120, "num_hidden_layers": 4,
+        "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+        "vocab_size": 151936, "max_position_embeddings": 262144, "rms_norm_eps": 1e-6,
+        "full_attention_interval": 4, "linear_conv_kernel_dim": 4,
+        "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+        "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+        "num_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 512, "norm_topk_prob": true,
+        "decoder_sparse_step": 1, "mlp_only_layers": [], "rope_theta": 10000000,
+        "partial_rotary_factor": 0.25
+    });
+    let s = read(config.clone());
+    assert_eq!(s.family, "qwen3next");
+    let m = s.layers[0].moe().unwrap();
+    assert_eq!((m.experts, m.top_k, m.shared), (512, 10, Some(512)));
+    assert!(s.layers[3].attention().unwrap().gated);
+    assert_eq!(s.ropes[0].rotary_dim, 64);
+    config
+        .as_object_mut()
+        .unwrap()
+        .remove("partial_rotary_factor");
+    assert_eq!(
+        read(config).ropes[0].rotary_dim,
+        64,
+        "transformers' default"
+    );
+}

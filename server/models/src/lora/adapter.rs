@@ -31,10 +31,13 @@ impl LoraShapes {
     /// The shapes of `s`'s projections (any family: each has the seven).
     pub fn of(s: &ModelSpec) -> Self {
         let (h, q, kv, i) = (s.hidden, s.q_dim(), s.kv_dim(), s.intermediate);
+        // A gated query projection (Qwen3.5) emits each head's gate too.
+        let gated = (s.layers.iter()).any(|l| l.attention().is_some_and(|a| a.gated));
+        let q_out = if gated { 2 * q } else { q };
         let unpermute = Family::by_gguf(s.family).is_ok_and(|f| f.gguf_permuted_qk);
         LoraShapes {
             layers: s.layers.len(),
-            dims: [(q, h), (kv, h), (kv, h), (h, q), (i, h), (i, h), (h, i)],
+            dims: [(q_out, h), (kv, h), (kv, h), (h, q), (i, h), (i, h), (h, i)],
             gguf_unpermute: unpermute.then_some((s.heads, s.kv_heads)),
             expert_layers: (s.layers.iter().enumerate())
                 .filter(|(_, l)| matches!(l.ffn, FeedForward::Moe(_)))

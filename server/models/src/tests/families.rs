@@ -35,7 +35,7 @@ fn widest_edge(r: &Reference) -> usize {
     let m = open(&dir(&r.family), None);
     let spec = m.decoder().spec();
     let windows = m.decoder().kv_groups().iter().filter_map(|g| g.window);
-    let scans = spec.layers.iter().filter_map(|l| l.ssm()).map(|s| s.chunk);
+    let scans = spec.layers.iter().filter_map(|l| l.scan_chunk());
     windows.chain(scans).max().unwrap_or(0)
 }
 
@@ -130,7 +130,7 @@ fn the_fused_cpu_path_matches_the_op_by_op_path_for_every_family() {
         if !open(&src, run.context)
             .decoder()
             .spec()
-            .ssm_layers()
+            .recurrent_layers()
             .is_empty()
         {
             continue;
@@ -237,30 +237,79 @@ fn qwen3_s_enable_thinking_reaches_its_template() {
     assert!(render(None).ends_with("<|im_start|>assistant\n"));
 }
 
-/// The Gemma 3 fixture rewritten as a multimodal `gemma3` checkpoint: its
-/// config under `text_config`, its tensors under `prefix`, a vision tower
-/// beside them.
-fn as_multimodal(to: &std::path::Path, prefix: &str) {
-    let from = dir("gemma3");
+/// A multimodal checkpoint around a text model of the fixtures.
+struct Multimodal {
+    /// The fixture.
+    family: &'static str,
+    /// Its multimodal class and `model_type`.
+    arch: (&'static str, &'static str),
+    /// Tensors beside the text model's (a vision tower, MTP layers).
+    beside: &'static [&'static str],
+}
+
+/// `m`'s fixture rewritten as its multimodal checkpoint: its config under
+/// `text_config`, its tensors under `prefix`, `m.beside` next to them.
+fn as_multimodal(m: &Multimodal, to: &std::path::Path, prefix: &str) {
+    let from = dir(m.family);
     let text: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(from.join("config.json")).unwrap()).unwrap();
-    let config = serde_json::json!({"architectures": ["Gemma3ForConditionalGeneration"],
-        "model_type": "gemma3", "text_config": text, "vision_config": {"hidden_size": 8}});
+    let config = serde_json::json!({"architectures": [m.arch.0],
+        "model_type": m.arch.1, "text_config": text, "vision_config": {"hidden_size": 8}});
     std::fs::write(to.join("config.json"), config.to_string()).unwrap();
     let mut tensors =
         candle_core::safetensors::load(from.join("model.safetensors"), &candle_core::Device::Cpu)
             .unwrap();
+    let zeros = || {
+        candle_core::Tensor::zeros((8, 8), candle_core::DType::F32, &candle_core::Device::Cpu)
+            .unwrap()
+    };
     let renamed: std::collections::HashMap<String, candle_core::Tensor> = tensors
         .drain()
-        .map(|(k, v)| (format!("{prefix}{}", k.strip_prefix("model.").unwrap()), v))
-        .chain([(
-            "vision_tower.vision_model.embeddings.patch_embedding.weight".to_string(),
-            candle_core::Tensor::zeros((8, 8), candle_core::DType::F32, &candle_core::Device::Cpu)
-                .unwrap(),
-        )])
+        .map(|(k, v)| match k.strip_prefix("model.") {
+            Some(rest) => (format!("{prefix}{rest}"), v),
+            None => (k, v),
+        })
+        .chain(m.beside.iter().map(|n| (n.to_string(), zeros())))
         .collect();
     candle_core::safetensors::save(&renamed, to.join("model.safetensors")).unwrap();
     std::fs::copy(from.join("tokenizer.json"), to.join("tokenizer.json")).unwrap();
+}
+
+const GEMMA3: Multimodal = Multimodal {
+    family: "gemma3",
+    arch: ("Gemma3ForConditionalGeneration", "gemma3"),
+    beside: &["vision_tower.vision_model.embeddings.patch_embedding.weight"],
+};
+
+#[test]
+fn a_multimodal_qwen3_5_checkpoint_serves_its_language_model() {
+    // As on the Hub: the language model under `model.language_model.`, the
+    // vision tower under `model.visual.`, the MTP layers under `mtp.`.
+    let qwen = Multimodal {
+        family: "qwen35",
+        arch: ("Qwen3_5ForConditionalGeneration", "qwen3_5"),
+        beside: &["model.visual.patch_embed.proj.weight", "mtp.fc.weight"],
+    };
+    let r = reference("qwen35");
+    let info = crate::Source::open(&dir("qwen35")).unwrap().info().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    as_multimodal(&qwen, tmp.path(), "model.language_model.");
+    let got = crate::Source::open(tmp.path()).unwrap().info().unwrap();
+    assert_eq!(got.architecture, "qwen35");
+    assert_eq!(
+        (got.weight_bytes, got.state_bytes_per_seq),
+        (info.weight_bytes, info.state_bytes_per_seq)
+    );
+    let mut m = open(tmp.path(), None);
+    for (i, p) in r.runs[0].prompts.iter().enumerate() {
+        let steps = greedy(&mut m, &p.ids, p.steps.len(), 16);
+        check_greedy(
+            &format!("multimodal qwen35 prompt {i}"),
+            &steps,
+            p,
+            r.near_tie,
+        );
+    }
 }
 
 #[test]
@@ -270,7 +319,7 @@ fn a_multimodal_gemma3_checkpoint_serves_its_language_model() {
     let mut info = crate::Source::open(&dir("gemma3")).unwrap().info().unwrap();
     for prefix in ["model.language_model.", "language_model.model."] {
         let tmp = tempfile::tempdir().unwrap();
-        as_multimodal(tmp.path(), prefix);
+        as_multimodal(&GEMMA3, tmp.path(), prefix);
         let mut src = crate::Source::open(tmp.path()).unwrap();
         let got = src.info().unwrap();
         assert_eq!(got.architecture, "gemma3");

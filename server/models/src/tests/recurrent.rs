@@ -28,17 +28,27 @@ fn greedy(
     out
 }
 
+/// The families with recurrent layers of each kind: Mamba-2's, and Gated
+/// DeltaNet's among attention layers.
+const RECURRENT: [&str; 2] = ["mamba2", "qwen35"];
+
 #[test]
 fn a_row_in_the_slot_of_a_cancelled_neighbour_matches_transformers() {
-    let r = reference("mamba2");
-    let mut m = open(&dir("mamba2"), None);
+    for family in RECURRENT {
+        cancelled_neighbour(family);
+    }
+}
+
+fn cancelled_neighbour(family: &str) {
+    let r = reference(family);
+    let mut m = open(&dir(family), None);
     // One slot: every sequence takes the one its neighbour gave back.
     m.set_state_slots(1).unwrap();
     let pools = Pools::of(&m);
     let neighbour: Vec<u32> = (10..50).collect();
     for (i, p) in r.runs[0].prompts.iter().enumerate() {
         // Cancelled while prefilling (i even) or while decoding (i odd).
-        let mut kv = pools.seq(64, 7);
+        let mut kv = pools.seq(128, 7);
         let part = if i % 2 == 0 { 14 } else { neighbour.len() };
         let logits = prefill(&mut m, &mut kv, &neighbour[..part], 7);
         if i % 2 == 1 {
@@ -48,14 +58,20 @@ fn a_row_in_the_slot_of_a_cancelled_neighbour_matches_transformers() {
         assert_eq!(pools.used(), 0, "the neighbour's slot went back");
         let mut kv = pools.seq(p.ids.len() + p.steps.len(), 5);
         let got = greedy(&mut m, &mut kv, &p.ids, p.steps.len(), 5);
-        let compared = check_greedy(&format!("mamba2 prompt {i}"), &got, p, r.near_tie);
+        let compared = check_greedy(&format!("{family} prompt {i}"), &got, p, r.near_tie);
         assert!(compared >= 2);
     }
 }
 
 #[test]
 fn a_slot_that_does_not_hold_the_row_s_tokens_is_refused() {
-    let mut m = open(&dir("mamba2"), None);
+    for family in RECURRENT {
+        refused(family);
+    }
+}
+
+fn refused(family: &str) {
+    let mut m = open(&dir(family), None);
     assert_eq!(m.state_slots(), Some(super::reference::SLOTS));
     let pools = Pools::of(&m);
     let mut kv = pools.seq(32, 8);
@@ -107,34 +123,38 @@ fn the_profile_step_gives_each_row_a_slot() {
 
 #[test]
 fn inspect_reports_the_state_and_the_plan_gives_it_slots() {
-    let info = crate::Source::open(&dir("mamba2")).unwrap().info().unwrap();
-    // Per layer: conv 3 * (128 + 2 * 2 * 16) = 576 values, SSM 8 * 16 * 16
-    // = 2048, in f32; two layers; no KV at all.
-    let state = 2 * 4 * (576 + 2048);
-    assert_eq!(
-        (info.state_bytes_per_seq, info.recurrent_layers),
-        (state, 2)
-    );
-    assert_eq!(info.devices.cpu.kv_bytes_per_token, 0);
-    let g = info.geometry(ferrox_plan::DeviceKind::Cpu, ferrox_plan::KvDtype::F32);
-    let config = ferrox_plan::PlanConfig {
-        block_size: 4,
-        max_model_len: Some(1024),
-        max_seqs_cap: Some(64),
-        ..ferrox_plan::PlanConfig::default()
-    };
-    let plan = ferrox_plan::plan_for_kv_bytes(&g, &config, 10 * state).unwrap();
-    assert_eq!(
-        (plan.kv_blocks, plan.state_slots, plan.max_seqs),
-        (0, 10, 10)
-    );
+    // Mamba-2, per layer: conv 3 * (128 + 2 * 2 * 16) = 576 values, SSM
+    // 8 * 16 * 16 = 2048; two layers, no KV at all. Qwen3.5, per DeltaNet
+    // layer: conv 3 * (2 * 2 * 16 + 4 * 16) = 384, state 4 * 16 * 16 =
+    // 1024; three layers, and one attention layer's K and V of 2 heads of
+    // 32 values a token (held in half on the CPU, in f32 below).
+    for (family, state, layers, kv) in [
+        ("mamba2", 2 * 4 * (576 + 2048), 2, 0),
+        ("qwen35", 3 * 4 * (384 + 1024), 3, 2 * 2 * 32),
+    ] {
+        let info = crate::Source::open(&dir(family)).unwrap().info().unwrap();
+        assert_eq!((info.state_bytes_per_seq, info.recurrent_layers), (state, layers));
+        assert_eq!(info.devices.cpu.kv_bytes_per_token, 2 * kv, "{family}");
+        let g = info.geometry(ferrox_plan::DeviceKind::Cpu, ferrox_plan::KvDtype::F32);
+        let config = ferrox_plan::PlanConfig {
+            block_size: 4,
+            max_model_len: Some(256),
+            max_seqs_cap: Some(64),
+            ..ferrox_plan::PlanConfig::default()
+        };
+        // Ten slots, and each sequence's full context of KV beside them.
+        let kv_room = 10 * 256 * 4 * kv;
+        let plan = ferrox_plan::plan_for_kv_bytes(&g, &config, 10 * state + kv_room).unwrap();
+        assert_eq!((plan.state_slots, plan.max_seqs), (10, 10), "{family}");
+        assert_eq!(plan.kv_blocks as u64 * 4 * 4 * kv, kv_room, "{family}");
+    }
 }
 
 #[test]
 fn inspect_json_reads_back_as_the_geometry_the_operator_plans_with() {
     // The operator parses `inspect --json` as a `ModelGeometry`: every
     // field the plan needs must travel under the geometry's own names.
-    for family in ["mamba2", "granitehybrid"] {
+    for family in ["mamba2", "granitehybrid", "qwen35", "qwen3next"] {
         let gguf = reference(family)
             .gguf
             .expect("a GGUF beside the safetensors");

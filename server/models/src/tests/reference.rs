@@ -19,7 +19,7 @@ use crate::{Decoder, PagedModel, Source};
 pub const TOL: f32 = 2e-3;
 
 /// Every family with a committed reference.
-pub const FAMILIES: [&str; 14] = [
+pub const FAMILIES: [&str; 16] = [
     "llama",
     "qwen2",
     "mistral",
@@ -34,6 +34,8 @@ pub const FAMILIES: [&str; 14] = [
     "gpt_oss",
     "mamba2",
     "granitehybrid",
+    "qwen35",
+    "qwen3next",
 ];
 
 /// A routing margin half precision keeps: every matrix held in bf16 moves

@@ -133,7 +133,10 @@ fn inspect_reports_the_state_and_the_plan_gives_it_slots() {
         ("qwen35", 3 * 4 * (384 + 1024), 3, 2 * 2 * 32),
     ] {
         let info = crate::Source::open(&dir(family)).unwrap().info().unwrap();
-        assert_eq!((info.state_bytes_per_seq, info.recurrent_layers), (state, layers));
+        assert_eq!(
+            (info.state_bytes_per_seq, info.recurrent_layers),
+            (state, layers)
+        );
         assert_eq!(info.devices.cpu.kv_bytes_per_token, 2 * kv, "{family}");
         let g = info.geometry(ferrox_plan::DeviceKind::Cpu, ferrox_plan::KvDtype::F32);
         let config = ferrox_plan::PlanConfig {

@@ -79,6 +79,10 @@ impl<M: BatchModel> BatchModel for Stalling<M> {
         self.inner.kv_pools()
     }
 
+    fn state_slots(&self) -> Option<usize> {
+        self.inner.state_slots()
+    }
+
     fn check_input(&self, tables: Tables<'_>, tokens: &[u32], pos: usize) -> Result<(), Error> {
         self.inner.check_input(tables, tokens, pos)
     }

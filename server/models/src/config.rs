@@ -154,6 +154,40 @@ impl HfConfig {
             .map(Some)
     }
 
+    /// `layer_types` of a hybrid, if given: whether each of `layers` is
+    /// recurrent, by the names in `recurrent` and `attends`.
+    pub fn recurrent_kinds(
+        &self,
+        layers: usize,
+        (recurrent, attends): (&[&str], &[&str]),
+    ) -> Result<Option<Vec<bool>>> {
+        let Some(v) = self.get("layer_types") else {
+            return Ok(None);
+        };
+        let bad = || {
+            Error::Config(format!(
+                "config.json layer_types = {v} is not a list of {} / {}",
+                recurrent.join(", "),
+                attends.join(", ")
+            ))
+        };
+        let list = v.as_array().ok_or_else(bad)?;
+        if list.len() != layers {
+            return Err(Error::Config(format!(
+                "config.json layer_types has {} entries for {layers} layers",
+                list.len()
+            )));
+        }
+        list.iter()
+            .map(|t| match t.as_str() {
+                Some(k) if recurrent.contains(&k) => Ok(true),
+                Some(k) if attends.contains(&k) => Ok(false),
+                _ => Err(bad()),
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
+
     /// The half type a GPU computes this model in: bf16 for bf16 weights,
     /// else f16 (vLLM's choice for f16 and f32 checkpoints too).
     pub fn half_dtype(&self) -> KvDtype {

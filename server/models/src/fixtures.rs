@@ -321,3 +321,13 @@ pub fn random_moe(spec: crate::spec::MoeSpec, hidden: usize, seed: u64) -> crate
 pub fn random_values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
     values(n, seed, scale)
 }
+
+/// The largest absolute difference between two tensors of one shape.
+pub fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b)
+        .and_then(|d| d.abs())
+        .and_then(|d| d.flatten_all())
+        .and_then(|d| d.max(0))
+        .and_then(|d| d.to_scalar::<f32>())
+        .unwrap()
+}

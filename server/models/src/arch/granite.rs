@@ -73,29 +73,13 @@ fn ssm(c: &HfConfig, hidden: usize) -> Result<SsmSpec> {
 /// Which layers are Mamba-2: `layer_types` (`"mamba"` / `"attention"`, or
 /// `"linear_attention"` / `"full_attention"`).
 fn mamba_layers(c: &HfConfig, layers: usize) -> Result<Vec<bool>> {
-    let Some(v) = c.get("layer_types") else {
-        return Err(Error::Config("config.json has no layer_types".into()));
-    };
-    let bad = || {
-        Error::Config(format!(
-            "config.json layer_types = {v} is not mamba/attention"
-        ))
-    };
-    let list = v.as_array().ok_or_else(bad)?;
-    if list.len() != layers {
-        return Err(Error::Config(format!(
-            "config.json layer_types has {} entries for {layers} layers",
-            list.len()
-        )));
-    }
-    list.iter()
-        .map(|t| match t.as_str() {
-            // The Hub's spelling, and transformers 5's when it saves.
-            Some("mamba" | "linear_attention") => Ok(true),
-            Some("attention" | "full_attention") => Ok(false),
-            _ => Err(bad()),
-        })
-        .collect()
+    // The Hub's spelling, and transformers 5's when it saves.
+    let kinds = (
+        &["mamba", "linear_attention"][..],
+        &["attention", "full_attention"][..],
+    );
+    c.recurrent_kinds(layers, kinds)?
+        .ok_or_else(|| Error::Config("config.json has no layer_types".into()))
 }
 
 /// What a Granite 4.0-H's spec is built from, whichever file it came from.

@@ -101,36 +101,19 @@ const PARTIAL_ROTARY: f64 = 0.25;
 /// Which layers are DeltaNet layers: `layer_types` (`linear_attention` /
 /// `full_attention`), else all but every `full_attention_interval`-th.
 fn linear_layers(c: &HfConfig, layers: usize) -> Result<Vec<bool>> {
-    let Some(v) = c.get("layer_types") else {
-        let every = c.usize_or("full_attention_interval", 4)?;
-        if every == 0 {
-            return Err(Error::Config(
-                "config.json full_attention_interval is 0".into(),
-            ));
-        }
-        return Ok((0..layers)
-            .map(|i| !(i + 1).is_multiple_of(every))
-            .collect());
-    };
-    let bad = || {
-        Error::Config(format!(
-            "config.json layer_types = {v} is not linear_attention/full_attention"
-        ))
-    };
-    let list = v.as_array().ok_or_else(bad)?;
-    if list.len() != layers {
-        return Err(Error::Config(format!(
-            "config.json layer_types has {} entries for {layers} layers",
-            list.len()
-        )));
+    let kinds = (&["linear_attention"][..], &["full_attention"][..]);
+    if let Some(kinds) = c.recurrent_kinds(layers, kinds)? {
+        return Ok(kinds);
     }
-    list.iter()
-        .map(|t| match t.as_str() {
-            Some("linear_attention") => Ok(true),
-            Some("full_attention") => Ok(false),
-            _ => Err(bad()),
-        })
-        .collect()
+    let every = c.usize_or("full_attention_interval", 4)?;
+    if every == 0 {
+        return Err(Error::Config(
+            "config.json full_attention_interval is 0".into(),
+        ));
+    }
+    Ok((0..layers)
+        .map(|i| !(i + 1).is_multiple_of(every))
+        .collect())
 }
 
 /// The DeltaNet mixer of a config (`linear_*` keys).

@@ -160,6 +160,7 @@ fn diagonal_blocks(m: &Tensor) -> Result<Vec<Tensor>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::max_diff;
 
     /// The recurrence token by token: the reference the block form must equal.
     fn stepwise(b: &Block, s0: &Tensor) -> (Tensor, Tensor) {
@@ -179,19 +180,6 @@ mod tests {
             outs.push(q.matmul(&s).unwrap());
         }
         (Tensor::cat(&outs, 2).unwrap(), s)
-    }
-
-    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-        (a - b)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap()
     }
 
     fn normed(t: Tensor) -> Tensor {

@@ -92,6 +92,7 @@ pub(super) fn ssd(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::max_diff;
     use candle_core::{DType, Device};
 
     /// The recurrence token by token, the reference the block form must equal.
@@ -135,19 +136,6 @@ mod tests {
             ys.push(y.unsqueeze(1).unwrap());
         }
         (Tensor::cat(&ys, 1).unwrap(), h)
-    }
-
-    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-        (a - b)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap()
     }
 
     #[test]

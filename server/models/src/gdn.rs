@@ -136,7 +136,7 @@ impl GdnWeights {
             st = next;
             at += n;
         }
-        state.write(layer, run, &new_conv, &st.reshape((rows, ()))?)?;
+        state.write(layer, run, &new_conv, Some(&st.reshape((rows, ()))?))?;
         Ok(Tensor::cat(&outs, 2)?.transpose(1, 2)?.contiguous()?)
     }
 }

@@ -20,6 +20,9 @@ use crate::state_store::StateStore;
 
 pub(crate) mod conv;
 mod scan;
+mod step;
+
+pub(crate) use step::DecodeStep;
 
 /// One Mamba-2 mixer's weights (vectors f32).
 #[derive(Debug, Clone)]
@@ -105,7 +108,12 @@ impl Mamba2Weights {
         (layer, run, state): (usize, &[SeqSpan], &StateStore),
     ) -> Result<Tensor> {
         let (rows, len, _) = xbc.dims3()?;
-        let (conv_state, ssm_state) = state.read(layer, run)?;
+        // Decode rows on CPU step their states in place (ssm/step.rs).
+        let in_place = len == 1 && xbc.device().is_cpu();
+        let (conv_state, ssm_state) = match in_place {
+            true => (state.read_conv(layer, run)?, None),
+            false => state.read(layer, run).map(|(c, s)| (c, Some(s)))?,
+        };
         let (conv, new_conv) =
             conv::causal_conv(&xbc, &conv_state, &self.conv, self.conv_bias.as_ref())?;
         let conv = candle_nn::ops::silu(&conv)?;
@@ -121,6 +129,12 @@ impl Mamba2Weights {
             .reshape((rows, len, s.groups, s.state))?;
         let dt = softplus(&dt.broadcast_add(&self.dt_bias)?)?
             .clamp(f64::from(s.dt_limit.0), f64::from(s.dt_limit.1))?;
+        let skip = x.broadcast_mul(&self.d.reshape((1, 1, s.heads, 1))?)?;
+        let Some(ssm_state) = ssm_state else {
+            let y = self.step_in_place(s, (&x, &b, &c, &dt), (layer, run, state))?;
+            state.write(layer, run, &new_conv, None)?;
+            return Ok((y + skip)?.reshape((rows, len, inner))?);
+        };
         let mut h = ssm_state.reshape((rows, s.heads, s.head_dim, s.state))?;
         let mut ys = Vec::new();
         let mut at = 0;
@@ -138,10 +152,43 @@ impl Mamba2Weights {
             h = next;
             at += n;
         }
-        let y = Tensor::cat(&ys, 1)?;
-        let y = (y + x.broadcast_mul(&self.d.reshape((1, 1, s.heads, 1))?)?)?;
-        state.write(layer, run, &new_conv, &h.reshape((rows, ()))?)?;
+        let y = (Tensor::cat(&ys, 1)? + skip)?;
+        state.write(layer, run, &new_conv, Some(&h.reshape((rows, ()))?))?;
         Ok(y.reshape((rows, len, inner))?)
+    }
+
+    /// One token of each of `run`'s rows through the SSM, its state stepped
+    /// in place in its slot; `y` `(rows, 1, heads, head_dim)` without the
+    /// D skip.
+    fn step_in_place(
+        &self,
+        s: &SsmSpec,
+        (x, b, c, dt): (&Tensor, &Tensor, &Tensor, &Tensor),
+        (layer, run, state): (usize, &[SeqSpan], &StateStore),
+    ) -> Result<Tensor> {
+        let flat = |t: &Tensor| -> Result<Vec<f32>> { Ok(t.flatten_all()?.to_vec1::<f32>()?) };
+        let slots = run
+            .iter()
+            .map(|sp| {
+                let slot = sp.state.ok_or_else(|| {
+                    crate::error::Error::Input("a recurrent row without a state slot".into())
+                })?;
+                Ok((slot as usize, sp.start_pos == 0))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let step = DecodeStep {
+            slots,
+            spec: *s,
+            dt: flat(dt)?,
+            a: flat(&self.a)?,
+            x: flat(x)?,
+            b: flat(b)?,
+            c: flat(c)?,
+            y: std::sync::Mutex::new(Vec::new()),
+        };
+        state.step_ssm(layer, &step)?;
+        let y = step.y.into_inner().unwrap_or_default();
+        Ok(Tensor::from_vec(y, x.shape(), x.device())?)
     }
 }
 

@@ -134,29 +134,42 @@ impl StateStore {
     /// ssm values))`.
     pub fn read(&self, layer: usize, spans: &[SeqSpan]) -> Result<(Tensor, Tensor)> {
         let l = self.layer(layer)?;
-        let device = l.conv.device();
+        Ok((self.pick(&l.conv, spans)?, self.pick(&l.ssm, spans)?))
+    }
+
+    /// Layer `layer`'s convolution states of `spans`, as [`Self::read`].
+    pub fn read_conv(&self, layer: usize, spans: &[SeqSpan]) -> Result<Tensor> {
+        self.pick(&self.layer(layer)?.conv, spans)
+    }
+
+    /// Runs `step` on layer `layer`'s SSM states in place (CPU only).
+    pub(crate) fn step_ssm(&self, layer: usize, step: &crate::ssm::DecodeStep) -> Result<()> {
+        Ok(self.layer(layer)?.ssm.inplace_op1(step)?)
+    }
+
+    /// The rows of `t` for `spans`' slots, zeros for a span at position 0.
+    fn pick(&self, t: &Tensor, spans: &[SeqSpan]) -> Result<Tensor> {
+        let device = t.device();
         let slots: Vec<u32> = spans.iter().map(|s| s.state.unwrap_or(0)).collect();
         let fresh: Vec<u8> = spans.iter().map(|s| u8::from(s.start_pos == 0)).collect();
         let idx = Tensor::new(slots.as_slice(), device)?;
         let fresh = Tensor::new(fresh.as_slice(), device)?.unsqueeze(1)?;
-        let pick = |t: &Tensor| -> Result<Tensor> {
-            let held = t.index_select(&idx, 0)?;
-            let zeros = held.zeros_like()?;
-            Ok(fresh
-                .broadcast_as(held.shape())?
-                .where_cond(&zeros, &held)?)
-        };
-        Ok((pick(&l.conv)?, pick(&l.ssm)?))
+        let held = t.index_select(&idx, 0)?;
+        let zeros = held.zeros_like()?;
+        Ok(fresh
+            .broadcast_as(held.shape())?
+            .where_cond(&zeros, &held)?)
     }
 
     /// Writes layer `layer`'s new states of `spans` (rows as [`Self::read`]
-    /// gives them) into their slots.
+    /// gives them) into their slots: the convolution's, and the SSM's unless
+    /// a step already wrote it in place.
     pub fn write(
         &self,
         layer: usize,
         spans: &[SeqSpan],
         conv: &Tensor,
-        ssm: &Tensor,
+        ssm: Option<&Tensor>,
     ) -> Result<()> {
         let l = self.layer(layer)?;
         for (row, s) in spans.iter().enumerate() {
@@ -164,8 +177,10 @@ impl StateStore {
             let slot = slot as usize;
             l.conv
                 .slice_set(&conv.narrow(0, row, 1)?.contiguous()?, 0, slot)?;
-            l.ssm
-                .slice_set(&ssm.narrow(0, row, 1)?.contiguous()?, 0, slot)?;
+            if let Some(ssm) = ssm {
+                l.ssm
+                    .slice_set(&ssm.narrow(0, row, 1)?.contiguous()?, 0, slot)?;
+            }
         }
         Ok(())
     }

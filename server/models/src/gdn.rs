@@ -18,7 +18,7 @@ use crate::error::Result;
 use crate::layer::Projection;
 use crate::linear::{Linear, tensor_bytes};
 use crate::spec::GdnSpec;
-use crate::ssm::{conv::causal_conv, runs, softplus, take_run};
+use crate::ssm::{conv::causal_conv, over_runs, softplus};
 use crate::state_store::StateStore;
 
 mod delta;
@@ -76,16 +76,10 @@ impl GdnWeights {
         let beta = candle_nn::ops::sigmoid(&proj.narrow(1, conv_dim + vw, heads)?)?;
         let decay_in = proj.narrow(1, conv_dim + vw + heads, heads)?;
         let g = softplus(&decay_in.broadcast_add(&self.dt_bias)?)?.broadcast_mul(&self.a)?;
-        let mut outs = Vec::new();
-        for (range, token) in runs(spans) {
-            let run = &spans[range];
-            let (rows, len) = (run.len(), run[0].n_tokens);
-            let take = |t: &Tensor| take_run(t, token, rows, len);
-            let inputs = (take(&qkv)?, take(&beta)?, take(&g)?);
-            let o = self.run(s, inputs, (layer, run, state))?;
-            outs.push(o.reshape((rows * len, vw))?);
-        }
-        let o = Tensor::cat(&outs, 0)?;
+        let o = over_runs(spans, vw, |run, r| {
+            let inputs = (r.take(&qkv)?, r.take(&beta)?, r.take(&g)?);
+            self.run(s, inputs, (layer, run, state))
+        })?;
         let o = gated_norm(&o, &z, &self.norm, s.value_heads, eps)?;
         self.out_proj.forward(&o.to_dtype(dtype)?)
     }

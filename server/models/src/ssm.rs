@@ -82,15 +82,9 @@ impl Mamba2Weights {
         let z = proj.narrow(1, 0, inner)?;
         let xbc = proj.narrow(1, inner, conv_dim)?;
         let dt = proj.narrow(1, inner + conv_dim, s.heads)?;
-        let mut outs = Vec::new();
-        for (range, token) in runs(spans) {
-            let run = &spans[range];
-            let (rows, len) = (run.len(), run[0].n_tokens);
-            let take = |t: &Tensor| take_run(t, token, rows, len);
-            let y = self.run(s, (take(&xbc)?, take(&dt)?), (layer, run, state))?;
-            outs.push(y.reshape((rows * len, inner))?);
-        }
-        let y = Tensor::cat(&outs, 0)?;
+        let y = over_runs(spans, inner, |run, r| {
+            self.run(s, (r.take(&xbc)?, r.take(&dt)?), (layer, run, state))
+        })?;
         let y = gated_norm(&y, &z, &self.norm, s.groups, eps)?;
         let mut out = self.out_proj.forward(&y.to_dtype(dtype)?)?;
         if let Some(b) = &self.out_bias {
@@ -187,7 +181,9 @@ impl Mamba2Weights {
             y: std::sync::Mutex::new(Vec::new()),
         };
         state.step_ssm(layer, &step)?;
-        let y = step.y.into_inner().unwrap_or_default();
+        let y = step.y.into_inner().map_err(|_| {
+            crate::error::Error::Input("a decode step's output was poisoned by a panic".into())
+        })?;
         Ok(Tensor::from_vec(y, x.shape(), x.device())?)
     }
 }
@@ -195,7 +191,7 @@ impl Mamba2Weights {
 /// The runs a step's spans go through a recurrent mixer in: each prefill
 /// span alone, consecutive single-token spans (decode rows) together; each
 /// run's span range and its first token.
-pub(crate) fn runs(spans: &[SeqSpan]) -> Vec<(std::ops::Range<usize>, usize)> {
+fn runs(spans: &[SeqSpan]) -> Vec<(std::ops::Range<usize>, usize)> {
     let mut out = Vec::new();
     let (mut first, mut token) = (0, 0);
     while first < spans.len() {
@@ -212,11 +208,41 @@ pub(crate) fn runs(spans: &[SeqSpan]) -> Vec<(std::ops::Range<usize>, usize)> {
     out
 }
 
-/// A run's rows of `t` `(tokens, width)`: `(rows, len, width)` from `token`.
-pub(crate) fn take_run(t: &Tensor, token: usize, rows: usize, len: usize) -> Result<Tensor> {
-    let width = t.dim(1)?;
-    Ok(t.narrow(0, token, rows * len)?
-        .reshape((rows, len, width))?)
+/// One run's place in the step: its first token, rows and tokens a row.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Run {
+    token: usize,
+    rows: usize,
+    len: usize,
+}
+
+impl Run {
+    /// The run's rows of `t` `(tokens, width)`: `(rows, len, width)`.
+    pub(crate) fn take(&self, t: &Tensor) -> Result<Tensor> {
+        let width = t.dim(1)?;
+        Ok(t.narrow(0, self.token, self.rows * self.len)?
+            .reshape((self.rows, self.len, width))?)
+    }
+}
+
+/// `f` over each run of `spans` (see [`runs`]); its outputs, `width` wide,
+/// back in the step's token order `(tokens, width)`.
+pub(crate) fn over_runs(
+    spans: &[SeqSpan],
+    width: usize,
+    mut f: impl FnMut(&[SeqSpan], Run) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let mut outs = Vec::new();
+    for (range, token) in runs(spans) {
+        let run = &spans[range];
+        let r = Run {
+            token,
+            rows: run.len(),
+            len: run[0].n_tokens,
+        };
+        outs.push(f(run, r)?.reshape((r.rows * r.len, width))?);
+    }
+    Ok(Tensor::cat(&outs, 0)?)
 }
 
 /// `log(1 + exp(x))`, without overflow.

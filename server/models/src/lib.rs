@@ -35,6 +35,7 @@ pub mod spec;
 pub mod ssm;
 pub mod state_store;
 pub mod text;
+mod warm_pool;
 pub mod weights;
 
 pub use candle_core::Device;

@@ -113,7 +113,7 @@ impl PagedModel {
         // at one row). A GPU step stays on the thread that holds its context.
         let forward = || self.decoder.forward(&self.kv, &self.state, &step);
         let logits = if self.decoder.device().is_cpu() {
-            rayon::scope(|_| forward())?
+            crate::warm_pool::on_warm_pool(forward)?
         } else {
             forward()?
         };

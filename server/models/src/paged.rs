@@ -110,7 +110,8 @@ impl PagedModel {
         // On CPU the whole step runs on a pool worker: each kernel's parallel
         // loop is then joined by a thread that helps with it, instead of a
         // caller parked on a futex and woken per op (hundreds of ops a step
-        // at one row). A GPU step stays on the thread that holds its context.
+        // at one row), and the other workers stay awake until the step ends
+        // (warm_pool.rs). A GPU step stays on the thread that holds its context.
         let forward = || self.decoder.forward(&self.kv, &self.state, &step);
         let logits = if self.decoder.device().is_cpu() {
             crate::warm_pool::on_warm_pool(forward)?

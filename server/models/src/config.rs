@@ -9,6 +9,7 @@ use ferrox_plan::KvDtype;
 use serde_json::{Map, Value as Json};
 
 use crate::error::{Error, Result};
+use crate::spec::{RopeScaling, RopeSpec};
 
 /// A parsed `config.json`: the text model's keys (a multimodal checkpoint's
 /// `text_config`, else the top level), then the top level's.
@@ -276,6 +277,17 @@ impl Metadata<'_> {
                 .map(Some),
             _ => Ok(None),
         }
+    }
+
+    /// The rotary embedding llama.cpp records without long-context
+    /// scaling: `rope.freq_base` (10000 when absent) over
+    /// `rope.dimension_count` leading dimensions (`head_dim` when absent).
+    pub fn plain_rope(&self, head_dim: usize) -> Result<RopeSpec> {
+        Ok(RopeSpec {
+            theta: self.f32_opt("rope.freq_base")?.unwrap_or(10_000.0),
+            rotary_dim: self.usize_opt("rope.dimension_count")?.unwrap_or(head_dim),
+            scaling: RopeScaling::None,
+        })
     }
 
     /// `{arch}.{suffix}` as one count per layer (an array, or one count

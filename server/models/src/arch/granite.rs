@@ -11,9 +11,7 @@ use super::rope::hf_rope;
 use super::{Family, HfExperts, Shape, pre_norms, swiglu_layer};
 use crate::config::{HfConfig, Metadata};
 use crate::error::{Error, Result};
-use crate::spec::{
-    Activation, FeedForward, LayerSpec, Mixer, ModelSpec, RopeScaling, RopeSpec, SsmSpec,
-};
+use crate::spec::{Activation, FeedForward, LayerSpec, Mixer, ModelSpec, RopeSpec, SsmSpec};
 
 /// Granite 4.0-H.
 pub(super) static GRANITE_HYBRID: Family = Family {
@@ -214,13 +212,7 @@ fn granite_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
         context: m.usize_opt("context_length")?.unwrap_or(RECURRENT_CONTEXT),
     }
     .checked()?;
-    let rope = RopeSpec {
-        theta: m.f32_opt("rope.freq_base")?.unwrap_or(10_000.0),
-        rotary_dim: m
-            .usize_opt("rope.dimension_count")?
-            .unwrap_or(shape.head_dim),
-        scaling: RopeScaling::None,
-    };
+    let rope = m.plain_rope(shape.head_dim)?;
     let scale = |key: &str| -> Result<f32> { Ok(m.f32_opt(key)?.unwrap_or(1.0)) };
     Ok(Hybrid {
         eps: m

@@ -7,7 +7,7 @@ use super::rope::hf_rope;
 use super::{Family, HfExperts, Shape, gguf_moe, pre_norms, swiglu_layer, with_experts};
 use crate::config::{HfConfig, Metadata};
 use crate::error::Result;
-use crate::spec::{Activation, ModelSpec, MoeSpec, RopeScaling, RopeSpec, Routing};
+use crate::spec::{Activation, ModelSpec, MoeSpec, Routing};
 
 /// Llama.
 pub(super) static LLAMA: Family = Family {
@@ -114,13 +114,7 @@ pub(super) fn plain_gguf(
     let eps = m
         .f32_opt("attention.layer_norm_rms_epsilon")?
         .unwrap_or(1e-5);
-    let rope = RopeSpec {
-        theta: m.f32_opt("rope.freq_base")?.unwrap_or(10_000.0),
-        rotary_dim: m
-            .usize_opt("rope.dimension_count")?
-            .unwrap_or(shape.head_dim),
-        scaling: RopeScaling::None,
-    };
+    let rope = m.plain_rope(shape.head_dim)?;
     let window = m.usize_opt("attention.sliding_window")?.filter(|&w| w > 0);
     let scale = shape.plain_scale();
     Ok(

@@ -204,7 +204,7 @@ mod tests {
         assert_eq!((windows[0].window, windows[0].layers), (1024, 29));
         let held = held_on(&g, DeviceKind::Cuda);
         assert_eq!(held.full_layers(), 5);
-        assert_eq!(held.kv_groups().len(), 2);
+        assert_eq!(held.cache_groups().len(), 2);
         assert_eq!(
             as_planned(&g, DeviceKind::Cuda).geometry.sliding_windows,
             Some(windows)

@@ -1,8 +1,10 @@
 //! What the servers say they run with, against what the operator planned.
 //! Pure: the scrape loop feeds it samples, the reconciler reads its verdict.
 
+use ferrox_plan::CacheKind;
+
 use crate::autoscaling::scrape::ServerPlan;
-use crate::crd::{ObservedPlanStatus, PlanStatus};
+use crate::crd::{ObservedPlanStatus, ObservedPoolStatus, PlanStatus};
 
 /// Relative difference in KV blocks or weight bytes still counted as agreement.
 pub const TOLERANCE: f64 = 0.02;
@@ -39,8 +41,14 @@ pub fn observe(reports: &[ServerPlan], expected: &Expected) -> Option<ObservedPl
         weight_bytes: shown.weight_bytes.map(n),
         memory_bytes: shown.memory_bytes.map(n),
         memory_source: shown.memory_source.clone(),
-        window_blocks: (!shown.window_blocks.is_empty())
-            .then(|| shown.window_blocks.iter().map(|&(_, b)| n(b)).collect()),
+        pools: shown
+            .pools
+            .iter()
+            .map(|&(kind, blocks)| ObservedPoolStatus {
+                pool: kind.to_string(),
+                blocks: n(blocks),
+            })
+            .collect(),
     })
 }
 
@@ -79,44 +87,37 @@ pub fn differences(report: &ServerPlan, expected: &Expected) -> Vec<String> {
     if let Some(w) = report.weight_bytes.filter(|w| far(*w, plan.weight_bytes)) {
         out.push(format!("weights {w} bytes, planned {}", plan.weight_bytes));
     }
-    out.extend(window_differences(report, plan));
+    out.extend(pool_differences(report, plan));
     out
 }
 
-/// How the reported window pools differ from the planned ones (a server
-/// that reports none while the plan has some is too old to have them).
-fn window_differences(report: &ServerPlan, plan: &PlanStatus) -> Vec<String> {
-    let planned = plan.windows.as_deref().unwrap_or_default();
+/// How the reported pools differ from the planned ones, by kind: a pool
+/// planned and not reported, or the reverse, is a difference (a server
+/// that reports none is too old to name its pools).
+fn pool_differences(report: &ServerPlan, plan: &PlanStatus) -> Vec<String> {
     let far = |got: u64, want: i64| {
         let want = want.max(0) as f64;
         (got as f64 - want).abs() > want * TOLERANCE
     };
+    let reported = |name: &str| {
+        let found = report.pools.iter().find(|(k, _)| k.to_string() == name);
+        found.map(|&(_, blocks)| blocks)
+    };
     let mut out = Vec::new();
-    for w in planned {
-        let got = report
-            .window_blocks
-            .iter()
-            .find(|&&(window, _)| i64::try_from(window) == Ok(w.window));
-        match got {
-            None => out.push(format!(
-                "no window pool for the {}-token window, planned {} blocks",
-                w.window, w.kv_blocks
-            )),
-            Some(&(_, blocks)) if far(blocks, w.kv_blocks) => out.push(format!(
-                "{blocks} window blocks for the {}-token window, planned {}",
-                w.window, w.kv_blocks
+    for p in &plan.pools {
+        match reported(&p.pool) {
+            None => out.push(format!("no {} pool, planned {} blocks", p.pool, p.blocks)),
+            Some(blocks) if far(blocks, p.blocks) => out.push(format!(
+                "{blocks} blocks in the {} pool, planned {}",
+                p.pool, p.blocks
             )),
             Some(_) => {}
         }
     }
-    for &(window, blocks) in &report.window_blocks {
-        if !planned
-            .iter()
-            .any(|w| i64::try_from(window) == Ok(w.window))
-        {
-            out.push(format!(
-                "a window pool of {blocks} blocks for a {window}-token window, planned none"
-            ));
+    for (kind, blocks) in &report.pools {
+        let name = kind.to_string();
+        if !plan.pools.iter().any(|p| p.pool == name) {
+            out.push(format!("a {name} pool of {blocks} blocks, planned none"));
         }
     }
     out
@@ -134,18 +135,12 @@ pub fn verdict(
             "no ready server has reported its plan yet".into(),
         );
     };
-    // The observed windows are listed smallest first, as the plan's are.
-    let planned_windows = expected.plan.windows.as_deref().unwrap_or_default();
-    let window_blocks = o
-        .window_blocks
+    let pools = o
+        .pools
         .iter()
-        .flatten()
-        .zip(planned_windows)
-        .map(|(&b, w)| {
-            (
-                u64::try_from(w.window).unwrap_or(0),
-                u64::try_from(b).unwrap_or(0),
-            )
+        .filter_map(|p| {
+            let kind: CacheKind = p.pool.parse().ok()?;
+            Some((kind, u64::try_from(p.blocks).unwrap_or(0)))
         })
         .collect();
     let report = ServerPlan {
@@ -154,7 +149,7 @@ pub fn verdict(
         kv_dtype: o.kv_dtype.clone(),
         max_seqs: o.max_seqs.and_then(|v| u64::try_from(v).ok()),
         weight_bytes: o.weight_bytes.and_then(|v| u64::try_from(v).ok()),
-        window_blocks,
+        pools,
         ..ServerPlan::default()
     };
     let diffs = differences(&report, expected);
@@ -168,7 +163,7 @@ pub fn verdict(
                 o.kv_blocks,
                 o.block_size,
                 o.kv_dtype,
-                windows_phrase(o.window_blocks.as_deref(), planned_windows)
+                pools_phrase(&o.pools)
             ),
         );
     }
@@ -188,18 +183,17 @@ pub fn verdict(
     )
 }
 
-/// ` and window pools of 5719 blocks (1024-token window)`, or nothing.
-fn windows_phrase(blocks: Option<&[i64]>, planned: &[crate::crd::WindowPlanStatus]) -> String {
-    let parts: Vec<String> = blocks
-        .unwrap_or_default()
+/// ` and pools window:1024=5719, state=16` (every pool besides the full
+/// one, by kind), or nothing.
+fn pools_phrase(pools: &[ObservedPoolStatus]) -> String {
+    let others = pools
         .iter()
-        .zip(planned)
-        .map(|(b, w)| format!("{b} blocks ({}-token window)", w.window))
-        .collect();
+        .filter(|p| p.pool != CacheKind::Full.to_string());
+    let parts: Vec<String> = others.map(|p| format!("{}={}", p.pool, p.blocks)).collect();
     if parts.is_empty() {
         String::new()
     } else {
-        format!(" and window pools of {}", parts.join(", "))
+        format!(" and pools {}", parts.join(", "))
     }
 }
 

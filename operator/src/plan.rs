@@ -1,9 +1,9 @@
 //! The capacity plan of a `ModelDeployment`: ferrox-plan fed from the spec,
 //! the memory it is planned into, and what the pod must reserve for it.
 
-use ferrox_plan::{DeviceKind, KvDtype, ModelGeometry, Plan, PlanConfig, PlanError};
+use ferrox_plan::{CacheKind, DeviceKind, KvDtype, ModelGeometry, Plan, PlanConfig, PlanError};
 
-use crate::crd::{GeometrySpec, ModelDeploymentSpec, PlanStatus, WindowPlanStatus};
+use crate::crd::{GeometrySpec, ModelDeploymentSpec, PlanStatus, PoolPlanStatus};
 use crate::gpu_nodes::GpuTarget;
 use crate::{Error, quantity};
 
@@ -262,10 +262,12 @@ pub fn to_status(p: &Planned) -> PlanStatus {
     let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     let plan = &p.plan;
     PlanStatus {
-        kv_blocks: n(plan.kv_blocks),
+        kv_blocks: n(plan.blocks(CacheKind::Full)),
         block_size: n(plan.block_size),
         max_seqs: n(plan.max_seqs),
-        kv_bytes_per_token: n(plan.kv_bytes_per_token),
+        kv_bytes_per_token: n(plan
+            .pool(CacheKind::Full)
+            .map_or(0, |f| f.block_bytes / plan.block_size.max(1))),
         weight_bytes: n(plan.weight_bytes),
         kv_budget_bytes: n(plan.kv_budget_bytes),
         activation_reserve_bytes: n(plan.activation_reserve_bytes),
@@ -278,22 +280,19 @@ pub fn to_status(p: &Planned) -> PlanStatus {
         pod_memory_bytes: n(p.pod_memory_bytes),
         max_model_len: n(plan.max_model_len),
         typical_seq_len: n(p.typical_seq_len),
-        windows: (!plan.windows.is_empty()).then(|| {
-            plan.windows
-                .iter()
-                .map(|w| WindowPlanStatus {
-                    window: n(w.window),
-                    layers: n(w.layers),
-                    kv_blocks: n(w.kv_blocks),
-                    kv_bytes_per_token: n(w.kv_bytes_per_token),
-                    blocks_per_seq: n(w.blocks_per_seq),
-                })
-                .collect()
-        }),
+        pools: plan
+            .pools
+            .iter()
+            .map(|p| PoolPlanStatus {
+                pool: p.kind.to_string(),
+                layers: n(p.layers),
+                blocks: n(p.blocks),
+                block_bytes: n(p.block_bytes),
+                blocks_per_seq: n(p.blocks_per_seq),
+            })
+            .collect(),
         params: (plan.params > 0).then(|| n(plan.params)),
         active_params: (plan.active_params > 0).then(|| n(plan.active_params)),
-        state_slots: (plan.state_bytes_per_seq > 0).then(|| n(plan.state_slots)),
-        state_bytes_per_seq: (plan.state_bytes_per_seq > 0).then(|| n(plan.state_bytes_per_seq)),
     }
 }
 

@@ -135,7 +135,8 @@ spec:
             })
             .collect();
         assert_eq!(kinds, ["Deployment", "Service", "PodDisruptionBudget"]);
-        assert!(yaml.contains(&format!("# plan.kvBlocks: {}", r.plan.plan.kv_blocks)));
+        let full = r.plan.plan.blocks(ferrox_plan::CacheKind::Full);
+        assert!(yaml.contains(&format!("# plan.kvBlocks: {full}")));
         use serde::Deserialize;
     }
 
@@ -168,9 +169,9 @@ spec:
             let r = render(&md, None, &DesiredConfig::default()).unwrap();
             let pod = r.desired.deployment.spec.unwrap().template.spec.unwrap();
             let p = &r.plan.plan;
-            let mut entry = serde_json::json!({
+            let entry = serde_json::json!({
                 "plan": {
-                    "kvBlocks": p.kv_blocks,
+                    "pools": p.sizes().iter().map(|&(k, n)| ferrox_plan::contract::pool_arg(k, n)).collect::<Vec<_>>(),
                     "blockSize": p.block_size,
                     "maxSeqs": p.max_seqs,
                     "maxModelLen": p.max_model_len,
@@ -181,9 +182,6 @@ spec:
                 },
                 "args": pod.containers[0].args,
             });
-            if !p.windows.is_empty() {
-                entry["plan"]["windowBlocks"] = serde_json::json!(p.window_blocks());
-            }
             out.insert(name, entry);
         }
         serde_json::Value::Object(out)

@@ -131,7 +131,7 @@ fn conditions(md: &ModelDeployment, o: &Observed) -> Vec<Cond> {
             format!(
                 "{} KV blocks of {} tokens ({} bytes), up to {} sequences of {} tokens \
                  (planned for {}-token requests) in {} bytes from {}",
-                p.plan.kv_blocks,
+                p.plan.blocks(ferrox_plan::CacheKind::Full),
                 p.plan.block_size,
                 p.plan.kv_budget_bytes,
                 p.plan.max_seqs,
@@ -500,7 +500,10 @@ mod tests {
             weight_bytes: None,
             memory_bytes: None,
             memory_source: None,
-            window_blocks: None,
+            pools: vec![crate::crd::ObservedPoolStatus {
+                pool: "full".into(),
+                blocks: kv_blocks,
+            }],
         };
         let cases = [
             (None, ("Unknown", "NoServerReports")),

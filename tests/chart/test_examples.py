@@ -49,22 +49,30 @@ def test_example_renders_valid_objects_with_its_plan(name, tmp_path):
     engine = spec.get("engine", {})
     assert plan["maxModelLen"] == engine.get("maxModelLen", g["contextLength"])
     bs, chunk = plan["blockSize"], engine.get("prefillChunk", 512)
-    windows = plan.get("windows") or []
-    assert [(w["window"], w["layers"]) for w in windows] == [(w["window"], w["layers"]) for w in windowed]
-    window_bytes = sum(w["kvBlocks"] * bs * w["kvBytesPerToken"] for w in windows)
-    assert plan["kvBlocks"] * bs * per_token + window_bytes == plan["kvBudgetBytes"]
+    # Every pool by kind: `full`, then `window:W` smallest first.
+    pools = {p["pool"]: p for p in plan["pools"]}
+    windows = [p for p in plan["pools"] if p["pool"].startswith("window:")]
+    assert [(int(w["pool"].split(":")[1]), w["layers"]) for w in windows] == \
+        [(w["window"], w["layers"]) for w in windowed]
+    for w in windows:
+        assert w["blockBytes"] == bs * w["layers"] * layer_token
+    assert list(pools) == (["full"] if per_token else []) + [w["pool"] for w in windows]
+    assert plan["kvBlocks"] == (pools["full"]["blocks"] if "full" in pools else 0)
+    assert sum(p["blocks"] * p["blockBytes"] for p in plan["pools"]) == plan["kvBudgetBytes"]
+    assert plan["kvBlocks"] * bs * per_token + sum(w["blocks"] * w["blockBytes"] for w in windows) \
+        == plan["kvBudgetBytes"]
     # One full-length sequence fits; maxSeqs counts typical (2048-token) requests.
     assert plan["kvBlocks"] >= math.ceil(plan["maxModelLen"] / bs)
     typical = min(engine.get("typicalSeqLen", 2048), plan["maxModelLen"])
     assert plan["typicalSeqLen"] == typical
     # Per pool: blocks a typical request reserves; a window's is its window
     # plus a prefill chunk, page-aligned, when that is less.
-    fits = [plan["kvBlocks"] // math.ceil(typical / bs)]
+    fits = [plan["kvBlocks"] // math.ceil(typical / bs)] if "full" in pools else []
     for w in windows:
-        reserve = math.ceil((w["window"] + chunk - 1) / bs) + 1
+        reserve = math.ceil((int(w["pool"].split(":")[1]) + chunk - 1) / bs) + 1
         assert w["blocksPerSeq"] == min(math.ceil(plan["maxModelLen"] / bs), reserve)
-        assert w["kvBlocks"] >= w["blocksPerSeq"]
-        fits.append(w["kvBlocks"] // min(math.ceil(typical / bs), reserve))
+        assert w["blocks"] >= w["blocksPerSeq"]
+        fits.append(w["blocks"] // min(math.ceil(typical / bs), reserve))
     # Absent, maxSeqs is the server's own default on the device (ferrox-plan).
     default_seqs = 256 if spec.get("accelerator") else 16
     assert plan["maxSeqs"] == min(engine.get("maxSeqs", default_seqs), *fits)
@@ -83,11 +91,10 @@ def test_example_renders_valid_objects_with_its_plan(name, tmp_path):
     (c,) = dep["spec"]["template"]["spec"]["containers"]
     args = c["args"]
     flag = lambda f: args[args.index(f) + 1]
-    assert flag("--kv-blocks") == str(plan["kvBlocks"])
-    if windows:
-        assert flag("--window-blocks") == ",".join(str(w["kvBlocks"]) for w in windows)
-    else:
-        assert "--window-blocks" not in args
+    # Every pool by kind, in the plan's order; no alias.
+    told = [args[i + 1] for i, a in enumerate(args) if a == "--pool"]
+    assert told == [f'{p["pool"]}={p["blocks"]}' for p in plan["pools"]]
+    assert "--kv-blocks" not in args and "--window-blocks" not in args
     assert flag("--max-seqs") == str(plan["maxSeqs"])
     assert flag("--block-size") == str(plan["blockSize"])
     assert flag("--max-model-len") == str(plan["maxModelLen"])

@@ -95,7 +95,7 @@ def test_a_budget_too_small_stops_the_server_with_every_number():
         assert part in err, err
     err = serve_and_fail("--kv-blocks", "100", "--max-model-len", "4096")
     assert "a pool of 100 blocks of 16 tokens holds 1600 tokens, less than one 4096-token sequence" in err, err
-    assert "fewer --kv-blocks" in err
+    assert "smaller --pool sizes (or --kv-blocks, --window-blocks)" in err
 
 
 def test_kv_dtype_doubles_the_pool_in_f32(start_server):

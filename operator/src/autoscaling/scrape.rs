@@ -7,11 +7,13 @@ use prometheus_parse::{Sample, Scrape, Value};
 use super::decision::{Decision, History, Observation, Policy, decide};
 use crate::Error;
 
+use ferrox_plan::CacheKind;
+
 // The series names are the contract's, shared with the server's exporter.
 pub use ferrox_plan::contract::metric::{
     CACHE_CONFIG_INFO, FINISHED, KV_USAGE, LORA_ADAPTER_LOADED, PLAN_KV_BLOCK_BYTES,
-    PLAN_MAX_MODEL_LEN, PLAN_MAX_SEQS, PLAN_MEMORY_BYTES, PLAN_WEIGHT_BYTES, PLAN_WINDOW_BLOCKS,
-    RUNNING, WAITING, WINDOW_LABEL,
+    PLAN_MAX_MODEL_LEN, PLAN_MAX_SEQS, PLAN_MEMORY_BYTES, PLAN_POOL_BLOCKS, PLAN_WEIGHT_BYTES,
+    POOL_LABEL, RUNNING, WAITING,
 };
 
 /// One pod's numbers.
@@ -52,9 +54,9 @@ pub struct ServerPlan {
     pub memory_bytes: Option<u64>,
     /// Its `source` label.
     pub memory_source: Option<String>,
-    /// `ferrox_plan_window_blocks`: each window pool's blocks by window,
-    /// smallest window first (empty for a model without windows).
-    pub window_blocks: Vec<(u64, u64)>,
+    /// `ferrox_plan_pool_blocks`: every pool's blocks, by kind, in kind
+    /// order (empty from a server that does not report them).
+    pub pools: Vec<(CacheKind, u64)>,
 }
 
 /// What prometheus-parse reads for a name with colons (its names are `\w+`).
@@ -105,18 +107,18 @@ pub fn server_plan(scrape: &Scrape) -> Option<ServerPlan> {
         .samples
         .iter()
         .find(|s| s.metric == PLAN_MEMORY_BYTES);
-    let mut window_blocks: Vec<(u64, u64)> = scrape
+    let mut pools: Vec<(CacheKind, u64)> = scrape
         .samples
         .iter()
-        .filter(|s| s.metric == PLAN_WINDOW_BLOCKS)
+        .filter(|s| s.metric == PLAN_POOL_BLOCKS)
         .filter_map(|s| {
-            let window = s.labels.get(WINDOW_LABEL)?.parse().ok()?;
-            Some((window, whole(number(s))?))
+            let kind = s.labels.get(POOL_LABEL)?.parse().ok()?;
+            Some((kind, whole(number(s))?))
         })
         .collect();
-    window_blocks.sort_unstable();
+    pools.sort_unstable();
     Some(ServerPlan {
-        window_blocks,
+        pools,
         kv_blocks: label("num_gpu_blocks")?.parse().ok()?,
         block_size: label("block_size")?.parse().ok()?,
         kv_dtype: label("cache_dtype")?,
@@ -287,17 +289,26 @@ ferrox_plan_memory_bytes{source=\"cgroup-v2\"} 2147483648
                 max_model_len: Some(8192),
                 memory_bytes: Some(2_147_483_648),
                 memory_source: Some("cgroup-v2".into()),
-                window_blocks: Vec::new(),
+                pools: Vec::new(),
             })
         );
-        // A server with window pools names each, by window.
-        let windowed = format!(
-            "{PLAN_EXPOSITION}# TYPE ferrox_plan_window_blocks gauge\n\
-             ferrox_plan_window_blocks{{window=\"4096\"}} 12\n\
-             ferrox_plan_window_blocks{{window=\"1024\"}} 5719\n"
+        // A server names each pool by kind; they are read in kind order.
+        let pooled = format!(
+            "{PLAN_EXPOSITION}# TYPE ferrox_plan_pool_blocks gauge\n\
+             ferrox_plan_pool_blocks{{pool=\"state\"}} 16\n\
+             ferrox_plan_pool_blocks{{pool=\"window:4096\"}} 12\n\
+             ferrox_plan_pool_blocks{{pool=\"window:1024\"}} 5719\n\
+             ferrox_plan_pool_blocks{{pool=\"full\"}} 1024\n\
+             ferrox_plan_pool_blocks{{pool=\"latent\"}} 7\n"
         );
-        let plan = parse_metrics(&windowed).unwrap().plan.unwrap();
-        assert_eq!(plan.window_blocks, [(1024, 5719), (4096, 12)]);
+        let plan = parse_metrics(&pooled).unwrap().plan.unwrap();
+        let want = [
+            (CacheKind::Full, 1024),
+            (CacheKind::Window(1024), 5719),
+            (CacheKind::Window(4096), 12),
+            (CacheKind::State, 16),
+        ];
+        assert_eq!(plan.pools, want, "a kind it does not know is left out");
         // A server without the info gauge reports no plan; a bad label is no plan.
         assert_eq!(parse_metrics(EXPOSITION).unwrap().plan, None);
         let bad = PLAN_EXPOSITION.replace("num_gpu_blocks=\"1024\"", "num_gpu_blocks=\"-1\"");

@@ -97,9 +97,19 @@ pub struct ObservedPlanStatus {
     /// Where that figure came from (`cgroup-v2`, `cuda`, `kv-blocks`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_source: Option<String>,
-    /// Blocks of each window pool, smallest window first, if it has any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub window_blocks: Option<Vec<i64>>,
+    /// Every pool's blocks, by kind, if the server reports them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<ObservedPoolStatus>,
+}
+
+/// One pool a server reports it runs with.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedPoolStatus {
+    /// The pool's cache kind: `full`, `window:TOKENS` or `state`.
+    pub pool: String,
+    /// Blocks in it (a state pool's: its slots).
+    pub blocks: i64,
 }
 
 /// Geometry as learnt, with where it came from.
@@ -140,17 +150,18 @@ pub struct FootprintStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlanStatus {
-    /// KV blocks in each replica's pool.
+    /// Blocks in each replica's full-attention pool (0 when the model has
+    /// none; every pool by kind is in `pools`).
     pub kv_blocks: i64,
     /// Tokens per block.
     pub block_size: i64,
     /// Concurrent sequences per replica.
     pub max_seqs: i64,
-    /// KV bytes per token.
+    /// KV bytes per token in the full-attention pool.
     pub kv_bytes_per_token: i64,
     /// Weight bytes.
     pub weight_bytes: i64,
-    /// Bytes of the KV pool.
+    /// Bytes of every pool together.
     pub kv_budget_bytes: i64,
     /// Bytes held back for one step's activations.
     pub activation_reserve_bytes: i64,
@@ -174,40 +185,35 @@ pub struct PlanStatus {
     pub max_model_len: i64,
     /// Tokens per request `maxSeqs` was planned for.
     pub typical_seq_len: i64,
-    /// The window pools beside the KV pool, smallest window first (absent
-    /// for a model without sliding-window layers; `kvBlocks` is then every
-    /// layer's pool, and 0 when every layer has a window).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub windows: Option<Vec<WindowPlanStatus>>,
+    /// Every pool of the plan, by kind: full attention, each sliding
+    /// window, the recurrent state slots (the server's `--pool` flags).
+    #[serde(default)]
+    pub pools: Vec<PoolPlanStatus>,
     /// The model's parameters, every expert counted (absent if unknown).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub params: Option<i64>,
     /// Parameters one token runs through (absent if unknown).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_params: Option<i64>,
-    /// State slots, one a sequence, for a model with recurrent layers
-    /// (absent for one without).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state_slots: Option<i64>,
-    /// Bytes of one state slot (absent for a model without recurrent layers).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state_bytes_per_seq: Option<i64>,
 }
 
-/// One window pool of the plan.
+/// One pool of the plan: the blocks of one kind of cache.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct WindowPlanStatus {
-    /// Tokens the group's layers attend to.
-    pub window: i64,
-    /// Layers with this window.
+pub struct PoolPlanStatus {
+    /// The cache kind, which names the pool: `full`, `window:TOKENS` or
+    /// `state`.
+    pub pool: String,
+    /// Layers it serves.
     pub layers: i64,
-    /// Blocks in the pool.
-    pub kv_blocks: i64,
-    /// KV bytes per token across these layers.
-    pub kv_bytes_per_token: i64,
-    /// The most blocks one sequence reserves here: its window plus a prefill
-    /// chunk, page-aligned (or its whole length when shorter).
+    /// Blocks in it (a state pool's: its slots, one a sequence).
+    pub blocks: i64,
+    /// Bytes of one block (`blockSize` tokens in every layer; a state
+    /// pool's: one sequence's state over every recurrent layer).
+    pub block_bytes: i64,
+    /// The most blocks one `maxModelLen` sequence holds here: its length's
+    /// (full), its window plus a prefill chunk, page-aligned (window), one
+    /// (state).
     pub blocks_per_seq: i64,
 }
 

@@ -174,8 +174,7 @@ pub fn server_args(md: &ModelDeployment, planned: &Planned, source: &ModelSource
         host: "0.0.0.0".into(),
         port: u16::try_from(SERVER_PORT).unwrap_or(8000),
         served_model_name: served_name(md),
-        kv_blocks: plan.kv_blocks,
-        window_blocks: plan.window_blocks(),
+        pools: plan.sizes(),
         block_size: plan.block_size,
         max_seqs: plan.max_seqs,
         max_model_len: plan.max_model_len,
@@ -507,7 +506,10 @@ mod tests {
         let plan = &planned.plan;
         let args = pod(&d).containers[0].args.clone().unwrap();
         let cases = [
-            ("--kv-blocks", plan.kv_blocks.to_string()),
+            (
+                "--pool",
+                format!("full={}", plan.blocks(ferrox_plan::CacheKind::Full)),
+            ),
             ("--max-seqs", plan.max_seqs.to_string()),
             ("--block-size", "16".to_string()),
             ("--max-model-len", "8192".to_string()),

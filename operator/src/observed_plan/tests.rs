@@ -19,7 +19,11 @@ fn report(plan: &PlanStatus) -> ServerPlan {
         max_model_len: Some(plan.max_model_len as u64),
         memory_bytes: Some(2 << 30),
         memory_source: Some("cgroup-v2".into()),
-        window_blocks: Vec::new(),
+        pools: plan
+            .pools
+            .iter()
+            .map(|p| (p.pool.parse().unwrap(), p.blocks as u64))
+            .collect(),
     }
 }
 

@@ -74,7 +74,7 @@ fn plans_for_real_models() {
     ];
     for case in cases {
         let got = plan_offline(&case.spec, &case.geometry)
-            .map(|p| (p.plan.kv_blocks, p.plan.max_seqs))
+            .map(|p| (p.plan.blocks(CacheKind::Full), p.plan.max_seqs))
             .map_err(|e| e.to_string().replace("invalid spec: ", ""));
         assert_eq!(got, case.want.map_err(String::from), "{}", case.name);
     }
@@ -85,15 +85,15 @@ fn the_8b_plan_matches_the_formula_by_hand() {
     let p = plan_offline(&gpu_spec(1, "80Gi"), &fixtures::llama3_8b()).unwrap();
     let plan = &p.plan;
     // 2 * 32 layers * 8 kv heads * 128 dims * 2 bytes
-    assert_eq!(plan.kv_bytes_per_token, 131_072);
+    assert_eq!(to_status(&p).kv_bytes_per_token, 131_072);
     let usable = (80u64 << 30) as f64 * 0.9;
     // The fixture gives no hidden/MLP/vocab sizes: the estimate counts
     // the k and v projections of a 512 + 256 token step, in bf16.
     assert_eq!(plan.activation_reserve_bytes, (512 + 256) * 2048 * 2);
     assert_eq!(plan.overhead_bytes, 768 << 20);
     let budget = usable as u64 - 16_060_522_496 - (768 << 20) - plan.activation_reserve_bytes;
-    assert_eq!(plan.kv_blocks, budget / (16 * 131_072));
-    assert_eq!(plan.max_seqs, plan.kv_blocks / (2048 / 16));
+    assert_eq!(plan.blocks(CacheKind::Full), budget / (16 * 131_072));
+    assert_eq!(plan.max_seqs, plan.blocks(CacheKind::Full) / (2048 / 16));
     assert_eq!(p.memory.from, "spec.accelerator.memoryPerDevice");
 }
 
@@ -214,9 +214,11 @@ fn a_hybrid_s_state_reaches_the_plan_and_status_from_the_crd_s_geometry() {
         to_status(&plan_offline(&gpu_spec(1, "40Gi"), &to_geometry(g, DeviceKind::Cuda)).unwrap())
     };
     let (d, h) = (status(&dense), status(&hybrid));
-    assert_eq!((d.state_slots, d.state_bytes_per_seq), (None, None));
-    assert_eq!(h.state_bytes_per_seq, Some(4 << 20));
-    assert!(h.state_slots.unwrap() >= h.max_seqs, "{h:?}");
+    let state = |s: &PlanStatus| s.pools.iter().find(|p| p.pool == "state").cloned();
+    assert_eq!(state(&d), None);
+    let slots = state(&h).unwrap();
+    assert_eq!(slots.block_bytes, 4 << 20);
+    assert!(slots.blocks >= h.max_seqs, "{h:?}");
     assert!(
         h.max_seqs >= 3 * d.max_seqs && d.max_seqs > 1,
         "{} vs {}",
@@ -283,11 +285,12 @@ fn a_gemma3_deployment_plans_renders_and_verifies_its_window_pool() {
     // CUDA reserve estimated here): the KV pool holds one whole 131,072-token
     // sequence, the window pool the rest, 97 blocks a sequence.
     let p = &r.plan.plan;
-    assert_eq!(p.kv_blocks, 8192);
-    assert_eq!(p.windows.len(), 1);
-    let w = &p.windows[0];
-    assert_eq!((w.window, w.layers, w.blocks_per_seq), (1024, 29, 97));
-    assert_eq!(p.max_seqs, w.kv_blocks / 97);
+    let window = CacheKind::Window(1024);
+    assert_eq!(p.blocks(CacheKind::Full), 8192);
+    assert_eq!(p.pools.len(), 2);
+    let w = p.pool(window).unwrap();
+    assert_eq!((w.layers, w.blocks_per_seq), (29, 97));
+    assert_eq!(p.max_seqs, w.blocks / 97);
     // Counted as 34 global layers it would not plan at all.
     let mut all_global = md.spec.model.geometry.clone().unwrap();
     all_global.sliding_windows = None;
@@ -296,18 +299,27 @@ fn a_gemma3_deployment_plans_renders_and_verifies_its_window_pool() {
     // The pods are told both pools.
     let pod = r.desired.deployment.spec.unwrap().template.spec.unwrap();
     let args = pod.containers[0].args.clone().unwrap();
-    let value = |flag: &str| {
-        let at = args.iter().position(|a| a == flag).unwrap();
-        args[at + 1].clone()
-    };
-    assert_eq!(value("--kv-blocks"), "8192");
-    assert_eq!(value("--window-blocks"), w.kv_blocks.to_string());
-    // The status shows the layer kinds and the window pool.
+    let pools: Vec<String> = args
+        .windows(2)
+        .filter(|a| a[0] == "--pool")
+        .map(|a| a[1].clone())
+        .collect();
+    assert_eq!(
+        pools,
+        ["full=8192".to_string(), format!("window:1024={}", w.blocks)]
+    );
+    // The status lists the same pools, by kind.
     let status = to_status(&r.plan);
-    let windows = status.windows.clone().unwrap();
-    assert_eq!((windows[0].window, windows[0].layers), (1024, 29));
-    assert_eq!(windows[0].kv_blocks, w.kv_blocks as i64);
-    assert_eq!(windows[0].kv_bytes_per_token, 29 * 4096);
+    let listed: Vec<(&str, i64, i64)> = status
+        .pools
+        .iter()
+        .map(|p| (p.pool.as_str(), p.layers, p.blocks))
+        .collect();
+    assert_eq!(
+        listed,
+        [("full", 5, 8192), ("window:1024", 29, w.blocks as i64)]
+    );
+    assert_eq!(status.pools[1].block_bytes, 16 * 29 * 4096);
     // What a server running these args exports (ferrox-engine's series,
     // named by the contract), read back into observedPlan: PlanVerified.
     let exposition = |window_blocks: u64| {
@@ -317,8 +329,9 @@ fn a_gemma3_deployment_plans_renders_and_verifies_its_window_pool() {
              vllm:cache_config_info{{block_size=\"16\",cache_dtype=\"bf16\",enable_prefix_caching=\"False\",\
              gpu_memory_utilization=\"0.9\",num_gpu_blocks=\"8192\",sliding_window=\"1024\"}} 1\n\
              # TYPE ferrox_plan_max_seqs gauge\nferrox_plan_max_seqs {}\n\
-             # TYPE ferrox_plan_window_blocks gauge\n\
-             ferrox_plan_window_blocks{{window=\"1024\"}} {window_blocks}\n",
+             # TYPE ferrox_plan_pool_blocks gauge\n\
+             ferrox_plan_pool_blocks{{pool=\"full\"}} 8192\n\
+             ferrox_plan_pool_blocks{{pool=\"window:1024\"}} {window_blocks}\n",
             p.max_seqs
         )
     };
@@ -326,17 +339,22 @@ fn a_gemma3_deployment_plans_renders_and_verifies_its_window_pool() {
         plan: &status,
         kv_dtype: "bf16",
     };
-    let agree = parse_metrics(&exposition(w.kv_blocks))
-        .unwrap()
-        .plan
-        .unwrap();
+    let agree = parse_metrics(&exposition(w.blocks)).unwrap().plan.unwrap();
     let observed = observe(&[agree], &expected).unwrap();
-    assert_eq!(observed.window_blocks, Some(vec![w.kv_blocks as i64]));
+    let seen: Vec<(&str, i64)> = observed
+        .pools
+        .iter()
+        .map(|p| (p.pool.as_str(), p.blocks))
+        .collect();
+    assert_eq!(seen, [("full", 8192), ("window:1024", w.blocks as i64)]);
     let (status_, reason, message) = verdict(Some(&observed), &expected);
     assert_eq!((status_, reason), ("True", "ServersAgree"), "{message}");
-    assert!(message.contains("window pools of"), "{message}");
+    assert!(
+        message.contains(&format!("and pools window:1024={}", w.blocks)),
+        "{message}"
+    );
     // A server with half the window pool disagrees, and says where.
-    let half = parse_metrics(&exposition(w.kv_blocks / 2))
+    let half = parse_metrics(&exposition(w.blocks / 2))
         .unwrap()
         .plan
         .unwrap();
@@ -344,7 +362,80 @@ fn a_gemma3_deployment_plans_renders_and_verifies_its_window_pool() {
     let (status_, _, message) = verdict(Some(&observed), &expected);
     assert_eq!(status_, "False");
     assert!(
-        message.contains("window blocks for the 1024-token window"),
+        message.contains("blocks in the window:1024 pool, planned"),
         "{message}"
     );
+}
+
+/// Every memory kind reaches the status and the pods' flags as the same
+/// list of pools, by kind: dense, windowed beside full attention, every
+/// layer windowed, a hybrid, every layer recurrent.
+#[test]
+fn the_status_and_the_pod_args_list_the_plans_pools_by_kind() {
+    use ferrox_plan::{SlidingWindow, contract::parse_pool_arg};
+    let base = fixtures::llama3_8b();
+    let sw = |window, layers| vec![SlidingWindow { window, layers }];
+    let recurrent = |layers| ModelGeometry {
+        recurrent_layers: layers,
+        state_bytes_per_seq: layers * (1 << 20),
+        ..base.clone()
+    };
+    let w = CacheKind::Window;
+    let cases: [(&str, ModelGeometry, &[CacheKind]); 5] = [
+        ("dense", base.clone(), &[CacheKind::Full]),
+        (
+            "windows",
+            ModelGeometry {
+                sliding_windows: sw(1024, 24),
+                ..base.clone()
+            },
+            &[CacheKind::Full, w(1024)],
+        ),
+        (
+            "every layer windowed",
+            ModelGeometry {
+                sliding_windows: sw(4096, 32),
+                ..base.clone()
+            },
+            &[w(4096)],
+        ),
+        (
+            "hybrid",
+            recurrent(28),
+            &[CacheKind::Full, CacheKind::State],
+        ),
+        ("every layer recurrent", recurrent(32), &[CacheKind::State]),
+    ];
+    for (name, geometry, kinds) in cases {
+        let planned = plan_offline(&gpu_spec(1, "80Gi"), &geometry).unwrap();
+        let plan = &planned.plan;
+        let got: Vec<CacheKind> = plan.pools.iter().map(|p| p.kind).collect();
+        assert_eq!(got, kinds, "{name}");
+        let status = to_status(&planned);
+        let listed: Vec<(String, i64)> = status
+            .pools
+            .iter()
+            .map(|p| (p.pool.clone(), p.blocks))
+            .collect();
+        let want: Vec<(String, i64)> = plan
+            .pools
+            .iter()
+            .map(|p| (p.kind.to_string(), p.blocks as i64))
+            .collect();
+        assert_eq!(listed, want, "{name}");
+        assert_eq!(
+            status.kv_blocks as u64,
+            plan.blocks(CacheKind::Full),
+            "{name}"
+        );
+        let md = fixtures::md("m", gpu_spec(1, "80Gi"));
+        let source = crate::source::parse(&md.spec.model.source).unwrap();
+        let args = crate::desired::deployment::server_args(&md, &planned, &source);
+        let told: Vec<(CacheKind, u64)> = args
+            .windows(2)
+            .filter(|a| a[0] == "--pool")
+            .map(|a| parse_pool_arg(&a[1]).unwrap())
+            .collect();
+        assert_eq!(told, plan.sizes(), "{name}");
+    }
 }

@@ -113,7 +113,12 @@ async fn first_reconcile_applies_children_and_writes_status() {
         assert!(dep.uri.contains("fieldManager=ferrox-operator"));
         assert!(dep.uri.contains("force=true"));
         let args = dep.body["spec"]["template"]["spec"]["containers"][0]["args"].clone();
-        assert!(args.as_array().unwrap().iter().any(|a| a == "--kv-blocks"));
+        let args = args.as_array().unwrap();
+        let pool = args.iter().position(|a| a == "--pool").unwrap();
+        assert!(
+            args[pool + 1].as_str().unwrap().starts_with("full="),
+            "{args:?}"
+        );
         assert_eq!(
             dep.body["metadata"]["ownerReferences"][0]["kind"],
             "ModelDeployment"

@@ -1,49 +1,48 @@
 //! The interface the batching worker drives a model through.
 //!
-//! The model owns the KV storage, indexed by block id; the worker owns which
-//! blocks belong to which sequence (through [`crate::BlockLease`]s) and passes
-//! each sequence's block tables with every call.
+//! The model owns the cache storage, indexed by block id; the worker owns
+//! which blocks belong to which sequence (through [`crate::BlockLease`]s) and
+//! passes each sequence's block tables with every call.
 //!
-//! A model's layers fall in KV groups by attention kind (full attention, each
-//! sliding window), each group with its own pool of blocks
-//! ([`BatchModel::kv_pools`]); a sequence has one block table per group, in
-//! the same order. A windowed group's table has [`crate::block_pool::RELEASED`]
-//! in the entries its window has left, which the model never reads.
+//! A model's cache is a list of pools, one per kind of cache its layers keep
+//! ([`BatchModel::cache_pools`]: full attention, each sliding window, the
+//! recurrent state slots); a sequence has one block table per pool, each
+//! named by its kind ([`Table`]), never matched by position. A windowed
+//! pool's table has [`crate::block_pool::RELEASED`] in the entries its
+//! window has left, which the model never reads; a state pool's table is
+//! the sequence's one slot.
+
+use ferrox_plan::CacheKind;
 
 use crate::{AdapterRef, Error};
 
-/// One KV pool of a model: the group of layers it serves and its size.
+/// One pool of a model's cache: its kind and its size in blocks (a state
+/// pool's block is one sequence's slot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolSpec {
-    /// The group's sliding window in tokens; `None` for full attention.
-    pub window: Option<usize>,
+pub struct Pool {
+    /// The kind of cache, which names the pool.
+    pub kind: CacheKind,
     /// Blocks in the pool.
     pub blocks: usize,
 }
 
-/// A sequence's block tables, one per KV pool in [`BatchModel::kv_pools`]'s
-/// order; for a model with recurrent layers ([`BatchModel::state_slots`]
-/// is `Some`), then one more table of one entry: the sequence's state slot.
-pub type Tables<'a> = &'a [&'a [u32]];
+/// One of a sequence's block tables: the blocks it holds in the pool of
+/// `kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Table<'a> {
+    /// The pool's kind.
+    pub kind: CacheKind,
+    /// Block ids, in sequence order (a state table: the one slot).
+    pub blocks: &'a [u32],
+}
 
-/// The input check of a row's state slot: the one-entry table after the KV
-/// pools' tables, inside `slots`; no table at all when `slots` is `None` (a
-/// model without recurrent layers). Returns the KV pools' tables.
-pub fn check_state_table<'a>(
-    slots: Option<usize>,
-    pools: usize,
-    tables: Tables<'a>,
-) -> Result<Tables<'a>, Error> {
-    let Some(slots) = slots else {
-        return Ok(tables);
-    };
-    match tables.split_last() {
-        Some((&[slot], kv)) if kv.len() == pools && (*slot as usize) < slots => Ok(kv),
-        _ => Err(Error::Forward(format!(
-            "a row of a model with {slots} state slots needs its KV tables, then \
-             one slot below {slots}"
-        ))),
-    }
+/// A sequence's block tables, one per pool of [`BatchModel::cache_pools`],
+/// each named by its kind.
+pub type Tables<'a> = &'a [Table<'a>];
+
+/// The table of `kind` among `tables`.
+pub fn table_of<'a>(tables: Tables<'a>, kind: CacheKind) -> Option<&'a [u32]> {
+    tables.iter().find(|t| t.kind == kind).map(|t| t.blocks)
 }
 
 /// One row of a batched decode step.
@@ -88,13 +87,14 @@ pub struct StepLogits {
 }
 
 /// The input check every model needs (see [`BatchModel::check_input`]): some
-/// tokens, each below `vocab`, one table per pool of `pools`, and room for the
-/// tokens at `pos` in each, in blocks of `block_size` tokens. No arithmetic
-/// here can wrap.
+/// tokens, each below `vocab`, exactly one table for each pool of `pools` and
+/// none else, room for the tokens at `pos` in each attention table, in
+/// blocks of `block_size` tokens, and one slot inside its pool in a state
+/// table. No arithmetic here can wrap.
 pub fn check_input(
     vocab: usize,
     block_size: usize,
-    pools: usize,
+    pools: &[Pool],
     tables: Tables<'_>,
     tokens: &[u32],
     pos: usize,
@@ -107,27 +107,55 @@ pub fn check_input(
             "token {bad} is outside the vocabulary of {vocab}"
         )));
     }
-    if tables.len() != pools {
+    let named = |k: CacheKind| tables.iter().filter(|t| t.kind == k).count();
+    let unknown = tables
+        .iter()
+        .map(|t| t.kind)
+        .find(|&k| !pools.iter().any(|p| p.kind == k));
+    let not_once = pools.iter().map(|p| p.kind).find(|&k| named(k) != 1);
+    if let Some(kind) = unknown.or(not_once) {
         return Err(Error::Forward(format!(
-            "{} block tables for a model with {pools} KV pools",
-            tables.len()
+            "a row's block tables ({}) must be one for each of the model's pools ({}): \
+             the {kind} table is missing, repeated or of no pool",
+            spell(tables.iter().map(|t| t.kind)),
+            spell(pools.iter().map(|p| p.kind)),
         )));
     }
-    let end = pos.checked_add(tokens.len());
-    for blocks in tables {
-        let room = blocks.len().checked_mul(block_size);
-        match (end, room) {
-            (Some(end), Some(room)) if end <= room => {}
-            _ => {
-                return Err(Error::Forward(format!(
-                    "positions {pos}..+{} are past the sequence's {} blocks of {block_size}",
-                    tokens.len(),
-                    blocks.len(),
-                )));
-            }
-        }
+    for pool in pools {
+        let blocks = table_of(tables, pool.kind).unwrap_or_default();
+        room(pool, blocks, block_size, tokens.len(), pos)?;
     }
     Ok(())
+}
+
+/// Kinds as a message lists them.
+fn spell(kinds: impl Iterator<Item = CacheKind>) -> String {
+    let kinds: Vec<CacheKind> = kinds.collect();
+    ferrox_plan::spell_kinds(&kinds)
+}
+
+/// Whether `blocks` of `pool` hold a step of `n` tokens at `pos`: an
+/// attention table covers them, a state table is one slot in the pool.
+fn room(pool: &Pool, blocks: &[u32], block_size: usize, n: usize, pos: usize) -> Result<(), Error> {
+    if !pool.kind.holds_tokens() {
+        return match blocks {
+            [slot] if (*slot as usize) < pool.blocks => Ok(()),
+            _ => Err(Error::Forward(format!(
+                "a row's {} table must be one slot below {}, not {blocks:?}",
+                pool.kind, pool.blocks
+            ))),
+        };
+    }
+    let end = pos.checked_add(n);
+    let room = blocks.len().checked_mul(block_size);
+    match (end, room) {
+        (Some(end), Some(room)) if end <= room => Ok(()),
+        _ => Err(Error::Forward(format!(
+            "positions {pos}..+{n} are past the sequence's {} blocks of {block_size} in its {} pool",
+            blocks.len(),
+            pool.kind,
+        ))),
+    }
 }
 
 /// A decoder that runs many sequences, each with its own paged KV.
@@ -138,17 +166,10 @@ pub trait BatchModel: Send {
     /// Tokens per KV block.
     fn block_size(&self) -> usize;
 
-    /// The KV pools of the model's cache, one per group of layers: full
-    /// attention first (if any layer has it), then each window, smallest
-    /// first. The pools the scheduler hands out are exactly these.
-    fn kv_pools(&self) -> Vec<PoolSpec>;
-
-    /// Recurrent state slots: each running sequence of a model with
-    /// recurrent layers holds one (its state, of fixed size, in every such
-    /// layer); `None` for a model without. A row's slot is its last table.
-    fn state_slots(&self) -> Option<usize> {
-        None
-    }
+    /// The pools of the model's cache, one per kind of cache its layers
+    /// keep, in [`CacheKind`] order. The pools the scheduler hands out are
+    /// exactly these.
+    fn cache_pools(&self) -> Vec<Pool>;
 
     /// Checks one row's input before a step: `tokens` at `pos` into the
     /// sequence with block tables `tables`. The worker leaves a row that fails
@@ -156,12 +177,11 @@ pub trait BatchModel: Send {
     /// others. The default checks what every model needs: some tokens, each
     /// inside the vocabulary, a table per pool and room for them in each.
     fn check_input(&self, tables: Tables<'_>, tokens: &[u32], pos: usize) -> Result<(), Error> {
-        let pools = self.kv_pools().len();
-        let tables = check_state_table(self.state_slots(), pools, tables)?;
+        let pools = self.cache_pools();
         check_input(
             self.vocab_size(),
             self.block_size(),
-            pools,
+            &pools,
             tables,
             tokens,
             pos,
@@ -266,25 +286,84 @@ mod tests {
             (&[0], &[1], usize::MAX, Some("past")),
             (&[0; 3], &[9; 12], 0, None),
         ];
+        let full = |blocks| Pool {
+            kind: CacheKind::Full,
+            blocks,
+        };
         for (blocks, tokens, pos, want) in cases {
-            match (check_input(10, 4, 1, &[blocks], tokens, pos), want) {
+            let tables = [Table {
+                kind: CacheKind::Full,
+                blocks,
+            }];
+            match (check_input(10, 4, &[full(8)], &tables, tokens, pos), want) {
                 (Ok(()), None) => {}
                 (Err(e), Some(w)) => assert!(e.to_string().contains(w), "{e}"),
                 (g, w) => panic!("{blocks:?} {tokens:?} {pos}: {g:?} vs {w:?}"),
             }
         }
-        // One table per pool, each with room.
+        // One table per pool, by kind, each with room; a state table is one
+        // slot inside its pool.
         let (short, long): (&[u32], &[u32]) = (&[0], &[0, 1]);
-        assert!(check_input(10, 4, 2, &[long, long], &[1; 5], 0).is_ok());
-        let err = check_input(10, 4, 2, &[long, short], &[1; 5], 0).unwrap_err();
-        assert!(
-            err.to_string().contains("past the sequence's 1 blocks"),
-            "{err}"
-        );
-        let err = check_input(10, 4, 2, &[long], &[1], 0).unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("1 block tables for a model with 2 KV pools")
-        );
+        let w = CacheKind::Window(8);
+        let pools = [
+            full(8),
+            Pool { kind: w, blocks: 8 },
+            Pool {
+                kind: CacheKind::State,
+                blocks: 2,
+            },
+        ];
+        let t = |kind, blocks| Table { kind, blocks };
+        let good = [
+            t(CacheKind::State, &[1]),
+            t(w, long),
+            t(CacheKind::Full, long),
+        ];
+        assert!(check_input(10, 4, &pools, &good, &[1; 5], 0).is_ok());
+        type Bad<'a> = (Vec<Table<'a>>, &'a str);
+        let bad: [Bad; 5] = [
+            (
+                vec![
+                    t(CacheKind::Full, long),
+                    t(w, short),
+                    t(CacheKind::State, &[1]),
+                ],
+                "past the sequence's 1 blocks of 4 in its window:8 pool",
+            ),
+            (
+                vec![t(CacheKind::Full, long), t(CacheKind::State, &[1])],
+                "the window:8 table is missing",
+            ),
+            (
+                vec![
+                    t(CacheKind::Full, long),
+                    t(w, long),
+                    t(w, long),
+                    t(CacheKind::State, &[0]),
+                ],
+                "(full, window:8, window:8, state) must be one for each of the model's pools (full, window:8, state)",
+            ),
+            (
+                vec![
+                    t(CacheKind::Full, long),
+                    t(w, long),
+                    t(CacheKind::State, &[2]),
+                ],
+                "state table must be one slot below 2",
+            ),
+            (
+                vec![
+                    t(CacheKind::Full, long),
+                    t(w, long),
+                    t(CacheKind::Window(9), long),
+                    t(CacheKind::State, &[0]),
+                ],
+                "the window:9 table",
+            ),
+        ];
+        for (tables, want) in bad {
+            let err = check_input(10, 4, &pools, &tables, &[1; 5], 0).unwrap_err();
+            assert!(err.to_string().contains(want), "{err}");
+        }
     }
 }

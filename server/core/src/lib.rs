@@ -27,7 +27,7 @@ pub mod tokenizer;
 
 pub use adapter::AdapterRef;
 pub use api_keys::ApiKeys;
-pub use batch_model::{BatchModel, DecodeRow, PoolSpec, Tables};
+pub use batch_model::{BatchModel, DecodeRow, Pool, Table, Tables};
 pub use block_hash::{BlockHash, BlockHasher};
 pub use block_pool::{BlockLease, BlockPool, PoolStats, RELEASED, Reservation};
 pub use chat_template::{ChatMessage, ChatTemplate, RenderOptions};

@@ -3,75 +3,69 @@
 //! admitted when both caps allow it: strict FIFO, so a head that does not fit
 //! stops the line.
 //!
-//! Blocks are counted per KV pool: a request reserves in the KV pool (the
-//! full-attention layers) its whole length's blocks, and in each window pool
-//! its window plus one prefill chunk, page-aligned, or its whole length when
-//! that is less ([`blocks_needed`]). It is admitted only when every pool can
-//! cover its reservation.
+//! Blocks are counted per pool, by kind ([`ferrox_plan::CacheKind::blocks_for`]):
+//! a request reserves in the full-attention pool its whole length's blocks,
+//! in each window pool its window plus one prefill chunk, page-aligned, or
+//! its whole length when that is less, and in a state pool one slot. It is
+//! admitted only when every pool can cover its reservation.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use ferrox_core::{BlockLease, PoolSpec};
+use ferrox_core::Pool;
+use ferrox_plan::CacheKind;
 
 use crate::job::Job;
-use crate::kv_pools::KvPools;
+use crate::kv_pools::{KvPools, Leases};
 use crate::{EngineConfig, EngineError};
 
-/// KV blocks a request of `tokens` tokens (prompt plus everything it may
-/// generate) reserves for its whole life in a pool of window `window` (`None`:
-/// full attention), with prefill chunks of at most `prefill_chunk` tokens.
-/// Saturating: a sum past `usize::MAX` asks for every block.
+/// Blocks a request of `tokens` tokens (prompt plus everything it may
+/// generate) reserves for its whole life in a pool of `kind`, with prefill
+/// chunks of at most `prefill_chunk` tokens. Saturating: a sum past
+/// `usize::MAX` asks for every block.
 pub fn blocks_needed(
     tokens: usize,
-    window: Option<usize>,
+    kind: CacheKind,
     block_size: usize,
     prefill_chunk: usize,
 ) -> usize {
-    let whole = tokens.div_ceil(block_size.max(1));
-    match window {
-        None => whole,
-        Some(w) => {
-            let wide = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
-            let bound = ferrox_plan::window_blocks(wide(w), wide(prefill_chunk), wide(block_size));
-            whole.min(usize::try_from(bound).unwrap_or(usize::MAX))
-        }
-    }
+    let wide = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    let blocks = kind.blocks_for(wide(tokens), wide(prefill_chunk), wide(block_size));
+    usize::try_from(blocks).unwrap_or(usize::MAX)
 }
 
 /// The most tokens one sequence may hold in `pool`, and the pool named with
 /// its numbers; `None` when any length fits (a window pool that holds a
-/// whole window's reservation).
-fn pool_limit(pool: &PoolSpec, config: &EngineConfig) -> Option<(usize, String)> {
+/// whole window's reservation, a state pool with a slot).
+fn pool_limit(pool: &Pool, config: &EngineConfig) -> Option<(usize, String)> {
     let bs = config.block_size;
     let tokens = pool.blocks.saturating_mul(bs);
-    match pool.window {
-        None => Some((
+    let most = blocks_needed(usize::MAX, pool.kind, bs, config.prefill_chunk);
+    match pool.kind {
+        CacheKind::Full => Some((
             tokens,
             format!("the KV pool's {} blocks of {bs} tokens", pool.blocks),
         )),
-        Some(w) => {
-            let most = blocks_needed(usize::MAX, Some(w), bs, config.prefill_chunk);
-            (pool.blocks < most).then(|| {
-                let name = format!(
-                    "the {w}-token window pool's {} blocks of {bs} tokens, where a long \
-                     sequence reserves {most}",
-                    pool.blocks
-                );
-                (tokens, name)
-            })
-        }
+        CacheKind::Window(w) => (pool.blocks < most).then(|| {
+            let name = format!(
+                "the {w}-token window pool's {} blocks of {bs} tokens, where a long \
+                 sequence reserves {most}",
+                pool.blocks
+            );
+            (tokens, name)
+        }),
+        CacheKind::State => None,
     }
 }
 
 /// Refuses, at submission, a request an empty server could not hold; returns
-/// the blocks it will reserve in each pool, in [`EngineConfig::pools`] order.
+/// the blocks it will reserve in each pool, by kind.
 pub fn check_fits(
     prompt_tokens: usize,
     max_tokens: usize,
     config: &EngineConfig,
-) -> Result<Vec<usize>, EngineError> {
+) -> Result<Vec<(CacheKind, usize)>, EngineError> {
     if prompt_tokens == 0 {
         return Err(EngineError::invalid("prompt", "the prompt is empty"));
     }
@@ -83,14 +77,13 @@ pub fn check_fits(
     }
     // Client numbers: saturating, so no sum can wrap below the limit.
     let needed = prompt_tokens.saturating_add(max_tokens);
-    let pools = config.pools();
     let mut limit = (config.max_model_len, "--max-model-len".to_string());
-    for (tokens, name) in pools.iter().filter_map(|p| pool_limit(p, config)) {
+    for (tokens, name) in config.pools.iter().filter_map(|p| pool_limit(p, config)) {
         if tokens < limit.0 {
             limit = (tokens, name);
         }
     }
-    if config.state_slots == Some(0) {
+    if config.pool(CacheKind::State).is_some_and(|p| p.blocks == 0) {
         return Err(EngineError::invalid(
             "prompt",
             "the model has recurrent layers and the server holds no state slot for a sequence",
@@ -105,10 +98,11 @@ pub fn check_fits(
             limit: limit.1,
         });
     }
-    Ok(pools
-        .iter()
-        .map(|p| blocks_needed(needed, p.window, config.block_size, config.prefill_chunk))
-        .collect())
+    let need = |p: &Pool| {
+        let n = blocks_needed(needed, p.kind, config.block_size, config.prefill_chunk);
+        (p.kind, n)
+    };
+    Ok(config.pools.iter().map(need).collect())
 }
 
 /// Requests submitted and not yet admitted, counted from submission (the
@@ -186,12 +180,11 @@ impl AdapterCap<'_> {
     }
 }
 
-/// A request let in, with the blocks it reserved: one lease per pool, and
-/// its state slot.
+/// A request let in, with the blocks it reserved: one lease per pool, by
+/// kind.
 pub(crate) struct Admitted {
     pub job: Job,
-    pub leases: Vec<BlockLease>,
-    pub state: Option<BlockLease>,
+    pub leases: Leases,
 }
 
 /// The worker's FIFO of requests not yet admitted.
@@ -276,19 +269,15 @@ impl WaitingLine {
             prompt.saturating_sub(1) / self.block_size
         };
         let now = prompt.div_ceil(self.block_size);
-        let reserved = pools
+        let leases = pools
             .reserve(&head.hashes, max_cached, now, &head.blocks)
-            .map_err(|pool| match pool == head.blocks.len() {
-                true => Blocked::StateCap,
-                false => Blocked::BlockCap,
+            .map_err(|pool| match pool {
+                CacheKind::State => Blocked::StateCap,
+                CacheKind::Full | CacheKind::Window(_) => Blocked::BlockCap,
             })?;
         let job = self.jobs.pop_front().ok_or(Blocked::Empty)?;
         self.bound.leave();
-        Ok(Admitted {
-            job,
-            leases: reserved.leases,
-            state: reserved.state,
-        })
+        Ok(Admitted { job, leases })
     }
 }
 

@@ -1,6 +1,7 @@
 //! The worker's limits, decided once at start.
 
-use ferrox_core::PoolSpec;
+use ferrox_core::Pool;
+use ferrox_plan::CacheKind;
 
 /// Limits of one engine; see the server's CLI for each one's meaning.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,15 +17,10 @@ pub struct EngineConfig {
     pub max_model_len: usize,
     /// Tokens per KV block.
     pub block_size: usize,
-    /// Blocks of the KV pool (the full-attention layers); 0 when every layer
-    /// has a sliding window and `windows` holds every pool.
-    pub kv_blocks: usize,
-    /// The window pools beside the KV pool, smallest window first.
-    pub windows: Vec<WindowPool>,
-    /// Recurrent state slots, one per running sequence of a model with
-    /// recurrent layers (the third admission cap); `None` for a model
-    /// without.
-    pub state_slots: Option<usize>,
+    /// The model's cache pools, by kind, in [`CacheKind`] order (the
+    /// plan's): every pool a request reserves in. A state pool's blocks are
+    /// its slots, one a running sequence (the third admission cap).
+    pub pools: Vec<Pool>,
     /// Log a decode status line every this many steps; 0 disables.
     pub decode_log_interval: u64,
     /// Share the KV of cached full prompt blocks between requests (asked
@@ -45,9 +41,10 @@ impl Default for EngineConfig {
             prefill_chunk: 512,
             max_model_len: 2048,
             block_size: 16,
-            kv_blocks: 2048,
-            windows: Vec::new(),
-            state_slots: None,
+            pools: vec![Pool {
+                kind: CacheKind::Full,
+                blocks: 2048,
+            }],
             decode_log_interval: 40,
             prefix_caching: true,
             cache_salt: String::new(),
@@ -56,75 +53,49 @@ impl Default for EngineConfig {
     }
 }
 
-/// One window pool: the blocks of the layers with one sliding window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WindowPool {
-    /// The window, in tokens.
-    pub window: usize,
-    /// Blocks in the pool.
-    pub blocks: usize,
-}
-
 impl EngineConfig {
-    /// The pools, in the order a model lists its KV groups: the KV pool (when
-    /// the model has full-attention layers), then each window pool.
-    pub fn pools(&self) -> Vec<PoolSpec> {
-        // A model without attention (every layer recurrent) has no KV pool.
-        let attends = self.windows.is_empty() && self.state_slots.is_none();
-        let full = (self.kv_blocks > 0 || attends).then_some(PoolSpec {
-            window: None,
-            blocks: self.kv_blocks,
-        });
-        let windows = self.windows.iter().map(|w| PoolSpec {
-            window: Some(w.window),
-            blocks: w.blocks,
-        });
-        full.into_iter().chain(windows).collect()
-    }
-
-    /// This config with `pools` (a model's, in its order) as its KV pool
-    /// and window pools.
-    pub fn with_pools(self, pools: &[PoolSpec]) -> Self {
-        let kv_blocks = pools
-            .iter()
-            .find(|p| p.window.is_none())
-            .map_or(0, |p| p.blocks);
-        let windows = pools
-            .iter()
-            .filter_map(|p| {
-                p.window.map(|window| WindowPool {
-                    window,
-                    blocks: p.blocks,
-                })
+    /// The plan's pools, by kind, as the engine holds them.
+    pub fn plan_pools(plan: &ferrox_plan::Plan) -> Result<Vec<Pool>, std::num::TryFromIntError> {
+        let pool = |p: &ferrox_plan::PoolPlan| {
+            Ok(Pool {
+                kind: p.kind,
+                blocks: usize::try_from(p.blocks)?,
             })
-            .collect();
-        EngineConfig {
-            kv_blocks,
-            windows,
-            ..self
-        }
+        };
+        plan.pools.iter().map(pool).collect()
     }
 
-    /// Whether the prefix cache runs: asked for, and the model has no
-    /// sliding-window layers. A cached prefix would have to bring its
-    /// window's blocks too, and a window pool gives blocks back as the window
-    /// moves, so a model with windows runs without the cache (the server logs
-    /// why; docs/operator.md).
-    ///
-    /// Likewise a model with recurrent layers: a cached prefix is usable only
-    /// with the recurrent state at its end, which is not kept (no state
-    /// checkpoints), so such a model runs without the cache.
+    /// The pool of `kind`, if the model has one.
+    pub fn pool(&self, kind: CacheKind) -> Option<&Pool> {
+        self.pools.iter().find(|p| p.kind == kind)
+    }
+
+    /// Whether the prefix cache runs: asked for, and every pool is full
+    /// attention. A window pool gives blocks back as the window moves, so a
+    /// cached prefix would have to bring its window's blocks too; a state
+    /// pool's prefix is usable only with the state at its end, which is not
+    /// kept (no checkpoints). Such models run without the cache (the server
+    /// logs why: [`EngineConfig::prefix_cache_off_reason`]).
     pub fn prefix_cache_on(&self) -> bool {
-        self.prefix_caching && self.windows.is_empty() && self.state_slots.is_none()
+        self.prefix_caching && self.prefix_cache_off_reason().is_none()
     }
 
-    /// This config with `slots` recurrent state slots (a model's
-    /// [`ferrox_core::BatchModel::state_slots`]).
-    pub fn with_state_slots(self, slots: Option<usize>) -> Self {
-        EngineConfig {
-            state_slots: slots,
-            ..self
+    /// Why the model's pools keep no prefix cache, if they do not.
+    pub fn prefix_cache_off_reason(&self) -> Option<&'static str> {
+        let kinds = || self.pools.iter().map(|p| p.kind);
+        if kinds().any(|k| k == CacheKind::State) {
+            return Some(
+                "the model has recurrent layers, and a cached prefix would need the \
+                 recurrent state at its end, which is not kept",
+            );
         }
+        if kinds().any(|k| k.window().is_some()) {
+            return Some(
+                "the model has sliding-window layers, whose blocks leave their window \
+                 pool as the window moves",
+            );
+        }
+        (self.pool(CacheKind::Full).is_none()).then_some("the model keeps no KV cache")
     }
 }
 
@@ -133,35 +104,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pools_and_with_pools_are_inverses() {
-        let full = |blocks| PoolSpec {
-            window: None,
-            blocks,
-        };
-        let window = |w, blocks| PoolSpec {
-            window: Some(w),
-            blocks,
-        };
-        for pools in [
-            vec![full(32)],
-            vec![full(32), window(8, 4)],
-            vec![window(4096, 100)],
-            vec![full(10), window(128, 3), window(512, 5)],
+    fn the_prefix_cache_runs_only_where_every_pool_is_full_attention() {
+        let pool = |kind, blocks| Pool { kind, blocks };
+        let full = pool(CacheKind::Full, 32);
+        let window = pool(CacheKind::Window(8), 4);
+        let state = pool(CacheKind::State, 4);
+        for (pools, on) in [
+            (vec![full], true),
+            (vec![full, window], false),
+            (vec![window], false),
+            (vec![full, state], false),
+            (vec![state], false),
+            (vec![], false),
         ] {
-            let c = EngineConfig::default().with_pools(&pools);
-            assert_eq!(c.pools(), pools);
-            assert_eq!(
-                c.prefix_cache_on(),
-                pools.len() == 1 && pools[0].window.is_none()
-            );
-            // Recurrent layers: no cache; no KV pool unless one is given.
-            let r = c.clone().with_state_slots(Some(4));
-            assert!(!r.prefix_cache_on());
-            assert_eq!(r.pools(), pools.clone());
+            let c = EngineConfig {
+                pools: pools.clone(),
+                ..EngineConfig::default()
+            };
+            assert_eq!(c.prefix_cache_on(), on, "{pools:?}");
+            assert_eq!(c.prefix_cache_off_reason().is_none(), on, "{pools:?}");
+            let off = EngineConfig {
+                prefix_caching: false,
+                ..c
+            };
+            assert!(!off.prefix_cache_on());
         }
-        let none = EngineConfig::default()
-            .with_pools(&[])
-            .with_state_slots(Some(4));
-        assert_eq!(none.pools(), []);
+        let c = EngineConfig {
+            pools: vec![full, window],
+            ..EngineConfig::default()
+        };
+        assert_eq!(c.pool(CacheKind::Window(8)), Some(&window));
+        assert_eq!(c.pool(CacheKind::State), None);
     }
 }

@@ -5,8 +5,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use ferrox_core::batch_model::{PrefillChunk, StepLogits, Tables};
-use ferrox_core::{BatchModel, DecodeRow, Error, PoolSpec, RELEASED};
+use ferrox_core::batch_model::{PrefillChunk, StepLogits, Tables, table_of};
+use ferrox_core::{BatchModel, DecodeRow, Error, Pool, RELEASED};
+use ferrox_plan::CacheKind;
 
 use crate::admission::check_fits;
 use crate::job::{Job, RequestId};
@@ -41,18 +42,20 @@ pub struct Chunk {
 }
 
 /// A model whose next token is always `(last + 1) % VOCAB`, over a paged "KV"
-/// that stores token ids in block slots, one store per pool: it fails on a
-/// position whose earlier slots in the block table hold nothing, or past the
-/// blocks given, and logs every context it attended to (the tokens of
-/// positions `0..=last`, in the first pool). A window pool's layers read only
-/// their window (positions `last - window + 1..=last`): a released block there
-/// is an error, and what they read must be what the first pool holds.
+/// that stores token ids in block slots, one store per pool, each table found
+/// by its kind: it fails on a position whose earlier slots in the block table
+/// hold nothing, or past the blocks given, and logs every context it attended
+/// to (the tokens of positions `0..=last`, in its first attention pool). A
+/// window pool's layers read only their window (positions `last - window +
+/// 1..=last`): a released block there is an error, and what they read must
+/// be what the first pool holds. A state pool's slot must hold the tokens
+/// before a row's position, or the row starts at 0.
 pub struct FakeModel {
     pub block_size: usize,
     /// Logit of the predicted token; the others are 0.
     pub peak: f32,
     /// Slots by (pool, block).
-    kv: HashMap<(usize, u32), Vec<Option<u32>>>,
+    kv: HashMap<(CacheKind, u32), Vec<Option<u32>>>,
     pub calls: Arc<Mutex<Vec<Call>>>,
     /// Each run's whole context, in order.
     pub contexts: Arc<Mutex<Vec<Vec<u32>>>>,
@@ -69,10 +72,8 @@ pub struct FakeModel {
     pub stall: std::time::Duration,
     /// Once set, the next tick panics outside the step (the worker dies).
     pub die: Arc<AtomicBool>,
-    /// The KV pools it claims to hold (the engine's must match).
-    pub pools: Vec<PoolSpec>,
-    /// Recurrent state slots it claims to hold (`None`: no recurrent layers).
-    pub state_slots: Option<usize>,
+    /// The pools it claims to hold, by kind (the engine's must match).
+    pub pools: Vec<Pool>,
     /// Per state slot: the tokens its "state" has folded in; a row must
     /// resume there or at 0.
     slot_at: HashMap<u32, usize>,
@@ -83,8 +84,7 @@ impl FakeModel {
     pub fn new(block_size: usize) -> Self {
         FakeModel {
             block_size,
-            pools: config().pools(),
-            state_slots: None,
+            pools: config().pools,
             slot_at: HashMap::new(),
             peak: 100.0,
             kv: HashMap::new(),
@@ -99,9 +99,18 @@ impl FakeModel {
         }
     }
 
-    fn slot(&mut self, pool: usize, blocks: &[u32], pos: usize) -> Result<&mut Option<u32>, Error> {
+    fn slot(
+        &mut self,
+        pool: CacheKind,
+        blocks: &[u32],
+        pos: usize,
+    ) -> Result<&mut Option<u32>, Error> {
         let bs = self.block_size;
-        let size = self.pools.get(pool).map_or(0, |p| p.blocks);
+        let size = self
+            .pools
+            .iter()
+            .find(|p| p.kind == pool)
+            .map_or(0, |p| p.blocks);
         let block = *blocks
             .get(pos / bs)
             .ok_or_else(|| Error::Forward(format!("position {pos} past the sequence's blocks")))?;
@@ -126,13 +135,13 @@ impl FakeModel {
     /// after writing them: from the window's start (or 0) to the last token.
     fn see(
         &mut self,
-        pool: usize,
+        pool: CacheKind,
         blocks: &[u32],
         tokens: &[u32],
         pos: usize,
     ) -> Result<Vec<u32>, Error> {
-        let from = match self.pools.get(pool).and_then(|p| p.window) {
-            Some(w) => (pos + 1).saturating_sub(w),
+        let from = match pool.window() {
+            Some(w) => (pos + 1).saturating_sub(w as usize),
             None => 0,
         };
         let mut seen = Vec::with_capacity(pos - from + tokens.len());
@@ -149,44 +158,41 @@ impl FakeModel {
         Ok(seen)
     }
 
-    /// A recurrent model's row: its slot (the last table) must hold the
+    /// A recurrent model's row: its slot (its state table) must hold the
     /// tokens before `pos`, or the row starts at 0; then it holds these too.
-    fn state<'a>(&mut self, tables: Tables<'a>, n: usize, pos: usize) -> Result<Tables<'a>, Error> {
-        let kv = ferrox_core::batch_model::check_state_table(
-            self.state_slots,
-            self.pools.len(),
-            tables,
-        )?;
-        if let Some(&slot) = tables
-            .last()
-            .and_then(|t| t.first())
-            .filter(|_| self.state_slots.is_some())
-        {
-            let at = self.slot_at.entry(slot).or_insert(0);
-            if pos != 0 && *at != pos {
-                return Err(Error::Forward(format!(
-                    "state slot {slot} holds {at} tokens, the row resumes at {pos}"
-                )));
-            }
-            *at = pos + n;
+    fn state(&mut self, tables: Tables<'_>, n: usize, pos: usize) -> Result<(), Error> {
+        if !self.pools.iter().any(|p| p.kind == CacheKind::State) {
+            return Ok(());
         }
-        Ok(kv)
+        let Some(&[slot]) = table_of(tables, CacheKind::State) else {
+            return Err(Error::Forward("a row with no state slot".into()));
+        };
+        let at = self.slot_at.entry(slot).or_insert(0);
+        if pos != 0 && *at != pos {
+            return Err(Error::Forward(format!(
+                "state slot {slot} holds {at} tokens, the row resumes at {pos}"
+            )));
+        }
+        *at = pos + n;
+        Ok(())
     }
 
     fn run(&mut self, tables: Tables<'_>, tokens: &[u32], pos: usize) -> Result<Vec<f32>, Error> {
         if self.poison.is_some_and(|p| tokens.contains(&p)) {
             return Err(Error::Forward("poisoned input".into()));
         }
-        let tables = self.state(tables, tokens.len(), pos)?;
-        if tables.len() != self.pools.len() {
-            return Err(Error::Forward(format!(
-                "{} tables for {} pools",
-                tables.len(),
-                self.pools.len()
-            )));
+        self.state(tables, tokens.len(), pos)?;
+        let mut attention = Vec::new();
+        for pool in self.pools.iter().filter(|p| p.kind.holds_tokens()) {
+            let blocks = table_of(tables, pool.kind)
+                .ok_or_else(|| Error::Forward(format!("no table for the {} pool", pool.kind)))?;
+            attention.push((pool.kind, blocks));
         }
-        let context = self.see(0, tables[0], tokens, pos)?;
-        for (pool, blocks) in tables.iter().enumerate().skip(1) {
+        let (&(first, blocks), rest) = attention.split_first().ok_or(Error::Forward(
+            "the fake model needs an attention pool".into(),
+        ))?;
+        let context = self.see(first, blocks, tokens, pos)?;
+        for &(pool, blocks) in rest {
             let seen = self.see(pool, blocks, tokens, pos)?;
             if !context.ends_with(&seen) {
                 return Err(Error::Forward(format!(
@@ -213,12 +219,8 @@ impl BatchModel for FakeModel {
         self.block_size
     }
 
-    fn kv_pools(&self) -> Vec<PoolSpec> {
+    fn cache_pools(&self) -> Vec<Pool> {
         self.pools.clone()
-    }
-
-    fn state_slots(&self) -> Option<usize> {
-        self.state_slots
     }
 
     fn check_input(&self, tables: Tables<'_>, tokens: &[u32], pos: usize) -> Result<(), Error> {
@@ -227,8 +229,7 @@ impl BatchModel for FakeModel {
                 "this model cannot run the poison token".into(),
             ));
         }
-        let pools = self.pools.len();
-        let tables = ferrox_core::batch_model::check_state_table(self.state_slots, pools, tables)?;
+        let pools = &self.pools;
         ferrox_core::batch_model::check_input(VOCAB, self.block_size, pools, tables, tokens, pos)
     }
 
@@ -314,9 +315,9 @@ impl BatchModel for FakeModel {
 
 /// The first block of a sequence's first table: which sequence a call is for.
 fn first_block(tables: Tables<'_>) -> u32 {
-    tables
-        .first()
-        .and_then(|t| t.first())
+    let attention = tables.iter().find(|t| t.kind.holds_tokens());
+    attention
+        .and_then(|t| t.blocks.first())
         .copied()
         .unwrap_or(u32::MAX)
 }
@@ -348,13 +349,37 @@ pub fn config() -> EngineConfig {
         prefill_chunk: 4,
         max_model_len: 64,
         block_size: 4,
-        kv_blocks: 32,
-        windows: Vec::new(),
-        state_slots: None,
+        pools: pools(&[(CacheKind::Full, 32)]),
         decode_log_interval: 1,
         prefix_caching: true,
         cache_salt: "fake".into(),
         max_loras: 2,
+    }
+}
+
+/// Pools of these kinds and sizes.
+pub fn pools(sizes: &[(CacheKind, usize)]) -> Vec<Pool> {
+    let pool = |&(kind, blocks): &(CacheKind, usize)| Pool { kind, blocks };
+    sizes.iter().map(pool).collect()
+}
+
+/// A config's pools, read and set by kind.
+pub trait ConfigPools {
+    /// Blocks of the full-attention pool (0 without one).
+    fn kv_blocks(&self) -> usize;
+    /// Sets the pool of `kind` to `blocks` (adding it, in kind order).
+    fn set_pool(&mut self, kind: CacheKind, blocks: usize);
+}
+
+impl ConfigPools for EngineConfig {
+    fn kv_blocks(&self) -> usize {
+        self.pool(CacheKind::Full).map_or(0, |p| p.blocks)
+    }
+
+    fn set_pool(&mut self, kind: CacheKind, blocks: usize) {
+        self.pools.retain(|p| p.kind != kind);
+        self.pools.push(Pool { kind, blocks });
+        self.pools.sort_by_key(|p| p.kind);
     }
 }
 

@@ -14,8 +14,8 @@ pub type RequestId = u64;
 pub(crate) struct Job {
     pub id: RequestId,
     pub req: GenerationRequest,
-    /// Blocks it reserves in each pool, in the pools' order.
-    pub blocks: Vec<usize>,
+    /// Blocks it reserves in each pool, by kind.
+    pub blocks: Vec<(ferrox_plan::CacheKind, usize)>,
     /// Chain hashes of the prompt's full blocks; empty with the cache off.
     pub hashes: Vec<BlockHash>,
     /// This request's hasher (the server's, salted by its `cache_salt`);

@@ -1,6 +1,9 @@
-//! The worker's KV pools, one per group of layers: the KV pool of the
-//! full-attention layers and a window pool per sliding window, in the order
-//! the model lists them. A request reserves in all of them or in none.
+//! The worker's pools, one per kind of cache the model keeps, each a
+//! [`BlockPool`] managed by its kind's rule: the full-attention pool pins a
+//! cached prefix and draws a prompt's blocks at once, a window pool draws as
+//! its window moves (and gives back what it leaves, in `row_kv.rs`), a state
+//! pool hands each sequence one slot. A request reserves in all of them or
+//! in none.
 //!
 //! A pool per group, not vLLM's one pool shared by every group: a group's
 //! cache holds its own layers only, sized by its own block count, so a
@@ -10,112 +13,107 @@
 //! release stay as they are. The price: the split between pools is fixed at
 //! start, by the typical request the plan counts.
 
-use ferrox_core::{BlockHash, BlockLease, BlockPool, PoolSpec, PoolStats, Reservation};
+use ferrox_core::{BlockHash, BlockLease, BlockPool, Pool, PoolStats, Reservation};
+use ferrox_plan::CacheKind;
 
-/// Every pool of the model's cache, and its recurrent state slots: a pool
-/// of one-block leases, one a sequence (the third cap beside sequences and
-/// blocks), given back with the row's other leases.
+/// Every pool of the model's cache, by kind.
 pub(crate) struct KvPools {
-    pools: Vec<(PoolSpec, BlockPool)>,
-    /// The first pool, or an empty one for a model without KV (every layer
-    /// recurrent): the prefix cache's and its events'.
-    first: BlockPool,
-    state: Option<BlockPool>,
+    pools: Vec<(CacheKind, BlockPool)>,
+    /// The full-attention pool, or an empty one for a model without: the
+    /// prefix cache's and its events'.
+    full: BlockPool,
 }
 
-/// A row's reservation: one lease per KV pool, and its state slot.
-pub(crate) struct Reserved {
-    pub leases: Vec<BlockLease>,
-    pub state: Option<BlockLease>,
-}
+/// What a row reserves: one lease per pool, by kind.
+pub(crate) type Leases = Vec<(CacheKind, BlockLease)>;
 
 impl KvPools {
-    /// Pools of `specs`' sizes; the first logs the hashes it caches and
-    /// evicts, as pool `epoch` (the prefix cache runs only where the first
-    /// pool is the only one).
-    pub fn new(specs: &[PoolSpec], state_slots: Option<usize>, epoch: u64) -> Self {
-        let pools = specs
+    /// Pools of `pools`' kinds and sizes; the full-attention pool logs the
+    /// hashes it caches and evicts, as pool `epoch`.
+    pub fn new(pools: &[Pool], epoch: u64) -> Self {
+        // Two events a block life (stored, evicted), and room for a reader's
+        // poll interval; one further behind gets the held set.
+        let logged = |blocks: usize| BlockPool::with_event_log(blocks, 2 * blocks + 1024, epoch);
+        let pools: Vec<(CacheKind, BlockPool)> = pools
             .iter()
-            .enumerate()
-            .map(|(i, &spec)| {
-                let pool = if i == 0 {
-                    // Two events a block life (stored, evicted), and room for
-                    // a reader's poll interval; one further behind gets the
-                    // held set.
-                    BlockPool::with_event_log(spec.blocks, 2 * spec.blocks + 1024, epoch)
-                } else {
-                    BlockPool::new(spec.blocks)
+            .map(|p| {
+                let pool = match p.kind {
+                    CacheKind::Full => logged(p.blocks),
+                    CacheKind::Window(_) | CacheKind::State => BlockPool::new(p.blocks),
                 };
-                (spec, pool)
+                (p.kind, pool)
             })
-            .collect::<Vec<_>>();
-        let first = match pools.first() {
-            Some((_, p)) => p.clone(),
-            None => BlockPool::with_event_log(0, 1024, epoch),
-        };
-        KvPools {
-            pools,
-            first,
-            state: state_slots.map(BlockPool::new),
-        }
+            .collect();
+        let full = pools
+            .iter()
+            .find(|(k, _)| *k == CacheKind::Full)
+            .map_or_else(|| logged(0), |(_, p)| p.clone());
+        KvPools { pools, full }
     }
 
-    /// The first pool (the KV pool when the model has full-attention layers).
-    pub fn first(&self) -> &BlockPool {
-        &self.first
+    /// The full-attention pool (an empty one for a model without).
+    pub fn full(&self) -> &BlockPool {
+        &self.full
     }
 
-    /// The state slots' pool (slots reserved and total), for a model with
-    /// recurrent layers.
-    pub fn state_stats(&self) -> Option<PoolStats> {
-        self.state.as_ref().map(BlockPool::stats)
-    }
-
-    /// Reserves `blocks[i]` blocks in pool `i`. A full-attention pool pins
-    /// the cached run of `hashes` (at most `max_cached`) and draws `now`
-    /// blocks at once; a window pool draws as its window moves; a model
-    /// with recurrent layers takes a state slot. All or nothing: on failure
-    /// the leases taken so far go back, and the error names the pool that
-    /// could not cover its share (the state slots: one past the last pool).
+    /// Reserves `need` blocks in each pool, by kind. The full-attention pool
+    /// pins the cached run of `hashes` (at most `max_cached`) and draws `now`
+    /// blocks at once; a window pool draws as its window moves; a state pool
+    /// gives the row its slot now. All or nothing: on failure the leases
+    /// taken so far go back, and the error names the pool that could not
+    /// cover its share.
     pub fn reserve(
         &self,
         hashes: &[BlockHash],
         max_cached: usize,
         now: usize,
-        blocks: &[usize],
-    ) -> Result<Reserved, usize> {
+        need: &[(CacheKind, usize)],
+    ) -> Result<Leases, CacheKind> {
         let mut leases = Vec::with_capacity(self.pools.len());
-        for (i, (spec, pool)) in self.pools.iter().enumerate() {
-            let total = blocks.get(i).copied().ok_or(i)?;
-            let ask = match spec.window {
-                None => Reservation {
+        for (kind, pool) in &self.pools {
+            let total = need
+                .iter()
+                .find(|(k, _)| k == kind)
+                .map(|&(_, n)| n)
+                .ok_or(*kind)?;
+            let ask = match kind {
+                CacheKind::Full => Reservation {
                     hashes,
                     max_cached,
                     now,
                     total,
                 },
-                Some(_) => Reservation {
+                CacheKind::Window(_) => Reservation {
+                    total,
+                    ..Reservation::default()
+                },
+                CacheKind::State => Reservation {
+                    now: total,
                     total,
                     ..Reservation::default()
                 },
             };
-            leases.push(pool.reserve(&ask).map_err(|_| i)?);
+            leases.push((*kind, pool.reserve(&ask).map_err(|_| *kind)?));
         }
-        let state = match &self.state {
-            Some(p) => Some(p.allocate(1).map_err(|_| self.pools.len())?),
-            None => None,
-        };
-        Ok(Reserved { leases, state })
+        Ok(leases)
     }
 
-    /// Blocks reserved, over every pool (state slots not counted).
+    /// Blocks reserved in the pools that hold tokens (state slots not
+    /// counted).
     pub fn used(&self) -> usize {
-        self.pools.iter().map(|(_, p)| p.used()).sum()
+        let holding = self.pools.iter().filter(|(k, _)| k.holds_tokens());
+        holding.map(|(_, p)| p.used()).sum()
     }
 
-    /// Each pool and where its blocks are.
-    pub fn stats(&self) -> Vec<(PoolSpec, PoolStats)> {
-        self.pools.iter().map(|(s, p)| (*s, p.stats())).collect()
+    /// Each pool, by kind, and where its blocks are.
+    pub fn stats(&self) -> Vec<(CacheKind, PoolStats)> {
+        self.pools.iter().map(|(k, p)| (*k, p.stats())).collect()
+    }
+
+    /// Where the blocks of the pool of `kind` are, if the model has one.
+    pub fn stats_of(&self, kind: CacheKind) -> Option<PoolStats> {
+        let pool = self.pools.iter().find(|(k, _)| *k == kind);
+        pool.map(|(_, p)| p.stats())
     }
 }
 
@@ -123,31 +121,39 @@ impl KvPools {
 mod tests {
     use super::*;
 
+    const FULL: CacheKind = CacheKind::Full;
+    const WINDOW: CacheKind = CacheKind::Window(8);
+    const STATE: CacheKind = CacheKind::State;
+
+    fn pools(sizes: &[(CacheKind, usize)]) -> KvPools {
+        let pools: Vec<Pool> = sizes
+            .iter()
+            .map(|&(kind, blocks)| Pool { kind, blocks })
+            .collect();
+        KvPools::new(&pools, 1)
+    }
+
+    fn lease(leases: &Leases, kind: CacheKind) -> &BlockLease {
+        &leases.iter().find(|(k, _)| *k == kind).unwrap().1
+    }
+
     #[test]
     fn a_reservation_takes_every_pool_or_none() {
-        let specs = [
-            PoolSpec {
-                window: None,
-                blocks: 8,
-            },
-            PoolSpec {
-                window: Some(8),
-                blocks: 4,
-            },
-        ];
-        let pools = KvPools::new(&specs, None, 1);
-        let a = pools.reserve(&[], 0, 2, &[5, 3]).unwrap().leases;
+        let pools = pools(&[(FULL, 8), (WINDOW, 4)]);
+        // Asked for by kind, in any order.
+        let a = pools.reserve(&[], 0, 2, &[(WINDOW, 3), (FULL, 5)]).unwrap();
         // The KV pool draws the prompt's blocks now; the window pool none yet.
-        assert_eq!(
-            (a[0].len(), a[0].capacity(), a[1].len(), a[1].capacity()),
-            (2, 5, 0, 3)
-        );
+        let (f, w) = (lease(&a, FULL), lease(&a, WINDOW));
+        assert_eq!((f.len(), f.capacity(), w.len(), w.capacity()), (2, 5, 0, 3));
         assert_eq!(pools.used(), 8);
         // The KV pool has room for 3 more, the window pool for 1: refused by
         // the window pool, and the KV pool's share goes back.
-        assert_eq!(pools.reserve(&[], 0, 1, &[3, 2]).err(), Some(1));
+        let refused = pools.reserve(&[], 0, 1, &[(FULL, 3), (WINDOW, 2)]);
+        assert_eq!(refused.err(), Some(WINDOW));
         assert_eq!(pools.used(), 8);
-        let b = pools.reserve(&[], 0, 1, &[3, 1]).unwrap().leases;
+        // A need that names no size for a pool is refused by that pool.
+        assert_eq!(pools.reserve(&[], 0, 1, &[(FULL, 1)]).err(), Some(WINDOW));
+        let b = pools.reserve(&[], 0, 1, &[(FULL, 3), (WINDOW, 1)]).unwrap();
         assert_eq!(pools.used(), 12);
         drop((a, b));
         let s = pools.stats();
@@ -156,29 +162,26 @@ mod tests {
 
     #[test]
     fn a_recurrent_model_takes_one_slot_a_row_and_gives_it_back_with_its_blocks() {
-        let specs = [PoolSpec {
-            window: None,
-            blocks: 8,
-        }];
-        let pools = KvPools::new(&specs, Some(2), 1);
-        let a = pools.reserve(&[], 0, 1, &[2]).unwrap();
-        let b = pools.reserve(&[], 0, 1, &[2]).unwrap();
-        assert_eq!(pools.state_stats().unwrap().reserved, 2);
-        // No slot left: refused by the slots (one past the KV pool), and
-        // the KV share goes back.
-        assert_eq!(pools.reserve(&[], 0, 1, &[2]).err(), Some(1));
+        let pools = pools(&[(FULL, 8), (STATE, 2)]);
+        let need = [(FULL, 2), (STATE, 1)];
+        let a = pools.reserve(&[], 0, 1, &need).unwrap();
+        let b = pools.reserve(&[], 0, 1, &need).unwrap();
+        assert_eq!(pools.stats_of(STATE).unwrap().reserved, 2);
+        // No slot left: refused by the slots, and the KV share goes back.
+        assert_eq!(pools.reserve(&[], 0, 1, &need).err(), Some(STATE));
         assert_eq!(pools.used(), 4);
         drop(a);
-        assert_eq!(pools.state_stats().unwrap().reserved, 1);
-        let c = pools.reserve(&[], 0, 1, &[2]).unwrap();
-        assert_eq!(c.state.as_ref().map(BlockLease::len), Some(1));
+        assert_eq!(pools.stats_of(STATE).unwrap().reserved, 1);
+        let c = pools.reserve(&[], 0, 1, &need).unwrap();
+        assert_eq!(lease(&c, STATE).len(), 1);
         drop((b, c));
-        assert_eq!(pools.state_stats().unwrap().reserved, 0);
+        assert_eq!(pools.stats_of(STATE).unwrap().reserved, 0);
         assert_eq!(pools.used(), 0);
         // Every layer recurrent: no KV pool, only slots.
-        let only = KvPools::new(&[], Some(1), 1);
-        let r = only.reserve(&[], 0, 3, &[]).unwrap();
-        assert!(r.leases.is_empty() && r.state.is_some());
-        assert!(only.reserve(&[], 0, 3, &[]).is_err());
+        let only = self::pools(&[(STATE, 1)]);
+        let r = only.reserve(&[], 0, 3, &[(STATE, 1)]).unwrap();
+        assert_eq!(r.len(), 1);
+        assert!(only.reserve(&[], 0, 3, &[(STATE, 1)]).is_err());
+        assert_eq!(only.full().stats().total, 0);
     }
 }

@@ -28,7 +28,7 @@ pub mod worker;
 #[cfg(test)]
 mod fixtures;
 
-pub use config::{EngineConfig, WindowPool};
+pub use config::EngineConfig;
 pub use constraint::TokenConstraint;
 pub use error::EngineError;
 pub use event::{Event, FinishReason, TokenLogprob, Usage};

@@ -5,7 +5,8 @@
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use ferrox_core::{PoolSpec, PoolStats};
+use ferrox_core::PoolStats;
+use ferrox_plan::CacheKind;
 use prometheus::core::Collector;
 use prometheus::{
     Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
@@ -16,8 +17,7 @@ use ferrox_plan::contract::metric;
 
 use crate::PlanInfo;
 use lora::LoraSeries;
-use recurrent::RecurrentGauges;
-use windows::{WindowGauges, ratio};
+use pools::{PoolGauges, ratio};
 
 /// Finish reasons always exported, even at zero.
 const FINISH_REASONS: [&str; 4] = ["stop", "length", "abort", "error"];
@@ -131,7 +131,7 @@ struct PlanSeries {
     max_seqs: IntGaugeVec,
     max_model_len: IntGaugeVec,
     memory_bytes: IntGaugeVec,
-    window_blocks: IntGaugeVec,
+    pool_blocks: IntGaugeVec,
 }
 
 /// Every metric the server exports. Shared by the worker and the HTTP layer.
@@ -140,8 +140,7 @@ pub struct Metrics {
     waiting: IntGauge,
     running: IntGauge,
     kv: KvGauges,
-    windows: WindowGauges,
-    recurrent: RecurrentGauges,
+    pools: PoolGauges,
     prompt_tokens: IntCounter,
     generation_tokens: IntCounter,
     prefix_queries: IntCounter,
@@ -365,11 +364,11 @@ impl PlanSeries {
                 "The memory figure the plan was made from, by where it came from.",
                 &["source"],
             )?,
-            window_blocks: int_gauges(
+            pool_blocks: int_gauges(
                 r,
-                metric::PLAN_WINDOW_BLOCKS,
-                "Blocks of each window pool, by window.",
-                &[metric::WINDOW_LABEL],
+                metric::PLAN_POOL_BLOCKS,
+                "Blocks of each pool the server runs with, by pool.",
+                &[metric::POOL_LABEL],
             )?,
         })
     }
@@ -397,8 +396,7 @@ impl Metrics {
             waiting: int_gauge(&r, metric::WAITING, "Requests waiting for admission.")?,
             running: int_gauge(&r, metric::RUNNING, "Requests prefilling or decoding.")?,
             kv: KvGauges::new(&r)?,
-            windows: WindowGauges::new(&r)?,
-            recurrent: RecurrentGauges::new(&r)?,
+            pools: PoolGauges::new(&r)?,
             prompt_tokens: int_counter(
                 &r,
                 "ferrox_prompt_tokens_total",
@@ -441,16 +439,17 @@ impl Metrics {
         })
     }
 
-    /// Sets the gauges the worker owns, from every pool: the KV pool's
-    /// (zeros for a model whose every layer has a window), each window
-    /// pool's, and the usage ratio of the fullest.
-    pub fn set_gauges(&self, waiting: usize, running: usize, pools: &[(PoolSpec, PoolStats)]) {
+    /// Sets the gauges the worker owns, from every pool, by kind: the KV
+    /// pool's (zeros for a model without full-attention layers), each
+    /// pool's series, and the usage ratio of the fullest pool that holds
+    /// tokens.
+    pub fn set_gauges(&self, waiting: usize, running: usize, pools: &[(CacheKind, PoolStats)]) {
         let int = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         self.waiting.set(int(waiting));
         self.running.set(int(running));
         let kv = pools
             .iter()
-            .find(|(p, _)| p.window.is_none())
+            .find(|(k, _)| *k == CacheKind::Full)
             .map(|(_, s)| *s)
             .unwrap_or_default();
         let g = &self.kv;
@@ -460,19 +459,12 @@ impl Metrics {
         g.cached.set(int(kv.cached));
         g.free.set(int(kv.free));
         g.filled.set(int(kv.filled));
+        let tokens = pools.iter().filter(|(k, _)| k.holds_tokens());
         g.ratio
-            .set(pools.iter().map(|(_, s)| ratio(s)).fold(0.0, f64::max));
-        for (p, s) in pools {
-            if let Some(w) = p.window {
-                self.windows.set(w, s);
-            }
+            .set(tokens.map(|(_, s)| ratio(s)).fold(0.0, f64::max));
+        for (kind, s) in pools {
+            self.pools.set(*kind, s);
         }
-    }
-
-    /// Sets the recurrent state slots' gauges (held, total); zeros for a
-    /// model without recurrent layers.
-    pub fn set_recurrent(&self, slots: Option<PoolStats>) {
-        self.recurrent.set(slots.unwrap_or_default());
     }
 
     /// Exports the plan the server runs with; call once at start (a later
@@ -482,13 +474,14 @@ impl Metrics {
         let labels = [
             p.block_size.to_string(),
             p.kv_dtype.clone(),
-            p.kv_blocks.to_string(),
+            p.blocks(CacheKind::Full).to_string(),
             p.memory_utilization.to_string(),
             python_bool(p.prefix_caching).to_string(),
             // vLLM's spelling: the model's window, or Python's `None`.
-            p.windows
-                .first()
-                .map_or_else(|| "None".to_string(), |w| w.window.to_string()),
+            p.pools
+                .iter()
+                .find_map(|p| p.kind.window())
+                .map_or_else(|| "None".to_string(), |w| w.to_string()),
         ];
         let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
         set_only(&s.cache_config, &labels, 1);
@@ -497,11 +490,11 @@ impl Metrics {
         set_only(&s.max_seqs, &[], p.max_seqs as u64);
         set_only(&s.max_model_len, &[], p.max_model_len as u64);
         set_only(&s.memory_bytes, &[&p.memory_source], p.memory_bytes);
-        s.window_blocks.reset();
-        for w in &p.windows {
-            let window = w.window.to_string();
-            if let Ok(g) = s.window_blocks.get_metric_with_label_values(&[&window]) {
-                g.set(i64::try_from(w.blocks).unwrap_or(i64::MAX));
+        s.pool_blocks.reset();
+        for pool in &p.pools {
+            let name = pool.kind.to_string();
+            if let Ok(g) = s.pool_blocks.get_metric_with_label_values(&[&name]) {
+                g.set(i64::try_from(pool.blocks).unwrap_or(i64::MAX));
             }
         }
     }
@@ -652,8 +645,7 @@ impl Metrics {
 }
 
 mod lora;
-mod recurrent;
-mod windows;
+mod pools;
 
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,7 @@
 //! The capacity plan a server runs with, as its metrics export it.
 
-use crate::WindowPool;
+use ferrox_core::Pool;
+use ferrox_plan::CacheKind;
 
 /// What the server planned at start, exported once through
 /// [`crate::Metrics::set_plan`] (`vllm:cache_config_info` and the
@@ -9,10 +10,8 @@ use crate::WindowPool;
 pub struct PlanInfo {
     /// Tokens per KV block.
     pub block_size: usize,
-    /// Blocks of the KV pool (full-attention layers).
-    pub kv_blocks: usize,
-    /// The window pools, smallest window first.
-    pub windows: Vec<WindowPool>,
+    /// Every pool the server runs with, by kind.
+    pub pools: Vec<Pool>,
     /// The dtype the KV cache is held in (`f16`, `bf16`, `f32`).
     pub kv_dtype: String,
     /// Fraction of the memory figure the plan may use.
@@ -32,4 +31,12 @@ pub struct PlanInfo {
     pub max_seqs: usize,
     /// Longest sequence, prompt plus output.
     pub max_model_len: usize,
+}
+
+impl PlanInfo {
+    /// Blocks of the pool of `kind` (0 when the model has none).
+    pub fn blocks(&self, kind: CacheKind) -> usize {
+        let pool = self.pools.iter().find(|p| p.kind == kind);
+        pool.map_or(0, |p| p.blocks)
+    }
 }

@@ -1,67 +1,73 @@
-//! A row's KV: one lease per pool, and the window reclaim. Blocks leave a row
-//! only through its leases' one release: their drop, or a window giving back
-//! the blocks it has left.
+//! A row's cache: one lease per pool, by kind, and the window reclaim.
+//! Blocks leave a row only through its leases' one release: their drop, or
+//! a window giving back the blocks it has left.
 
-use ferrox_core::{BlockHash, BlockLease, Error};
+use ferrox_core::{BlockHash, BlockLease, Error, Table};
+use ferrox_plan::CacheKind;
 
-/// One block table per pool, in the pools' order, then the row's state
-/// slot (a model with recurrent layers), a one-block lease of the slots'
-/// pool: it goes back with the blocks, in the leases' one release.
+use crate::kv_pools::Leases;
+
+/// A row's block tables, one lease per pool of the model, by kind (a state
+/// pool's lease is the row's one slot: it goes back with the blocks, in the
+/// leases' one release).
 pub(crate) struct RowKv {
-    /// Each pool's window (`None`: full attention) and the row's lease there.
-    leases: Vec<(Option<usize>, BlockLease)>,
-    state: Option<BlockLease>,
+    leases: Leases,
     block_size: usize,
 }
 
 impl RowKv {
-    /// The row's `leases`, one per pool of `windows`, and its state slot.
-    pub fn new(
-        windows: &[Option<usize>],
-        (leases, state): (Vec<BlockLease>, Option<BlockLease>),
-        block_size: usize,
-    ) -> Self {
+    /// The row's `leases`, one per pool.
+    pub fn new(leases: Leases, block_size: usize) -> Self {
         RowKv {
-            leases: windows.iter().copied().zip(leases).collect(),
-            state,
+            leases,
             block_size: block_size.max(1),
         }
     }
 
-    /// The block tables, one per pool, then the state slot's one-entry
-    /// table where the model has recurrent layers.
-    pub fn tables(&self) -> Vec<&[u32]> {
-        let state = self.state.as_ref().map(BlockLease::blocks);
-        self.leases
-            .iter()
-            .map(|(_, l)| l.blocks())
-            .chain(state)
+    /// The block tables, one per pool, named by kind.
+    pub fn tables(&self) -> Vec<Table<'_>> {
+        let leases = self.leases.iter();
+        leases
+            .map(|(kind, lease)| Table {
+                kind: *kind,
+                blocks: lease.blocks(),
+            })
             .collect()
     }
 
     /// Leading blocks the prefix cache held at admission (the full-attention
-    /// pool's; the cache runs only on models without windows).
+    /// pool's; the cache runs only on models whose every pool is one).
     pub fn cached_blocks(&self) -> usize {
-        self.leases
-            .iter()
-            .find(|(w, _)| w.is_none())
-            .map_or(0, |(_, l)| l.cached_blocks())
+        self.full().map_or(0, BlockLease::cached_blocks)
+    }
+
+    fn full(&self) -> Option<&BlockLease> {
+        let full = self.leases.iter().find(|(k, _)| *k == CacheKind::Full);
+        full.map(|(_, l)| l)
     }
 
     /// Records that the first `written` blocks hold tokens, and offers the
-    /// full blocks of `full` to the cache (full-attention pools only).
+    /// full blocks of `full` to the cache (the full-attention pool only).
     pub fn commit(&mut self, written: usize, full: &[BlockHash]) {
-        for (window, lease) in &mut self.leases {
-            let hashes = if window.is_none() { full } else { &[] };
-            lease.commit(written, hashes);
+        for (kind, lease) in &mut self.leases {
+            match kind {
+                CacheKind::Full => lease.commit(written, full),
+                CacheKind::Window(_) => lease.commit(written, &[]),
+                // A slot holds the state, not tokens by block.
+                CacheKind::State => {}
+            }
         }
     }
 
-    /// Draws, in the full-attention pools, the blocks of a sequence of
+    /// Draws, in the full-attention pool, the blocks of a sequence of
     /// `tokens` tokens.
     pub fn grow(&mut self, tokens: usize) -> Result<(), Error> {
         let room = tokens.div_ceil(self.block_size);
-        for (_, lease) in self.leases.iter_mut().filter(|(w, _)| w.is_none()) {
+        let full = self
+            .leases
+            .iter_mut()
+            .filter(|(k, _)| *k == CacheKind::Full);
+        for (_, lease) in full {
             lease.grow(room)?;
         }
         Ok(())
@@ -73,8 +79,9 @@ impl RowKv {
     /// than its reservation.
     pub fn prepare(&mut self, pos: usize, n: usize) -> Result<(), Error> {
         let bs = self.block_size;
-        for (window, lease) in &mut self.leases {
-            let Some(w) = *window else { continue };
+        for (kind, lease) in &mut self.leases {
+            let Some(w) = kind.window() else { continue };
+            let w = usize::try_from(w).unwrap_or(usize::MAX);
             lease.release_before(pos.saturating_sub(w) / bs);
             lease.grow(pos.saturating_add(n).div_ceil(bs))?;
         }

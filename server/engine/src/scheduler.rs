@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ferrox_core::batch_model::StepLogits;
-use ferrox_core::{AdapterRef, BatchModel, BlockHasher, PoolSpec, PoolStats};
+use ferrox_core::{AdapterRef, BatchModel, BlockHasher, PoolStats};
+use ferrox_plan::CacheKind;
 
 use crate::admission::{AdapterCap, Admitted, LineBound, WaitingLine};
 use crate::job::{Job, RequestId};
@@ -47,8 +48,6 @@ pub struct TickReport {
 pub struct Scheduler<M: BatchModel> {
     model: M,
     pools: KvPools,
-    /// Each pool's window (`None`: full attention), in the pools' order.
-    windows: Vec<Option<usize>>,
     shared: Arc<Shared>,
     rx: Receiver<Job>,
     waiting: WaitingLine,
@@ -74,38 +73,28 @@ impl<M: BatchModel> Scheduler<M> {
         metrics: Arc<Metrics>,
         now: Instant,
     ) -> Result<(Self, EngineHandle), EngineError> {
-        let (model_pools, model_block_size) = (model.kv_pools(), model.block_size());
-        let slots = model.state_slots();
-        if (&model_pools, model_block_size, slots)
-            != (&config.pools(), config.block_size, config.state_slots)
-        {
+        let (model_pools, model_block_size) = (model.cache_pools(), model.block_size());
+        if (&model_pools, model_block_size) != (&config.pools, config.block_size) {
             return Err(EngineError::PoolMismatch {
                 model_pools: spell_pools(&model_pools),
                 model_block_size,
-                pools: spell_pools(&config.pools()),
+                pools: spell_pools(&config.pools),
                 block_size: config.block_size,
             });
         }
         let (tx, rx) = std::sync::mpsc::channel();
         let line = Arc::new(LineBound::new(config.max_queue));
-        if config.prefix_caching && !config.prefix_cache_on() {
-            let why = match config.state_slots {
-                Some(_) => {
-                    "the model has recurrent layers, and a cached prefix would need the \
-                     recurrent state at its end, which is not kept"
-                }
-                None => {
-                    "the model has sliding-window layers, whose blocks leave their window \
-                     pool as the window moves"
-                }
-            };
+        if let Some(why) = config
+            .prefix_cache_off_reason()
+            .filter(|_| config.prefix_caching)
+        {
             tracing::warn!("prefix caching is off: {why}");
         }
         let hasher = config
             .prefix_cache_on()
             .then(|| BlockHasher::new(&config.cache_salt, config.block_size));
         let kv_epoch = rand::random::<u64>() >> 11;
-        let pools = KvPools::new(&model_pools, slots, kv_epoch);
+        let pools = KvPools::new(&model_pools, kv_epoch);
         let shared = Arc::new(Shared {
             tx: Mutex::new((0, tx)),
             line: Arc::clone(&line),
@@ -118,11 +107,10 @@ impl<M: BatchModel> Scheduler<M> {
             tick_started: AtomicU64::new(0),
             metrics: Arc::clone(&metrics),
             config: config.clone(),
-            pool: pools.first().clone(),
+            pool: pools.full().clone(),
         });
         let scheduler = Scheduler {
             model,
-            windows: model_pools.iter().map(|p| p.window).collect(),
             pools,
             reporter: DecodeReporter::new(config.decode_log_interval, now),
             shared: Arc::clone(&shared),
@@ -168,21 +156,20 @@ impl<M: BatchModel> Scheduler<M> {
         self.pools.used()
     }
 
-    /// Where the first pool's blocks are now (the KV pool's, when the model
-    /// has full-attention layers).
+    /// Where the full-attention pool's blocks are now (an empty pool's
+    /// figures for a model without one).
     pub fn pool_stats(&self) -> PoolStats {
-        self.pools.first().stats()
+        self.pools.full().stats()
     }
 
-    /// Each pool and where its blocks are now.
-    pub fn pools_stats(&self) -> Vec<(PoolSpec, PoolStats)> {
+    /// Each pool, by kind, and where its blocks are now.
+    pub fn pools_stats(&self) -> Vec<(CacheKind, PoolStats)> {
         self.pools.stats()
     }
 
-    /// The recurrent state slots (held, total), for a model with
-    /// recurrent layers.
-    pub fn state_stats(&self) -> Option<PoolStats> {
-        self.pools.state_stats()
+    /// Where the blocks (or slots) of the pool of `kind` are now.
+    pub fn stats_of(&self, kind: CacheKind) -> Option<PoolStats> {
+        self.pools.stats_of(kind)
     }
 
     /// Rows admitted (prefilling or decoding).
@@ -300,7 +287,7 @@ impl<M: BatchModel> Scheduler<M> {
         let (max_seqs, max_loras) = (self.shared.config.max_seqs, self.shared.config.max_loras);
         let block_size = self.shared.config.block_size;
         let mut adapters = self.running_adapters();
-        while let Ok(Admitted { job, leases, state }) = self.waiting.pop_admissible(
+        while let Ok(Admitted { job, leases }) = self.waiting.pop_admissible(
             self.rows.len(),
             max_seqs,
             AdapterCap {
@@ -314,7 +301,7 @@ impl<M: BatchModel> Scheduler<M> {
             }
             self.metrics.observe(Latency::Queue, now - job.submitted);
             let prompt = job.req.prompt.len();
-            let kv = RowKv::new(&self.windows, (leases, state), block_size);
+            let kv = RowKv::new(leases, block_size);
             let cached = kv.cached_blocks() * block_size;
             facts.new_seqs += 1;
             if let Some(id) =
@@ -530,17 +517,12 @@ impl<M: BatchModel> Scheduler<M> {
                 .pools
                 .stats()
                 .into_iter()
-                .map(|(spec, s)| PoolGauge {
-                    window: spec.window,
+                .map(|(kind, s)| PoolGauge {
+                    kind,
                     used: s.reserved,
                     total: s.total,
                 })
                 .collect(),
-            recurrent: self.pools.state_stats().map(|s| PoolGauge {
-                window: None,
-                used: s.reserved,
-                total: s.total,
-            }),
         }
     }
 
@@ -548,7 +530,6 @@ impl<M: BatchModel> Scheduler<M> {
         let g = self.gauges();
         self.metrics
             .set_gauges(g.queued, g.running, &self.pools.stats());
-        self.metrics.set_recurrent(self.pools.state_stats());
         let names = |a: Option<&AdapterRef>| a.map(|a| a.name().to_string());
         let running = self.rows.values().filter_map(|r| names(r.adapter.as_ref()));
         let waiting = self.waiting.adapters().filter_map(names);

@@ -3,6 +3,8 @@
 
 use std::time::Instant;
 
+use ferrox_plan::CacheKind;
+
 /// Gauges both lines carry.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct BatchGauges {
@@ -12,18 +14,15 @@ pub struct BatchGauges {
     pub queued: usize,
     /// Tokens held in the KV cache by running rows.
     pub tokens: usize,
-    /// Each KV pool: the KV pool (full attention), then the window pools.
+    /// Each pool of the model's cache, by kind.
     pub pools: Vec<PoolGauge>,
-    /// The recurrent state slots (a model with recurrent layers): slots
-    /// held and total.
-    pub recurrent: Option<PoolGauge>,
 }
 
 /// One pool's blocks, for the lines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolGauge {
-    /// The pool's window; `None` for the KV pool.
-    pub window: Option<usize>,
+    /// The pool's kind.
+    pub kind: CacheKind,
     /// Blocks reserved.
     pub used: usize,
     /// Blocks in the pool.
@@ -42,10 +41,11 @@ impl PoolGauge {
 }
 
 impl BatchGauges {
-    /// Fraction reserved of the fullest pool, the one that stops admission
-    /// first; 0 with no pool.
+    /// Fraction reserved of the fullest pool that holds tokens, the one
+    /// that stops admission first; 0 with none.
     pub fn usage(&self) -> f64 {
-        self.pools.iter().map(PoolGauge::usage).fold(0.0, f64::max)
+        let tokens = self.pools.iter().filter(|p| p.kind.holds_tokens());
+        tokens.map(PoolGauge::usage).fold(0.0, f64::max)
     }
 
     /// `, window usage: 0.10` (one figure per window pool), or nothing for a
@@ -55,7 +55,7 @@ impl BatchGauges {
         let windows: Vec<String> = self
             .pools
             .iter()
-            .filter(|p| p.window.is_some())
+            .filter(|p| p.kind.window().is_some())
             .map(|p| format!("{:.2}", p.usage()))
             .collect();
         let mut out = String::new();
@@ -63,7 +63,7 @@ impl BatchGauges {
             out = format!(", window usage: {}", windows.join(" "));
         }
         // The reference's `recurrent` gauge: slots held of the pool.
-        if let Some(r) = &self.recurrent {
+        if let Some(r) = self.pools.iter().find(|p| p.kind == CacheKind::State) {
             out.push_str(&format!(", recurrent: {}/{}", r.used, r.total));
         }
         out
@@ -171,7 +171,7 @@ mod tests {
 
     fn kv(used: usize, total: usize) -> PoolGauge {
         PoolGauge {
-            window: None,
+            kind: CacheKind::Full,
             used,
             total,
         }
@@ -190,7 +190,6 @@ mod tests {
             queued: 4,
             tokens: 50,
             pools: vec![kv(5, 20)],
-            recurrent: None,
         };
         assert_eq!(
             prefill_line(&facts, &g),
@@ -218,7 +217,6 @@ mod tests {
             queued: 0,
             tokens: 10,
             pools: vec![kv(1, 4)],
-            recurrent: None,
         };
         let mut r = DecodeReporter::new(2, t0);
         assert_eq!(r.on_step(t0 + Duration::from_secs(1), 2, &g), None);
@@ -236,7 +234,7 @@ mod tests {
     #[test]
     fn a_window_pool_is_reported_beside_the_kv_pool() {
         let window = |used, total| PoolGauge {
-            window: Some(1024),
+            kind: CacheKind::Window(1024),
             used,
             total,
         };
@@ -275,11 +273,14 @@ mod tests {
         assert!(!prefill_line(&facts, &plain).contains("window"));
         // A model with recurrent layers: its slots held, of the pool.
         let hybrid = BatchGauges {
-            recurrent: Some(PoolGauge {
-                window: None,
-                used: 3,
-                total: 8,
-            }),
+            pools: vec![
+                kv(1, 10),
+                PoolGauge {
+                    kind: CacheKind::State,
+                    used: 3,
+                    total: 8,
+                },
+            ],
             ..plain
         };
         let line = prefill_line(&facts, &hybrid);

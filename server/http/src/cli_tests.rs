@@ -4,19 +4,96 @@
 use clap::Parser;
 use ferrox_models::device::DeviceChoice;
 use ferrox_plan::contract::ServeArgs as PodArgs;
-use ferrox_plan::{DeviceKind, KvDtype};
+use ferrox_plan::{CacheKind, DeviceKind, KvDtype, PoolSizes};
 
 use super::{Cli, Command};
 use crate::load::adapters::LoraConfig;
 use crate::load::config::KvSizing;
 use ferrox_plan::contract::LoraArgs as PodLora;
 
-/// The sizing `--kv-blocks` and `--window-blocks` ask for.
-fn pools(kv_blocks: Option<u64>, window_blocks: Option<Vec<u64>>) -> KvSizing {
-    KvSizing::Pools(ferrox_plan::PoolSizes {
-        kv_blocks,
-        window_blocks,
-    })
+/// `serve --model <a file> <flags>` parsed by the server's CLI.
+fn parse(flags: &[&str]) -> Result<crate::load::config::ServeConfig, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m.gguf");
+    std::fs::write(&model, b"not read by the parse").unwrap();
+    let model = model.display().to_string();
+    let argv = ["ferrox-server", "serve", "--model", &model]
+        .into_iter()
+        .chain(flags.iter().copied());
+    let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+    let Command::Serve(args) = cli.command else {
+        panic!("not serve");
+    };
+    args.into_config().map_err(|e| e.to_string())
+}
+
+#[test]
+fn pool_flags_name_pools_by_kind_and_the_aliases_parse_to_the_same_sizes() {
+    let w = CacheKind::Window(4096);
+    // (flags, what they ask for)
+    let cases: [(&[&str], PoolSizes); 5] = [
+        (
+            &[
+                "--pool",
+                "full=2048",
+                "--pool",
+                "window:4096=512",
+                "--pool",
+                "state=16",
+            ],
+            PoolSizes::of(&[(CacheKind::Full, 2048), (w, 512), (CacheKind::State, 16)]),
+        ),
+        (
+            &["--pool", "full=2048,window:4096=512"],
+            PoolSizes::of(&[(CacheKind::Full, 2048), (w, 512)]),
+        ),
+        (
+            &["--kv-blocks", "2048", "--window-blocks", "512"],
+            PoolSizes {
+                kv_blocks: Some(2048),
+                window_blocks: Some(vec![512]),
+                ..PoolSizes::default()
+            },
+        ),
+        (
+            &["--kv-blocks", "2048", "--pool", "state=4"],
+            PoolSizes {
+                kv_blocks: Some(2048),
+                ..PoolSizes::of(&[(CacheKind::State, 4)])
+            },
+        ),
+        (&[], PoolSizes::default()),
+    ];
+    for (flags, want) in cases {
+        let got = parse(flags).unwrap().kv;
+        let want = match want.is_empty() {
+            true => KvSizing::Device,
+            false => KvSizing::Pools(want),
+        };
+        assert_eq!(got, want, "{flags:?}");
+    }
+    // The aliases resolve to the same pools as the kind form (for a model
+    // with a full pool and a 4096-token window pool).
+    let kinds = [CacheKind::Full, w];
+    let resolved = |flags: &[&str]| match parse(flags).unwrap().kv {
+        KvSizing::Pools(sizes) => sizes.resolve(&kinds).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        resolved(&["--pool", "full=2048,window:4096=512"]),
+        resolved(&["--kv-blocks", "2048", "--window-blocks", "512"])
+    );
+    for (bad, why) in [
+        (&["--pool", "kv=3"][..], "not a cache pool"),
+        (&["--pool", "full"], "is not KIND=BLOCKS"),
+        (
+            &["--pool", "full=1", "--kv-cache-memory", "1GiB"],
+            "cannot be used with",
+        ),
+    ] {
+        let err = parse(bad).unwrap_err();
+        assert!(err.contains(why), "{bad:?}: {err}");
+    }
 }
 
 #[test]
@@ -25,8 +102,8 @@ fn the_operators_pod_args_parse_into_its_plan() {
     std::fs::create_dir_all(&dir).unwrap();
     let model = dir.join("m.gguf");
     std::fs::write(&model, b"not read by the parse").unwrap();
-    // (device, KV dtype, prefill chunk, waiting line, window pools,
-    // adapters) as specs set them.
+    // (device, KV dtype, prefill chunk, waiting line, pools beside the
+    // full one, adapters) as specs set them.
     let lora = PodLora {
         modules: vec![
             ("sql".into(), "/adapters/sql".into()),
@@ -52,7 +129,7 @@ fn the_operators_pod_args_parse_into_its_plan() {
             KvDtype::Bf16,
             None,
             None,
-            vec![5719],
+            vec![(CacheKind::Window(1024), 5719)],
             None,
         ),
         (
@@ -60,18 +137,20 @@ fn the_operators_pod_args_parse_into_its_plan() {
             KvDtype::Bf16,
             None,
             None,
-            vec![300, 40],
+            vec![(CacheKind::Window(128), 300), (CacheKind::State, 40)],
             Some(lora),
         ),
     ];
-    for (device, kv_dtype, prefill_chunk, max_queue, window_blocks, lora) in cases {
+    for (device, kv_dtype, prefill_chunk, max_queue, others, lora) in cases {
+        let pools: Vec<(CacheKind, u64)> = std::iter::once((CacheKind::Full, 2441))
+            .chain(others)
+            .collect();
         let pod = PodArgs {
             model: model.display().to_string(),
             host: "0.0.0.0".into(),
             port: 8000,
             served_model_name: "smollm2".into(),
-            kv_blocks: 2441,
-            window_blocks: window_blocks.clone(),
+            pools: pools.clone(),
             block_size: 16,
             max_seqs: 19,
             max_model_len: 8192,
@@ -87,8 +166,7 @@ fn the_operators_pod_args_parse_into_its_plan() {
             panic!("not serve");
         };
         let c = args.into_config().unwrap();
-        let windows = (!window_blocks.is_empty()).then_some(window_blocks);
-        assert_eq!(c.kv, pools(Some(2441), windows));
+        assert_eq!(c.kv, KvSizing::Pools(PoolSizes::of(&pools)));
         assert_eq!(
             (c.max_seqs, c.block_size, c.max_model_len),
             (Some(19), 16, Some(8192))
@@ -232,12 +310,14 @@ fn each_examples_pod_args_parse_into_the_operators_plan() {
         };
         let c = args.into_config().unwrap();
         let n = |k: &str| plan[k].as_u64().unwrap();
-        // A plan without a KV pool (every layer windowed) names none.
-        let kv = Some(n("kvBlocks")).filter(|&b| b > 0);
-        let windows: Option<Vec<u64>> = plan
-            .get("windowBlocks")
-            .map(|w| serde_json::from_value(w.clone()).unwrap());
-        assert_eq!(c.kv, pools(kv, windows), "{name}");
+        // Every pool of the plan, by kind, as the server reads its flags.
+        let pools: Vec<String> = serde_json::from_value(plan["pools"].clone()).unwrap();
+        let pools: Vec<(CacheKind, u64)> = pools
+            .iter()
+            .map(|p| ferrox_plan::contract::parse_pool_arg(p).unwrap())
+            .collect();
+        assert!(!pools.is_empty(), "{name}");
+        assert_eq!(c.kv, KvSizing::Pools(PoolSizes::of(&pools)), "{name}");
         assert_eq!(c.block_size as u64, n("blockSize"), "{name}");
         assert_eq!(c.max_seqs.map(|s| s as u64), Some(n("maxSeqs")), "{name}");
         assert_eq!(

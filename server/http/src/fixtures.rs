@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ferrox_core::{BatchModel, ChatMessage, DecodeRow, Error, PoolSpec, RenderOptions, Tables};
+use ferrox_core::{BatchModel, ChatMessage, DecodeRow, Error, Pool, RenderOptions, Tables};
 use ferrox_engine::{EngineConfig, TokenConstraint, TokenText};
 use ferrox_grammar::{GrammarSpec, Grammars, Vocab};
 
@@ -43,9 +43,9 @@ impl BatchModel for FakeModel {
         4
     }
 
-    fn kv_pools(&self) -> Vec<PoolSpec> {
-        vec![PoolSpec {
-            window: None,
+    fn cache_pools(&self) -> Vec<Pool> {
+        vec![Pool {
+            kind: ferrox_plan::CacheKind::Full,
             blocks: KV_BLOCKS,
         }]
     }
@@ -209,9 +209,10 @@ pub fn engine_config() -> EngineConfig {
         prefill_chunk: 8,
         max_model_len: 128,
         block_size: 4,
-        kv_blocks: KV_BLOCKS,
-        windows: Vec::new(),
-        state_slots: None,
+        pools: vec![Pool {
+            kind: ferrox_plan::CacheKind::Full,
+            blocks: KV_BLOCKS,
+        }],
         decode_log_interval: 0,
         prefix_caching: true,
         cache_salt: "fake".into(),

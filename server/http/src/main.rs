@@ -144,13 +144,20 @@ struct ServeArgs {
     /// figure, at most 16 on CPU and 256 on GPU, as the operator plans).
     #[arg(long = flag::MAX_SEQS, env = "FERROX_MAX_SEQS")]
     max_seqs: Option<usize>,
-    /// KV cache blocks in the pool of the full-attention layers (default:
-    /// sized from the device's memory).
+    /// Blocks of one pool of the model's cache, by kind: `full=N` (the
+    /// full-attention layers), `window:TOKENS=N` (the layers with that
+    /// sliding window), `state=N` (recurrent state slots, one a sequence);
+    /// repeated or comma-separated. A pool not given holds as many typical
+    /// sequences as the given ones (default: all sized from the device's
+    /// memory).
+    #[arg(long = flag::POOL, env = "FERROX_POOL", value_delimiter = ',', value_parser = ferrox_plan::contract::parse_pool_arg, conflicts_with = "kv_cache_memory")]
+    pool: Vec<(ferrox_plan::CacheKind, u64)>,
+    /// Alias of `--pool full=N`; on a model whose every attention layer
+    /// slides over one window, that window's pool.
     #[arg(long = flag::KV_BLOCKS, env = "FERROX_KV_BLOCKS", conflicts_with = "kv_cache_memory")]
     kv_blocks: Option<u64>,
-    /// Blocks of each window pool of a model with sliding-window layers, one
-    /// per window size, smallest window first, comma-separated (default: as
-    /// many typical sequences as the KV pool holds, or sized from memory).
+    /// Alias of `--pool window:W=N` for each window pool, smallest window
+    /// first, comma-separated.
     #[arg(long = flag::WINDOW_BLOCKS, env = "FERROX_WINDOW_BLOCKS", value_delimiter = ',', conflicts_with = "kv_cache_memory")]
     window_blocks: Option<Vec<u64>>,
     /// KV cache memory, e.g. 1GiB (default: sized from the device's memory).
@@ -395,16 +402,18 @@ impl ServeArgs {
         let fetch = self.fetch.config()?;
         let model = ferrox_fetch::resolve(&source, &fetch)?;
         let lora = self.lora.into_config(vllm_runtime_updates())?;
+        let sizes = ferrox_plan::PoolSizes {
+            by_kind: self.pool,
+            kv_blocks: self.kv_blocks,
+            window_blocks: self.window_blocks,
+        };
         Ok(ServeConfig {
             lora,
             fetch,
-            kv: match (self.kv_blocks, self.window_blocks, self.kv_cache_memory) {
-                (None, None, Some(bytes)) => KvSizing::Memory(bytes),
-                (None, None, None) => KvSizing::Device,
-                (kv_blocks, window_blocks, _) => KvSizing::Pools(ferrox_plan::PoolSizes {
-                    kv_blocks,
-                    window_blocks,
-                }),
+            kv: match (self.kv_cache_memory, sizes) {
+                (Some(bytes), sizes) if sizes.is_empty() => KvSizing::Memory(bytes),
+                (_, sizes) if sizes.is_empty() => KvSizing::Device,
+                (_, sizes) => KvSizing::Pools(sizes),
             },
             device: self.device,
             kv_dtype: self.kv_dtype,

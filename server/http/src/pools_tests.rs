@@ -1,22 +1,23 @@
-//! Every family's KV pools from the server's own flags: the plan's pools
-//! (the KV pool and one window pool per sliding window, sized from the
-//! memory, from `--kv-blocks` or from `--window-blocks`) are exactly the
-//! decoder's KV groups, so the model is built with them and the worker
-//! accepts it.
+//! Every family's pools from the server's own flags, by kind: the plan's
+//! pools (full attention, one per sliding window, the state slots; sized from
+//! the memory or by `--pool` and its aliases) are exactly the decoder's
+//! cache kinds, the model is built with them and the worker accepts it, and
+//! each pool's bytes as the plan counts them are the bytes the server
+//! allocates for it.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
-use ferrox_core::{BatchModel, PoolSpec};
+use ferrox_core::{BatchModel, Pool};
 use ferrox_engine::{Metrics, Scheduler};
 use ferrox_models::memory::{DeviceMemory, MemorySource};
 use ferrox_models::{PagedModel, Source};
-use ferrox_plan::DeviceKind;
+use ferrox_plan::{CacheKind, DeviceKind, Plan};
 
 use super::{Cli, Command};
-use crate::load::model::size;
+use crate::load::model::{Sizing, size};
 
 fn families() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/testdata/families")
@@ -42,98 +43,149 @@ fn serve(dir: &Path, flags: &[&str]) -> crate::load::config::ServeConfig {
     args.into_config().unwrap()
 }
 
-/// The pools the server runs `dir`'s model with under `flags`, after the
-/// worker took the model built with them.
-fn pools(dir: &Path, flags: &[&str]) -> Vec<PoolSpec> {
+/// The plan for `dir`'s model under `flags`, in 1 GiB of a container.
+fn sizing(dir: &Path, flags: &[&str]) -> anyhow::Result<Sizing> {
     let cfg = serve(dir, flags);
-    let mut source = Source::open(dir).unwrap();
-    let info = source.info().unwrap();
+    let info = Source::open(dir).unwrap().info().unwrap();
     let memory = DeviceMemory {
         bytes: 1 << 30,
         source: MemorySource::CgroupV2,
     };
-    let sizing = size(&info, DeviceKind::Cpu, memory, None, &cfg).unwrap();
-    let planned = sizing.engine.pools();
-    let blocks: Vec<usize> = planned.iter().map(|p| p.blocks).collect();
-    let decoder = source.decoder(&ferrox_models::Device::Cpu).unwrap();
-    let mut model =
-        PagedModel::with_pools(decoder, &blocks, sizing.engine.block_size, sizing.kv_dtype)
-            .unwrap();
-    // A model with recurrent layers: the plan's state slots too.
-    if let Some(slots) = sizing.engine.state_slots {
-        model.set_state_slots(slots).unwrap();
-    }
-    assert_eq!(model.kv_pools(), planned, "{}", dir.display());
-    let metrics = Arc::new(Metrics::new().unwrap());
-    Scheduler::new(model, sizing.engine, metrics, Instant::now()).unwrap();
-    planned
+    size(&info, DeviceKind::Cpu, memory, None, &cfg)
 }
 
-fn windows(p: &[PoolSpec]) -> Vec<Option<usize>> {
-    p.iter().map(|p| p.window).collect()
+/// The model built with the plan's pools, after the worker took it.
+fn built(dir: &Path, sizing: &Sizing) -> Vec<(CacheKind, u64)> {
+    let decoder = Source::open(dir)
+        .unwrap()
+        .decoder(&ferrox_models::Device::Cpu)
+        .unwrap();
+    let e = &sizing.engine;
+    let model = PagedModel::with_pools(decoder, &e.pools, e.block_size, sizing.kv_dtype).unwrap();
+    assert_eq!(model.cache_pools(), e.pools, "{}", dir.display());
+    let bytes = model.pool_bytes();
+    let metrics = Arc::new(Metrics::new().unwrap());
+    Scheduler::new(model, e.clone(), metrics, Instant::now()).unwrap();
+    bytes
+}
+
+/// The pools the server runs `dir`'s model with under `flags`.
+fn pools(dir: &Path, flags: &[&str]) -> Vec<Pool> {
+    let sizing = sizing(dir, flags).unwrap();
+    built(dir, &sizing);
+    sizing.engine.pools
+}
+
+fn kinds(p: &[Pool]) -> Vec<CacheKind> {
+    p.iter().map(|p| p.kind).collect()
+}
+
+/// Each pool's bytes as the plan counts them.
+fn planned_bytes(plan: &Plan) -> Vec<(CacheKind, u64)> {
+    plan.pools.iter().map(|p| (p.kind, p.bytes())).collect()
+}
+
+#[test]
+fn every_family_fixture_allocates_the_bytes_its_plan_counts_per_pool() {
+    let dirs = std::fs::read_dir(families()).unwrap();
+    let mut seen = 0;
+    for dir in dirs.map(|d| d.unwrap().path()).filter(|d| d.is_dir()) {
+        for flags in [&[][..], &["--block-size", "4", "--max-model-len", "128"]] {
+            let sizing = sizing(&dir, flags).unwrap();
+            let allocated = built(&dir, &sizing);
+            assert_eq!(
+                allocated,
+                planned_bytes(&sizing.plan),
+                "{} {flags:?}",
+                dir.display()
+            );
+            let total: u64 = allocated.iter().map(|(_, b)| b).sum();
+            assert_eq!(total, sizing.plan.kv_budget_bytes, "{}", dir.display());
+        }
+        seen += 1;
+    }
+    assert!(seen >= 16, "{seen} family fixtures");
 }
 
 #[test]
 fn every_family_runs_with_the_pools_its_plan_sizes() {
-    // (family, the pools' windows: full attention first, then each window).
-    let cases: [(&str, &[Option<usize>]); 7] = [
-        ("llama", &[None]),
-        ("qwen3", &[None]),
-        ("phi3", &[None]),
-        ("mistral", &[Some(8)]),
-        ("qwen2", &[None, Some(12)]),
-        ("gemma2", &[None, Some(8)]),
-        ("gemma3", &[None, Some(8)]),
+    let full = CacheKind::Full;
+    let w = CacheKind::Window;
+    // (family, its pools' kinds)
+    let cases: [(&str, &[CacheKind]); 7] = [
+        ("llama", &[full]),
+        ("qwen3", &[full]),
+        ("phi3", &[full]),
+        ("mistral", &[w(8)]),
+        ("qwen2", &[full, w(12)]),
+        ("gemma2", &[full, w(8)]),
+        ("gemma3", &[full, w(8)]),
     ];
     for (family, want) in cases {
         let dir = families().join(family);
         let from_memory = pools(&dir, &[]);
-        assert_eq!(windows(&from_memory), want, "{family}");
+        assert_eq!(kinds(&from_memory), want, "{family}");
         // A window pool holds a sequence's window plus a chunk (16 + 8 - 1
         // = 23 positions: 7 blocks of 4 at most), never its whole length.
         let flags = ["--block-size", "4", "--max-model-len", "128"];
         let sized = pools(&dir, &flags);
-        for p in sized.iter().filter(|p| p.window.is_some()) {
+        for p in sized.iter().filter(|p| p.kind.window().is_some()) {
             assert!(p.blocks <= 4 * 8, "{family}: {p:?}");
         }
-        // By hand: one pool given (the KV pool, or the window pool of a
-        // model without one), the others derived; then both.
-        let full = want.contains(&None);
-        let windowed = want.iter().any(Option::is_some);
-        let one = if full {
-            ["--kv-blocks", "64"]
-        } else {
-            ["--window-blocks", "40"]
-        };
-        let given = pools(&dir, &[&flags[..], &one].concat());
-        assert_eq!(windows(&given), want, "{family}");
-        if full && windowed {
-            let both = [&flags[..], &one, &["--window-blocks", "40"]].concat();
+        // By hand: --kv-blocks sizes the attention pool (the full one, or
+        // the one window pool of a model whose every layer slides), the
+        // others derived; the kind form does the same.
+        let given = pools(&dir, &[&flags[..], &["--kv-blocks", "64"]].concat());
+        assert_eq!(kinds(&given), want, "{family}");
+        assert_eq!(given[0].blocks, 64, "{family}");
+        let by_kind = format!("{}=64", want[0]);
+        let same = pools(&dir, &[&flags[..], &["--pool", &by_kind]].concat());
+        assert_eq!(same, given, "{family}");
+        if want.len() == 2 {
+            let both = [&flags[..], &["--kv-blocks", "64", "--window-blocks", "40"]].concat();
             let got = pools(&dir, &both);
-            assert_eq!(got[0].blocks, 64, "{family}");
-            assert_eq!(got[1].blocks, 40, "{family}");
+            assert_eq!((got[0].blocks, got[1].blocks), (64, 40), "{family}");
+            let pool = format!("full=64,{}=40", want[1]);
+            assert_eq!(pools(&dir, &[&flags[..], &["--pool", &pool]].concat()), got);
         }
     }
 }
 
 /// A hybrid model (Mamba-2's or Gated DeltaNet's layers among attention
 /// layers): the KV pool for its attention layers, and a state slot for
-/// each sequence, both from the memory the plan sizes.
+/// each sequence, both from the memory the plan sizes, or by kind.
 #[test]
 fn a_hybrid_model_runs_with_its_kv_pool_and_state_slots() {
     for family in ["granitehybrid", "qwen35", "qwen3next"] {
         let dir = families().join(family);
-        assert_eq!(windows(&pools(&dir, &[])), [None], "{family}");
-        let cfg = serve(&dir, &[]);
+        let from_memory = pools(&dir, &[]);
+        assert_eq!(
+            kinds(&from_memory),
+            [CacheKind::Full, CacheKind::State],
+            "{family}"
+        );
+        let s = sizing(&dir, &[]).unwrap();
+        assert_eq!(s.plan.blocks(CacheKind::State), s.engine.max_seqs as u64);
         let info = Source::open(&dir).unwrap().info().unwrap();
         assert!(info.state_bytes_per_seq > 0, "{family}");
-        let memory = DeviceMemory {
-            bytes: 1 << 30,
-            source: MemorySource::CgroupV2,
-        };
-        let sizing = size(&info, DeviceKind::Cpu, memory, None, &cfg).unwrap();
-        let slots = sizing.engine.state_slots;
-        assert_eq!(slots, Some(sizing.engine.max_seqs), "{family}");
+        let given = pools(&dir, &["--pool", "state=3", "--kv-blocks", "4096"]);
+        let want = [(CacheKind::Full, 4096), (CacheKind::State, 3)];
+        let got: Vec<(CacheKind, usize)> = given.iter().map(|p| (p.kind, p.blocks)).collect();
+        assert_eq!(got, want, "{family}");
+    }
+}
+
+/// Mamba-2 keeps no KV: its one pool is the state slots; `--kv-blocks`
+/// names a pool it does not have and is refused with the pools it has.
+#[test]
+fn a_model_without_attention_refuses_a_kv_pool_and_names_its_pools() {
+    let dir = families().join("mamba2");
+    assert_eq!(kinds(&pools(&dir, &[])), [CacheKind::State]);
+    let slots = pools(&dir, &["--pool", "state=5"]);
+    assert_eq!(slots[0].blocks, 5);
+    for flags in [&["--kv-blocks", "256"][..], &["--pool", "full=256"]] {
+        let err = format!("{:#}", sizing(&dir, flags).unwrap_err());
+        assert!(err.contains("but this model's pools are: state"), "{err}");
     }
 }
 
@@ -143,7 +195,7 @@ fn a_hybrid_model_runs_with_its_kv_pool_and_state_slots() {
 #[test]
 fn phi3_gets_a_window_pool_only_where_its_window_slides() {
     let from = families().join("phi3");
-    for (window, want) in [(100, vec![Some(100)]), (4096, vec![None])] {
+    for (window, want) in [(100, CacheKind::Window(100)), (4096, CacheKind::Full)] {
         let tmp = tempfile::tempdir().unwrap();
         for f in [
             "model.safetensors",
@@ -156,6 +208,6 @@ fn phi3_gets_a_window_pool_only_where_its_window_slides() {
         let mut config: serde_json::Value = serde_json::from_str(&text).unwrap();
         config["sliding_window"] = window.into();
         std::fs::write(tmp.path().join("config.json"), config.to_string()).unwrap();
-        assert_eq!(windows(&pools(tmp.path(), &[])), want, "window {window}");
+        assert_eq!(kinds(&pools(tmp.path(), &[])), [want], "window {window}");
     }
 }

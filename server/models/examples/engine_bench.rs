@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use std::sync::Arc;
 
-use ferrox_core::{AdapterRef, BatchModel, BlockPool, DecodeRow};
+use ferrox_core::{AdapterRef, BatchModel, BlockLease, BlockPool, DecodeRow, Table};
 use ferrox_models::lora::{self, LoraShapes};
 use ferrox_models::{Device, PagedModel, Source};
 
@@ -74,9 +74,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if prefill_len > 0 {
         let lease = pool.allocate(prefill_len.div_ceil(BLOCK))?;
         let p = prompt(0, prefill_len);
-        model.prefill(&[lease.blocks()], &p[..16.min(prefill_len)], 0, true)?; // warm-up
+        model.prefill(&full(&lease), &p[..16.min(prefill_len)], 0, true)?; // warm-up
         let t = Instant::now();
-        model.prefill(&[lease.blocks()], &p, 0, true)?;
+        model.prefill(&full(&lease), &p, 0, true)?;
         let secs = t.elapsed().as_secs_f64();
         println!(
             "prefill {prefill_len} tokens: {:.3} s = {:.1} tok/s",
@@ -90,7 +90,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map(|_| pool.allocate(per_seq))
             .collect::<Result<_, _>>()?;
         for (i, l) in leases.iter().enumerate() {
-            model.prefill(&[l.blocks()], &prompt(i + 1, context), 0, true)?;
+            model.prefill(&full(l), &prompt(i + 1, context), 0, true)?;
         }
         let with: Vec<Option<AdapterRef>> = (0..n)
             .map(|i| adapters.get(i % adapters.len().max(1)).cloned())
@@ -104,7 +104,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut tokens: Vec<u32> = (0..n as u32).map(|i| i + 2).collect();
             let t = Instant::now();
             for step in 0..steps {
-                let tables: Vec<[&[u32]; 1]> = leases.iter().map(|l| [l.blocks()]).collect();
+                let tables: Vec<[Table<'_>; 1]> = leases.iter().map(full).collect();
                 let batch: Vec<DecodeRow<'_>> = tables
                     .iter()
                     .zip(&tokens)
@@ -142,4 +142,13 @@ fn argmax(v: &[f32]) -> u32 {
         }
     }
     best as u32
+}
+
+/// A sequence's one table, in the full-attention pool (the models this
+/// bench runs keep no other kind of cache).
+fn full(lease: &BlockLease) -> [Table<'_>; 1] {
+    [Table {
+        kind: ferrox_plan::CacheKind::Full,
+        blocks: lease.blocks(),
+    }]
 }

@@ -132,6 +132,15 @@ impl Decoder {
         &self.groups
     }
 
+    /// The kinds of cache the model's layers keep, in pool order: each KV
+    /// group's, then the state slots' when it has recurrent layers.
+    pub fn cache_kinds(&self) -> Vec<ferrox_plan::CacheKind> {
+        let kv = self.groups.iter().map(KvGroup::kind);
+        let recurrent = self.spec.layers.iter().any(|l| l.state_values().is_some());
+        let state = recurrent.then_some(ferrox_plan::CacheKind::State);
+        kv.chain(state).collect()
+    }
+
     /// Serves positions `0..context` only (the server's `--max-model-len`):
     /// smaller RoPE tables, and LongRoPE's factors chosen for that context.
     pub fn set_context(&mut self, context: usize) -> Result<()> {
@@ -200,14 +209,19 @@ impl Decoder {
         }
     }
 
-    /// The KV cache of this model, held in `dtype`: group `g` of
-    /// [`Decoder::kv_groups`] gets a pool of `blocks[g]` blocks.
-    pub fn kv_store(&self, blocks: &[usize], block_size: usize, dtype: KvDtype) -> Result<KvStore> {
+    /// The KV cache of this model, held in `dtype`: each group of
+    /// [`Decoder::kv_groups`] gets the blocks of its kind's pool in `pools`.
+    pub fn kv_store(
+        &self,
+        pools: &[ferrox_core::Pool],
+        block_size: usize,
+        dtype: KvDtype,
+    ) -> Result<KvStore> {
         let s = &self.spec;
         KvStore::new(
             &self.groups,
             s.layers.len(),
-            blocks,
+            pools,
             block_size,
             s.kv_dim(),
             dtype,

@@ -102,6 +102,12 @@ impl KvCache {
         self.num_blocks
     }
 
+    /// Bytes of every layer's K and V, as allocated.
+    pub fn bytes(&self) -> u64 {
+        let all = self.k.iter().chain(&self.v);
+        all.map(crate::linear::tensor_bytes).sum()
+    }
+
     /// The element type K and V are held in.
     pub fn dtype(&self) -> DType {
         self.k.first().map_or(DType::F32, Tensor::dtype)

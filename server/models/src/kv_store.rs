@@ -1,11 +1,12 @@
-//! The KV cache of every group: one paged [`KvCache`] per KV group, sized by
-//! its own pool, and which group (and which of its layers) each model layer
-//! is. A layer reads and writes its group's cache through the block table of
-//! that group (`SeqSpan::tables[group]`).
+//! The KV cache of every attention group: one paged [`KvCache`] per KV
+//! group, sized by its own pool (found by the group's kind), and which group
+//! (and which of its layers) each model layer is. A layer reads and writes
+//! its group's cache through the block table of that group
+//! (`SeqSpan::tables[group]`, filled from the row's table of that kind).
 
 use candle_core::{Device, Tensor};
-use ferrox_core::PoolSpec;
-use ferrox_plan::KvDtype;
+use ferrox_core::Pool;
+use ferrox_plan::{CacheKind, KvDtype, spell_kinds};
 
 use crate::attention::SeqSpan;
 use crate::error::{Error, Result};
@@ -16,7 +17,7 @@ use crate::spec::KvGroup;
 #[derive(Debug)]
 pub struct KvStore {
     caches: Vec<KvCache>,
-    windows: Vec<Option<usize>>,
+    kinds: Vec<CacheKind>,
     /// Tokens per block (every group's; also kept with no group at all).
     block_size: usize,
     /// Per model layer: its group, and its index among the group's layers
@@ -25,26 +26,34 @@ pub struct KvStore {
 }
 
 impl KvStore {
-    /// Caches for `groups` (in [`crate::Decoder::kv_groups`] order) of a
-    /// model of `layers` layers: group `g` holds `blocks[g]` blocks of
-    /// `block_size` slots of `kv_dim` values, in `dtype`. No layer may be in
-    /// two groups; one in none (a recurrent layer) has no KV.
+    /// Caches for `groups` of a model of `layers` layers: each group holds
+    /// the blocks of its kind's pool in `pools` (pools of other kinds are
+    /// not this store's), of `block_size` slots of `kv_dim` values, in
+    /// `dtype`. No layer may be in two groups; one in none (a recurrent
+    /// layer) has no KV.
     pub fn new(
         groups: &[KvGroup],
         layers: usize,
-        blocks: &[usize],
+        pools: &[Pool],
         block_size: usize,
         kv_dim: usize,
         dtype: KvDtype,
         device: &Device,
     ) -> Result<Self> {
-        if blocks.len() != groups.len() {
-            return Err(Error::Input(format!(
-                "{} pool sizes for {} KV groups",
-                blocks.len(),
-                groups.len()
-            )));
-        }
+        let blocks = groups
+            .iter()
+            .map(|g| {
+                let pool = pools.iter().find(|p| p.kind == g.kind());
+                pool.map(|p| p.blocks).ok_or_else(|| {
+                    let given: Vec<CacheKind> = pools.iter().map(|p| p.kind).collect();
+                    Error::Input(format!(
+                        "no {} pool among the pools given ({})",
+                        g.kind(),
+                        spell_kinds(&given)
+                    ))
+                })
+            })
+            .collect::<Result<Vec<usize>>>()?;
         let mut of_layer = vec![None; layers];
         for (g, group) in groups.iter().enumerate() {
             for (i, &layer) in group.layers.iter().enumerate() {
@@ -61,11 +70,11 @@ impl KvStore {
         let caches = groups
             .iter()
             .zip(blocks)
-            .map(|(g, &n)| KvCache::new(g.layers.len(), n, block_size, kv_dim, dtype, device))
+            .map(|(g, n)| KvCache::new(g.layers.len(), n, block_size, kv_dim, dtype, device))
             .collect::<Result<_>>()?;
         Ok(KvStore {
             caches,
-            windows: groups.iter().map(|g| g.window).collect(),
+            kinds: groups.iter().map(KvGroup::kind).collect(),
             block_size,
             of_layer,
         })
@@ -81,9 +90,9 @@ impl KvStore {
         &self.caches[group]
     }
 
-    /// Group `group`'s window (`None`: full attention).
-    pub fn window(&self, group: usize) -> Option<usize> {
-        self.windows[group]
+    /// Group `group`'s kind.
+    pub fn kind(&self, group: usize) -> CacheKind {
+        self.kinds[group]
     }
 
     /// Layer `layer`'s group, and its index among that group's layers.
@@ -100,16 +109,22 @@ impl KvStore {
         self.block_size
     }
 
-    /// The pools, as the worker hands them out.
-    pub fn pools(&self) -> Vec<PoolSpec> {
+    /// The pools, by kind, as the worker hands them out.
+    pub fn pools(&self) -> Vec<Pool> {
         self.caches
             .iter()
-            .zip(&self.windows)
-            .map(|(c, &window)| PoolSpec {
-                window,
+            .zip(&self.kinds)
+            .map(|(c, &kind)| Pool {
+                kind,
                 blocks: c.num_blocks(),
             })
             .collect()
+    }
+
+    /// Bytes each pool's cache holds, by kind, as allocated.
+    pub fn bytes(&self) -> Vec<(CacheKind, u64)> {
+        let caches = self.kinds.iter().zip(&self.caches);
+        caches.map(|(&kind, c)| (kind, c.bytes())).collect()
     }
 
     /// Per group, an index for [`KvStore::write`]: the slot of every token
@@ -161,19 +176,17 @@ mod tests {
     #[test]
     fn each_group_has_its_own_pool_and_each_layer_one_group() {
         let groups = [group(None, &[2]), group(Some(8), &[0, 1, 3])];
-        let kv = KvStore::new(&groups, 4, &[10, 3], 4, 6, KvDtype::F16, &Device::Cpu).unwrap();
-        assert_eq!(
-            kv.pools(),
-            [
-                PoolSpec {
-                    window: None,
-                    blocks: 10
-                },
-                PoolSpec {
-                    window: Some(8),
-                    blocks: 3
-                }
-            ]
+        let pool = |kind, blocks| Pool { kind, blocks };
+        let (full, window) = (pool(CacheKind::Full, 10), pool(CacheKind::Window(8), 3));
+        // Pools by kind, in any order; one of another kind is not this store's.
+        let given = [pool(CacheKind::State, 2), window, full];
+        let kv = KvStore::new(&groups, 4, &given, 4, 6, KvDtype::F16, &Device::Cpu).unwrap();
+        assert_eq!(kv.pools(), [full, window]);
+        let err = KvStore::new(&groups, 4, &[full], 4, 6, KvDtype::F16, &Device::Cpu).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("no window:8 pool among the pools given (full)"),
+            "{err}"
         );
         assert_eq!(kv.cache(1).layer(2).0.dims(), [12, 6]);
         assert_eq!(kv.group_of(3).unwrap(), (1, 2));
@@ -182,14 +195,14 @@ mod tests {
         // A layer in two groups, or past the model, is refused; one in none
         // (a recurrent layer) has no KV.
         let partial = [group(None, &[0, 1]), group(Some(8), &[3])];
-        let kv2 = KvStore::new(&partial, 4, &[2, 2], 4, 6, KvDtype::F16, &Device::Cpu).unwrap();
+        let two = [pool(CacheKind::Full, 2), pool(CacheKind::Window(8), 2)];
+        let kv2 = KvStore::new(&partial, 4, &two, 4, 6, KvDtype::F16, &Device::Cpu).unwrap();
         assert!(kv2.group_of(2).is_err() && kv2.group_of(3).is_ok());
         for bad in [
             vec![group(None, &[0, 1, 2]), group(Some(8), &[2, 3])],
             vec![group(None, &[0, 1, 2, 3, 4])],
         ] {
-            let n = bad.len();
-            assert!(KvStore::new(&bad, 4, &vec![2; n], 4, 6, KvDtype::F16, &Device::Cpu).is_err());
+            assert!(KvStore::new(&bad, 4, &two, 4, 6, KvDtype::F16, &Device::Cpu).is_err());
         }
         // Each token's slot in each group, through that group's table.
         let span = SeqSpan {

@@ -1,14 +1,13 @@
-//! The decoder and its paged KV cache behind the worker's `BatchModel`
-//! interface: one pool per KV group (the full-attention layers, each sliding
-//! window), each with a fixed number of blocks; and, for a model with
-//! recurrent layers, a fixed number of state slots, a row's slot its last
-//! table.
+//! The decoder and its paged cache behind the worker's `BatchModel`
+//! interface: one pool per kind of cache its layers keep (the full-attention
+//! layers, each sliding window, the recurrent layers' state slots), each of
+//! a fixed size; a row's tables are found by their kind.
 
 use std::sync::Arc;
 
-use ferrox_core::batch_model::{PrefillChunk, StepLogits, Tables};
-use ferrox_core::{AdapterRef, BatchModel, DecodeRow, PoolSpec};
-use ferrox_plan::KvDtype;
+use ferrox_core::batch_model::{PrefillChunk, StepLogits, Tables, table_of};
+use ferrox_core::{AdapterRef, BatchModel, DecodeRow, Pool};
+use ferrox_plan::{CacheKind, KvDtype, spell_kinds};
 
 use crate::attention::SeqSpan;
 use crate::decoder::{Decoder, Step};
@@ -30,30 +29,47 @@ pub struct PagedModel {
 
 impl PagedModel {
     /// Wraps `decoder` with a pool of `num_blocks` blocks of `block_size`
-    /// tokens for each of its KV groups, held in `kv_dtype`.
+    /// tokens for each of its attention kinds, held in `kv_dtype`, and no
+    /// state slot ([`PagedModel::set_state_slots`]).
     pub fn new(
         decoder: Decoder,
         num_blocks: usize,
         block_size: usize,
         kv_dtype: KvDtype,
     ) -> Result<Self> {
-        let blocks = vec![num_blocks; decoder.kv_groups().len()];
-        Self::with_pools(decoder, &blocks, block_size, kv_dtype)
+        let pools: Vec<Pool> = decoder
+            .cache_kinds()
+            .into_iter()
+            .map(|kind| Pool {
+                kind,
+                blocks: if kind.holds_tokens() { num_blocks } else { 0 },
+            })
+            .collect();
+        Self::with_pools(decoder, &pools, block_size, kv_dtype)
     }
 
-    /// Wraps `decoder` with a pool of `blocks[g]` blocks of `block_size`
-    /// tokens for its KV group `g` (in [`Decoder::kv_groups`]' order: the
-    /// plan's KV pool first when the model has full-attention layers, then
-    /// its window pools), held in `kv_dtype`.
+    /// Wraps `decoder` with `pools`, by kind: exactly one for each kind of
+    /// cache its layers keep ([`Decoder::cache_kinds`]), blocks of
+    /// `block_size` tokens held in `kv_dtype` (a state pool's are slots).
     pub fn with_pools(
         decoder: Decoder,
-        blocks: &[usize],
+        pools: &[Pool],
         block_size: usize,
         kv_dtype: KvDtype,
     ) -> Result<Self> {
-        let kv = decoder.kv_store(blocks, block_size, kv_dtype)?;
+        let mut given: Vec<CacheKind> = pools.iter().map(|p| p.kind).collect();
+        given.sort();
+        if given != decoder.cache_kinds() {
+            return Err(Error::Input(format!(
+                "pools for {} given to a model whose pools are: {}",
+                spell_kinds(&given),
+                spell_kinds(&decoder.cache_kinds())
+            )));
+        }
+        let kv = decoder.kv_store(pools, block_size, kv_dtype)?;
+        let slots = pools.iter().find(|p| p.kind == CacheKind::State);
         Ok(PagedModel {
-            state: decoder.state_store(0)?,
+            state: decoder.state_store(slots.map_or(0, |p| p.blocks))?,
             decoder,
             kv,
             lora_slots: DeviceSlots::new(1),
@@ -65,6 +81,16 @@ impl PagedModel {
     pub fn set_state_slots(&mut self, slots: usize) -> Result<()> {
         self.state = self.decoder.state_store(slots)?;
         Ok(())
+    }
+
+    /// Bytes each pool holds, by kind, as allocated: what the plan's pools
+    /// must count.
+    pub fn pool_bytes(&self) -> Vec<(CacheKind, u64)> {
+        let state = self
+            .state
+            .is_used()
+            .then(|| (CacheKind::State, self.state.bytes()));
+        self.kv.bytes().into_iter().chain(state).collect()
     }
 
     /// Holds up to `n` adapters on an accelerator (`--max-loras`).
@@ -147,7 +173,7 @@ impl PagedModel {
             } else if c.want_logits {
                 logits_for.push(tokens.len() - 1);
             }
-            let (tables, state) = self.split_tables(c.tables)?;
+            let (tables, state) = self.split_tables(c.tables, c.tokens, c.pos)?;
             spans.push(SeqSpan {
                 tables,
                 start_pos: c.pos,
@@ -158,7 +184,7 @@ impl PagedModel {
         for r in decode {
             logits_for.push(tokens.len());
             tokens.push(r.token);
-            let (tables, state) = self.split_tables(r.tables)?;
+            let (tables, state) = self.split_tables(r.tables, &[r.token], r.pos)?;
             spans.push(SeqSpan {
                 tables,
                 start_pos: r.pos,
@@ -175,19 +201,25 @@ impl PagedModel {
 }
 
 impl PagedModel {
-    /// A row's KV tables, owned by the step, and its state slot (the last
-    /// table, for a model with recurrent layers).
-    fn split_tables(&self, tables: Tables<'_>) -> Result<(Vec<Vec<u32>>, Option<u32>)> {
-        let kv = ferrox_core::batch_model::check_state_table(
-            self.state.slots(),
-            self.kv.groups(),
-            tables,
-        )?;
-        let slot = match self.state.is_used() {
-            true => tables.last().and_then(|t| t.first().copied()),
-            false => None,
-        };
-        Ok((owned(kv), slot))
+    /// A row's tables, checked for `tokens` at `pos` and found by kind:
+    /// each KV group's, owned by the step, and its state slot (a model with
+    /// recurrent layers).
+    fn split_tables(
+        &self,
+        tables: Tables<'_>,
+        tokens: &[u32],
+        pos: usize,
+    ) -> Result<(Vec<Vec<u32>>, Option<u32>)> {
+        self.check_input(tables, tokens, pos)?;
+        let kv = (0..self.kv.groups())
+            .map(|g| {
+                table_of(tables, self.kv.kind(g))
+                    .map(<[u32]>::to_vec)
+                    .unwrap_or_default()
+            })
+            .collect();
+        let slot = table_of(tables, CacheKind::State).and_then(|t| t.first().copied());
+        Ok((kv, slot.filter(|_| self.state.is_used())))
     }
 }
 
@@ -215,11 +247,6 @@ fn lora_adapters(
             }),
         })
         .collect()
-}
-
-/// A row's tables, owned by the step.
-fn owned(tables: Tables<'_>) -> Vec<Vec<u32>> {
-    tables.iter().map(|t| t.to_vec()).collect()
 }
 
 /// Splits logit rows (every token's for a chunk that wanted all, the last
@@ -253,12 +280,12 @@ impl BatchModel for PagedModel {
         self.kv.block_size()
     }
 
-    fn kv_pools(&self) -> Vec<PoolSpec> {
-        self.kv.pools()
-    }
-
-    fn state_slots(&self) -> Option<usize> {
-        self.state.slots()
+    fn cache_pools(&self) -> Vec<Pool> {
+        let slots = self.state.slots().map(|blocks| Pool {
+            kind: CacheKind::State,
+            blocks,
+        });
+        self.kv.pools().into_iter().chain(slots).collect()
     }
 
     fn prefill(

@@ -6,8 +6,8 @@
 
 use candle_core::Device;
 use ferrox_core::batch_model::PrefillChunk;
-use ferrox_core::{BatchModel, DecodeRow};
-use ferrox_plan::KvDtype;
+use ferrox_core::{BatchModel, DecodeRow, Table};
+use ferrox_plan::{CacheKind, KvDtype};
 
 use crate::decoder::Decoder;
 use crate::device::{Gpus, PoolReading};
@@ -54,20 +54,19 @@ impl ProfileShape {
 pub fn worst_step(model: &mut dyn BatchModel, shape: &ProfileShape) -> Result<()> {
     let tables = shape.tables();
     let prompt = vec![0u32; shape.prefill_chunk.max(1)];
-    // Every pool holds the profile's blocks: each group gets the same tables;
-    // a model with recurrent layers gives each row a slot of its own.
-    let groups = model.kv_pools().len();
+    // Every attention pool holds the profile's blocks: each gets the same
+    // tables; a state pool gives each row a slot of its own.
+    let pools = model.cache_pools();
     let slots: Vec<[u32; 1]> = (0..tables.len() as u32).map(|i| [i]).collect();
-    let recurrent = model.state_slots().is_some();
-    let per_row: Vec<Vec<&[u32]>> = tables
+    let per_row: Vec<Vec<Table<'_>>> = tables
         .iter()
         .zip(&slots)
         .map(|(t, slot)| {
-            let mut row = vec![t.as_slice(); groups];
-            if recurrent {
-                row.push(slot.as_slice());
-            }
-            row
+            let table = |kind: CacheKind| Table {
+                kind,
+                blocks: if kind.holds_tokens() { t } else { slot },
+            };
+            pools.iter().map(|p| table(p.kind)).collect()
         })
         .collect();
     let chunk = PrefillChunk {
@@ -223,7 +222,15 @@ mod tests {
         // The decoder still serves: the real pool is made after the profile.
         let mut model = PagedModel::new(llama, 4, 16, KvDtype::F16).unwrap();
         let logits = model
-            .prefill(&[&[0]], &[1, 2, 3], 0, true)
+            .prefill(
+                &[Table {
+                    kind: CacheKind::Full,
+                    blocks: &[0],
+                }],
+                &[1, 2, 3],
+                0,
+                true,
+            )
             .unwrap()
             .unwrap();
         assert_eq!(logits.len(), t.vocab);

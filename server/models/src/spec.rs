@@ -214,6 +214,16 @@ pub struct KvGroup {
     pub layers: Vec<usize>,
 }
 
+impl KvGroup {
+    /// The kind of cache the group keeps, which names its pool.
+    pub fn kind(&self) -> ferrox_plan::CacheKind {
+        match self.window {
+            None => ferrox_plan::CacheKind::Full,
+            Some(w) => ferrox_plan::CacheKind::Window(w as u64),
+        }
+    }
+}
+
 /// Everything the decoder needs to know about a model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelSpec {

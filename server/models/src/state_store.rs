@@ -66,6 +66,12 @@ impl StateStore {
         self.is_used().then_some(self.slots)
     }
 
+    /// Bytes of every slot's state in every layer, as allocated.
+    pub fn bytes(&self) -> u64 {
+        let tensors = self.layers.iter().flat_map(|l| [&l.conv, &l.ssm]);
+        tensors.map(crate::linear::tensor_bytes).sum()
+    }
+
     /// Whether the model has recurrent layers (then every span needs a slot).
     pub fn is_used(&self) -> bool {
         !self.layers.is_empty()

@@ -7,7 +7,7 @@
 //! metric is a compile error on both sides, not a pod that fails in
 //! production.
 
-use crate::{DeviceKind, KvDtype};
+use crate::{CacheKind, DeviceKind, KvDtype};
 
 /// `ferrox-server serve` flag names, without the leading `--` (clap's
 /// `long`).
@@ -20,10 +20,14 @@ pub mod flag {
     pub const PORT: &str = "port";
     /// The model name clients send.
     pub const SERVED_MODEL_NAME: &str = "served-model-name";
-    /// Blocks of the KV pool (the full-attention layers).
+    /// Blocks of one pool, by kind: `KIND=N` (`full=2048`,
+    /// `window:4096=512`, `state=16`), repeated or comma-separated.
+    pub const POOL: &str = "pool";
+    /// Alias: blocks of the attention KV pool (the full-attention layers',
+    /// or the one window pool of a model whose every layer slides).
     pub const KV_BLOCKS: &str = "kv-blocks";
-    /// Blocks of each window pool (sliding-window layers), smallest window
-    /// first, comma-separated.
+    /// Alias: blocks of each window pool (sliding-window layers), smallest
+    /// window first, comma-separated.
     pub const WINDOW_BLOCKS: &str = "window-blocks";
     /// Tokens per KV block.
     pub const BLOCK_SIZE: &str = "block-size";
@@ -103,12 +107,8 @@ pub struct ServeArgs {
     pub port: u16,
     /// The model name clients send.
     pub served_model_name: String,
-    /// Blocks of the KV pool; 0 when every layer has a sliding window (the
-    /// flag is then left out).
-    pub kv_blocks: u64,
-    /// Blocks of each window pool, smallest window first; empty for a model
-    /// without sliding-window layers.
-    pub window_blocks: Vec<u64>,
+    /// Every pool's blocks, by kind (the plan's pools).
+    pub pools: Vec<(CacheKind, u64)>,
     /// Tokens per block.
     pub block_size: u64,
     /// Most sequences at once.
@@ -142,12 +142,8 @@ impl ServeArgs {
         push(flag::HOST, self.host.clone());
         push(flag::PORT, self.port.to_string());
         push(flag::SERVED_MODEL_NAME, self.served_model_name.clone());
-        if self.kv_blocks > 0 || self.window_blocks.is_empty() {
-            push(flag::KV_BLOCKS, self.kv_blocks.to_string());
-        }
-        if !self.window_blocks.is_empty() {
-            let sizes: Vec<String> = self.window_blocks.iter().map(u64::to_string).collect();
-            push(flag::WINDOW_BLOCKS, sizes.join(","));
+        for (kind, blocks) in &self.pools {
+            push(flag::POOL, pool_arg(*kind, *blocks));
         }
         push(flag::BLOCK_SIZE, self.block_size.to_string());
         push(flag::MAX_SEQS, self.max_seqs.to_string());
@@ -168,6 +164,24 @@ impl ServeArgs {
     }
 }
 
+/// One `--pool` value: `KIND=N`.
+pub fn pool_arg(kind: CacheKind, blocks: u64) -> String {
+    format!("{kind}={blocks}")
+}
+
+/// Parses one `--pool` value, `KIND=N` (the inverse of [`pool_arg`]).
+pub fn parse_pool_arg(text: &str) -> Result<(CacheKind, u64), String> {
+    let (kind, n) = text.split_once('=').ok_or_else(|| {
+        format!("`{text}` is not KIND=BLOCKS (e.g. full=2048, window:4096=512, state=16)")
+    })?;
+    let kind: CacheKind = kind.trim().parse()?;
+    let n = n
+        .trim()
+        .parse::<u64>()
+        .map_err(|_| format!("`{n}` in `{text}` is not a number of blocks"))?;
+    Ok((kind, n))
+}
+
 /// Names of the series the operator reads from a server's `/metrics`.
 pub mod metric {
     /// Requests waiting for admission (the autoscaler's queue depth).
@@ -177,25 +191,21 @@ pub mod metric {
     /// Requests ended, by `reason` (the autoscaler's sign of traffic between scrapes).
     pub const FINISHED: &str = "ferrox_requests_finished_total";
     /// Reserved fraction of the fullest pool (the KV pool, or a window pool
-    /// when that one is fuller): the one that stops admission first.
+    /// or the state slots when fuller): the one that stops admission first.
     pub const KV_USAGE: &str = "ferrox_kv_usage_ratio";
-    /// Window pool blocks reserved by running requests, by `window`.
-    pub const WINDOW_BLOCKS_USED: &str = "ferrox_window_blocks_used";
-    /// Window pool blocks, by `window`.
-    pub const WINDOW_BLOCKS_TOTAL: &str = "ferrox_window_blocks_total";
-    /// Window pool blocks holding a window now (the rest of the reserved
-    /// ones were given back as the windows moved, or are not drawn yet).
-    pub const WINDOW_BLOCKS_HELD: &str = "ferrox_window_blocks_held";
-    /// Reserved fraction of each window pool, by `window`.
-    pub const WINDOW_USAGE: &str = "ferrox_window_usage_ratio";
-    /// The label naming a window pool's window, in tokens.
-    pub const WINDOW_LABEL: &str = "window";
-    /// Recurrent state slots held by running requests (a model with
-    /// recurrent layers: one a sequence; the reference's `recurrent` gauge).
-    pub const RECURRENT_SLOTS_USED: &str = "ferrox_recurrent_slots_used";
-    /// Recurrent state slots of the server (0 for a model without
-    /// recurrent layers).
-    pub const RECURRENT_SLOTS_CAPACITY: &str = "ferrox_recurrent_slots_capacity";
+    /// The label naming a pool by its cache kind (`full`, `window:1024`,
+    /// `state`), on every per-pool series.
+    pub const POOL_LABEL: &str = "pool";
+    /// Blocks reserved by running requests, by `pool` (what admission
+    /// counts; a state pool's block is one sequence's slot).
+    pub const POOL_BLOCKS_USED: &str = "ferrox_pool_blocks_used";
+    /// Blocks of each pool, by `pool`.
+    pub const POOL_BLOCKS_CAPACITY: &str = "ferrox_pool_blocks_capacity";
+    /// Blocks holding something now, by `pool` (a window pool's reserved
+    /// blocks its windows have left, or not drawn yet, are not held).
+    pub const POOL_BLOCKS_HELD: &str = "ferrox_pool_blocks_held";
+    /// Reserved fraction of each pool, by `pool`.
+    pub const POOL_USAGE: &str = "ferrox_pool_usage_ratio";
     /// vLLM's info gauge of the KV cache the server planned.
     pub const CACHE_CONFIG_INFO: &str = "vllm:cache_config_info";
     /// Weight bytes as planned.
@@ -208,8 +218,8 @@ pub mod metric {
     pub const PLAN_MAX_MODEL_LEN: &str = "ferrox_plan_max_model_len";
     /// The memory figure the plan was made from, by `source`.
     pub const PLAN_MEMORY_BYTES: &str = "ferrox_plan_memory_bytes";
-    /// Blocks of each window pool the server runs with, by `window`.
-    pub const PLAN_WINDOW_BLOCKS: &str = "ferrox_plan_window_blocks";
+    /// Blocks of each pool the server runs with, by `pool`.
+    pub const PLAN_POOL_BLOCKS: &str = "ferrox_plan_pool_blocks";
     /// vLLM's info gauge of LoRA adapters: labels `running_lora_adapters`,
     /// `waiting_lora_adapters` (comma-separated names) and `max_lora`; the
     /// value is the Unix time the label set was last seen.
@@ -272,8 +282,7 @@ mod tests {
             host: "0.0.0.0".into(),
             port: 8000,
             served_model_name: "m".into(),
-            kv_blocks: 2441,
-            window_blocks: Vec::new(),
+            pools: vec![(CacheKind::Full, 2441)],
             block_size: 16,
             max_seqs: 16,
             max_model_len: 8192,
@@ -291,7 +300,7 @@ mod tests {
         };
         assert_eq!(args[0], "serve");
         for (f, want) in [
-            (flag::KV_BLOCKS, Some("2441")),
+            (flag::POOL, Some("full=2441")),
             (flag::DEVICE, Some("cuda")),
             (flag::KV_DTYPE, Some("bf16")),
             (flag::PREFILL_CHUNK, Some("256")),
@@ -331,23 +340,45 @@ mod tests {
                 "b=/adapters/b"
             ]
         );
-        // A model with windows gets its window pools; one whose every layer
-        // has a window has no KV pool to name.
-        let gemma = ServeArgs {
-            window_blocks: vec![5719],
-            ..a.clone()
-        };
-        let args = gemma.to_args();
-        let at = args.iter().position(|x| x == "--window-blocks").unwrap();
-        assert_eq!(args[at + 1], "5719");
-        assert!(args.contains(&"--kv-blocks".to_string()));
-        let mistral = ServeArgs {
-            kv_blocks: 0,
-            window_blocks: vec![3258, 100],
+        // Every pool by kind, in the plan's order; no alias is written.
+        let hybrid = ServeArgs {
+            pools: vec![
+                (CacheKind::Full, 100),
+                (CacheKind::Window(1024), 5719),
+                (CacheKind::State, 16),
+            ],
             ..a
         };
-        let args = mistral.to_args();
-        assert!(!args.contains(&"--kv-blocks".to_string()));
-        assert!(args.contains(&"3258,100".to_string()));
+        let args = hybrid.to_args();
+        let pools: Vec<(CacheKind, u64)> = args
+            .windows(2)
+            .filter(|w| w[0] == "--pool")
+            .map(|w| parse_pool_arg(&w[1]).unwrap())
+            .collect();
+        assert_eq!(pools, hybrid.pools);
+        assert!(
+            !args
+                .iter()
+                .any(|a| a == "--kv-blocks" || a == "--window-blocks")
+        );
+    }
+
+    #[test]
+    fn pool_args_read_back_and_bad_ones_say_why() {
+        for (text, want) in [
+            ("full=2048", Ok((CacheKind::Full, 2048))),
+            ("window:4096=512", Ok((CacheKind::Window(4096), 512))),
+            (" state = 16", Ok((CacheKind::State, 16))),
+            ("full", Err("is not KIND=BLOCKS")),
+            ("kv=3", Err("not a cache pool")),
+            ("state=-1", Err("not a number of blocks")),
+        ] {
+            match (parse_pool_arg(text), want) {
+                (Ok(got), Ok(want)) => assert_eq!(got, want, "{text}"),
+                (Err(e), Err(want)) => assert!(e.contains(want), "{text}: {e}"),
+                (got, want) => panic!("{text}: {got:?} vs {want:?}"),
+            }
+        }
+        assert_eq!(pool_arg(CacheKind::Window(8), 3), "window:8=3");
     }
 }

@@ -74,6 +74,14 @@ pub enum PlanError {
         /// Memory there is.
         memory_bytes: u64,
     },
+    /// A pool size was given for a pool the model does not have.
+    #[error("a size was given for {asked}, but this model's pools are: {pools}")]
+    NoSuchPool {
+        /// The pool (or the flag) given.
+        asked: String,
+        /// The model's pools, by kind.
+        pools: String,
+    },
     /// An input is out of range.
     #[error("invalid plan input: {0}")]
     Invalid(String),

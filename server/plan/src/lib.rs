@@ -18,18 +18,24 @@
 
 use serde::{Deserialize, Serialize};
 
+mod cache;
 pub mod contract;
 mod error;
 mod footprint;
+mod groups;
 mod lora;
+mod plan;
+mod pool_sizes;
 mod pools;
 mod window;
 
+pub use cache::{CacheGroup, CacheKind, CacheSpec, KvShape};
 pub use error::PlanError;
 pub use footprint::{DeviceKind, Footprint, Footprints};
 pub use lora::LoraPlan;
-pub use pools::{PoolSizes, WindowPlan};
-pub use window::{KvGroupGeometry, SlidingWindow, slides, window_blocks};
+pub use plan::{Plan, PoolPlan};
+pub use pool_sizes::{PoolSizes, spell_kinds};
+pub use window::{SlidingWindow, slides, window_blocks};
 
 use pools::Layout;
 
@@ -316,71 +322,6 @@ impl Default for PlanConfig {
     }
 }
 
-/// The decided numbers, with the bytes of every part.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Plan {
-    /// Blocks in the KV pool: the full-attention layers' (0 when every layer
-    /// has a sliding window).
-    pub kv_blocks: u64,
-    /// Tokens per block.
-    pub block_size: u64,
-    /// Concurrent sequences the server admits: typical sequences every pool
-    /// holds at once.
-    pub max_seqs: u64,
-    /// Bytes of K and V per token in the full-attention layers.
-    pub kv_bytes_per_token: u64,
-    /// Bytes of one block of the KV pool.
-    pub block_bytes: u64,
-    /// Bytes of weights.
-    pub weight_bytes: u64,
-    /// Bytes of every pool together.
-    pub kv_budget_bytes: u64,
-    /// Bytes held back for one step's activations.
-    pub activation_reserve_bytes: u64,
-    /// Bytes held back for the runtime.
-    pub overhead_bytes: u64,
-    /// Bytes held for LoRA adapters.
-    #[serde(default)]
-    pub adapter_bytes: u64,
-    /// Longest sequence served.
-    pub max_model_len: u64,
-    /// The window pools beside the KV pool, smallest window first (none for a
-    /// model without sliding-window layers).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub windows: Vec<WindowPlan>,
-    /// The model's parameters, every expert counted (as in the geometry).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub params: u64,
-    /// Parameters one token runs through (as in the geometry).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub active_params: u64,
-    /// Recurrent state slots, one a running sequence (a model with
-    /// recurrent layers; 0 otherwise).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub state_slots: u64,
-    /// Bytes of one slot: a sequence's state over every recurrent layer.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub state_bytes_per_seq: u64,
-}
-
-impl Plan {
-    /// Everything the plan counts: weights + KV + activations + overhead
-    /// + adapters.
-    pub fn total_bytes(&self) -> u64 {
-        self.weight_bytes
-            .saturating_add(self.kv_budget_bytes)
-            .saturating_add(self.activation_reserve_bytes)
-            .saturating_add(self.overhead_bytes)
-            .saturating_add(self.adapter_bytes)
-    }
-
-    /// Blocks of each window pool, smallest window first.
-    pub fn window_blocks(&self) -> Vec<u64> {
-        self.windows.iter().map(|w| w.kv_blocks).collect()
-    }
-}
-
 /// Blocks one sequence of `tokens` tokens needs.
 pub fn blocks_for(tokens: u64, block_size: u64) -> u64 {
     tokens.div_ceil(block_size.max(1))
@@ -458,9 +399,9 @@ pub fn plan_default(
     Ok((fitted, SizingRule::MaxSeqsFit))
 }
 
-/// Plans around a KV pool of exactly `kv_blocks` blocks (the server's
-/// `--kv-blocks`), any window pools sized to hold as many typical sequences;
-/// see [`plan_for_pools`].
+/// Plans around an attention pool of exactly `kv_blocks` blocks (the
+/// server's `--kv-blocks`), every other pool sized to hold as many typical
+/// sequences; see [`plan_for_pools`].
 pub fn plan_for_blocks(
     geometry: &ModelGeometry,
     config: &PlanConfig,
@@ -468,13 +409,13 @@ pub fn plan_for_blocks(
 ) -> Result<Plan, PlanError> {
     let sizes = PoolSizes {
         kv_blocks: Some(kv_blocks),
-        window_blocks: None,
+        ..PoolSizes::default()
     };
     plan_for_pools(geometry, config, &sizes)
 }
 
-/// Plans around the pool sizes given (`--kv-blocks`, `--window-blocks`),
-/// deriving any not given so each pool holds as many typical sequences as the
+/// Plans around the pool sizes given (`--pool`, `--kv-blocks`,
+/// `--window-blocks`), by kind, deriving any not given so each pool holds as many typical sequences as the
 /// given ones. When `config.memory_bytes` is not 0 the whole plan must fit in
 /// it (utilization is not applied: the pools were chosen).
 pub fn plan_for_pools(
@@ -569,5 +510,7 @@ fn check_inputs(geometry: &ModelGeometry, config: &PlanConfig) -> Result<(), Pla
     Ok(())
 }
 
+#[cfg(test)]
+mod fixtures;
 #[cfg(test)]
 mod tests;

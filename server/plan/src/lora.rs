@@ -64,6 +64,7 @@ impl LoraPlan {
 mod tests {
     use super::*;
     use crate::KvDtype;
+    use crate::fixtures::Pools;
 
     fn smollm2() -> ModelGeometry {
         ModelGeometry {
@@ -121,7 +122,7 @@ mod tests {
             ..config.clone()
         };
         let planned = crate::plan(&g, &with).unwrap();
-        assert_eq!(planned.kv_blocks, without.kv_blocks - 10);
+        assert_eq!(planned.kv_blocks(), without.kv_blocks() - 10);
         assert_eq!(planned.adapter_bytes, 10 * block);
         assert_eq!(
             planned.total_bytes(),

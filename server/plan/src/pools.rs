@@ -1,60 +1,30 @@
-//! The pools of a plan, one per KV group: what each costs, how a KV budget is
-//! split between them, and the plan a set of pool sizes makes.
+//! The pools of a plan, one per cache group: what each costs, how a KV
+//! budget is split between them, and the plan a set of pool sizes makes.
 //!
-//! Per group `g` (full attention, or one window size): `block_bytes_g =
-//! block_size * layers_g * layer_kv_bytes_per_token`, and a sequence of `n`
-//! tokens reserves `blocks_g(n)` blocks ([`KvGroupGeometry::seq_blocks`]: its
-//! length, or in a windowed group at most its window plus a chunk). A budget
-//! `B` is split in proportion to what a typical sequence (`T` tokens) takes
-//! of each, `pool_g = B * blocks_g(T) / sum_h(blocks_h(T) * block_bytes_h)`,
-//! except that a window pool never gets more than `max_seqs_cap` sequences can
-//! ever hold (`cap * blocks_g(max_model_len)`): longer sequences need more
-//! full-attention blocks, never more window blocks, so the rest goes to the
-//! KV pool (a model whose every layer has a window leaves it unused). Every pool holds at least one `max_model_len` sequence.
+//! Per group `g` (`crate::CacheGroup`): a block costs `block_bytes_g`
+//! (`block_size` tokens in every layer of an attention group, one sequence's
+//! state in a state group), and a sequence of `n` tokens reserves
+//! `blocks_g(n)` blocks (`crate::CacheKind::blocks_for`: its length, at most
+//! its window plus a chunk, or one slot). A budget `B` is split in
+//! proportion to what a typical sequence (`T` tokens) takes of each, `pool_g
+//! = B * blocks_g(T) / sum_h(blocks_h(T) * block_bytes_h)`, except that a
+//! pool other than full attention never gets more than `max_seqs_cap`
+//! sequences can ever hold (`cap * blocks_g(max_model_len)`): longer
+//! sequences need more full-attention blocks, never more window blocks or
+//! slots, so the rest goes to the full pool (a model without one leaves it
+//! unused). Every pool holds at least one `max_model_len` sequence.
 //! `max_seqs` is how many typical sequences every pool holds at once.
-//!
-//! A model with recurrent layers adds the pool of state slots, last: a
-//! "group" whose block is one sequence's state (`state_bytes_per_seq`),
-//! one a sequence whatever its length, split and capped like a window pool.
 
-use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
-use crate::window::KvGroupGeometry;
-use crate::{ModelGeometry, Plan, PlanConfig, PlanError};
-
-/// One window pool of a plan.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct WindowPlan {
-    /// Tokens the group's layers attend to.
-    pub window: u64,
-    /// Layers with this window.
-    pub layers: u64,
-    /// Bytes of K and V one token takes across these layers.
-    pub kv_bytes_per_token: u64,
-    /// Bytes of one block of this pool.
-    pub block_bytes: u64,
-    /// The most blocks one sequence reserves here: its window plus a prefill
-    /// chunk, page-aligned, or its whole length when shorter.
-    pub blocks_per_seq: u64,
-    /// Blocks in the pool.
-    pub kv_blocks: u64,
-}
-
-/// Pool sizes given by hand (the server's flags); `None`: derive it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PoolSizes {
-    /// Blocks of the KV pool (the full-attention layers).
-    pub kv_blocks: Option<u64>,
-    /// Blocks of each window pool, smallest window first.
-    pub window_blocks: Option<Vec<u64>>,
-}
+use crate::{
+    CacheGroup, CacheKind, ModelGeometry, Plan, PlanConfig, PlanError, PoolPlan, PoolSizes,
+};
 
 /// What one group costs.
 #[derive(Debug, Clone, Copy)]
 struct Group {
-    /// The KV group; `None` for the state slots.
-    kv: Option<KvGroupGeometry>,
+    group: CacheGroup,
     block_bytes: u64,
     /// Blocks a `max_model_len` sequence reserves.
     most: u64,
@@ -75,14 +45,9 @@ fn mul_div(a: u64, b: u64, c: u64) -> u64 {
 }
 
 impl Group {
-    /// The full-attention KV group.
+    /// The full-attention group, which takes what the others leave.
     fn is_full(&self) -> bool {
-        self.kv.is_some_and(|k| k.window.is_none())
-    }
-
-    /// A window group's window.
-    fn window(&self) -> Option<u64> {
-        self.kv.and_then(|k| k.window)
+        self.group.kind() == CacheKind::Full
     }
 }
 
@@ -94,29 +59,25 @@ impl Layout {
             .unwrap_or(max_model_len)
             .clamp(1, max_model_len);
         let (bs, chunk) = (config.block_size, config.prefill_chunk);
-        let state = (geometry.state_bytes_per_seq > 0).then_some(Group {
-            kv: None,
-            block_bytes: geometry.state_bytes_per_seq,
-            most: 1,
-            typical: 1,
-        });
         let groups = geometry
-            .kv_groups()
+            .cache_groups()
             .into_iter()
-            .map(|kv| Group {
-                kv: Some(kv),
-                block_bytes: bs
-                    .saturating_mul(kv.layers)
-                    .saturating_mul(geometry.layer_kv_bytes_per_token()),
-                most: kv.seq_blocks(max_model_len, chunk, bs),
-                typical: kv.seq_blocks(typical, chunk, bs),
+            .map(|group| Group {
+                group,
+                block_bytes: group.block_bytes(bs),
+                most: group.kind().blocks_for(max_model_len, chunk, bs),
+                typical: group.kind().blocks_for(typical, chunk, bs),
             })
-            .chain(state)
             .collect();
         Layout {
             groups,
             cap: config.max_seqs_cap(),
         }
+    }
+
+    /// The pools' kinds, in order.
+    pub fn kinds(&self) -> Vec<CacheKind> {
+        self.groups.iter().map(|g| g.group.kind()).collect()
     }
 
     fn full(&self) -> Option<usize> {
@@ -192,34 +153,12 @@ impl Layout {
     /// typical sequences as the given ones do, and at least one whole one;
     /// refuses sizes for pools the model does not have.
     pub fn sized(&self, given: &PoolSizes) -> Result<Vec<u64>, PlanError> {
-        let windows = self.groups.iter().filter(|g| g.window().is_some()).count();
-        let mut pools: Vec<Option<u64>> = vec![None; self.groups.len()];
-        if let Some(n) = given.kv_blocks {
-            let full = self.full().ok_or_else(|| {
-                PlanError::Invalid(
-                    "a KV pool size was given, but every layer of this model has a sliding \
-                     window: size its window pool instead"
-                        .into(),
-                )
-            })?;
-            pools[full] = Some(n);
-        }
-        if let Some(sizes) = &given.window_blocks {
-            if sizes.len() != windows {
-                return Err(PlanError::Invalid(format!(
-                    "{} window pool sizes given for a model with {windows} window sizes",
-                    sizes.len()
-                )));
-            }
-            let at = self
-                .groups
-                .iter()
-                .enumerate()
-                .filter(|(_, g)| g.window().is_some());
-            for ((i, _), &n) in at.zip(sizes) {
-                pools[i] = Some(n);
-            }
-        }
+        let given: BTreeMap<CacheKind, u64> = given.resolve(&self.kinds())?;
+        let pools: Vec<Option<u64>> = self
+            .groups
+            .iter()
+            .map(|g| given.get(&g.group.kind()).copied())
+            .collect();
         let seqs = self
             .groups
             .iter()
@@ -245,70 +184,13 @@ impl Layout {
         max_model_len: u64,
         pools: &[u64],
     ) -> Result<Plan, PlanError> {
-        let mut plan = Plan {
-            kv_blocks: 0,
-            block_size: config.block_size,
-            max_seqs: 0,
-            kv_bytes_per_token: 0,
-            block_bytes: 0,
-            weight_bytes: geometry.weight_bytes,
-            kv_budget_bytes: self.bytes(pools),
-            activation_reserve_bytes: config.activation_reserve(geometry),
-            overhead_bytes: config.overhead(geometry),
-            adapter_bytes: config.adapter_bytes,
-            max_model_len,
-            windows: Vec::new(),
-            params: geometry.params,
-            active_params: geometry.active_params,
-            state_slots: 0,
-            state_bytes_per_seq: 0,
-        };
-        for (g, &n) in self.groups.iter().zip(pools) {
-            let per_token = g.block_bytes / config.block_size.max(1);
-            let Some(kv) = g.kv else {
-                if n == 0 {
-                    return Err(PlanError::PoolTooSmall {
-                        kv_blocks: 0,
-                        block_size: config.block_size,
-                        pool_tokens: 0,
-                        max_model_len,
-                    });
-                }
-                (plan.state_slots, plan.state_bytes_per_seq) = (n, g.block_bytes);
-                continue;
-            };
-            match kv.window {
-                None if n < g.most => {
-                    return Err(PlanError::PoolTooSmall {
-                        kv_blocks: n,
-                        block_size: config.block_size,
-                        pool_tokens: n.saturating_mul(config.block_size),
-                        max_model_len,
-                    });
-                }
-                None => {
-                    (plan.kv_blocks, plan.block_bytes) = (n, g.block_bytes);
-                    plan.kv_bytes_per_token = per_token;
-                }
-                Some(window) if n < g.most => {
-                    return Err(PlanError::WindowPoolTooSmall {
-                        window,
-                        kv_blocks: n,
-                        blocks_per_seq: g.most,
-                        max_model_len,
-                    });
-                }
-                Some(window) => plan.windows.push(WindowPlan {
-                    window,
-                    layers: kv.layers,
-                    kv_bytes_per_token: per_token,
-                    block_bytes: g.block_bytes,
-                    blocks_per_seq: g.most,
-                    kv_blocks: n,
-                }),
-            }
-        }
-        plan.max_seqs = self
+        let planned = self
+            .groups
+            .iter()
+            .zip(pools)
+            .map(|(g, &n)| g.check(n, config.block_size, max_model_len))
+            .collect::<Result<Vec<PoolPlan>, PlanError>>()?;
+        let max_seqs = self
             .groups
             .iter()
             .zip(pools)
@@ -316,7 +198,53 @@ impl Layout {
             .min()
             .unwrap_or(0)
             .clamp(1, self.cap);
-        Ok(plan)
+        Ok(Plan {
+            pools: planned,
+            block_size: config.block_size,
+            max_seqs,
+            weight_bytes: geometry.weight_bytes,
+            kv_budget_bytes: self.bytes(pools),
+            activation_reserve_bytes: config.activation_reserve(geometry),
+            overhead_bytes: config.overhead(geometry),
+            adapter_bytes: config.adapter_bytes,
+            max_model_len,
+            params: geometry.params,
+            active_params: geometry.active_params,
+        })
+    }
+}
+
+impl Group {
+    /// The group's pool of `n` blocks, or why it cannot hold one
+    /// `max_model_len` sequence.
+    fn check(&self, n: u64, block_size: u64, max_model_len: u64) -> Result<PoolPlan, PlanError> {
+        let kind = self.group.kind();
+        if n < self.most {
+            return Err(match kind {
+                CacheKind::Window(window) => PlanError::WindowPoolTooSmall {
+                    window,
+                    kv_blocks: n,
+                    blocks_per_seq: self.most,
+                    max_model_len,
+                },
+                CacheKind::Full | CacheKind::State => PlanError::PoolTooSmall {
+                    kv_blocks: n,
+                    block_size,
+                    pool_tokens: match kind.holds_tokens() {
+                        true => n.saturating_mul(block_size),
+                        false => 0,
+                    },
+                    max_model_len,
+                },
+            });
+        }
+        Ok(PoolPlan {
+            kind,
+            layers: self.group.layers,
+            block_bytes: self.block_bytes,
+            blocks_per_seq: self.most,
+            blocks: n,
+        })
     }
 }
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::fixtures::Pools;
 
 const GIB: u64 = 1 << 30;
 
@@ -115,12 +116,17 @@ fn plans_for_real_models() {
             ..c.config
         };
         let p = plan(&c.geometry, &config).unwrap_or_else(|e| panic!("{}: {e}", c.name));
-        assert_eq!(p.kv_blocks, c.kv_blocks, "{}", c.name);
+        assert_eq!(p.kv_blocks(), c.kv_blocks, "{}", c.name);
         assert_eq!(p.max_seqs, c.max_seqs, "{}", c.name);
-        assert_eq!(p.kv_budget_bytes, p.kv_blocks * p.block_bytes, "{}", c.name);
+        assert_eq!(
+            p.kv_budget_bytes,
+            p.kv_blocks() * p.block_bytes(),
+            "{}",
+            c.name
+        );
         // One full-length sequence always fits in an accepted plan.
         assert!(
-            p.kv_blocks >= blocks_for(p.max_model_len, p.block_size),
+            p.kv_blocks() >= blocks_for(p.max_model_len, p.block_size),
             "{}",
             c.name
         );
@@ -164,7 +170,7 @@ fn too_few_blocks_for_one_sequence_is_refused() {
         "a pool of 63 blocks of 16 tokens holds 1008 tokens, less than one 1024-token sequence"
     );
     let ok = plan_for_blocks(&smollm2_135m(), &config, 64).unwrap();
-    assert_eq!((ok.kv_blocks, ok.max_seqs), (64, 1));
+    assert_eq!((ok.kv_blocks(), ok.max_seqs), (64, 1));
 }
 
 #[test]
@@ -296,7 +302,7 @@ fn estimated_reserve_follows_the_step_shape() {
     assert_eq!(p.overhead_bytes, DeviceKind::Cuda.runtime_overhead_bytes());
     let usable = (80.0 * GIB as f64 * 0.9).floor() as u64;
     let left = usable - g.weight_bytes - want - p.overhead_bytes;
-    assert_eq!(p.kv_blocks, left / (16 * 128 * 1024));
+    assert_eq!(p.kv_blocks(), left / (16 * 128 * 1024));
     assert!(p.total_bytes() <= usable);
     // A CPU plan computes activations in f32.
     let cpu = PlanConfig::for_device(DeviceKind::Cpu);
@@ -339,7 +345,7 @@ fn the_default_pool_fits_max_seqs_in_free_memory_and_takes_a_reserved_budget() {
         typical_seq_len: typical,
         ..PlanConfig::default()
     };
-    let budget = |c: &PlanConfig| plan(&geometry, c).unwrap().kv_blocks;
+    let budget = |c: &PlanConfig| plan(&geometry, c).unwrap().kv_blocks();
     let cpu = DeviceKind::Cpu.default_max_seqs();
     // (readings, kind, config, want blocks or None = the whole budget, max_seqs, rule)
     let free_24g = at(24 * GIB, 0.9, Some(cpu), Some(DEFAULT_TYPICAL_SEQ_LEN));
@@ -389,12 +395,12 @@ fn the_default_pool_fits_max_seqs_in_free_memory_and_takes_a_reserved_budget() {
         let (p, got_rule) = plan_default(&geometry, config, kind).unwrap();
         let want = want.unwrap_or_else(|| budget(config));
         assert_eq!(
-            (p.kv_blocks, p.max_seqs, got_rule),
+            (p.kv_blocks(), p.max_seqs, got_rule),
             (want, max_seqs, rule),
             "{name}"
         );
-        assert!(p.kv_blocks <= budget(config), "{name}: over the budget");
-        assert_eq!(p.kv_budget_bytes, p.kv_blocks * 368_640, "{name}");
+        assert!(p.kv_blocks() <= budget(config), "{name}: over the budget");
+        assert_eq!(p.kv_budget_bytes, p.kv_blocks() * 368_640, "{name}");
     }
     // The fit is the budget's when the budget is smaller: never more than
     // utilization allows.

@@ -112,8 +112,9 @@ fn the_plan_counts_the_adapters_and_a_gpu_pod_holds_them_in_host_memory() {
     );
     let one = g.lora_adapter_bytes(16);
     assert_eq!(p2.plan.adapter_bytes, 2 * one);
-    let fewer = p0.plan.kv_blocks - p2.plan.kv_blocks;
-    let exact = 2 * one / p0.plan.block_bytes;
+    let full = ferrox_plan::CacheKind::Full;
+    let fewer = p0.plan.blocks(full) - p2.plan.blocks(full);
+    let exact = 2 * one / p0.plan.pool(full).unwrap().block_bytes;
     assert!(
         fewer == exact || fewer == exact + 1,
         "{fewer} blocks fewer for {exact}"

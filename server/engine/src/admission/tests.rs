@@ -2,13 +2,16 @@
 use ferrox_core::BlockHasher;
 
 use super::*;
-use crate::fixtures::{job, request};
+use crate::fixtures::{ConfigPools, job, pools as sized, request};
+
+const FULL: CacheKind = CacheKind::Full;
+const WINDOW: CacheKind = CacheKind::Window(8);
 
 fn config() -> EngineConfig {
     EngineConfig {
         max_model_len: 100,
         block_size: 4,
-        kv_blocks: 20,
+        pools: sized(&[(FULL, 20)]),
         ..EngineConfig::default()
     }
 }
@@ -34,7 +37,7 @@ fn refusal_at_the_door_names_the_numbers() {
     for (prompt, max, want) in cases {
         let got = check_fits(prompt, max, &config());
         match (got, want) {
-            (Ok(b), Ok(w)) => assert_eq!(b, vec![w]),
+            (Ok(b), Ok(w)) => assert_eq!(b, vec![(FULL, w)]),
             (Err(e), Err(w)) => {
                 let text = format!("{e} {e:?}");
                 assert!(text.contains(w), "{text}");
@@ -48,10 +51,8 @@ fn refusal_at_the_door_names_the_numbers() {
         "this request needs 81 tokens (70 prompt + 11 max_tokens), more than the \
          server's limit of 80 tokens (the KV pool's 20 blocks of 4 tokens)"
     );
-    let long = EngineConfig {
-        kv_blocks: 100,
-        ..config()
-    };
+    let mut long = config();
+    long.set_pool(FULL, 100);
     let err = check_fits(90, 11, &long).unwrap_err().to_string();
     assert!(
         err.ends_with("limit of 100 tokens (--max-model-len)"),
@@ -65,7 +66,7 @@ fn refusal_at_the_door_names_the_numbers() {
 fn windowed(blocks: usize) -> EngineConfig {
     EngineConfig {
         prefill_chunk: 4,
-        windows: vec![crate::WindowPool { window: 8, blocks }],
+        pools: sized(&[(FULL, 20), (WINDOW, blocks)]),
         ..config()
     }
 }
@@ -96,24 +97,27 @@ fn a_request_reserves_its_window_in_a_window_pool_and_the_door_names_the_pool() 
     for (prompt, max, window_blocks, want) in cases {
         let got = check_fits(prompt, max, &windowed(window_blocks));
         match (got, want) {
-            (Ok(b), Ok(w)) => assert_eq!(b, w, "{prompt}+{max}"),
+            (Ok(b), Ok(w)) => {
+                let want: Vec<(CacheKind, usize)> = vec![(FULL, w[0]), (WINDOW, w[1])];
+                assert_eq!(b, want, "{prompt}+{max}");
+            }
             (Err(e), Err(w)) => assert!(e.to_string().contains(w), "{e}"),
             (g, w) => panic!("{prompt}+{max}: {g:?} vs {w:?}"),
         }
     }
     // The arithmetic is ferrox-plan's, for any window.
-    assert_eq!(blocks_needed(1000, Some(1024), 16, 512), 63);
-    assert_eq!(blocks_needed(100_000, Some(1024), 16, 512), 97);
-    assert_eq!(
-        blocks_needed(usize::MAX, Some(usize::MAX), 1, 1),
-        usize::MAX
-    );
+    let w1024 = CacheKind::Window(1024);
+    assert_eq!(blocks_needed(1000, w1024, 16, 512), 63);
+    assert_eq!(blocks_needed(100_000, w1024, 16, 512), 97);
+    assert_eq!(blocks_needed(100_000, CacheKind::State, 16, 512), 1);
+    let widest = CacheKind::Window(u64::MAX);
+    assert_eq!(blocks_needed(usize::MAX, widest, 1, 1), usize::MAX);
 }
 
 #[test]
 fn admission_counts_blocks_in_every_pool() {
     let cfg = windowed(4);
-    let pools = KvPools::new(&cfg.pools(), None, 0);
+    let pools = KvPools::new(&cfg.pools, 0);
     let bound = Arc::new(LineBound::new(8));
     let mut l = WaitingLine::new(Arc::clone(&bound), 4);
     let mut push = |prompt: &[u32], max| {
@@ -130,9 +134,9 @@ fn admission_counts_blocks_in_every_pool() {
         first
             .leases
             .iter()
-            .map(|x| x.capacity())
+            .map(|(k, x)| (*k, x.capacity()))
             .collect::<Vec<_>>(),
-        [4, 4]
+        [(FULL, 4), (WINDOW, 4)]
     );
     assert_eq!(
         l.pop_admissible(1, 4, no_adapters(), &pools).err(),
@@ -150,11 +154,7 @@ fn admission_counts_blocks_in_every_pool() {
 
 /// One full-attention pool of `n` blocks.
 fn pools(n: usize) -> KvPools {
-    let spec = PoolSpec {
-        window: None,
-        blocks: n,
-    };
-    KvPools::new(&[spec], None, 0)
+    KvPools::new(&sized(&[(FULL, n)]), 0)
 }
 
 static NONE_RUNNING: std::sync::LazyLock<std::collections::HashSet<String>> =
@@ -212,7 +212,7 @@ fn the_bound_counts_from_the_door_to_admission_or_cancel() {
 fn strict_fifo_a_head_that_does_not_fit_stops_the_line() {
     let (mut l, bound) = line(8);
     let pool = pools(8);
-    let _held = pool.first().allocate(4).unwrap();
+    let _held = pool.full().allocate(4).unwrap();
     // (prompt, max_tokens): 6 blocks, then 1.
     let big = join(&mut l, &bound, &[1; 4], 20, None);
     join(&mut l, &bound, &[1; 2], 2, None);
@@ -297,7 +297,8 @@ fn a_cached_prefix_is_pinned_not_reserved_twice() {
         .ok()
         .unwrap()
         .leases
-        .remove(0);
+        .remove(0)
+        .1;
     assert_eq!(first.cached_blocks(), 0);
     first.commit(5, &h.chain(&prompt));
     // While the first holds 5 of 8 blocks, an equal request needs only
@@ -308,7 +309,8 @@ fn a_cached_prefix_is_pinned_not_reserved_twice() {
         .ok()
         .unwrap()
         .leases
-        .remove(0);
+        .remove(0)
+        .1;
     assert_eq!(second.cached_blocks(), 4);
     assert_eq!(pool.used(), 6);
     // Without hashes (the cache off) the same request does not fit.
@@ -331,7 +333,8 @@ fn the_last_prompt_token_is_always_computed() {
         .ok()
         .unwrap()
         .leases
-        .remove(0);
+        .remove(0)
+        .1;
     first.commit(2, &h.chain(&prompt));
     drop(first);
     // Both blocks are cached, but the second is recomputed.
@@ -341,6 +344,7 @@ fn the_last_prompt_token_is_always_computed() {
         .ok()
         .unwrap()
         .leases
-        .remove(0);
+        .remove(0)
+        .1;
     assert_eq!(again.cached_blocks(), 1);
 }

@@ -19,12 +19,9 @@ fn pool(reserved: usize, total: usize) -> PoolStats {
     }
 }
 
-/// The KV pool's spec (its size is in the stats).
-fn kv() -> PoolSpec {
-    PoolSpec {
-        window: None,
-        blocks: 0,
-    }
+/// The full-attention pool's kind (its size is in the stats).
+fn kv() -> CacheKind {
+    CacheKind::Full
 }
 
 #[test]
@@ -109,8 +106,10 @@ fn the_plan_is_absent_until_set_then_exported_once() {
     assert_eq!(value(&before, "ferrox_plan_max_seqs"), None);
     let mut plan = PlanInfo {
         block_size: 16,
-        kv_blocks: 1024,
-        windows: Vec::new(),
+        pools: vec![ferrox_core::Pool {
+            kind: CacheKind::Full,
+            blocks: 1024,
+        }],
         kv_dtype: "f16".into(),
         memory_utilization: 0.9,
         prefix_caching: true,
@@ -215,18 +214,19 @@ fn vllm_names_count_the_same_facts() {
 }
 
 #[test]
-fn window_pools_are_reported_beside_the_kv_pool() {
+fn every_pool_is_reported_by_kind_beside_the_kv_pool() {
     let m = Metrics::new().unwrap();
     m.set_gauges(0, 1, &[(kv(), pool(5, 20))]);
     let t = m.render("m");
     assert!(
-        !t.contains("ferrox_window_blocks_total{"),
+        !t.contains("ferrox_pool_blocks_capacity{pool=\"window"),
         "no window, no series:\n{t}"
     );
-    let window = PoolSpec {
-        window: Some(1024),
-        blocks: 0,
-    };
+    assert_eq!(
+        value(&t, "ferrox_pool_blocks_capacity{pool=\"full\"}"),
+        Some(20.0)
+    );
+    let window = CacheKind::Window(1024);
     let w = PoolStats {
         total: 10,
         reserved: 8,
@@ -238,10 +238,11 @@ fn window_pools_are_reported_beside_the_kv_pool() {
     let t = m.render("m");
     let cases: &[(&str, f64)] = &[
         ("ferrox_kv_blocks_used", 5.0),
-        ("ferrox_window_blocks_used{window=\"1024\"}", 8.0),
-        ("ferrox_window_blocks_total{window=\"1024\"}", 10.0),
-        ("ferrox_window_blocks_held{window=\"1024\"}", 3.0),
-        ("ferrox_window_usage_ratio{window=\"1024\"}", 0.8),
+        ("ferrox_pool_blocks_used{pool=\"window:1024\"}", 8.0),
+        ("ferrox_pool_blocks_capacity{pool=\"window:1024\"}", 10.0),
+        ("ferrox_pool_blocks_held{pool=\"window:1024\"}", 3.0),
+        ("ferrox_pool_usage_ratio{pool=\"window:1024\"}", 0.8),
+        ("ferrox_pool_usage_ratio{pool=\"full\"}", 0.25),
         // Usage is the fuller pool's: what admission stops on, and what
         // an autoscaler must read.
         ("ferrox_kv_usage_ratio", 0.8),
@@ -255,20 +256,35 @@ fn window_pools_are_reported_beside_the_kv_pool() {
     let t = m.render("m");
     assert_eq!(value(&t, "ferrox_kv_blocks_total"), Some(0.0));
     assert_eq!(value(&t, "ferrox_kv_usage_ratio"), Some(0.8));
-    // The plan names its window pools, and vLLM's label the window.
+    // A state pool: its slots by kind; they are not tokens, so the KV usage
+    // ratio is still the fullest token pool's.
+    let slots = PoolStats {
+        total: 4,
+        reserved: 4,
+        held: 4,
+        ..PoolStats::default()
+    };
+    m.set_gauges(0, 4, &[(window, w), (CacheKind::State, slots)]);
+    let t = m.render("m");
+    assert_eq!(
+        value(&t, "ferrox_pool_blocks_used{pool=\"state\"}"),
+        Some(4.0)
+    );
+    assert_eq!(value(&t, "ferrox_kv_usage_ratio"), Some(0.8));
+    // The plan names its pools by kind, and vLLM's label the window.
+    let pool = |kind, blocks| ferrox_core::Pool { kind, blocks };
     m.set_plan(&PlanInfo {
-        kv_blocks: 64,
-        windows: vec![crate::WindowPool {
-            window: 1024,
-            blocks: 97,
-        }],
+        pools: vec![pool(kv(), 64), pool(window, 97), pool(CacheKind::State, 8)],
         ..PlanInfo::default()
     });
     let t = m.render("m");
-    assert_eq!(
-        value(&t, "ferrox_plan_window_blocks{window=\"1024\"}"),
-        Some(97.0),
-        "{t}"
-    );
+    for (series, want) in [
+        ("ferrox_plan_pool_blocks{pool=\"full\"}", 64.0),
+        ("ferrox_plan_pool_blocks{pool=\"window:1024\"}", 97.0),
+        ("ferrox_plan_pool_blocks{pool=\"state\"}", 8.0),
+    ] {
+        assert_eq!(value(&t, series), Some(want), "{t}");
+    }
     assert!(t.contains("sliding_window=\"1024\""), "{t}");
+    assert!(t.contains("num_gpu_blocks=\"64\""), "{t}");
 }

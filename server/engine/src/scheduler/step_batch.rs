@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use ferrox_core::batch_model::{PrefillChunk, StepLogits};
-use ferrox_core::{AdapterRef, BatchModel, DecodeRow, PoolSpec};
+use ferrox_core::{AdapterRef, BatchModel, DecodeRow, Pool, Table};
 
 use crate::job::RequestId;
 use crate::row::Row;
@@ -23,8 +23,8 @@ pub(super) fn run_step<M: BatchModel>(
         .collect();
     let decode_rows: Vec<&Row> = ids.iter().filter_map(|id| rows.get(id)).collect();
     // Each row's tables, made once and borrowed by its chunk or row.
-    let chunk_tables: Vec<Vec<&[u32]>> = chunk_rows.iter().map(|(r, _)| r.kv.tables()).collect();
-    let decode_tables: Vec<Vec<&[u32]>> = decode_rows.iter().map(|r| r.kv.tables()).collect();
+    let chunk_tables: Vec<Vec<Table<'_>>> = chunk_rows.iter().map(|(r, _)| r.kv.tables()).collect();
+    let decode_tables: Vec<Vec<Table<'_>>> = decode_rows.iter().map(|r| r.kv.tables()).collect();
     let prefill: Vec<PrefillChunk<'_>> = chunk_rows
         .iter()
         .zip(&chunk_tables)
@@ -70,14 +70,11 @@ pub(super) fn decode_input(r: &Row, _: usize) -> (&[u32], usize) {
     (r.pending.as_slice(), r.decode_pos())
 }
 
-/// Pools as an error message spells them: `32 blocks, 8 blocks (window 16)`.
-pub(super) fn spell_pools(pools: &[PoolSpec]) -> String {
+/// Pools as an error message spells them: `full=32, window:16=8`.
+pub(super) fn spell_pools(pools: &[Pool]) -> String {
     let spelt: Vec<String> = pools
         .iter()
-        .map(|p| match p.window {
-            None => format!("{} blocks", p.blocks),
-            Some(w) => format!("{} blocks (window {w})", p.blocks),
-        })
+        .map(|p| format!("{}={}", p.kind, p.blocks))
         .collect();
     spelt.join(", ")
 }

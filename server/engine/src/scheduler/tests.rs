@@ -4,7 +4,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::fixtures::{Call, EOS, FakeModel, Outcome, VOCAB, config, letters, request};
+use crate::fixtures::{
+    Call, ConfigPools, EOS, FakeModel, Outcome, VOCAB, config, letters, pools, request,
+};
 use crate::{GenerationRequest, Liveness, Submission};
 
 struct Rig {
@@ -18,7 +20,7 @@ struct Rig {
 impl Rig {
     fn new(config: EngineConfig) -> Self {
         let mut model = FakeModel::new(config.block_size);
-        model.pools = config.pools();
+        model.pools = config.pools.clone();
         Rig::with_model(model, config)
     }
 
@@ -306,7 +308,7 @@ fn a_cancel_that_beats_its_job_is_carried_until_the_job_arrives() {
 #[test]
 fn fifo_head_of_line_blocks_smaller_requests_behind_it() {
     let mut cfg = config();
-    cfg.kv_blocks = 8;
+    cfg.set_pool(CacheKind::Full, 8);
     let mut rig = Rig::new(cfg);
     let mut a = rig.submit(request(&[1; 4], 20)); // 6 blocks
     let mut b = rig.submit(request(&[1; 4], 12)); // 4 blocks: does not fit
@@ -860,30 +862,27 @@ fn a_pool_that_is_not_the_models_cache_is_refused_at_start() {
     let cfg = config();
     // (model's blocks, model's block size): only the config's own geometry starts.
     for (blocks, block_size, starts) in [
-        (cfg.kv_blocks, cfg.block_size, true),
-        (cfg.kv_blocks - 1, cfg.block_size, false),
-        (cfg.kv_blocks + 1, cfg.block_size, false),
-        (cfg.kv_blocks, cfg.block_size * 2, false),
+        (cfg.kv_blocks(), cfg.block_size, true),
+        (cfg.kv_blocks() - 1, cfg.block_size, false),
+        (cfg.kv_blocks() + 1, cfg.block_size, false),
+        (cfg.kv_blocks(), cfg.block_size * 2, false),
     ] {
         let mut model = FakeModel::new(block_size);
-        model.pools = vec![ferrox_core::PoolSpec {
-            window: None,
-            blocks,
-        }];
+        model.pools = pools(&[(CacheKind::Full, blocks)]);
         let metrics = Arc::new(Metrics::new().unwrap());
         match Scheduler::new(model, cfg.clone(), metrics, Instant::now()) {
             Ok((s, _)) => {
                 assert!(starts, "{blocks} x {block_size} started");
-                assert_eq!(s.pool_stats().total, cfg.kv_blocks);
+                assert_eq!(s.pool_stats().total, cfg.kv_blocks());
             }
             Err(e) => {
                 assert!(!starts, "{blocks} x {block_size} refused: {e}");
                 assert_eq!(
                     e,
                     EngineError::PoolMismatch {
-                        model_pools: format!("{blocks} blocks"),
+                        model_pools: format!("full={blocks}"),
                         model_block_size: block_size,
-                        pools: format!("{} blocks", cfg.kv_blocks),
+                        pools: format!("full={}", cfg.kv_blocks()),
                         block_size: cfg.block_size,
                     }
                 );

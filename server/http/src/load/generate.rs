@@ -73,10 +73,9 @@ pub fn run(config: &GenerateConfig) -> anyhow::Result<()> {
         max_model_len: info.context_length,
         block_size: config.block_size,
         decode_log_interval: 0,
+        pools: model.cache_pools(),
         ..EngineConfig::default()
-    }
-    .with_pools(&model.kv_pools())
-    .with_state_slots(model.state_slots());
+    };
     // The worker thread ends with the process.
     let (handle, _worker) = ferrox_engine::worker::spawn(model, engine)?;
     let request = GenerationRequest {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use ferrox_core::batch_model::{PrefillChunk, StepLogits};
-use ferrox_core::{AdapterRef, BatchModel, DecodeRow, Error, PoolSpec, Tables};
+use ferrox_core::{AdapterRef, BatchModel, DecodeRow, Error, Pool, Tables};
 
 /// The environment variable naming the request id that stalls the worker.
 pub const STALL_ENV: &str = "FERROX_FAULT_STALL_REQUEST_ID";
@@ -75,12 +75,8 @@ impl<M: BatchModel> BatchModel for Stalling<M> {
         self.inner.block_size()
     }
 
-    fn kv_pools(&self) -> Vec<PoolSpec> {
-        self.inner.kv_pools()
-    }
-
-    fn state_slots(&self) -> Option<usize> {
-        self.inner.state_slots()
+    fn cache_pools(&self) -> Vec<Pool> {
+        self.inner.cache_pools()
     }
 
     fn check_input(&self, tables: Tables<'_>, tokens: &[u32], pos: usize) -> Result<(), Error> {

@@ -92,9 +92,9 @@ fn the_plan_s_groups_are_the_spec_s() {
             ..Default::default()
         };
         let plan: Vec<_> = geometry
-            .kv_groups()
+            .cache_groups()
             .iter()
-            .map(|g| (g.window.map(|w| w as usize), g.layers as usize))
+            .map(|g| (g.kind().window().map(|w| w as usize), g.layers as usize))
             .collect();
         let ours: Vec<_> = s
             .kv_groups()

@@ -84,12 +84,17 @@ fn load(path: &Path) {
         return;
     };
     let (vocab, bs) = (model.vocab_size(), model.block_size());
+    let tables = [ferrox_core::Table {
+        kind: ferrox_plan::CacheKind::Full,
+        blocks: &[0],
+    }];
     let row = DecodeRow {
         token: 1,
         pos: 0,
-        tables: &[&[0]],
+        tables: &tables,
     };
-    if check_input(vocab, bs, 1, row.tables, &[row.token], row.pos).is_ok() {
+    let pools = model.cache_pools();
+    if check_input(vocab, bs, &pools, row.tables, &[row.token], row.pos).is_ok() {
         let _ = model.decode(&[row]);
     }
 }

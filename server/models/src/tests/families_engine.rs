@@ -12,7 +12,8 @@ use ferrox_engine::{
     EngineConfig, EngineHandle, Event, Metrics, SamplingParams, Scheduler, Submission,
 };
 
-use ferrox_plan::KvDtype;
+use ferrox_core::Pool;
+use ferrox_plan::{CacheKind, KvDtype};
 
 use super::reference::{FAMILIES, Prompt, Run, check_step, decoder, reference};
 use super::request::{greedy, request};
@@ -26,7 +27,7 @@ struct Engine {
     h: EngineHandle,
     now: Instant,
     /// Each window pool's most blocks a row holds (the reservation).
-    per_row: Vec<(usize, usize)>,
+    per_row: Vec<(CacheKind, usize)>,
     vocab: usize,
 }
 
@@ -38,23 +39,28 @@ impl Engine {
         let context = run.context.unwrap_or(256);
         let d = decoder(path, run.context);
         let vocab = d.spec().vocab;
-        let per_row: Vec<(usize, usize)> = d
-            .kv_groups()
-            .iter()
-            .enumerate()
-            .filter_map(|(g, group)| {
-                let w = group.window? as u64;
+        let per_row: Vec<(CacheKind, usize)> = d
+            .cache_kinds()
+            .into_iter()
+            .filter_map(|kind| {
+                let w = kind.window()?;
                 let most = ferrox_plan::window_blocks(w, chunk as u64, BLOCK as u64);
-                Some((g, most as usize))
+                Some((kind, most as usize))
             })
             .collect();
-        let mut blocks = vec![256; d.kv_groups().len()];
-        for &(g, most) in &per_row {
-            blocks[g] = MAX_SEQS * most;
-        }
-        let mut model = PagedModel::with_pools(d, &blocks, BLOCK, KvDtype::F32).unwrap();
-        model.set_state_slots(MAX_SEQS).unwrap();
-        let slots = ferrox_core::BatchModel::state_slots(&model);
+        let pools: Vec<Pool> = d
+            .cache_kinds()
+            .into_iter()
+            .map(|kind| Pool {
+                kind,
+                blocks: match kind {
+                    CacheKind::Full => 256,
+                    CacheKind::Window(_) => MAX_SEQS * blocks_for(&per_row, kind),
+                    CacheKind::State => MAX_SEQS,
+                },
+            })
+            .collect();
+        let model = PagedModel::with_pools(d, &pools, BLOCK, KvDtype::F32).unwrap();
         let config = EngineConfig {
             max_seqs: MAX_SEQS,
             max_queue: 32,
@@ -64,10 +70,9 @@ impl Engine {
             decode_log_interval: 0,
             prefix_caching: caching,
             cache_salt: "test".into(),
+            pools,
             ..EngineConfig::default()
-        }
-        .with_pools(&ferrox_core::BatchModel::kv_pools(&model))
-        .with_state_slots(slots);
+        };
         let now = Instant::now();
         let metrics = Arc::new(Metrics::new().unwrap());
         let (s, h) = Scheduler::new(model, config, metrics, now).unwrap();
@@ -83,7 +88,7 @@ impl Engine {
     /// Whether the model has a windowed group or recurrent layers (then
     /// the prefix cache is off).
     fn windowed(&self) -> bool {
-        !self.per_row.is_empty() || self.s.state_stats().is_some()
+        !self.per_row.is_empty() || self.s.stats_of(CacheKind::State).is_some()
     }
 
     fn submit(&self, prompt: &[u32], n: usize) -> Submission {
@@ -101,13 +106,12 @@ impl Engine {
     fn tick(&mut self) -> usize {
         self.now += Duration::from_millis(1);
         let cached = self.s.tick(self.now).admitted.cached_tokens;
-        let stats = self.s.pools_stats();
-        for &(g, most) in &self.per_row {
-            let held = stats[g].1.held;
-            assert!(held <= self.s.running() * most, "pool {g}: {:?}", stats[g]);
+        for &(kind, most) in &self.per_row {
+            let stats = self.s.stats_of(kind).unwrap();
+            assert!(stats.held <= self.s.running() * most, "{kind}: {stats:?}");
         }
         // One state slot a running row, never more.
-        if let Some(slots) = self.s.state_stats() {
+        if let Some(slots) = self.s.stats_of(CacheKind::State) {
             assert_eq!(slots.reserved, self.s.running(), "{slots:?}");
         }
         cached
@@ -118,13 +122,22 @@ impl Engine {
         while !self.s.is_idle() {
             cached += self.tick();
         }
-        for (spec, stats) in self.s.pools_stats() {
-            assert_eq!(stats.reserved, 0, "{spec:?}: blocks still reserved");
+        for (kind, stats) in self.s.pools_stats() {
+            assert_eq!(
+                stats.reserved, 0,
+                "{kind}: blocks (or slots) still reserved"
+            );
         }
-        let slots = self.s.state_stats().map_or(0, |s| s.reserved);
-        assert_eq!(slots, 0, "state slots still held");
         cached
     }
+}
+
+/// The reservation of the window pool of `kind` among `per_row`.
+fn blocks_for(per_row: &[(CacheKind, usize)], kind: CacheKind) -> usize {
+    per_row
+        .iter()
+        .find(|(k, _)| *k == kind)
+        .map_or(0, |&(_, n)| n)
 }
 
 /// A finished request's tokens, each with its log-probabilities as a

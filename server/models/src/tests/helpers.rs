@@ -1,9 +1,10 @@
 //! Driving a `PagedModel` the way the worker does, for tests: a block pool
-//! per KV pool of the model, a lease per pool per sequence, and the window
-//! reclaim before every step (a windowed pool gives back the blocks its
-//! window has left and reserves only its window plus a chunk).
+//! per pool of the model, by kind, a lease per pool per sequence, and the
+//! window reclaim before every step (a windowed pool gives back the blocks
+//! its window has left and reserves only its window plus a chunk).
 
-use ferrox_core::{BatchModel, BlockLease, BlockPool, DecodeRow, Reservation};
+use ferrox_core::{BatchModel, BlockLease, BlockPool, DecodeRow, Reservation, Table};
+use ferrox_plan::CacheKind;
 
 use crate::PagedModel;
 
@@ -17,33 +18,48 @@ pub fn argmax(v: &[f32]) -> u32 {
     best as u32
 }
 
-/// A sequence's block tables, one per KV pool of the model.
+/// A sequence's block tables, one per pool of the model, by kind.
 pub trait SeqKv {
     /// Before a step computes `n` tokens at `pos`: what the worker's row
     /// does (a window reclaims, then draws up to `pos + n`).
     fn prepare(&mut self, pos: usize, n: usize);
 
-    /// The tables, one per pool.
-    fn tables(&self) -> Vec<&[u32]>;
+    /// The tables, one per pool, named by kind.
+    fn tables(&self) -> Vec<Table<'_>>;
 }
 
-/// One lease of a model with one pool, every block drawn at once.
+/// One lease of a model with one full-attention pool, every block drawn at
+/// once.
 impl SeqKv for BlockLease {
     fn prepare(&mut self, _pos: usize, _n: usize) {}
 
-    fn tables(&self) -> Vec<&[u32]> {
-        vec![self.blocks()]
+    fn tables(&self) -> Vec<Table<'_>> {
+        vec![Table {
+            kind: CacheKind::Full,
+            blocks: self.blocks(),
+        }]
     }
 }
 
-/// A block pool per KV pool of a model, in its order, and one of its state
-/// slots (a model with recurrent layers: a sequence holds one).
+/// A sequence's one table in the full-attention pool (a model with no
+/// other kind of cache).
+pub fn full(lease: &BlockLease) -> [Table<'_>; 1] {
+    [Table {
+        kind: CacheKind::Full,
+        blocks: lease.blocks(),
+    }]
+}
+
+/// A block pool per pool of a model, by kind (a state pool's blocks are its
+/// slots: a sequence holds one).
 pub struct Pools {
-    pools: Vec<(Option<usize>, BlockPool)>,
-    state: Option<BlockPool>,
+    pools: Vec<(CacheKind, BlockPool)>,
     block_size: usize,
     /// Whether windowed pools give back what their window has left.
     reclaim: bool,
+    /// Whether a sequence lists its tables in the reverse of the model's
+    /// order (they are found by kind, so nothing may change).
+    reversed: bool,
 }
 
 impl Pools {
@@ -51,13 +67,21 @@ impl Pools {
     pub fn of(m: &PagedModel) -> Self {
         Pools {
             pools: m
-                .kv_pools()
+                .cache_pools()
                 .iter()
-                .map(|p| (p.window, BlockPool::new(p.blocks)))
+                .map(|p| (p.kind, BlockPool::new(p.blocks)))
                 .collect(),
-            state: m.state_slots().map(BlockPool::new),
             block_size: m.block_size(),
             reclaim: true,
+            reversed: false,
+        }
+    }
+
+    /// These pools, each sequence's tables listed in reverse.
+    pub fn reversed(self) -> Self {
+        Pools {
+            reversed: true,
+            ..self
         }
     }
 
@@ -76,62 +100,66 @@ impl Pools {
     pub fn seq(&self, tokens: usize, chunk: usize) -> Leases {
         let bs = self.block_size;
         let whole = tokens.div_ceil(bs);
-        let leases = self
+        let mut leases: Vec<(CacheKind, bool, BlockLease)> = self
             .pools
             .iter()
-            .map(|(window, pool)| {
-                let lease = match window.filter(|_| self.reclaim) {
-                    None => pool.allocate(whole),
-                    Some(w) => {
-                        let most = ferrox_plan::window_blocks(w as u64, chunk as u64, bs as u64);
+            .map(|&(kind, ref pool)| {
+                let reclaim = self.reclaim && kind.window().is_some();
+                let lease = match kind {
+                    CacheKind::State => pool.allocate(1),
+                    CacheKind::Window(w) if reclaim => {
+                        let most = ferrox_plan::window_blocks(w, chunk as u64, bs as u64);
                         pool.reserve(&Reservation {
                             total: whole.min(most as usize),
                             ..Reservation::default()
                         })
                     }
+                    CacheKind::Full | CacheKind::Window(_) => pool.allocate(whole),
                 };
-                (window.filter(|_| self.reclaim), lease.unwrap())
+                (kind, reclaim, lease.unwrap())
             })
             .collect();
+        if self.reversed {
+            leases.reverse();
+        }
         Leases {
             leases,
-            state: self.state.as_ref().map(|p| p.allocate(1).unwrap()),
             block_size: bs,
         }
     }
 
     /// Blocks reserved, over every pool (state slots too).
     pub fn used(&self) -> usize {
-        let slots = self.state.as_ref().map_or(0, BlockPool::used);
-        self.pools.iter().map(|(_, p)| p.used()).sum::<usize>() + slots
+        self.pools.iter().map(|(_, p)| p.used()).sum::<usize>()
     }
 }
 
-/// One sequence's leases, one per pool ([`Pools::seq`]).
+/// One sequence's leases, one per pool, by kind ([`Pools::seq`]).
 pub struct Leases {
-    /// Each pool's window when it reclaims, and the lease there.
-    leases: Vec<(Option<usize>, BlockLease)>,
-    /// The sequence's state slot, a one-block lease.
-    state: Option<BlockLease>,
+    /// Each pool's kind, whether it reclaims, and the lease there.
+    leases: Vec<(CacheKind, bool, BlockLease)>,
     block_size: usize,
 }
 
 impl SeqKv for Leases {
     fn prepare(&mut self, pos: usize, n: usize) {
         let bs = self.block_size;
-        for (window, lease) in &mut self.leases {
-            let Some(w) = *window else { continue };
-            lease.release_before(pos.saturating_sub(w) / bs);
+        for (kind, reclaim, lease) in &mut self.leases {
+            let Some(w) = kind.window().filter(|_| *reclaim) else {
+                continue;
+            };
+            lease.release_before(pos.saturating_sub(w as usize) / bs);
             lease.grow((pos + n).div_ceil(bs)).unwrap();
         }
     }
 
-    fn tables(&self) -> Vec<&[u32]> {
-        let state = self.state.as_ref().map(BlockLease::blocks);
-        self.leases
-            .iter()
-            .map(|(_, l)| l.blocks())
-            .chain(state)
+    fn tables(&self) -> Vec<Table<'_>> {
+        let leases = self.leases.iter();
+        leases
+            .map(|(kind, _, lease)| Table {
+                kind: *kind,
+                blocks: lease.blocks(),
+            })
             .collect()
     }
 }
@@ -212,7 +240,7 @@ pub fn greedy_batched(
         for &i in &active {
             leases[i].as_mut().unwrap().prepare(pos(i), 1);
         }
-        let tables: Vec<Vec<&[u32]>> = active
+        let tables: Vec<Vec<Table<'_>>> = active
             .iter()
             .map(|&i| leases[i].as_ref().unwrap().tables())
             .collect();

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use candle_core::Device;
 use candle_core::quantized::GgmlDType;
 use ferrox_core::batch_model::PrefillChunk;
-use ferrox_core::{AdapterRef, BatchModel, BlockLease, BlockPool, DecodeRow};
+use ferrox_core::{AdapterRef, BatchModel, BlockLease, BlockPool, DecodeRow, Table};
 use ferrox_plan::KvDtype;
 
-use super::helpers::argmax;
+use super::helpers::{argmax, full};
 use crate::fixtures::{Tiny, random_weights, write_gguf, write_safetensors};
 use crate::lora::fixtures::{LoraSpec, merged, random_peft, shapes, write_peft};
 use crate::lora::{self, LoraAdapter};
@@ -43,10 +43,10 @@ fn adapter(dir: &Path, name: &str, t: &Tiny, spec: &LoraSpec) -> AdapterRef {
 
 /// Logits after the whole prompt, run as one chunk with `adapter`.
 fn prompt_logits(m: &mut PagedModel, p: &[u32], adapter: Option<&AdapterRef>) -> Vec<f32> {
-    let pool = BlockPool::new(m.kv_pools()[0].blocks);
+    let pool = BlockPool::new(m.cache_pools()[0].blocks);
     let lease = pool.allocate(p.len().div_ceil(m.block_size())).unwrap();
     let chunk = PrefillChunk {
-        tables: &[lease.blocks()],
+        tables: &full(&lease),
         tokens: p,
         pos: 0,
         want_logits: true,
@@ -120,7 +120,7 @@ fn the_fused_cpu_path_equals_the_op_by_op_path_with_adapters() {
     ];
     let ps = [prompt(11, 1), prompt(7, 2), prompt(9, 3)];
     let adapters = [Some(a), None, Some(b)];
-    let tables: Vec<[&[u32]; 1]> = leases.iter().map(|l| [l.blocks()]).collect();
+    let tables: Vec<[Table<'_>; 1]> = leases.iter().map(full).collect();
     let run = |m: &mut PagedModel| {
         let chunks: Vec<PrefillChunk<'_>> = ps
             .iter()
@@ -158,7 +158,7 @@ fn greedy(
             .flat_map(|i| greedy(m, &prompts[i..=i], &adapters[i..=i], n, true))
             .collect();
     }
-    let pool = BlockPool::new(m.kv_pools()[0].blocks);
+    let pool = BlockPool::new(m.cache_pools()[0].blocks);
     let leases: Vec<BlockLease> = prompts
         .iter()
         .map(|p| {
@@ -166,7 +166,7 @@ fn greedy(
                 .unwrap()
         })
         .collect();
-    let tables: Vec<[&[u32]; 1]> = leases.iter().map(|l| [l.blocks()]).collect();
+    let tables: Vec<[Table<'_>; 1]> = leases.iter().map(full).collect();
     let chunks: Vec<PrefillChunk<'_>> = prompts
         .iter()
         .zip(&tables)
@@ -246,7 +246,7 @@ fn a_model_without_adapter_support_refuses_a_step_naming_one() {
     let l = pool.allocate(2).unwrap();
     let p = prompt(3, 1);
     let chunk = PrefillChunk {
-        tables: &[l.blocks()],
+        tables: &full(&l),
         tokens: &p,
         pos: 0,
         want_logits: true,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Device, Tensor};
 use ferrox_core::batch_model::PrefillChunk;
-use ferrox_core::{AdapterRef, BatchModel};
+use ferrox_core::{AdapterRef, BatchModel, Table};
 
 use super::helpers::{Pools, SeqKv};
 use super::reference::{dir, open, reference, requantize};
@@ -172,7 +172,7 @@ fn logits(
         .iter()
         .map(|p| pools.seq(p.len(), p.len()))
         .collect();
-    let tables: Vec<Vec<&[u32]>> = kv.iter().map(|k| k.tables()).collect();
+    let tables: Vec<Vec<Table<'_>>> = kv.iter().map(|k| k.tables()).collect();
     let chunks: Vec<PrefillChunk<'_>> = prompts
         .iter()
         .zip(&tables)

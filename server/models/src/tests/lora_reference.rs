@@ -11,6 +11,8 @@ use std::sync::Arc;
 use candle_core::Device;
 use ferrox_core::batch_model::PrefillChunk;
 use ferrox_core::{AdapterRef, BatchModel, BlockPool, DecodeRow};
+
+use super::helpers::full;
 use ferrox_plan::KvDtype;
 use serde_json::Value;
 
@@ -38,12 +40,12 @@ fn log_softmax(l: &[f32]) -> Vec<f64> {
 fn compare(m: &mut PagedModel, adapter: Option<&AdapterRef>, want: &Value, what: &str) -> usize {
     let prompt: Vec<u32> = serde_json::from_value(want["prompt"].clone()).unwrap();
     let top5 = want["top5"].as_array().unwrap();
-    let pool = BlockPool::new(m.kv_pools()[0].blocks);
+    let pool = BlockPool::new(m.cache_pools()[0].blocks);
     let lease = pool
         .allocate((prompt.len() + top5.len()).div_ceil(m.block_size()))
         .unwrap();
     let chunk = PrefillChunk {
-        tables: &[lease.blocks()],
+        tables: &full(&lease),
         tokens: &prompt,
         pos: 0,
         want_logits: true,
@@ -72,7 +74,7 @@ fn compare(m: &mut PagedModel, adapter: Option<&AdapterRef>, want: &Value, what:
         let row = DecodeRow {
             token: best,
             pos: prompt.len() + step,
-            tables: &[lease.blocks()],
+            tables: &full(&lease),
         };
         logits = m
             .step_with_adapters(&[], &[row], &adapters)

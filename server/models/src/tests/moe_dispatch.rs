@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use candle_core::quantized::GgmlDType;
-use ferrox_core::{BatchModel, DecodeRow};
+use ferrox_core::{BatchModel, DecodeRow, Table};
 
 use super::helpers::{Pools, SeqKv, argmax, decode};
 use super::reference::{dir, open, reference, requantize};
@@ -50,7 +50,7 @@ fn alone(m: &mut PagedModel, pools: &Pools, t: u32) -> (Vec<f32>, Chosen) {
 fn batched(m: &mut PagedModel, pools: &Pools, tokens: &[u32]) -> (Vec<Vec<f32>>, Chosen) {
     let mut leases: Vec<_> = tokens.iter().map(|_| pools.seq(1, 1)).collect();
     leases.iter_mut().for_each(|kv| kv.prepare(0, 1));
-    let tables: Vec<Vec<&[u32]>> = leases.iter().map(|kv| kv.tables()).collect();
+    let tables: Vec<Vec<Table<'_>>> = leases.iter().map(|kv| kv.tables()).collect();
     let rows: Vec<DecodeRow<'_>> = tokens
         .iter()
         .zip(&tables)

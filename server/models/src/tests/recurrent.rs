@@ -3,7 +3,8 @@
 //! and still answers as transformers does; a slot that does not hold the
 //! tokens before a row's chunk is refused, not read.
 
-use ferrox_core::BatchModel;
+use ferrox_core::{BatchModel, Pool, Table};
+use ferrox_plan::{CacheKind, KvDtype};
 
 use super::helpers::{Pools, SeqKv, argmax, decode, prefill};
 use super::reference::{check_greedy, dir, log_softmax, open, reference};
@@ -31,6 +32,52 @@ fn greedy(
 /// The families with recurrent layers of each kind: Mamba-2's, and Gated
 /// DeltaNet's among attention layers.
 const RECURRENT: [&str; 2] = ["mamba2", "qwen35"];
+
+/// A hybrid's tables are found by kind, never by position: the model built
+/// with its pools listed in any order, and each row listing its tables in
+/// any order, answers as transformers does, token for token the same as in
+/// the model's own order. (With the old convention, tables matched to the
+/// groups by position and the state slot as "the last table", both orders
+/// below fed the attention layers the slot and the state the KV blocks.)
+#[test]
+fn a_hybrid_row_s_tables_are_addressed_by_kind_in_any_order() {
+    for family in ["qwen35", "granitehybrid"] {
+        let r = reference(family);
+        let p = &r.runs[0].prompts[0];
+        let mut tokens = Vec::new();
+        for reverse in [false, true] {
+            let d = super::reference::decoder(&dir(family), None);
+            let mut pools = vec![
+                Pool {
+                    kind: CacheKind::Full,
+                    blocks: 64,
+                },
+                Pool {
+                    kind: CacheKind::State,
+                    blocks: 2,
+                },
+            ];
+            if reverse {
+                pools.reverse();
+            }
+            let mut m = crate::PagedModel::with_pools(d, &pools, 4, KvDtype::F32).unwrap();
+            let order = Pools::of(&m);
+            let order = if reverse { order.reversed() } else { order };
+            let mut kv = order.seq(p.ids.len() + p.steps.len(), 5);
+            let kinds: Vec<CacheKind> = kv.tables().iter().map(|t| t.kind).collect();
+            assert_eq!(
+                kinds[0], pools[0].kind,
+                "{family}: tables in the order asked"
+            );
+            let got = greedy(&mut m, &mut kv, &p.ids, p.steps.len(), 5);
+            let compared =
+                check_greedy(&format!("{family} reverse={reverse}"), &got, p, r.near_tie);
+            assert!(compared >= 2, "{family}");
+            tokens.push(got.into_iter().map(|(t, _)| t).collect::<Vec<u32>>());
+        }
+        assert_eq!(tokens[0], tokens[1], "{family}");
+    }
+}
 
 #[test]
 fn a_row_in_the_slot_of_a_cancelled_neighbour_matches_transformers() {
@@ -72,7 +119,11 @@ fn a_slot_that_does_not_hold_the_row_s_tokens_is_refused() {
 
 fn refused(family: &str) {
     let mut m = open(&dir(family), None);
-    assert_eq!(m.state_slots(), Some(super::reference::SLOTS));
+    let slots = m
+        .cache_pools()
+        .into_iter()
+        .find(|p| p.kind == CacheKind::State);
+    assert_eq!(slots.map(|p| p.blocks), Some(super::reference::SLOTS));
     let pools = Pools::of(&m);
     let mut kv = pools.seq(32, 8);
     let prompt: Vec<u32> = (10..20).collect();
@@ -84,13 +135,27 @@ fn refused(family: &str) {
         assert!(err.to_string().contains("holds 10 tokens"), "{err}");
     }
     // No slot, or one past the store.
-    let kv_only = &tables[..tables.len() - 1];
-    assert!(m.prefill(kv_only, &[5], 10, true).is_err());
+    let kv_only: Vec<Table<'_>> = tables
+        .iter()
+        .copied()
+        .filter(|t| t.kind != CacheKind::State)
+        .collect();
+    let err = m.prefill(&kv_only, &[5], 10, true).unwrap_err();
+    assert!(
+        err.to_string().contains("the state table is missing"),
+        "{err}"
+    );
     let past = [super::reference::SLOTS as u32];
-    let mut bad = kv_only.to_vec();
-    bad.push(&past);
+    let mut bad = kv_only.clone();
+    bad.push(Table {
+        kind: CacheKind::State,
+        blocks: &past,
+    });
     let err = m.prefill(&bad, &[5], 10, true).unwrap_err();
-    assert!(err.to_string().contains("state slot"), "{err}");
+    assert!(
+        err.to_string().contains("state table must be one slot"),
+        "{err}"
+    );
     // The refusals read and wrote nothing: the row goes on.
     assert!(m.prefill(&tables, &[5], 10, true).unwrap().is_some());
     // Two rows in one slot are refused.
@@ -148,8 +213,13 @@ fn inspect_reports_the_state_and_the_plan_gives_it_slots() {
         // Ten slots, and each sequence's full context of KV beside them.
         let kv_room = 10 * 256 * 4 * kv;
         let plan = ferrox_plan::plan_for_kv_bytes(&g, &config, 10 * state + kv_room).unwrap();
-        assert_eq!((plan.state_slots, plan.max_seqs), (10, 10), "{family}");
-        assert_eq!(plan.kv_blocks as u64 * 4 * 4 * kv, kv_room, "{family}");
+        let blocks = |kind| plan.blocks(kind);
+        assert_eq!(
+            (blocks(CacheKind::State), plan.max_seqs),
+            (10, 10),
+            "{family}"
+        );
+        assert_eq!(blocks(CacheKind::Full) * 4 * 4 * kv, kv_room, "{family}");
     }
 }
 

@@ -9,7 +9,7 @@ use ferrox_core::batch_model::{PrefillChunk, StepLogits};
 use ferrox_core::{BatchModel, BlockPool, DecodeRow};
 use ferrox_plan::KvDtype;
 
-use super::helpers::{Joiner, Pools, argmax, greedy_alone, greedy_batched, prefill};
+use super::helpers::{Joiner, Pools, argmax, full, greedy_alone, greedy_batched, prefill};
 use crate::fixtures::{Tiny, random_weights, write_gguf, write_safetensors};
 use crate::{Error, PagedModel, Source};
 
@@ -115,20 +115,20 @@ fn fused_matches_generic(kv: KvDtype) {
     let (p1, p2) = (prompt(13, 4), prompt(6, 5));
     for m in [&mut fused, &mut generic] {
         // Chunks that start mid-block (block size 4).
-        m.prefill(&[a.blocks()], &p1[..6], 0, false).unwrap();
-        m.prefill(&[a.blocks()], &p1[6..], 6, true).unwrap();
-        m.prefill(&[b.blocks()], &p2, 0, true).unwrap();
+        m.prefill(&full(&a), &p1[..6], 0, false).unwrap();
+        m.prefill(&full(&a), &p1[6..], 6, true).unwrap();
+        m.prefill(&full(&b), &p2, 0, true).unwrap();
     }
     let rows = [
         DecodeRow {
             token: 5,
             pos: 13,
-            tables: &[a.blocks()],
+            tables: &full(&a),
         },
         DecodeRow {
             token: 9,
             pos: 6,
-            tables: &[b.blocks()],
+            tables: &full(&b),
         },
     ];
     let (x, y) = (fused.decode(&rows).unwrap(), generic.decode(&rows).unwrap());
@@ -275,20 +275,17 @@ fn positions_past_the_blocks_are_errors_not_panics() {
     let mut m = open(&path);
     let pool = BlockPool::new(64);
     let lease = pool.allocate(1).unwrap();
-    assert!(
-        m.prefill(&[lease.blocks()], &prompt(5, 1), 0, true)
-            .is_err()
-    );
+    assert!(m.prefill(&full(&lease), &prompt(5, 1), 0, true).is_err());
     let row = DecodeRow {
         token: 1,
         pos: 300,
-        tables: &[lease.blocks()],
+        tables: &full(&lease),
     };
     assert!(m.decode(&[row]).is_err());
     let row = DecodeRow {
         token: 1000,
         pos: 0,
-        tables: &[lease.blocks()],
+        tables: &full(&lease),
     };
     assert!(m.decode(&[row]).is_err());
 }
@@ -310,7 +307,7 @@ fn a_mixed_step_gives_the_logits_of_separate_prefill_and_decode_calls() {
     for m in [&mut mixed, &mut separate] {
         prefill(m, &mut x, &px, 64);
     }
-    let (tx, ty, tz) = ([x.blocks()], [y.blocks()], [z.blocks()]);
+    let (tx, ty, tz) = (full(&x), full(&y), full(&z));
     let chunk = |tables, tokens, pos, want_logits| PrefillChunk {
         tables,
         tokens,
@@ -327,14 +324,11 @@ fn a_mixed_step_gives_the_logits_of_separate_prefill_and_decode_calls() {
     assert!(got.prefill[0].is_none());
     assert!(
         separate
-            .prefill(&[y.blocks()], &py[..6], 0, false)
+            .prefill(&full(&y), &py[..6], 0, false)
             .unwrap()
             .is_none()
     );
-    let z_alone = separate
-        .prefill(&[z.blocks()], &pz, 0, true)
-        .unwrap()
-        .unwrap();
+    let z_alone = separate.prefill(&full(&z), &pz, 0, true).unwrap().unwrap();
     let x_alone = separate.decode(&rows).unwrap();
     let z_mixed = got.prefill[1].as_ref().unwrap();
     assert!(
@@ -349,7 +343,7 @@ fn a_mixed_step_gives_the_logits_of_separate_prefill_and_decode_calls() {
     let rows = [row(3, 10, &tx), row(4, 5, &tz)];
     let got = mixed.step(&chunks, &rows).unwrap();
     let y_alone = separate
-        .prefill(&[y.blocks()], &py[6..], 6, true)
+        .prefill(&full(&y), &py[6..], 6, true)
         .unwrap()
         .unwrap();
     let rows_alone = separate.decode(&rows).unwrap();
@@ -380,7 +374,7 @@ fn all_logits_of_a_chunk_are_each_prefix_s_last_logits() {
     prefill(&mut mixed, &mut x, &px, 64);
     // y's second chunk wants every token's logits, beside a decode row of x.
     let first = PrefillChunk {
-        tables: &[y.blocks()],
+        tables: &full(&y),
         tokens: &py[..3],
         pos: 0,
         want_logits: false,
@@ -397,7 +391,7 @@ fn all_logits_of_a_chunk_are_each_prefix_s_last_logits() {
     let row = DecodeRow {
         token: 5,
         pos: 9,
-        tables: &[x.blocks()],
+        tables: &full(&x),
     };
     let got = mixed.step(&[second], &[row]).unwrap();
     assert_eq!((got.prompt.len(), got.prompt[0].len()), (1, 4));
@@ -499,12 +493,12 @@ fn fused_layers_match_the_op_by_op_path_for_every_format() {
                 DecodeRow {
                     token: 3,
                     pos: pa.len(),
-                    tables: &[a.blocks()],
+                    tables: &full(&a),
                 },
                 DecodeRow {
                     token: 11,
                     pos: pb.len(),
-                    tables: &[b.blocks()],
+                    tables: &full(&b),
                 },
             ];
             let d = m.decode(&rows).unwrap();

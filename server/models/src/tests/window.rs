@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use candle_core::Device;
-use ferrox_core::{BatchModel, BlockPool};
-use ferrox_engine::{EngineConfig, Event, Metrics, Scheduler, WindowPool};
+use ferrox_core::BatchModel;
+use ferrox_engine::{EngineConfig, Event, Metrics, Scheduler};
 use ferrox_plan::KvDtype;
 
 use super::helpers::{Pools, argmax, greedy_alone, prefill};
@@ -36,7 +36,11 @@ fn mistral(dir: &Path) {
 /// The model with a pool of `blocks` blocks for its one (windowed) group.
 fn open(dir: &Path, blocks: usize) -> PagedModel {
     let llama = Source::open(dir).unwrap().decoder(&Device::Cpu).unwrap();
-    PagedModel::with_pools(llama, &[blocks], BLOCK, KvDtype::F32).unwrap()
+    let pool = ferrox_core::Pool {
+        kind: ferrox_plan::CacheKind::Window(WINDOW as u64),
+        blocks,
+    };
+    PagedModel::with_pools(llama, &[pool], BLOCK, KvDtype::F32).unwrap()
 }
 
 fn prompt(n: usize, seed: u32) -> Vec<u32> {
@@ -49,9 +53,9 @@ fn the_model_lists_one_window_group_and_inspect_says_so() {
     mistral(dir.path());
     let m = open(dir.path(), 16);
     assert_eq!(
-        m.kv_pools(),
-        [ferrox_core::PoolSpec {
-            window: Some(WINDOW),
+        m.cache_pools(),
+        [ferrox_core::Pool {
+            kind: ferrox_plan::CacheKind::Window(WINDOW as u64),
             blocks: 16
         }]
     );
@@ -67,9 +71,9 @@ fn the_model_lists_one_window_group_and_inspect_says_so() {
     );
     assert_eq!(
         info.geometry(ferrox_plan::DeviceKind::Cpu, KvDtype::F16)
-            .kv_groups()[0]
-            .window,
-        Some(8)
+            .cache_groups()[0]
+            .kind(),
+        ferrox_plan::CacheKind::Window(8)
     );
 }
 
@@ -78,13 +82,13 @@ fn a_layer_sees_only_its_window() {
     let dir = tempfile::tempdir().unwrap();
     mistral(dir.path());
     let mut m = open(dir.path(), 64);
-    let pool = BlockPool::new(64);
+    let pools = Pools::keeping(&m);
     // Two layers of 8 positions each reach back 2 x 7 = 14 positions: the
     // last token of 30 cannot see positions 0..15, and sees position 15.
     let base = prompt(30, 1);
     let last = |m: &mut PagedModel, p: &[u32]| {
-        let mut lease = pool.allocate(p.len().div_ceil(BLOCK)).unwrap();
-        prefill(m, &mut lease, p, 7)
+        let mut kv = pools.seq(p.len(), 7);
+        prefill(m, &mut kv, p, 7)
     };
     let want = last(&mut m, &base);
     let mut far = base.clone();
@@ -126,12 +130,7 @@ fn the_worker_with_window_reclaim_gives_each_requests_own_tokens() {
             prefill_chunk: chunk,
             max_model_len: 128,
             block_size: BLOCK,
-            kv_blocks: 0,
-            state_slots: None,
-            windows: vec![WindowPool {
-                window: WINDOW,
-                blocks,
-            }],
+            pools: model.cache_pools(),
             decode_log_interval: 0,
             prefix_caching: true,
             cache_salt: "w".into(),

@@ -6,6 +6,7 @@
 //! experts widened to bf16 (no CUDA kernel reads MXFP4 yet; one would hold
 //! gpt-oss-20b in 13.8 GB and -120b in 65.2 GB).
 
+use crate::fixtures::Pools;
 use crate::*;
 
 const GIB: u64 = 1 << 30;
@@ -178,7 +179,7 @@ fn mixtures_of_experts_on_one_gpu() {
         let p = got.unwrap_or_else(|e| panic!("{what}: {e}"));
         let windows = windows.to_vec();
         assert_eq!(
-            (p.kv_blocks, p.window_blocks(), p.max_seqs),
+            (p.kv_blocks(), p.window_blocks(), p.max_seqs),
             (kv, windows, seqs),
             "{what}"
         );

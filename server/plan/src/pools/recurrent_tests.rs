@@ -1,5 +1,6 @@
 //! The state slots of a model with recurrent layers, with the arithmetic.
 
+use crate::fixtures::Pools;
 use crate::{KvDtype, ModelGeometry, PlanConfig, PlanError};
 
 fn config() -> PlanConfig {
@@ -27,18 +28,29 @@ fn a_model_of_recurrent_layers_only_plans_state_slots_and_no_kv() {
     // 40.5 MiB: 40 slots; 1 GiB: 1024, capped at 64.
     for (budget, slots) in [((81 << 20) / 2, 40), (1 << 30, 64)] {
         let p = crate::plan_for_kv_bytes(&g, &config(), budget).unwrap();
-        let got = (p.kv_blocks, p.windows.len(), p.state_slots, p.max_seqs);
+        let got = (
+            p.kv_blocks(),
+            p.windows().len(),
+            p.state_slots(),
+            p.max_seqs,
+        );
         assert_eq!(got, (0, 0, slots, slots), "{budget}");
-        assert_eq!(p.state_bytes_per_seq, 1 << 20);
+        assert_eq!(p.state_bytes_per_seq(), 1 << 20);
         assert_eq!(p.kv_budget_bytes, slots << 20);
     }
-    // Its plan serialises its slots; a dense one's leaves them out.
+    // Its plan serialises its one pool, the slots, by kind.
     let p = crate::plan_for_kv_bytes(&g, &config(), 1 << 30).unwrap();
     let json = serde_json::to_value(&p).unwrap();
+    let pool = &json["pools"][0];
     assert_eq!(
-        (&json["stateSlots"], &json["stateBytesPerSeq"]),
-        (&serde_json::json!(64), &serde_json::json!(1 << 20))
+        (&pool["kind"], &pool["blocks"], &pool["blockBytes"]),
+        (
+            &serde_json::json!("state"),
+            &serde_json::json!(64),
+            &serde_json::json!(1 << 20)
+        )
     );
+    assert_eq!(json["pools"].as_array().map(Vec::len), Some(1));
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! The window-aware plan on real models' geometry, with the arithmetic.
 
+use crate::fixtures::Pools;
 use crate::*;
 
 const GIB: u64 = 1 << 30;
@@ -214,15 +215,15 @@ fn real_models_on_an_80_and_a_24_gib_gpu() {
     ];
     for c in cases {
         let p = plan(&c.geometry, &c.config).unwrap_or_else(|e| panic!("{}: {e}", c.name));
-        let got = (p.kv_blocks, p.window_blocks(), p.max_seqs);
+        let got = (p.kv_blocks(), p.window_blocks(), p.max_seqs);
         let want = (c.pools.0, c.pools.1.to_vec(), c.max_seqs);
         assert_eq!(got, want, "{}", c.name);
         let b = budget(c.config.memory_bytes / GIB, c.geometry.weight_bytes);
         assert!(p.kv_budget_bytes <= b, "{}: over the budget", c.name);
-        let windows: u64 = p.windows.iter().map(|w| w.kv_blocks * w.block_bytes).sum();
+        let windows: u64 = p.windows().iter().map(|w| w.blocks * w.block_bytes).sum();
         assert_eq!(
             p.kv_budget_bytes,
-            p.kv_blocks * p.block_bytes + windows,
+            p.kv_blocks() * p.block_bytes() + windows,
             "{}",
             c.name
         );
@@ -258,7 +259,7 @@ fn long_sequences_are_where_the_window_pays() {
     // (B - 7673 x 1,900,544) / 327,680 = 162,010; min(162,010 / 2048,
     // 7673 / 97) = 79.
     assert_eq!(
-        (p.kv_blocks, p.window_blocks(), p.max_seqs),
+        (p.kv_blocks(), p.window_blocks(), p.max_seqs),
         (162_010, vec![7673], 79)
     );
     let all_global = ModelGeometry {
@@ -269,18 +270,18 @@ fn long_sequences_are_where_the_window_pays() {
     // 67,670,363,136 / 2,228,224 = 30,369 blocks; / 2048 = 14.
     assert_eq!(q.max_seqs, 14);
     assert!(p.max_seqs >= 5 * q.max_seqs);
-    let w = &p.windows[0];
+    let w = &p.windows()[0];
     assert_eq!(
         (
-            w.window,
+            w.kind,
             w.layers,
-            w.kv_bytes_per_token,
+            w.block_bytes / p.block_size,
             w.block_bytes,
             w.blocks_per_seq
         ),
-        (1024, 29, 29 * 4096, 1_900_544, 97)
+        (CacheKind::Window(1024), 29, 29 * 4096, 1_900_544, 97)
     );
-    assert_eq!(p.kv_bytes_per_token, 5 * 4096);
+    assert_eq!(p.kv_bytes_per_token(), 5 * 4096);
 }
 
 #[test]
@@ -294,8 +295,9 @@ fn given_pools_are_checked_and_missing_ones_derived() {
         let sizes = PoolSizes {
             kv_blocks: kv,
             window_blocks: windows,
+            ..PoolSizes::default()
         };
-        plan_for_pools(&g, &config, &sizes).map(|p| (p.kv_blocks, p.window_blocks(), p.max_seqs))
+        plan_for_pools(&g, &config, &sizes).map(|p| (p.kv_blocks(), p.window_blocks(), p.max_seqs))
     };
     // Both given: 1024 / 128 = 8 and 500 / 97 = 5 typical sequences: 5.
     assert_eq!(sized(Some(1024), Some(vec![500])), Ok((1024, vec![500], 5)));
@@ -321,29 +323,29 @@ fn given_pools_are_checked_and_missing_ones_derived() {
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("2 window pool sizes given for a model with 1 window"),
+        e.contains("--window-blocks with 2 window pool sizes, but this model's pools are: full, window:1024"),
         "{e}"
     );
+    // Every layer of Mistral 7B v0.1 slides: --kv-blocks sizes its one
+    // window pool, as --pool window:4096= does.
     let m = mistral_7b_v01();
-    let e = plan_for_blocks(
+    let whole = PlanConfig {
+        max_model_len: None,
+        ..config.clone()
+    };
+    let by_alias = plan_for_blocks(&m, &whole, 300).unwrap();
+    let by_kind = plan_for_pools(
         &m,
-        &PlanConfig {
-            max_model_len: None,
-            ..config.clone()
-        },
-        100,
-    )
-    .unwrap_err()
-    .to_string();
-    assert!(
-        e.contains("every layer of this model has a sliding window"),
-        "{e}"
+        &whole,
+        &PoolSizes::of(&[(CacheKind::Window(4096), 300)]),
     );
+    assert_eq!(by_alias.sizes(), [(CacheKind::Window(4096), 300)]);
+    assert_eq!(Ok(by_alias), by_kind);
     // A budget in bytes is split as the memory's would be.
     let bytes = 1024 * 327_680 + 500 * 1_900_544;
     let p = plan_for_kv_bytes(&g, &config, bytes).unwrap();
     assert!(p.kv_budget_bytes <= bytes);
-    assert!(p.kv_blocks >= 512 && p.window_blocks()[0] >= 97);
+    assert!(p.kv_blocks() >= 512 && p.window_blocks()[0] >= 97);
 }
 
 #[test]
@@ -360,7 +362,7 @@ fn free_memory_fits_max_seqs_full_length_sequences_in_every_pool() {
     let (p, rule) = plan_default(&gemma3_4b(), &config, MemoryKind::Free).unwrap();
     assert_eq!(rule, SizingRule::MaxSeqsFit);
     assert_eq!(
-        (p.kv_blocks, p.window_blocks(), p.max_seqs),
+        (p.kv_blocks(), p.window_blocks(), p.max_seqs),
         (10_240, vec![16 * 97], 16)
     );
 }
@@ -378,7 +380,7 @@ fn a_model_whose_every_layer_slides_keeps_no_more_window_than_max_seqs_use() {
     };
     let p = plan(&mistral_7b_v01(), &config).unwrap();
     assert_eq!(
-        (p.kv_blocks, p.window_blocks(), p.max_seqs),
+        (p.kv_blocks(), p.window_blocks(), p.max_seqs),
         (0, vec![4624], 16)
     );
     assert_eq!(p.kv_budget_bytes, 4624 * 2 * 1024 * 1024);

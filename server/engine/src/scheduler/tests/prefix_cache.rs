@@ -112,7 +112,7 @@ fn outputs_with_the_cache_equal_those_without_it() {
     let run = |on: bool| {
         let mut cfg = with_cache(on);
         cfg.max_seqs = 8;
-        cfg.kv_blocks = 64;
+        cfg.set_pool(CacheKind::Full, 64);
         let mut rig = Rig::new(cfg);
         let mut outcomes = Vec::new();
         let mut cached = 0;
@@ -275,7 +275,7 @@ fn a_head_that_fits_only_through_the_cache_is_admitted() {
     // blocks, 3 of them shared: it fits in the 3 left only with the cache.
     for on in [true, false] {
         let mut cfg = with_cache(on);
-        cfg.kv_blocks = 8;
+        cfg.set_pool(CacheKind::Full, 8);
         let mut rig = Rig::new(cfg);
         let p = prompt(12, &[20, 21, 22, 23, 24]);
         let _runner = rig.submit(request(&p, 3));
@@ -293,7 +293,7 @@ fn a_head_that_fits_only_through_the_cache_is_admitted() {
 #[test]
 fn a_pool_full_of_cached_blocks_still_admits_and_evicts_the_oldest() {
     let mut cfg = config();
-    cfg.kv_blocks = 16;
+    cfg.set_pool(CacheKind::Full, 16);
     cfg.max_model_len = 64;
     let mut rig = Rig::new(cfg);
     // Four different 16-token prompts, one after the other: each leaves its
@@ -315,7 +315,7 @@ fn a_pool_full_of_cached_blocks_still_admits_and_evicts_the_oldest() {
     let h = ferrox_core::BlockHasher::new("fake", 4);
     let left: Vec<usize> = prompts
         .iter()
-        .map(|p| rig.s.pools.first().cached_prefix(&h.chain(p)))
+        .map(|p| rig.s.pools.full().cached_prefix(&h.chain(p)))
         .collect();
     assert_eq!(left, vec![0, 0, 2, 4]);
     rig.run(60);

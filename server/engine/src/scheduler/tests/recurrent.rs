@@ -4,25 +4,28 @@
 //! model that refuses a row whose slot does not hold the tokens before it.
 
 use super::*;
+use crate::fixtures::ConfigPools;
 
 /// The small engine with `slots` state slots and room for 4 rows.
 fn recurrent(slots: usize) -> EngineConfig {
-    EngineConfig {
-        state_slots: Some(slots),
+    let mut cfg = EngineConfig {
         max_seqs: 4,
         ..config()
-    }
+    };
+    cfg.set_pool(CacheKind::State, slots);
+    cfg
 }
 
 fn rig(cfg: &EngineConfig) -> Rig {
     let mut model = FakeModel::new(cfg.block_size);
-    model.pools = cfg.pools();
-    model.state_slots = cfg.state_slots;
+    model.pools = cfg.pools.clone();
     Rig::with_model(model, cfg.clone())
 }
 
 fn slots_held(rig: &Rig) -> usize {
-    rig.s.state_stats().map_or(usize::MAX, |s| s.reserved)
+    rig.s
+        .stats_of(CacheKind::State)
+        .map_or(usize::MAX, |s| s.reserved)
 }
 
 #[test]
@@ -45,8 +48,14 @@ fn the_slots_cap_admission_and_every_row_holds_one() {
     assert_eq!(slots_held(&rig), 0);
     rig.assert_all_blocks_back();
     let text = rig.h.metrics().render("m");
-    assert!(text.contains("ferrox_recurrent_slots_capacity 2"), "{text}");
-    assert!(text.contains("ferrox_recurrent_slots_used 0"), "{text}");
+    assert!(
+        text.contains("ferrox_pool_blocks_capacity{pool=\"state\"} 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ferrox_pool_blocks_used{pool=\"state\"} 0"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -86,8 +95,7 @@ fn a_failed_or_panicking_step_leaks_no_slot() {
     for spoil in cases {
         let cfg = recurrent(2);
         let mut model = FakeModel::new(cfg.block_size);
-        model.pools = cfg.pools();
-        model.state_slots = cfg.state_slots;
+        model.pools = cfg.pools.clone();
         spoil(&mut model);
         let mut rig = Rig::with_model(model, cfg);
         let _a = rig.submit(request(&[1, 2], 4));
@@ -107,7 +115,7 @@ fn a_server_without_a_slot_refuses_at_the_door() {
     assert!(err.to_string().contains("no state slot"), "{err}");
     // A model whose slots the config does not state is refused at start.
     let mut model = FakeModel::new(4);
-    model.state_slots = Some(2);
+    model.pools = recurrent(2).pools;
     let metrics = Arc::new(Metrics::new().unwrap());
     assert!(Scheduler::new(model, config(), metrics, Instant::now()).is_err());
 }
@@ -130,8 +138,7 @@ fn admitted_in_16_gib(geometry: &ferrox_plan::ModelGeometry) -> (usize, u64) {
         prefill_chunk: 512,
         max_model_len: 4096,
         block_size: 16,
-        kv_blocks: plan.kv_blocks as usize,
-        state_slots: (plan.state_slots > 0).then_some(plan.state_slots as usize),
+        pools: EngineConfig::plan_pools(&plan).unwrap(),
         prefix_caching: false,
         ..config()
     };

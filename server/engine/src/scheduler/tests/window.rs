@@ -7,18 +7,14 @@ use ferrox_core::RELEASED;
 use ferrox_plan::{KvDtype, ModelGeometry, PlanConfig, SlidingWindow};
 
 use super::*;
-use crate::WindowPool;
+use crate::fixtures::pools;
 
 /// Blocks of 4, chunks of 4, a KV pool of `kv` blocks and an 8-token window
 /// pool of `window` blocks: a row reserves at most ceil((8 + 4 - 1) / 4) + 1
 /// = 4 window blocks, however long it runs.
 fn windowed(kv: usize, window: usize) -> EngineConfig {
     EngineConfig {
-        kv_blocks: kv,
-        windows: vec![WindowPool {
-            window: 8,
-            blocks: window,
-        }],
+        pools: pools(&[(CacheKind::Full, kv), (CacheKind::Window(8), window)]),
         max_model_len: 256,
         max_seqs: 64,
         max_queue: 16,
@@ -36,7 +32,7 @@ fn long(prompt: &[u32], max_tokens: usize) -> GenerationRequest {
 }
 
 fn window_stats(rig: &Rig) -> PoolStats {
-    rig.s.pools_stats()[1].1
+    rig.s.stats_of(CacheKind::Window(8)).unwrap()
 }
 
 #[test]
@@ -64,11 +60,13 @@ fn a_long_windowed_row_holds_no_more_than_its_window() {
             );
             // The table keeps its shape: position p is still entry p / 4.
             let tables = row.kv.tables();
-            let held = tables[1].iter().filter(|&&b| b != RELEASED).count();
+            let table = |kind| ferrox_core::batch_model::table_of(&tables, kind).unwrap();
+            let (full, window) = (table(CacheKind::Full), table(CacheKind::Window(8)));
+            let held = window.iter().filter(|&&b| b != RELEASED).count();
             assert_eq!(held, w.held);
-            assert!(tables[1].len() <= tables[0].len());
+            assert!(window.len() <= full.len());
             if row.kv_tokens() >= 24 {
-                assert!(tables[1][..2].iter().all(|&b| b == RELEASED), "{tables:?}");
+                assert!(window[..2].iter().all(|&b| b == RELEASED), "{tables:?}");
             }
         }
         ticks += 1;
@@ -116,8 +114,8 @@ fn the_window_pool_admits_the_sequences_the_plan_counts_and_never_runs_dry() {
     // 5 typical sequences' bytes and a little: 42 KV and 21 window blocks.
     let plan = ferrox_plan::plan_for_kv_bytes(&geometry, &config, 5 * 384 + 100).unwrap();
     assert_eq!(
-        (plan.kv_blocks, plan.window_blocks(), plan.max_seqs),
-        (42, vec![21], 5)
+        (plan.sizes(), plan.max_seqs),
+        (vec![(CacheKind::Full, 42), (CacheKind::Window(8), 21)], 5)
     );
     let cfg = EngineConfig {
         max_model_len: 64,
@@ -182,12 +180,13 @@ fn a_cancel_returns_every_block_of_every_pool_in_every_state() {
         assert!(!rig.s.rows.contains_key(&id) && rig.s.queued() == 0);
         // It reserved 15 KV blocks (60 tokens) and 4 window blocks.
         let own = |n| if state == State::Waiting { 0 } else { n };
-        let freed: Vec<usize> = before
+        let freed: Vec<(CacheKind, usize)> = before
             .iter()
             .zip(&after)
-            .map(|(b, a)| b.1.reserved - a.1.reserved)
+            .map(|(b, a)| (b.0, b.1.reserved - a.1.reserved))
             .collect();
-        assert_eq!(freed, [own(15), own(4)], "{state:?}");
+        let want = [(CacheKind::Full, own(15)), (CacheKind::Window(8), own(4))];
+        assert_eq!(freed, want, "{state:?}");
         rig.run(200);
         for (spec, s) in rig.s.pools_stats() {
             assert_eq!(

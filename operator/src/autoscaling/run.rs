@@ -11,7 +11,8 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::decision::{Decision, History, Observation, Policy, decide};
+use super::decision::{Decision, History, Policy, decide};
+use super::observation::Observation;
 use super::scrape::{aggregate, scrape_all};
 use crate::Error;
 use crate::crd::{

@@ -5,6 +5,7 @@ use ferrox_plan::{DeviceKind, KvDtype, ModelGeometry, Plan, PlanConfig, PlanErro
 
 use crate::crd::{GeometrySpec, ModelDeploymentSpec, PlanStatus, WindowPlanStatus};
 use crate::gpu_nodes::GpuTarget;
+use crate::lora_plan::lora_plan;
 use crate::{Error, quantity};
 
 /// The memory one replica is planned into, and where that figure came from.
@@ -145,7 +146,7 @@ pub fn planned(
     memory: Memory,
 ) -> Result<Planned, PlanError> {
     let device = device_kind(spec);
-    let lora = crate::desired::adapters::lora_plan(spec);
+    let lora = lora_plan(spec);
     let config = PlanConfig {
         adapter_bytes: lora.map_or(0, |l| l.device_bytes(geometry, device)),
         ..plan_config(spec, memory.bytes)

@@ -6,12 +6,12 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::crd::{AcceleratorStatus, ModelDeployment, ModelDeploymentStatus, ObservedGeometry};
-use crate::desired::deployment::served_name;
 use crate::desired::selector_string;
 use crate::desired::service::url;
 use crate::observed_plan::{Expected, verdict};
 use crate::plan::{Planned, to_status};
 use crate::router::RouterService;
+use crate::served_name::served_name;
 
 /// What the reconciler learnt about the plan.
 #[derive(Debug, Clone, PartialEq)]

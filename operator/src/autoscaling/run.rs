@@ -18,11 +18,11 @@ use crate::Error;
 use crate::crd::{
     AdapterStatus, AutoscalerStatus, AutoscalingSpec, ModelDeployment, ObservedPlanStatus,
 };
-use crate::desired::deployment::served_name;
 use crate::desired::{SERVER_PORT, selector_string};
 use crate::observed_plan::{Expected, observe};
 use crate::reconcile::{Context, publish};
 use crate::served_adapters::served;
+use crate::served_name::served_name;
 
 /// Field manager of `status.autoscaler`, `status.observedPlan` and
 /// `status.adapters` (the reconciler owns the rest).

@@ -317,8 +317,9 @@ pub fn decisions(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::crd::GeometrySpec;
     use crate::fixtures::{self, gpu_spec, md};
-    use crate::plan::{from_geometry, plan_offline};
+    use crate::plan::plan_offline;
 
     fn at(secs: i64) -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
@@ -330,7 +331,7 @@ mod tests {
             outcome: PlanOutcome::Planned(Box::new(plan)),
             geometry: Some(ObservedGeometry {
                 source: "spec".into(),
-                geometry: from_geometry(&fixtures::llama3_8b()),
+                geometry: GeometrySpec::from(&fixtures::llama3_8b()),
                 devices: None,
             }),
             replicas: ready.max(1),

@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 
-use ferrox_plan::{KvDtype, SlidingWindow};
 use k8s_openapi::api::core::v1::{
     Affinity, EnvVar, LocalObjectReference, ResourceRequirements, SecretKeySelector, Toleration,
 };
@@ -177,73 +176,6 @@ pub struct ModelCacheSpec {
     /// The claim's name (ReadWriteMany when replicas share nodes' models).
     #[schemars(length(min = 1, max = 253))]
     pub claim_name: String,
-}
-
-/// The model's shape facts (the `ferrox-server inspect --json` fields that matter).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
-#[x_kube(validation = Rule::new("!has(self.kvDtype) || self.kvDtype != 'fp8'").message("geometry.kvDtype fp8 is not served by ferrox-server yet: use f32, f16 or bf16"))]
-#[serde(rename_all = "camelCase")]
-pub struct GeometrySpec {
-    /// Decoder layers.
-    #[schemars(range(min = 1))]
-    pub layers: i64,
-    /// Key/value heads per layer.
-    #[schemars(range(min = 1))]
-    pub kv_heads: i64,
-    /// Dimension of one head.
-    #[schemars(range(min = 1))]
-    pub head_dim: i64,
-    /// Element type of the KV cache; absent, what the server's `--kv-dtype
-    /// auto` picks on the pods' device (f16 on CPU, bf16 on a GPU).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kv_dtype: Option<KvDtype>,
-    /// Bytes of weights resident in memory.
-    #[schemars(range(min = 0))]
-    pub weight_bytes: i64,
-    /// Trained context length in tokens.
-    #[schemars(range(min = 1))]
-    pub context_length: i64,
-    /// Query heads (for the activation estimate; 0 or absent if unknown).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub heads: Option<i64>,
-    /// Residual width.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub hidden_size: Option<i64>,
-    /// MLP width.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub intermediate_size: Option<i64>,
-    /// Vocabulary size.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub vocab_size: Option<i64>,
-    /// Layers that attend over a sliding window, by window (Gemma 2 and 3,
-    /// Mistral 7B v0.1); every other layer attends to the whole sequence. A
-    /// window pool per window holds only each sequence's window.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sliding_windows: Option<Vec<SlidingWindow>>,
-    /// Parameters stored, every expert of a mixture counted (reported in
-    /// the plan; absent if unknown).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub params: Option<i64>,
-    /// Parameters one token runs through (a mixture's active experts; equal
-    /// to `params` for a dense model; absent if unknown).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub active_params: Option<i64>,
-    /// Recurrent layers (Mamba-2), which keep a fixed state per sequence
-    /// instead of KV; the other layers attend (absent: none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub recurrent_layers: Option<i64>,
-    /// Bytes of one sequence's state over all recurrent layers (`inspect`
-    /// reports it under the same name; absent: none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub state_bytes_per_seq: Option<i64>,
 }
 
 /// Accelerators per replica.
@@ -515,9 +447,11 @@ pub fn crd_yaml() -> String {
 }
 
 mod adapters;
+mod geometry;
 mod status;
 
 pub use adapters::*;
+pub use geometry::*;
 pub use status::*;
 
 #[cfg(test)]

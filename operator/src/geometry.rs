@@ -6,8 +6,9 @@ use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize;
 
 use crate::Error;
-use crate::crd::{DeviceFootprints, FootprintStatus, ModelDeployment, ObservedGeometry};
-use crate::plan::{from_geometry, to_geometry};
+use crate::crd::{
+    DeviceFootprints, FootprintStatus, GeometrySpec, ModelDeployment, ObservedGeometry,
+};
 
 /// `ferrox-server inspect --json`: the geometry (top-level weight bytes and
 /// KV dtype are the CPU figures) and, from newer servers, every device's.
@@ -53,7 +54,7 @@ pub fn parse_inspect(json: &str) -> Result<Inspected, Error> {
 pub fn observed(source: &str, inspected: &Inspected) -> ObservedGeometry {
     ObservedGeometry {
         source: source.to_string(),
-        geometry: from_geometry(&inspected.geometry),
+        geometry: GeometrySpec::from(&inspected.geometry),
         devices: inspected.devices.as_ref().map(|d| DeviceFootprints {
             cpu: footprint_status(&d.cpu),
             cuda: footprint_status(&d.cuda),
@@ -64,7 +65,7 @@ pub fn observed(source: &str, inspected: &Inspected) -> ObservedGeometry {
 /// The geometry to plan with on `device`: the inspected device's weights and
 /// KV dtype when known, else the recorded (or spec's) figures as given.
 pub fn held_on(g: &ObservedGeometry, device: DeviceKind) -> ModelGeometry {
-    let base = to_geometry(&g.geometry, device);
+    let base = g.geometry.for_device(device);
     match &g.devices {
         Some(d) => base.held_as(&to_footprint(match device {
             DeviceKind::Cpu => &d.cpu,
@@ -77,7 +78,7 @@ pub fn held_on(g: &ObservedGeometry, device: DeviceKind) -> ModelGeometry {
 /// `g` with its numbers replaced by those planned with on `device`.
 pub fn as_planned(g: &ObservedGeometry, device: DeviceKind) -> ObservedGeometry {
     ObservedGeometry {
-        geometry: from_geometry(&held_on(g, device)),
+        geometry: GeometrySpec::from(&held_on(g, device)),
         ..g.clone()
     }
 }
@@ -187,7 +188,7 @@ mod tests {
             assert_eq!(held.layers, 30);
             // The status records what was planned with, and keeps the devices.
             let recorded = as_planned(&g, device);
-            assert_eq!(recorded.geometry.weight_bytes, weights as i64);
+            assert_eq!(recorded.geometry.facts.weight_bytes, weights);
             assert_eq!(held_on(&recorded, device), held);
         }
         // Without `devices` (an older server, or the spec) the figures are used as given.
@@ -200,14 +201,17 @@ mod tests {
         // `inspect --json` of a Gemma-3-shaped model (abridged).
         let json = r#"{"architecture":"gemma3","layers":34,"kvHeads":4,"headDim":256,"kvDtype":"f16","weightBytes":7760000000,"contextLength":131072,"slidingWindows":[{"window":1024,"layers":29}],"kvGroups":[{"window":null,"layers":[5,11,17,23,29]},{"window":1024,"layers":[0,1,2,3,4]}]}"#;
         let g = observed("hf://google/gemma-3-4b-it", &parse_inspect(json).unwrap());
-        let windows = g.geometry.sliding_windows.clone().unwrap();
+        let windows = g.geometry.facts.sliding_windows.clone();
         assert_eq!((windows[0].window, windows[0].layers), (1024, 29));
         let held = held_on(&g, DeviceKind::Cuda);
         assert_eq!(held.full_layers(), 5);
         assert_eq!(held.cache_groups().len(), 2);
         assert_eq!(
-            as_planned(&g, DeviceKind::Cuda).geometry.sliding_windows,
-            Some(windows)
+            as_planned(&g, DeviceKind::Cuda)
+                .geometry
+                .facts
+                .sliding_windows,
+            windows
         );
     }
 
@@ -229,7 +233,7 @@ mod tests {
         assert!(known(&md).is_none());
         let recorded = ObservedGeometry {
             source: md.spec.model.source.clone(),
-            geometry: from_geometry(&fixtures::llama3_8b()),
+            geometry: GeometrySpec::from(&fixtures::llama3_8b()),
             devices: None,
         };
         md.status = Some(ModelDeploymentStatus {
@@ -239,13 +243,13 @@ mod tests {
         assert_eq!(known(&md), Some(recorded));
         md.spec.model.source = "hf://org/other".into();
         assert!(known(&md).is_none());
-        md.spec.model.geometry = Some(from_geometry(&fixtures::llama3_8b()));
+        md.spec.model.geometry = Some(GeometrySpec::from(&fixtures::llama3_8b()));
         assert_eq!(known(&md).unwrap().source, FROM_SPEC);
     }
 
     #[test]
     fn a_spec_without_a_kv_dtype_plans_with_the_devices_auto_and_records_it() {
-        let mut spec = from_geometry(&fixtures::llama3_8b());
+        let mut spec = GeometrySpec::from(&fixtures::llama3_8b());
         spec.kv_dtype = None;
         let mut md = fixtures::md("m", fixtures::gpu_spec(1, "80Gi"));
         md.spec.model.geometry = Some(spec);

@@ -2,7 +2,8 @@
 //! it renders, the reconciler that applies them and the built-in autoscaler.
 //!
 //! Functional core, imperative shell: `plan`, `gpu_nodes`, `desired`,
-//! `status`, `observed_plan`, `served_adapters`, `autoscaling::decision`, `autoscaling::idle`,
+//! `status`, `observed_plan`, `served_adapters`, `served_name`, `lora_plan`,
+//! `autoscaling::decision`, `autoscaling::idle`,
 //! `router::wake` and `render` are pure;
 //! `reconcile`, `node_watch`, `autoscaling::run`, `lease`,
 //! `autoscaling::scrape::scrape`, `autoscaling::waker`, `router::poll` and
@@ -17,6 +18,7 @@ pub mod error;
 pub mod geometry;
 pub mod gpu_nodes;
 pub mod lease;
+pub mod lora_plan;
 pub mod metrics;
 pub mod node_watch;
 pub mod observed_plan;
@@ -26,6 +28,7 @@ pub mod reconcile;
 pub mod render;
 pub mod router;
 pub mod served_adapters;
+pub mod served_name;
 pub mod server;
 pub mod source;
 pub mod status;

@@ -3,8 +3,9 @@
 
 use ferrox_plan::{CacheKind, DeviceKind, KvDtype, ModelGeometry, Plan, PlanConfig, PlanError};
 
-use crate::crd::{GeometrySpec, ModelDeploymentSpec, PlanStatus, PoolPlanStatus};
+use crate::crd::{ModelDeploymentSpec, PlanStatus, PoolPlanStatus};
 use crate::gpu_nodes::GpuTarget;
+use crate::lora_plan::lora_plan;
 use crate::{Error, quantity};
 
 /// The memory one replica is planned into, and where that figure came from.
@@ -145,7 +146,7 @@ pub fn planned(
     memory: Memory,
 ) -> Result<Planned, PlanError> {
     let device = device_kind(spec);
-    let lora = crate::desired::adapters::lora_plan(spec);
+    let lora = lora_plan(spec);
     let config = PlanConfig {
         adapter_bytes: lora.map_or(0, |l| l.device_bytes(geometry, device)),
         ..plan_config(spec, memory.bytes)
@@ -208,53 +209,6 @@ pub fn plan_offline(
     };
     let memory = memory(spec, gpu.as_ref())?;
     planned(spec, geometry, memory).map_err(|e| Error::InvalidSpec(e.to_string()))
-}
-
-/// The CRD's geometry as ferrox-plan's, as held on `device` (an absent KV
-/// dtype is the one the server's `--kv-dtype auto` picks there).
-pub fn to_geometry(g: &GeometrySpec, device: DeviceKind) -> ModelGeometry {
-    let n = |v: i64| u64::try_from(v).unwrap_or(0);
-    let o = |v: Option<i64>| v.map_or(0, n);
-    ModelGeometry {
-        layers: n(g.layers),
-        kv_heads: n(g.kv_heads),
-        head_dim: n(g.head_dim),
-        kv_dtype: g.kv_dtype.unwrap_or(device.auto_kv_dtype(KvDtype::Bf16)),
-        weight_bytes: n(g.weight_bytes),
-        context_length: n(g.context_length),
-        heads: o(g.heads),
-        hidden_size: o(g.hidden_size),
-        intermediate_size: o(g.intermediate_size),
-        vocab_size: o(g.vocab_size),
-        sliding_windows: g.sliding_windows.clone().unwrap_or_default(),
-        params: o(g.params),
-        active_params: o(g.active_params),
-        recurrent_layers: o(g.recurrent_layers),
-        state_bytes_per_seq: o(g.state_bytes_per_seq),
-    }
-}
-
-/// ferrox-plan's geometry as the CRD's.
-pub fn from_geometry(g: &ModelGeometry) -> GeometrySpec {
-    let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-    let o = |v: u64| (v > 0).then(|| n(v));
-    GeometrySpec {
-        layers: n(g.layers),
-        kv_heads: n(g.kv_heads),
-        head_dim: n(g.head_dim),
-        kv_dtype: Some(g.kv_dtype),
-        weight_bytes: n(g.weight_bytes),
-        context_length: n(g.context_length),
-        heads: o(g.heads),
-        hidden_size: o(g.hidden_size),
-        intermediate_size: o(g.intermediate_size),
-        vocab_size: o(g.vocab_size),
-        sliding_windows: (!g.sliding_windows.is_empty()).then(|| g.sliding_windows.clone()),
-        params: o(g.params),
-        active_params: o(g.active_params),
-        recurrent_layers: o(g.recurrent_layers),
-        state_bytes_per_seq: o(g.state_bytes_per_seq),
-    }
 }
 
 /// A plan as the status reports it.

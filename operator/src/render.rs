@@ -177,7 +177,7 @@ spec:
                     "maxModelLen": p.max_model_len,
                     "device": r.plan.device,
                     "kvDtype": r.plan.kv_dtype,
-                    "servedModelName": crate::desired::deployment::served_name(&md),
+                    "servedModelName": crate::served_name::served_name(&md),
                     "adapters": md.spec.adapters.iter().map(|a| &a.name).collect::<Vec<_>>(),
                 },
                 "args": pod.containers[0].args,

@@ -6,12 +6,12 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::crd::{AcceleratorStatus, ModelDeployment, ModelDeploymentStatus, ObservedGeometry};
-use crate::desired::deployment::served_name;
 use crate::desired::selector_string;
 use crate::desired::service::url;
 use crate::observed_plan::{Expected, verdict};
 use crate::plan::{Planned, to_status};
 use crate::router::RouterService;
+use crate::served_name::served_name;
 
 /// What the reconciler learnt about the plan.
 #[derive(Debug, Clone, PartialEq)]
@@ -317,8 +317,9 @@ pub fn decisions(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::crd::GeometrySpec;
     use crate::fixtures::{self, gpu_spec, md};
-    use crate::plan::{from_geometry, plan_offline};
+    use crate::plan::plan_offline;
 
     fn at(secs: i64) -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
@@ -330,7 +331,7 @@ mod tests {
             outcome: PlanOutcome::Planned(Box::new(plan)),
             geometry: Some(ObservedGeometry {
                 source: "spec".into(),
-                geometry: from_geometry(&fixtures::llama3_8b()),
+                geometry: GeometrySpec::from(&fixtures::llama3_8b()),
                 devices: None,
             }),
             replicas: ready.max(1),

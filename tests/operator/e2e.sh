@@ -52,6 +52,24 @@ for f in tests/operator/manifests/bad/*.yaml; do
   ok "refused $(basename "$f"): $want"
 done
 
+# The geometry (ferrox-plan's ModelGeometry's schema) is stored as written:
+# the schema defaults nothing (an absent kvDtype is the pods' device's to
+# decide), and a null count is pruned, i.e. absent, as the operator reads it.
+stored="$(kubectl create --dry-run=server -o jsonpath='{.spec.model.geometry}' -f - <<'YAML'
+apiVersion: ferrox.dev/v1alpha1
+kind: ModelDeployment
+metadata: {name: as-written}
+spec:
+  model:
+    source: hf://org/m
+    geometry: {layers: 30, kvHeads: 3, headDim: 64, weightBytes: 98362432, contextLength: 8192, heads: null}
+  accelerator: {memoryPerDevice: 80Gi}
+YAML
+)"
+python3 -c 'import json,sys; g=json.loads(sys.argv[1]); sys.exit(g != {"layers": 30, "kvHeads": 3, "headDim": 64, "weightBytes": 98362432, "contextLength": 8192})' "$stored" \
+  || fail "geometry not stored as written: $stored"
+ok "a geometry without kvDtype is stored as written: $stored"
+
 "$BIN" run --no-leader-election --listen 127.0.0.1:18080 --scrape-interval 5 >"$WORK/operator.log" 2>&1 &
 OP_PID=$!
 PIDS+=($OP_PID)

@@ -16,6 +16,7 @@ use std::cmp::Ordering;
 use std::collections::VecDeque;
 
 use super::idle::IdleClock;
+use super::observation::Observation;
 use crate::crd::AutoscalingSpec;
 use crate::router::wake::wakes;
 
@@ -61,23 +62,6 @@ impl Policy {
             ..self
         }
     }
-}
-
-/// One scrape of every ready pod, aggregated.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Observation {
-    /// Pods that answered.
-    pub pods: u32,
-    /// Waiting requests, summed.
-    pub waiting: f64,
-    /// Running requests, summed.
-    pub running: f64,
-    /// KV usage ratio, averaged over pods.
-    pub kv_usage: f64,
-    /// Requests finished, summed over pods (a counter).
-    pub finished: f64,
-    /// Requests waiting in ferrox-router for a ready replica.
-    pub pending: f64,
 }
 
 /// Past recommendations of one ModelDeployment (`now` in Unix seconds).

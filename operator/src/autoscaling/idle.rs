@@ -6,7 +6,7 @@
 //! model at zero replicas, or with no pod reporting yet, is never idle: the
 //! clock starts when a replica is up and quiet.
 
-use super::decision::Observation;
+use super::observation::Observation;
 
 /// When a model was last seen busy.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -4,6 +4,7 @@
 
 pub mod decision;
 pub mod idle;
+pub mod observation;
 pub mod run;
 pub mod scrape;
 pub mod waker;

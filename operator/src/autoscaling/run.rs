@@ -11,17 +11,18 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::decision::{Decision, History, Observation, Policy, decide};
+use super::decision::{Decision, History, Policy, decide};
+use super::observation::Observation;
 use super::scrape::{aggregate, scrape_all};
 use crate::Error;
 use crate::crd::{
     AdapterStatus, AutoscalerStatus, AutoscalingSpec, ModelDeployment, ObservedPlanStatus,
 };
-use crate::desired::deployment::served_name;
 use crate::desired::{SERVER_PORT, selector_string};
 use crate::observed_plan::{Expected, observe};
 use crate::reconcile::{Context, publish};
 use crate::served_adapters::served;
+use crate::served_name::served_name;
 
 /// Field manager of `status.autoscaler`, `status.observedPlan` and
 /// `status.adapters` (the reconciler owns the rest).

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use prometheus_parse::{Sample, Scrape, Value};
 
-use super::decision::{Decision, History, Observation, Policy, decide};
+use super::decision::{Decision, History, Policy, decide};
+use super::observation::Observation;
 use crate::Error;
 
 use ferrox_plan::CacheKind;

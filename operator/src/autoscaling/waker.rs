@@ -10,7 +10,8 @@ use std::sync::Arc;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 
-use super::decision::{Decision, Observation};
+use super::decision::Decision;
+use super::observation::Observation;
 use super::run::{act, write_status};
 use crate::Error;
 use crate::crd::ModelDeployment;

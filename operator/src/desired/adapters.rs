@@ -11,7 +11,9 @@ use k8s_openapi::api::core::v1::{
 };
 
 use super::MODEL_CACHE_DIR;
-use crate::crd::{ModelDeployment, ModelDeploymentSpec};
+use crate::crd::ModelDeployment;
+use crate::lora_plan::lora_plan;
+use crate::served_name::served_name;
 use crate::source::{self, ModelSource, downloads};
 
 /// Where an adapter's claim `c` is mounted: `/adapters/c`.
@@ -60,23 +62,6 @@ pub fn lora_args(md: &ModelDeployment) -> Option<LoraArgs> {
         max_lora_rank: plan.max_lora_rank,
         max_cpu_loras: plan.max_cpu_loras,
         runtime_updates: false,
-    })
-}
-
-/// The adapters the plan counts: `spec.lora`, each default from the
-/// number of adapters; `None` without adapters.
-pub fn lora_plan(spec: &ModelDeploymentSpec) -> Option<ferrox_plan::LoraPlan> {
-    let n = spec.adapters.len() as u64;
-    if n == 0 {
-        return None;
-    }
-    let l = spec.lora.clone().unwrap_or_default();
-    let u = |v: i32| u64::try_from(v).unwrap_or(1).max(1);
-    let max_loras = l.max_loras.map_or(n, u);
-    Some(ferrox_plan::LoraPlan {
-        max_loras,
-        max_lora_rank: u(l.max_lora_rank),
-        max_cpu_loras: l.max_cpu_loras.map_or(n, u).max(max_loras),
     })
 }
 
@@ -141,7 +126,7 @@ pub fn mounts(md: &ModelDeployment, model: &ModelSource) -> Vec<VolumeMount> {
 /// message): a name that is the served model's own (`metadata.name` when
 /// no `servedName`; CEL checks the rest), or a source the grammar refuses.
 pub fn refusal(md: &ModelDeployment) -> Option<(&'static str, String)> {
-    let served = super::deployment::served_name(md);
+    let served = served_name(md);
     if let Some(a) = md.spec.adapters.iter().find(|a| a.name == served) {
         let message = format!(
             "adapter {:?} has the model's served name; requests could not tell them apart",

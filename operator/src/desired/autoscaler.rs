@@ -12,10 +12,10 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::deployment::served_name;
 use super::{DesiredConfig, INSTANCE_LABEL, child_meta};
 use crate::Error;
 use crate::crd::{AutoscalingSpec, ModelDeployment};
+use crate::served_name::served_name;
 
 /// The queue-depth series both external autoscalers scale on.
 pub const QUEUE_METRIC: &str = ferrox_plan::contract::metric::WAITING;

@@ -22,6 +22,7 @@ use super::{DesiredConfig, MODEL_CACHE_DIR, SERVER_PORT, child_meta, selector_la
 use crate::crd::ModelDeployment;
 use crate::gpu_nodes::GPU_PRODUCT_LABEL;
 use crate::plan::Planned;
+use crate::served_name::served_name;
 use crate::source::{self, ModelSource, PVC_MOUNT, downloads};
 use crate::{Error, quantity};
 
@@ -151,15 +152,6 @@ pub fn image(md: &ModelDeployment, config: &DesiredConfig) -> String {
         None => &config.default_image,
     };
     md.spec.image.clone().unwrap_or_else(|| default.clone())
-}
-
-/// The model name clients send: `spec.model.servedName`, else `metadata.name`.
-pub fn served_name(md: &ModelDeployment) -> String {
-    md.spec
-        .model
-        .served_name
-        .clone()
-        .unwrap_or_else(|| md.name_any())
 }
 
 /// `ferrox-server serve` arguments carrying the plan (the contract's typed

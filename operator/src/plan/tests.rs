@@ -1,6 +1,7 @@
 //! Plans for real models, the spec's refusals, and the pod's memory.
 
 use super::*;
+use crate::crd::GeometrySpec;
 use crate::fixtures::{self, cpu_spec, gpu_spec};
 
 struct Case {
@@ -194,9 +195,9 @@ fn status_shows_every_part() {
 #[test]
 fn a_mixture_s_parameters_reach_the_status_from_the_crd_s_geometry() {
     // gpt-oss-20b: 20.9 B stored, 3.6 B a token.
-    let mut spec = from_geometry(&fixtures::llama3_8b());
-    (spec.params, spec.active_params) = (Some(20_914_757_184), Some(3_606_562_560));
-    let g = to_geometry(&spec, DeviceKind::Cpu);
+    let mut spec = GeometrySpec::from(&fixtures::llama3_8b());
+    (spec.facts.params, spec.facts.active_params) = (20_914_757_184, 3_606_562_560);
+    let g = spec.for_device(DeviceKind::Cpu);
     let s = to_status(&plan_offline(&cpu_spec("64Gi"), &g).unwrap());
     assert_eq!(
         (s.params, s.active_params),
@@ -206,12 +207,15 @@ fn a_mixture_s_parameters_reach_the_status_from_the_crd_s_geometry() {
 
 #[test]
 fn a_hybrid_s_state_reaches_the_plan_and_status_from_the_crd_s_geometry() {
-    let dense = from_geometry(&fixtures::llama3_8b());
+    let dense = GeometrySpec::from(&fixtures::llama3_8b());
     // 28 of its 32 layers recurrent, 4 MiB of state a sequence.
     let mut hybrid = dense.clone();
-    (hybrid.recurrent_layers, hybrid.state_bytes_per_seq) = (Some(28), Some(4 << 20));
+    (
+        hybrid.facts.recurrent_layers,
+        hybrid.facts.state_bytes_per_seq,
+    ) = (28, 4 << 20);
     let status = |g: &GeometrySpec| {
-        to_status(&plan_offline(&gpu_spec(1, "40Gi"), &to_geometry(g, DeviceKind::Cuda)).unwrap())
+        to_status(&plan_offline(&gpu_spec(1, "40Gi"), &g.for_device(DeviceKind::Cuda)).unwrap())
     };
     let (d, h) = (status(&dense), status(&hybrid));
     let state = |s: &PlanStatus| s.pools.iter().find(|p| p.pool == "state").cloned();
@@ -226,48 +230,9 @@ fn a_hybrid_s_state_reaches_the_plan_and_status_from_the_crd_s_geometry() {
         d.max_seqs
     );
     assert_eq!(
-        from_geometry(&to_geometry(&hybrid, DeviceKind::Cpu)),
+        GeometrySpec::from(&hybrid.for_device(DeviceKind::Cpu)),
         hybrid
     );
-}
-
-#[test]
-fn geometry_round_trips() {
-    let g = ModelGeometry {
-        heads: 32,
-        hidden_size: 4096,
-        intermediate_size: 14_336,
-        vocab_size: 128_256,
-        params: 8_030_261_248,
-        active_params: 8_030_261_248,
-        ..fixtures::llama3_8b()
-    };
-    for device in [DeviceKind::Cpu, DeviceKind::Cuda] {
-        assert_eq!(to_geometry(&from_geometry(&g), device), g);
-        assert_eq!(
-            to_geometry(&from_geometry(&fixtures::llama3_8b()), device),
-            fixtures::llama3_8b()
-        );
-    }
-}
-
-#[test]
-fn an_absent_kv_dtype_is_the_servers_auto_on_the_device() {
-    let mut spec = from_geometry(&fixtures::llama3_8b());
-    spec.kv_dtype = None;
-    // (device, KV dtype planned, bytes per token)
-    let cases = [
-        (DeviceKind::Cpu, KvDtype::F16),
-        (DeviceKind::Cuda, KvDtype::Bf16),
-    ];
-    for (device, want) in cases {
-        let g = to_geometry(&spec, device);
-        assert_eq!(g.kv_dtype, want, "{device}");
-        assert_eq!(g.kv_bytes_per_token(), 2 * 32 * 8 * 128 * 2);
-    }
-    // Given, it is used as given on either device.
-    spec.kv_dtype = Some(KvDtype::F32);
-    assert_eq!(to_geometry(&spec, DeviceKind::Cuda).kv_dtype, KvDtype::F32);
 }
 
 /// The Gemma 3 example: a window pool beside the KV pool, in the plan, the
@@ -293,8 +258,8 @@ fn a_gemma3_deployment_plans_renders_and_verifies_its_window_pool() {
     assert_eq!(p.max_seqs, w.blocks / 97);
     // Counted as 34 global layers it would not plan at all.
     let mut all_global = md.spec.model.geometry.clone().unwrap();
-    all_global.sliding_windows = None;
-    let held = to_geometry(&all_global, DeviceKind::Cuda);
+    all_global.facts.sliding_windows = Vec::new();
+    let held = all_global.for_device(DeviceKind::Cuda);
     assert!(plan_offline(&md.spec, &held).is_err());
     // The pods are told both pools.
     let pod = r.desired.deployment.spec.unwrap().template.spec.unwrap();

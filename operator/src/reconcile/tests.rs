@@ -7,9 +7,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
 use super::*;
-use crate::crd::ModelDeploymentStatus;
+use crate::crd::{GeometrySpec, ModelDeploymentStatus};
 use crate::fixtures::{self, cpu_spec, gpu_spec, md};
-use crate::plan::from_geometry;
 use crate::verifier::{ApiServerVerifier, echo, mock_client, not_found};
 
 const NS: &str = "/apis/ferrox.dev/v1alpha1/namespaces/default/modeldeployments";
@@ -27,7 +26,7 @@ fn context() -> (Arc<Context>, ApiServerVerifier) {
 
 fn smollm2() -> ModelDeployment {
     let mut spec = cpu_spec("2Gi");
-    spec.model.geometry = Some(from_geometry(&fixtures::smollm2_135m()));
+    spec.model.geometry = Some(GeometrySpec::from(&fixtures::smollm2_135m()));
     md("smol", spec)
 }
 
@@ -201,7 +200,7 @@ async fn second_reconcile_changes_nothing() {
 #[tokio::test]
 async fn insufficient_memory_makes_no_pods() {
     let mut spec = gpu_spec(1, "24Gi");
-    spec.model.geometry = Some(from_geometry(&fixtures::llama3_70b()));
+    spec.model.geometry = Some(GeometrySpec::from(&fixtures::llama3_70b()));
     let big = md("big", spec);
     let (result, (status, event)) = run(big.clone(), async move |v: &mut ApiServerVerifier| {
         // The first request is the status: no Deployment was applied.
@@ -392,7 +391,7 @@ fn llama_from_nodes(product: &str) -> ModelDeployment {
     acc.memory_per_device = None;
     acc.product = Some(product.into());
     spec.tolerations = Some(vec![fixtures::gpu_toleration()]);
-    spec.model.geometry = Some(from_geometry(&fixtures::llama3_8b()));
+    spec.model.geometry = Some(GeometrySpec::from(&fixtures::llama3_8b()));
     md("llama", spec)
 }
 

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::crd::ModelDeployment;
-use crate::desired::deployment::served_name;
+use crate::served_name::served_name;
 
 /// Whether a model at `current` replicas, with `pending` requests waiting in
 /// the router and a floor of `min_replicas`, wakes now (0 -> 1, no window:

@@ -103,14 +103,22 @@ impl std::fmt::Display for KvDtype {
 }
 
 /// The shape facts of a model that decide its memory use.
+///
+/// Also the operator's `spec.model.geometry` (its schema, with the
+/// `schemars` feature, is this type's): a fact is declared here once.
+/// Counts that may be unknown are 0, and absent on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ModelGeometry {
     /// Decoder layers.
+    #[cfg_attr(feature = "schemars", schemars(range(min = 1)))]
     pub layers: u64,
     /// Key/value heads per layer (grouped-query attention).
+    #[cfg_attr(feature = "schemars", schemars(range(min = 1)))]
     pub kv_heads: u64,
     /// Dimension of one head.
+    #[cfg_attr(feature = "schemars", schemars(range(min = 1)))]
     pub head_dim: u64,
     /// Element type of the KV cache.
     #[serde(default)]
@@ -118,36 +126,41 @@ pub struct ModelGeometry {
     /// Bytes of weights resident in memory.
     pub weight_bytes: u64,
     /// The model's trained context length, in tokens.
+    #[cfg_attr(feature = "schemars", schemars(range(min = 1)))]
     pub context_length: u64,
-    /// Query heads (0 if unknown: activations are then underestimated).
-    #[serde(default)]
+    /// Query heads (0 or absent if unknown: activations are then
+    /// underestimated).
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub heads: u64,
-    /// Residual width (0 if unknown).
-    #[serde(default)]
+    /// Residual width (0 or absent if unknown).
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub hidden_size: u64,
-    /// MLP width (0 if unknown).
-    #[serde(default)]
+    /// MLP width (0 or absent if unknown).
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub intermediate_size: u64,
-    /// Vocabulary size (0 if unknown).
-    #[serde(default)]
+    /// Vocabulary size (0 or absent if unknown).
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub vocab_size: u64,
-    /// Layers that attend over a sliding window, by window; every other
-    /// layer attends to the whole sequence.
+    /// Layers that attend over a sliding window, by window (Gemma 2 and 3,
+    /// Mistral 7B v0.1); every other layer attends to the whole sequence. A
+    /// window pool per window holds only each sequence's window.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sliding_windows: Vec<SlidingWindow>,
-    /// Parameters stored, every expert of a mixture counted (0 if unknown):
-    /// all of them are resident, so the weight bytes hold them all.
+    /// Parameters stored, every expert of a mixture counted (0 or absent if
+    /// unknown): all of them are resident, so the weight bytes hold them all.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub params: u64,
     /// Parameters one token runs through: `params` less the experts it does
-    /// not choose (equal to `params` for a dense model; 0 if unknown).
+    /// not choose (equal to `params` for a dense model; 0 or absent if
+    /// unknown).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub active_params: u64,
     /// Layers that keep a recurrent state instead of KV (Mamba-2's): out
-    /// of `layers`, and of every KV count.
+    /// of `layers`, and of every KV count (0 or absent: none).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub recurrent_layers: u64,
-    /// Bytes of one sequence's recurrent state over all those layers.
+    /// Bytes of one sequence's recurrent state over all those layers (0 or
+    /// absent: none).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub state_bytes_per_seq: u64,
 }

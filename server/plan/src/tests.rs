@@ -331,6 +331,32 @@ fn kv_dtype_names_round_trip() {
 }
 
 #[test]
+fn unknown_counts_are_absent_on_the_wire_and_read_back_as_zero() {
+    // The operator's CRD writes this form; an unknown count stays absent.
+    let g = smollm2_135m();
+    let json = serde_json::to_value(&g).unwrap();
+    let mut fields: Vec<&str> = json
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str())
+        .collect();
+    fields.sort_unstable();
+    assert_eq!(
+        fields,
+        [
+            "contextLength",
+            "headDim",
+            "kvDtype",
+            "kvHeads",
+            "layers",
+            "weightBytes"
+        ]
+    );
+    assert_eq!(serde_json::from_value::<ModelGeometry>(json).unwrap(), g);
+}
+
+#[test]
 fn the_default_pool_fits_max_seqs_in_free_memory_and_takes_a_reserved_budget() {
     // SmolLM2-135M in f16 (23,040 bytes a token; 368,640 a block), 8,192
     // tokens a sequence (512 blocks), on CPU: the server's defaults.

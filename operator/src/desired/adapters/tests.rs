@@ -3,6 +3,7 @@ use crate::crd::{AdapterSpec, LoraSpec};
 use crate::desired::DesiredConfig;
 use crate::desired::deployment::deployment;
 use crate::fixtures::{cpu_spec, gpu_spec, md, smollm2_135m};
+use crate::lora_plan::lora_plan;
 use crate::plan::plan_offline;
 
 fn adapter(name: &str, source: &str) -> AdapterSpec {

@@ -13,10 +13,10 @@
 
 use candle_core::{D, DType, Tensor};
 
-use crate::attention::SeqSpan;
 use crate::error::Result;
 use crate::layer::Projection;
 use crate::linear::{Linear, tensor_bytes};
+use crate::seq_span::SeqSpan;
 use crate::spec::GdnSpec;
 use crate::ssm::{conv::causal_conv, over_runs, softplus};
 use crate::state_store::StateStore;

@@ -7,9 +7,9 @@ use candle_core::{Device, Tensor};
 use ferrox_core::PoolSpec;
 use ferrox_plan::KvDtype;
 
-use crate::attention::SeqSpan;
 use crate::error::{Error, Result};
 use crate::kv_cache::KvCache;
+use crate::seq_span::SeqSpan;
 use crate::spec::KvGroup;
 
 /// Every group's cache.

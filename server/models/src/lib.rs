@@ -31,6 +31,7 @@ pub mod paged;
 pub mod profile;
 pub mod rope;
 pub mod safetensors;
+pub mod seq_span;
 pub mod spec;
 pub mod ssm;
 pub mod state_store;

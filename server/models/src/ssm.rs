@@ -12,9 +12,9 @@
 
 use candle_core::{D, DType, Tensor};
 
-use crate::attention::SeqSpan;
 use crate::error::Result;
 use crate::linear::{Linear, tensor_bytes};
+use crate::seq_span::SeqSpan;
 use crate::spec::SsmSpec;
 use crate::state_store::StateStore;
 

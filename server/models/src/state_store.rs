@@ -13,8 +13,8 @@ use std::sync::Mutex;
 
 use candle_core::{DType, Device, Tensor};
 
-use crate::attention::SeqSpan;
 use crate::error::{Error, Result};
+use crate::seq_span::SeqSpan;
 use crate::spec::ModelSpec;
 
 /// One recurrent layer's states: convolution `(slots, conv values)` and

@@ -14,8 +14,8 @@
 use candle_core::{D, DType, Tensor};
 
 use crate::error::Result;
-use crate::layer::Projection;
 use crate::linear::{Linear, tensor_bytes};
+use crate::projection::Projection;
 use crate::seq_span::SeqSpan;
 use crate::spec::GdnSpec;
 use crate::ssm::{conv::causal_conv, over_runs, softplus};

@@ -7,40 +7,9 @@ use crate::gdn::GdnWeights;
 use crate::linear::{Linear, tensor_bytes};
 use crate::lora::Target;
 use crate::moe::MoeWeights;
+use crate::projection::Projection;
 use crate::spec::Activation;
 use crate::ssm::Mamba2Weights;
-
-/// Linear layers that read the same input, run as one matmul where the
-/// weights allow (their outputs are concatenated).
-#[derive(Debug, Clone)]
-pub enum Projection {
-    /// One matrix holding all parts' rows.
-    Fused(Linear),
-    /// Separate matrices.
-    Split(Vec<Linear>),
-}
-
-impl Projection {
-    pub(crate) fn held_bytes(&self) -> u64 {
-        match self {
-            Projection::Fused(l) => l.held_bytes(),
-            Projection::Split(parts) => parts.iter().map(Linear::held_bytes).sum(),
-        }
-    }
-
-    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        match self {
-            Projection::Fused(l) => l.forward(x),
-            Projection::Split(parts) => {
-                let outs = parts
-                    .iter()
-                    .map(|l| l.forward(x))
-                    .collect::<Result<Vec<_>>>()?;
-                Ok(Tensor::cat(&outs, 1)?)
-            }
-        }
-    }
-}
 
 /// The op-by-op LoRA hook: `(targets, input, output)` to the output plus
 /// each row's adapter update.

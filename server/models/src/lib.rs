@@ -29,6 +29,7 @@ pub mod moe;
 pub mod mxfp4;
 pub mod paged;
 pub mod profile;
+pub mod projection;
 pub mod rope;
 pub mod safetensors;
 pub mod seq_span;

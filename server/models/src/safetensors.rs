@@ -9,8 +9,8 @@ use ferrox_plan::DeviceKind;
 use crate::arch::{Family, HfExperts};
 use crate::error::{Error, Result};
 use crate::holding::{self, Role, device_kind};
-use crate::layer::Projection;
 use crate::linear::{Embedding, Linear};
+use crate::projection::Projection;
 use crate::weights::{WeightSource, check_shape, check_small, check_vector};
 
 mod mxfp4_experts;

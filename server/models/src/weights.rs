@@ -5,9 +5,10 @@ use candle_core::{Device, Tensor};
 
 use crate::decoder::Decoder;
 use crate::error::{Error, Result};
-use crate::layer::{Block, Ffn, Layer, Mlp, Projection, RecurrentMixer, SsmLayer};
-use crate::linear::{Embedding, Linear};
+use crate::layer::{Block, Ffn, Layer, Mlp, RecurrentMixer, SsmLayer};
+use crate::linear::Embedding;
 use crate::moe::{ExpertReads, MoeWeights};
+use crate::projection::{Projection, single};
 use crate::spec::{FeedForward, Mixer, ModelSpec, MoeSpec, SsmSpec};
 use crate::ssm::Mamba2Weights;
 
@@ -122,13 +123,6 @@ pub fn build_decoder(
         embed.as_linear()
     };
     Decoder::new(spec, embed, layers, norm, lm_head, device)
-}
-
-fn single(p: Projection) -> Linear {
-    match p {
-        Projection::Fused(l) => l,
-        Projection::Split(mut v) => v.remove(0),
-    }
 }
 
 /// A norm weight with the family's offset added (Gemma's `1 + w`).

@@ -26,9 +26,10 @@ use ferrox_kernels::{QActs, QMatrix};
 use crate::error::Result;
 
 type KernelResult = std::result::Result<(), ferrox_kernels::Error>;
-use crate::layer::{Ffn, Layer, Mlp, Projection};
+use crate::layer::{Ffn, Layer, Mlp};
 use crate::linear::Linear;
 use crate::lora::LoraStep;
+use crate::projection::Projection;
 use crate::spec::{Activation, FeedForward};
 
 pub(crate) use moe::FusedMoe;

@@ -8,8 +8,7 @@ use candle_core::{Device, Tensor};
 
 use super::GdnWeights;
 use crate::error::Result;
-use crate::layer::Projection;
-use crate::linear::Linear;
+use crate::projection::single;
 use crate::spec::GdnSpec;
 use crate::weights::WeightSource;
 
@@ -66,13 +65,6 @@ pub(crate) fn load(
         norm: src.vector(&n("ssm_norm.weight"), s.value_dim, device)?,
         out_proj: single(out_proj),
     })
-}
-
-fn single(p: Projection) -> Linear {
-    match p {
-        Projection::Fused(l) => l,
-        Projection::Split(mut v) => v.remove(0),
-    }
 }
 
 /// The stored columns, in `[q k v | z | b | a]` order, of a projection

@@ -22,7 +22,7 @@ use crate::linear::{Embedding, Linear};
 use crate::mxfp4;
 use crate::projection::Projection;
 use crate::spec::{FeedForward, ModelSpec, RopeScaling};
-use crate::weights::{WeightSource, check_shape, check_small, check_vector};
+use crate::weights::source::{WeightSource, check_shape, check_small, check_vector};
 
 mod raw;
 

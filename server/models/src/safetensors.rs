@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::holding::{self, Role, device_kind};
 use crate::linear::{Embedding, Linear};
 use crate::projection::Projection;
-use crate::weights::{WeightSource, check_shape, check_small, check_vector};
+use crate::weights::source::{WeightSource, check_shape, check_small, check_vector};
 
 mod mxfp4_experts;
 

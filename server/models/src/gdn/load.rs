@@ -10,7 +10,7 @@ use super::GdnWeights;
 use crate::error::Result;
 use crate::projection::single;
 use crate::spec::GdnSpec;
-use crate::weights::WeightSource;
+use crate::weights::source::WeightSource;
 
 /// Layer `i`'s mixer, for a model of width `hidden`.
 pub(crate) fn load(

@@ -431,7 +431,7 @@ impl Decoder {
             (Ffn::Dense(m), FeedForward::Gated(act)) => {
                 m.forward_hooked(h, s.intermediate, act, &hook)
             }
-            (Ffn::Moe(m), FeedForward::Moe(_)) => crate::moe::forward(m, h),
+            (Ffn::Moe(m), FeedForward::Moe(_)) => crate::ffn::moe::forward(m, h),
             _ => Err(Error::Config(format!(
                 "layer {index}: its weights are not its kind's"
             ))),

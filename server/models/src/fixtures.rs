@@ -290,14 +290,18 @@ fn random_mlp(hidden: usize, inter: usize, seed: u64, biases: bool) -> crate::la
 }
 
 /// A mixture-of-experts layer of `spec` with random packed weights.
-pub fn random_moe(spec: crate::spec::MoeSpec, hidden: usize, seed: u64) -> crate::moe::MoeWeights {
+pub fn random_moe(
+    spec: crate::spec::MoeSpec,
+    hidden: usize,
+    seed: u64,
+) -> crate::ffn::moe::MoeWeights {
     let d = Device::Cpu;
     let router = values(spec.experts * hidden, seed, 1.2 / (hidden as f32).sqrt());
     let shared = spec.shared.map(|w| {
         let gate = Tensor::from_vec(values(hidden, seed + 7, 0.3), hidden, &d).unwrap();
         (random_mlp(hidden, w, seed + 11, false), gate)
     });
-    crate::moe::MoeWeights {
+    crate::ffn::moe::MoeWeights {
         spec,
         router: Tensor::from_vec(router, (spec.experts, hidden), &d).unwrap(),
         router_bias: spec.biases.then(|| {
@@ -314,7 +318,7 @@ pub fn random_moe(spec: crate::spec::MoeSpec, hidden: usize, seed: u64) -> crate
             })
             .collect(),
         shared,
-        reads: std::sync::Arc::new(crate::moe::ExpertReads::new(spec.experts)),
+        reads: std::sync::Arc::new(crate::ffn::moe::ExpertReads::new(spec.experts)),
     }
 }
 

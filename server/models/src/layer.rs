@@ -3,10 +3,10 @@
 use candle_core::Tensor;
 
 use crate::error::Result;
+use crate::ffn::moe::MoeWeights;
 use crate::gdn::GdnWeights;
 use crate::linear::{Linear, tensor_bytes};
 use crate::lora::Target;
-use crate::moe::MoeWeights;
 use crate::projection::Projection;
 use crate::spec::Activation;
 use crate::ssm::Mamba2Weights;

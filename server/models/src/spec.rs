@@ -9,11 +9,10 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 
 mod gdn;
-mod moe;
 mod ssm;
 
+pub use crate::ffn::moe::spec::{MAX_EXPERTS, MoeSpec, Routing};
 pub use gdn::GdnSpec;
-pub use moe::{MAX_EXPERTS, MoeSpec, Routing};
 pub use ssm::SsmSpec;
 
 /// What mixes information across positions in one layer.

@@ -7,8 +7,8 @@ use candle_core::{Device, Tensor};
 
 use crate::decoder::Decoder;
 use crate::error::{Error, Result};
+use crate::ffn::moe::{ExpertReads, MoeWeights};
 use crate::layer::{Block, Ffn, Layer, Mlp, RecurrentMixer, SsmLayer};
-use crate::moe::{ExpertReads, MoeWeights};
 use crate::projection::single;
 use crate::spec::{FeedForward, Mixer, ModelSpec, MoeSpec, SsmSpec};
 use crate::ssm::Mamba2Weights;

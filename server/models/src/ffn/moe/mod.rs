@@ -4,7 +4,8 @@
 //! each is read once a step whatever the batch) and a count of the reads.
 
 mod dispatch;
-mod ops;
+mod forward;
+pub mod spec;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use candle_core::Tensor;
 
 pub use dispatch::Dispatch;
-pub(crate) use ops::forward;
+pub(crate) use forward::forward;
 
 use crate::layer::Mlp;
 use crate::linear::tensor_bytes;

@@ -1,0 +1,4 @@
+//! The feed-forward kinds of a decoder layer, each owning its spec, its
+//! weights, their loader and their forward.
+
+pub mod moe;

@@ -275,8 +275,8 @@ fn random_packed(rows: usize, cols: usize, seed: u64, ty: GgmlDType) -> crate::l
 }
 
 /// A random gated MLP of width `inter` (with biases when `biases`).
-fn random_mlp(hidden: usize, inter: usize, seed: u64, biases: bool) -> crate::layer::Mlp {
-    use crate::layer::Mlp;
+fn random_mlp(hidden: usize, inter: usize, seed: u64, biases: bool) -> crate::ffn::mlp::Mlp {
+    use crate::ffn::mlp::Mlp;
     use crate::projection::Projection;
     let bias = |n: usize, s: u64| {
         biases.then(|| Tensor::from_vec(values(n, s, 0.2), n, &Device::Cpu).unwrap())

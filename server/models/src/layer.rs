@@ -1,84 +1,13 @@
-//! One decoder layer's weights, and the projections that read one input.
+//! One decoder layer's weights.
 
 use candle_core::Tensor;
 
-use crate::error::Result;
-use crate::ffn::moe::MoeWeights;
+use crate::ffn::mlp::Mlp;
+use crate::ffn::moe::weights::MoeWeights;
 use crate::gdn::GdnWeights;
 use crate::linear::{Linear, tensor_bytes};
-use crate::lora::Target;
 use crate::projection::Projection;
-use crate::spec::Activation;
 use crate::ssm::Mamba2Weights;
-
-/// The op-by-op LoRA hook: `(targets, input, output)` to the output plus
-/// each row's adapter update.
-pub(crate) type LoraHook<'a> = dyn Fn(&[Target], &Tensor, Tensor) -> Result<Tensor> + 'a;
-
-/// A gated MLP's weights: a dense layer's, or one expert's.
-#[derive(Debug, Clone)]
-pub struct Mlp {
-    /// `[gate | up]` projection.
-    pub gate_up: Projection,
-    /// Down projection.
-    pub down: Linear,
-    /// `[gate | up]` biases (gpt-oss's experts).
-    pub gate_up_bias: Option<Tensor>,
-    /// Down bias.
-    pub down_bias: Option<Tensor>,
-}
-
-impl Mlp {
-    /// The MLP of width `inter` over `h` `(tokens, hidden)`, op by op.
-    pub(crate) fn forward(&self, h: &Tensor, inter: usize, act: Activation) -> Result<Tensor> {
-        self.forward_hooked(h, inter, act, &|_, _, out| Ok(out))
-    }
-
-    /// [`Mlp::forward`] with a LoRA hook: `hook(targets, input, output)`
-    /// returns a projection's output plus each row's adapter update.
-    pub(crate) fn forward_hooked(
-        &self,
-        h: &Tensor,
-        inter: usize,
-        act: Activation,
-        hook: &LoraHook<'_>,
-    ) -> Result<Tensor> {
-        let mut gu = hook(&[Target::Gate, Target::Up], h, self.gate_up.forward(h)?)?;
-        if let Some(b) = &self.gate_up_bias {
-            gu = gu.broadcast_add(b)?;
-        }
-        let a = activate(&gu, inter, act)?;
-        let mut d = hook(&[Target::Down], &a, self.down.forward(&a)?)?;
-        if let Some(b) = &self.down_bias {
-            d = d.broadcast_add(b)?;
-        }
-        Ok(d)
-    }
-
-    pub(crate) fn held_bytes(&self) -> u64 {
-        let opt = |t: &Option<Tensor>| t.as_ref().map_or(0, tensor_bytes);
-        self.gate_up.held_bytes()
-            + self.down.held_bytes()
-            + opt(&self.gate_up_bias)
-            + opt(&self.down_bias)
-    }
-}
-
-/// `act(gate) * up` of `gu` `(tokens, 2 * inter)` (`[gate | up]`).
-pub(crate) fn activate(gu: &Tensor, inter: usize, act: Activation) -> Result<Tensor> {
-    let (gate, up) = (gu.narrow(1, 0, inter)?, gu.narrow(1, inter, inter)?);
-    Ok(match act {
-        Activation::Silu => (candle_nn::ops::silu(&gate)? * up)?,
-        Activation::GeluTanh => (gate.gelu()? * up)?,
-        Activation::SwigluOai { alpha, limit } => {
-            let limit = f64::from(limit);
-            let gate = gate.minimum(limit)?;
-            let up = up.clamp(-limit, limit)?;
-            let glu = (&gate * candle_nn::ops::sigmoid(&(&gate * f64::from(alpha))?)?)?;
-            ((up + 1.0)? * glu)?
-        }
-    })
-}
 
 /// A layer's feed-forward weights.
 #[derive(Debug, Clone)]

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 mod gdn;
 mod ssm;
 
+pub use crate::ffn::activation::Activation;
 pub use crate::ffn::moe::spec::{MAX_EXPERTS, MoeSpec, Routing};
 pub use gdn::GdnSpec;
 pub use ssm::SsmSpec;
@@ -64,23 +65,6 @@ pub enum FeedForward {
     Moe(MoeSpec),
     /// None: the mixer is the whole layer (Mamba-2's blocks).
     None,
-}
-
-/// A gated MLP's activation.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Activation {
-    /// SiLU (SwiGLU: Llama, Qwen, Mistral, Phi).
-    Silu,
-    /// GELU, tanh approximation (GeGLU: Gemma).
-    GeluTanh,
-    /// gpt-oss's clamped SwiGLU: the gate clamped above at `limit`, up to
-    /// `[-limit, limit]`, then `(up + 1) * gate * sigmoid(alpha * gate)`.
-    SwigluOai {
-        /// The sigmoid's slope (1.702).
-        alpha: f32,
-        /// The clamp (7.0).
-        limit: f32,
-    },
 }
 
 /// One decoder layer.

@@ -7,10 +7,11 @@ use candle_core::{Device, Tensor};
 
 use crate::decoder::Decoder;
 use crate::error::{Error, Result};
-use crate::ffn::moe::{ExpertReads, MoeWeights};
-use crate::layer::{Block, Ffn, Layer, Mlp, RecurrentMixer, SsmLayer};
+use crate::ffn::mlp;
+use crate::ffn::moe;
+use crate::layer::{Block, Ffn, Layer, RecurrentMixer, SsmLayer};
 use crate::projection::single;
-use crate::spec::{FeedForward, Mixer, ModelSpec, MoeSpec, SsmSpec};
+use crate::spec::{FeedForward, Mixer, ModelSpec, SsmSpec};
 use crate::ssm::Mamba2Weights;
 use source::{WeightSource, norm};
 
@@ -130,8 +131,10 @@ fn load_ffn(
 ) -> Result<Option<Ffn>> {
     let (hidden, inter) = (spec.hidden, spec.intermediate);
     Ok(match spec.layers[i].ffn {
-        FeedForward::Moe(m) => Some(Ffn::Moe(Box::new(load_moe(src, &m, i, hidden, device)?))),
-        FeedForward::Gated(_) => Some(Ffn::Dense(load_mlp(src, i, "", (hidden, inter), device)?)),
+        FeedForward::Moe(m) => Some(Ffn::Moe(Box::new(moe::load::load(
+            src, &m, i, hidden, device,
+        )?))),
+        FeedForward::Gated(_) => Some(Ffn::Dense(mlp::load(src, i, "", (hidden, inter), device)?)),
         FeedForward::None => None,
     })
 }
@@ -209,89 +212,4 @@ fn gated_norm(
         Err(_) => src.small(name, &[inner], device)?,
     };
     Ok(w.reshape(inner)?)
-}
-
-/// Layer `i`'s gated MLP of width `inter` (`suffix`: `""`, or `_shexp`
-/// for a shared expert); gate and up as two tensors or one `ffn_up`.
-fn load_mlp(
-    src: &mut dyn WeightSource,
-    i: usize,
-    suffix: &str,
-    (hidden, inter): (usize, usize),
-    device: &Device,
-) -> Result<Mlp> {
-    let n = |s: &str| format!("blk.{i}.{s}{suffix}.weight");
-    // Phi-3 stores gate and up as one `ffn_up`.
-    let gate_up = if src.has(&n("ffn_gate")) {
-        let (gate, up) = (n("ffn_gate"), n("ffn_up"));
-        src.projection(&[(&gate, inter), (&up, inter)], hidden, device)?
-    } else {
-        src.projection(&[(&n("ffn_up"), 2 * inter)], hidden, device)?
-    };
-    Ok(Mlp {
-        gate_up,
-        down: single(src.projection(&[(&n("ffn_down"), hidden)], inter, device)?),
-        gate_up_bias: None,
-        down_bias: None,
-    })
-}
-
-/// Layer `i`'s experts, router and shared expert.
-fn load_moe(
-    src: &mut dyn WeightSource,
-    m: &MoeSpec,
-    i: usize,
-    hidden: usize,
-    device: &Device,
-) -> Result<MoeWeights> {
-    let n = |s: &str| format!("blk.{i}.{s}");
-    let (e, inter) = (m.experts, m.intermediate);
-    let router = src.router(&n("ffn_gate_inp.weight"), e, hidden, device)?;
-    let (gate, up, down) = (
-        n("ffn_gate_exps.weight"),
-        n("ffn_up_exps.weight"),
-        n("ffn_down_exps.weight"),
-    );
-    let gate_ups = src.experts(&[(&gate, inter), (&up, inter)], e, hidden, device)?;
-    let downs = src.experts(&[(&down, hidden)], e, inter, device)?;
-    let mut biases = Vec::new();
-    if m.biases {
-        let gate = src.expert_vectors(&n("ffn_gate_exps.bias"), e, inter, device)?;
-        let up = src.expert_vectors(&n("ffn_up_exps.bias"), e, inter, device)?;
-        let down = src.expert_vectors(&n("ffn_down_exps.bias"), e, hidden, device)?;
-        for ((g, u), d) in gate.into_iter().zip(up).zip(down) {
-            biases.push((Some(Tensor::cat(&[g, u], 0)?), Some(d)));
-        }
-    }
-    biases.resize(e, (None, None));
-    let experts = gate_ups
-        .into_iter()
-        .zip(downs)
-        .zip(biases)
-        .map(|((gate_up, down), (gate_up_bias, down_bias))| Mlp {
-            gate_up,
-            down: single(down),
-            gate_up_bias,
-            down_bias,
-        })
-        .collect();
-    let router_bias = match m.biases {
-        true => Some(src.vector(&n("ffn_gate_inp.bias"), e, device)?),
-        false => None,
-    };
-    let shared = match m.shared {
-        Some(width) => Some((
-            load_mlp(src, i, "_shexp", (hidden, width), device)?,
-            src.vector(&n("ffn_gate_inp_shexp.weight"), hidden, device)?,
-        )),
-        None => None,
-    };
-    Ok(MoeWeights {
-        spec: *m,
-        router,
-        router_bias,
-        experts,
-        shared,
-        reads: std::sync::Arc::new(ExpertReads::new(e)),
-    })
 }

@@ -1,4 +1,6 @@
 //! The feed-forward kinds of a decoder layer, each owning its spec, its
 //! weights, their loader and their forward.
 
+pub mod activation;
+pub mod mlp;
 pub mod moe;

@@ -26,7 +26,8 @@ use ferrox_kernels::{QActs, QMatrix};
 use crate::error::Result;
 
 type KernelResult = std::result::Result<(), ferrox_kernels::Error>;
-use crate::layer::{Ffn, Layer, Mlp};
+use crate::ffn::mlp::Mlp;
+use crate::layer::{Ffn, Layer};
 use crate::linear::Linear;
 use crate::lora::LoraStep;
 use crate::projection::Projection;

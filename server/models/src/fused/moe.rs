@@ -12,7 +12,10 @@ use ferrox_kernels::QActs;
 use super::ops::{kernel_err, lock, quantize_activation, rms_norm_rows, rows_of, slice_mut};
 use super::{FusedMlp, Scratch, host_opt, host_vec};
 use crate::error::Result;
-use crate::ffn::moe::{Dispatch, ExpertReads, MoeWeights, on_host, router_logits, shared_gate};
+use crate::ffn::moe::dispatch::Dispatch;
+use crate::ffn::moe::reads::ExpertReads;
+use crate::ffn::moe::route::{on_host, router_logits, shared_gate};
+use crate::ffn::moe::weights::MoeWeights;
 use crate::spec::{Activation, MoeSpec};
 
 /// One mixture-of-experts layer in the form the fused op reads.

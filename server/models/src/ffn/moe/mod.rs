@@ -1,168 +1,23 @@
-//! Mixture-of-experts layers: a layer's weights, the router's choice for
-//! each token (pure, and a token's choice depends on its own logits only),
-//! a step's dispatch (each chosen expert with the tokens that chose it, so
-//! each is read once a step whatever the batch) and a count of the reads.
+//! Mixture-of-experts layers: a layer's kind and weights, the router's
+//! choice for each token (pure, and a token's choice depends on its own
+//! logits only), a step's dispatch (each chosen expert with the tokens that
+//! chose it, so each is read once a step whatever the batch), a count of
+//! the reads, the loader and the op-by-op forward.
 
-mod dispatch;
-mod forward;
+pub mod dispatch;
+pub(crate) mod forward;
+pub(crate) mod load;
+pub mod reads;
+pub mod route;
 pub mod spec;
-
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-use candle_core::Tensor;
+pub mod weights;
 
 pub use dispatch::Dispatch;
 pub(crate) use forward::forward;
-
-use crate::layer::Mlp;
-use crate::linear::tensor_bytes;
-use crate::spec::{MoeSpec, Routing};
-
-/// One mixture-of-experts layer's weights.
-#[derive(Debug, Clone)]
-pub struct MoeWeights {
-    /// Its kind.
-    pub spec: MoeSpec,
-    /// The router `[experts, hidden]`, f32.
-    pub router: Tensor,
-    /// The router's bias (gpt-oss).
-    pub router_bias: Option<Tensor>,
-    /// Every expert, resident.
-    pub experts: Vec<Mlp>,
-    /// The shared expert and its gate `[hidden]` (Qwen2-MoE).
-    pub shared: Option<(Mlp, Tensor)>,
-    /// How often each expert's matrices were read.
-    pub reads: Arc<ExpertReads>,
-}
-
-impl MoeWeights {
-    pub(crate) fn held_bytes(&self) -> u64 {
-        let opt = |t: &Option<Tensor>| t.as_ref().map_or(0, tensor_bytes);
-        let shared = self
-            .shared
-            .as_ref()
-            .map_or(0, |(m, g)| m.held_bytes() + tensor_bytes(g));
-        tensor_bytes(&self.router)
-            + opt(&self.router_bias)
-            + self.experts.iter().map(Mlp::held_bytes).sum::<u64>()
-            + shared
-    }
-}
-
-/// A count of each expert's reads (one per step it ran in), so tests can
-/// see that an expert no token chose was not touched.
-#[derive(Debug, Default)]
-pub struct ExpertReads(Vec<AtomicU64>);
-
-impl ExpertReads {
-    /// Zero reads of `experts` experts.
-    pub fn new(experts: usize) -> Self {
-        ExpertReads((0..experts).map(|_| AtomicU64::new(0)).collect())
-    }
-
-    /// Expert `e` was read once more.
-    pub fn record(&self, e: usize) {
-        if let Some(n) = self.0.get(e) {
-            n.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// The counts so far.
-    pub fn counts(&self) -> Vec<u64> {
-        self.0.iter().map(|n| n.load(Ordering::Relaxed)).collect()
-    }
-}
-
-/// Token `logits` (one per expert) to its `top_k` experts and their
-/// weights, slot by slot, into `out` (cleared first). Ties go to the lower
-/// expert; the arithmetic is transformers' (softmax in f32, max first).
-pub fn route(spec: &MoeSpec, logits: &[f32], out: &mut Vec<(u32, f32)>) {
-    out.clear();
-    let k = spec.top_k.min(logits.len());
-    let probs: Vec<f32>;
-    let scores = match spec.routing {
-        Routing::SoftmaxTopK { .. } => {
-            probs = softmax(logits);
-            &probs[..]
-        }
-        Routing::TopKSoftmax => logits,
-    };
-    for (e, &s) in scores.iter().enumerate() {
-        // Insertion into the kept `k`, largest first (a later equal one after).
-        let at = out.iter().position(|&(_, v)| s > v).unwrap_or(out.len());
-        if at < k {
-            out.insert(at, (e as u32, s));
-            out.truncate(k);
-        }
-    }
-    match spec.routing {
-        Routing::SoftmaxTopK { normalize: true } => {
-            let sum: f32 = out.iter().map(|&(_, p)| p).sum();
-            out.iter_mut().for_each(|(_, p)| *p /= sum);
-        }
-        Routing::SoftmaxTopK { normalize: false } => {}
-        Routing::TopKSoftmax => {
-            let kept: Vec<f32> = out.iter().map(|&(_, v)| v).collect();
-            for ((_, w), p) in out.iter_mut().zip(softmax(&kept)) {
-                *w = p;
-            }
-        }
-    }
-}
-
-/// Router logits `[token][expert]` of the normed rows `h` (`hidden` wide)
-/// on the host, into `out`: the one arithmetic both CPU paths use, so they
-/// choose and weigh alike to the bit.
-pub(crate) fn router_logits(
-    h: &[f32],
-    hidden: usize,
-    router: &[f32],
-    bias: Option<&[f32]>,
-    out: &mut Vec<f32>,
-) {
-    out.clear();
-    for x in h.chunks_exact(hidden) {
-        for (e, w) in router.chunks_exact(hidden).enumerate() {
-            let dot = x.iter().zip(w).fold(0f32, |acc, (a, b)| acc + a * b);
-            out.push(dot + bias.map_or(0.0, |b| b[e]));
-        }
-    }
-}
-
-/// A shared expert's gate for the normed row `h`: `sigmoid(h . gate)`, as
-/// candle's sigmoid computes it.
-pub(crate) fn shared_gate(h: &[f32], gate: &[f32]) -> f32 {
-    let g = h.iter().zip(gate).fold(0f32, |acc, (a, b)| acc + a * b);
-    ((-g).exp() + 1.0).recip()
-}
-
-/// `f` of `t`'s f32 elements on the host (a CPU tensor's own storage, else
-/// a copy).
-pub(crate) fn on_host<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> crate::Result<R> {
-    use candle_core::{CpuStorage, Storage};
-    if t.device().is_cpu() && t.dtype() == candle_core::DType::F32 {
-        let (storage, layout) = t.storage_and_layout();
-        if let (Storage::Cpu(CpuStorage::F32(v)), Some((a, b))) =
-            (&*storage, layout.contiguous_offsets())
-        {
-            return Ok(f(&v[a..b]));
-        }
-    }
-    let v: Vec<f32> = t
-        .to_dtype(candle_core::DType::F32)?
-        .flatten_all()?
-        .to_vec1()?;
-    Ok(f(&v))
-}
-
-/// Softmax of `x` in f32, as torch computes it (max subtracted first).
-fn softmax(x: &[f32]) -> Vec<f32> {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let e: Vec<f32> = x.iter().map(|&v| (v - max).exp()).collect();
-    let sum: f32 = e.iter().sum();
-    e.into_iter().map(|v| v / sum).collect()
-}
+pub use reads::ExpertReads;
+pub use route::route;
+pub use spec::{MAX_EXPERTS, MoeSpec, Routing};
+pub use weights::MoeWeights;
 
 #[cfg(test)]
 mod tests;

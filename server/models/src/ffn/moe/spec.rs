@@ -1,7 +1,7 @@
 //! A mixture-of-experts layer's kind: how many experts, how many a token
 //! runs, how the router weighs them.
 
-use crate::spec::Activation;
+use crate::ffn::activation::Activation;
 
 /// One mixture-of-experts layer's kind.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -6,8 +6,8 @@ use crate::ffn::mlp::Mlp;
 use crate::ffn::moe::weights::MoeWeights;
 use crate::gdn::GdnWeights;
 use crate::linear::{Linear, tensor_bytes};
+use crate::mixer::mamba2::forward::Mamba2Weights;
 use crate::projection::Projection;
-use crate::ssm::Mamba2Weights;
 
 /// A layer's feed-forward weights.
 #[derive(Debug, Clone)]

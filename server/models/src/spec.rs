@@ -9,12 +9,11 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 
 mod gdn;
-mod ssm;
 
 pub use crate::ffn::activation::Activation;
 pub use crate::ffn::moe::spec::{MAX_EXPERTS, MoeSpec, Routing};
+pub use crate::mixer::mamba2::spec::SsmSpec;
 pub use gdn::GdnSpec;
-pub use ssm::SsmSpec;
 
 /// What mixes information across positions in one layer.
 #[derive(Debug, Clone, PartialEq)]

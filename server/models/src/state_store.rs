@@ -14,6 +14,7 @@ use std::sync::Mutex;
 use candle_core::{DType, Device, Tensor};
 
 use crate::error::{Error, Result};
+use crate::mixer::mamba2::step::DecodeStep;
 use crate::seq_span::SeqSpan;
 use crate::spec::ModelSpec;
 
@@ -143,7 +144,7 @@ impl StateStore {
     }
 
     /// Runs `step` on layer `layer`'s SSM states in place (CPU only).
-    pub(crate) fn step_ssm(&self, layer: usize, step: &crate::ssm::DecodeStep) -> Result<()> {
+    pub(crate) fn step_ssm(&self, layer: usize, step: &DecodeStep) -> Result<()> {
         Ok(self.layer(layer)?.ssm.inplace_op1(step)?)
     }
 

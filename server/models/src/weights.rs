@@ -10,9 +10,9 @@ use crate::error::{Error, Result};
 use crate::ffn::mlp;
 use crate::ffn::moe;
 use crate::layer::{Block, Ffn, Layer, RecurrentMixer, SsmLayer};
+use crate::mixer::mamba2::forward::Mamba2Weights;
 use crate::projection::single;
 use crate::spec::{FeedForward, Mixer, ModelSpec, SsmSpec};
-use crate::ssm::Mamba2Weights;
 use source::{WeightSource, norm};
 
 /// Loads every tensor `spec` needs and assembles the decoder.

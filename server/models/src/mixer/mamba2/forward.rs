@@ -8,21 +8,18 @@
 //! state between blocks: the SSD form), consecutive single-token spans (the
 //! decode rows) together as one batch, where the same form is one
 //! recurrence step. States come from and go back to the rows' slots of the
-//! [`StateStore`]. Gated DeltaNet (`crate::gdn`) runs its spans alike.
+//! [`StateStore`]. Gated DeltaNet (`crate::mixer::gdn`) runs its spans alike.
 
 use candle_core::{D, DType, Tensor};
 
+use super::scan;
+use super::spec::SsmSpec;
+use super::step::DecodeStep;
 use crate::error::Result;
 use crate::linear::{Linear, tensor_bytes};
+use crate::mixer::recurrent::conv;
 use crate::seq_span::SeqSpan;
-use crate::spec::SsmSpec;
 use crate::state_store::StateStore;
-
-pub(crate) mod conv;
-mod scan;
-mod step;
-
-pub(crate) use step::DecodeStep;
 
 /// One Mamba-2 mixer's weights (vectors f32).
 #[derive(Debug, Clone)]
@@ -102,7 +99,7 @@ impl Mamba2Weights {
         (layer, run, state): (usize, &[SeqSpan], &StateStore),
     ) -> Result<Tensor> {
         let (rows, len, _) = xbc.dims3()?;
-        // Decode rows on CPU step their states in place (ssm/step.rs).
+        // Decode rows on CPU step their states in place (step.rs).
         let in_place = len == 1 && xbc.device().is_cpu();
         let (conv_state, ssm_state) = match in_place {
             true => (state.read_conv(layer, run)?, None),

@@ -1,0 +1,7 @@
+//! Mamba-2's state-space mixer: its spec, its weights and forward, the SSD
+//! scan, and the in-place decode step over the state store.
+
+pub mod forward;
+mod scan;
+pub mod spec;
+pub(crate) mod step;

@@ -1,0 +1,3 @@
+//! What the recurrent mixers (Mamba-2, Gated DeltaNet) share.
+
+pub(crate) mod conv;

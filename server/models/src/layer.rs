@@ -4,8 +4,8 @@ use candle_core::Tensor;
 
 use crate::ffn::mlp::Mlp;
 use crate::ffn::moe::weights::MoeWeights;
-use crate::gdn::GdnWeights;
 use crate::linear::{Linear, tensor_bytes};
+use crate::mixer::gdn::forward::GdnWeights;
 use crate::mixer::mamba2::forward::Mamba2Weights;
 use crate::projection::Projection;
 

@@ -16,7 +16,6 @@ pub mod device;
 pub mod error;
 pub mod ffn;
 mod fused;
-pub mod gdn;
 pub mod gguf;
 mod gguf_header;
 pub mod holding;

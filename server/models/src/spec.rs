@@ -8,12 +8,10 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 
-mod gdn;
-
 pub use crate::ffn::activation::Activation;
 pub use crate::ffn::moe::spec::{MAX_EXPERTS, MoeSpec, Routing};
+pub use crate::mixer::gdn::spec::GdnSpec;
 pub use crate::mixer::mamba2::spec::SsmSpec;
-pub use gdn::GdnSpec;
 
 /// What mixes information across positions in one layer.
 #[derive(Debug, Clone, PartialEq)]

@@ -34,8 +34,9 @@ pub fn build_decoder(
             }
             Mixer::GatedDeltaNet(g) => {
                 let at = (i, spec.hidden);
-                let mixer =
-                    RecurrentMixer::GatedDeltaNet(crate::gdn::load::load(src, g, at, device)?);
+                let mixer = RecurrentMixer::GatedDeltaNet(crate::mixer::gdn::load::load(
+                    src, g, at, device,
+                )?);
                 Block::Ssm(Box::new(recurrent_layer(src, &spec, mixer, i, device)?))
             }
         };

@@ -2,5 +2,6 @@
 //! weights, their loader, its forward and its state hooks; and what the
 //! recurrent kinds share.
 
+pub mod gdn;
 pub mod mamba2;
 pub(crate) mod recurrent;

@@ -13,17 +13,15 @@
 
 use candle_core::{D, DType, Tensor};
 
+use super::delta;
+use super::spec::GdnSpec;
 use crate::error::Result;
 use crate::linear::{Linear, tensor_bytes};
 use crate::mixer::mamba2::forward::{over_runs, softplus};
 use crate::mixer::recurrent::conv::causal_conv;
 use crate::projection::Projection;
 use crate::seq_span::SeqSpan;
-use crate::spec::GdnSpec;
 use crate::state_store::StateStore;
-
-mod delta;
-pub(crate) mod load;
 
 /// One Gated DeltaNet mixer's weights (vectors f32).
 #[derive(Debug, Clone)]

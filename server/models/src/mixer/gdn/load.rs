@@ -6,10 +6,10 @@
 
 use candle_core::{Device, Tensor};
 
-use super::GdnWeights;
+use super::forward::GdnWeights;
+use super::spec::GdnSpec;
 use crate::error::Result;
 use crate::projection::single;
-use crate::spec::GdnSpec;
 use crate::weights::source::WeightSource;
 
 /// Layer `i`'s mixer, for a model of width `hidden`.

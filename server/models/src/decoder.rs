@@ -10,13 +10,13 @@ use candle_core::{Device, Tensor};
 use ferrox_kernels::AttnParams;
 use ferrox_plan::KvDtype;
 
-use crate::attention::{Heads, LayerAttn, StepTables, attention};
 use crate::error::{Error, Result};
 use crate::fused::{Dims, FusedHead, FusedLayer, Scratch};
 use crate::kv_store::KvStore;
 use crate::layer::{Block, Ffn, Layer, RecurrentMixer, SsmLayer};
 use crate::linear::{Embedding, Linear, tensor_bytes};
 use crate::lora::{LoraStep, Target};
+use crate::mixer::attention::paged::{Heads, LayerAttn, StepTables, attention};
 use crate::rope::Rope;
 use crate::seq_span::SeqSpan;
 use crate::spec::{FeedForward, KvGroup, Mixer, ModelSpec};

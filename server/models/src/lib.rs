@@ -9,7 +9,6 @@
 //! op is candle's, so the decoder runs on any candle `Device`.
 
 pub mod arch;
-pub mod attention;
 pub mod config;
 pub mod decoder;
 pub mod device;

@@ -2,6 +2,7 @@
 //! weights, their loader, its forward and its state hooks; and what the
 //! recurrent kinds share.
 
+pub mod attention;
 pub mod gdn;
 pub mod mamba2;
 pub(crate) mod recurrent;

@@ -1,0 +1,7 @@
+//! Causal self-attention over the paged KV cache: its spec, its weights,
+//! their loader, its forward, and the paged-attention op (CPU kernel, CUDA
+//! kernel, gather reference).
+
+pub mod paged;
+
+pub use paged::AttentionBackend;

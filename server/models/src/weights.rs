@@ -10,9 +10,9 @@ use crate::error::{Error, Result};
 use crate::ffn::mlp;
 use crate::ffn::moe;
 use crate::layer::{Block, Ffn, Layer, RecurrentMixer, SsmLayer};
-use crate::mixer::mamba2::forward::Mamba2Weights;
+use crate::mixer::{gdn, mamba2};
 use crate::projection::single;
-use crate::spec::{FeedForward, Mixer, ModelSpec, SsmSpec};
+use crate::spec::{FeedForward, Mixer, ModelSpec};
 use source::{WeightSource, norm};
 
 /// Loads every tensor `spec` needs and assembles the decoder.
@@ -29,14 +29,13 @@ pub fn build_decoder(
         let block = match &spec.layers[i].mixer {
             Mixer::Attention(_) => Block::Attention(Box::new(load_layer(src, &spec, i, device)?)),
             Mixer::Mamba2(s) => {
-                let mixer = RecurrentMixer::Mamba2(load_mamba2(src, &spec, s, i, device)?);
+                let at = (i, spec.hidden);
+                let mixer = RecurrentMixer::Mamba2(mamba2::load::load(src, s, at, device)?);
                 Block::Ssm(Box::new(recurrent_layer(src, &spec, mixer, i, device)?))
             }
             Mixer::GatedDeltaNet(g) => {
                 let at = (i, spec.hidden);
-                let mixer = RecurrentMixer::GatedDeltaNet(crate::mixer::gdn::load::load(
-                    src, g, at, device,
-                )?);
+                let mixer = RecurrentMixer::GatedDeltaNet(gdn::load::load(src, g, at, device)?);
                 Block::Ssm(Box::new(recurrent_layer(src, &spec, mixer, i, device)?))
             }
         };
@@ -140,44 +139,6 @@ fn load_ffn(
     })
 }
 
-/// Layer `i`'s Mamba-2 mixer (llama.cpp's `ssm_*` names). A_log is stored
-/// as such in safetensors, as `A = -exp(A_log)` (`ssm_a`) in GGUF.
-fn load_mamba2(
-    src: &mut dyn WeightSource,
-    spec: &ModelSpec,
-    s: &SsmSpec,
-    i: usize,
-    device: &Device,
-) -> Result<Mamba2Weights> {
-    let n = |t: &str| format!("blk.{i}.{t}");
-    let (hidden, inner, conv_dim, heads) = (spec.hidden, s.inner(), s.conv_dim(), s.heads);
-    let opt = |src: &mut dyn WeightSource, on: bool, name: &str, len: usize| {
-        on.then(|| src.vector(&n(name), len, device)).transpose()
-    };
-    // llama.cpp stores A and D as `[heads, 1]`.
-    let per_head = |src: &mut dyn WeightSource, name: &str| -> Result<Tensor> {
-        Ok(src.small(&n(name), &[heads], device)?.reshape(heads)?)
-    };
-    let a = match src.has(&n("ssm_a")) {
-        true => per_head(src, "ssm_a")?,
-        false => per_head(src, "ssm_a_log")?.exp()?.neg()?,
-    };
-    let in_proj = src.projection(&[(&n("ssm_in.weight"), s.in_proj())], hidden, device)?;
-    let out_proj = src.projection(&[(&n("ssm_out.weight"), hidden)], inner, device)?;
-    Ok(Mamba2Weights {
-        in_proj: single(in_proj),
-        in_bias: opt(src, s.proj_bias, "ssm_in.bias", s.in_proj())?,
-        conv: src.small(&n("ssm_conv1d.weight"), &[conv_dim, s.conv_kernel], device)?,
-        conv_bias: opt(src, s.conv_bias, "ssm_conv1d.bias", conv_dim)?,
-        dt_bias: per_head(src, "ssm_dt.bias")?,
-        a,
-        d: per_head(src, "ssm_d")?,
-        norm: gated_norm(src, &n("ssm_norm.weight"), (inner, s.groups), device)?,
-        out_proj: single(out_proj),
-        out_bias: opt(src, s.proj_bias, "ssm_out.bias", hidden)?,
-    })
-}
-
 /// Layer `i` around its recurrent `mixer`: the pre-norm, and any
 /// feed-forward with its own.
 fn recurrent_layer(
@@ -198,19 +159,4 @@ fn recurrent_layer(
         mixer,
         ffn,
     })
-}
-
-/// A gated norm's weight, `[inner]` (llama.cpp stores it per group,
-/// `[groups, inner / groups]`).
-fn gated_norm(
-    src: &mut dyn WeightSource,
-    name: &str,
-    (inner, groups): (usize, usize),
-    device: &Device,
-) -> Result<Tensor> {
-    let w = match src.small(name, &[groups, inner / groups.max(1)], device) {
-        Ok(w) => w,
-        Err(_) => src.small(name, &[inner], device)?,
-    };
-    Ok(w.reshape(inner)?)
 }

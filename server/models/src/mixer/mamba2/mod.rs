@@ -2,6 +2,7 @@
 //! scan, and the in-place decode step over the state store.
 
 pub mod forward;
+pub(crate) mod load;
 mod scan;
 pub mod spec;
 pub(crate) mod step;

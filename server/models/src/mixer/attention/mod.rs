@@ -3,5 +3,6 @@
 //! kernel, gather reference).
 
 pub mod paged;
+pub mod spec;
 
 pub use paged::AttentionBackend;

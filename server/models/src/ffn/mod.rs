@@ -4,3 +4,6 @@
 pub mod activation;
 pub mod mlp;
 pub mod moe;
+
+pub use activation::Activation;
+pub use mlp::Mlp;

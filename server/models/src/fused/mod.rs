@@ -27,7 +27,7 @@ use crate::error::Result;
 
 type KernelResult = std::result::Result<(), ferrox_kernels::Error>;
 use crate::ffn::mlp::Mlp;
-use crate::layer::{Ffn, Layer};
+use crate::layer::{Ffn, Layer, MixerWeights};
 use crate::linear::Linear;
 use crate::lora::LoraStep;
 use crate::projection::Projection;
@@ -193,16 +193,19 @@ fn host_opt(t: &Option<Tensor>) -> Result<Option<Vec<f32>>> {
 }
 
 impl FusedLayer {
-    /// The fused form of `l` (feed-forward `ffn`), if all its matrices
-    /// are packed (CPU) ones.
+    /// The fused form of `l` (feed-forward `ffn`), if it is an attention
+    /// layer with a feed-forward and all its matrices are packed (CPU) ones.
     pub(crate) fn from_layer(l: &Layer, ffn: FeedForward) -> Result<Option<Self>> {
-        let Some(qkv) = Packed::of(&l.qkv) else {
+        let (MixerWeights::Attention(a), Some(f)) = (&l.mixer, &l.ffn) else {
             return Ok(None);
         };
-        let Linear::Packed(o) = &l.o else {
+        let Some(qkv) = Packed::of(&a.qkv) else {
             return Ok(None);
         };
-        let ffn = match (&l.ffn, ffn) {
+        let Linear::Packed(o) = &a.o else {
+            return Ok(None);
+        };
+        let ffn = match (&f.ffn, ffn) {
             (Ffn::Dense(m), FeedForward::Gated(act)) => match FusedMlp::of(m)? {
                 Some(f) if f.gate_up_bias.is_none() && f.down_bias.is_none() => FusedFfn::Dense {
                     gate_up: f.gate_up,
@@ -217,21 +220,21 @@ impl FusedLayer {
             },
             _ => return Ok(None),
         };
-        let qk_norm = match &l.qk_norm {
+        let qk_norm = match &a.qk_norm {
             Some((q, k)) => Some((host_vec(q)?, host_vec(k)?)),
             None => None,
         };
         Ok(Some(FusedLayer {
-            attn_norm: host_vec(&l.attn_norm)?,
+            attn_norm: host_vec(&l.norm)?,
             qkv,
-            qkv_bias: host_opt(&l.qkv_bias)?,
+            qkv_bias: host_opt(&a.qkv_bias)?,
             qk_norm,
             o: o.clone(),
-            o_bias: host_opt(&l.o_bias)?,
-            post_attn_norm: host_opt(&l.post_attn_norm)?,
-            ffn_norm: host_vec(&l.ffn_norm)?,
+            o_bias: host_opt(&a.o_bias)?,
+            post_attn_norm: host_opt(&l.post_norm)?,
+            ffn_norm: host_vec(&f.norm)?,
             ffn,
-            post_ffn_norm: host_opt(&l.post_ffn_norm)?,
+            post_ffn_norm: host_opt(&f.post_norm)?,
         }))
     }
 

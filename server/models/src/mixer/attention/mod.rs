@@ -2,7 +2,11 @@
 //! their loader, its forward, and the paged-attention op (CPU kernel, CUDA
 //! kernel, gather reference).
 
+pub mod forward;
+pub(crate) mod load;
 pub mod paged;
 pub mod spec;
 
+pub use forward::AttentionWeights;
 pub use paged::AttentionBackend;
+pub use spec::AttentionSpec;

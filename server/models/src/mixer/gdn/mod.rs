@@ -5,3 +5,6 @@ mod delta;
 pub mod forward;
 pub(crate) mod load;
 pub mod spec;
+
+pub use forward::GdnWeights;
+pub use spec::GdnSpec;

@@ -6,3 +6,6 @@ pub(crate) mod load;
 mod scan;
 pub mod spec;
 pub(crate) mod step;
+
+pub use forward::Mamba2Weights;
+pub use spec::SsmSpec;

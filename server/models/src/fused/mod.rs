@@ -12,8 +12,9 @@
 //! `crate::lora`): q/k/v before their biases, norms and RoPE, o and down
 //! before their post-norms, gate and up before the activation.
 //!
-//! The op-by-op path in `decoder.rs` stays the reference (and the path of
-//! every other device); the tests check the two agree.
+//! The op-by-op path (`decoder.rs` and each layer kind's forward) stays the
+//! reference (and the path of every other device); the tests check the two
+//! agree.
 
 mod moe;
 mod ops;

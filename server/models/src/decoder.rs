@@ -277,22 +277,29 @@ impl Decoder {
         if step.logits_for.is_empty() {
             return Ok(None);
         }
+        let head = fused.map(|(_, head)| head);
+        Ok(Some(self.logits(&x, step.logits_for, head)?))
+    }
+
+    /// Logits `(rows.len(), vocab)` of the residual stream `x`'s `rows`,
+    /// through the fused head where there is one.
+    fn logits(&self, x: &Tensor, rows: &[usize], fused: Option<&FusedHead>) -> Result<Tensor> {
         // Only the sampled rows pay for the norm and the vocabulary projection.
-        let rows: Vec<u32> = step.logits_for.iter().map(|&i| i as u32).collect();
+        let rows: Vec<u32> = rows.iter().map(|&i| i as u32).collect();
         let x = x.index_select(&Tensor::new(rows.as_slice(), &self.device)?, 0)?;
         let eps = self.spec.norms.eps as f32;
-        if let Some((_, head)) = fused {
-            return Ok(Some(head.forward(&x, eps, &self.scratch)?));
+        if let Some(head) = fused {
+            return head.forward(&x, eps, &self.scratch);
         }
         let x = candle_nn::ops::rms_norm(&x, &self.norm, eps)?;
         let mut logits = self.lm_head.forward(&x)?;
         if let Some(s) = self.spec.logit_scale {
             logits = (logits * f64::from(s))?;
         }
-        Ok(Some(match self.spec.final_softcap {
+        Ok(match self.spec.final_softcap {
             Some(cap) => ((logits / f64::from(cap))?.tanh()? * f64::from(cap))?,
             None => logits,
-        }))
+        })
     }
 
     /// Each token's position.

@@ -1,4 +1,4 @@
-"""The CUDA paged-attention kernel (server/models/src/attention/paged_attention.cu)
+"""The CUDA paged-attention kernel (server/models/src/mixer/attention/paged/paged_attention.cu)
 is compiled at run time with NVRTC, which a CPU machine has too: CI compiles
 it with NVRTC 13.0 (the PyPI wheel tests/chart/run installs, the same major
 version the GPU machines run), with no headers, as the server does, so a
@@ -12,7 +12,7 @@ import sys
 
 from helpers import ROOT
 
-SOURCE = ROOT / "server" / "models" / "src" / "attention" / "paged_attention.cu"
+SOURCE = ROOT / "server" / "models" / "src" / "mixer" / "attention" / "paged" / "paged_attention.cu"
 ENTRIES = [f"ferrox_paged_attention_{t}" for t in ("f32", "f16", "bf16")]
 
 # Runs in a child whose loader path holds the wheel's libraries (NVRTC loads

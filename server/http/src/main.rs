@@ -177,7 +177,7 @@ struct ServeArgs {
     /// Attention over the KV pool: paged (our kernel, on CPU and CUDA) or
     /// gather (tensor ops over gathered slots; to measure the kernel against).
     #[arg(long, env = "FERROX_ATTENTION_BACKEND", default_value = "paged")]
-    attention_backend: ferrox_models::attention::AttentionBackend,
+    attention_backend: ferrox_models::mixer::attention::AttentionBackend,
     /// Tokens per KV block.
     #[arg(long = flag::BLOCK_SIZE, env = "FERROX_BLOCK_SIZE", default_value_t = ferrox_plan::DEFAULT_BLOCK_SIZE as usize)]
     block_size: usize,

@@ -7,18 +7,19 @@
 use std::sync::{Arc, Mutex};
 
 use candle_core::{Device, Tensor};
-use ferrox_kernels::AttnParams;
 use ferrox_plan::KvDtype;
 
-use crate::attention::{Heads, LayerAttn, SeqSpan, StepTables, attention};
 use crate::error::{Error, Result};
 use crate::fused::{Dims, FusedHead, FusedLayer, Scratch};
 use crate::kv_store::KvStore;
-use crate::layer::{Block, Ffn, Layer, RecurrentMixer, SsmLayer};
+use crate::layer::{Ffn, Layer, MixerWeights};
 use crate::linear::{Embedding, Linear, tensor_bytes};
 use crate::lora::{LoraStep, Target};
+use crate::mixer::attention::forward::{AttentionStep, AttentionWeights};
+use crate::mixer::attention::paged::{Heads, StepTables};
 use crate::rope::Rope;
-use crate::spec::{FeedForward, KvGroup, Mixer, ModelSpec};
+use crate::seq_span::SeqSpan;
+use crate::spec::{AttentionSpec, FeedForward, KvGroup, Mixer, ModelSpec};
 use crate::state_store::StateStore;
 
 /// The whole decoder.
@@ -27,7 +28,7 @@ pub struct Decoder {
     spec: ModelSpec,
     groups: Vec<KvGroup>,
     embed: Embedding,
-    layers: Vec<Block>,
+    layers: Vec<Layer>,
     norm: Tensor,
     lm_head: Linear,
     /// One table per RoPE kind of the spec.
@@ -74,7 +75,7 @@ impl Decoder {
     pub fn new(
         spec: ModelSpec,
         embed: Embedding,
-        layers: Vec<Block>,
+        layers: Vec<Layer>,
         norm: Tensor,
         lm_head: Linear,
         device: &Device,
@@ -84,10 +85,7 @@ impl Decoder {
         let fused_layers = layers
             .iter()
             .zip(&spec.layers)
-            .map(|(l, s)| match l {
-                Block::Attention(l) => FusedLayer::from_layer(l, s.ffn),
-                Block::Ssm(_) => Ok(None),
-            })
+            .map(|(l, s)| FusedLayer::from_layer(l, s.ffn))
             .collect::<Result<Option<Vec<_>>>>()?;
         let head = FusedHead::new(&norm, &lm_head, spec.final_softcap)?;
         // Nor Granite's multipliers, NoPE or gated attention: those models
@@ -159,7 +157,7 @@ impl Decoder {
         };
         let head = if tied { 0 } else { self.lm_head.held_bytes() };
         self.embed.held_bytes()
-            + self.layers.iter().map(Block::held_bytes).sum::<u64>()
+            + self.layers.iter().map(Layer::held_bytes).sum::<u64>()
             + tensor_bytes(&self.norm)
             + head
     }
@@ -269,41 +267,53 @@ impl Decoder {
             })
             .collect::<Result<Vec<_>>>()?;
         let ctx = LayerCtx {
-            kv,
+            attention: AttentionStep {
+                kv,
+                spans: &step.spans,
+                tables: &tables,
+                rope_rows: &rope_rows,
+                slot_index: &slot_index,
+                heads: self.heads(),
+                eps: self.spec.norms.eps as f32,
+                paged: self.fused_attention,
+            },
             state,
             spans: &step.spans,
-            tables: &tables,
-            rope_rows: &rope_rows,
-            slot_index: &slot_index,
             lora: step.lora,
         };
         for (i, layer) in self.layers.iter().enumerate() {
-            match (fused, layer) {
-                (Some((fl, _)), _) => self.fused_layer_forward(i, &fl[i], &x, &ctx)?,
-                (None, Block::Attention(l)) => x = self.layer_forward(i, l, &x, &ctx)?,
-                (None, Block::Ssm(l)) => x = self.ssm_layer_forward(i, l, &x, &ctx)?,
+            match fused {
+                Some((fl, _)) => self.fused_layer_forward(i, &fl[i], &x, &ctx)?,
+                None => x = self.layer_forward(i, layer, &x, &ctx)?,
             }
         }
         state.advance(&step.spans)?;
         if step.logits_for.is_empty() {
             return Ok(None);
         }
+        let head = fused.map(|(_, head)| head);
+        Ok(Some(self.logits(&x, step.logits_for, head)?))
+    }
+
+    /// Logits `(rows.len(), vocab)` of the residual stream `x`'s `rows`,
+    /// through the fused head where there is one.
+    fn logits(&self, x: &Tensor, rows: &[usize], fused: Option<&FusedHead>) -> Result<Tensor> {
         // Only the sampled rows pay for the norm and the vocabulary projection.
-        let rows: Vec<u32> = step.logits_for.iter().map(|&i| i as u32).collect();
+        let rows: Vec<u32> = rows.iter().map(|&i| i as u32).collect();
         let x = x.index_select(&Tensor::new(rows.as_slice(), &self.device)?, 0)?;
         let eps = self.spec.norms.eps as f32;
-        if let Some((_, head)) = fused {
-            return Ok(Some(head.forward(&x, eps, &self.scratch)?));
+        if let Some(head) = fused {
+            return head.forward(&x, eps, &self.scratch);
         }
         let x = candle_nn::ops::rms_norm(&x, &self.norm, eps)?;
         let mut logits = self.lm_head.forward(&x)?;
         if let Some(s) = self.spec.logit_scale {
             logits = (logits * f64::from(s))?;
         }
-        Ok(Some(match self.spec.final_softcap {
+        Ok(match self.spec.final_softcap {
             Some(cap) => ((logits / f64::from(cap))?.tanh()? * f64::from(cap))?,
             None => logits,
-        }))
+        })
     }
 
     /// Each token's position.
@@ -335,91 +345,76 @@ impl Decoder {
         Ok(positions)
     }
 
-    /// Layer `index`'s attention of `q` over its group's cache, by the
-    /// step's spans.
-    fn attend(&self, q: &Tensor, index: usize, ctx: &LayerCtx<'_>) -> Result<Tensor> {
-        let (s, a) = (&self.spec, self.attention_spec(index)?);
-        let (group, local) = ctx.kv.group_of(index)?;
-        let at = LayerAttn {
-            layer: local,
-            group,
-            heads: Heads {
-                heads: s.heads,
-                kv_heads: s.kv_heads,
-                head_dim: s.head_dim,
-            },
-            params: AttnParams {
-                scale: a.scale,
-                softcap: a.softcap,
-                window: a.window,
-            },
-        };
-        let tables = ctx.tables[group].as_ref();
-        let cache = ctx.kv.cache(group);
-        let sinks = match &self.layers[index] {
-            Block::Attention(l) => l.sinks.as_ref(),
-            Block::Ssm(_) => None,
-        };
-        attention(
-            q,
-            cache,
-            at,
-            ctx.spans,
-            (tables, sinks),
-            self.fused_attention,
-        )
+    /// The head layout of the model's attention.
+    fn heads(&self) -> Heads {
+        Heads {
+            heads: self.spec.heads,
+            kv_heads: self.spec.kv_heads,
+            head_dim: self.spec.head_dim,
+        }
     }
 
-    /// Layer `index`'s attention kind.
-    fn attention_spec(&self, index: usize) -> Result<&crate::spec::AttentionSpec> {
-        self.spec
-            .layers
-            .get(index)
-            .and_then(|l| l.attention())
-            .ok_or_else(|| Error::Config(format!("layer {index} is not an attention layer")))
+    /// Layer `index`'s attention: its weights and its kind.
+    fn attention(&self, index: usize) -> Result<(&AttentionWeights, &AttentionSpec)> {
+        match (&self.layers[index].mixer, &self.spec.layers[index].mixer) {
+            (MixerWeights::Attention(w), Mixer::Attention(a)) => Ok((w, a)),
+            _ => Err(Error::Config(format!(
+                "layer {index} is not an attention layer"
+            ))),
+        }
     }
 
-    /// Layer `index`'s RoPE rows for this step.
-    fn rope_rows<'c>(
+    /// The op-by-op layer, `x + mixer(norm(x))` then `x + ffn(norm(x))`
+    /// (each output through its post-norm where the family has one): the
+    /// reference, and the path of every device without the fused one.
+    fn layer_forward(
         &self,
         index: usize,
-        ctx: &'c LayerCtx<'_>,
-    ) -> Result<(&'c Tensor, &'c Tensor)> {
-        let (cos, sin) = &ctx.rope_rows[self.attention_spec(index)?.rope];
-        Ok((cos, sin))
-    }
-
-    /// A recurrent layer: `x + mixer(norm(x))`, then its feed-forward where
-    /// it has one.
-    fn ssm_layer_forward(
-        &self,
-        index: usize,
-        l: &SsmLayer,
+        l: &Layer,
         x: &Tensor,
         ctx: &LayerCtx<'_>,
     ) -> Result<Tensor> {
-        let s = &self.spec;
-        let eps = s.norms.eps as f32;
-        let h = candle_nn::ops::rms_norm(x, &l.norm, eps)?;
-        let at = (index, &ctx.spans[..], ctx.state);
-        let m = match (&l.mixer, &s.layers[index].mixer) {
-            (RecurrentMixer::Mamba2(w), Mixer::Mamba2(spec)) => w.forward(spec, eps, &h, at)?,
-            (RecurrentMixer::GatedDeltaNet(w), Mixer::GatedDeltaNet(spec)) => {
-                w.forward(spec, eps, &h, at)?
-            }
-            _ => {
-                return Err(Error::Config(format!(
-                    "layer {index}: its weights are not its kind's"
-                )));
-            }
-        };
+        let eps = self.spec.norms.eps as f32;
+        let norm = |t: &Tensor, w: &Tensor| candle_nn::ops::rms_norm(t, w, eps);
+        let h = norm(x, &l.norm)?;
+        let mut m = self.mixer_forward(index, &l.mixer, &h, ctx)?;
+        if let Some(w) = &l.post_norm {
+            m = norm(&m, w)?;
+        }
         let x = (x + self.residual(m)?)?;
-        let Some((norm, ffn)) = &l.ffn else {
+        let Some(f) = &l.ffn else {
             return Ok(x);
         };
-        let h = candle_nn::ops::rms_norm(&x, norm, eps)?;
-        let d = self.ffn_forward(index, ffn, &h, ctx)?;
+        let h = norm(&x, &f.norm)?;
+        let mut d = self.ffn_forward(index, &f.ffn, &h, ctx)?;
+        if let Some(w) = &f.post_norm {
+            d = norm(&d, w)?;
+        }
         Ok((x + self.residual(d)?)?)
+    }
+
+    /// Layer `index`'s mixer of `h` (normed), by its kind.
+    fn mixer_forward(
+        &self,
+        index: usize,
+        mixer: &MixerWeights,
+        h: &Tensor,
+        ctx: &LayerCtx<'_>,
+    ) -> Result<Tensor> {
+        let eps = self.spec.norms.eps as f32;
+        let at = (index, &ctx.spans[..], ctx.state);
+        match (mixer, &self.spec.layers[index].mixer) {
+            (MixerWeights::Attention(w), Mixer::Attention(a)) => {
+                let hook =
+                    |targets: &[Target], x: &Tensor, out: Tensor| ctx.lora(targets, index, x, out);
+                w.forward(a, h, (index, &ctx.attention), &hook)
+            }
+            (MixerWeights::Mamba2(w), Mixer::Mamba2(s)) => w.forward(s, eps, h, at),
+            (MixerWeights::GatedDeltaNet(w), Mixer::GatedDeltaNet(g)) => w.forward(g, eps, h, at),
+            _ => Err(Error::Config(format!(
+                "layer {index}: its weights are not its kind's"
+            ))),
+        }
     }
 
     /// A mixer's or feed-forward's output as the residual stream adds it.
@@ -430,7 +425,7 @@ impl Decoder {
         })
     }
 
-    /// Layer `index`'s feed-forward of `h` (normed).
+    /// Layer `index`'s feed-forward of `h` (normed), by its kind.
     fn ffn_forward(
         &self,
         index: usize,
@@ -444,89 +439,11 @@ impl Decoder {
             (Ffn::Dense(m), FeedForward::Gated(act)) => {
                 m.forward_hooked(h, s.intermediate, act, &hook)
             }
-            (Ffn::Moe(m), FeedForward::Moe(_)) => crate::moe::forward(m, h),
+            (Ffn::Moe(m), FeedForward::Moe(_)) => crate::ffn::moe::forward(m, h),
             _ => Err(Error::Config(format!(
                 "layer {index}: its weights are not its kind's"
             ))),
         }
-    }
-
-    /// The op-by-op layer: the reference, and the path of every device
-    /// without the fused one.
-    fn layer_forward(
-        &self,
-        index: usize,
-        l: &Layer,
-        x: &Tensor,
-        ctx: &LayerCtx<'_>,
-    ) -> Result<Tensor> {
-        let s = &self.spec;
-        let tokens = x.dims()[0];
-        let (q_dim, kv_dim) = (s.q_dim(), s.kv_dim());
-        let eps = s.norms.eps as f32;
-        let norm = |t: &Tensor, w: &Tensor| candle_nn::ops::rms_norm(t, w, eps);
-        let h = norm(x, &l.attn_norm)?;
-        let mut qkv = l.qkv.forward(&h)?;
-        if let Some(b) = &l.qkv_bias {
-            qkv = qkv.broadcast_add(b)?;
-        }
-        let qkv = ctx.lora(&[Target::Q, Target::K, Target::V], index, &h, qkv)?;
-        let (mut q, gate, mut k, v) = self.split_qkv(index, &qkv)?;
-        if let Some((qn, kn)) = &l.qk_norm {
-            (q, k) = (norm(&q.contiguous()?, qn)?, norm(&k.contiguous()?, kn)?);
-        }
-        let (cos, sin) = self.rope_rows(index, ctx)?;
-        let (q, k) = match self.attention_spec(index)?.nope {
-            true => (q.contiguous()?, k),
-            false => (Rope::apply(&q, cos, sin)?, Rope::apply(&k, cos, sin)?),
-        };
-        let k = k.contiguous()?.reshape((tokens, kv_dim))?;
-        ctx.kv.write(index, ctx.slot_index, &k, &v)?;
-        let mut a = self.attend(&q, index, ctx)?;
-        if let Some(gate) = gate {
-            let gate = candle_nn::ops::sigmoid(&gate.reshape((tokens, q_dim))?)?;
-            let gate = gate.to_dtype(a.dtype())?;
-            a = (a * gate)?;
-        }
-        let mut a = ctx.lora(&[Target::O], index, &a, l.o.forward(&a)?)?;
-        if let Some(b) = &l.o_bias {
-            a = a.broadcast_add(b)?;
-        }
-        if let Some(w) = &l.post_attn_norm {
-            a = norm(&a, w)?;
-        }
-        let x = (x + self.residual(a)?)?;
-        let h = norm(&x, &l.ffn_norm)?;
-        let mut d = self.ffn_forward(index, &l.ffn, &h, ctx)?;
-        if let Some(w) = &l.post_ffn_norm {
-            d = norm(&d, w)?;
-        }
-        Ok((x + self.residual(d)?)?)
-    }
-
-    /// Layer `index`'s `(q (tokens, heads, head_dim), its output gate
-    /// (tokens, heads, head_dim) where the layer is gated, k (tokens,
-    /// kv_heads, head_dim), v (tokens, kv_dim))` from its projections.
-    fn split_qkv(&self, index: usize, qkv: &Tensor) -> Result<QkvParts> {
-        let s = &self.spec;
-        let tokens = qkv.dim(0)?;
-        let (q_dim, kv_dim) = (s.q_dim(), s.kv_dim());
-        let gated = self.attention_spec(index)?.gated;
-        // A gated projection's rows: each head's query, then its gate.
-        let q_rows = if gated { 2 * q_dim } else { q_dim };
-        let per_head = qkv
-            .narrow(1, 0, q_rows)?
-            .reshape((tokens, s.heads, q_rows / s.heads))?;
-        let q = per_head.narrow(2, 0, s.head_dim)?;
-        let gate = match gated {
-            true => Some(per_head.narrow(2, s.head_dim, s.head_dim)?.contiguous()?),
-            false => None,
-        };
-        let k = qkv
-            .narrow(1, q_rows, kv_dim)?
-            .reshape((tokens, s.kv_heads, s.head_dim))?;
-        let v = qkv.narrow(1, q_rows + kv_dim, kv_dim)?;
-        Ok((q, gate, k, v))
     }
 
     /// The fused CPU layer: updates the residual stream `x` in place.
@@ -541,7 +458,8 @@ impl Decoder {
         let tokens = x.dims()[0];
         let (q_dim, kv_dim) = (s.q_dim(), s.kv_dim());
         let dims = self.dims();
-        let rows = self.rope_rows(index, ctx)?;
+        let (w, a) = self.attention(index)?;
+        let rows = ctx.attention.rope_rows(a);
         let lora = ctx.lora.map(|step| (step, index));
         let qkv = l.qkv(x, rows, dims, lora, &self.scratch)?;
         // Contiguous sections: views, no copies.
@@ -554,27 +472,19 @@ impl Decoder {
         let v = qkv
             .narrow(0, tokens * (q_dim + kv_dim), tokens * kv_dim)?
             .reshape((tokens, kv_dim))?;
-        ctx.kv.write(index, ctx.slot_index, &k, &v)?;
-        let a = self.attend(&q, index, ctx)?;
-        l.attn_out(x, &a, dims.eps, lora, &self.scratch)?;
+        let out = w.attend(a, &q, (&k, &v), (index, &ctx.attention))?;
+        l.attn_out(x, &out, dims.eps, lora, &self.scratch)?;
         l.mlp(x, dims, lora, &self.scratch)
     }
 }
 
-/// A layer's queries, their output gate where it has one, keys, values.
-type QkvParts = (Tensor, Option<Tensor>, Tensor, Tensor);
-
 /// What every layer of a step shares.
 struct LayerCtx<'a> {
-    kv: &'a KvStore,
+    /// What the attention layers share.
+    attention: AttentionStep<'a>,
+    /// The recurrent layers' states.
     state: &'a StateStore,
     spans: &'a Arc<[SeqSpan]>,
-    /// Per KV group: its tables on the device, where a kernel reads them.
-    tables: &'a [Option<Arc<StepTables>>],
-    /// Per RoPE kind: this step's `(cos, sin)` rows.
-    rope_rows: &'a [(Tensor, Tensor)],
-    /// Per KV group: this step's slot index.
-    slot_index: &'a [Tensor],
     lora: Option<&'a LoraStep<'a>>,
 }
 

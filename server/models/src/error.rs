@@ -12,8 +12,13 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The model's architecture is not one this crate implements.
-    #[error("unsupported architecture {0:?} (supported: {supported})", supported = crate::arch::SUPPORTED)]
-    UnknownArchitecture(String),
+    #[error("unsupported architecture {name:?} (supported: {supported})")]
+    UnknownArchitecture {
+        /// The architecture the model names.
+        name: String,
+        /// The names this crate serves, comma-separated.
+        supported: String,
+    },
     /// A tensor the architecture needs is not in the file.
     #[error("missing tensor {0:?}")]
     MissingTensor(String),

@@ -275,8 +275,9 @@ fn random_packed(rows: usize, cols: usize, seed: u64, ty: GgmlDType) -> crate::l
 }
 
 /// A random gated MLP of width `inter` (with biases when `biases`).
-fn random_mlp(hidden: usize, inter: usize, seed: u64, biases: bool) -> crate::layer::Mlp {
-    use crate::layer::{Mlp, Projection};
+fn random_mlp(hidden: usize, inter: usize, seed: u64, biases: bool) -> crate::ffn::mlp::Mlp {
+    use crate::ffn::mlp::Mlp;
+    use crate::projection::Projection;
     let bias = |n: usize, s: u64| {
         biases.then(|| Tensor::from_vec(values(n, s, 0.2), n, &Device::Cpu).unwrap())
     };
@@ -289,14 +290,18 @@ fn random_mlp(hidden: usize, inter: usize, seed: u64, biases: bool) -> crate::la
 }
 
 /// A mixture-of-experts layer of `spec` with random packed weights.
-pub fn random_moe(spec: crate::spec::MoeSpec, hidden: usize, seed: u64) -> crate::moe::MoeWeights {
+pub fn random_moe(
+    spec: crate::spec::MoeSpec,
+    hidden: usize,
+    seed: u64,
+) -> crate::ffn::moe::MoeWeights {
     let d = Device::Cpu;
     let router = values(spec.experts * hidden, seed, 1.2 / (hidden as f32).sqrt());
     let shared = spec.shared.map(|w| {
         let gate = Tensor::from_vec(values(hidden, seed + 7, 0.3), hidden, &d).unwrap();
         (random_mlp(hidden, w, seed + 11, false), gate)
     });
-    crate::moe::MoeWeights {
+    crate::ffn::moe::MoeWeights {
         spec,
         router: Tensor::from_vec(router, (spec.experts, hidden), &d).unwrap(),
         router_bias: spec.biases.then(|| {
@@ -313,7 +318,7 @@ pub fn random_moe(spec: crate::spec::MoeSpec, hidden: usize, seed: u64) -> crate
             })
             .collect(),
         shared,
-        reads: std::sync::Arc::new(crate::moe::ExpertReads::new(spec.experts)),
+        reads: std::sync::Arc::new(crate::ffn::moe::ExpertReads::new(spec.experts)),
     }
 }
 

@@ -18,11 +18,11 @@ use crate::config::{Metadata, md_string};
 use crate::error::{Error, Result};
 use crate::gguf_header;
 use crate::holding::{self, Held, Role, device_kind, elem_count, kernel_type};
-use crate::layer::Projection;
 use crate::linear::{Embedding, Linear};
 use crate::mxfp4;
+use crate::projection::Projection;
 use crate::spec::{FeedForward, ModelSpec, RopeScaling};
-use crate::weights::{WeightSource, check_shape, check_small, check_vector};
+use crate::weights::source::{WeightSource, check_shape, check_small, check_vector};
 
 mod raw;
 

@@ -8,9 +8,9 @@ use candle_core::{Device, Tensor};
 use ferrox_core::Pool;
 use ferrox_plan::{CacheKind, KvDtype, spell_kinds};
 
-use crate::attention::SeqSpan;
 use crate::error::{Error, Result};
 use crate::kv_cache::KvCache;
+use crate::seq_span::SeqSpan;
 use crate::spec::KvGroup;
 
 /// Every group's cache.

@@ -1,117 +1,38 @@
-//! One decoder layer's weights, and the projections that read one input.
+//! One decoder layer's weights: a token mixer and a feed-forward, each of
+//! its kind (the kinds own what is inside: `crate::mixer`, `crate::ffn`),
+//! with the norms around them.
 
 use candle_core::Tensor;
 
-use crate::error::Result;
-use crate::gdn::GdnWeights;
-use crate::linear::{Linear, tensor_bytes};
-use crate::lora::Target;
-use crate::moe::MoeWeights;
-use crate::spec::Activation;
-use crate::ssm::Mamba2Weights;
+use crate::ffn::mlp::Mlp;
+use crate::ffn::moe::weights::MoeWeights;
+use crate::linear::tensor_bytes;
+use crate::mixer::attention::forward::AttentionWeights;
+use crate::mixer::gdn::forward::GdnWeights;
+use crate::mixer::mamba2::forward::Mamba2Weights;
 
-/// Linear layers that read the same input, run as one matmul where the
-/// weights allow (their outputs are concatenated).
+/// A token mixer's weights, by its kind.
 #[derive(Debug, Clone)]
-pub enum Projection {
-    /// One matrix holding all parts' rows.
-    Fused(Linear),
-    /// Separate matrices.
-    Split(Vec<Linear>),
+pub enum MixerWeights {
+    /// Attention's.
+    Attention(Box<AttentionWeights>),
+    /// Mamba-2's.
+    Mamba2(Box<Mamba2Weights>),
+    /// Gated DeltaNet's.
+    GatedDeltaNet(Box<GdnWeights>),
 }
 
-impl Projection {
+impl MixerWeights {
     pub(crate) fn held_bytes(&self) -> u64 {
         match self {
-            Projection::Fused(l) => l.held_bytes(),
-            Projection::Split(parts) => parts.iter().map(Linear::held_bytes).sum(),
-        }
-    }
-
-    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        match self {
-            Projection::Fused(l) => l.forward(x),
-            Projection::Split(parts) => {
-                let outs = parts
-                    .iter()
-                    .map(|l| l.forward(x))
-                    .collect::<Result<Vec<_>>>()?;
-                Ok(Tensor::cat(&outs, 1)?)
-            }
+            MixerWeights::Attention(a) => a.held_bytes(),
+            MixerWeights::Mamba2(m) => m.held_bytes(),
+            MixerWeights::GatedDeltaNet(g) => g.held_bytes(),
         }
     }
 }
 
-/// The op-by-op LoRA hook: `(targets, input, output)` to the output plus
-/// each row's adapter update.
-pub(crate) type LoraHook<'a> = dyn Fn(&[Target], &Tensor, Tensor) -> Result<Tensor> + 'a;
-
-/// A gated MLP's weights: a dense layer's, or one expert's.
-#[derive(Debug, Clone)]
-pub struct Mlp {
-    /// `[gate | up]` projection.
-    pub gate_up: Projection,
-    /// Down projection.
-    pub down: Linear,
-    /// `[gate | up]` biases (gpt-oss's experts).
-    pub gate_up_bias: Option<Tensor>,
-    /// Down bias.
-    pub down_bias: Option<Tensor>,
-}
-
-impl Mlp {
-    /// The MLP of width `inter` over `h` `(tokens, hidden)`, op by op.
-    pub(crate) fn forward(&self, h: &Tensor, inter: usize, act: Activation) -> Result<Tensor> {
-        self.forward_hooked(h, inter, act, &|_, _, out| Ok(out))
-    }
-
-    /// [`Mlp::forward`] with a LoRA hook: `hook(targets, input, output)`
-    /// returns a projection's output plus each row's adapter update.
-    pub(crate) fn forward_hooked(
-        &self,
-        h: &Tensor,
-        inter: usize,
-        act: Activation,
-        hook: &LoraHook<'_>,
-    ) -> Result<Tensor> {
-        let mut gu = hook(&[Target::Gate, Target::Up], h, self.gate_up.forward(h)?)?;
-        if let Some(b) = &self.gate_up_bias {
-            gu = gu.broadcast_add(b)?;
-        }
-        let a = activate(&gu, inter, act)?;
-        let mut d = hook(&[Target::Down], &a, self.down.forward(&a)?)?;
-        if let Some(b) = &self.down_bias {
-            d = d.broadcast_add(b)?;
-        }
-        Ok(d)
-    }
-
-    pub(crate) fn held_bytes(&self) -> u64 {
-        let opt = |t: &Option<Tensor>| t.as_ref().map_or(0, tensor_bytes);
-        self.gate_up.held_bytes()
-            + self.down.held_bytes()
-            + opt(&self.gate_up_bias)
-            + opt(&self.down_bias)
-    }
-}
-
-/// `act(gate) * up` of `gu` `(tokens, 2 * inter)` (`[gate | up]`).
-pub(crate) fn activate(gu: &Tensor, inter: usize, act: Activation) -> Result<Tensor> {
-    let (gate, up) = (gu.narrow(1, 0, inter)?, gu.narrow(1, inter, inter)?);
-    Ok(match act {
-        Activation::Silu => (candle_nn::ops::silu(&gate)? * up)?,
-        Activation::GeluTanh => (gate.gelu()? * up)?,
-        Activation::SwigluOai { alpha, limit } => {
-            let limit = f64::from(limit);
-            let gate = gate.minimum(limit)?;
-            let up = up.clamp(-limit, limit)?;
-            let glu = (&gate * candle_nn::ops::sigmoid(&(&gate * f64::from(alpha))?)?)?;
-            ((up + 1.0)? * glu)?
-        }
-    })
-}
-
-/// A layer's feed-forward weights.
+/// A layer's feed-forward weights, by its kind.
 #[derive(Debug, Clone)]
 pub enum Ffn {
     /// One gated MLP.
@@ -129,113 +50,42 @@ impl Ffn {
     }
 }
 
+/// A feed-forward and its norms.
+#[derive(Debug, Clone)]
+pub struct FfnBlock {
+    /// RMSNorm before it.
+    pub norm: Tensor,
+    /// The feed-forward.
+    pub ffn: Ffn,
+    /// RMSNorm of its output (Gemma).
+    pub post_norm: Option<Tensor>,
+}
+
 /// One decoder layer's weights (norm weights with any `(1 + w)` offset
 /// already added).
 #[derive(Debug, Clone)]
 pub struct Layer {
-    /// RMSNorm before attention.
-    pub attn_norm: Tensor,
-    /// `[q | k | v]` projection.
-    pub qkv: Projection,
-    /// Concatenated q, k, v biases (Qwen2).
-    pub qkv_bias: Option<Tensor>,
-    /// Per-head RMSNorms of q and k, `head_dim` each (Qwen3, Gemma 3).
-    pub qk_norm: Option<(Tensor, Tensor)>,
-    /// Attention output projection.
-    pub o: Linear,
-    /// Its bias (gpt-oss).
-    pub o_bias: Option<Tensor>,
-    /// Per query head, the learned logit of an attention sink (gpt-oss).
-    pub sinks: Option<Tensor>,
-    /// RMSNorm of the attention output (Gemma).
-    pub post_attn_norm: Option<Tensor>,
-    /// RMSNorm before the MLP.
-    pub ffn_norm: Tensor,
-    /// The feed-forward.
-    pub ffn: Ffn,
-    /// RMSNorm of the MLP output (Gemma).
-    pub post_ffn_norm: Option<Tensor>,
+    /// RMSNorm before the mixer.
+    pub norm: Tensor,
+    /// The token mixer.
+    pub mixer: MixerWeights,
+    /// RMSNorm of the mixer's output (Gemma).
+    pub post_norm: Option<Tensor>,
+    /// The feed-forward, where the layer has one (a Mamba-2 block has none).
+    pub ffn: Option<FfnBlock>,
 }
 
 impl Layer {
     pub(crate) fn held_bytes(&self) -> u64 {
         let opt = |t: &Option<Tensor>| t.as_ref().map_or(0, tensor_bytes);
-        let qk = self
-            .qk_norm
-            .as_ref()
-            .map_or(0, |(q, k)| tensor_bytes(q) + tensor_bytes(k));
-        tensor_bytes(&self.attn_norm)
-            + tensor_bytes(&self.ffn_norm)
-            + opt(&self.qkv_bias)
-            + opt(&self.post_attn_norm)
-            + opt(&self.post_ffn_norm)
-            + opt(&self.o_bias)
-            + opt(&self.sinks)
-            + qk
-            + self.qkv.held_bytes()
-            + self.o.held_bytes()
-            + self.ffn.held_bytes()
-    }
-}
-
-/// A recurrent mixer's weights.
-#[derive(Debug, Clone)]
-pub enum RecurrentMixer {
-    /// Mamba-2's.
-    Mamba2(Mamba2Weights),
-    /// Gated DeltaNet's.
-    GatedDeltaNet(GdnWeights),
-}
-
-impl RecurrentMixer {
-    pub(crate) fn held_bytes(&self) -> u64 {
-        match self {
-            RecurrentMixer::Mamba2(m) => m.held_bytes(),
-            RecurrentMixer::GatedDeltaNet(g) => g.held_bytes(),
-        }
-    }
-}
-
-/// One recurrent layer's weights: its pre-norm, its mixer, and its
-/// feed-forward with its own pre-norm where it has one (a hybrid's).
-#[derive(Debug, Clone)]
-pub struct SsmLayer {
-    /// RMSNorm before the mixer.
-    pub norm: Tensor,
-    /// The recurrent mixer.
-    pub mixer: RecurrentMixer,
-    /// RMSNorm before the feed-forward, and the feed-forward.
-    pub ffn: Option<(Tensor, Ffn)>,
-}
-
-/// One decoder layer, by its mixer.
-#[derive(Debug, Clone)]
-pub enum Block {
-    /// Attention and a feed-forward.
-    Attention(Box<Layer>),
-    /// A recurrent mixer.
-    Ssm(Box<SsmLayer>),
-}
-
-impl Block {
-    pub(crate) fn held_bytes(&self) -> u64 {
-        match self {
-            Block::Attention(l) => l.held_bytes(),
-            Block::Ssm(l) => {
-                let ffn = l
-                    .ffn
-                    .as_ref()
-                    .map_or(0, |(n, f)| tensor_bytes(n) + f.held_bytes());
-                tensor_bytes(&l.norm) + l.mixer.held_bytes() + ffn
-            }
-        }
+        let ffn = self.ffn.as_ref().map_or(0, |f| {
+            tensor_bytes(&f.norm) + f.ffn.held_bytes() + opt(&f.post_norm)
+        });
+        tensor_bytes(&self.norm) + self.mixer.held_bytes() + opt(&self.post_norm) + ffn
     }
 
     /// The layer's feed-forward, if it has one.
     pub(crate) fn ffn(&self) -> Option<&Ffn> {
-        match self {
-            Block::Attention(l) => Some(&l.ffn),
-            Block::Ssm(l) => l.ffn.as_ref().map(|(_, f)| f),
-        }
+        self.ffn.as_ref().map(|f| &f.ffn)
     }
 }

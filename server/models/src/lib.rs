@@ -9,13 +9,12 @@
 //! op is candle's, so the decoder runs on any candle `Device`.
 
 pub mod arch;
-pub mod attention;
 pub mod config;
 pub mod decoder;
 pub mod device;
 pub mod error;
+pub mod ffn;
 mod fused;
-pub mod gdn;
 pub mod gguf;
 mod gguf_header;
 pub mod holding;
@@ -25,14 +24,15 @@ pub mod layer;
 pub mod linear;
 pub mod lora;
 pub mod memory;
-pub mod moe;
+pub mod mixer;
 pub mod mxfp4;
 pub mod paged;
 pub mod profile;
+pub mod projection;
 pub mod rope;
 pub mod safetensors;
+pub mod seq_span;
 pub mod spec;
-pub mod ssm;
 pub mod state_store;
 pub mod text;
 mod warm_pool;

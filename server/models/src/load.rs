@@ -15,7 +15,8 @@ use crate::holding::device_kind;
 use crate::safetensors::{self as st, SafetensorsSource, safetensors_files};
 use crate::spec::{KvGroup, ModelSpec};
 use crate::text::TextModel;
-use crate::weights::{WeightSource, build_decoder};
+use crate::weights::build_decoder;
+use crate::weights::source::WeightSource;
 
 /// The on-disk format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -9,11 +9,11 @@ use ferrox_core::batch_model::{PrefillChunk, StepLogits, Tables, table_of};
 use ferrox_core::{AdapterRef, BatchModel, DecodeRow, Pool};
 use ferrox_plan::{CacheKind, KvDtype, spell_kinds};
 
-use crate::attention::SeqSpan;
 use crate::decoder::{Decoder, Step};
 use crate::error::{Error, Result};
 use crate::kv_store::KvStore;
 use crate::lora::{DeviceSlots, LoraAdapter, LoraStep};
+use crate::seq_span::SeqSpan;
 use crate::state_store::StateStore;
 
 /// A decoder with KV pools of a fixed number of blocks.

@@ -9,9 +9,9 @@ use ferrox_plan::DeviceKind;
 use crate::arch::{Family, HfExperts};
 use crate::error::{Error, Result};
 use crate::holding::{self, Role, device_kind};
-use crate::layer::Projection;
 use crate::linear::{Embedding, Linear};
-use crate::weights::{WeightSource, check_shape, check_small, check_vector};
+use crate::projection::Projection;
+use crate::weights::source::{WeightSource, check_shape, check_small, check_vector};
 
 mod mxfp4_experts;
 

@@ -8,13 +8,11 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 
-mod gdn;
-mod moe;
-mod ssm;
-
-pub use gdn::GdnSpec;
-pub use moe::{MAX_EXPERTS, MoeSpec, Routing};
-pub use ssm::SsmSpec;
+pub use crate::ffn::activation::Activation;
+pub use crate::ffn::moe::spec::{MAX_EXPERTS, MoeSpec, Routing};
+pub use crate::mixer::attention::spec::AttentionSpec;
+pub use crate::mixer::gdn::spec::GdnSpec;
+pub use crate::mixer::mamba2::spec::SsmSpec;
 
 /// What mixes information across positions in one layer.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,32 +27,6 @@ pub enum Mixer {
     GatedDeltaNet(GdnSpec),
 }
 
-/// One attention layer's kind.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AttentionSpec {
-    /// Sliding window: a position sees itself and the `window - 1` before
-    /// it. `None`: every earlier position.
-    pub window: Option<usize>,
-    /// Index into [`ModelSpec::ropes`].
-    pub rope: usize,
-    /// Multiplies `q . k` (`1/sqrt(head_dim)`, or Gemma's
-    /// `query_pre_attn_scalar^-1/2`).
-    pub scale: f32,
-    /// Gemma 2's attention soft-cap: `cap * tanh(score / cap)`.
-    pub softcap: Option<f32>,
-    /// Per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3).
-    pub qk_norm: bool,
-    /// A learned sink logit per query head joins each softmax (and takes
-    /// its share of the probability, attending to nothing): gpt-oss.
-    pub sinks: bool,
-    /// No position embedding at all (NoPE: Granite 4.0-H's attention).
-    pub nope: bool,
-    /// The query projection emits each head's query and then its output
-    /// gate; the output is multiplied by `sigmoid(gate)` before the output
-    /// projection (Qwen3-Next, Qwen3.5).
-    pub gated: bool,
-}
-
 /// The feed-forward of one layer.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum FeedForward {
@@ -65,23 +37,6 @@ pub enum FeedForward {
     Moe(MoeSpec),
     /// None: the mixer is the whole layer (Mamba-2's blocks).
     None,
-}
-
-/// A gated MLP's activation.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Activation {
-    /// SiLU (SwiGLU: Llama, Qwen, Mistral, Phi).
-    Silu,
-    /// GELU, tanh approximation (GeGLU: Gemma).
-    GeluTanh,
-    /// gpt-oss's clamped SwiGLU: the gate clamped above at `limit`, up to
-    /// `[-limit, limit]`, then `(up + 1) * gate * sigmoid(alpha * gate)`.
-    SwigluOai {
-        /// The sigmoid's slope (1.702).
-        alpha: f32,
-        /// The clamp (7.0).
-        limit: f32,
-    },
 }
 
 /// One decoder layer.

@@ -13,8 +13,9 @@ use std::sync::Mutex;
 
 use candle_core::{DType, Device, Tensor};
 
-use crate::attention::SeqSpan;
 use crate::error::{Error, Result};
+use crate::mixer::mamba2::step::DecodeStep;
+use crate::seq_span::SeqSpan;
 use crate::spec::ModelSpec;
 
 /// One recurrent layer's states: convolution `(slots, conv values)` and
@@ -149,7 +150,7 @@ impl StateStore {
     }
 
     /// Runs `step` on layer `layer`'s SSM states in place (CPU only).
-    pub(crate) fn step_ssm(&self, layer: usize, step: &crate::ssm::DecodeStep) -> Result<()> {
+    pub(crate) fn step_ssm(&self, layer: usize, step: &DecodeStep) -> Result<()> {
         Ok(self.layer(layer)?.ssm.inplace_op1(step)?)
     }
 

@@ -1,93 +1,18 @@
 //! Building a decoder from any weight source (GGUF or safetensors), by the
 //! GGUF tensor names; sources translate names of their own format.
 
+pub mod source;
+
 use candle_core::{Device, Tensor};
 
 use crate::decoder::Decoder;
 use crate::error::{Error, Result};
-use crate::layer::{Block, Ffn, Layer, Mlp, Projection, RecurrentMixer, SsmLayer};
-use crate::linear::{Embedding, Linear};
-use crate::moe::{ExpertReads, MoeWeights};
-use crate::spec::{FeedForward, Mixer, ModelSpec, MoeSpec, SsmSpec};
-use crate::ssm::Mamba2Weights;
-
-/// Where weights come from.
-pub trait WeightSource {
-    /// Whether the tensor exists.
-    fn has(&self, name: &str) -> bool;
-    /// A 1-D f32 tensor (norm weights, biases) of length `len`.
-    fn vector(&mut self, name: &str, len: usize, device: &Device) -> Result<Tensor>;
-    /// A small f32 tensor of `shape` (a convolution's weights); unit
-    /// dimensions of the stored one are ignored (`[c, 1, k]` reads as `[c, k]`).
-    fn small(&mut self, name: &str, shape: &[usize], device: &Device) -> Result<Tensor>;
-    /// Matrices `[out_i, cols]` that read the same input, fused where possible.
-    fn projection(
-        &mut self,
-        parts: &[(&str, usize)],
-        cols: usize,
-        device: &Device,
-    ) -> Result<Projection>;
-    /// A router `[rows, cols]`, as f32 whatever it is stored as (see
-    /// [`crate::holding::Role::Router`]).
-    fn router(&mut self, name: &str, rows: usize, cols: usize, device: &Device) -> Result<Tensor>;
-    /// Each of `experts` experts' matrices `[out_i, cols]` from the stacked
-    /// tensors `parts` (`[experts, out_i, cols]`, GGUF names), one
-    /// projection an expert, fused where possible.
-    fn experts(
-        &mut self,
-        parts: &[(&str, usize)],
-        experts: usize,
-        cols: usize,
-        device: &Device,
-    ) -> Result<Vec<Projection>>;
-    /// Each expert's bias `[len]` from the stacked tensor `name`
-    /// (`[experts, len]`).
-    fn expert_vectors(
-        &mut self,
-        name: &str,
-        experts: usize,
-        len: usize,
-        device: &Device,
-    ) -> Result<Vec<Tensor>>;
-    /// The embedding table `[vocab, hidden]`.
-    fn embedding(
-        &mut self,
-        name: &str,
-        vocab: usize,
-        hidden: usize,
-        device: &Device,
-    ) -> Result<Embedding>;
-}
-
-/// Checks a weight's shape against the one the architecture wants.
-pub fn check_shape(name: &str, got: &[usize], want: &[usize]) -> Result<()> {
-    if got != want {
-        return Err(Error::BadShape {
-            name: name.to_string(),
-            got: got.to_vec(),
-            want: want.to_vec(),
-        });
-    }
-    Ok(())
-}
-
-/// Checks a small tensor's shape against `want`, unit dimensions dropped.
-pub fn check_small(name: &str, got: &[usize], want: &[usize]) -> Result<()> {
-    let strip = |d: &[usize]| d.iter().copied().filter(|&n| n != 1).collect::<Vec<_>>();
-    match strip(got) == strip(want) {
-        true => Ok(()),
-        false => check_shape(name, got, want),
-    }
-}
-
-/// Checks a vector's shape: `[len]`, or a one-row matrix `[1, len]` (a
-/// gate some converters write as a matrix).
-pub fn check_vector(name: &str, got: &[usize], len: usize) -> Result<()> {
-    match got {
-        [1, n] if *n == len => Ok(()),
-        _ => check_shape(name, got, &[len]),
-    }
-}
+use crate::ffn::{mlp, moe};
+use crate::layer::{Ffn, FfnBlock, Layer, MixerWeights};
+use crate::mixer::{attention, gdn, mamba2};
+use crate::projection::single;
+use crate::spec::{FeedForward, Mixer, ModelSpec};
+use source::{WeightSource, norm};
 
 /// Loads every tensor `spec` needs and assembles the decoder.
 pub fn build_decoder(
@@ -100,20 +25,7 @@ pub fn build_decoder(
     // must fail at the first missing layer, not abort on the allocation.
     let mut layers = Vec::new();
     for i in 0..spec.layers.len() {
-        let block = match &spec.layers[i].mixer {
-            Mixer::Attention(_) => Block::Attention(Box::new(load_layer(src, &spec, i, device)?)),
-            Mixer::Mamba2(s) => {
-                let mixer = RecurrentMixer::Mamba2(load_mamba2(src, &spec, s, i, device)?);
-                Block::Ssm(Box::new(recurrent_layer(src, &spec, mixer, i, device)?))
-            }
-            Mixer::GatedDeltaNet(g) => {
-                let at = (i, spec.hidden);
-                let mixer =
-                    RecurrentMixer::GatedDeltaNet(crate::gdn::load::load(src, g, at, device)?);
-                Block::Ssm(Box::new(recurrent_layer(src, &spec, mixer, i, device)?))
-            }
-        };
-        layers.push(block);
+        layers.push(load_layer(src, &spec, i, device)?);
     }
     let norm = norm(src, &spec, "output_norm.weight", spec.hidden, device)?;
     let lm_head = if src.has("output.weight") {
@@ -124,271 +36,77 @@ pub fn build_decoder(
     Decoder::new(spec, embed, layers, norm, lm_head, device)
 }
 
-fn single(p: Projection) -> Linear {
-    match p {
-        Projection::Fused(l) => l,
-        Projection::Split(mut v) => v.remove(0),
-    }
-}
-
-/// A norm weight with the family's offset added (Gemma's `1 + w`).
-fn norm(
-    src: &mut dyn WeightSource,
-    spec: &ModelSpec,
-    name: &str,
-    len: usize,
-    device: &Device,
-) -> Result<Tensor> {
-    let w = src.vector(name, len, device)?;
-    if spec.norms.offset == 0.0 {
-        return Ok(w);
-    }
-    Ok((w + f64::from(spec.norms.offset))?)
-}
-
+/// Layer `i`: its mixer and its feed-forward, each loaded by its kind, and
+/// the norms around them.
 fn load_layer(
     src: &mut dyn WeightSource,
     spec: &ModelSpec,
     i: usize,
     device: &Device,
 ) -> Result<Layer> {
-    let n = |s: &str| format!("blk.{i}.{s}");
-    let hidden = spec.hidden;
-    let (q_dim, kv_dim) = (spec.q_dim(), spec.kv_dim());
-    let attn = spec.layers[i]
-        .attention()
-        .ok_or_else(|| Error::Config(format!("layer {i} is not an attention layer")))?;
-    // A gated query projection's rows hold each head's query, then its gate.
-    let q_rows = if attn.gated { 2 * q_dim } else { q_dim };
-    // Phi-3 stores q, k, v as one matrix, and gate, up as one `ffn_up`.
-    let qkv = if src.has(&n("attn_qkv.weight")) {
-        src.projection(
-            &[(&n("attn_qkv.weight"), q_rows + 2 * kv_dim)],
-            hidden,
-            device,
-        )?
-    } else {
-        let (q, k, v) = (n("attn_q.weight"), n("attn_k.weight"), n("attn_v.weight"));
-        src.projection(&[(&q, q_rows), (&k, kv_dim), (&v, kv_dim)], hidden, device)?
+    let n = |t: &str| format!("blk.{i}.{t}");
+    let at = (i, spec.hidden);
+    let mixer = match &spec.layers[i].mixer {
+        Mixer::Attention(a) => {
+            MixerWeights::Attention(Box::new(attention::load::load(src, spec, (a, i), device)?))
+        }
+        Mixer::Mamba2(s) => MixerWeights::Mamba2(Box::new(mamba2::load::load(src, s, at, device)?)),
+        Mixer::GatedDeltaNet(g) => {
+            MixerWeights::GatedDeltaNet(Box::new(gdn::load::load(src, g, at, device)?))
+        }
     };
-    let qkv_bias = if spec.qkv_bias {
-        let parts = [
-            src.vector(&n("attn_q.bias"), q_rows, device)?,
-            src.vector(&n("attn_k.bias"), kv_dim, device)?,
-            src.vector(&n("attn_v.bias"), kv_dim, device)?,
-        ];
-        Some(Tensor::cat(&parts, 0)?)
-    } else {
-        None
-    };
-    let hd = spec.head_dim;
-    let qk_norm = match attn.qk_norm {
-        true => Some((
-            norm(src, spec, &n("attn_q_norm.weight"), hd, device)?,
-            norm(src, spec, &n("attn_k_norm.weight"), hd, device)?,
-        )),
-        false => None,
-    };
-    let post = |src: &mut dyn WeightSource, on: bool, name: &str| -> Result<Option<Tensor>> {
-        on.then(|| norm(src, spec, &n(name), hidden, device))
-            .transpose()
-    };
-    let ffn = load_ffn(src, spec, i, device)?
-        .ok_or_else(|| Error::Config(format!("layer {i}: attention without a feed-forward")))?;
-    let o_bias = match src.has(&n("attn_output.bias")) {
-        true => Some(src.vector(&n("attn_output.bias"), hidden, device)?),
-        false => None,
-    };
-    let sinks = match attn.sinks {
-        true => Some(src.vector(&n("attn_sinks.weight"), spec.heads, device)?),
-        false => None,
-    };
+    let ffn = load_ffn(src, spec, i, device)?;
+    if ffn.is_none() && matches!(mixer, MixerWeights::Attention(_)) {
+        return Err(Error::Config(format!(
+            "layer {i}: attention without a feed-forward"
+        )));
+    }
     Ok(Layer {
-        attn_norm: norm(src, spec, &n("attn_norm.weight"), hidden, device)?,
-        qkv,
-        qkv_bias,
-        qk_norm,
-        o: single(src.projection(&[(&n("attn_output.weight"), hidden)], q_dim, device)?),
-        o_bias,
-        sinks,
-        post_attn_norm: post(src, spec.norms.post_attention, "post_attention_norm.weight")?,
-        ffn_norm: norm(src, spec, &n("ffn_norm.weight"), hidden, device)?,
+        norm: norm(src, spec, &n("attn_norm.weight"), spec.hidden, device)?,
+        mixer,
+        post_norm: post_norm(
+            src,
+            spec,
+            (spec.norms.post_attention, &n("post_attention_norm.weight")),
+            device,
+        )?,
         ffn,
-        post_ffn_norm: post(src, spec.norms.post_ffn, "post_ffw_norm.weight")?,
     })
 }
 
-/// Layer `i`'s feed-forward, if its kind has one.
+/// Layer `i`'s feed-forward with its norms, if its kind has one.
 fn load_ffn(
     src: &mut dyn WeightSource,
     spec: &ModelSpec,
     i: usize,
     device: &Device,
-) -> Result<Option<Ffn>> {
+) -> Result<Option<FfnBlock>> {
+    let n = |t: &str| format!("blk.{i}.{t}");
     let (hidden, inter) = (spec.hidden, spec.intermediate);
-    Ok(match spec.layers[i].ffn {
-        FeedForward::Moe(m) => Some(Ffn::Moe(Box::new(load_moe(src, &m, i, hidden, device)?))),
-        FeedForward::Gated(_) => Some(Ffn::Dense(load_mlp(src, i, "", (hidden, inter), device)?)),
-        FeedForward::None => None,
-    })
-}
-
-/// Layer `i`'s Mamba-2 mixer (llama.cpp's `ssm_*` names). A_log is stored
-/// as such in safetensors, as `A = -exp(A_log)` (`ssm_a`) in GGUF.
-fn load_mamba2(
-    src: &mut dyn WeightSource,
-    spec: &ModelSpec,
-    s: &SsmSpec,
-    i: usize,
-    device: &Device,
-) -> Result<Mamba2Weights> {
-    let n = |t: &str| format!("blk.{i}.{t}");
-    let (hidden, inner, conv_dim, heads) = (spec.hidden, s.inner(), s.conv_dim(), s.heads);
-    let opt = |src: &mut dyn WeightSource, on: bool, name: &str, len: usize| {
-        on.then(|| src.vector(&n(name), len, device)).transpose()
+    let ffn = match spec.layers[i].ffn {
+        FeedForward::Moe(m) => Ffn::Moe(Box::new(moe::load::load(src, &m, i, hidden, device)?)),
+        FeedForward::Gated(_) => Ffn::Dense(mlp::load(src, i, "", (hidden, inter), device)?),
+        FeedForward::None => return Ok(None),
     };
-    // llama.cpp stores A and D as `[heads, 1]`.
-    let per_head = |src: &mut dyn WeightSource, name: &str| -> Result<Tensor> {
-        Ok(src.small(&n(name), &[heads], device)?.reshape(heads)?)
-    };
-    let a = match src.has(&n("ssm_a")) {
-        true => per_head(src, "ssm_a")?,
-        false => per_head(src, "ssm_a_log")?.exp()?.neg()?,
-    };
-    let in_proj = src.projection(&[(&n("ssm_in.weight"), s.in_proj())], hidden, device)?;
-    let out_proj = src.projection(&[(&n("ssm_out.weight"), hidden)], inner, device)?;
-    Ok(Mamba2Weights {
-        in_proj: single(in_proj),
-        in_bias: opt(src, s.proj_bias, "ssm_in.bias", s.in_proj())?,
-        conv: src.small(&n("ssm_conv1d.weight"), &[conv_dim, s.conv_kernel], device)?,
-        conv_bias: opt(src, s.conv_bias, "ssm_conv1d.bias", conv_dim)?,
-        dt_bias: per_head(src, "ssm_dt.bias")?,
-        a,
-        d: per_head(src, "ssm_d")?,
-        norm: gated_norm(src, &n("ssm_norm.weight"), (inner, s.groups), device)?,
-        out_proj: single(out_proj),
-        out_bias: opt(src, s.proj_bias, "ssm_out.bias", hidden)?,
-    })
-}
-
-/// Layer `i` around its recurrent `mixer`: the pre-norm, and any
-/// feed-forward with its own.
-fn recurrent_layer(
-    src: &mut dyn WeightSource,
-    spec: &ModelSpec,
-    mixer: RecurrentMixer,
-    i: usize,
-    device: &Device,
-) -> Result<SsmLayer> {
-    let n = |t: &str| format!("blk.{i}.{t}");
-    let hidden = spec.hidden;
-    let ffn = match load_ffn(src, spec, i, device)? {
-        Some(f) => Some((norm(src, spec, &n("ffn_norm.weight"), hidden, device)?, f)),
-        None => None,
-    };
-    Ok(SsmLayer {
-        norm: norm(src, spec, &n("attn_norm.weight"), hidden, device)?,
-        mixer,
+    Ok(Some(FfnBlock {
+        norm: norm(src, spec, &n("ffn_norm.weight"), hidden, device)?,
         ffn,
-    })
+        post_norm: post_norm(
+            src,
+            spec,
+            (spec.norms.post_ffn, &n("post_ffw_norm.weight")),
+            device,
+        )?,
+    }))
 }
 
-/// A gated norm's weight, `[inner]` (llama.cpp stores it per group,
-/// `[groups, inner / groups]`).
-fn gated_norm(
+/// A post-norm's weight where the family has that norm (`on`).
+fn post_norm(
     src: &mut dyn WeightSource,
-    name: &str,
-    (inner, groups): (usize, usize),
+    spec: &ModelSpec,
+    (on, name): (bool, &str),
     device: &Device,
-) -> Result<Tensor> {
-    let w = match src.small(name, &[groups, inner / groups.max(1)], device) {
-        Ok(w) => w,
-        Err(_) => src.small(name, &[inner], device)?,
-    };
-    Ok(w.reshape(inner)?)
-}
-
-/// Layer `i`'s gated MLP of width `inter` (`suffix`: `""`, or `_shexp`
-/// for a shared expert); gate and up as two tensors or one `ffn_up`.
-fn load_mlp(
-    src: &mut dyn WeightSource,
-    i: usize,
-    suffix: &str,
-    (hidden, inter): (usize, usize),
-    device: &Device,
-) -> Result<Mlp> {
-    let n = |s: &str| format!("blk.{i}.{s}{suffix}.weight");
-    // Phi-3 stores gate and up as one `ffn_up`.
-    let gate_up = if src.has(&n("ffn_gate")) {
-        let (gate, up) = (n("ffn_gate"), n("ffn_up"));
-        src.projection(&[(&gate, inter), (&up, inter)], hidden, device)?
-    } else {
-        src.projection(&[(&n("ffn_up"), 2 * inter)], hidden, device)?
-    };
-    Ok(Mlp {
-        gate_up,
-        down: single(src.projection(&[(&n("ffn_down"), hidden)], inter, device)?),
-        gate_up_bias: None,
-        down_bias: None,
-    })
-}
-
-/// Layer `i`'s experts, router and shared expert.
-fn load_moe(
-    src: &mut dyn WeightSource,
-    m: &MoeSpec,
-    i: usize,
-    hidden: usize,
-    device: &Device,
-) -> Result<MoeWeights> {
-    let n = |s: &str| format!("blk.{i}.{s}");
-    let (e, inter) = (m.experts, m.intermediate);
-    let router = src.router(&n("ffn_gate_inp.weight"), e, hidden, device)?;
-    let (gate, up, down) = (
-        n("ffn_gate_exps.weight"),
-        n("ffn_up_exps.weight"),
-        n("ffn_down_exps.weight"),
-    );
-    let gate_ups = src.experts(&[(&gate, inter), (&up, inter)], e, hidden, device)?;
-    let downs = src.experts(&[(&down, hidden)], e, inter, device)?;
-    let mut biases = Vec::new();
-    if m.biases {
-        let gate = src.expert_vectors(&n("ffn_gate_exps.bias"), e, inter, device)?;
-        let up = src.expert_vectors(&n("ffn_up_exps.bias"), e, inter, device)?;
-        let down = src.expert_vectors(&n("ffn_down_exps.bias"), e, hidden, device)?;
-        for ((g, u), d) in gate.into_iter().zip(up).zip(down) {
-            biases.push((Some(Tensor::cat(&[g, u], 0)?), Some(d)));
-        }
-    }
-    biases.resize(e, (None, None));
-    let experts = gate_ups
-        .into_iter()
-        .zip(downs)
-        .zip(biases)
-        .map(|((gate_up, down), (gate_up_bias, down_bias))| Mlp {
-            gate_up,
-            down: single(down),
-            gate_up_bias,
-            down_bias,
-        })
-        .collect();
-    let router_bias = match m.biases {
-        true => Some(src.vector(&n("ffn_gate_inp.bias"), e, device)?),
-        false => None,
-    };
-    let shared = match m.shared {
-        Some(width) => Some((
-            load_mlp(src, i, "_shexp", (hidden, width), device)?,
-            src.vector(&n("ffn_gate_inp_shexp.weight"), hidden, device)?,
-        )),
-        None => None,
-    };
-    Ok(MoeWeights {
-        spec: *m,
-        router,
-        router_bias,
-        experts,
-        shared,
-        reads: std::sync::Arc::new(ExpertReads::new(e)),
-    })
+) -> Result<Option<Tensor>> {
+    on.then(|| norm(src, spec, name, spec.hidden, device))
+        .transpose()
 }

@@ -62,7 +62,7 @@ pub struct ServeConfig {
     /// KV element type; `None` is `--kv-dtype auto`.
     pub kv_dtype: Option<KvDtype>,
     /// How attention reads the KV pool.
-    pub attention: ferrox_models::attention::AttentionBackend,
+    pub attention: ferrox_models::mixer::attention::AttentionBackend,
     /// Fraction of the device's memory the plan may take.
     pub memory_utilization: f64,
     /// Tokens per KV block.

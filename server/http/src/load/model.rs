@@ -6,9 +6,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use ferrox_engine::{EngineConfig, PlanInfo};
 use ferrox_models::ModelInfo;
-use ferrox_models::attention::AttentionBackend;
 use ferrox_models::memory::DeviceMemory;
 use ferrox_models::memory::MemorySource;
+use ferrox_models::mixer::attention::AttentionBackend;
 use ferrox_plan::{
     CacheKind, DEFAULT_TYPICAL_SEQ_LEN, DeviceKind, KvDtype, LoraPlan, MemoryKind, Plan,
     PlanConfig, PoolSizes, plan_default, plan_for_kv_bytes, plan_for_pools,

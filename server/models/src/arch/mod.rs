@@ -32,10 +32,6 @@ pub enum HfExperts {
     StackedInterleaved,
 }
 
-/// The families `Error::UnknownArchitecture` names.
-pub const SUPPORTED: &str = "llama, mistral, mixtral, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, phi3, gpt-oss, mamba2, \
-     granitehybrid, qwen35, qwen3next";
-
 /// One family: its names, its tensor names, its settings' mapping.
 #[derive(Debug)]
 pub struct Family {
@@ -85,6 +81,26 @@ const FAMILIES: [&Family; 15] = [
     &qwen35::QWEN3NEXT,
 ];
 
+/// Every family's name, in lookup order: what an unknown architecture's
+/// error lists, read off the table so the two cannot differ.
+pub const SUPPORTED: [&str; FAMILIES.len()] = {
+    let mut names = [""; FAMILIES.len()];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = FAMILIES[i].name;
+        i += 1;
+    }
+    names
+};
+
+/// The error for an architecture no family serves.
+fn unknown(name: &str) -> Error {
+    Error::UnknownArchitecture {
+        name: name.to_string(),
+        supported: SUPPORTED.join(", "),
+    }
+}
+
 /// Layer tensors named alike by the Llama-layout families: (GGUF name,
 /// Hugging Face name under `model.layers.{i}.`).
 const COMMON_TENSORS: [(&str, &str); 12] = [
@@ -108,7 +124,7 @@ impl Family {
         FAMILIES
             .into_iter()
             .find(|f| f.gguf.contains(&name))
-            .ok_or_else(|| Error::UnknownArchitecture(name.to_string()))
+            .ok_or_else(|| unknown(name))
     }
 
     /// The family a `config.json` names (its architectures, then model types).
@@ -118,7 +134,7 @@ impl Family {
             .iter()
             .find_map(|n| FAMILIES.into_iter().find(|f| f.hf.contains(&n.as_str())))
             .ok_or_else(|| match names.first() {
-                Some(n) => Error::UnknownArchitecture(n.clone()),
+                Some(n) => unknown(n),
                 None => Error::Config("config.json has no architectures or model_type".into()),
             })
     }

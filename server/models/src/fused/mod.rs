@@ -12,8 +12,9 @@
 //! `crate::lora`): q/k/v before their biases, norms and RoPE, o and down
 //! before their post-norms, gate and up before the activation.
 //!
-//! The op-by-op path in `decoder.rs` stays the reference (and the path of
-//! every other device); the tests check the two agree.
+//! The op-by-op path (`decoder.rs` and each layer kind's forward) stays the
+//! reference (and the path of every other device); the tests check the two
+//! agree.
 
 mod moe;
 mod ops;
@@ -26,9 +27,11 @@ use ferrox_kernels::{QActs, QMatrix};
 use crate::error::Result;
 
 type KernelResult = std::result::Result<(), ferrox_kernels::Error>;
-use crate::layer::{Ffn, Layer, Mlp, Projection};
+use crate::ffn::mlp::Mlp;
+use crate::layer::{Ffn, Layer, MixerWeights};
 use crate::linear::Linear;
 use crate::lora::LoraStep;
+use crate::projection::Projection;
 use crate::spec::{Activation, FeedForward};
 
 pub(crate) use moe::FusedMoe;
@@ -191,16 +194,19 @@ fn host_opt(t: &Option<Tensor>) -> Result<Option<Vec<f32>>> {
 }
 
 impl FusedLayer {
-    /// The fused form of `l` (feed-forward `ffn`), if all its matrices
-    /// are packed (CPU) ones.
+    /// The fused form of `l` (feed-forward `ffn`), if it is an attention
+    /// layer with a feed-forward and all its matrices are packed (CPU) ones.
     pub(crate) fn from_layer(l: &Layer, ffn: FeedForward) -> Result<Option<Self>> {
-        let Some(qkv) = Packed::of(&l.qkv) else {
+        let (MixerWeights::Attention(a), Some(f)) = (&l.mixer, &l.ffn) else {
             return Ok(None);
         };
-        let Linear::Packed(o) = &l.o else {
+        let Some(qkv) = Packed::of(&a.qkv) else {
             return Ok(None);
         };
-        let ffn = match (&l.ffn, ffn) {
+        let Linear::Packed(o) = &a.o else {
+            return Ok(None);
+        };
+        let ffn = match (&f.ffn, ffn) {
             (Ffn::Dense(m), FeedForward::Gated(act)) => match FusedMlp::of(m)? {
                 Some(f) if f.gate_up_bias.is_none() && f.down_bias.is_none() => FusedFfn::Dense {
                     gate_up: f.gate_up,
@@ -215,21 +221,21 @@ impl FusedLayer {
             },
             _ => return Ok(None),
         };
-        let qk_norm = match &l.qk_norm {
+        let qk_norm = match &a.qk_norm {
             Some((q, k)) => Some((host_vec(q)?, host_vec(k)?)),
             None => None,
         };
         Ok(Some(FusedLayer {
-            attn_norm: host_vec(&l.attn_norm)?,
+            attn_norm: host_vec(&l.norm)?,
             qkv,
-            qkv_bias: host_opt(&l.qkv_bias)?,
+            qkv_bias: host_opt(&a.qkv_bias)?,
             qk_norm,
             o: o.clone(),
-            o_bias: host_opt(&l.o_bias)?,
-            post_attn_norm: host_opt(&l.post_attn_norm)?,
-            ffn_norm: host_vec(&l.ffn_norm)?,
+            o_bias: host_opt(&a.o_bias)?,
+            post_attn_norm: host_opt(&l.post_norm)?,
+            ffn_norm: host_vec(&f.norm)?,
             ffn,
-            post_ffn_norm: host_opt(&l.post_ffn_norm)?,
+            post_ffn_norm: host_opt(&f.post_norm)?,
         }))
     }
 

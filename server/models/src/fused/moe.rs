@@ -12,7 +12,10 @@ use ferrox_kernels::QActs;
 use super::ops::{kernel_err, lock, quantize_activation, rms_norm_rows, rows_of, slice_mut};
 use super::{FusedMlp, Scratch, host_opt, host_vec};
 use crate::error::Result;
-use crate::moe::{Dispatch, ExpertReads, MoeWeights, on_host, router_logits, shared_gate};
+use crate::ffn::moe::dispatch::Dispatch;
+use crate::ffn::moe::reads::ExpertReads;
+use crate::ffn::moe::route::{on_host, router_logits, shared_gate};
+use crate::ffn::moe::weights::MoeWeights;
 use crate::spec::{Activation, MoeSpec};
 
 /// One mixture-of-experts layer in the form the fused op reads.
@@ -227,7 +230,7 @@ mod tests {
             .collect::<Vec<f32>>();
         let normt = Tensor::new(norm.as_slice(), &d).unwrap();
         let h = candle_nn::ops::rms_norm(&x, &normt, 1e-6).unwrap();
-        let want = (&x + crate::moe::forward(&w, &h).unwrap()).unwrap();
+        let want = (&x + crate::ffn::moe::forward(&w, &h).unwrap()).unwrap();
         let reads_ops = w.reads.counts();
         let fused = FusedMoe::of(&w).unwrap().unwrap();
         let scratch = Mutex::new(Scratch::default());

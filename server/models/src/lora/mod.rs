@@ -38,6 +38,7 @@ pub use adapter::{LoraAdapter, LoraPair, LoraShapes};
 pub use device::DeviceSlots;
 pub use gguf::load_gguf;
 pub use peft::load_peft;
+pub(crate) use step::LoraHook;
 pub use step::LoraStep;
 pub use target::{Target, module_parts};
 

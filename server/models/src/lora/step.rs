@@ -11,6 +11,10 @@ use super::kernel::{Scratch, delta_rows};
 use super::{LoraAdapter, LoraPair, Target};
 use crate::error::{Error, Result};
 
+/// The op-by-op LoRA hook: `(targets, input, output)` to the output plus
+/// each row's adapter update.
+pub(crate) type LoraHook<'a> = dyn Fn(&[Target], &Tensor, Tensor) -> Result<Tensor> + 'a;
+
 /// The rows of one adapter in a step.
 struct Group<'a> {
     adapter: &'a LoraAdapter,

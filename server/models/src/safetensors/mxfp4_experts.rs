@@ -14,9 +14,9 @@ use ferrox_plan::DeviceKind;
 use super::SafetensorsSource;
 use crate::error::{Error, Result};
 use crate::holding::{self, Role};
-use crate::layer::Projection;
 use crate::linear::Linear;
 use crate::mxfp4;
+use crate::projection::Projection;
 
 /// Bytes a stored MXFP4 tensor `name` of `shape` takes as held on `device`
 /// (its scales are folded into its blocks'), or `None` for another tensor.

@@ -212,7 +212,7 @@ fn bad_files_are_clear_errors() {
         .decoder(&Device::Cpu)
         .unwrap_err();
     assert!(
-        matches!(&err, Error::UnknownArchitecture(a) if a == "gptneox"),
+        matches!(&err, Error::UnknownArchitecture { name: a, .. } if a == "gptneox"),
         "{err}"
     );
 

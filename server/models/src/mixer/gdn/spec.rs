@@ -58,7 +58,7 @@ impl GdnSpec {
     }
 
     /// Checks the numbers are usable.
-    pub(super) fn validate(&self) -> std::result::Result<(), String> {
+    pub(crate) fn validate(&self) -> std::result::Result<(), String> {
         let dims = [
             self.key_heads,
             self.value_heads,

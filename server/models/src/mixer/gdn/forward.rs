@@ -6,23 +6,22 @@
 //! sequence; a per-head RMSNorm of the output times `silu(z)`; and the
 //! out-projection. Every op is candle's, so it runs on any device.
 //!
-//! Spans run as Mamba-2's do (`crate::ssm::runs`): a prefill span alone,
+//! Spans run as Mamba-2's do (`crate::mixer::recurrent::over_runs`): a prefill span alone,
 //! in blocks of the spec's chunk carrying the state between them; decode
 //! rows together, one block of one token each. States come from and go
 //! back to the rows' slots of the [`StateStore`].
 
 use candle_core::{D, DType, Tensor};
 
-use crate::attention::SeqSpan;
+use super::delta;
+use super::spec::GdnSpec;
 use crate::error::Result;
-use crate::layer::Projection;
 use crate::linear::{Linear, tensor_bytes};
-use crate::spec::GdnSpec;
-use crate::ssm::{conv::causal_conv, over_runs, softplus};
+use crate::mixer::recurrent::conv::causal_conv;
+use crate::mixer::recurrent::{over_runs, softplus};
+use crate::projection::Projection;
+use crate::seq_span::SeqSpan;
 use crate::state_store::StateStore;
-
-mod delta;
-pub(crate) mod load;
 
 /// One Gated DeltaNet mixer's weights (vectors f32).
 #[derive(Debug, Clone)]

@@ -1,7 +1,7 @@
 //! One step's dispatch: every token's chosen experts, grouped by expert.
 
-use super::route;
-use crate::spec::MoeSpec;
+use super::route::route;
+use super::spec::MoeSpec;
 
 /// The tokens of a step grouped by the experts they chose: each active
 /// expert with its cells (`token * top_k + slot`, in token order), and each

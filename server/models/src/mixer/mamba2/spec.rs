@@ -54,7 +54,7 @@ impl SsmSpec {
     }
 
     /// Checks the numbers are usable.
-    pub(super) fn validate(&self) -> std::result::Result<(), String> {
+    pub(crate) fn validate(&self) -> std::result::Result<(), String> {
         let dims = [
             self.heads,
             self.head_dim,

@@ -4,7 +4,9 @@
 
 use candle_core::{DType, Tensor};
 
-use super::{Dispatch, MoeWeights, on_host, router_logits, shared_gate};
+use super::dispatch::Dispatch;
+use super::route::{on_host, router_logits, shared_gate};
+use super::weights::MoeWeights;
 use crate::error::Result;
 
 /// The layer's output for the normed hidden states `h` `(tokens, hidden)`.

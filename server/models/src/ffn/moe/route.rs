@@ -1,77 +1,10 @@
-//! Mixture-of-experts layers: a layer's weights, the router's choice for
-//! each token (pure, and a token's choice depends on its own logits only),
-//! a step's dispatch (each chosen expert with the tokens that chose it, so
-//! each is read once a step whatever the batch) and a count of the reads.
-
-mod dispatch;
-mod ops;
-
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+//! The router's choice for each token, pure (a token's choice depends on
+//! its own logits only), and the host arithmetic both CPU paths share, so
+//! they choose and weigh alike to the bit.
 
 use candle_core::Tensor;
 
-pub use dispatch::Dispatch;
-pub(crate) use ops::forward;
-
-use crate::layer::Mlp;
-use crate::linear::tensor_bytes;
-use crate::spec::{MoeSpec, Routing};
-
-/// One mixture-of-experts layer's weights.
-#[derive(Debug, Clone)]
-pub struct MoeWeights {
-    /// Its kind.
-    pub spec: MoeSpec,
-    /// The router `[experts, hidden]`, f32.
-    pub router: Tensor,
-    /// The router's bias (gpt-oss).
-    pub router_bias: Option<Tensor>,
-    /// Every expert, resident.
-    pub experts: Vec<Mlp>,
-    /// The shared expert and its gate `[hidden]` (Qwen2-MoE).
-    pub shared: Option<(Mlp, Tensor)>,
-    /// How often each expert's matrices were read.
-    pub reads: Arc<ExpertReads>,
-}
-
-impl MoeWeights {
-    pub(crate) fn held_bytes(&self) -> u64 {
-        let opt = |t: &Option<Tensor>| t.as_ref().map_or(0, tensor_bytes);
-        let shared = self
-            .shared
-            .as_ref()
-            .map_or(0, |(m, g)| m.held_bytes() + tensor_bytes(g));
-        tensor_bytes(&self.router)
-            + opt(&self.router_bias)
-            + self.experts.iter().map(Mlp::held_bytes).sum::<u64>()
-            + shared
-    }
-}
-
-/// A count of each expert's reads (one per step it ran in), so tests can
-/// see that an expert no token chose was not touched.
-#[derive(Debug, Default)]
-pub struct ExpertReads(Vec<AtomicU64>);
-
-impl ExpertReads {
-    /// Zero reads of `experts` experts.
-    pub fn new(experts: usize) -> Self {
-        ExpertReads((0..experts).map(|_| AtomicU64::new(0)).collect())
-    }
-
-    /// Expert `e` was read once more.
-    pub fn record(&self, e: usize) {
-        if let Some(n) = self.0.get(e) {
-            n.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// The counts so far.
-    pub fn counts(&self) -> Vec<u64> {
-        self.0.iter().map(|n| n.load(Ordering::Relaxed)).collect()
-    }
-}
+use super::spec::{MoeSpec, Routing};
 
 /// Token `logits` (one per expert) to its `top_k` experts and their
 /// weights, slot by slot, into `out` (cleared first). Ties go to the lower
@@ -162,6 +95,3 @@ fn softmax(x: &[f32]) -> Vec<f32> {
     let sum: f32 = e.iter().sum();
     e.into_iter().map(|v| v / sum).collect()
 }
-
-#[cfg(test)]
-mod tests;

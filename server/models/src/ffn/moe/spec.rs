@@ -1,7 +1,7 @@
 //! A mixture-of-experts layer's kind: how many experts, how many a token
 //! runs, how the router weighs them.
 
-use super::Activation;
+use crate::ffn::activation::Activation;
 
 /// One mixture-of-experts layer's kind.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -29,7 +29,7 @@ pub const MAX_EXPERTS: usize = 1 << 14;
 
 impl MoeSpec {
     /// Checks the counts are usable.
-    pub(super) fn validate(&self) -> std::result::Result<(), String> {
+    pub(crate) fn validate(&self) -> std::result::Result<(), String> {
         if self.experts == 0 || self.experts > MAX_EXPERTS {
             return Err(format!("{} experts (1 to {MAX_EXPERTS})", self.experts));
         }

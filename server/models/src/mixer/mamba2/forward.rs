@@ -8,21 +8,18 @@
 //! state between blocks: the SSD form), consecutive single-token spans (the
 //! decode rows) together as one batch, where the same form is one
 //! recurrence step. States come from and go back to the rows' slots of the
-//! [`StateStore`]. Gated DeltaNet (`crate::gdn`) runs its spans alike.
+//! [`StateStore`]. Gated DeltaNet (`crate::mixer::gdn`) runs its spans alike.
 
 use candle_core::{D, DType, Tensor};
 
-use crate::attention::SeqSpan;
+use super::scan;
+use super::spec::SsmSpec;
+use super::step::DecodeStep;
 use crate::error::Result;
 use crate::linear::{Linear, tensor_bytes};
-use crate::spec::SsmSpec;
+use crate::mixer::recurrent::{conv, over_runs, softplus};
+use crate::seq_span::SeqSpan;
 use crate::state_store::StateStore;
-
-pub(crate) mod conv;
-mod scan;
-mod step;
-
-pub(crate) use step::DecodeStep;
 
 /// One Mamba-2 mixer's weights (vectors f32).
 #[derive(Debug, Clone)]
@@ -102,7 +99,7 @@ impl Mamba2Weights {
         (layer, run, state): (usize, &[SeqSpan], &StateStore),
     ) -> Result<Tensor> {
         let (rows, len, _) = xbc.dims3()?;
-        // Decode rows on CPU step their states in place (ssm/step.rs).
+        // Decode rows on CPU step their states in place (step.rs).
         let in_place = len == 1 && xbc.device().is_cpu();
         let (conv_state, ssm_state) = match in_place {
             true => (state.read_conv(layer, run)?, None),
@@ -186,69 +183,6 @@ impl Mamba2Weights {
         })?;
         Ok(Tensor::from_vec(y, x.shape(), x.device())?)
     }
-}
-
-/// The runs a step's spans go through a recurrent mixer in: each prefill
-/// span alone, consecutive single-token spans (decode rows) together; each
-/// run's span range and its first token.
-fn runs(spans: &[SeqSpan]) -> Vec<(std::ops::Range<usize>, usize)> {
-    let mut out = Vec::new();
-    let (mut first, mut token) = (0, 0);
-    while first < spans.len() {
-        let mut last = first + 1;
-        if spans[first].n_tokens == 1 {
-            while last < spans.len() && spans[last].n_tokens == 1 {
-                last += 1;
-            }
-        }
-        out.push((first..last, token));
-        token += (last - first) * spans[first].n_tokens;
-        first = last;
-    }
-    out
-}
-
-/// One run's place in the step: its first token, rows and tokens a row.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Run {
-    token: usize,
-    rows: usize,
-    len: usize,
-}
-
-impl Run {
-    /// The run's rows of `t` `(tokens, width)`: `(rows, len, width)`.
-    pub(crate) fn take(&self, t: &Tensor) -> Result<Tensor> {
-        let width = t.dim(1)?;
-        Ok(t.narrow(0, self.token, self.rows * self.len)?
-            .reshape((self.rows, self.len, width))?)
-    }
-}
-
-/// `f` over each run of `spans` (see [`runs`]); its outputs, `width` wide,
-/// back in the step's token order `(tokens, width)`.
-pub(crate) fn over_runs(
-    spans: &[SeqSpan],
-    width: usize,
-    mut f: impl FnMut(&[SeqSpan], Run) -> Result<Tensor>,
-) -> Result<Tensor> {
-    let mut outs = Vec::new();
-    for (range, token) in runs(spans) {
-        let run = &spans[range];
-        let r = Run {
-            token,
-            rows: run.len(),
-            len: run[0].n_tokens,
-        };
-        outs.push(f(run, r)?.reshape((r.rows * r.len, width))?);
-    }
-    Ok(Tensor::cat(&outs, 0)?)
-}
-
-/// `log(1 + exp(x))`, without overflow.
-pub(crate) fn softplus(x: &Tensor) -> Result<Tensor> {
-    let tail = (x.abs()?.neg()?.exp()? + 1.0)?.log()?;
-    Ok((x.relu()? + tail)?)
 }
 
 /// `rmsnorm(y * silu(z))` over each of `groups` equal slices of the width,

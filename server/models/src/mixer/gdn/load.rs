@@ -6,12 +6,11 @@
 
 use candle_core::{Device, Tensor};
 
-use super::GdnWeights;
+use super::forward::GdnWeights;
+use super::spec::GdnSpec;
 use crate::error::Result;
-use crate::layer::Projection;
-use crate::linear::Linear;
-use crate::spec::GdnSpec;
-use crate::weights::WeightSource;
+use crate::projection::single;
+use crate::weights::source::WeightSource;
 
 /// Layer `i`'s mixer, for a model of width `hidden`.
 pub(crate) fn load(
@@ -66,13 +65,6 @@ pub(crate) fn load(
         norm: src.vector(&n("ssm_norm.weight"), s.value_dim, device)?,
         out_proj: single(out_proj),
     })
-}
-
-fn single(p: Projection) -> Linear {
-    match p {
-        Projection::Fused(l) => l,
-        Projection::Split(mut v) => v.remove(0),
-    }
 }
 
 /// The stored columns, in `[q k v | z | b | a]` order, of a projection

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use candle_core::{CpuStorage, InplaceOp1, Layout};
 use rayon::prelude::*;
 
-use crate::spec::SsmSpec;
+use super::spec::SsmSpec;
 
 /// One step's inputs for `rows` decode rows (f32, row-major).
 pub(crate) struct DecodeStep {

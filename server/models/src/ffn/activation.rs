@@ -1,0 +1,18 @@
+//! A gated MLP's activation: a dense layer's, or its experts'.
+
+/// A gated MLP's activation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Activation {
+    /// SiLU (SwiGLU: Llama, Qwen, Mistral, Phi).
+    Silu,
+    /// GELU, tanh approximation (GeGLU: Gemma).
+    GeluTanh,
+    /// gpt-oss's clamped SwiGLU: the gate clamped above at `limit`, up to
+    /// `[-limit, limit]`, then `(up + 1) * gate * sigmoid(alpha * gate)`.
+    SwigluOai {
+        /// The sigmoid's slope (1.702).
+        alpha: f32,
+        /// The clamp (7.0).
+        limit: f32,
+    },
+}

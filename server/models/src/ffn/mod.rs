@@ -1,0 +1,9 @@
+//! The feed-forward kinds of a decoder layer, each owning its spec, its
+//! weights, their loader and their forward.
+
+pub mod activation;
+pub mod mlp;
+pub mod moe;
+
+pub use activation::Activation;
+pub use mlp::Mlp;

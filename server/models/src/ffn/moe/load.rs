@@ -1,0 +1,73 @@
+//! A mixture-of-experts layer's weights from any source, by GGUF names:
+//! the router, each expert's gate, up and down from the stacked tensors,
+//! their biases, and the shared expert.
+
+use candle_core::{Device, Tensor};
+
+use super::reads::ExpertReads;
+use super::spec::MoeSpec;
+use super::weights::MoeWeights;
+use crate::error::Result;
+use crate::ffn::mlp::{self, Mlp};
+use crate::projection::single;
+use crate::weights::source::WeightSource;
+
+/// Layer `i`'s experts, router and shared expert.
+pub(crate) fn load(
+    src: &mut dyn WeightSource,
+    m: &MoeSpec,
+    i: usize,
+    hidden: usize,
+    device: &Device,
+) -> Result<MoeWeights> {
+    let n = |s: &str| format!("blk.{i}.{s}");
+    let (e, inter) = (m.experts, m.intermediate);
+    let router = src.router(&n("ffn_gate_inp.weight"), e, hidden, device)?;
+    let (gate, up, down) = (
+        n("ffn_gate_exps.weight"),
+        n("ffn_up_exps.weight"),
+        n("ffn_down_exps.weight"),
+    );
+    let gate_ups = src.experts(&[(&gate, inter), (&up, inter)], e, hidden, device)?;
+    let downs = src.experts(&[(&down, hidden)], e, inter, device)?;
+    let mut biases = Vec::new();
+    if m.biases {
+        let gate = src.expert_vectors(&n("ffn_gate_exps.bias"), e, inter, device)?;
+        let up = src.expert_vectors(&n("ffn_up_exps.bias"), e, inter, device)?;
+        let down = src.expert_vectors(&n("ffn_down_exps.bias"), e, hidden, device)?;
+        for ((g, u), d) in gate.into_iter().zip(up).zip(down) {
+            biases.push((Some(Tensor::cat(&[g, u], 0)?), Some(d)));
+        }
+    }
+    biases.resize(e, (None, None));
+    let experts = gate_ups
+        .into_iter()
+        .zip(downs)
+        .zip(biases)
+        .map(|((gate_up, down), (gate_up_bias, down_bias))| Mlp {
+            gate_up,
+            down: single(down),
+            gate_up_bias,
+            down_bias,
+        })
+        .collect();
+    let router_bias = match m.biases {
+        true => Some(src.vector(&n("ffn_gate_inp.bias"), e, device)?),
+        false => None,
+    };
+    let shared = match m.shared {
+        Some(width) => Some((
+            mlp::load(src, i, "_shexp", (hidden, width), device)?,
+            src.vector(&n("ffn_gate_inp_shexp.weight"), hidden, device)?,
+        )),
+        None => None,
+    };
+    Ok(MoeWeights {
+        spec: *m,
+        router,
+        router_bias,
+        experts,
+        shared,
+        reads: std::sync::Arc::new(ExpertReads::new(e)),
+    })
+}

@@ -1,0 +1,192 @@
+//! The attention mixer op by op: its weights, and its forward over a step's
+//! spans (the q, k, v projection, the q/k norms, RoPE, the K/V write into
+//! the layer's group's cache, paged attention, the output gate and the
+//! output projection). The fused CPU path (`crate::fused`) runs its own
+//! projections and comes here only to write K/V and attend ([`attend`]).
+//!
+//! [`attend`]: AttentionWeights::attend
+
+use std::sync::Arc;
+
+use candle_core::Tensor;
+use ferrox_kernels::AttnParams;
+
+use super::paged::{Heads, LayerAttn, StepTables, attention};
+use super::spec::AttentionSpec;
+use crate::error::Result;
+use crate::kv_store::KvStore;
+use crate::linear::{Linear, tensor_bytes};
+use crate::lora::{LoraHook, Target};
+use crate::projection::Projection;
+use crate::rope::Rope;
+use crate::seq_span::SeqSpan;
+
+/// One attention mixer's weights.
+#[derive(Debug, Clone)]
+pub struct AttentionWeights {
+    /// `[q | k | v]` projection.
+    pub qkv: Projection,
+    /// Concatenated q, k, v biases (Qwen2).
+    pub qkv_bias: Option<Tensor>,
+    /// Per-head RMSNorms of q and k, `head_dim` each (Qwen3, Gemma 3).
+    pub qk_norm: Option<(Tensor, Tensor)>,
+    /// Attention output projection.
+    pub o: Linear,
+    /// Its bias (gpt-oss).
+    pub o_bias: Option<Tensor>,
+    /// Per query head, the learned logit of an attention sink (gpt-oss).
+    pub sinks: Option<Tensor>,
+}
+
+/// What every attention layer of a step shares.
+pub(crate) struct AttentionStep<'a> {
+    /// The KV cache, a pool per KV group.
+    pub kv: &'a KvStore,
+    /// The step's spans.
+    pub spans: &'a Arc<[SeqSpan]>,
+    /// Per KV group: its tables on the device, where a kernel reads them.
+    pub tables: &'a [Option<Arc<StepTables>>],
+    /// Per RoPE kind: this step's `(cos, sin)` rows.
+    pub rope_rows: &'a [(Tensor, Tensor)],
+    /// Per KV group: this step's slot index.
+    pub slot_index: &'a [Tensor],
+    /// Head layout.
+    pub heads: Heads,
+    /// The q/k norms' epsilon.
+    pub eps: f32,
+    /// Our paged-attention kernel (on), or the gather path (off).
+    pub paged: bool,
+}
+
+impl AttentionStep<'_> {
+    /// This step's `(cos, sin)` rows of `a`'s RoPE.
+    pub(crate) fn rope_rows(&self, a: &AttentionSpec) -> (&Tensor, &Tensor) {
+        let (cos, sin) = &self.rope_rows[a.rope];
+        (cos, sin)
+    }
+}
+
+/// A layer's queries, their output gate where it has one, keys, values.
+type QkvParts = (Tensor, Option<Tensor>, Tensor, Tensor);
+
+impl AttentionWeights {
+    pub(crate) fn held_bytes(&self) -> u64 {
+        let opt = |t: &Option<Tensor>| t.as_ref().map_or(0, tensor_bytes);
+        let qk = self
+            .qk_norm
+            .as_ref()
+            .map_or(0, |(q, k)| tensor_bytes(q) + tensor_bytes(k));
+        opt(&self.qkv_bias)
+            + opt(&self.o_bias)
+            + opt(&self.sinks)
+            + qk
+            + self.qkv.held_bytes()
+            + self.o.held_bytes()
+    }
+
+    /// Layer `layer`'s attention of `h` `(tokens, hidden)` (normed), its
+    /// kind `a`; `hook` adds each row's LoRA update after the projections.
+    pub(crate) fn forward(
+        &self,
+        a: &AttentionSpec,
+        h: &Tensor,
+        (layer, step): (usize, &AttentionStep<'_>),
+        hook: &LoraHook<'_>,
+    ) -> Result<Tensor> {
+        let tokens = h.dims()[0];
+        let heads = step.heads;
+        let (q_dim, kv_dim) = (
+            heads.heads * heads.head_dim,
+            heads.kv_heads * heads.head_dim,
+        );
+        let norm = |t: &Tensor, w: &Tensor| candle_nn::ops::rms_norm(t, w, step.eps);
+        let mut qkv = self.qkv.forward(h)?;
+        if let Some(b) = &self.qkv_bias {
+            qkv = qkv.broadcast_add(b)?;
+        }
+        let qkv = hook(&[Target::Q, Target::K, Target::V], h, qkv)?;
+        let (mut q, gate, mut k, v) = split_qkv(&qkv, heads, a.gated)?;
+        if let Some((qn, kn)) = &self.qk_norm {
+            (q, k) = (norm(&q.contiguous()?, qn)?, norm(&k.contiguous()?, kn)?);
+        }
+        let (cos, sin) = step.rope_rows(a);
+        let (q, k) = match a.nope {
+            true => (q.contiguous()?, k),
+            false => (Rope::apply(&q, cos, sin)?, Rope::apply(&k, cos, sin)?),
+        };
+        let k = k.contiguous()?.reshape((tokens, kv_dim))?;
+        let mut out = self.attend(a, &q, (&k, &v), (layer, step))?;
+        if let Some(gate) = gate {
+            let gate = candle_nn::ops::sigmoid(&gate.reshape((tokens, q_dim))?)?;
+            let gate = gate.to_dtype(out.dtype())?;
+            out = (out * gate)?;
+        }
+        let mut out = hook(&[Target::O], &out, self.o.forward(&out)?)?;
+        if let Some(b) = &self.o_bias {
+            out = out.broadcast_add(b)?;
+        }
+        Ok(out)
+    }
+
+    /// Writes the step's `k`, `v` `(tokens, kv_dim)` into layer `layer`'s
+    /// cache, then attends `q` `(tokens, heads, head_dim)` over it, by the
+    /// step's spans; `(tokens, heads * head_dim)`.
+    pub(crate) fn attend(
+        &self,
+        a: &AttentionSpec,
+        q: &Tensor,
+        (k, v): (&Tensor, &Tensor),
+        (layer, step): (usize, &AttentionStep<'_>),
+    ) -> Result<Tensor> {
+        step.kv.write(layer, step.slot_index, k, v)?;
+        let (group, local) = step.kv.group_of(layer)?;
+        let at = LayerAttn {
+            layer: local,
+            group,
+            heads: step.heads,
+            params: AttnParams {
+                scale: a.scale,
+                softcap: a.softcap,
+                window: a.window,
+            },
+        };
+        let tables = step.tables[group].as_ref();
+        let cache = step.kv.cache(group);
+        attention(
+            q,
+            cache,
+            at,
+            step.spans,
+            (tables, self.sinks.as_ref()),
+            step.paged,
+        )
+    }
+}
+
+/// `(q (tokens, heads, head_dim), its output gate (tokens, heads,
+/// head_dim) where the layer is `gated`, k (tokens, kv_heads, head_dim),
+/// v (tokens, kv_dim))` from the projections' output.
+fn split_qkv(qkv: &Tensor, heads: Heads, gated: bool) -> Result<QkvParts> {
+    let tokens = qkv.dim(0)?;
+    let Heads {
+        heads,
+        kv_heads,
+        head_dim,
+    } = heads;
+    let (q_dim, kv_dim) = (heads * head_dim, kv_heads * head_dim);
+    // A gated projection's rows: each head's query, then its gate.
+    let q_rows = if gated { 2 * q_dim } else { q_dim };
+    let per_head = qkv
+        .narrow(1, 0, q_rows)?
+        .reshape((tokens, heads, q_rows / heads))?;
+    let q = per_head.narrow(2, 0, head_dim)?;
+    let gate = match gated {
+        true => Some(per_head.narrow(2, head_dim, head_dim)?.contiguous()?),
+        false => None,
+    };
+    let k = qkv
+        .narrow(1, q_rows, kv_dim)?
+        .reshape((tokens, kv_heads, head_dim))?;
+    let v = qkv.narrow(1, q_rows + kv_dim, kv_dim)?;
+    Ok((q, gate, k, v))
+}

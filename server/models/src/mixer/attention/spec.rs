@@ -1,0 +1,28 @@
+//! An attention layer's kind: its window, RoPE, scale and the variants
+//! families add (soft-cap, q/k norms, sinks, NoPE, an output gate).
+
+/// One attention layer's kind.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttentionSpec {
+    /// Sliding window: a position sees itself and the `window - 1` before
+    /// it. `None`: every earlier position.
+    pub window: Option<usize>,
+    /// Index into [`ModelSpec::ropes`].
+    pub rope: usize,
+    /// Multiplies `q . k` (`1/sqrt(head_dim)`, or Gemma's
+    /// `query_pre_attn_scalar^-1/2`).
+    pub scale: f32,
+    /// Gemma 2's attention soft-cap: `cap * tanh(score / cap)`.
+    pub softcap: Option<f32>,
+    /// Per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3).
+    pub qk_norm: bool,
+    /// A learned sink logit per query head joins each softmax (and takes
+    /// its share of the probability, attending to nothing): gpt-oss.
+    pub sinks: bool,
+    /// No position embedding at all (NoPE: Granite 4.0-H's attention).
+    pub nope: bool,
+    /// The query projection emits each head's query and then its output
+    /// gate; the output is multiplied by `sigmoid(gate)` before the output
+    /// projection (Qwen3-Next, Qwen3.5).
+    pub gated: bool,
+}

@@ -1,0 +1,8 @@
+//! The token-mixer kinds of a decoder layer, each owning its spec, its
+//! weights, their loader, its forward and its state hooks; and what the
+//! recurrent kinds share.
+
+pub mod attention;
+pub mod gdn;
+pub mod mamba2;
+pub(crate) mod recurrent;

@@ -298,6 +298,7 @@ fn log_plan(s: &Sizing) {
         .collect();
     tracing::info!(
         pools = pools.join(", "),
+        kv_blocks = p.blocks(CacheKind::Full),
         block_size = p.block_size,
         kv_dtype = %s.kv_dtype,
         kv_bytes = p.kv_budget_bytes,

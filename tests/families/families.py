@@ -48,6 +48,9 @@ class Family:
     gguf: bool = True
     # More arguments to llama.cpp's converter.
     convert_args: list = dataclasses.field(default_factory=list)
+    # Special tokens of the family's own that llama.cpp's converter looks
+    # up (after the shared ones; prompts draw from past them).
+    specials: tuple = ()
 
 
 def _cfg(arch: str, model_type: str, **kw) -> dict:
@@ -214,4 +217,18 @@ FAMILIES = [
                            tie_word_embeddings=True, use_sliding_window=False,
                            rope_theta=2000000.0, eos_token_id=6),
            "bfloat16", "chatml", "<|im_end|>", PLAIN),
+    # GLM-4.5: a dense first layer, then 8 experts in 2 groups (top-2 from
+    # the best group) behind a sigmoid router with a correction bias,
+    # scaled by 2.5, and an ungated shared expert; q/k/v biases, q/k norms,
+    # half of each head rotating; the special tokens llama.cpp's converter
+    # looks up.
+    Family("glm4moe", _cfg("Glm4MoeForCausalLM", "glm4_moe", num_hidden_layers=3, head_dim=16,
+                           moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2,
+                           n_shared_experts=1, n_group=2, topk_group=1,
+                           routed_scaling_factor=2.5, first_k_dense_replace=1,
+                           norm_topk_prob=True, use_qk_norm=True, attention_bias=True,
+                           partial_rotary_factor=0.5, num_nextn_predict_layers=0,
+                           tie_word_embeddings=False, rope_theta=10000.0, eos_token_id=6),
+           "bfloat16", "chatml", "<|im_end|>", PLAIN,
+           specials=("[gMASK]", "<sop>", "<|user|>", "<|observation|>")),
 ]

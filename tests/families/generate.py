@@ -53,6 +53,11 @@ def randomize(model: torch.nn.Module, family: str, seed: int) -> None:
                 p.copy_(0.5 * r)
             else:
                 p.copy_(r * 1.2 / p.shape[-1] ** 0.5)
+        # A router's correction bias (DeepSeek-V3's, GLM-4.5's) is a buffer;
+        # drawn after every parameter, so other families' weights stay.
+        for name, b in sorted(model.named_buffers()):
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(0.2 * torch.randn(b.shape, generator=g))
 
 
 # Where a router's k-th and (k+1)-th logits are closer than this, half
@@ -72,13 +77,27 @@ class Routers:
     def __init__(self, model):
         self.gap = None
         for m in model.modules():
-            if type(m).__name__.endswith("TopKRouter"):
+            if type(m).__name__.lower().endswith("topkrouter"):
                 m.register_forward_hook(self._hook)
 
     def _hook(self, module, args, output):
         logits = output[0].float().reshape(-1, output[0].shape[-1])
+        gaps = []
+        if hasattr(module, "e_score_correction_bias"):
+            # The choice is by sigmoid score plus the correction, within the
+            # best groups: both margins count.
+            logits = logits.sigmoid() + module.e_score_correction_bias.float()
+            groups = logits.view(logits.shape[0], module.num_group, -1)
+            group_scores = groups.topk(2, dim=-1).values.sum(-1)
+            if module.topk_group < module.num_group:
+                top = group_scores.topk(module.topk_group + 1, dim=-1).values
+                gaps.append(top[:, -2] - top[:, -1])
+            kept = group_scores.topk(module.topk_group, dim=-1).indices
+            mask = torch.zeros_like(group_scores).scatter_(1, kept, 1).bool()
+            logits = groups.masked_fill(~mask.unsqueeze(-1), float("-inf")).flatten(1)
         top = torch.topk(logits, module.top_k + 1, dim=-1).values
-        gap = float((top[:, -2] - top[:, -1]).min())
+        gaps.append(top[:, -2] - top[:, -1])
+        gap = float(min(float(g.min()) for g in gaps))
         self.gap = gap if self.gap is None else min(self.gap, gap)
 
     def take(self):
@@ -86,11 +105,11 @@ class Routers:
         return gap
 
 
-def prompts(model, lengths: list, steps: int, seed: int) -> list:
-    """Random prompts of `lengths` and their greedy steps, each prompt clear
-    of near-ties for its first CLEAR_STEPS steps."""
+def prompts(model, lengths: list, steps: int, seed: int, first: int) -> list:
+    """Random prompts of `lengths` (ids from `first`, past the specials) and
+    their greedy steps, each prompt clear of near-ties for its first
+    CLEAR_STEPS steps."""
     rng = random.Random(seed)
-    first = len(tokenizer.SPECIALS)
     routers = Routers(model)
     out = []
     for n in lengths:
@@ -145,7 +164,7 @@ def write_model(f: families.Family, dir: pathlib.Path, seed: int) -> None:
     randomize(model, f.name, seed)
     model.to(getattr(torch, f.dtype)).save_pretrained(dir)
     (dir / "generation_config.json").unlink(missing_ok=True)
-    tokenizer.write(dir, f.template, f.eos)
+    tokenizer.write(dir, f.template, f.eos, f.specials)
 
 
 def convert(dir: pathlib.Path, src: pathlib.Path, outtype: str, extra: list) -> pathlib.Path:
@@ -171,7 +190,8 @@ def build(f: families.Family, out: pathlib.Path, src: pathlib.Path | None, seed:
         model = load(dir, run.overrides)
         runs.append({"name": run.name, "context": run.context, "files": run.files,
                      "overrides": run.overrides,
-                     "prompts": prompts(model, run.prompts, f.steps, seed * 100 + i)})
+                     "prompts": prompts(model, run.prompts, f.steps, seed * 100 + i,
+                                        len(tokenizer.SPECIALS) + len(f.specials))})
     ref = {"family": f.name, "near_tie": NEAR_TIE, "route_tie": ROUTE_TIE,
            "torch": torch.__version__,
            "transformers": transformers.__version__, "runs": runs}

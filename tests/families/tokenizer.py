@@ -34,11 +34,12 @@ PLAIN = ("{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}\n{
 TEMPLATES = {"chatml": CHATML, "gemma": GEMMA, "plain": PLAIN}
 
 
-def build() -> Tokenizer:
+def build(extra: tuple = ()) -> Tokenizer:
+    """The tokenizer, with a family's `extra` specials after the shared ones."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=SPECIALS,
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=SPECIALS + list(extra),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
     tok.train_from_iterator(CORPUS, trainer)
@@ -47,9 +48,9 @@ def build() -> Tokenizer:
     return tok
 
 
-def write(dir: pathlib.Path, template: str, eos: str) -> None:
+def write(dir: pathlib.Path, template: str, eos: str, extra: tuple = ()) -> None:
     """tokenizer.json and tokenizer_config.json into `dir`."""
-    build().save(str(dir / "tokenizer.json"))
+    build(extra).save(str(dir / "tokenizer.json"))
     config = {
         "bos_token": "<bos>",
         "eos_token": eos,

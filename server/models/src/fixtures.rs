@@ -299,7 +299,10 @@ pub fn random_moe(
     let router = values(spec.experts * hidden, seed, 1.2 / (hidden as f32).sqrt());
     let shared = spec.shared.map(|w| {
         let gate = Tensor::from_vec(values(hidden, seed + 7, 0.3), hidden, &d).unwrap();
-        (random_mlp(hidden, w, seed + 11, false), gate)
+        (
+            random_mlp(hidden, w, seed + 11, false),
+            spec.shared_gated.then_some(gate),
+        )
     });
     crate::ffn::moe::MoeWeights {
         spec,
@@ -317,6 +320,9 @@ pub fn random_moe(
                 )
             })
             .collect(),
+        correction: matches!(spec.routing, crate::spec::Routing::SigmoidGroups { .. }).then(|| {
+            Tensor::from_vec(values(spec.experts, seed + 9, 0.2), spec.experts, &d).unwrap()
+        }),
         shared,
         reads: std::sync::Arc::new(crate::ffn::moe::ExpertReads::new(spec.experts)),
     }

@@ -21,7 +21,7 @@ use crate::holding::{self, Held, Role, device_kind, elem_count, kernel_type};
 use crate::linear::{Embedding, Linear};
 use crate::mxfp4;
 use crate::projection::Projection;
-use crate::spec::{FeedForward, ModelSpec, RopeScaling};
+use crate::spec::{FeedForward, Mixer, ModelSpec, RopeScaling};
 use crate::weights::source::{WeightSource, check_shape, check_small, check_vector};
 
 mod raw;
@@ -124,6 +124,14 @@ impl GgufSource {
                     .contains_key(&format!("blk.{i}.ffn_gate_inp.weight"))
             {
                 l.ffn = FeedForward::Gated(m.activation);
+            }
+            // Per-head q/k norms where the file has them (GLM-4.5's are
+            // optional, and its metadata does not say).
+            let q_norm = format!("blk.{i}.attn_q_norm.weight");
+            if let Mixer::Attention(a) = &mut l.mixer
+                && self.content.tensor_infos.contains_key(&q_norm)
+            {
+                a.qk_norm = true;
             }
         }
         if family.gguf_permuted_qk {

@@ -84,6 +84,7 @@ fn hf(c: &HfConfig) -> Result<ModelSpec> {
         routing: Routing::TopKSoftmax,
         biases: true,
         shared: None,
+        shared_gated: false,
     };
     let window = c.usize_opt("sliding_window")?.unwrap_or(WINDOW);
     let slides = sliding_pattern(c, shape.layers, |i| i % 2 == 0)?;
@@ -126,6 +127,7 @@ fn gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
         routing: Routing::TopKSoftmax,
         biases: true,
         shared: None,
+        shared_gated: false,
     };
     let window = m
         .usize_opt("attention.sliding_window")?

@@ -69,6 +69,7 @@ fn mixtral(c: &HfConfig) -> Result<ModelSpec> {
         routing: MIXTRAL_ROUTING,
         biases: false,
         shared: None,
+        shared_gated: false,
     };
     with_experts(&mut spec, Some(moe), |_| true);
     Ok(spec)

@@ -5,6 +5,7 @@
 //! group; no family has a decoder of its own.
 
 mod gemma;
+mod glm;
 mod gpt_oss;
 mod granite;
 mod llama;
@@ -64,7 +65,7 @@ pub struct Family {
 }
 
 /// Every family, in lookup order.
-const FAMILIES: [&Family; 16] = [
+const FAMILIES: [&Family; 17] = [
     &llama::LLAMA,
     &llama::MISTRAL,
     &llama::MIXTRAL,
@@ -81,6 +82,7 @@ const FAMILIES: [&Family; 16] = [
     &qwen35::QWEN35,
     &qwen35::QWEN3NEXT,
     &smollm3::SMOLLM3,
+    &glm::GLM4_MOE,
 ];
 
 /// Every family's name, in lookup order: what an unknown architecture's
@@ -362,6 +364,7 @@ pub(crate) fn gguf_moe(
         shared: m
             .usize_opt("expert_shared_feed_forward_length")?
             .filter(|&n| n > 0),
+        shared_gated: true,
     }))
 }
 

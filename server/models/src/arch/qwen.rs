@@ -110,6 +110,7 @@ pub(super) fn with_hf_experts(c: &HfConfig, spec: &mut ModelSpec) -> Result<()> 
         shared: c
             .usize_opt("shared_expert_intermediate_size")?
             .filter(|&n| n > 0),
+        shared_gated: true,
     };
     let step = c.usize_or("decoder_sparse_step", 1)?.max(1);
     let dense = c.usizes("mlp_only_layers")?;

@@ -268,7 +268,7 @@ fn an_unknown_architecture_lists_every_family_of_the_table() {
     let err = super::Family::by_gguf("gptneox").unwrap_err().to_string();
     let want = "unsupported architecture \"gptneox\" (supported: llama, mistral, mixtral, \
         qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, phi3, gpt-oss, mamba2, granitehybrid, \
-        qwen35, qwen3next, smollm3)";
+        qwen35, qwen3next, smollm3, glm4moe)";
     assert_eq!(err, want);
     let names: Vec<&str> = super::FAMILIES.iter().map(|f| f.name).collect();
     assert_eq!(super::SUPPORTED.to_vec(), names);
@@ -295,6 +295,8 @@ fn the_mixtures_people_deploy_read_as_the_plan_counts_them() {
         routing: Routing::SoftmaxTopK { normalize: true },
         biases: false,
         shared: None,
+        // Qwen's kind: a shared expert, where there is one, is gated.
+        shared_gated: true,
     };
     assert!(q.layers.iter().all(|l| l.moe() == Some(&want)));
     // ferrox-plan's table: 30,532,122,624 parameters, 3,353,032,704 active.
@@ -472,4 +474,39 @@ fn qwen3_next_has_experts_and_a_quarter_rotary_by_default() {
         64,
         "transformers' default"
     );
+}
+
+/// GLM-4.5-Air's published config: a dense first layer, 128 routed experts
+/// behind the sigmoid router, an ungated shared expert, half of each head
+/// rotating, q/k/v biases.
+#[test]
+fn glm_4_5_air_reads_as_its_card_says() {
+    let s = read(
+        json!({"architectures":["Glm4MoeForCausalLM"],"attention_bias":true,"head_dim":128,
+        "first_k_dense_replace":1,"hidden_size":4096,"intermediate_size":10944,
+        "max_position_embeddings":131072,"model_type":"glm4_moe","moe_intermediate_size":1408,
+        "n_group":1,"n_routed_experts":128,"n_shared_experts":1,"norm_topk_prob":true,
+        "num_attention_heads":96,"num_experts_per_tok":8,"num_hidden_layers":46,
+        "num_key_value_heads":8,"num_nextn_predict_layers":1,"partial_rotary_factor":0.5,
+        "rms_norm_eps":1e-05,"rope_theta":1000000,"routed_scaling_factor":1.0,"topk_group":1,
+        "tie_word_embeddings":false,"use_qk_norm":false,"vocab_size":151552}),
+    );
+    assert_eq!(s.layers.len(), 46);
+    assert!(s.layers[0].moe().is_none(), "the first layer is dense");
+    let m = s.layers[1].moe().unwrap();
+    assert!(s.layers[1..].iter().all(|l| l.moe() == Some(m)));
+    assert_eq!((m.experts, m.top_k, m.intermediate), (128, 8, 1408));
+    assert_eq!((m.shared, m.shared_gated), (Some(1408), false));
+    let groups = crate::spec::Routing::SigmoidGroups {
+        groups: 1,
+        topk_groups: 1,
+        normalize: true,
+        scale: 1.0,
+    };
+    assert_eq!(m.routing, groups);
+    assert_eq!(s.ropes[0].rotary_dim, 64);
+    assert!(s.qkv_bias && !s.layers[0].attention().unwrap().qk_norm);
+    // 45 layers of 120 experts a token does not run, 3 x 4096 x 1408 each.
+    let (all, active) = s.expert_params();
+    assert_eq!(all - active, 45 * 120 * 3 * 4096 * 1408);
 }

@@ -10,7 +10,7 @@ use candle_core::{CpuStorage, InplaceOp1, Layout, Tensor};
 use ferrox_kernels::QActs;
 
 use super::ops::{kernel_err, lock, quantize_activation, rms_norm_rows, rows_of, slice_mut};
-use super::{FusedMlp, Scratch, host_opt, host_vec};
+use super::{FusedMlp, Scratch, host_opt};
 use crate::error::Result;
 use crate::ffn::moe::dispatch::Dispatch;
 use crate::ffn::moe::reads::ExpertReads;
@@ -25,9 +25,10 @@ pub(crate) struct FusedMoe {
     /// The router `[experts, hidden]`, f32 (the layer's own tensor).
     router: Tensor,
     router_bias: Option<Vec<f32>>,
+    correction: Option<Vec<f32>>,
     experts: Vec<FusedMlp>,
-    /// The shared expert and its gate `[hidden]`.
-    shared: Option<(FusedMlp, Vec<f32>)>,
+    /// The shared expert and its gate `[hidden]` where it has one.
+    shared: Option<(FusedMlp, Option<Vec<f32>>)>,
     reads: Arc<ExpertReads>,
 }
 
@@ -57,7 +58,7 @@ impl FusedMoe {
         }
         let shared = match &m.shared {
             Some((mlp, gate)) => match FusedMlp::of(mlp)? {
-                Some(f) => Some((f, host_vec(gate)?)),
+                Some(f) => Some((f, host_opt(gate)?)),
                 None => return Ok(None),
             },
             None => None,
@@ -66,6 +67,7 @@ impl FusedMoe {
             spec: m.spec,
             router,
             router_bias: host_opt(&m.router_bias)?,
+            correction: host_opt(&m.correction)?,
             experts,
             shared,
             reads: m.reads.clone(),
@@ -167,7 +169,7 @@ impl InplaceOp1 for MoeOp<'_> {
         sc.acts.quantize(&s.normed, tokens).map_err(kernel_err)?;
         m.logits(&s.normed, hidden, &mut s.logits)
             .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
-        let d = Dispatch::new(&m.spec, &s.logits);
+        let d = Dispatch::new(&m.spec, &s.logits, m.correction.as_deref());
         self.experts(&d, &sc.acts, s)?;
         // Each token's experts in ascending order, as the op-by-op path
         // adds them (a token's sum never depends on the batch).
@@ -197,7 +199,7 @@ impl InplaceOp1 for MoeOp<'_> {
                 .zip(shared.chunks_exact(hidden))
                 .zip(s.normed.chunks_exact(hidden))
             {
-                let g = shared_gate(h, gate);
+                let g = gate.as_ref().map_or(1.0, |g| shared_gate(h, g));
                 o.iter_mut().zip(y).for_each(|(o, y)| *o += y * g);
             }
         }
@@ -265,6 +267,7 @@ mod tests {
             routing: Routing::SoftmaxTopK { normalize: true },
             biases: false,
             shared: None,
+            shared_gated: false,
         };
         let oai = Activation::SwigluOai {
             alpha: 1.702,
@@ -275,6 +278,7 @@ mod tests {
             MoeSpec {
                 routing: Routing::SoftmaxTopK { normalize: false },
                 shared: Some(64),
+                shared_gated: true,
                 ..base
             },
             MoeSpec {

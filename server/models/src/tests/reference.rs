@@ -19,7 +19,7 @@ use crate::{Decoder, PagedModel, Source};
 pub const TOL: f32 = 2e-3;
 
 /// Every family with a committed reference.
-pub const FAMILIES: [&str; 17] = [
+pub const FAMILIES: [&str; 18] = [
     "llama",
     "qwen2",
     "mistral",
@@ -37,6 +37,7 @@ pub const FAMILIES: [&str; 17] = [
     "qwen35",
     "qwen3next",
     "smollm3",
+    "glm4moe",
 ];
 
 /// A routing margin half precision keeps: every matrix held in bf16 moves

@@ -20,15 +20,16 @@ pub struct Dispatch {
 }
 
 impl Dispatch {
-    /// Routes every token of `logits` (`tokens * experts`, row-major).
-    pub fn new(spec: &MoeSpec, logits: &[f32]) -> Self {
+    /// Routes every token of `logits` (`tokens * experts`, row-major),
+    /// with the layer's correction bias where its routing has one.
+    pub fn new(spec: &MoeSpec, logits: &[f32], correction: Option<&[f32]>) -> Self {
         let (experts, k) = (spec.experts, spec.top_k);
         let tokens = logits.len() / experts.max(1);
         let mut weights = vec![0f32; tokens * k];
         let mut expert_of = vec![0u32; tokens * k];
         let mut chosen = Vec::with_capacity(k + 1);
         for (t, row) in logits.chunks_exact(experts).enumerate() {
-            route(spec, row, &mut chosen);
+            route(spec, row, correction, &mut chosen);
             for (slot, &(e, w)) in chosen.iter().enumerate() {
                 weights[t * k + slot] = w;
                 expert_of[t * k + slot] = e;

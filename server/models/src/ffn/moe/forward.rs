@@ -35,7 +35,11 @@ pub(crate) fn forward(w: &MoeWeights, h: &Tensor) -> Result<Tensor> {
         }
         logits.flatten_all()?.to_vec1()?
     };
-    let d = Dispatch::new(s, &host);
+    let correction = match &w.correction {
+        Some(c) => Some(c.to_dtype(DType::F32)?.to_vec1::<f32>()?),
+        None => None,
+    };
+    let d = Dispatch::new(s, &host, correction.as_deref());
     let mut out = h.zeros_like()?;
     for (e, cells) in d.active() {
         w.reads.record(e);
@@ -48,6 +52,9 @@ pub(crate) fn forward(w: &MoeWeights, h: &Tensor) -> Result<Tensor> {
     }
     if let (Some((m, gate)), Some(width)) = (&w.shared, s.shared) {
         let y = m.forward(h, width, s.activation)?;
+        let Some(gate) = gate else {
+            return Ok((out + y)?);
+        };
         let g = if device.is_cpu() {
             let gates = on_host(h, |hs| {
                 on_host(gate, |g| {

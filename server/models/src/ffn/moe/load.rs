@@ -5,7 +5,7 @@
 use candle_core::{Device, Tensor};
 
 use super::reads::ExpertReads;
-use super::spec::MoeSpec;
+use super::spec::{MoeSpec, Routing};
 use super::weights::MoeWeights;
 use crate::error::Result;
 use crate::ffn::mlp::{self, Mlp};
@@ -55,10 +55,17 @@ pub(crate) fn load(
         true => Some(src.vector(&n("ffn_gate_inp.bias"), e, device)?),
         false => None,
     };
+    let correction = match m.routing {
+        Routing::SigmoidGroups { .. } => Some(src.vector(&n("exp_probs_b.bias"), e, device)?),
+        _ => None,
+    };
     let shared = match m.shared {
         Some(width) => Some((
             mlp::load(src, i, "_shexp", (hidden, width), device)?,
-            src.vector(&n("ffn_gate_inp_shexp.weight"), hidden, device)?,
+            match m.shared_gated {
+                true => Some(src.vector(&n("ffn_gate_inp_shexp.weight"), hidden, device)?),
+                false => None,
+            },
         )),
         None => None,
     };
@@ -66,6 +73,7 @@ pub(crate) fn load(
         spec: *m,
         router,
         router_bias,
+        correction,
         experts,
         shared,
         reads: std::sync::Arc::new(ExpertReads::new(e)),

@@ -9,38 +9,106 @@ use super::spec::{MoeSpec, Routing};
 /// Token `logits` (one per expert) to its `top_k` experts and their
 /// weights, slot by slot, into `out` (cleared first). Ties go to the lower
 /// expert; the arithmetic is transformers' (softmax in f32, max first).
-pub fn route(spec: &MoeSpec, logits: &[f32], out: &mut Vec<(u32, f32)>) {
+/// `correction`: the layer's per-expert bias on the choice
+/// ([`Routing::SigmoidGroups`]).
+pub fn route(
+    spec: &MoeSpec,
+    logits: &[f32],
+    correction: Option<&[f32]>,
+    out: &mut Vec<(u32, f32)>,
+) {
     out.clear();
     let k = spec.top_k.min(logits.len());
+    if let Routing::SigmoidGroups { .. } = spec.routing {
+        return sigmoid_groups(spec, logits, correction, out);
+    }
     let probs: Vec<f32>;
     let scores = match spec.routing {
         Routing::SoftmaxTopK { .. } => {
             probs = softmax(logits);
             &probs[..]
         }
-        Routing::TopKSoftmax => logits,
+        _ => logits,
     };
-    for (e, &s) in scores.iter().enumerate() {
-        // Insertion into the kept `k`, largest first (a later equal one after).
-        let at = out.iter().position(|&(_, v)| s > v).unwrap_or(out.len());
-        if at < k {
-            out.insert(at, (e as u32, s));
-            out.truncate(k);
-        }
-    }
+    keep_largest(scores, k, out);
     match spec.routing {
-        Routing::SoftmaxTopK { normalize: true } => {
-            let sum: f32 = out.iter().map(|&(_, p)| p).sum();
-            out.iter_mut().for_each(|(_, p)| *p /= sum);
-        }
-        Routing::SoftmaxTopK { normalize: false } => {}
+        Routing::SoftmaxTopK { normalize: true } => normalize(out),
         Routing::TopKSoftmax => {
             let kept: Vec<f32> = out.iter().map(|&(_, v)| v).collect();
             for ((_, w), p) in out.iter_mut().zip(softmax(&kept)) {
                 *w = p;
             }
         }
+        _ => {}
     }
+}
+
+/// The `k` largest of `scores` into `out`, largest first (a later equal
+/// one after).
+fn keep_largest(scores: &[f32], k: usize, out: &mut Vec<(u32, f32)>) {
+    for (e, &s) in scores.iter().enumerate() {
+        let at = out.iter().position(|&(_, v)| s > v).unwrap_or(out.len());
+        if at < k {
+            out.insert(at, (e as u32, s));
+            out.truncate(k);
+        }
+    }
+}
+
+/// Divides the kept weights by their sum.
+fn normalize(out: &mut [(u32, f32)]) {
+    let sum: f32 = out.iter().map(|&(_, p)| p).sum();
+    out.iter_mut().for_each(|(_, p)| *p /= sum);
+}
+
+/// DeepSeek-V3's and GLM-4.5's router (transformers' arithmetic): sigmoid
+/// scores, the choice by score plus correction within the best groups.
+fn sigmoid_groups(
+    spec: &MoeSpec,
+    logits: &[f32],
+    correction: Option<&[f32]>,
+    out: &mut Vec<(u32, f32)>,
+) {
+    let Routing::SigmoidGroups {
+        groups,
+        topk_groups,
+        normalize: norm,
+        scale,
+    } = spec.routing
+    else {
+        return;
+    };
+    let scores: Vec<f32> = logits.iter().map(|&l| 1.0 / (1.0 + (-l).exp())).collect();
+    let mut choice: Vec<f32> = match correction {
+        Some(c) => scores.iter().zip(c).map(|(s, c)| s + c).collect(),
+        None => scores.clone(),
+    };
+    let per = (choice.len() / groups.max(1)).max(1);
+    let mut best = Vec::with_capacity(2);
+    let group_scores: Vec<f32> = choice
+        .chunks(per)
+        .map(|g| {
+            best.clear();
+            keep_largest(g, 2, &mut best);
+            best.iter().map(|&(_, v)| v).sum()
+        })
+        .collect();
+    let mut kept = Vec::with_capacity(topk_groups);
+    keep_largest(&group_scores, topk_groups, &mut kept);
+    for (g, c) in choice.chunks_mut(per).enumerate() {
+        if !kept.iter().any(|&(k, _)| k as usize == g) {
+            c.iter_mut().for_each(|v| *v = f32::NEG_INFINITY);
+        }
+    }
+    keep_largest(&choice, spec.top_k.min(choice.len()), out);
+    for (e, w) in out.iter_mut() {
+        *w = scores[*e as usize];
+    }
+    if norm {
+        let sum: f32 = out.iter().map(|&(_, p)| p).sum::<f32>() + 1e-20;
+        out.iter_mut().for_each(|(_, p)| *p /= sum);
+    }
+    out.iter_mut().for_each(|(_, p)| *p *= scale);
 }
 
 /// Router logits `[token][expert]` of the normed rows `h` (`hidden` wide)

@@ -18,9 +18,11 @@ pub struct MoeSpec {
     pub routing: Routing,
     /// Biases on the router and on every expert's projections (gpt-oss).
     pub biases: bool,
-    /// A shared expert of this width that every token passes through,
-    /// scaled by a sigmoid gate of its own (Qwen2-MoE).
+    /// A shared expert of this width that every token passes through.
     pub shared: Option<usize>,
+    /// The shared expert's output scaled by a sigmoid gate of its own
+    /// (Qwen2-MoE, Qwen3-Next); else added as it is (GLM-4.5, DeepSeek-V3).
+    pub shared_gated: bool,
 }
 
 /// More experts than any model has (DeepSeek-V3 has 256, Qwen3-Next 512):
@@ -42,6 +44,7 @@ impl MoeSpec {
         if self.intermediate == 0 || self.shared == Some(0) {
             return Err(format!("zero expert width in {self:?}"));
         }
+        self.routing.check(self.experts, self.top_k)?;
         if let Activation::SwigluOai { alpha, limit } = self.activation
             && !(alpha.is_finite() && limit.is_finite() && limit > 0.0)
         {
@@ -61,7 +64,7 @@ impl MoeSpec {
 }
 
 /// How a router's logits choose experts and weigh them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Routing {
     /// Softmax over every expert, the `top_k` largest kept; `normalize`:
     /// then divided by their sum (Mixtral always; Qwen's `norm_topk_prob`).
@@ -71,4 +74,47 @@ pub enum Routing {
     },
     /// The `top_k` largest logits, softmax over those alone (gpt-oss).
     TopKSoftmax,
+    /// Sigmoid scores; the choice by score plus the layer's correction
+    /// bias, among the `topk_groups` best of `groups` equal groups of
+    /// experts (a group's two best summed); the chosen scores as weights,
+    /// divided by their sum when `normalize`, times `scale` (DeepSeek-V3,
+    /// GLM-4.5).
+    SigmoidGroups {
+        /// Groups the experts split into.
+        groups: usize,
+        /// Groups a token chooses from.
+        topk_groups: usize,
+        /// Renormalise the chosen scores.
+        normalize: bool,
+        /// `routed_scaling_factor`.
+        scale: f32,
+    },
+}
+
+impl Routing {
+    /// Checks the groups split `experts` evenly and hold `top_k` of them.
+    fn check(&self, experts: usize, top_k: usize) -> std::result::Result<(), String> {
+        let Routing::SigmoidGroups {
+            groups,
+            topk_groups,
+            scale,
+            ..
+        } = *self
+        else {
+            return Ok(());
+        };
+        let even = groups > 0 && experts.is_multiple_of(groups);
+        if !even || topk_groups == 0 || topk_groups > groups {
+            return Err(format!(
+                "{experts} experts in {groups} groups, {topk_groups} kept"
+            ));
+        }
+        let per = experts / groups;
+        if top_k > per * topk_groups || !scale.is_finite() {
+            return Err(format!(
+                "{top_k} experts a token from {topk_groups} groups of {per}, scaled by {scale}"
+            ));
+        }
+        Ok(())
+    }
 }

@@ -10,6 +10,7 @@ fn spec(experts: usize, top_k: usize, routing: Routing) -> MoeSpec {
         routing,
         biases: false,
         shared: None,
+        shared_gated: false,
     }
 }
 
@@ -29,6 +30,7 @@ fn each_routing_weighs_the_chosen_experts_as_transformers_does() {
     route(
         &spec(5, 3, Routing::SoftmaxTopK { normalize: false }),
         &logits,
+        None,
         &mut out,
     );
     let got: Vec<u32> = out.iter().map(|c| c.0).collect();
@@ -37,6 +39,7 @@ fn each_routing_weighs_the_chosen_experts_as_transformers_does() {
     route(
         &spec(5, 3, Routing::SoftmaxTopK { normalize: true }),
         &logits,
+        None,
         &mut out,
     );
     let kept = p[1] + p[3] + p[2];
@@ -46,7 +49,7 @@ fn each_routing_weighs_the_chosen_experts_as_transformers_does() {
             .all(|(c, i)| close(c.1, p[i] / kept))
     );
     // gpt-oss: softmax over the kept logits alone, the same numbers.
-    route(&spec(5, 3, Routing::TopKSoftmax), &logits, &mut out);
+    route(&spec(5, 3, Routing::TopKSoftmax), &logits, None, &mut out);
     assert!(
         out.iter()
             .zip([1, 3, 2])
@@ -55,7 +58,7 @@ fn each_routing_weighs_the_chosen_experts_as_transformers_does() {
     let sum: f32 = out.iter().map(|c| c.1).sum();
     assert!(close(sum, 1.0));
     // Top-1 of a single expert.
-    route(&spec(1, 1, Routing::TopKSoftmax), &[0.3], &mut out);
+    route(&spec(1, 1, Routing::TopKSoftmax), &[0.3], None, &mut out);
     assert_eq!(out, [(0, 1.0)]);
 }
 
@@ -68,7 +71,7 @@ fn a_dispatch_groups_cells_by_expert_in_token_order_and_skips_the_unchosen() {
         0.0, 2.0, 3.0, -1.0, //
         3.0, 0.0, 2.0, -1.0,
     ];
-    let d = Dispatch::new(&s, &logits);
+    let d = Dispatch::new(&s, &logits, None);
     assert_eq!((d.tokens(), d.top_k()), (3, 2));
     let active: Vec<(usize, Vec<u32>)> = d.active().map(|(e, c)| (e, c.to_vec())).collect();
     // Cells are token * 2 + slot.
@@ -83,9 +86,65 @@ fn a_dispatch_groups_cells_by_expert_in_token_order_and_skips_the_unchosen() {
         assert!(close(sum, 1.0), "token {t}: {sum}");
     }
     // A token's choice is its own: routed alone it is the same.
-    let alone = Dispatch::new(&s, &logits[4..8]);
+    let alone = Dispatch::new(&s, &logits[4..8], None);
     assert_eq!(alone.weight(0), d.weight(2));
     assert_eq!(alone.weight(1), d.weight(3));
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// DeepSeek-V3's and GLM-4.5's router: the correction moves the choice,
+/// not the weights; experts outside the best group are never chosen.
+#[test]
+fn sigmoid_routing_chooses_by_the_corrected_score_within_the_best_groups() {
+    let groups = |groups, topk_groups, normalize, scale| Routing::SigmoidGroups {
+        groups,
+        topk_groups,
+        normalize,
+        scale,
+    };
+    let logits = [0.5f32, 2.0, -1.0, 1.0, 1.5, 0.0];
+    let mut out = Vec::new();
+    // (routing, correction, chosen experts in order)
+    let cases: [(Routing, Option<[f32; 6]>, [u32; 2]); 4] = [
+        (groups(1, 1, false, 1.0), None, [1, 4]),
+        // The bias lifts expert 2 over 1 and 4 for the choice only.
+        (
+            groups(1, 1, false, 1.0),
+            Some([0.0, 0.0, 0.9, 0.0, 0.0, 0.0]),
+            [2, 1],
+        ),
+        // Groups {0,1,2} and {3,4,5}: their two best sum 2.5 and 2.5 by
+        // logit but less by sigmoid for the first (0.88 + 0.62 < 0.73 + 0.82).
+        (groups(2, 1, false, 1.0), None, [4, 3]),
+        (groups(3, 2, true, 2.5), None, [1, 4]),
+    ];
+    for (routing, correction, want) in cases {
+        route(
+            &spec(6, 2, routing),
+            &logits,
+            correction.as_ref().map(|c| &c[..]),
+            &mut out,
+        );
+        let got: Vec<u32> = out.iter().map(|c| c.0).collect();
+        assert_eq!(got, want, "{routing:?}");
+        let Routing::SigmoidGroups {
+            normalize, scale, ..
+        } = routing
+        else {
+            unreachable!()
+        };
+        let raw: Vec<f32> = want.iter().map(|&e| sigmoid(logits[e as usize])).collect();
+        let sum: f32 = if normalize { raw.iter().sum() } else { 1.0 };
+        for (c, r) in out.iter().zip(&raw) {
+            assert!(close(c.1, r / sum * scale), "{routing:?}: {out:?}");
+        }
+    }
+    let bad = spec(6, 4, groups(3, 1, true, 1.0));
+    assert!(bad.validate().is_err(), "4 experts from one group of 2");
+    assert!(spec(6, 2, groups(4, 1, true, 1.0)).validate().is_err());
 }
 
 #[test]

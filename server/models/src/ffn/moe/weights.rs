@@ -20,8 +20,11 @@ pub struct MoeWeights {
     pub router_bias: Option<Tensor>,
     /// Every expert, resident.
     pub experts: Vec<Mlp>,
-    /// The shared expert and its gate `[hidden]` (Qwen2-MoE).
-    pub shared: Option<(Mlp, Tensor)>,
+    /// The router's per-expert correction bias on the choice, f32
+    /// (`e_score_correction_bias`: DeepSeek-V3, GLM-4.5).
+    pub correction: Option<Tensor>,
+    /// The shared expert and its gate `[hidden]` where it has one.
+    pub shared: Option<(Mlp, Option<Tensor>)>,
     /// How often each expert's matrices were read.
     pub reads: Arc<ExpertReads>,
 }
@@ -32,9 +35,10 @@ impl MoeWeights {
         let shared = self
             .shared
             .as_ref()
-            .map_or(0, |(m, g)| m.held_bytes() + tensor_bytes(g));
+            .map_or(0, |(m, g)| m.held_bytes() + opt(g));
         tensor_bytes(&self.router)
             + opt(&self.router_bias)
+            + opt(&self.correction)
             + self.experts.iter().map(Mlp::held_bytes).sum::<u64>()
             + shared
     }

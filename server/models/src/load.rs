@@ -100,6 +100,8 @@ impl ModelInfo {
             active_params: params.saturating_sub(experts - active_experts),
             recurrent_layers: config.recurrent_layers().len() as u64,
             state_bytes_per_seq: config.state_bytes(),
+            // No family with latent attention is served yet.
+            kv_latent_dim: 0,
         };
         Ok(ModelInfo {
             architecture: config.family.to_string(),

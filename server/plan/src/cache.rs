@@ -12,6 +12,9 @@
 //! - `window:W`: sliding-window attention: the same per token, but a
 //!   sequence holds at most its window plus one prefill chunk
 //!   ([`crate::window_blocks`]); blocks that leave the window go back.
+//!   Latent attention (DeepSeek-V2/V3's MLA) is this kind too, with a
+//!   smaller page ([`CacheSpec::Latent`]): one compressed vector a token a
+//!   layer instead of K and V for every head.
 //! - `state`: recurrent layers (Mamba-2, Gated DeltaNet): one fixed-size
 //!   state per sequence whatever its length; a block is one sequence's slot.
 //!
@@ -148,23 +151,42 @@ pub enum CacheSpec {
         /// Bytes of one sequence's state.
         bytes_per_seq: u64,
     },
+    /// Latent attention: one vector of `width` elements (`kv_lora_rank +
+    /// qk_rope_head_dim`) a token a layer, held for the sequence's life in
+    /// the full pool (vLLM's `MLAAttentionSpec` is a full-attention spec
+    /// with its own page size).
+    Latent {
+        /// Elements a token a layer.
+        width: u64,
+        /// Their type.
+        dtype: KvDtype,
+    },
 }
 
 impl CacheSpec {
     /// The kind, which names the pool.
     pub fn kind(&self) -> CacheKind {
         match self {
-            CacheSpec::Full(_) => CacheKind::Full,
+            CacheSpec::Full(_) | CacheSpec::Latent { .. } => CacheKind::Full,
             CacheSpec::Window { window, .. } => CacheKind::Window(*window),
             CacheSpec::State { .. } => CacheKind::State,
         }
     }
 
-    /// K and V of a token in a layer, for the attention kinds.
+    /// K and V of a token in a layer, for the per-head attention kinds.
     pub fn kv(&self) -> Option<KvShape> {
         match self {
             CacheSpec::Full(kv) | CacheSpec::Window { kv, .. } => Some(*kv),
-            CacheSpec::State { .. } => None,
+            CacheSpec::State { .. } | CacheSpec::Latent { .. } => None,
+        }
+    }
+
+    /// Bytes one token takes in one layer (0 for state).
+    pub fn layer_token_bytes(&self) -> u64 {
+        match self {
+            CacheSpec::Full(kv) | CacheSpec::Window { kv, .. } => kv.token_bytes(),
+            CacheSpec::Latent { width, dtype } => width.saturating_mul(dtype.bytes()),
+            CacheSpec::State { .. } => 0,
         }
     }
 }
@@ -186,9 +208,7 @@ impl CacheGroup {
 
     /// Bytes one token takes across the group's layers (0 for state).
     pub fn token_bytes(&self) -> u64 {
-        self.spec
-            .kv()
-            .map_or(0, |kv| kv.token_bytes().saturating_mul(self.layers))
+        self.spec.layer_token_bytes().saturating_mul(self.layers)
     }
 
     /// Bytes of one block of the pool: `block_size` tokens in every layer,

@@ -14,9 +14,21 @@ impl ModelGeometry {
         }
     }
 
-    /// Bytes of K and V one token takes in one layer.
+    /// What one attention layer keeps a token: K and V per head, or the
+    /// latent vector.
+    pub fn attention_spec(&self) -> CacheSpec {
+        match self.kv_latent_dim {
+            0 => CacheSpec::Full(self.kv_shape()),
+            width => CacheSpec::Latent {
+                width,
+                dtype: self.kv_dtype,
+            },
+        }
+    }
+
+    /// Bytes one token takes in one attention layer.
     pub fn layer_kv_bytes_per_token(&self) -> u64 {
-        self.kv_shape().token_bytes()
+        self.attention_spec().layer_token_bytes()
     }
 
     /// Layers with no window that slides: the attention layers less the
@@ -54,7 +66,7 @@ impl ModelGeometry {
             }
         }
         let full = (self.full_layers() > 0).then(|| CacheGroup {
-            spec: CacheSpec::Full(kv),
+            spec: self.attention_spec(),
             layers: self.full_layers(),
         });
         let state = (self.recurrent_layers > 0).then_some(CacheGroup {

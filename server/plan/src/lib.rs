@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! kv_bytes_per_token = 2 * attention_layers * kv_heads * head_dim * kv_dtype_bytes
+//!                      (latent attention: attention_layers * kv_latent_dim * kv_dtype_bytes)
 //! block_bytes        = block_size * kv_bytes_per_token
 //! kv_budget          = memory * utilization - weights - activation_reserve - overhead - adapters
 //! kv_blocks          = floor(kv_budget / block_bytes)
@@ -163,6 +164,11 @@ pub struct ModelGeometry {
     /// absent: none).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub state_bytes_per_seq: u64,
+    /// Latent attention (DeepSeek-V2/V3, Kimi K2): elements each attention
+    /// layer caches a token (`kv_lora_rank + qk_rope_head_dim`) instead of
+    /// K and V for every head; 0 for per-head K and V.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub kv_latent_dim: u64,
 }
 
 /// Whether a count is absent (serialised as nothing).
@@ -175,7 +181,7 @@ impl ModelGeometry {
     /// costs while every layer holds it; windowed layers stop holding it
     /// once it leaves their window).
     pub fn kv_bytes_per_token(&self) -> u64 {
-        2 * self.attention_layers() * self.kv_heads * self.head_dim * self.kv_dtype.bytes()
+        self.attention_layers() * self.layer_kv_bytes_per_token()
     }
 
     /// Layers that keep KV: all but the recurrent ones.

@@ -83,6 +83,7 @@ mod tests {
             active_params: 0,
             recurrent_layers: 0,
             state_bytes_per_seq: 0,
+            kv_latent_dim: 0,
         }
     }
 

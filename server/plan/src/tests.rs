@@ -452,3 +452,72 @@ fn fit_blocks_adds_a_quarter_rounded_up() {
         assert_eq!(fit_blocks(seqs, len, block), want, "{seqs} {len} {block}");
     }
 }
+
+/// DeepSeek-V3: 61 layers of latent attention, each caching 512 + 64 = 576
+/// elements a token, against 128 heads x (192 + 128) of K and V had it
+/// cached per head (40,960 a layer).
+fn deepseek_v3(latent: bool) -> ModelGeometry {
+    ModelGeometry {
+        layers: 61,
+        heads: 128,
+        kv_heads: 128,
+        head_dim: 160,
+        kv_dtype: KvDtype::Bf16,
+        weight_bytes: 8 * 80 * GIB,
+        context_length: 131_072,
+        kv_latent_dim: if latent { 576 } else { 0 },
+        ..ModelGeometry::default()
+    }
+}
+
+#[test]
+fn latent_attention_is_planned_at_its_latent_width_in_the_full_pool() {
+    let latent = deepseek_v3(true);
+    // 61 x 576 x 2 bytes a token.
+    assert_eq!(latent.kv_bytes_per_token(), 61 * 576 * 2);
+    let groups = latent.cache_groups();
+    assert_eq!(groups.len(), 1);
+    assert_eq!(groups[0].kind(), CacheKind::Full);
+    let spec = CacheSpec::Latent {
+        width: 576,
+        dtype: KvDtype::Bf16,
+    };
+    assert_eq!(groups[0].spec, spec);
+    // Eight 141 GiB GPUs at 128k: the plan's pool counts the latent bytes
+    // (to the byte; the aim is within 1%); planned per head, one 128k
+    // sequence needs 610 GiB of KV and the model is refused.
+    let config = PlanConfig {
+        memory_bytes: 8 * 141 * GIB,
+        max_seqs_cap: Some(256),
+        ..PlanConfig::default()
+    };
+    let p = plan(&latent, &config).unwrap();
+    assert_eq!(p.block_bytes(), p.block_size * 61 * 576 * 2);
+    let refused = plan(&deepseek_v3(false), &config).unwrap_err();
+    assert!(
+        matches!(refused, PlanError::InsufficientMemory { .. }),
+        "{refused}"
+    );
+    // At 16k both fit, and the same memory holds 40,960 / 576 (71x) as
+    // many tokens latent.
+    let short = |latent| ModelGeometry {
+        context_length: 16_384,
+        ..deepseek_v3(latent)
+    };
+    let (p, per_head) = (
+        plan(&short(true), &config).unwrap(),
+        plan(&short(false), &config).unwrap(),
+    );
+    assert_eq!(per_head.block_bytes(), p.block_size * 61 * 40_960 * 2);
+    let ratio = p.kv_blocks() as f64 / per_head.kv_blocks() as f64;
+    assert!((ratio / (40_960.0 / 576.0) - 1.0).abs() < 0.01, "{ratio}");
+    // On the wire: a count, absent when zero.
+    let json = serde_json::to_value(&latent).unwrap();
+    assert_eq!(json["kvLatentDim"], 576);
+    assert!(
+        serde_json::to_value(deepseek_v3(false))
+            .unwrap()
+            .get("kvLatentDim")
+            .is_none()
+    );
+}

@@ -220,11 +220,7 @@ fn peft_and_gguf_files_of_one_adapter_load_alike() {
             hidden_size: t.hidden as u64,
             intermediate_size: t.intermediate as u64,
             vocab_size: t.vocab as u64,
-            sliding_windows: Vec::new(),
-            params: 0,
-            active_params: 0,
-            recurrent_layers: 0,
-            state_bytes_per_seq: 0,
+            ..ferrox_plan::ModelGeometry::default()
         };
         assert_eq!(g.lora_adapter_bytes(4), p.bytes());
     }

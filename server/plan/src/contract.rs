@@ -57,6 +57,9 @@ pub mod flag {
     pub const MAX_CPU_LORAS: &str = "max-cpu-loras";
     /// `POST /v1/load_lora_adapter` and `/v1/unload_lora_adapter` allowed.
     pub const ALLOW_RUNTIME_LORA_UPDATING: &str = "allow-runtime-lora-updating";
+    /// Speculative decoding, vLLM's JSON (`{"method": "ngram",
+    /// "num_speculative_tokens": 5, ...}`; see [`crate::SpeculativeConfig`]).
+    pub const SPECULATIVE_CONFIG: &str = "speculative-config";
 }
 
 /// What a server serving LoRA adapters is told.
@@ -230,6 +233,21 @@ pub mod metric {
     /// 0 known and read in again on its next request (the operator's
     /// `status.adapters`).
     pub const LORA_ADAPTER_LOADED: &str = "ferrox_lora_adapter_loaded";
+    /// Rows that verified draft tokens, one a row a step (vLLM's counter
+    /// `vllm:spec_decode_num_drafts`, as its client exposes it).
+    pub const SPEC_DRAFTS: &str = "vllm:spec_decode_num_drafts_total";
+    /// Draft tokens verified.
+    pub const SPEC_DRAFT_TOKENS: &str = "vllm:spec_decode_num_draft_tokens_total";
+    /// Draft tokens accepted (the acceptance rate is this over
+    /// [`SPEC_DRAFT_TOKENS`]).
+    pub const SPEC_ACCEPTED_TOKENS: &str = "vllm:spec_decode_num_accepted_tokens_total";
+    /// Draft tokens accepted, by `position` in the draft (0 first).
+    pub const SPEC_ACCEPTED_PER_POS: &str = "vllm:spec_decode_num_accepted_tokens_per_pos_total";
+    /// Decode steps of a speculating server, by `decision`: `verified` (some
+    /// row verified drafts), `declined` (drafts were found, but the pay-off
+    /// rule judged them not worth the step's extra cost), `none` (no row had
+    /// a draft).
+    pub const SPEC_STEPS: &str = "ferrox_spec_decode_steps_total";
 }
 
 /// What the operator reads from each ferrox-router replica.

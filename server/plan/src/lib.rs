@@ -27,6 +27,7 @@ mod lora;
 mod plan;
 mod pool_sizes;
 mod pools;
+mod speculative;
 mod window;
 
 pub use cache::{CacheGroup, CacheKind, CacheSpec, KvShape};
@@ -35,6 +36,7 @@ pub use footprint::{DeviceKind, Footprint, Footprints};
 pub use lora::LoraPlan;
 pub use plan::{Plan, PoolPlan};
 pub use pool_sizes::{PoolSizes, spell_kinds};
+pub use speculative::{MAX_PROMPT_LOOKUP, MAX_SPECULATIVE_TOKENS, SpeculativeConfig};
 pub use window::{SlidingWindow, slides, window_blocks};
 
 use pools::Layout;

@@ -342,3 +342,39 @@ fn each_examples_pod_args_parse_into_the_operators_plan() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn speculative_config_takes_vllms_json_and_refuses_what_it_cannot_serve() {
+    let ngram = |k, min, max| ferrox_plan::SpeculativeConfig {
+        num_speculative_tokens: k,
+        prompt_lookup_min: min,
+        prompt_lookup_max: max,
+    };
+    let vllm = r#"{"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4, "prompt_lookup_min": 2}"#;
+    assert_eq!(
+        parse(&["--speculative-config", vllm]).unwrap().speculative,
+        Some(ngram(5, 2, 4))
+    );
+    assert_eq!(parse(&[]).unwrap().speculative, None);
+    // Refused at start, with the reason, before the model is read.
+    for (value, why) in [
+        (
+            r#"{"method": "ngram", "num_speculative_tokens": 0}"#,
+            "num_speculative_tokens must be 1 to 16, not 0",
+        ),
+        (
+            r#"{"method": "ngram", "num_speculative_tokens": 64}"#,
+            "num_speculative_tokens must be 1 to 16, not 64",
+        ),
+        (
+            r#"{"model": "draft.gguf", "num_speculative_tokens": 4}"#,
+            "a draft model is not served yet",
+        ),
+    ] {
+        let err = parse(&["--speculative-config", value]).unwrap_err();
+        assert!(
+            err.contains("--speculative-config") && err.contains(why),
+            "{value}: {err}"
+        );
+    }
+}

@@ -102,7 +102,7 @@ pub fn size(
         // Everything but the tokens that decides what a block's KV holds.
         cache_salt: format!("{}|kv={kv_dtype}", cfg.model.display()),
         max_loras: cfg.lora.as_ref().map_or(1, |l| l.max_loras),
-        speculative: None,
+        speculative: cfg.speculative,
     };
     Ok(Sizing {
         engine,

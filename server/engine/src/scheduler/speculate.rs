@@ -17,7 +17,7 @@ impl<M: BatchModel> Scheduler<M> {
     /// with its pending token then the drafts kept. Draft tokens count in
     /// the step's token budget, after the prompt chunks.
     pub(super) fn plan_drafts(&mut self, batch: &mut StepRows) {
-        let Some(spec) = self.spec.as_mut() else {
+        let Some(spec) = self.spec.as_mut().filter(|_| !batch.decode.is_empty()) else {
             return;
         };
         let prior = spec.prior();

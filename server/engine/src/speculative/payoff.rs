@@ -5,17 +5,22 @@
 //! the weights at a few rows, so `t` is nearly flat there; compute-bound at
 //! many, so `t` grows with every token). Verifying `j` drafts of a row
 //! whose drafts are each accepted with chance `a` (given the ones before)
-//! adds `a + a^2 + ... + a^j` expected tokens. The rule verifies the drafts
-//! with the best expected gain first, as many as make the step's tokens per
-//! second highest, and none when no number of them beats the plain step.
+//! adds `a + a^2 + ... + a^j` expected tokens, and the time the longer step
+//! takes. That time is charged at the rate the decoding rows make tokens
+//! without drafts (`rows / t(rows)`): drafts pay only where they make more
+//! tokens than plain decoding would in the same time. (Charging the whole
+//! step instead would let a step that also runs a long prompt chunk make
+//! drafts look free.) The rule verifies the drafts with the best expected
+//! gain first, as many as give the most tokens net of their time, and none
+//! when no number of them gains a margin.
 
 use std::collections::BTreeMap;
 
 /// What each new measurement of a step size counts for in its estimate.
 const NEW_WEIGHT: f64 = 0.2;
-/// How much faster than the plain step a speculative one must look: noise
-/// in the timings should not flip the choice.
-const MARGIN: f64 = 1.02;
+/// The net gain, as a share of the step's rows (tokens), that drafts must
+/// show: noise in the timings should not flip the choice.
+const MARGIN: f64 = 0.02;
 
 /// Measured seconds of a step, by the tokens it ran (a moving average per
 /// size).
@@ -64,8 +69,9 @@ pub struct Offer {
 
 /// How many of each offer's drafts to verify this step, in offer order: the
 /// step runs `base` tokens without them (prompt chunks and one a decode
-/// row) and yields `rows` tokens; at most `budget` drafts in all. With no
-/// measurement yet every draft is tried (and the step measured).
+/// row), `rows` of them decoding rows that yield a token each; at most
+/// `budget` drafts in all. With no measurement yet every draft is tried (and
+/// the step measured).
 pub fn drafts_to_verify(
     costs: &StepCosts,
     base: usize,
@@ -86,19 +92,20 @@ pub fn drafts_to_verify(
         .collect();
     gains.sort_by(|x, y| y.0.total_cmp(&x.0));
     gains.truncate(budget);
-    let Some(plain) = costs.estimate(base.max(1)) else {
+    let (Some(step), Some(plain)) = (costs.estimate(base.max(1)), costs.estimate(rows.max(1)))
+    else {
         return count(offers.len(), &gains);
     };
-    let plain_rate = rows as f64 / plain;
-    let (mut best, mut best_rate) = (0, plain_rate * MARGIN);
-    let mut tokens = rows as f64;
+    // Tokens a second the rows make without drafts.
+    let rate = rows as f64 / plain;
+    let (mut best, mut best_net) = (0, MARGIN * rows as f64);
+    let mut gained = 0.0;
     for (n, &(g, _)) in gains.iter().enumerate() {
-        tokens += g;
-        let rate = costs
-            .estimate(base + n + 1)
-            .map_or(f64::INFINITY, |t| tokens / t);
-        if rate > best_rate {
-            (best, best_rate) = (n + 1, rate);
+        gained += g;
+        let extra = costs.estimate(base + n + 1).map_or(0.0, |t| t - step);
+        let net = gained - rate * extra;
+        if net > best_net {
+            (best, best_net) = (n + 1, net);
         }
     }
     count(offers.len(), &gains[..best])
@@ -157,7 +164,7 @@ mod tests {
         let one_row = costs(&[(1, 10.0), (2, 10.3), (6, 11.0)]);
         // Sixteen rows, compute-bound: every token costs, and more than
         // the last (longer steps attend over more).
-        let busy = costs(&[(16, 30.0), (32, 62.0), (96, 190.0)]);
+        let busy = costs(&[(16, 30.0), (32, 62.0), (96, 190.0), (320, 640.0), (400, 800.0)]);
         // (name, costs, base tokens, rows, offers, budget, expected)
         type Case = (
             &'static str,
@@ -211,6 +218,15 @@ mod tests {
                 16,
                 16,
                 vec![offer(5, 0.99); 16],
+                512,
+                vec![0; 16],
+            ),
+            (
+                "sixteen chat rows beside a 300-token prompt chunk: still none",
+                busy.clone(),
+                316,
+                16,
+                vec![offer(5, 0.4); 16],
                 512,
                 vec![0; 16],
             ),

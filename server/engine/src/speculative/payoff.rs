@@ -164,7 +164,13 @@ mod tests {
         let one_row = costs(&[(1, 10.0), (2, 10.3), (6, 11.0)]);
         // Sixteen rows, compute-bound: every token costs, and more than
         // the last (longer steps attend over more).
-        let busy = costs(&[(16, 30.0), (32, 62.0), (96, 190.0), (320, 640.0), (400, 800.0)]);
+        let busy = costs(&[
+            (16, 30.0),
+            (32, 62.0),
+            (96, 190.0),
+            (320, 640.0),
+            (400, 800.0),
+        ]);
         // (name, costs, base tokens, rows, offers, budget, expected)
         type Case = (
             &'static str,

@@ -145,6 +145,9 @@ fn the_operators_pod_args_parse_into_its_plan() {
         let pools: Vec<(CacheKind, u64)> = std::iter::once((CacheKind::Full, 2441))
             .chain(others)
             .collect();
+        // Speculation in the cases with a prefill chunk.
+        let speculative = prefill_chunk
+            .map(|_| ferrox_plan::SpeculativeConfig::ngram(5, Some(2), Some(4)).unwrap());
         let pod = PodArgs {
             model: model.display().to_string(),
             host: "0.0.0.0".into(),
@@ -160,6 +163,7 @@ fn the_operators_pod_args_parse_into_its_plan() {
             prefill_chunk,
             max_queue,
             lora: lora.clone(),
+            speculative,
         };
         let argv = std::iter::once("ferrox-server".to_string()).chain(pod.to_args());
         let Command::Serve(args) = Cli::try_parse_from(argv).unwrap().command else {
@@ -186,6 +190,7 @@ fn the_operators_pod_args_parse_into_its_plan() {
             prefill_chunk.unwrap_or(ferrox_plan::DEFAULT_PREFILL_CHUNK)
         );
         assert_eq!(c.max_queue as u64, max_queue.unwrap_or(256));
+        assert_eq!(c.speculative, speculative);
         let want = lora.map(|l| LoraConfig {
             modules: l.modules,
             max_loras: l.max_loras as usize,

@@ -7,7 +7,7 @@
 //! metric is a compile error on both sides, not a pod that fails in
 //! production.
 
-use crate::{CacheKind, DeviceKind, KvDtype};
+use crate::{CacheKind, DeviceKind, KvDtype, SpeculativeConfig};
 
 /// `ferrox-server serve` flag names, without the leading `--` (clap's
 /// `long`).
@@ -131,6 +131,8 @@ pub struct ServeArgs {
     pub max_queue: Option<u64>,
     /// LoRA adapters, when the spec has any.
     pub lora: Option<LoraArgs>,
+    /// Speculative decoding, when the spec asks for it.
+    pub speculative: Option<SpeculativeConfig>,
 }
 
 impl ServeArgs {
@@ -159,6 +161,9 @@ impl ServeArgs {
         }
         if let Some(n) = self.max_queue {
             push(flag::MAX_QUEUE, n.to_string());
+        }
+        if let Some(spec) = &self.speculative {
+            push(flag::SPECULATIVE_CONFIG, spec.to_arg());
         }
         if let Some(lora) = &self.lora {
             lora.push_to(&mut args);
@@ -310,6 +315,7 @@ mod tests {
             prefill_chunk: Some(256),
             max_queue: None,
             lora: None,
+            speculative: None,
         };
         let args = a.to_args();
         let value = |f: &str| {
@@ -359,6 +365,19 @@ mod tests {
             ]
         );
         // Every pool by kind, in the plan's order; no alias is written.
+        // Speculation: the flag's JSON, which the server reads back.
+        let ngram = SpeculativeConfig::ngram(5, Some(2), Some(4)).unwrap();
+        let spec = ServeArgs {
+            speculative: Some(ngram),
+            ..a.clone()
+        }
+        .to_args();
+        assert_eq!(spec.len(), args.len() + 2);
+        let at = spec
+            .iter()
+            .position(|x| *x == format!("--{}", flag::SPECULATIVE_CONFIG))
+            .unwrap();
+        assert_eq!(SpeculativeConfig::parse(&spec[at + 1]).unwrap(), ngram);
         let hybrid = ServeArgs {
             pools: vec![
                 (CacheKind::Full, 100),

@@ -89,10 +89,18 @@ impl SpeculativeConfig {
         }
         let k = count(&map, "num_speculative_tokens")?
             .ok_or_else(|| invalid("num_speculative_tokens is required"))?;
-        let (min, max) = match (
+        Self::ngram(
+            k,
             count(&map, "prompt_lookup_min")?,
             count(&map, "prompt_lookup_max")?,
-        ) {
+        )
+    }
+
+    /// The n-gram config of `k` drafts and the lookup bounds given, read as
+    /// vLLM reads them (neither: both 5; one: the other the same), if each
+    /// is in range.
+    pub fn ngram(k: u64, min: Option<u64>, max: Option<u64>) -> Result<Self, PlanError> {
+        let (min, max) = match (min, max) {
             (None, None) => (DEFAULT_PROMPT_LOOKUP.into(), DEFAULT_PROMPT_LOOKUP.into()),
             (Some(min), None) => (min, min),
             (None, Some(max)) => (max, max),

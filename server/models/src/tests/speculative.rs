@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use candle_core::Device;
 use candle_core::quantized::GgmlDType;
 use ferrox_core::BatchModel;
-use ferrox_engine::{EngineConfig, Event, Metrics, Scheduler};
+use ferrox_engine::{EngineConfig, Event, Metrics, SamplingParams, Scheduler};
 use ferrox_plan::SpeculativeConfig;
 
 use super::request::{greedy, request};
@@ -34,6 +34,17 @@ fn run(
     prompts: &[Vec<u32>],
     n: usize,
 ) -> (Vec<Vec<u32>>, usize, usize) {
+    run_with(model, spec, prompts, n, |_| greedy())
+}
+
+/// As [`run`], prompt `i` sampled by `sampling(i)`.
+fn run_with(
+    model: PagedModel,
+    spec: Option<SpeculativeConfig>,
+    prompts: &[Vec<u32>],
+    n: usize,
+    sampling: impl Fn(usize) -> SamplingParams,
+) -> (Vec<Vec<u32>>, usize, usize) {
     let config = EngineConfig {
         max_seqs: 16,
         max_queue: 64,
@@ -51,7 +62,8 @@ fn run(
     let (mut s, h) = Scheduler::new(model, config, Arc::new(Metrics::new().unwrap()), now).unwrap();
     let mut subs: Vec<_> = prompts
         .iter()
-        .map(|p| h.submit(request(p.clone(), n, greedy()), now).unwrap())
+        .enumerate()
+        .map(|(i, p)| h.submit(request(p.clone(), n, sampling(i)), now).unwrap())
         .collect();
     let (mut drafted, mut accepted) = (0, 0);
     for tick in 0.. {
@@ -116,6 +128,38 @@ fn a_tiny_model_gives_the_same_greedy_tokens_with_speculation() {
         })
         .collect();
     check(open, &prompts, 24);
+}
+
+/// Sampled rows verify by rejection sampling with one uniform a position,
+/// as a step without drafts draws it: a seeded request gives the very
+/// tokens it gives without speculation, on real logits and the real
+/// sampler (the distribution check is the engine's chi-squared test).
+#[test]
+fn a_tiny_model_gives_the_same_seeded_samples_with_speculation() {
+    let t = Tiny::default();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write_gguf(&path, &t, &random_weights(&t, 11), GgmlDType::Q8_0);
+    let prompts: Vec<Vec<u32>> = (0..8u32)
+        .map(|i| {
+            (0..4)
+                .map(|j| (i * 5 + j * 13) % 96)
+                .cycle()
+                .take(19)
+                .collect()
+        })
+        .collect();
+    let sampling = |i: usize| SamplingParams {
+        temperature: [0.3, 0.7, 1.0][i % 3],
+        top_p: if i % 2 == 0 { 1.0 } else { 0.9 },
+        seed: i as u64,
+        ..SamplingParams::default()
+    };
+    let (off, none, _) = run_with(tiny(&path), None, &prompts, 24, sampling);
+    let (on, drafted, accepted) = run_with(tiny(&path), Some(NGRAM), &prompts, 24, sampling);
+    assert!(none == 0 && drafted > 0, "{none} {drafted}");
+    assert!(accepted > 0, "{accepted} of {drafted}");
+    assert_eq!(on, off);
 }
 
 fn tiny(path: &Path) -> PagedModel {

@@ -151,7 +151,7 @@ fn a_tiny_model_gives_the_same_seeded_samples_with_speculation() {
         .collect();
     let sampling = |i: usize| SamplingParams {
         temperature: [0.3, 0.7, 1.0][i % 3],
-        top_p: if i % 2 == 0 { 1.0 } else { 0.9 },
+        top_p: [1.0, 0.9][i % 2],
         seed: i as u64,
         ..SamplingParams::default()
     };

@@ -207,4 +207,11 @@ FAMILIES = [
                              rope_theta=10000000.0, partial_rotary_factor=0.25),
            "bfloat16", "chatml", "<|im_end|>", [Run("default", [21, 38, 75])],
            convert_args=["--no-mtp"]),
+    # SmolLM3: the Llama layout with no RoPE on every fourth layer (the
+    # default `no_rope_layer_interval`), tied embeddings; 4 layers, so the
+    # last attends without positions.
+    Family("smollm3", _cfg("SmolLM3ForCausalLM", "smollm3", num_hidden_layers=4,
+                           tie_word_embeddings=True, use_sliding_window=False,
+                           rope_theta=2000000.0, eos_token_id=6),
+           "bfloat16", "chatml", "<|im_end|>", PLAIN),
 ]

@@ -85,17 +85,17 @@ impl Decoder {
         let fused_layers = layers
             .iter()
             .zip(&spec.layers)
-            .map(|(l, s)| FusedLayer::from_layer(l, s.ffn))
+            .map(|(l, s)| FusedLayer::from_layer(l, s))
             .collect::<Result<Option<Vec<_>>>>()?;
         let head = FusedHead::new(&norm, &lm_head, spec.final_softcap)?;
-        // Nor Granite's multipliers, NoPE or gated attention: those models
-        // run op by op.
+        // Nor Granite's multipliers or gated attention: those models run op
+        // by op.
         let plain = spec.residual_scale.is_none()
             && spec.logit_scale.is_none()
             && !spec
                 .layers
                 .iter()
-                .any(|l| l.attention().is_some_and(|a| a.nope || a.gated));
+                .any(|l| l.attention().is_some_and(|a| a.gated));
         let fused = match (fused_layers, head) {
             (Some(l), Some(h)) if device.is_cpu() && plain => Some((l, h)),
             _ => None,

@@ -76,7 +76,7 @@ fn mixtral(c: &HfConfig) -> Result<ModelSpec> {
 
 /// A Llama-layout model from `config.json`: every layer slides when the
 /// config sets `sliding_window` (Mistral v0.1; `null` in later ones).
-fn llama_like(c: &HfConfig, family: &'static str) -> Result<ModelSpec> {
+pub(super) fn llama_like(c: &HfConfig, family: &'static str) -> Result<ModelSpec> {
     let shape = Shape::hf(c, &[])?;
     let rope = hf_rope(
         c,

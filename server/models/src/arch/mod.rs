@@ -13,6 +13,7 @@ pub(crate) mod phi3;
 mod qwen;
 mod qwen35;
 mod rope;
+mod smollm3;
 
 use crate::config::{HfConfig, Metadata};
 use crate::error::{Error, Result};
@@ -63,7 +64,7 @@ pub struct Family {
 }
 
 /// Every family, in lookup order.
-const FAMILIES: [&Family; 15] = [
+const FAMILIES: [&Family; 16] = [
     &llama::LLAMA,
     &llama::MISTRAL,
     &llama::MIXTRAL,
@@ -79,6 +80,7 @@ const FAMILIES: [&Family; 15] = [
     &granite::GRANITE_HYBRID,
     &qwen35::QWEN35,
     &qwen35::QWEN3NEXT,
+    &smollm3::SMOLLM3,
 ];
 
 /// Every family's name, in lookup order: what an unknown architecture's

@@ -32,7 +32,7 @@ use crate::layer::{Ffn, Layer, MixerWeights};
 use crate::linear::Linear;
 use crate::lora::LoraStep;
 use crate::projection::Projection;
-use crate::spec::{Activation, FeedForward};
+use crate::spec::{Activation, FeedForward, LayerSpec};
 
 pub(crate) use moe::FusedMoe;
 
@@ -146,6 +146,8 @@ pub(crate) struct FusedLayer {
     ffn_norm: Vec<f32>,
     ffn: FusedFfn,
     post_ffn_norm: Option<Vec<f32>>,
+    /// RoPE on q and k (false: a NoPE layer, as SmolLM3's every fourth).
+    rotary: bool,
 }
 
 /// A fused layer's feed-forward.
@@ -194,10 +196,12 @@ fn host_opt(t: &Option<Tensor>) -> Result<Option<Vec<f32>>> {
 }
 
 impl FusedLayer {
-    /// The fused form of `l` (feed-forward `ffn`), if it is an attention
-    /// layer with a feed-forward and all its matrices are packed (CPU) ones.
-    pub(crate) fn from_layer(l: &Layer, ffn: FeedForward) -> Result<Option<Self>> {
-        let (MixerWeights::Attention(a), Some(f)) = (&l.mixer, &l.ffn) else {
+    /// The fused form of `l` (of spec `spec`), if it is an attention layer
+    /// with a feed-forward and all its matrices are packed (CPU) ones.
+    pub(crate) fn from_layer(l: &Layer, spec: &LayerSpec) -> Result<Option<Self>> {
+        let (MixerWeights::Attention(a), Some(f), Some(attention)) =
+            (&l.mixer, &l.ffn, spec.attention())
+        else {
             return Ok(None);
         };
         let Some(qkv) = Packed::of(&a.qkv) else {
@@ -206,7 +210,7 @@ impl FusedLayer {
         let Linear::Packed(o) = &a.o else {
             return Ok(None);
         };
-        let ffn = match (&f.ffn, ffn) {
+        let ffn = match (&f.ffn, spec.ffn) {
             (Ffn::Dense(m), FeedForward::Gated(act)) => match FusedMlp::of(m)? {
                 Some(f) if f.gate_up_bias.is_none() && f.down_bias.is_none() => FusedFfn::Dense {
                     gate_up: f.gate_up,
@@ -236,6 +240,7 @@ impl FusedLayer {
             ffn_norm: host_vec(&f.norm)?,
             ffn,
             post_ffn_norm: host_opt(&f.post_norm)?,
+            rotary: !attention.nope,
         }))
     }
 

@@ -155,8 +155,10 @@ impl QkvOp<'_> {
             rms_norm_rows(q, qn, d.eps);
             rms_norm_rows(k, kn, d.eps);
         }
-        Rope::apply_in_place(q, d.heads, d.head_dim, cos, sin);
-        Rope::apply_in_place(k, d.kv_heads, d.head_dim, cos, sin);
+        if l.rotary {
+            Rope::apply_in_place(q, d.heads, d.head_dim, cos, sin);
+            Rope::apply_in_place(k, d.kv_heads, d.head_dim, cos, sin);
+        }
     }
 }
 

@@ -19,7 +19,7 @@ use crate::{Decoder, PagedModel, Source};
 pub const TOL: f32 = 2e-3;
 
 /// Every family with a committed reference.
-pub const FAMILIES: [&str; 16] = [
+pub const FAMILIES: [&str; 17] = [
     "llama",
     "qwen2",
     "mistral",
@@ -36,6 +36,7 @@ pub const FAMILIES: [&str; 16] = [
     "granitehybrid",
     "qwen35",
     "qwen3next",
+    "smollm3",
 ];
 
 /// A routing margin half precision keeps: every matrix held in bf16 moves
@@ -214,4 +215,20 @@ pub fn requantize(src: &Path, dst: &Path, q: GgmlDType, other: GgmlDType) {
         tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let mut out = std::fs::File::create(dst).unwrap();
     gguf_file::write(&mut out, &md, &ts).unwrap();
+}
+
+/// A fixture written but not listed would be checked by nothing.
+#[test]
+fn every_committed_family_fixture_is_listed() {
+    let root = dir("");
+    let mut found: Vec<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.path().join("reference.json").is_file())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    found.sort();
+    let mut listed: Vec<&str> = FAMILIES.to_vec();
+    listed.sort();
+    assert_eq!(found, listed);
 }

@@ -125,6 +125,9 @@ pub struct ModelDeploymentSpec {
     /// How the servers hold the adapters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora: Option<LoraSpec>,
+    /// Speculative decoding (`--speculative-config`); off when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<SpeculativeSpec>,
 }
 
 /// Access to the servers' OpenAI routes (`/health`, `/ready` and `/metrics`
@@ -448,10 +451,12 @@ pub fn crd_yaml() -> String {
 
 mod adapters;
 mod geometry;
+mod speculative;
 mod status;
 
 pub use adapters::*;
 pub use geometry::*;
+pub use speculative::*;
 pub use status::*;
 
 #[cfg(test)]

@@ -78,6 +78,7 @@ fn base_spec(source: &str) -> ModelDeploymentSpec {
         auth: None,
         adapters: Vec::new(),
         lora: None,
+        speculative: None,
     }
 }
 

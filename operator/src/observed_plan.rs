@@ -32,6 +32,7 @@ pub fn observe(reports: &[ServerPlan], expected: &Expected) -> Option<ObservedPl
         .or_else(|| reports.iter().min_by_key(|r| r.kv_blocks))?;
     let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     Some(ObservedPlanStatus {
+        spec_acceptance_percent: acceptance_percent(reports),
         pods: i32::try_from(reports.len()).unwrap_or(i32::MAX),
         disagreeing_pods: i32::try_from(disagreeing.len()).unwrap_or(i32::MAX),
         kv_blocks: n(shown.kv_blocks),
@@ -50,6 +51,18 @@ pub fn observe(reports: &[ServerPlan], expected: &Expected) -> Option<ObservedPl
             })
             .collect(),
     })
+}
+
+/// Of the draft tokens `reports` verified, the percent accepted, rounded;
+/// `None` when none verified any.
+pub fn acceptance_percent(reports: &[ServerPlan]) -> Option<i32> {
+    let (drafted, accepted) = reports
+        .iter()
+        .filter_map(|r| r.spec_tokens)
+        .fold((0u64, 0u64), |(d, a), (rd, ra)| {
+            (d.saturating_add(rd), a.saturating_add(ra.min(rd)))
+        });
+    (drafted > 0).then(|| (100.0 * accepted as f64 / drafted as f64).round() as i32)
 }
 
 /// How `report` differs from the plan, one phrase per difference.

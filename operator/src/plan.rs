@@ -3,7 +3,7 @@
 
 use ferrox_plan::{CacheKind, DeviceKind, KvDtype, ModelGeometry, Plan, PlanConfig, PlanError};
 
-use crate::crd::{ModelDeploymentSpec, PlanStatus, PoolPlanStatus};
+use crate::crd::{ModelDeploymentSpec, PlanStatus, PoolPlanStatus, SpeculativeSpec};
 use crate::gpu_nodes::GpuTarget;
 use crate::lora_plan::lora_plan;
 use crate::{Error, quantity};
@@ -58,6 +58,9 @@ pub fn unsupported(spec: &ModelDeploymentSpec) -> Option<(&'static str, String)>
                  and scale replicas instead"
             ),
         ));
+    }
+    if let Some(Err(e)) = spec.speculative.as_ref().map(SpeculativeSpec::config) {
+        return Some(("InvalidSpec", format!("spec.speculative: {e}")));
     }
     None
 }
@@ -126,6 +129,9 @@ pub fn plan_config(spec: &ModelDeploymentSpec, memory_bytes: u64) -> PlanConfig 
             .prefill_chunk
             .map_or(defaults.prefill_chunk, |v| n(v).max(1)),
         typical_seq_len: Some(n(engine.typical_seq_len).max(1)),
+        speculative_tokens: spec
+            .speculative
+            .map_or(0, |s| u64::from(s.num_speculative_tokens)),
         ..defaults
     }
 }

@@ -225,9 +225,9 @@ fn refusal(e: &ferrox_plan::PlanError) -> PlanOutcome {
         | ferrox_plan::PlanError::PoolTooSmall { .. }
         | ferrox_plan::PlanError::WindowPoolTooSmall { .. }
         | ferrox_plan::PlanError::OverMemory { .. } => "InsufficientMemory",
-        ferrox_plan::PlanError::Invalid(_) | ferrox_plan::PlanError::NoSuchPool { .. } => {
-            "InvalidSpec"
-        }
+        ferrox_plan::PlanError::Invalid(_)
+        | ferrox_plan::PlanError::NoSuchPool { .. }
+        | ferrox_plan::PlanError::SpeculativeConfig(_) => "InvalidSpec",
     };
     PlanOutcome::Refused {
         reason,

@@ -141,6 +141,46 @@ spec:
     }
 
     #[test]
+    fn speculative_renders_the_flag_and_plans_its_logit_rows() {
+        let spec = "  speculative:\n    method: ngram\n    numSpeculativeTokens: 5\n    promptLookupMax: 4\n    promptLookupMin: 2\n";
+        let on = read_manifest(&format!("{MANIFEST}{spec}")).unwrap();
+        let off = read_manifest(MANIFEST).unwrap();
+        let config = DesiredConfig::default();
+        let (on_r, off_r) = (
+            render(&on, Some(INSPECT), &config).unwrap(),
+            render(&off, Some(INSPECT), &config).unwrap(),
+        );
+        let args = |r: &Rendered| {
+            let pod = r
+                .desired
+                .deployment
+                .clone()
+                .spec
+                .unwrap()
+                .template
+                .spec
+                .unwrap();
+            pod.containers[0].args.clone().unwrap()
+        };
+        let flag = format!("--{}", ferrox_plan::contract::flag::SPECULATIVE_CONFIG);
+        let on_args = args(&on_r);
+        let at = on_args.iter().position(|a| *a == flag).unwrap();
+        let read = ferrox_plan::SpeculativeConfig::parse(&on_args[at + 1]).unwrap();
+        assert_eq!(Some(read), on.spec.speculative.unwrap().config().ok());
+        assert!(!args(&off_r).contains(&flag));
+        // Each sequence's drafts are logit rows in the reserve: less KV.
+        let (a, b) = (&on_r.plan.plan, &off_r.plan.plan);
+        assert!(a.activation_reserve_bytes > b.activation_reserve_bytes);
+        // Out of range: refused with the reason, before any plan.
+        let bad =
+            read_manifest(&format!("{MANIFEST}{}", spec.replace("Min: 2", "Min: 9"))).unwrap();
+        let err = render(&bad, Some(INSPECT), &config)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("spec.speculative"), "{err}");
+    }
+
+    #[test]
     fn refuses_without_geometry_or_memory() {
         let md = read_manifest(MANIFEST).unwrap();
         let err = render(&md, None, &DesiredConfig::default()).unwrap_err();

@@ -505,6 +505,7 @@ mod tests {
                 pool: "full".into(),
                 blocks: kv_blocks,
             }],
+            spec_acceptance_percent: None,
         };
         let cases = [
             (None, ("Unknown", "NoServerReports")),

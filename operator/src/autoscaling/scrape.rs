@@ -14,7 +14,7 @@ use ferrox_plan::CacheKind;
 pub use ferrox_plan::contract::metric::{
     CACHE_CONFIG_INFO, FINISHED, KV_USAGE, LORA_ADAPTER_LOADED, PLAN_KV_BLOCK_BYTES,
     PLAN_MAX_MODEL_LEN, PLAN_MAX_SEQS, PLAN_MEMORY_BYTES, PLAN_POOL_BLOCKS, PLAN_WEIGHT_BYTES,
-    POOL_LABEL, RUNNING, WAITING,
+    POOL_LABEL, RUNNING, SPEC_ACCEPTED_TOKENS, SPEC_DRAFT_TOKENS, WAITING,
 };
 
 /// One pod's numbers.
@@ -58,6 +58,10 @@ pub struct ServerPlan {
     /// `ferrox_plan_pool_blocks`: every pool's blocks, by kind, in kind
     /// order (empty from a server that does not report them).
     pub pools: Vec<(CacheKind, u64)>,
+    /// Draft tokens verified and, of them, accepted since it started
+    /// (`vllm:spec_decode_num_draft_tokens_total` and
+    /// `..._accepted_tokens_total`), when it speculates.
+    pub spec_tokens: Option<(u64, u64)>,
 }
 
 /// What prometheus-parse reads for a name with colons (its names are `\w+`).
@@ -118,7 +122,9 @@ pub fn server_plan(scrape: &Scrape) -> Option<ServerPlan> {
         })
         .collect();
     pools.sort_unstable();
+    let counter = |name: &str| gauge(&parsed_name(name));
     Some(ServerPlan {
+        spec_tokens: counter(SPEC_DRAFT_TOKENS).zip(counter(SPEC_ACCEPTED_TOKENS)),
         pools,
         kv_blocks: label("num_gpu_blocks")?.parse().ok()?,
         block_size: label("block_size")?.parse().ok()?,
@@ -291,8 +297,18 @@ ferrox_plan_memory_bytes{source=\"cgroup-v2\"} 2147483648
                 memory_bytes: Some(2_147_483_648),
                 memory_source: Some("cgroup-v2".into()),
                 pools: Vec::new(),
+                spec_tokens: None,
             })
         );
+        // A speculating server's draft tokens, verified and accepted.
+        let spec = format!(
+            "{PLAN_EXPOSITION}# TYPE vllm:spec_decode_num_draft_tokens_total counter\n\
+             vllm:spec_decode_num_draft_tokens_total{{model_name=\"m\"}} 400\n\
+             # TYPE vllm:spec_decode_num_accepted_tokens_total counter\n\
+             vllm:spec_decode_num_accepted_tokens_total{{model_name=\"m\"}} 250\n"
+        );
+        let plan = parse_metrics(&spec).unwrap().plan.unwrap();
+        assert_eq!(plan.spec_tokens, Some((400, 250)));
         // A server names each pool by kind; they are read in kind order.
         let pooled = format!(
             "{PLAN_EXPOSITION}# TYPE ferrox_plan_pool_blocks gauge\n\

@@ -100,6 +100,11 @@ pub struct ObservedPlanStatus {
     /// Every pool's blocks, by kind, if the server reports them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pools: Vec<ObservedPoolStatus>,
+    /// Speculative decoding: of the draft tokens the reporting servers
+    /// verified since they started, the percent accepted (rounded); absent
+    /// when none verified any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_acceptance_percent: Option<i32>,
 }
 
 /// One pool a server reports it runs with.

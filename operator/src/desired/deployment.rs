@@ -176,6 +176,8 @@ pub fn server_args(md: &ModelDeployment, planned: &Planned, source: &ModelSource
         prefill_chunk: spec.engine.prefill_chunk.map(n),
         max_queue: spec.engine.max_queue.map(n),
         lora: super::adapters::lora_args(md),
+        // Refused before rendering when it cannot be served.
+        speculative: spec.speculative.and_then(|s| s.config().ok()),
     }
     .to_args();
     args.extend(spec.engine.extra_args.iter().cloned());

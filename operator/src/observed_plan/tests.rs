@@ -24,6 +24,7 @@ fn report(plan: &PlanStatus) -> ServerPlan {
             .iter()
             .map(|p| (p.pool.parse().unwrap(), p.blocks as u64))
             .collect(),
+        spec_tokens: None,
     }
 }
 
@@ -115,6 +116,19 @@ fn the_observed_plan_and_its_verdict() {
 
     let agree = observe(&[good.clone(), good.clone()], &expected).unwrap();
     assert_eq!((agree.pods, agree.disagreeing_pods), (2, 0));
+    assert_eq!(agree.spec_acceptance_percent, None);
+    // Speculating servers: accepted over verified draft tokens, all pods.
+    let spec = |d, a| ServerPlan {
+        spec_tokens: Some((d, a)),
+        ..good.clone()
+    };
+    let both = observe(&[spec(300, 100), spec(100, 150), good.clone()], &expected).unwrap();
+    assert_eq!(
+        both.spec_acceptance_percent,
+        Some(50),
+        "accepted capped at verified"
+    );
+    assert_eq!(acceptance_percent(&[spec(0, 0)]), None);
     assert_eq!(agree.memory_source.as_deref(), Some("cgroup-v2"));
     let (status, reason, message) = verdict(Some(&agree), &expected);
     assert_eq!((status, reason), ("True", "ServersAgree"));

@@ -422,6 +422,26 @@ impl BlockLease {
         Ok(())
     }
 
+    /// Gives back the blocks drawn past the first `n` (those a step drew for
+    /// draft tokens it then rejected), through the pool's one release; they
+    /// stay promised to this lease, so it may draw as many again. A block
+    /// marked as holding tokens, or offered to the cache, is never given
+    /// back here.
+    pub fn truncate(&mut self, n: usize) {
+        let keep = n.max(self.written).max(self.committed).max(self.released);
+        if keep >= self.blocks.len() {
+            return;
+        }
+        let mut inner = lock(&self.pool);
+        let given = self.blocks.len() - keep;
+        // The tail first, as a drop gives them back.
+        for b in self.blocks.drain(keep..).rev() {
+            inner.release(b);
+        }
+        inner.owed += given;
+        self.owed += given;
+    }
+
     /// Records that the first `written` blocks hold tokens and that `full`
     /// are the chain hashes of the first `full.len()` blocks, which are full
     /// and computed: each not offered before is cached under its hash, unless

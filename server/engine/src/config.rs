@@ -1,7 +1,7 @@
 //! The worker's limits, decided once at start.
 
 use ferrox_core::Pool;
-use ferrox_plan::CacheKind;
+use ferrox_plan::{CacheKind, SpeculativeConfig};
 
 /// Limits of one engine; see the server's CLI for each one's meaning.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +31,9 @@ pub struct EngineConfig {
     pub cache_salt: String,
     /// Most distinct LoRA adapters among the running rows (`--max-loras`).
     pub max_loras: usize,
+    /// Speculative decoding (`--speculative-config`), where the model
+    /// allows it ([`EngineConfig::speculation_off_reason`]).
+    pub speculative: Option<SpeculativeConfig>,
 }
 
 impl Default for EngineConfig {
@@ -49,6 +52,7 @@ impl Default for EngineConfig {
             prefix_caching: true,
             cache_salt: String::new(),
             max_loras: 1,
+            speculative: None,
         }
     }
 }
@@ -97,6 +101,30 @@ impl EngineConfig {
         }
         (self.pool(CacheKind::Full).is_none()).then_some("the model keeps no KV cache")
     }
+
+    /// Why the model's pools allow no speculative decoding, if they do not.
+    /// A rejected draft token must leave no trace, and only a full-attention
+    /// cache makes that free (its KV at rejected positions is overwritten
+    /// before it is read): a recurrent state has folded the rejected tokens
+    /// in (undoing that needs a checkpoint of the state each step, not
+    /// kept), and a window pool's reclaim would have to run against the
+    /// accepted length, not the verified one.
+    pub fn speculation_off_reason(&self) -> Option<&'static str> {
+        let kinds = || self.pools.iter().map(|p| p.kind);
+        if kinds().any(|k| k == CacheKind::State) {
+            return Some(
+                "the model has recurrent layers, whose state would need a checkpoint \
+                 before each verification to undo a rejected draft token",
+            );
+        }
+        if kinds().any(|k| k.window().is_some()) {
+            return Some(
+                "the model has sliding-window layers, whose blocks leave their pool as \
+                 the window moves over draft tokens that may be rejected",
+            );
+        }
+        (self.pool(CacheKind::Full).is_none()).then_some("the model keeps no KV cache")
+    }
 }
 
 #[cfg(test)]
@@ -104,7 +132,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_prefix_cache_runs_only_where_every_pool_is_full_attention() {
+    fn the_prefix_cache_and_speculation_run_only_where_every_pool_is_full_attention() {
         let pool = |kind, blocks| Pool { kind, blocks };
         let full = pool(CacheKind::Full, 32);
         let window = pool(CacheKind::Window(8), 4);
@@ -123,6 +151,9 @@ mod tests {
             };
             assert_eq!(c.prefix_cache_on(), on, "{pools:?}");
             assert_eq!(c.prefix_cache_off_reason().is_none(), on, "{pools:?}");
+            // Speculation is allowed on the same pools: a rejected draft
+            // token leaves no trace only in full attention.
+            assert_eq!(c.speculation_off_reason().is_none(), on, "{pools:?}");
             let off = EngineConfig {
                 prefix_caching: false,
                 ..c

@@ -32,6 +32,10 @@ pub enum Call {
     Step { prefill: Vec<Chunk>, decode: usize },
 }
 
+/// One run's read of the KV: the position its chunk (or row) started at,
+/// and its whole context.
+pub type Read = (usize, Vec<u32>);
+
 /// A prefill chunk in a mixed step: first block of the sequence, tokens,
 /// position.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +63,9 @@ pub struct FakeModel {
     pub calls: Arc<Mutex<Vec<Call>>>,
     /// Each run's whole context, in order.
     pub contexts: Arc<Mutex<Vec<Vec<u32>>>>,
+    /// Each run's context with the position its chunk (or row) started
+    /// at: what it read of the KV is the context before that position.
+    pub reads: Arc<Mutex<Vec<Read>>>,
     /// Every step with decode rows fails.
     pub fail_decode: bool,
     /// The next this many steps fail.
@@ -70,6 +77,9 @@ pub struct FakeModel {
     pub poison: Option<u32>,
     /// Each step sleeps this long first.
     pub stall: std::time::Duration,
+    /// Called in each mixed step, before it runs (a client going away in
+    /// the middle of a step).
+    pub during_step: Option<Box<dyn FnMut() + Send>>,
     /// Once set, the next tick panics outside the step (the worker dies).
     pub die: Arc<AtomicBool>,
     /// The pools it claims to hold, by kind (the engine's must match).
@@ -90,11 +100,13 @@ impl FakeModel {
             kv: HashMap::new(),
             calls: Arc::new(Mutex::new(Vec::new())),
             contexts: Arc::new(Mutex::new(Vec::new())),
+            reads: Arc::new(Mutex::new(Vec::new())),
             fail_decode: false,
             fail_next: 0,
             panic_next: 0,
             poison: None,
             stall: std::time::Duration::ZERO,
+            during_step: None,
             die: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -178,6 +190,17 @@ impl FakeModel {
     }
 
     fn run(&mut self, tables: Tables<'_>, tokens: &[u32], pos: usize) -> Result<Vec<f32>, Error> {
+        self.run_from(tables, tokens, pos, pos)
+    }
+
+    /// [`FakeModel::run`] for a run inside a chunk that started at `start`.
+    fn run_from(
+        &mut self,
+        tables: Tables<'_>,
+        tokens: &[u32],
+        pos: usize,
+        start: usize,
+    ) -> Result<Vec<f32>, Error> {
         if self.poison.is_some_and(|p| tokens.contains(&p)) {
             return Err(Error::Forward("poisoned input".into()));
         }
@@ -201,6 +224,7 @@ impl FakeModel {
             }
         }
         let last = *context.last().ok_or(Error::Forward("no tokens".into()))?;
+        self.reads.lock().unwrap().push((start, context.clone()));
         self.contexts.lock().unwrap().push(context);
         let mut logits = vec![0.0; VOCAB];
         logits[(last as usize + 1) % VOCAB] = self.peak;
@@ -279,6 +303,9 @@ impl BatchModel for FakeModel {
             decode: decode.len(),
         });
         std::thread::sleep(self.stall);
+        if let Some(hook) = &mut self.during_step {
+            hook();
+        }
         if self.fail_decode && !decode.is_empty() {
             return Err(Error::Forward("injected".into()));
         }
@@ -295,7 +322,8 @@ impl BatchModel for FakeModel {
             let mut all = Vec::new();
             if c.all_logits {
                 for (i, t) in c.tokens.iter().enumerate() {
-                    all.push(self.run(c.tables, std::slice::from_ref(t), c.pos + i)?);
+                    let one = std::slice::from_ref(t);
+                    all.push(self.run_from(c.tables, one, c.pos + i, c.pos)?);
                 }
             }
             let logits = match all.last() {
@@ -354,6 +382,7 @@ pub fn config() -> EngineConfig {
         prefix_caching: true,
         cache_salt: "fake".into(),
         max_loras: 2,
+        speculative: None,
     }
 }
 

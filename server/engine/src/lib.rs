@@ -21,6 +21,7 @@ mod row;
 mod row_kv;
 pub mod sampler;
 pub mod scheduler;
+mod speculative;
 pub mod status;
 pub mod stop;
 pub mod worker;

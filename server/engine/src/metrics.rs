@@ -18,6 +18,7 @@ use ferrox_plan::contract::metric;
 use crate::PlanInfo;
 use lora::LoraSeries;
 use pools::{PoolGauges, ratio};
+use speculative::SpecSeries;
 
 /// Finish reasons always exported, even at zero.
 const FINISH_REASONS: [&str; 4] = ["stop", "length", "abort", "error"];
@@ -154,6 +155,7 @@ pub struct Metrics {
     vllm_latency: OnceLock<[Histogram; 5]>,
     plan: PlanSeries,
     lora: LoraSeries,
+    spec: SpecSeries,
     /// Renders copy into the vLLM series; one at a time.
     rendering: Mutex<()>,
 }
@@ -434,6 +436,7 @@ impl Metrics {
             vllm_latency: OnceLock::new(),
             plan: PlanSeries::new(&r)?,
             lora: LoraSeries::new(&r)?,
+            spec: SpecSeries::new(&r)?,
             registry: r,
             rendering: Mutex::new(()),
         })
@@ -513,6 +516,22 @@ impl Metrics {
     /// The LoRA adapters served now: name, and whether held in memory.
     pub fn set_lora_adapters(&self, adapters: &[(String, bool)]) {
         self.lora.set_adapters(adapters);
+    }
+
+    /// Exports the speculative decoding series from now on, for drafts of
+    /// up to `k` tokens.
+    pub fn enable_spec(&self, k: usize) {
+        self.spec.enable(k);
+    }
+
+    /// Counts a speculating server's step by what the pay-off rule decided.
+    pub fn spec_step(&self, decision: &str) {
+        self.spec.step(decision);
+    }
+
+    /// Counts one row's verification: `accepted` of `drafted` draft tokens.
+    pub fn spec_verified(&self, drafted: usize, accepted: usize) {
+        self.spec.verified(drafted, accepted);
     }
 
     /// Counts a request submitted for `adapter`.
@@ -619,6 +638,7 @@ impl Metrics {
                 c.inc_by(value);
             }
         }
+        self.spec.refresh(model_name);
         v.success.reset();
         for reason in VLLM_FINISH_REASONS {
             let done = self.finished.get_metric_with_label_values(&[reason]);
@@ -646,6 +666,7 @@ impl Metrics {
 
 mod lora;
 mod pools;
+mod speculative;
 
 #[cfg(test)]
 mod tests;

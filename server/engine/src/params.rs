@@ -38,6 +38,10 @@ pub struct SamplingParams {
     /// sequence's last token is masked wherever the output ends with the
     /// rest of it.
     pub bad_words: Vec<Vec<u32>>,
+    /// Never verify draft tokens for this request (the name of vLLM's
+    /// proposed per-request switch): it decodes one token a step, as on a
+    /// server without speculative decoding.
+    pub disable_spec_decode: bool,
 }
 
 impl Default for SamplingParams {
@@ -56,6 +60,7 @@ impl Default for SamplingParams {
             logit_bias: Vec::new(),
             allowed_token_ids: None,
             bad_words: Vec::new(),
+            disable_spec_decode: false,
         }
     }
 }

@@ -14,6 +14,7 @@ use crate::metrics::{Latency, Metrics};
 use crate::params::TokenText;
 use crate::row_kv::RowKv;
 use crate::sampler::{Sampled, Sampler, logprob_of};
+use crate::speculative::{Acceptance, ROW_KEEP};
 use crate::stop::{StopMatcher, StopStep};
 
 /// How a row ended, decided during the tick and reported at flush.
@@ -67,6 +68,10 @@ pub(crate) struct Row {
     pub events: UnboundedSender<Event>,
     /// The LoRA adapter every step of this row runs with.
     pub adapter: Option<AdapterRef>,
+    /// Whether it may verify draft tokens (the request did not opt out).
+    speculates: bool,
+    /// How often its draft tokens were accepted.
+    pub acceptance: Acceptance,
     submitted: Instant,
     last_token_at: Option<Instant>,
     pub finish: Option<Finish>,
@@ -117,6 +122,7 @@ impl Row {
             row
         });
         let bad_words = std::mem::take(&mut req.sampling.bad_words);
+        let speculates = !req.sampling.disable_spec_decode;
         let eos = if req.ignore_eos {
             Vec::new()
         } else {
@@ -137,6 +143,8 @@ impl Row {
             generated: 0,
             output: Vec::new(),
             adapter: req.adapter.take(),
+            speculates,
+            acceptance: Acceptance::new(ROW_KEEP),
             hashes: job.hashes,
             hasher: job.hasher,
             block_size,
@@ -235,6 +243,30 @@ impl Row {
     /// The position the pending token is fed at.
     pub fn decode_pos(&self) -> usize {
         self.prompt.len() + self.generated - 1
+    }
+
+    /// The sequence so far: the prompt, then the output (whose last token
+    /// is the pending one).
+    pub fn history(&self) -> (&[u32], &[u32]) {
+        (&self.prompt, &self.output)
+    }
+
+    /// Draft tokens a step may verify for this row: none if it opted out,
+    /// else as many as leave room for the model's own next token within
+    /// `max_tokens` (so its blocks are always inside its reservation).
+    pub fn draft_room(&self) -> usize {
+        if !self.speculates {
+            return 0;
+        }
+        self.max_tokens.saturating_sub(self.generated + 1)
+    }
+
+    /// Gives back the blocks a verification drew past the row's place now:
+    /// its tokens in the KV and the pending one's position. What rejected
+    /// draft tokens wrote inside the blocks kept is overwritten later and
+    /// never read before (attention reads only positions before a token's).
+    pub fn release_rejected(&mut self) {
+        self.kv.truncate(self.prompt.len() + self.generated);
     }
 
     /// Usage so far.

@@ -73,6 +73,22 @@ impl RowKv {
         Ok(())
     }
 
+    /// Gives back, in the full-attention pool, the blocks drawn past those
+    /// of a sequence of `tokens` tokens (a verification's rejected draft
+    /// tokens'), through the leases' one release; they stay reserved to
+    /// the row. Speculation runs only on models whose every pool is full
+    /// attention, so no other pool ever drew for a draft.
+    pub fn truncate(&mut self, tokens: usize) {
+        let keep = tokens.div_ceil(self.block_size);
+        let full = self
+            .leases
+            .iter_mut()
+            .filter(|(k, _)| *k == CacheKind::Full);
+        for (_, lease) in full {
+            lease.truncate(keep);
+        }
+    }
+
     /// Before a step computes `n` tokens at `pos`: each window pool gives
     /// back the blocks wholly below `pos - window` (the window reclaim) and
     /// draws those up to `pos + n`. Reclaim first, so a row never holds more

@@ -3,13 +3,12 @@
 //! one step (prefill chunks under a token budget, round-robin, plus every
 //! decoding row, in one model call), flush.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use ferrox_core::batch_model::StepLogits;
 use ferrox_core::{AdapterRef, BatchModel, BlockHasher, PoolStats};
 use ferrox_plan::CacheKind;
 
@@ -18,15 +17,15 @@ use crate::job::{Job, RequestId};
 use crate::kv_pools::KvPools;
 use crate::metrics::{Latency, Metrics};
 use crate::queue::{EngineHandle, Shared};
-use crate::row::{Finish, Row, cancelled};
+use crate::row::{Row, cancelled};
 use crate::row_kv::RowKv;
+use crate::speculative::Speculation;
 use crate::status::{
     BatchGauges, DecodeReporter, MAX_LINE_IDS, PoolGauge, PrefillFacts, prefill_line,
 };
 use crate::{EngineConfig, EngineError, Event, FinishReason, Usage};
-use prefill_plan::plan_prefill;
-use rayon::prelude::*;
-use step_batch::{chunk_input, decode_input, run_step, spell_pools};
+use step_batch::spell_pools;
+pub use verify::Verified;
 
 /// What one tick did, for the log and for tests.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -38,8 +37,13 @@ pub struct TickReport {
     /// The rows that ran a prefill chunk this tick, and each chunk's length,
     /// in batch order.
     pub prefilled: Vec<(RequestId, usize)>,
-    /// Decode rows in this tick's step, in batch order.
+    /// Decoding rows in this tick's step (those verifying drafts first),
+    /// in batch order.
     pub decoded: Vec<RequestId>,
+    /// What each row verifying drafts in this tick's step accepted.
+    pub verified: Vec<Verified>,
+    /// Tokens the step ran (prompt chunks, pending and draft tokens).
+    pub tokens: usize,
     /// The decode status line, every `decode_log_interval` steps.
     pub decode_line: Option<String>,
 }
@@ -61,6 +65,8 @@ pub struct Scheduler<M: BatchModel> {
     next_unseen: RequestId,
     reporter: DecodeReporter,
     metrics: Arc<Metrics>,
+    /// Speculative decoding, when configured and the model allows it.
+    spec: Option<Speculation>,
 }
 
 impl<M: BatchModel> Scheduler<M> {
@@ -93,6 +99,7 @@ impl<M: BatchModel> Scheduler<M> {
         let hasher = config
             .prefix_cache_on()
             .then(|| BlockHasher::new(&config.cache_salt, config.block_size));
+        let spec = speculation(&config, &metrics);
         let kv_epoch = rand::random::<u64>() >> 11;
         let pools = KvPools::new(&model_pools, kv_epoch);
         let shared = Arc::new(Shared {
@@ -112,7 +119,9 @@ impl<M: BatchModel> Scheduler<M> {
         let scheduler = Scheduler {
             model,
             pools,
-            reporter: DecodeReporter::new(config.decode_log_interval, now),
+            reporter: DecodeReporter::new(config.decode_log_interval, now)
+                .speculating(spec.is_some()),
+            spec,
             shared: Arc::clone(&shared),
             rx,
             waiting: WaitingLine::new(line, config.block_size),
@@ -136,6 +145,9 @@ impl<M: BatchModel> Scheduler<M> {
     pub fn wait_for_work(&mut self) -> bool {
         if !self.is_idle() {
             return true;
+        }
+        if let Some(spec) = &mut self.spec {
+            spec.idle();
         }
         match self.rx.recv() {
             Ok(job) => {
@@ -185,6 +197,9 @@ impl<M: BatchModel> Scheduler<M> {
     /// One tick.
     pub fn tick(&mut self, now: Instant) -> TickReport {
         self.shared.stamp_tick(Some(now));
+        if let Some(spec) = &mut self.spec {
+            spec.tick_began(now);
+        }
         let mut report = TickReport::default();
         self.drain_channel();
         self.apply_cancels();
@@ -195,11 +210,23 @@ impl<M: BatchModel> Scheduler<M> {
             tracing::info!("{line}");
             report.prefill_line = Some(line);
         }
-        (report.prefilled, report.decoded) = self.step(now);
+        let (batch, verified) = self.step(now);
+        report.tokens = batch.tokens();
+        report.decoded = batch.decoding();
+        report.prefilled = batch.chunks;
+        report.verified = verified;
+        if let Some(spec) = &mut self.spec {
+            spec.step_ran(now, report.tokens);
+            for v in &report.verified {
+                spec.record(v.accepted, v.drafted);
+            }
+        }
         if !report.decoded.is_empty() {
-            report.decode_line = self
-                .reporter
-                .on_step(now, report.decoded.len(), &self.gauges());
+            let accepted: usize = report.verified.iter().map(|v| v.accepted).sum();
+            self.reporter.on_verified(report.verified.len(), accepted);
+            report.decode_line =
+                self.reporter
+                    .on_step(now, report.decoded.len() + accepted, &self.gauges());
             if let Some(line) = &report.decode_line {
                 tracing::info!("{line}");
             }
@@ -331,177 +358,6 @@ impl<M: BatchModel> Scheduler<M> {
         facts
     }
 
-    /// One forward over this tick's prefill chunks (a token budget shared
-    /// round-robin) and every decoding row. A row whose last chunk runs now
-    /// samples its first token from that chunk and decodes from the next tick.
-    /// A row whose input the model refuses leaves the step and ends alone; a
-    /// forward that fails is retried once, then ends every row in it.
-    fn step(&mut self, now: Instant) -> (Vec<(RequestId, usize)>, Vec<RequestId>) {
-        let rows = &self.rows;
-        let left = |id| {
-            rows.get(&id)
-                .filter(|r| r.finish.is_none())
-                .map_or(0, |r| r.prompt.len() - r.cursor)
-        };
-        let chunks = plan_prefill(
-            &mut self.prefill_order,
-            left,
-            self.shared.config.prefill_chunk,
-        );
-        // Batch position j of the decode rows is `ids[j]`, an id, never an
-        // index into a table that may change shape.
-        let ids: Vec<RequestId> = self
-            .rows
-            .values()
-            .filter(|r| r.finish.is_none() && !r.is_prefilling() && r.pending.is_some())
-            .map(|r| r.id)
-            .collect();
-        let (chunks, ids) = self.checked_inputs(chunks, ids);
-        if chunks.is_empty() && ids.is_empty() {
-            return (chunks, ids);
-        }
-        match self.forward(&chunks, &ids) {
-            Ok(logits) => self.apply(&chunks, &ids, logits, now),
-            Err(why) => self.fail(chunks.iter().map(|c| &c.0).chain(&ids), &why),
-        }
-        (chunks, ids)
-    }
-
-    /// Keeps the chunks and decode rows whose input the model accepts, each
-    /// row's window pools first giving back the blocks their windows have
-    /// left and drawing those the step writes (the window reclaim, at the
-    /// step boundary); ends each of the others with the reason.
-    fn checked_inputs(
-        &mut self,
-        chunks: Vec<(RequestId, usize)>,
-        ids: Vec<RequestId>,
-    ) -> (Vec<(RequestId, usize)>, Vec<RequestId>) {
-        let model = &self.model;
-        let rows = &mut self.rows;
-        let mut accept = |id: RequestId, input: fn(&Row, usize) -> (&[u32], usize), n: usize| {
-            let Some(row) = rows.get_mut(&id) else {
-                return false;
-            };
-            let (len, pos) = {
-                let (tokens, pos) = input(row, n);
-                (tokens.len(), pos)
-            };
-            if let Err(e) = row.kv.prepare(pos, len) {
-                tracing::warn!(id, error = %e, "a row's window pool ran dry");
-                row.end(model_failed(e));
-                return false;
-            }
-            let (tokens, pos) = input(row, n);
-            match model.check_input(&row.kv.tables(), tokens, pos) {
-                Ok(()) => true,
-                Err(e) => {
-                    tracing::warn!(id, error = %e, "the model refused a row's input");
-                    row.end(model_failed(e));
-                    false
-                }
-            }
-        };
-        let chunks = chunks
-            .into_iter()
-            .filter(|&(id, n)| accept(id, chunk_input, n))
-            .collect();
-        let ids = ids
-            .into_iter()
-            .filter(|&id| accept(id, decode_input, 1))
-            .collect();
-        (chunks, ids)
-    }
-
-    /// Runs the step, once more if it fails (a panic in the model counts as
-    /// a failure); the error of the last try otherwise.
-    fn forward(
-        &mut self,
-        chunks: &[(RequestId, usize)],
-        ids: &[RequestId],
-    ) -> Result<StepLogits, String> {
-        let mut why = String::new();
-        for attempt in 1..=FORWARD_TRIES {
-            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                run_step(&mut self.model, &self.rows, chunks, ids)
-            }));
-            why = match ran {
-                Ok(Ok(l)) if l.prefill.len() == chunks.len() && l.decode.len() == ids.len() => {
-                    return Ok(l);
-                }
-                Ok(Ok(l)) => format!(
-                    "{} prefill and {} decode logit rows for {} chunks and {} rows",
-                    l.prefill.len(),
-                    l.decode.len(),
-                    chunks.len(),
-                    ids.len()
-                ),
-                Ok(Err(e)) => e.to_string(),
-                Err(panic) => format!("the model panicked: {}", panic_message(&*panic)),
-            };
-            tracing::warn!(attempt, error = %why, "model step failed");
-        }
-        Err(why)
-    }
-
-    /// Advances the prefill cursors and samples where the step gave logits.
-    fn apply(
-        &mut self,
-        chunks: &[(RequestId, usize)],
-        ids: &[RequestId],
-        logits: StepLogits,
-        now: Instant,
-    ) {
-        let vocab = self.model.vocab_size();
-        let mut prompt_rows = logits.prompt.into_iter();
-        for (&(id, n), l) in chunks.iter().zip(logits.prefill) {
-            let all = prompt_rows.next().unwrap_or_default();
-            let Some(row) = self.rows.get_mut(&id) else {
-                continue;
-            };
-            if row.wants_prompt_logits() {
-                if all.len() != n {
-                    row.end(model_failed(format!(
-                        "{} prompt logit rows for a chunk of {n}",
-                        all.len()
-                    )));
-                    continue;
-                }
-                row.take_prompt_logits(row.cursor, &all);
-            }
-            row.cursor += n;
-            match (row.is_prefilling(), l) {
-                (true, _) => {}
-                (false, Some(l)) => take_logits(row, &l, vocab, now, &self.metrics),
-                (false, None) => row.end(model_failed("prefill returned no logits")),
-            }
-        }
-        // Decoding rows are independent, and each one's sampling reads its
-        // whole vocabulary-wide row (and a grammar's mask): run in parallel,
-        // they cost a fraction of the forward instead of as much as it.
-        let by_id: HashMap<RequestId, &[f32]> = ids
-            .iter()
-            .copied()
-            .zip(logits.decode.iter().map(Vec::as_slice))
-            .collect();
-        let mut decoding: Vec<(&mut Row, &[f32])> = self
-            .rows
-            .values_mut()
-            .filter_map(|row| by_id.get(&row.id).map(|&l| (row, l)))
-            .collect();
-        let metrics = &self.metrics;
-        decoding
-            .par_iter_mut()
-            .for_each(|(row, l)| take_logits(row, l, vocab, now, metrics));
-    }
-
-    fn fail<'a>(&mut self, ids: impl IntoIterator<Item = &'a RequestId>, why: &str) {
-        for id in ids {
-            if let Some(row) = self.rows.get_mut(id) {
-                row.end(model_failed(why));
-            }
-        }
-    }
-
     /// The LoRA adapters (by key) the admitted rows run with.
     fn running_adapters(&self) -> HashSet<String> {
         let adapters = self.rows.values().filter_map(|r| r.adapter.as_ref());
@@ -538,34 +394,28 @@ impl<M: BatchModel> Scheduler<M> {
     }
 }
 
-/// Tries of one step before its rows fail.
-const FORWARD_TRIES: usize = 2;
-
-/// Samples from a row's logits, or ends the row if the model gave a row of
-/// the wrong size (that row's failure, not the batch's).
-fn take_logits(row: &mut Row, logits: &[f32], vocab: usize, now: Instant, metrics: &Metrics) {
-    if logits.len() == vocab {
-        row.take_logits(logits, now, metrics);
-    } else {
-        let why = format!("{} logits for a vocabulary of {vocab}", logits.len());
-        row.end(model_failed(why));
+/// The worker's speculative decoding: `None` when not asked for, or when
+/// the model's pools do not allow it (logged with the reason).
+fn speculation(config: &EngineConfig, metrics: &Metrics) -> Option<Speculation> {
+    let asked = config.speculative?;
+    if let Some(why) = config.speculation_off_reason() {
+        tracing::warn!("speculative decoding is off: {why}");
+        return None;
     }
-}
-
-/// The text of a panic's payload.
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
-    payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(no message)")
-}
-
-fn model_failed(why: impl ToString) -> Finish {
-    Finish::Failed(EngineError::Model(why.to_string()))
+    metrics.enable_spec(asked.num_speculative_tokens as usize);
+    tracing::info!(
+        k = asked.num_speculative_tokens,
+        lookup_min = asked.prompt_lookup_min,
+        lookup_max = asked.prompt_lookup_max,
+        "speculative decoding by n-gram prompt lookup, where it pays"
+    );
+    Some(Speculation::new(asked))
 }
 
 mod prefill_plan;
+mod speculate;
+mod step;
 mod step_batch;
 #[cfg(test)]
 mod tests;
+mod verify;

@@ -112,13 +112,18 @@ pub fn prefill_line(facts: &PrefillFacts, g: &BatchGauges) -> String {
 }
 
 /// Emits a decode line every `interval` steps, with the throughput since the
-/// previous line.
+/// previous line (and, on a speculating server, the mean acceptance length
+/// since then).
 #[derive(Debug, Clone)]
 pub struct DecodeReporter {
     interval: u64,
     steps: u64,
     tokens_since: u64,
     last_line_at: Instant,
+    speculating: bool,
+    /// Verifications and draft tokens they accepted since the last line.
+    drafts_since: u64,
+    accepted_since: u64,
 }
 
 impl DecodeReporter {
@@ -129,7 +134,41 @@ impl DecodeReporter {
             steps: 0,
             tokens_since: 0,
             last_line_at: now,
+            speculating: false,
+            drafts_since: 0,
+            accepted_since: 0,
         }
+    }
+
+    /// On a speculating server the lines carry the mean acceptance length.
+    pub fn speculating(self, on: bool) -> Self {
+        DecodeReporter {
+            speculating: on,
+            ..self
+        }
+    }
+
+    /// Records a step's verifications: `drafts` rows verified drafts and
+    /// `accepted` draft tokens were accepted.
+    pub fn on_verified(&mut self, drafts: usize, accepted: usize) {
+        self.drafts_since += drafts as u64;
+        self.accepted_since += accepted as u64;
+    }
+
+    /// `, mean accept len: 2.31 (40 drafts)`: tokens a verification gave,
+    /// its accepted drafts and the model's own token (vLLM's mean
+    /// acceptance length), over the verifications since the last line.
+    fn acceptance(&mut self) -> String {
+        if !self.speculating {
+            return String::new();
+        }
+        let (drafts, accepted) = (self.drafts_since, self.accepted_since);
+        (self.drafts_since, self.accepted_since) = (0, 0);
+        if drafts == 0 {
+            return ", mean accept len: - (0 drafts)".to_string();
+        }
+        let mean = 1.0 + accepted as f64 / drafts as f64;
+        format!(", mean accept len: {mean:.2} ({drafts} drafts)")
     }
 
     /// Records one decode step that generated `tokens`; returns a line every
@@ -152,12 +191,13 @@ impl DecodeReporter {
         self.last_line_at = now;
         Some(format!(
             "Decode batch, #running-req: {}, #token: {}, token usage: {:.2}{}, \
-             gen throughput (token/s): {:.2}, #queue-req: {}",
+             gen throughput (token/s): {:.2}{}, #queue-req: {}",
             g.running,
             g.tokens,
             g.usage(),
             g.window_usage(),
             throughput,
+            self.acceptance(),
             g.queued
         ))
     }
@@ -229,6 +269,31 @@ mod tests {
         assert!(line.contains("gen throughput (token/s): 8.00"), "{line}");
         let mut off = DecodeReporter::new(0, t0);
         assert_eq!(off.on_step(t0, 1, &g), None);
+    }
+
+    #[test]
+    fn a_speculating_server_s_line_carries_the_mean_acceptance_length() {
+        let t0 = Instant::now();
+        let g = BatchGauges::default();
+        let mut r = DecodeReporter::new(2, t0).speculating(true);
+        // Two verifications accepting 3 and 0 drafts: 1 + 3/2 tokens each.
+        r.on_verified(1, 3);
+        assert_eq!(r.on_step(t0, 4, &g), None);
+        r.on_verified(1, 0);
+        let line = r.on_step(t0 + Duration::from_secs(1), 1, &g).unwrap();
+        assert!(
+            line.contains(
+                "gen throughput (token/s): 5.00, mean accept len: 2.50 (2 drafts), #queue-req"
+            ),
+            "{line}"
+        );
+        // A window without a verification says so.
+        r.on_step(t0, 1, &g);
+        let line = r.on_step(t0 + Duration::from_secs(2), 1, &g).unwrap();
+        assert!(line.contains("mean accept len: - (0 drafts)"), "{line}");
+        // Not speculating: nothing about it.
+        let mut plain = DecodeReporter::new(1, t0);
+        assert!(!plain.on_step(t0, 1, &g).unwrap().contains("accept"));
     }
 
     #[test]

@@ -145,6 +145,9 @@ fn the_operators_pod_args_parse_into_its_plan() {
         let pools: Vec<(CacheKind, u64)> = std::iter::once((CacheKind::Full, 2441))
             .chain(others)
             .collect();
+        // Speculation in the cases with a prefill chunk.
+        let speculative = prefill_chunk
+            .map(|_| ferrox_plan::SpeculativeConfig::ngram(5, Some(2), Some(4)).unwrap());
         let pod = PodArgs {
             model: model.display().to_string(),
             host: "0.0.0.0".into(),
@@ -160,6 +163,7 @@ fn the_operators_pod_args_parse_into_its_plan() {
             prefill_chunk,
             max_queue,
             lora: lora.clone(),
+            speculative,
         };
         let argv = std::iter::once("ferrox-server".to_string()).chain(pod.to_args());
         let Command::Serve(args) = Cli::try_parse_from(argv).unwrap().command else {
@@ -186,6 +190,7 @@ fn the_operators_pod_args_parse_into_its_plan() {
             prefill_chunk.unwrap_or(ferrox_plan::DEFAULT_PREFILL_CHUNK)
         );
         assert_eq!(c.max_queue as u64, max_queue.unwrap_or(256));
+        assert_eq!(c.speculative, speculative);
         let want = lora.map(|l| LoraConfig {
             modules: l.modules,
             max_loras: l.max_loras as usize,
@@ -341,4 +346,40 @@ fn each_examples_pod_args_parse_into_the_operators_plan() {
         assert_eq!(served, adapters, "{name}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn speculative_config_takes_vllms_json_and_refuses_what_it_cannot_serve() {
+    let ngram = |k, min, max| ferrox_plan::SpeculativeConfig {
+        num_speculative_tokens: k,
+        prompt_lookup_min: min,
+        prompt_lookup_max: max,
+    };
+    let vllm = r#"{"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4, "prompt_lookup_min": 2}"#;
+    assert_eq!(
+        parse(&["--speculative-config", vllm]).unwrap().speculative,
+        Some(ngram(5, 2, 4))
+    );
+    assert_eq!(parse(&[]).unwrap().speculative, None);
+    // Refused at start, with the reason, before the model is read.
+    for (value, why) in [
+        (
+            r#"{"method": "ngram", "num_speculative_tokens": 0}"#,
+            "num_speculative_tokens must be 1 to 16, not 0",
+        ),
+        (
+            r#"{"method": "ngram", "num_speculative_tokens": 64}"#,
+            "num_speculative_tokens must be 1 to 16, not 64",
+        ),
+        (
+            r#"{"model": "draft.gguf", "num_speculative_tokens": 4}"#,
+            "a draft model is not served yet",
+        ),
+    ] {
+        let err = parse(&["--speculative-config", value]).unwrap_err();
+        assert!(
+            err.contains("--speculative-config") && err.contains(why),
+            "{value}: {err}"
+        );
+    }
 }

@@ -217,6 +217,7 @@ pub fn engine_config() -> EngineConfig {
         prefix_caching: true,
         cache_salt: "fake".into(),
         max_loras: 2,
+        speculative: None,
     }
 }
 

@@ -206,6 +206,12 @@ struct ServeArgs {
     /// shared between requests.
     #[arg(long, env = "FERROX_PREFIX_CACHING", value_enum, default_value_t = Switch::On)]
     prefix_caching: Switch,
+    /// Speculative decoding, vLLM's JSON: '{"method": "ngram",
+    /// "num_speculative_tokens": 5, "prompt_lookup_max": 4,
+    /// "prompt_lookup_min": 2}' (n-gram prompt lookup; used per step only
+    /// while it pays; off for models with sliding-window or recurrent layers).
+    #[arg(long = flag::SPECULATIVE_CONFIG, env = "FERROX_SPECULATIVE_CONFIG", value_parser = parse_speculative)]
+    speculative_config: Option<ferrox_plan::SpeculativeConfig>,
     /// max_tokens of a chat request that sets none, capped by what is left of
     /// --max-model-len (admission reserves prompt + max_tokens).
     #[arg(long, env = "FERROX_DEFAULT_MAX_TOKENS", default_value_t = 1024)]
@@ -339,6 +345,14 @@ struct EdgeArgs {
     stall_timeout: f64,
 }
 
+/// `--speculative-config`: the reason alone when refused (clap names the flag).
+fn parse_speculative(text: &str) -> Result<ferrox_plan::SpeculativeConfig, String> {
+    ferrox_plan::SpeculativeConfig::parse(text).map_err(|e| match e {
+        ferrox_plan::PlanError::SpeculativeConfig(why) => why,
+        other => other.to_string(),
+    })
+}
+
 /// `--tool-call-parser`.
 fn parse_tool_parser(text: &str) -> Result<tools::parser::ParserChoice, String> {
     text.parse()
@@ -433,6 +447,7 @@ impl ServeArgs {
             decode_log_interval: self.decode_log_interval,
             max_body: usize::try_from(self.max_body).unwrap_or(usize::MAX),
             prefix_caching: self.prefix_caching == Switch::On,
+            speculative: self.speculative_config,
             default_max_tokens: self.default_max_tokens,
             tool_call_parser: self.tool_call_parser,
             reasoning_parser: self.reasoning_parser,

@@ -24,6 +24,9 @@ pub struct ProfileShape {
     pub max_seqs: usize,
     /// Tokens per KV block.
     pub block_size: usize,
+    /// Speculating: draft tokens, which share the chunk's budget, each want
+    /// their logits, so the chunk wants every token's (at least as many).
+    pub speculative: bool,
 }
 
 impl ProfileShape {
@@ -74,7 +77,7 @@ pub fn worst_step(model: &mut dyn BatchModel, shape: &ProfileShape) -> Result<()
         tokens: &prompt,
         pos: 0,
         want_logits: true,
-        all_logits: false,
+        all_logits: shape.speculative,
     };
     let rows: Vec<DecodeRow<'_>> = per_row[1..]
         .iter()
@@ -161,6 +164,7 @@ mod tests {
             prefill_chunk: 33,
             max_seqs: 3,
             block_size: 16,
+            speculative: false,
         };
         let t = s.tables();
         assert_eq!(t, vec![vec![0, 1, 2], vec![3], vec![4], vec![5]]);
@@ -215,6 +219,7 @@ mod tests {
             prefill_chunk: 40,
             max_seqs: 5,
             block_size: 16,
+            speculative: false,
         };
         let (llama, bytes) = profile(llama, &shape, KvDtype::F16, &meter, &Device::Cpu).unwrap();
         assert_eq!(bytes, 4096);

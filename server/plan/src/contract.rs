@@ -7,7 +7,7 @@
 //! metric is a compile error on both sides, not a pod that fails in
 //! production.
 
-use crate::{CacheKind, DeviceKind, KvDtype};
+use crate::{CacheKind, DeviceKind, KvDtype, SpeculativeConfig};
 
 /// `ferrox-server serve` flag names, without the leading `--` (clap's
 /// `long`).
@@ -57,6 +57,9 @@ pub mod flag {
     pub const MAX_CPU_LORAS: &str = "max-cpu-loras";
     /// `POST /v1/load_lora_adapter` and `/v1/unload_lora_adapter` allowed.
     pub const ALLOW_RUNTIME_LORA_UPDATING: &str = "allow-runtime-lora-updating";
+    /// Speculative decoding, vLLM's JSON (`{"method": "ngram",
+    /// "num_speculative_tokens": 5, ...}`; see [`crate::SpeculativeConfig`]).
+    pub const SPECULATIVE_CONFIG: &str = "speculative-config";
 }
 
 /// What a server serving LoRA adapters is told.
@@ -128,6 +131,8 @@ pub struct ServeArgs {
     pub max_queue: Option<u64>,
     /// LoRA adapters, when the spec has any.
     pub lora: Option<LoraArgs>,
+    /// Speculative decoding, when the spec asks for it.
+    pub speculative: Option<SpeculativeConfig>,
 }
 
 impl ServeArgs {
@@ -156,6 +161,9 @@ impl ServeArgs {
         }
         if let Some(n) = self.max_queue {
             push(flag::MAX_QUEUE, n.to_string());
+        }
+        if let Some(spec) = &self.speculative {
+            push(flag::SPECULATIVE_CONFIG, spec.to_arg());
         }
         if let Some(lora) = &self.lora {
             lora.push_to(&mut args);
@@ -230,6 +238,21 @@ pub mod metric {
     /// 0 known and read in again on its next request (the operator's
     /// `status.adapters`).
     pub const LORA_ADAPTER_LOADED: &str = "ferrox_lora_adapter_loaded";
+    /// Rows that verified draft tokens, one a row a step (vLLM's counter
+    /// `vllm:spec_decode_num_drafts`, as its client exposes it).
+    pub const SPEC_DRAFTS: &str = "vllm:spec_decode_num_drafts_total";
+    /// Draft tokens verified.
+    pub const SPEC_DRAFT_TOKENS: &str = "vllm:spec_decode_num_draft_tokens_total";
+    /// Draft tokens accepted (the acceptance rate is this over
+    /// [`SPEC_DRAFT_TOKENS`]).
+    pub const SPEC_ACCEPTED_TOKENS: &str = "vllm:spec_decode_num_accepted_tokens_total";
+    /// Draft tokens accepted, by `position` in the draft (0 first).
+    pub const SPEC_ACCEPTED_PER_POS: &str = "vllm:spec_decode_num_accepted_tokens_per_pos_total";
+    /// Decode steps of a speculating server, by `decision`: `verified` (some
+    /// row verified drafts), `declined` (drafts were found, but the pay-off
+    /// rule judged them not worth the step's extra cost), `none` (no row had
+    /// a draft).
+    pub const SPEC_STEPS: &str = "ferrox_spec_decode_steps_total";
 }
 
 /// What the operator reads from each ferrox-router replica.
@@ -292,6 +315,7 @@ mod tests {
             prefill_chunk: Some(256),
             max_queue: None,
             lora: None,
+            speculative: None,
         };
         let args = a.to_args();
         let value = |f: &str| {
@@ -341,6 +365,19 @@ mod tests {
             ]
         );
         // Every pool by kind, in the plan's order; no alias is written.
+        // Speculation: the flag's JSON, which the server reads back.
+        let ngram = SpeculativeConfig::ngram(5, Some(2), Some(4)).unwrap();
+        let spec = ServeArgs {
+            speculative: Some(ngram),
+            ..a.clone()
+        }
+        .to_args();
+        assert_eq!(spec.len(), args.len() + 2);
+        let at = spec
+            .iter()
+            .position(|x| *x == format!("--{}", flag::SPECULATIVE_CONFIG))
+            .unwrap();
+        assert_eq!(SpeculativeConfig::parse(&spec[at + 1]).unwrap(), ngram);
         let hybrid = ServeArgs {
             pools: vec![
                 (CacheKind::Full, 100),

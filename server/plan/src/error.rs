@@ -85,4 +85,8 @@ pub enum PlanError {
     /// An input is out of range.
     #[error("invalid plan input: {0}")]
     Invalid(String),
+    /// `--speculative-config` asks for what this server does not serve, or
+    /// is out of range.
+    #[error("invalid --speculative-config: {0}")]
+    SpeculativeConfig(String),
 }

@@ -28,6 +28,7 @@ mod lora;
 mod plan;
 mod pool_sizes;
 mod pools;
+mod speculative;
 mod window;
 
 pub use cache::{CacheGroup, CacheKind, CacheSpec, KvShape};
@@ -36,6 +37,7 @@ pub use footprint::{DeviceKind, Footprint, Footprints};
 pub use lora::LoraPlan;
 pub use plan::{Plan, PoolPlan};
 pub use pool_sizes::{PoolSizes, spell_kinds};
+pub use speculative::{MAX_PROMPT_LOOKUP, MAX_SPECULATIVE_TOKENS, SpeculativeConfig};
 pub use window::{SlidingWindow, slides, window_blocks};
 
 use pools::Layout;
@@ -221,6 +223,12 @@ pub struct PlanConfig {
     pub typical_seq_len: Option<u64>,
     /// Held for LoRA adapters on this device ([`LoraPlan::device_bytes`]).
     pub adapter_bytes: u64,
+    /// Draft tokens a row verifies at most in one step (speculative
+    /// decoding's `num_speculative_tokens`; 0 without). Drafts come out of
+    /// the step's prompt-token budget, so they add no tokens to the largest
+    /// step, and they stay inside each sequence's reservation, so no KV; but
+    /// each is one more vocabulary-wide logit row.
+    pub speculative_tokens: u64,
 }
 
 /// The cap on concurrent sequences of a [`PlanConfig`] that names none
@@ -305,6 +313,7 @@ impl PlanConfig {
             max_seqs_cap: None,
             typical_seq_len: None,
             adapter_bytes: 0,
+            speculative_tokens: 0,
         }
     }
 
@@ -322,13 +331,19 @@ impl PlanConfig {
         )
     }
 
-    /// The activation reserve for `geometry`: given, or estimated.
+    /// The activation reserve for `geometry`: given, or estimated for the
+    /// largest step: a prompt chunk beside a decode row for every sequence,
+    /// each row's logits and, when speculating, its drafts' (at most the
+    /// chunk's budget).
     pub fn activation_reserve(&self, geometry: &ModelGeometry) -> u64 {
         self.activation_reserve_bytes.unwrap_or_else(|| {
             let cap = self.max_seqs_cap();
+            let drafts = cap
+                .saturating_mul(self.speculative_tokens)
+                .min(self.prefill_chunk);
             geometry.activation_bytes(
                 self.prefill_chunk.saturating_add(cap),
-                cap,
+                cap.saturating_add(drafts),
                 self.activation_elem_bytes,
             )
         })

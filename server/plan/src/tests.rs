@@ -304,6 +304,19 @@ fn estimated_reserve_follows_the_step_shape() {
     let left = usable - g.weight_bytes - want - p.overhead_bytes;
     assert_eq!(p.kv_blocks(), left / (16 * 128 * 1024));
     assert!(p.total_bytes() <= usable);
+    // Speculating, each row's drafts are logit rows too, at most the
+    // chunk's budget: 64 rows x 5 drafts = 320 more; x 16 is capped at 512.
+    for (k, more) in [(5, 320), (16, 512)] {
+        let spec = PlanConfig {
+            speculative_tokens: k,
+            ..config.clone()
+        };
+        assert_eq!(
+            spec.activation_reserve(&g),
+            want + 2 * more * 128_256 * 4,
+            "{k}"
+        );
+    }
     // A CPU plan computes activations in f32.
     let cpu = PlanConfig::for_device(DeviceKind::Cpu);
     assert_eq!(cpu.activation_elem_bytes, 4);

@@ -394,3 +394,31 @@ fn a_window_releases_cached_blocks_to_the_cache() {
     drop(lease);
     assert_eq!(shape(&pool), stats(4, 0, 0, 3, 1));
 }
+
+#[test]
+fn a_truncated_lease_gives_back_its_rejected_blocks_and_keeps_its_reservation() {
+    let pool = BlockPool::new(10);
+    let tokens = [1, 2, 3];
+    let mut lease = computed(&pool, &tokens, 9); // 6 blocks reserved, 2 held
+    let before = pool.stats();
+    assert_eq!((before.reserved, before.held, before.filled), (6, 2, 2));
+    // A verification draws for 3 draft tokens past the 4th token (blocks
+    // of 2: 4 held), then keeps only the first draft.
+    lease.grow(4).unwrap();
+    assert_eq!(pool.stats().held, 4);
+    lease.truncate(3);
+    assert_eq!(pool.stats(), PoolStats { held: 3, ..before });
+    // A block holding tokens, or cached, is never given back here.
+    lease.truncate(0);
+    assert_eq!((lease.len(), lease.capacity()), (2, 6));
+    assert_eq!(pool.stats(), before);
+    // What was given back may be drawn again, up to the reservation.
+    lease.grow(6).unwrap();
+    assert!(lease.grow(7).is_err());
+    drop(lease);
+    let after = pool.stats();
+    assert_eq!(
+        (after.reserved, after.held, after.free + after.cached),
+        (0, 0, 10)
+    );
+}

@@ -748,6 +748,7 @@ mod constraint;
 mod prefix_cache;
 mod prompt_logprobs;
 mod recurrent;
+mod speculative;
 mod window;
 #[test]
 fn liveness_sees_a_stalled_tick_and_a_dead_worker() {

@@ -83,6 +83,8 @@ pub struct ServeConfig {
     pub max_body: usize,
     /// Share cached prompt blocks between requests.
     pub prefix_caching: bool,
+    /// Speculative decoding (`--speculative-config`); `None` runs without.
+    pub speculative: Option<ferrox_plan::SpeculativeConfig>,
     /// `max_tokens` of a chat request that sets none (capped by what is
     /// left of `max_model_len`).
     pub default_max_tokens: usize,

@@ -64,6 +64,11 @@ pub fn size(
         typical_seq_len: Some(DEFAULT_TYPICAL_SEQ_LEN),
         activation_reserve_bytes: activation,
         adapter_bytes: lora_plan(cfg).map_or(0, |l| l.device_bytes(&geometry, device)),
+        // Counted as asked (a model whose pools refuse speculation keeps
+        // this reserve unused).
+        speculative_tokens: cfg
+            .speculative
+            .map_or(0, |s| u64::from(s.num_speculative_tokens)),
         ..PlanConfig::for_device(device)
     };
     let (planned, sized_by) = match &cfg.kv {
@@ -106,6 +111,7 @@ pub fn size(
         // Everything but the tokens that decides what a block's KV holds.
         cache_salt: format!("{}|kv={kv_dtype}", cfg.model.display()),
         max_loras: cfg.lora.as_ref().map_or(1, |l| l.max_loras),
+        speculative: cfg.speculative,
     };
     Ok(Sizing {
         engine,
@@ -214,6 +220,8 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
                 prefill_chunk: cfg.prefill_chunk.min(sizing.engine.max_model_len),
                 max_seqs: sizing.engine.max_seqs,
                 block_size: cfg.block_size,
+                speculative: sizing.engine.speculative.is_some()
+                    && sizing.engine.speculation_off_reason().is_none(),
             };
             let (decoder, measured) = ferrox_models::profile::profile(
                 decoder,

@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use crate::openai::error::ApiError;
 
 /// Fields both generation endpoints parse, OpenAI's and vLLM's extras.
-pub const COMMON_FIELDS: [&str; 35] = [
+pub const COMMON_FIELDS: [&str; 36] = [
     "model",
     "max_tokens",
     "temperature",
@@ -49,6 +49,7 @@ pub const COMMON_FIELDS: [&str; 35] = [
     "bad_words",
     "return_tokens_as_token_ids",
     "prompt_logprobs",
+    "disable_spec_decode",
 ];
 /// Fields only `/v1/completions` parses.
 pub const COMPLETION_FIELDS: [&str; 4] = ["prompt", "echo", "best_of", "suffix"];

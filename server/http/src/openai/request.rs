@@ -113,6 +113,9 @@ pub struct Knobs {
     /// Each prompt token's logprob and this many alternatives, in the whole
     /// answer (vLLM extra; at most 20).
     pub prompt_logprobs: Option<u64>,
+    /// Never verify draft tokens for this request on a speculating server
+    /// (the name of vLLM's proposed per-request switch).
+    pub disable_spec_decode: Option<bool>,
 }
 
 impl Knobs {
@@ -222,6 +225,7 @@ impl Knobs {
             allowed_token_ids: self.allowed_token_ids.clone(),
             // Tokenized by the caller, which has the tokenizer.
             bad_words: Vec::new(),
+            disable_spec_decode: self.disable_spec_decode == Some(true),
         })
     }
 

@@ -1,8 +1,8 @@
 //! Every family through the engine's worker (scheduler, chunked prefill,
 //! batching, the prefix cache, cancellation, window reclaim in window pools
-//! sized as the plan sizes them) against transformers' committed
-//! references: greedy tokens and top-5 log-probabilities as the server would
-//! stream them.
+//! sized as the plan sizes them, speculative decoding) against
+//! transformers' committed references: greedy tokens and top-5
+//! log-probabilities as the server would stream them.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use ferrox_engine::{
 };
 
 use ferrox_core::Pool;
-use ferrox_plan::{CacheKind, KvDtype};
+use ferrox_plan::{CacheKind, KvDtype, SpeculativeConfig};
 
 use super::reference::{FAMILIES, Prompt, Run, check_step, decoder, reference};
 use super::request::{greedy, request};
@@ -21,6 +21,13 @@ use crate::PagedModel;
 
 const MAX_SEQS: usize = 8;
 const BLOCK: usize = 4;
+/// Drafts of up to 4 tokens after a 1- to 3-token match: the tiny models'
+/// outputs repeat short runs, which this finds.
+const NGRAM: SpeculativeConfig = SpeculativeConfig {
+    num_speculative_tokens: 4,
+    prompt_lookup_min: 1,
+    prompt_lookup_max: 3,
+};
 
 struct Engine {
     s: Scheduler<PagedModel>,
@@ -29,13 +36,21 @@ struct Engine {
     /// Each window pool's most blocks a row holds (the reservation).
     per_row: Vec<(CacheKind, usize)>,
     vocab: usize,
+    /// Draft tokens accepted so far.
+    accepted: usize,
 }
 
 impl Engine {
     /// The worker over `path`'s model: a KV pool of 256 blocks, and a
     /// window pool per window of `MAX_SEQS` rows' reservations (the window
     /// plus a chunk, page-aligned), which only the reclaim makes enough.
-    fn new(path: &Path, run: &Run, caching: bool, chunk: usize) -> Self {
+    fn new(
+        path: &Path,
+        run: &Run,
+        caching: bool,
+        chunk: usize,
+        speculative: Option<SpeculativeConfig>,
+    ) -> Self {
         let context = run.context.unwrap_or(256);
         let d = decoder(path, run.context);
         let vocab = d.spec().vocab;
@@ -71,6 +86,7 @@ impl Engine {
             prefix_caching: caching,
             cache_salt: "test".into(),
             pools,
+            speculative,
             ..EngineConfig::default()
         };
         let now = Instant::now();
@@ -82,6 +98,7 @@ impl Engine {
             now,
             per_row,
             vocab,
+            accepted: 0,
         }
     }
 
@@ -105,7 +122,9 @@ impl Engine {
     /// pool holds at most each running row's reservation.
     fn tick(&mut self) -> usize {
         self.now += Duration::from_millis(1);
-        let cached = self.s.tick(self.now).admitted.cached_tokens;
+        let report = self.s.tick(self.now);
+        self.accepted += report.verified.iter().map(|v| v.accepted).sum::<usize>();
+        let cached = report.admitted.cached_tokens;
         for &(kind, most) in &self.per_row {
             let stats = self.s.stats_of(kind).unwrap();
             assert!(stats.held <= self.s.running() * most, "{kind}: {stats:?}");
@@ -169,13 +188,33 @@ fn check(what: &str, got: &[(u32, Vec<f32>)], p: &Prompt, near_tie: f32) {
     }
 }
 
+/// How a family is served.
+#[derive(Debug, Clone, Copy)]
+struct Serving {
+    caching: bool,
+    chunk: usize,
+    speculative: Option<SpeculativeConfig>,
+}
+
+/// What serving a family found: prompt tokens the cache supplied, whether
+/// the model has windows (or recurrent state), draft tokens accepted.
+struct Served {
+    cached: usize,
+    windowed: bool,
+    accepted: usize,
+}
+
 /// The run's prompts together on the model at `path`, beside a long
 /// neighbour cancelled after three ticks; then again (a cache would now hold
-/// them). Returns the prompt tokens the cache supplied, and whether the
-/// model has windows.
-fn serve(path: &Path, run: &Run, near_tie: f32, caching: bool, chunk: usize) -> (usize, bool) {
+/// them).
+fn serve(path: &Path, run: &Run, near_tie: f32, how: Serving) -> Served {
     let family = path.display();
-    let mut e = Engine::new(path, run, caching, chunk);
+    let Serving {
+        caching,
+        chunk,
+        speculative,
+    } = how;
+    let mut e = Engine::new(path, run, caching, chunk, speculative);
     let vocab = e.vocab;
     let n = run.prompts[0].steps.len();
     let neighbour: Vec<u32> = run
@@ -195,24 +234,52 @@ fn serve(path: &Path, run: &Run, near_tie: f32, caching: bool, chunk: usize) -> 
         cached += e.run_to_idle();
         for (i, (sub, p)) in subs.iter_mut().zip(&run.prompts).enumerate() {
             let what = format!(
-                "{family} {} round {round} cache {caching} prompt {i}",
-                run.name
+                "{family} {} round {round} cache {caching} speculative {} prompt {i}",
+                run.name,
+                speculative.is_some()
             );
             check(&what, &collect(sub, vocab), p, near_tie);
         }
     }
-    (cached, e.windowed())
+    Served {
+        cached,
+        windowed: e.windowed(),
+        accepted: e.accepted,
+    }
 }
 
 #[test]
 fn the_engine_serves_every_family_as_transformers_does() {
+    // Chunks of 5: their edges fall across every window of 8 to 12.
+    let plain = Serving {
+        caching: false,
+        chunk: 5,
+        speculative: None,
+    };
+    let cached = Serving {
+        caching: true,
+        ..plain
+    };
+    let speculating = Serving {
+        speculative: Some(NGRAM),
+        ..cached
+    };
+    let mut accepted = 0;
     for family in FAMILIES {
         let r = reference(family);
         for run in &r.runs {
             for path in r.files(run) {
-                // Chunks of 5: their edges fall across every window of 8 to 12.
-                assert_eq!(serve(&path, run, r.near_tie, false, 5).0, 0);
-                let (hits, windowed) = serve(&path, run, r.near_tie, true, 5);
+                assert_eq!(serve(&path, run, r.near_tie, plain).cached, 0);
+                let Served {
+                    cached: hits,
+                    windowed,
+                    ..
+                } = serve(&path, run, r.near_tie, cached);
+                // The same tokens and logprobs while verifying drafts (on
+                // the models whose pools allow it).
+                let spec = serve(&path, run, r.near_tie, speculating);
+                assert!(!windowed || spec.accepted == 0);
+                accepted += spec.accepted;
                 let what = format!("{family} {} {}", run.name, path.display());
                 if windowed {
                     // A cached prefix would need its window's blocks, which
@@ -225,4 +292,5 @@ fn the_engine_serves_every_family_as_transformers_does() {
             }
         }
     }
+    assert!(accepted > 0, "no family accepted a draft token");
 }

@@ -21,5 +21,6 @@ mod recurrent;
 mod reference;
 mod requantized;
 mod request;
+mod speculative;
 mod tiny_model;
 mod window;

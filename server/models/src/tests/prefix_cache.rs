@@ -55,6 +55,7 @@ impl Engine {
             prefix_caching: caching,
             cache_salt: "test".into(),
             max_loras: 1,
+            speculative: None,
         };
         let now = Instant::now();
         let metrics = Arc::new(Metrics::new().unwrap());

@@ -181,6 +181,7 @@ fn the_profile_step_gives_each_row_a_slot() {
         prefill_chunk: 16,
         max_seqs: 3,
         block_size: 4,
+        speculative: true,
     };
     m.set_state_slots(shape.max_seqs + 1).unwrap();
     crate::profile::worst_step(&mut m, &shape).unwrap();

@@ -73,6 +73,7 @@ fn serve_config(kv: KvSizing, max_model_len: Option<usize>) -> ServeConfig {
         max_body: 1 << 20,
         http: crate::load::config::HttpConfig::default(),
         prefix_caching: true,
+        speculative: None,
         default_max_tokens: 1024,
         tool_call_parser: crate::tools::parser::ParserChoice::Auto,
         reasoning_parser: crate::reasoning::choice::ReasoningChoice::Auto,
@@ -367,4 +368,25 @@ fn a_windowed_model_gets_a_window_pool_beside_the_kv_pool() {
     let window = s.plan.pool(CacheKind::Window(16)).unwrap();
     assert!(kv_blocks(&s) >= 16 && window.blocks >= 6);
     assert_eq!(window.blocks_per_seq, 6);
+}
+
+#[test]
+fn speculating_the_plan_counts_each_sequence_s_drafts_as_logit_rows() {
+    // 100 tokens of vocabulary: a logit row is 2 x 100 x 4 bytes.
+    let mut vocab = info();
+    vocab.facts.vocab_size = 100;
+    let at = memory(1 << 30);
+    let off = serve_config(KvSizing::Device, None);
+    let on = ServeConfig {
+        speculative: Some(ferrox_plan::SpeculativeConfig::ngram(5, Some(2), Some(4)).unwrap()),
+        ..serve_config(KvSizing::Device, None)
+    };
+    let plan = |cfg: &ServeConfig| size(&vocab, DeviceKind::Cpu, at, None, cfg).unwrap().plan;
+    let (off, on) = (plan(&off), plan(&on));
+    // 4 sequences x 5 drafts = 20 more rows (under the chunk's 64).
+    assert_eq!(
+        on.activation_reserve_bytes - off.activation_reserve_bytes,
+        20 * 2 * 100 * 4
+    );
+    assert!(on.kv_budget_bytes < off.kv_budget_bytes);
 }

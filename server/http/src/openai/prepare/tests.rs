@@ -134,6 +134,12 @@ fn cases() -> Vec<Case> {
                 none.clone(),
                 Changes,
             ),
+            (
+                "disable_spec_decode",
+                json!({"disable_spec_decode": true}),
+                none.clone(),
+                Changes,
+            ),
             ("top_k", json!({"top_k": 2}), none.clone(), Changes),
             ("min_p", json!({"min_p": 0.1}), none.clone(), Changes),
             (

@@ -57,6 +57,14 @@ pub mod flag {
     pub const MAX_CPU_LORAS: &str = "max-cpu-loras";
     /// `POST /v1/load_lora_adapter` and `/v1/unload_lora_adapter` allowed.
     pub const ALLOW_RUNTIME_LORA_UPDATING: &str = "allow-runtime-lora-updating";
+    /// What the model serves (`generate`, `embed`, `score`), over what its
+    /// files say.
+    pub const TASK: &str = "task";
+    /// How an embedding model pools (`cls`, `mean`, `last`), over what its
+    /// files say.
+    pub const POOLING: &str = "pooling";
+    /// Most tokens in one pooling batch (an embedding model's forward).
+    pub const MAX_BATCH_TOKENS: &str = "max-batch-tokens";
 }
 
 /// What a server serving LoRA adapters is told.

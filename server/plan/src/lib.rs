@@ -26,7 +26,9 @@ mod groups;
 mod lora;
 mod plan;
 mod pool_sizes;
+mod pooling;
 mod pools;
+mod task;
 mod window;
 
 pub use cache::{CacheGroup, CacheKind, CacheSpec, KvShape};
@@ -35,6 +37,8 @@ pub use footprint::{DeviceKind, Footprint, Footprints};
 pub use lora::LoraPlan;
 pub use plan::{Plan, PoolPlan};
 pub use pool_sizes::{PoolSizes, spell_kinds};
+pub use pooling::{plan_pooling, pooling_activation_bytes};
+pub use task::Task;
 pub use window::{SlidingWindow, slides, window_blocks};
 
 use pools::Layout;
@@ -477,7 +481,10 @@ fn within_memory(config: &PlanConfig, plan: Plan) -> Result<Plan, PlanError> {
     Ok(plan)
 }
 
-fn resolve_max_model_len(geometry: &ModelGeometry, asked: Option<u64>) -> Result<u64, PlanError> {
+pub(crate) fn resolve_max_model_len(
+    geometry: &ModelGeometry,
+    asked: Option<u64>,
+) -> Result<u64, PlanError> {
     match asked {
         None => Ok(geometry.context_length),
         Some(0) => Err(PlanError::Invalid("maxModelLen must be at least 1".into())),
@@ -489,7 +496,7 @@ fn resolve_max_model_len(geometry: &ModelGeometry, asked: Option<u64>) -> Result
     }
 }
 
-fn check_inputs(geometry: &ModelGeometry, config: &PlanConfig) -> Result<(), PlanError> {
+pub(crate) fn check_inputs(geometry: &ModelGeometry, config: &PlanConfig) -> Result<(), PlanError> {
     let invalid = |m: &str| Err(PlanError::Invalid(m.to_string()));
     // A model whose every layer is recurrent has no attention heads.
     let attends = geometry.attention_layers() > 0;

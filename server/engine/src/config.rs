@@ -31,6 +31,9 @@ pub struct EngineConfig {
     pub cache_salt: String,
     /// Most distinct LoRA adapters among the running rows (`--max-loras`).
     pub max_loras: usize,
+    /// Most tokens in one pooling batch (`--max-batch-tokens`; a pooling
+    /// model's forward, where `prefill_chunk` is a generating model's).
+    pub max_batch_tokens: usize,
 }
 
 impl Default for EngineConfig {
@@ -49,6 +52,7 @@ impl Default for EngineConfig {
             prefix_caching: true,
             cache_salt: String::new(),
             max_loras: 1,
+            max_batch_tokens: 16384,
         }
     }
 }

@@ -354,6 +354,7 @@ pub fn config() -> EngineConfig {
         prefix_caching: true,
         cache_salt: "fake".into(),
         max_loras: 2,
+        max_batch_tokens: 16384,
     }
 }
 
@@ -449,6 +450,7 @@ impl Outcome {
                     self.end = Some((reason, usage));
                 }
                 Event::Error(e) => self.error = Some(e.to_string()),
+                Event::Vectors { .. } => panic!("a generation answered with vectors"),
                 Event::PromptLogprobs(lp) => {
                     assert!(self.ids.is_empty(), "prompt logprobs after a token");
                     assert!(self.prompt_logprobs.replace(lp).is_none(), "sent twice");

@@ -9,9 +9,12 @@ use serde::Serialize;
 use crate::arch::Family;
 use crate::config::HfConfig;
 use crate::decoder::Decoder;
+use crate::embedder::Embedder;
 use crate::error::{Error, Result};
 use crate::gguf::GgufSource;
 use crate::holding::device_kind;
+use crate::pooling::Pooling;
+use crate::pooling::config::PoolingFiles;
 use crate::safetensors::{self as st, SafetensorsSource, safetensors_files};
 use crate::spec::{KvGroup, ModelSpec};
 use crate::text::TextModel;
@@ -249,9 +252,44 @@ impl Source {
     /// The decoder on `device` with its weights held as on `kind`: a GPU's
     /// half and quantized weights run on the CPU, to test that path here.
     pub fn decoder_held_as(&mut self, device: &Device, kind: DeviceKind) -> Result<Decoder> {
+        self.build(device, kind, false)
+    }
+
+    /// The model on `device` as a pooling model (an embedder): an encoder
+    /// as it is, a decoder [`pooled`](ModelSpec::pooled), keeping no cache.
+    pub fn embedder(&mut self, device: &Device, pooling: Pooling) -> Result<Embedder> {
+        Embedder::new(self.build(device, device_kind(device), true)?, pooling)
+    }
+
+    /// What the model's files say about pooling: sentence-transformers'
+    /// modules in a directory, GGUF's `pooling_type`.
+    pub fn pooling_files(&self) -> Result<PoolingFiles> {
         match self {
             Source::Gguf(g) => {
-                let config = g.spec()?;
+                let arch = crate::config::md_string(g.metadata(), "general.architecture")?;
+                let md = crate::config::Metadata {
+                    md: g.metadata(),
+                    arch: &arch,
+                };
+                crate::pooling::config::from_gguf_type(md.usize_opt("pooling_type")?)
+            }
+            Source::Dir { dir, .. } => crate::pooling::config::from_dir(dir),
+        }
+    }
+
+    /// The model's description (before weights are read).
+    pub fn spec(&mut self) -> Result<ModelSpec> {
+        match self {
+            Source::Gguf(g) => g.spec(),
+            Source::Dir { config, .. } => Ok((**config).clone()),
+        }
+    }
+
+    fn build(&mut self, device: &Device, kind: DeviceKind, pooled: bool) -> Result<Decoder> {
+        let spec = |s: ModelSpec| if pooled { s.pooled() } else { s };
+        match self {
+            Source::Gguf(g) => {
+                let config = spec(g.spec()?);
                 g.hold_as(kind);
                 build_decoder(g.as_mut(), config, device)
             }
@@ -263,10 +301,11 @@ impl Source {
                 ..
             } => {
                 let mut src = SafetensorsSource::open_as(dir, family, kind)?;
-                if !*tied && !src.has("output.weight") {
+                // A pooling model never reads its head.
+                if !pooled && !*tied && !src.has("output.weight") {
                     return Err(Error::MissingTensor("lm_head.weight".into()));
                 }
-                build_decoder(&mut src, (**config).clone(), device)
+                build_decoder(&mut src, spec((**config).clone()), device)
             }
         }
     }

@@ -4,6 +4,7 @@
 //! llama.cpp's `llama-arch.cpp` does with tables). One small file a family
 //! group; no family has a decoder of its own.
 
+mod bert;
 mod gemma;
 mod gpt_oss;
 mod granite;
@@ -17,8 +18,8 @@ mod rope;
 use crate::config::{HfConfig, Metadata};
 use crate::error::{Error, Result};
 use crate::spec::{
-    Activation, AttentionSpec, FeedForward, LayerSpec, Mixer, ModelSpec, MoeSpec, Norms, RopeSpec,
-    Routing,
+    Activation, AttentionSpec, FeedForward, InputSpec, LayerSpec, Mixer, ModelSpec, MoeSpec, Norms,
+    RopeSpec, Routing,
 };
 
 /// How a checkpoint stores a layer's experts.
@@ -48,6 +49,9 @@ pub struct Family {
     /// Layer tensors whose GGUF name is not the common one: (common name,
     /// this family's) (gpt-oss's pre-MLP norm is `post_attention_norm`).
     pub gguf_tensors: &'static [(&'static str, &'static str)],
+    /// Where a checkpoint's layers live under the model's prefix, each
+    /// `{hf_layers}.{i}.` (`layers`; BERT's `encoder.layer`).
+    pub hf_layers: &'static str,
     /// How its checkpoints store a layer's experts.
     pub hf_experts: HfExperts,
     /// `tie_word_embeddings` where `config.json` leaves it out (transformers'
@@ -63,7 +67,7 @@ pub struct Family {
 }
 
 /// Every family, in lookup order.
-const FAMILIES: [&Family; 15] = [
+const FAMILIES: [&Family; 16] = [
     &llama::LLAMA,
     &llama::MISTRAL,
     &llama::MIXTRAL,
@@ -79,6 +83,7 @@ const FAMILIES: [&Family; 15] = [
     &granite::GRANITE_HYBRID,
     &qwen35::QWEN35,
     &qwen35::QWEN3NEXT,
+    &bert::BERT,
 ];
 
 /// Every family's name, in lookup order: what an unknown architecture's
@@ -272,6 +277,8 @@ impl Shape {
             qkv_bias: false,
             residual_scale: None,
             logit_scale: None,
+            input: InputSpec::default(),
+            final_norm: true,
         }
     }
 
@@ -285,6 +292,8 @@ impl Shape {
 pub(crate) fn pre_norms(eps: f64) -> Norms {
     Norms {
         eps,
+        layer_norm: false,
+        after_residual: false,
         offset: 0.0,
         post_attention: false,
         post_ffn: false,

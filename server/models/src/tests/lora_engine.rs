@@ -68,6 +68,7 @@ fn engine(path: &Path, max_loras: usize) -> (Scheduler<PagedModel>, EngineHandle
         prefix_caching: true,
         cache_salt: "lora".into(),
         max_loras,
+        max_batch_tokens: 16384,
     };
     let metrics = Arc::new(Metrics::new().unwrap());
     metrics.enable_lora(max_loras);

@@ -55,6 +55,7 @@ impl Engine {
             prefix_caching: caching,
             cache_salt: "test".into(),
             max_loras: 1,
+            max_batch_tokens: 16384,
         };
         let now = Instant::now();
         let metrics = Arc::new(Metrics::new().unwrap());
@@ -94,7 +95,7 @@ impl Engine {
                 while let Some(e) = sub.try_next() {
                     match e {
                         Event::Token { id, .. } => ids.push(id),
-                        Event::Done { .. } | Event::PromptLogprobs(_) => {}
+                        Event::Done { .. } | Event::PromptLogprobs(_) | Event::Vectors { .. } => {}
                         Event::Error(e) => panic!("{e}"),
                     }
                 }

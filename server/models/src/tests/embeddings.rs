@@ -1,0 +1,95 @@
+//! Every embedding fixture (tiny random models written by
+//! sentence-transformers, `testdata/embeddings/`) against the vectors
+//! sentence-transformers gave for the same texts: pooled as the model's own
+//! files say, each text alone and all of them in one batch of mixed
+//! lengths, within cosine 0.99999 and 1e-4 an element.
+
+use std::path::PathBuf;
+
+use candle_core::Device;
+use serde::Deserialize;
+
+use crate::pooling::{PoolingMethod, normalize};
+use crate::{Embedder, Source};
+
+/// The fixtures, and how each pools.
+const FIXTURES: [(&str, PoolingMethod, bool); 3] = [
+    ("bert", PoolingMethod::Cls, true),
+    ("bert_mean", PoolingMethod::Mean, false),
+    ("qwen3_embed", PoolingMethod::Last, true),
+];
+
+#[derive(Deserialize)]
+struct Reference {
+    texts: Vec<String>,
+    tokens: Vec<Vec<u32>>,
+    embeddings: Vec<Vec<f32>>,
+    raw: Vec<Vec<f32>>,
+}
+
+fn dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata/embeddings")
+        .join(name)
+}
+
+fn reference(name: &str) -> Reference {
+    let text = std::fs::read_to_string(dir(name).join("reference.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn embedder(name: &str) -> Embedder {
+    let mut src = Source::open(&dir(name)).unwrap();
+    let pooling = src.pooling_files().unwrap().pooling.unwrap();
+    src.embedder(&Device::Cpu, pooling).unwrap()
+}
+
+/// Asserts `got` is `want` within the aims' bounds.
+pub(crate) fn assert_close(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: width");
+    let dot: f32 = got.iter().zip(want).map(|(a, b)| a * b).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let cos = dot / (norm(got) * norm(want));
+    let worst = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    assert!(
+        cos >= 0.99999 && worst <= 1e-4,
+        "{what}: cosine {cos}, worst {worst}"
+    );
+}
+
+#[test]
+fn every_fixture_pools_as_its_files_say() {
+    for (name, method, norm) in FIXTURES {
+        let p = Source::open(&dir(name)).unwrap().pooling_files().unwrap();
+        let p = p.pooling.unwrap();
+        assert_eq!((p.method, p.normalize), (method, norm), "{name}");
+    }
+}
+
+#[test]
+fn every_fixture_matches_sentence_transformers_alone_and_batched() {
+    for (name, _, norm) in FIXTURES {
+        let r = reference(name);
+        let m = embedder(name);
+        assert!(m.decoder().kv_groups().is_empty(), "{name} keeps no KV");
+        let text = crate::text::from_dir(&dir(name)).unwrap();
+        let seqs: Vec<&[u32]> = r.tokens.iter().map(Vec::as_slice).collect();
+        let batched = m.vectors(&seqs).unwrap();
+        for (i, ids) in r.tokens.iter().enumerate() {
+            let tokens = text.tokenizer.encode(&r.texts[i], true).unwrap();
+            assert_eq!(&tokens, ids, "{name} text {i}: our tokenizer");
+            let alone = m.vectors(&[ids]).unwrap().remove(0);
+            assert_close(&format!("{name} text {i} raw"), &alone, &r.raw[i]);
+            assert_close(&format!("{name} text {i} batched"), &batched[i], &r.raw[i]);
+            let mut out = alone.clone();
+            if norm {
+                normalize(&mut out);
+            }
+            assert_close(&format!("{name} text {i}"), &out, &r.embeddings[i]);
+        }
+    }
+}

@@ -101,6 +101,16 @@ pub const RESPONSES_FIELDS: [&str; 17] = [
     "truncation",
     "reasoning",
 ];
+/// Fields `/v1/embeddings` parses: OpenAI's, and vLLM's
+/// `truncate_prompt_tokens` and `normalize`.
+pub const EMBEDDING_FIELDS: [&str; 6] = [
+    "model",
+    "input",
+    "encoding_format",
+    "dimensions",
+    "truncate_prompt_tokens",
+    "normalize",
+];
 /// Fields `/detokenize` parses (vLLM's).
 pub const DETOKENIZE_FIELDS: [&str; 2] = ["model", "tokens"];
 /// The fields of one chat message.

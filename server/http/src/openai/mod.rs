@@ -1,6 +1,8 @@
 //! The OpenAI API's wire side: requests and their checks, errors, response bodies and streams.
 
 pub mod chat_request;
+pub mod embedding_response;
+pub mod embeddings;
 pub mod error;
 pub mod fields;
 pub mod prepare;

@@ -21,6 +21,9 @@ pub struct TextSpec {
 pub trait Frontend: Send + Sync + 'static {
     /// Tokenizes `text`.
     fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>, String>;
+    /// Tokenizes `text` with its special tokens, its content cut so that
+    /// the whole is at most `max` ids.
+    fn encode_truncated(&self, text: &str, max: usize) -> Result<Vec<u32>, String>;
     /// Renders `messages` with the model's chat template.
     fn render_chat(
         &self,

@@ -27,6 +27,7 @@ pub const BEARER: &str = "bearer";
         routes::completions,
         routes::chat_completions,
         routes::responses,
+        routes::embeddings::embeddings,
         info::models,
         lora::load_lora_adapter,
         lora::unload_lora_adapter,

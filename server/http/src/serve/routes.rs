@@ -36,6 +36,7 @@ use crate::serve::frontend::Frontend;
 use crate::serve::state::{AppState, Loaded};
 use crate::tools::parser::finish_reason;
 
+pub(crate) mod embeddings;
 pub(crate) mod info;
 pub(crate) mod lora;
 pub(crate) mod prefix;
@@ -96,6 +97,7 @@ pub fn table() -> Vec<Route> {
         route(Post, "/v1/completions", Keyed, completions),
         route(Post, "/v1/chat/completions", Keyed, chat_completions),
         route(Post, "/v1/responses", Keyed, responses),
+        route(Post, "/v1/embeddings", Keyed, embeddings::embeddings),
         route(Get, "/v1/models", Keyed, info::models),
         route(
             Post,
@@ -131,6 +133,9 @@ pub fn table() -> Vec<Route> {
         (status = "5XX", description = "503 loading or draining, 504 request timeout, 500 a bug", body = ErrorBody),
     ))]
 async fn completions(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    if let Err(e) = embeddings::generating(&s, "/v1/completions") {
+        return e.into_response();
+    }
     let prepared = prepare_body(&s, body, |bytes, frontend, config| {
         let r: CompletionRequest = parse(bytes, &COMPLETION_FIELDS)?;
         prepare::completion(r, frontend, config)
@@ -151,6 +156,9 @@ async fn completions(State(s): State<AppState>, headers: HeaderMap, body: Body) 
         (status = "5XX", description = "503 loading or draining, 504 request timeout, 500 a bug", body = ErrorBody),
     ))]
 async fn chat_completions(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    if let Err(e) = embeddings::generating(&s, "/v1/chat/completions") {
+        return e.into_response();
+    }
     let prepared = prepare_body(&s, body, |bytes, frontend, config| {
         let r: ChatRequest = parse(bytes, &CHAT_FIELDS)?;
         prepare::chat(r, frontend, config)
@@ -171,6 +179,9 @@ async fn chat_completions(State(s): State<AppState>, headers: HeaderMap, body: B
         (status = "5XX", description = "503 loading or draining, 504 request timeout, 500 a bug", body = ErrorBody),
     ))]
 async fn responses(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    if let Err(e) = embeddings::generating(&s, "/v1/responses") {
+        return e.into_response();
+    }
     let prepared = prepare_body(&s, body, |bytes, frontend, config| {
         let r: ResponsesRequest = parse_fields(bytes, &[&RESPONSES_FIELDS])?;
         let p = prepare::chat(r.to_chat()?, frontend, config)?;
@@ -433,6 +444,7 @@ async fn collect(
                 return Ok((choice, usage));
             }
             Event::Error(e) => return Err(e.into()),
+            Event::Vectors { .. } => return Err(stream::vectors_to_a_generation()),
         }
     }
     Err(ferrox_engine::EngineError::WorkerGone.into())

@@ -151,3 +151,21 @@ def test_the_model_says_what_it_serves_and_refuses_generation(served):
     with pytest.raises(openai.BadRequestError, match="task embed"):
         s.client().chat.completions.create(model=MODEL_NAME, max_tokens=1,
                                            messages=[{"role": "user", "content": "hi"}])
+
+
+def test_the_router_forwards_embeddings_to_a_ready_replica():
+    from test_router import Router
+    servers = [Server(model=str(FIXTURES / "bert")) for _ in range(2)]
+    router = Router(*[s.url for s in servers])
+    try:
+        ref = reference("bert")
+        got = router.client().embeddings.create(model=MODEL_NAME, input=ref["texts"],
+                                                encoding_format="float")
+        for i, want in enumerate(ref["embeddings"]):
+            assert_close(f"router text {i}", got.data[i].embedding, want)
+        r = requests.post(router.url + "/v1/embeddings", json={"input": ""}, timeout=30)
+        assert r.status_code == 400, r.text
+    finally:
+        router.close()
+        for s in servers:
+            s.close()

@@ -30,6 +30,8 @@ pub(crate) enum Door {
 pub(crate) struct Shared {
     /// Next id and the sender, locked together so ids reach the worker in order.
     pub tx: Mutex<(RequestId, Door)>,
+    /// The door is the pooling worker's (read without taking the lock).
+    pub pooling: bool,
     /// Submitted and not yet admitted (channel plus the worker's line).
     pub line: Arc<LineBound>,
     /// Hashes prompts for the prefix cache; `None` with the cache off.
@@ -60,7 +62,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Shared {
     /// Whether the worker behind the door is a pooling one.
     pub fn is_pooling(&self) -> bool {
-        matches!(lock(&self.tx).1, Door::Pool(_))
+        self.pooling
     }
 
     pub fn take_cancels(&self) -> Vec<RequestId> {

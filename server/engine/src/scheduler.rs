@@ -97,6 +97,7 @@ impl<M: BatchModel> Scheduler<M> {
         let pools = KvPools::new(&model_pools, kv_epoch);
         let shared = Arc::new(Shared {
             tx: Mutex::new((0, Door::Generate(tx))),
+            pooling: false,
             line: Arc::clone(&line),
             hasher,
             in_flight: AtomicUsize::new(0),

@@ -64,6 +64,7 @@ impl<M: PoolingModel> PoolingScheduler<M> {
         let (tx, rx) = std::sync::mpsc::channel();
         let shared = Arc::new(Shared {
             tx: Mutex::new((0, Door::Pool(tx))),
+            pooling: true,
             line: Arc::new(LineBound::new(config.max_queue)),
             hasher: None,
             in_flight: AtomicUsize::new(0),

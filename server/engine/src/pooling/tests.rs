@@ -14,7 +14,7 @@ use crate::{EngineConfig, EngineError, EngineHandle, Event, FinishReason, Metric
 /// holding token 999.
 #[derive(Default)]
 struct Summing {
-    batches: Arc<std::sync::Mutex<Vec<Vec<usize>>>>,
+    batches: Batches,
 }
 
 impl PoolingModel for Summing {
@@ -54,13 +54,10 @@ fn config() -> EngineConfig {
     }
 }
 
-fn engine(
-    c: EngineConfig,
-) -> (
-    PoolingScheduler<Summing>,
-    EngineHandle,
-    Arc<std::sync::Mutex<Vec<Vec<usize>>>>,
-) {
+/// Each batch's input lengths, as the model saw them.
+type Batches = Arc<std::sync::Mutex<Vec<Vec<usize>>>>;
+
+fn engine(c: EngineConfig) -> (PoolingScheduler<Summing>, EngineHandle, Batches) {
     let model = Summing::default();
     let batches = Arc::clone(&model.batches);
     let metrics = Arc::new(Metrics::new().unwrap());

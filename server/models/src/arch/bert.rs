@@ -47,8 +47,8 @@ pub(super) static BERT: Family = Family {
     hf_experts: HfExperts::PerExpert,
     tied_default: true,
     gguf_permuted_qk: false,
-    from_hf: from_hf,
-    from_gguf: from_gguf,
+    from_hf,
+    from_gguf,
 };
 
 /// One BERT layer: bidirectional attention, a plain MLP.

@@ -98,10 +98,10 @@ impl AttentionWeights {
     }
 
     /// The projections around an attention of kind `a`: q, k, v of `h`
-    /// (normed and rotated as `a` says), then `attend(q (tokens, heads,
-    /// head_dim), k (tokens, kv_dim), v (tokens, kv_dim))` `(tokens, heads
-    /// * head_dim)`, its output gate and the output projection. The cached
-    /// kind attends over the paged KV; the encoder kind within each span.
+    /// (normed and rotated as `a` says), then `attend(q, k, v)` (q `(tokens,
+    /// heads, head_dim)`, k and v `(tokens, kv_dim)`, out `(tokens, q_dim)`),
+    /// its output gate and the output projection. The cached kind attends
+    /// over the paged KV; the encoder kind within each span.
     pub(crate) fn forward_with(
         &self,
         a: &AttentionSpec,

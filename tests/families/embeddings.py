@@ -12,6 +12,10 @@ and saved as sentence-transformers saves them (modules.json,
   Qwen3-Embedding ships), <|endoftext|> appended by the tokenizer,
   last-token pooling, normalized, Matryoshka dimensions 16 and 32.
 
+With `--llama-src` (scripts/reference-models --embeddings passes `peer-llama
+src`), BERT is also written as the GGUF llama.cpp's converter makes of it
+(f32, so the same bar holds), `bert/model.gguf`.
+
 Each reference has `embeddings` (what the model outputs), `raw` (pooled,
 before any Normalize module) and, for a Matryoshka model, `dimensions`: each
 size's truncated and renormalized vectors."""
@@ -19,6 +23,8 @@ size's truncated and renormalized vectors."""
 import argparse
 import json
 import pathlib
+import subprocess
+import sys
 
 import torch
 import transformers
@@ -155,6 +161,17 @@ def build(name: str, make, pooling: str, normalize: bool, dims: list, seed: int)
     return ref
 
 
+def convert(name: str, src: pathlib.Path) -> None:
+    """The GGUF llama.cpp's converter makes of fixture `name` (f32)."""
+    here = pathlib.Path(__file__).resolve().parent
+    dir = OUT / name
+    cmd = [sys.executable, str(here / "convert.py"), str(src), str(dir), "--outfile",
+           str(dir / "model.gguf"), "--outtype", "f32", "--model-name", "ferrox tiny reference"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"convert_hf_to_gguf.py failed on {name}:\n{done.stderr[-3000:]}")
+
+
 def normed(v: list) -> list:
     n = sum(x * x for x in v) ** 0.5
     return [round(x / n, 7) for x in v]
@@ -162,12 +179,15 @@ def normed(v: list) -> list:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
-    p.parse_args()
+    p.add_argument("--llama-src", type=pathlib.Path, help="llama.cpp source (peer-llama src)")
+    a = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
     build("bert", bert_dir, "cls", True, [], 2001)
     build("bert_mean", bert_dir, "mean", False, [], 2002)
     build("qwen3_embed", qwen3_dir, "lasttoken", True, [16, 32], 2003)
+    if a.llama_src:
+        convert("bert", a.llama_src)
     size = sum(p.stat().st_size for p in OUT.rglob("*") if p.is_file())
     print(f"{size / 1e6:.2f} MB in {OUT}")
     return 0

@@ -20,6 +20,7 @@ pub mod detokenizer;
 pub mod end_of_generation;
 pub mod error;
 pub mod gguf_vocab;
+mod gguf_wordpiece;
 pub mod kv_events;
 pub mod pooling_model;
 mod py_json;

@@ -74,6 +74,7 @@ impl Tokenizer {
                 t.with_decoder(Some(gguf_vocab::llama_decoder()?));
                 t
             }
+            "bert" => crate::gguf_wordpiece::tokenizer(vocab)?,
             other => return Err(Error::UnsupportedVocab(other.to_string())),
         };
         inner

@@ -12,11 +12,13 @@ use serde::Deserialize;
 use crate::pooling::{PoolingMethod, normalize};
 use crate::{Embedder, Source};
 
-/// The fixtures, and how each pools.
-const FIXTURES: [(&str, PoolingMethod, bool); 3] = [
-    ("bert", PoolingMethod::Cls, true),
-    ("bert_mean", PoolingMethod::Mean, false),
-    ("qwen3_embed", PoolingMethod::Last, true),
+/// The fixtures (a directory, or a GGUF file in one: llama.cpp's
+/// converter's), the reference each is checked against, and how it pools.
+const FIXTURES: [(&str, &str, PoolingMethod, bool); 4] = [
+    ("bert", "bert", PoolingMethod::Cls, true),
+    ("bert/model.gguf", "bert", PoolingMethod::Cls, true),
+    ("bert_mean", "bert_mean", PoolingMethod::Mean, false),
+    ("qwen3_embed", "qwen3_embed", PoolingMethod::Last, true),
 ];
 
 #[derive(Deserialize)]
@@ -63,7 +65,7 @@ pub(crate) fn assert_close(what: &str, got: &[f32], want: &[f32]) {
 
 #[test]
 fn every_fixture_pools_as_its_files_say() {
-    for (name, method, norm) in FIXTURES {
+    for (name, _, method, norm) in FIXTURES {
         let p = Source::open(&dir(name)).unwrap().pooling_files().unwrap();
         let p = p.pooling.unwrap();
         assert_eq!((p.method, p.normalize), (method, norm), "{name}");
@@ -72,11 +74,11 @@ fn every_fixture_pools_as_its_files_say() {
 
 #[test]
 fn every_fixture_matches_sentence_transformers_alone_and_batched() {
-    for (name, _, norm) in FIXTURES {
-        let r = reference(name);
+    for (name, refname, _, norm) in FIXTURES {
+        let r = reference(refname);
         let m = embedder(name);
         assert!(m.decoder().kv_groups().is_empty(), "{name} keeps no KV");
-        let text = crate::text::from_dir(&dir(name)).unwrap();
+        let text = Source::open(&dir(name)).unwrap().text().unwrap();
         let seqs: Vec<&[u32]> = r.tokens.iter().map(Vec::as_slice).collect();
         let batched = m.vectors(&seqs).unwrap();
         for (i, ids) in r.tokens.iter().enumerate() {

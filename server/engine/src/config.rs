@@ -52,7 +52,7 @@ impl Default for EngineConfig {
             prefix_caching: true,
             cache_salt: String::new(),
             max_loras: 1,
-            max_batch_tokens: 16384,
+            max_batch_tokens: ferrox_plan::DEFAULT_MAX_BATCH_TOKENS as usize,
         }
     }
 }

@@ -196,7 +196,7 @@ struct ServeArgs {
     pooling: Option<ferrox_models::pooling::PoolingMethod>,
     /// Most tokens in one embedding batch (an input longer than this is
     /// refused).
-    #[arg(long = flag::MAX_BATCH_TOKENS, env = "FERROX_MAX_BATCH_TOKENS", default_value_t = 16384)]
+    #[arg(long = flag::MAX_BATCH_TOKENS, env = "FERROX_MAX_BATCH_TOKENS", default_value_t = ferrox_plan::DEFAULT_MAX_BATCH_TOKENS as usize)]
     max_batch_tokens: usize,
     /// Most requests waiting for admission; more get 429.
     #[arg(long = flag::MAX_QUEUE, env = "FERROX_MAX_QUEUE", default_value_t = 256)]

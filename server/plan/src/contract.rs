@@ -7,7 +7,7 @@
 //! metric is a compile error on both sides, not a pod that fails in
 //! production.
 
-use crate::{CacheKind, DeviceKind, KvDtype};
+use crate::{CacheKind, DeviceKind, KvDtype, Task};
 
 /// `ferrox-server serve` flag names, without the leading `--` (clap's
 /// `long`).
@@ -136,6 +136,11 @@ pub struct ServeArgs {
     pub max_queue: Option<u64>,
     /// LoRA adapters, when the spec has any.
     pub lora: Option<LoraArgs>,
+    /// What the model serves; `generate` (what a decoder's files say)
+    /// writes no flag.
+    pub task: Task,
+    /// An embedding model's batch budget, when the spec sets one.
+    pub max_batch_tokens: Option<u64>,
 }
 
 impl ServeArgs {
@@ -164,6 +169,12 @@ impl ServeArgs {
         }
         if let Some(n) = self.max_queue {
             push(flag::MAX_QUEUE, n.to_string());
+        }
+        if self.task != Task::Generate {
+            push(flag::TASK, self.task.to_string());
+        }
+        if let Some(n) = self.max_batch_tokens {
+            push(flag::MAX_BATCH_TOKENS, n.to_string());
         }
         if let Some(lora) = &self.lora {
             lora.push_to(&mut args);
@@ -300,6 +311,8 @@ mod tests {
             prefill_chunk: Some(256),
             max_queue: None,
             lora: None,
+            task: Task::Generate,
+            max_batch_tokens: None,
         };
         let args = a.to_args();
         let value = |f: &str| {
@@ -313,6 +326,8 @@ mod tests {
             (flag::KV_DTYPE, Some("bf16")),
             (flag::PREFILL_CHUNK, Some("256")),
             (flag::MAX_QUEUE, None),
+            (flag::TASK, None),
+            (flag::MAX_BATCH_TOKENS, None),
         ] {
             assert_eq!(value(f).as_deref(), want, "{f}");
         }
@@ -348,6 +363,21 @@ mod tests {
                 "b=/adapters/b"
             ]
         );
+        // An embedding model: its task and batch budget, and no pool.
+        let embed = ServeArgs {
+            pools: Vec::new(),
+            task: Task::Embed,
+            max_batch_tokens: Some(8192),
+            ..a.clone()
+        }
+        .to_args();
+        let value = |f: &str| {
+            let at = embed.iter().position(|x| *x == format!("--{f}"))?;
+            embed.get(at + 1).cloned()
+        };
+        assert_eq!(value(flag::TASK).as_deref(), Some("embed"));
+        assert_eq!(value(flag::MAX_BATCH_TOKENS).as_deref(), Some("8192"));
+        assert_eq!(value(flag::POOL), None);
         // Every pool by kind, in the plan's order; no alias is written.
         let hybrid = ServeArgs {
             pools: vec![

@@ -274,6 +274,9 @@ pub fn fit_blocks(max_seqs: u64, max_model_len: u64, block_size: u64) -> u64 {
 
 /// The default prompt tokens per step (the server's `--prefill-chunk`).
 pub const DEFAULT_PREFILL_CHUNK: u64 = 512;
+/// Most tokens in one batch of an embedding model (`--max-batch-tokens`,
+/// the server's default and the operator's).
+pub const DEFAULT_MAX_BATCH_TOKENS: u64 = 16384;
 
 /// The default tokens per KV block (the server's `--block-size`, the CRD's
 /// `engine.blockSize`).

@@ -123,3 +123,58 @@ fn from_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
     // llama.cpp writes no type count; its converter keeps BERT's two rows.
     Ok(encoder(shape, eps, 2, Activation::Gelu))
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::spec::{Activation, FeedForward, InputSpec, Mixer, ModelSpec};
+
+    fn read(config: serde_json::Value) -> ModelSpec {
+        super::super::from_hf(&config.to_string()).unwrap().1
+    }
+
+    #[test]
+    fn bge_base_reads_as_an_encoder_that_keeps_no_cache() {
+        let bge = read(
+            json!({"architectures":["BertModel"],"hidden_size":768,"intermediate_size":3072,
+            "num_hidden_layers":12,"num_attention_heads":12,"vocab_size":30522,
+            "max_position_embeddings":512,"type_vocab_size":2,"hidden_act":"gelu",
+            "layer_norm_eps":1e-12,"model_type":"bert"}),
+        );
+        assert_eq!(
+            (bge.family, bge.layers.len(), bge.kv_heads, bge.head_dim),
+            ("bert", 12, 12, 64)
+        );
+        assert!(!bge.keeps_cache() && bge.kv_groups().is_empty());
+        assert!(bge.qkv_bias && !bge.final_norm);
+        assert!(bge.norms.layer_norm && bge.norms.after_residual);
+        let input = InputSpec {
+            positions: Some(0),
+            token_types: 2,
+            norm: true,
+        };
+        assert_eq!(bge.input, input);
+        for l in &bge.layers {
+            let Mixer::Encoder(e) = &l.mixer else {
+                panic!("{:?}", l.mixer)
+            };
+            assert!(!e.causal && e.attention.nope);
+            assert_eq!(l.ffn, FeedForward::Plain(Activation::Gelu));
+        }
+        // A decoder pooled keeps no cache either: its attention is causal,
+        // within each sequence.
+        let qwen = read(
+            json!({"architectures":["Qwen3ForCausalLM"],"hidden_size":1024,"intermediate_size":3072,
+            "num_hidden_layers":28,"num_attention_heads":16,"num_key_value_heads":8,"head_dim":128,
+            "vocab_size":151669,"max_position_embeddings":32768,"rope_theta":1000000.0,
+            "rms_norm_eps":1e-6,"tie_word_embeddings":true}),
+        );
+        assert!(qwen.keeps_cache());
+        let pooled = qwen.pooled();
+        assert!(!pooled.keeps_cache() && pooled.kv_groups().is_empty());
+        assert!(
+            matches!(&pooled.layers[0].mixer, Mixer::Encoder(e) if e.causal && !e.attention.nope)
+        );
+    }
+}

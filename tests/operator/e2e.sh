@@ -81,7 +81,10 @@ wait_for "[ \"\$(kubectl get md smollm2 -o jsonpath='{.status.conditions[?(@.typ
   || { kubectl get md smollm2 -o yaml; fail "Planned is not True"; }
 args="$(kubectl get deployment smollm2 -o jsonpath='{.spec.template.spec.containers[0].args}')"
 blocks="$(kubectl get md smollm2 -o jsonpath='{.status.plan.kvBlocks}')"
-grep -q "\"--kv-blocks\",\"$blocks\"" <<<"$args" || fail "args $args lack --kv-blocks $blocks"
+# Every pool of status.plan.pools, by kind, is a --pool KIND=N of the pod.
+pools="$(kubectl get md smollm2 -o jsonpath='{range .status.plan.pools[*]}{.pool}={.blocks}{"\n"}{end}')"
+[ "$pools" = "full=$blocks" ] || fail "status.plan.pools '$pools', kvBlocks $blocks"
+for p in $pools; do grep -q "\"--pool\",\"$p\"" <<<"$args" || fail "args $args lack --pool $p"; done
 owner="$(kubectl get deployment smollm2 -o jsonpath='{.metadata.ownerReferences[0].kind}')"
 [ "$owner" = ModelDeployment ] || fail "owner $owner"
 header="$(kubectl get md smollm2 | head -1)"

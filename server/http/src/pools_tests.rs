@@ -167,7 +167,7 @@ fn a_hybrid_model_runs_with_its_kv_pool_and_state_slots() {
         let s = sizing(&dir, &[]).unwrap();
         assert_eq!(s.plan.blocks(CacheKind::State), s.engine.max_seqs as u64);
         let info = Source::open(&dir).unwrap().info().unwrap();
-        assert!(info.state_bytes_per_seq > 0, "{family}");
+        assert!(info.facts.state_bytes_per_seq > 0, "{family}");
         let given = pools(&dir, &["--pool", "state=3", "--kv-blocks", "4096"]);
         let want = [(CacheKind::Full, 4096), (CacheKind::State, 3)];
         let got: Vec<(CacheKind, usize)> = given.iter().map(|p| (p.kind, p.blocks)).collect();

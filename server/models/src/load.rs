@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use candle_core::Device;
-use ferrox_plan::{DeviceKind, Footprint, Footprints, KvDtype, ModelGeometry, SlidingWindow};
+use ferrox_plan::{DeviceKind, Footprint, Footprints, KvDtype, ModelGeometry};
 use serde::Serialize;
 
 use crate::arch::Family;
@@ -42,47 +42,15 @@ pub struct ModelInfo {
     pub architecture: String,
     /// File format.
     pub format: Format,
-    /// Decoder layers.
-    pub layers: usize,
-    /// Key/value heads.
-    pub kv_heads: usize,
-    /// Head dimension.
-    pub head_dim: usize,
-    /// KV cache element type `--kv-dtype auto` uses on CPU.
-    pub kv_dtype: KvDtype,
-    /// Bytes of weights as held on CPU.
-    pub weight_bytes: u64,
-    /// Trained context length.
-    pub context_length: usize,
-    /// Residual width.
-    pub hidden_size: usize,
-    /// Query heads.
-    pub heads: usize,
-    /// Vocabulary size.
-    pub vocab_size: usize,
-    /// MLP width.
-    pub intermediate_size: usize,
+    /// The capacity plan's facts, with the CPU's weight bytes and the KV
+    /// dtype `--kv-dtype auto` uses on CPU: `inspect --json` writes them at
+    /// the top level under `ModelGeometry`'s own names, which the operator
+    /// reads back.
+    #[serde(flatten)]
+    pub facts: ModelGeometry,
     /// The layers by KV kind: full attention, and each sliding window
     /// (which layer is which kind).
     pub kv_groups: Vec<KvGroup>,
-    /// The windowed groups as the plan counts them, window and number of
-    /// layers (absent: none): `ModelGeometry`'s field, which the operator
-    /// reads.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub sliding_windows: Vec<SlidingWindow>,
-    /// Parameters stored, every expert counted.
-    pub params: u64,
-    /// Parameters one token runs through: `params` less the routed
-    /// experts a token does not choose.
-    pub active_params: u64,
-    /// Bytes of one sequence's recurrent state over every recurrent layer
-    /// (absent: none): a fixed cost per sequence beside its KV;
-    /// `ModelGeometry`'s field, which the operator reads.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub state_bytes_per_seq: u64,
-    /// Layers that keep that state instead of KV (absent: none).
-    #[serde(skip_serializing_if = "is_zero")]
-    pub recurrent_layers: u64,
     /// The weights and KV as held on each device.
     pub devices: Footprints,
     /// The half type a GPU computes this model in.
@@ -119,26 +87,29 @@ impl ModelInfo {
             cuda: footprint(DeviceKind::Cuda)?,
         };
         let (experts, active_experts) = config.expert_params();
-        Ok(ModelInfo {
-            params,
-            active_params: params.saturating_sub(experts - active_experts),
-            architecture: config.family.to_string(),
-            format,
-            layers: config.layers.len(),
-            kv_heads: config.kv_heads,
-            head_dim: config.head_dim,
+        let facts = ModelGeometry {
+            layers: config.layers.len() as u64,
+            kv_heads: config.kv_heads as u64,
+            head_dim: config.head_dim as u64,
             kv_dtype: devices.cpu.kv_dtype,
             weight_bytes: devices.cpu.weight_bytes,
-            context_length: config.context,
-            hidden_size: config.hidden,
-            heads: config.heads,
-            vocab_size: config.vocab,
-            intermediate_size: config.intermediate,
-            kv_groups: config.kv_groups(),
-            state_bytes_per_seq: config.state_bytes(),
-            recurrent_layers: config.recurrent_layers().len() as u64,
-            devices,
+            context_length: config.context as u64,
+            heads: config.heads as u64,
+            hidden_size: config.hidden as u64,
+            intermediate_size: config.intermediate as u64,
+            vocab_size: config.vocab as u64,
             sliding_windows: config.sliding_windows(),
+            params,
+            active_params: params.saturating_sub(experts - active_experts),
+            recurrent_layers: config.recurrent_layers().len() as u64,
+            state_bytes_per_seq: config.state_bytes(),
+        };
+        Ok(ModelInfo {
+            architecture: config.family.to_string(),
+            format,
+            facts,
+            kv_groups: config.kv_groups(),
+            devices,
             model_half,
         })
     }
@@ -146,21 +117,9 @@ impl ModelInfo {
     /// The capacity plan's view on `device`, with the KV held in `kv_dtype`.
     pub fn geometry(&self, device: DeviceKind, kv_dtype: KvDtype) -> ModelGeometry {
         ModelGeometry {
-            layers: self.layers as u64,
-            kv_heads: self.kv_heads as u64,
-            head_dim: self.head_dim as u64,
             kv_dtype,
             weight_bytes: self.devices.on(device).weight_bytes,
-            context_length: self.context_length as u64,
-            heads: self.heads as u64,
-            hidden_size: self.hidden_size as u64,
-            intermediate_size: self.intermediate_size as u64,
-            vocab_size: self.vocab_size as u64,
-            sliding_windows: self.sliding_windows.clone(),
-            params: self.params,
-            active_params: self.active_params,
-            recurrent_layers: self.recurrent_layers,
-            state_bytes_per_seq: self.state_bytes_per_seq,
+            ..self.facts.clone()
         }
     }
 }
@@ -309,8 +268,4 @@ impl Source {
             }
         }
     }
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }

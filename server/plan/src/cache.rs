@@ -21,14 +21,16 @@
 use std::fmt;
 use std::str::FromStr;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
 use crate::{KvDtype, blocks_for, window_blocks};
 
 /// What names a pool: the kind of cache a group of layers keeps. Ordered as
 /// every list of pools is: full attention, then windows smallest first, then
-/// the state slots.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// the state slots. Spelt as its name on every wire (`"window:1024"`), as
+/// flags and labels are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub enum CacheKind {
     /// Full attention: every token's K and V.
     Full,
@@ -94,18 +96,17 @@ impl FromStr for CacheKind {
     }
 }
 
-// Spelt as its name on every wire (`"window:1024"`), as flags and labels are.
-impl Serialize for CacheKind {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
+impl From<CacheKind> for String {
+    fn from(kind: CacheKind) -> String {
+        kind.to_string()
     }
 }
 
-impl<'de> Deserialize<'de> for CacheKind {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
+impl TryFrom<String> for CacheKind {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
     }
 }
 

@@ -54,12 +54,13 @@ pub fn run(config: &GenerateConfig) -> anyhow::Result<()> {
     let ids = text.tokenizer.encode(&prompt, !config.chat)?;
     tracing::debug!(?ids, "prompt tokens");
     let total = ids.len() + config.max_tokens;
-    if total > info.context_length {
+    let context = usize::try_from(info.facts.context_length)?;
+    if total > context {
         bail!(
             "prompt ({}) + max tokens ({}) exceed the context of {}",
             ids.len(),
             config.max_tokens,
-            info.context_length
+            context
         );
     }
     let blocks = total.div_ceil(config.block_size);
@@ -70,7 +71,7 @@ pub fn run(config: &GenerateConfig) -> anyhow::Result<()> {
     let engine = EngineConfig {
         max_seqs: 1,
         max_queue: 1,
-        max_model_len: info.context_length,
+        max_model_len: context,
         block_size: config.block_size,
         decode_log_interval: 0,
         pools: model.cache_pools(),

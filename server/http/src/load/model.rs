@@ -78,6 +78,10 @@ pub fn size(
         ),
     };
     let plan = planned.map_err(|e| {
+        // Not a matter of memory: the flags name a pool the model lacks.
+        if let ferrox_plan::PlanError::NoSuchPool { .. } = e {
+            return anyhow::anyhow!("{e}: size each with --pool KIND=N");
+        }
         let len = geometry
             .context_length
             .min(cfg.max_model_len.map_or(u64::MAX, |n| n as u64));
@@ -309,6 +313,7 @@ fn log_plan(s: &Sizing) {
         .collect();
     tracing::info!(
         pools = pools.join(", "),
+        kv_blocks = p.blocks(CacheKind::Full),
         block_size = p.block_size,
         kv_dtype = %s.kv_dtype,
         kv_bytes = p.kv_budget_bytes,

@@ -100,9 +100,9 @@ pub fn load_pooling(
         .context("building the RoPE tables")?;
     let embedding = EmbeddingModel {
         name: cfg.served_model_name.clone(),
-        vocab: info.vocab_size,
+        vocab: usize::try_from(info.facts.vocab_size)?,
         max_model_len: sizing.engine.max_model_len,
-        dim: info.hidden_size,
+        dim: usize::try_from(info.facts.hidden_size)?,
         normalize: pooling.normalize,
         matryoshka: files.matryoshka,
     };

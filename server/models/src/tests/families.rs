@@ -297,8 +297,8 @@ fn a_multimodal_qwen3_5_checkpoint_serves_its_language_model() {
     let got = crate::Source::open(tmp.path()).unwrap().info().unwrap();
     assert_eq!(got.architecture, "qwen35");
     assert_eq!(
-        (got.weight_bytes, got.state_bytes_per_seq),
-        (info.weight_bytes, info.state_bytes_per_seq)
+        (got.facts.weight_bytes, got.facts.state_bytes_per_seq),
+        (info.facts.weight_bytes, info.facts.state_bytes_per_seq)
     );
     let mut m = open(tmp.path(), None);
     for (i, p) in r.runs[0].prompts.iter().enumerate() {
@@ -324,7 +324,7 @@ fn a_multimodal_gemma3_checkpoint_serves_its_language_model() {
         let got = src.info().unwrap();
         assert_eq!(got.architecture, "gemma3");
         // The vision tower is not the decoder's: not counted.
-        assert_eq!(got.weight_bytes, info.weight_bytes, "{prefix}");
+        assert_eq!(got.facts.weight_bytes, info.facts.weight_bytes, "{prefix}");
         let mut m = open(tmp.path(), None);
         let steps = greedy(&mut m, &p.ids, p.steps.len(), 512);
         check_greedy(&format!("gemma3 under {prefix}"), &steps, p, r.near_tie);

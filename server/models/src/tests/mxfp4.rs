@@ -105,7 +105,10 @@ fn mxfp4_experts_serve_the_values_they_hold_on_our_kernels() {
         Source::open(&mx).unwrap().info().unwrap(),
         Source::open(&twin).unwrap().info().unwrap(),
     );
-    assert_eq!((im.params, im.active_params), (it.params, it.active_params));
+    assert_eq!(
+        (im.facts.params, im.facts.active_params),
+        (it.facts.params, it.facts.active_params)
+    );
     let experts = 4 * 4 * (64 * 64 + 32 * 64) as u64; // layers x experts x (gate_up + down)
     let saved = experts * 4 - experts / 32 * 17;
     assert_eq!(
@@ -227,7 +230,7 @@ fn a_llama_cpp_mxfp4_gguf_serves_the_values_it_holds() {
     assert_eq!(info.devices.cpu.weight_bytes, a.decoder().held_bytes());
     let stored: usize = tensors.iter().filter(|t| t.2).map(|t| t.3.len()).sum();
     let twin_info = Source::open(&twin).unwrap().info().unwrap();
-    assert_eq!(info.params, twin_info.params);
+    assert_eq!(info.facts.params, twin_info.facts.params);
     assert_eq!(
         twin_info.devices.cpu.weight_bytes - info.devices.cpu.weight_bytes,
         (stored / 17 * 32 * 4 - stored) as u64

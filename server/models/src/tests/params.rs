@@ -33,7 +33,7 @@ fn inspect_counts_every_expert_and_the_ones_a_token_runs() {
         }
         for path in paths {
             let info = Source::open(&path).unwrap().info().unwrap();
-            let got = (info.params, info.active_params);
+            let got = (info.facts.params, info.facts.active_params);
             assert_eq!(got, (params, active), "{}", path.display());
             let g = info.geometry(DeviceKind::Cpu, ferrox_plan::KvDtype::F16);
             assert_eq!((g.params, g.active_params), got);

@@ -238,6 +238,6 @@ fn the_default_model_holds_what_inspect_reports() {
         info.devices.cuda.weight_bytes,
         info.devices.cpu.weight_bytes - embed / 32 * 34 + embed * 2
     );
-    assert_eq!(info.kv_dtype, KvDtype::F16);
+    assert_eq!(info.facts.kv_dtype, KvDtype::F16);
     assert_eq!(info.devices.cpu.kv_bytes_per_token, 2 * 30 * 3 * 64 * 2);
 }

@@ -199,7 +199,7 @@ fn inspect_reports_the_state_and_the_plan_gives_it_slots() {
     ] {
         let info = crate::Source::open(&dir(family)).unwrap().info().unwrap();
         assert_eq!(
-            (info.state_bytes_per_seq, info.recurrent_layers),
+            (info.facts.state_bytes_per_seq, info.facts.recurrent_layers),
             (state, layers)
         );
         assert_eq!(info.devices.cpu.kv_bytes_per_token, 2 * kv, "{family}");
@@ -235,7 +235,7 @@ fn inspect_json_reads_back_as_the_geometry_the_operator_plans_with() {
             let info = crate::Source::open(&path).unwrap().info().unwrap();
             let read: ferrox_plan::ModelGeometry =
                 serde_json::from_value(serde_json::to_value(&info).unwrap()).unwrap();
-            let want = info.geometry(ferrox_plan::DeviceKind::Cpu, info.kv_dtype);
+            let want = info.geometry(ferrox_plan::DeviceKind::Cpu, info.facts.kv_dtype);
             assert_eq!(read, want, "{}", path.display());
             assert!(read.state_bytes_per_seq > 0 && read.recurrent_layers > 0);
         }

@@ -440,7 +440,7 @@ fn inspect_counts_the_bytes_the_decoder_holds() {
         let info = src.info().unwrap();
         let held = src.decoder(&Device::Cpu).unwrap().held_bytes();
         assert_eq!(info.devices.cpu.weight_bytes, held, "{}", p.display());
-        assert_eq!(info.weight_bytes, held);
+        assert_eq!(info.facts.weight_bytes, held);
         assert_eq!(info.devices.on(DeviceKind::Cpu).kv_dtype, KvDtype::F16);
     }
     // A GPU holds the matrices in bf16 (half the CPU's f32), vectors in f32

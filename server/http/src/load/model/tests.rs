@@ -22,16 +22,15 @@ fn info() -> ModelInfo {
     ModelInfo {
         architecture: "llama".into(),
         format: Format::Gguf,
-        layers: 2,
-        kv_heads: 1,
-        head_dim: 4,
-        kv_dtype: KvDtype::F16,
-        weight_bytes: 1000,
-        context_length: 256,
-        hidden_size: 0,
-        heads: 0,
-        vocab_size: 0,
-        intermediate_size: 0,
+        facts: ferrox_plan::ModelGeometry {
+            layers: 2,
+            kv_heads: 1,
+            head_dim: 4,
+            kv_dtype: KvDtype::F16,
+            weight_bytes: 1000,
+            context_length: 256,
+            ..ferrox_plan::ModelGeometry::default()
+        },
         kv_groups: vec![KvGroup {
             window: None,
             layers: vec![0, 1],
@@ -40,11 +39,6 @@ fn info() -> ModelInfo {
             cpu: fp(1000),
             cuda: fp(500),
         },
-        sliding_windows: Vec::new(),
-        state_bytes_per_seq: 0,
-        recurrent_layers: 0,
-        params: 0,
-        active_params: 0,
         model_half: KvDtype::Bf16,
     }
 }
@@ -314,11 +308,15 @@ fn the_plan_the_metrics_export_and_the_cache_switch() {
 
 /// `info()` with one of its two layers behind a 16-token window.
 fn windowed() -> ModelInfo {
+    let base = info();
     ModelInfo {
-        sliding_windows: vec![ferrox_plan::SlidingWindow {
-            window: 16,
-            layers: 1,
-        }],
+        facts: ferrox_plan::ModelGeometry {
+            sliding_windows: vec![ferrox_plan::SlidingWindow {
+                window: 16,
+                layers: 1,
+            }],
+            ..base.facts.clone()
+        },
         kv_groups: vec![
             KvGroup {
                 window: None,
@@ -329,7 +327,7 @@ fn windowed() -> ModelInfo {
                 layers: vec![0],
             },
         ],
-        ..info()
+        ..base
     }
 }
 

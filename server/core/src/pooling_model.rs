@@ -40,4 +40,19 @@ pub trait PoolingModel: Send {
     /// normalized, not truncated: the caller does what its request asks).
     /// A batch gives each sequence the vector it gets alone.
     fn embed(&mut self, seqs: &[&[u32]]) -> Result<Vec<Vec<f32>>, Error>;
+
+    /// [`PoolingModel::embed`] with each token's type (`types[i][j]` of
+    /// sequence `i`'s token `j`: a cross-encoder's document is type 1);
+    /// `None` is type 0 everywhere. A model without token types refuses
+    /// them.
+    fn embed_typed(
+        &mut self,
+        seqs: &[&[u32]],
+        types: Option<&[&[u32]]>,
+    ) -> Result<Vec<Vec<f32>>, Error> {
+        match types {
+            None => self.embed(seqs),
+            Some(_) => Err(Error::Forward("the model takes no token types".into())),
+        }
+    }
 }

@@ -159,6 +159,20 @@ impl Tokenizer {
         Ok(enc.get_ids().to_vec())
     }
 
+    /// A pair of texts as one sequence (a cross-encoder's query and
+    /// document) by the tokenizer's pair template (BERT's `[CLS] a [SEP] b
+    /// [SEP]`), with each id's token type (the second text's are 1). A
+    /// tokenizer with no pair template of its own (a GGUF one) is refused.
+    pub fn encode_pair(&self, a: &str, b: &str) -> Result<(Vec<u32>, Vec<u32>), Error> {
+        if self.specials.is_some() || self.inner.get_post_processor().is_none() {
+            return Err(Error::Tokenizer(
+                "the tokenizer has no template for a pair of texts".into(),
+            ));
+        }
+        let enc = self.inner.encode((a, b), true).map_err(tk_err)?;
+        Ok((enc.get_ids().to_vec(), enc.get_type_ids().to_vec()))
+    }
+
     /// Text of `ids`; `skip_special_tokens` leaves control tokens out.
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, Error> {
         let size = self.vocab_size();

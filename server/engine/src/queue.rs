@@ -14,7 +14,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use crate::admission::{LineBound, check_fits};
 use crate::job::{Job, RequestId};
 use crate::metrics::Metrics;
-use crate::pooling::{PoolJob, PoolingRequest, check_pooling};
+use crate::pooling::{PoolJob, PoolingRequest, check_pooling, check_token_types};
 use crate::{EngineConfig, EngineError, Event, GenerationRequest, Liveness};
 
 /// Where submitted requests go: the generation worker's channel, or the
@@ -194,6 +194,7 @@ impl EngineHandle {
             ));
         }
         check_pooling(&req.inputs, &s.config)?;
+        check_token_types(&req)?;
         s.line.enter()?;
         let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
         let mut tx = lock(&s.tx);

@@ -61,6 +61,9 @@ pub struct Step<'a> {
     pub logits_for: &'a [usize],
     /// The rows' LoRA adapters; `None` when no row has one.
     pub lora: Option<&'a LoraStep<'a>>,
+    /// Each token's type (an encoder's segment: a cross-encoder's
+    /// document is type 1); `None` is type 0 for every token.
+    pub token_types: Option<&'a [u32]>,
 }
 
 /// One table per RoPE kind; kinds alike (Gemma 2's local and global) share
@@ -300,7 +303,7 @@ impl Decoder {
         if let Some(scale) = self.spec.embed_scale {
             x = (x * f64::from(scale))?;
         }
-        let x = self.input.apply(x, &positions, &self.spec, &self.device)?;
+        let x = (self.input).apply(x, &positions, step.token_types, &self.spec, &self.device)?;
         let fused = self.fused.as_ref().filter(|_| self.use_fused);
         let tables = self
             .groups

@@ -12,6 +12,7 @@ use crate::decoder::{Decoder, Step};
 use crate::error::{Error, Result};
 use crate::kv_store::KvStore;
 use crate::pooling::Pooling;
+use crate::pooling::head::ScoreHead;
 use crate::seq_span::SeqSpan;
 use crate::state_store::StateStore;
 
@@ -23,6 +24,8 @@ pub struct Embedder {
     pooling: Pooling,
     kv: KvStore,
     state: StateStore,
+    /// A cross-encoder's score head: each "vector" is its one score.
+    head: Option<ScoreHead>,
 }
 
 impl Embedder {
@@ -41,7 +44,20 @@ impl Embedder {
             pooling,
             kv,
             state,
+            head: None,
         })
+    }
+
+    /// The same model scoring: each sequence's pooled state through `head`,
+    /// one score (a one-element vector) a sequence.
+    pub fn with_head(mut self, head: ScoreHead) -> Self {
+        self.head = Some(head);
+        self
+    }
+
+    /// Whether it scores (a cross-encoder) rather than embeds.
+    pub fn scores(&self) -> bool {
+        self.head.is_some()
     }
 
     /// The decoder.
@@ -61,9 +77,21 @@ impl Embedder {
 
     /// One vector per sequence (see [`PoolingModel::embed`]).
     pub fn vectors(&self, seqs: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
+        self.vectors_typed(seqs, None)
+    }
+
+    /// One vector per sequence, each token of sequence `i` of type
+    /// `types[i][j]` (a pair's second text is type 1; type 0 for all when
+    /// `None`). A scorer's vector is its one score.
+    pub fn vectors_typed(
+        &self,
+        seqs: &[&[u32]],
+        types: Option<&[&[u32]]>,
+    ) -> Result<Vec<Vec<f32>>> {
         if seqs.is_empty() {
             return Ok(Vec::new());
         }
+        let types: Option<Vec<u32>> = types.map(|t| t.concat());
         let tokens: Vec<u32> = seqs.iter().flat_map(|s| s.iter().copied()).collect();
         let spans: Vec<SeqSpan> = seqs
             .iter()
@@ -80,6 +108,7 @@ impl Embedder {
             spans: Arc::from(spans),
             logits_for: &[],
             lora: None,
+            token_types: types.as_deref(),
         };
         let run = || {
             let hidden = self.decoder.hidden(&self.kv, &self.state, &step)?;
@@ -90,7 +119,10 @@ impl Embedder {
             true => crate::warm_pool::on_warm_pool(run)?,
             false => run()?,
         };
-        Ok(pooled.to_vec2::<f32>()?)
+        match &self.head {
+            Some(head) => Ok(head.scores(&pooled)?.into_iter().map(|s| vec![s]).collect()),
+            None => Ok(pooled.to_vec2::<f32>()?),
+        }
     }
 }
 
@@ -105,6 +137,15 @@ impl PoolingModel for Embedder {
 
     fn embed(&mut self, seqs: &[&[u32]]) -> std::result::Result<Vec<Vec<f32>>, ferrox_core::Error> {
         self.vectors(seqs)
+            .map_err(|e| ferrox_core::Error::Forward(e.to_string()))
+    }
+
+    fn embed_typed(
+        &mut self,
+        seqs: &[&[u32]],
+        types: Option<&[&[u32]]>,
+    ) -> std::result::Result<Vec<Vec<f32>>, ferrox_core::Error> {
+        self.vectors_typed(seqs, types)
             .map_err(|e| ferrox_core::Error::Forward(e.to_string()))
     }
 }

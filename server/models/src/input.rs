@@ -14,8 +14,9 @@ use crate::weights::source::WeightSource;
 pub struct InputWeights {
     /// Rows by position (plus the spec's offset).
     positions: Option<Embedding>,
-    /// Token type 0's row, `(1, hidden)`: every token's segment.
-    token_type: Option<Tensor>,
+    /// The token-type table and its type 0's row, `(1, hidden)`: every
+    /// token's segment unless a step names each token's.
+    token_type: Option<(Embedding, Tensor)>,
     /// The norm of the sum: weight and bias.
     norm: Option<(Tensor, Option<Tensor>)>,
 }
@@ -44,7 +45,8 @@ impl InputWeights {
             0 => None,
             n => {
                 let table = src.embedding("token_types.weight", n, hidden, device)?;
-                Some(table.forward(&[0], device)?)
+                let first = table.forward(&[0], device)?;
+                Some((table, first))
             }
         };
         let norm = match norm {
@@ -65,12 +67,13 @@ impl InputWeights {
     }
 
     /// The first layer's input: token embeddings `x` `(tokens, hidden)`
-    /// plus each token's position row (`positions`) and the type row,
-    /// normed.
+    /// plus each token's position row (`positions`) and its type's row
+    /// (`types`, one a token; type 0 for every token when absent), normed.
     pub(crate) fn apply(
         &self,
         x: Tensor,
         positions: &[u32],
+        types: Option<&[u32]>,
         spec: &ModelSpec,
         device: &Device,
     ) -> Result<Tensor> {
@@ -80,8 +83,19 @@ impl InputWeights {
             let dtype = x.dtype();
             x = (x + table.forward(&rows, device)?.to_dtype(dtype)?)?;
         }
-        if let Some(t) = &self.token_type {
-            x = x.broadcast_add(&t.to_dtype(x.dtype())?)?;
+        match (&self.token_type, types) {
+            (Some((table, _)), Some(types)) => {
+                if types.len() != positions.len() {
+                    return Err(crate::error::Error::Input(format!(
+                        "{} token types for {} tokens",
+                        types.len(),
+                        positions.len()
+                    )));
+                }
+                x = (&x + table.forward(types, device)?.to_dtype(x.dtype())?)?;
+            }
+            (Some((_, first)), None) => x = x.broadcast_add(&first.to_dtype(x.dtype())?)?,
+            (None, _) => {}
         }
         if let Some((w, b)) = &self.norm {
             x = crate::norm::apply(&x, w, b.as_ref(), &spec.norms)?;
@@ -96,6 +110,8 @@ impl InputWeights {
             .norm
             .as_ref()
             .map_or(0, |(w, b)| tensor_bytes(w) + opt(b));
-        self.positions.as_ref().map_or(0, Embedding::held_bytes) + opt(&self.token_type) + norm
+        let types =
+            (self.token_type.as_ref()).map_or(0, |(t, first)| t.held_bytes() + tensor_bytes(first));
+        self.positions.as_ref().map_or(0, Embedding::held_bytes) + types + norm
     }
 }

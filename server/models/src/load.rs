@@ -13,8 +13,9 @@ use crate::embedder::Embedder;
 use crate::error::{Error, Result};
 use crate::gguf::GgufSource;
 use crate::holding::device_kind;
-use crate::pooling::Pooling;
 use crate::pooling::config::PoolingFiles;
+use crate::pooling::head::{ScoreActivation, ScoreHead};
+use crate::pooling::{Pooling, PoolingMethod};
 use crate::safetensors::{self as st, SafetensorsSource, safetensors_files};
 use crate::spec::{KvGroup, ModelSpec};
 use crate::text::TextModel;
@@ -220,6 +221,28 @@ impl Source {
         Embedder::new(self.build(device, device_kind(device), true)?, pooling)
     }
 
+    /// The model on `device` as a cross-encoder: the encoder, its first
+    /// token's state through the score head (pooler, classifier and the
+    /// activation its files name), one score a sequence.
+    pub fn scorer(&mut self, device: &Device) -> Result<Embedder> {
+        let activation = match self {
+            Source::Dir { dir, .. } => ScoreActivation::from_dir(dir)?,
+            Source::Gguf(_) => ScoreActivation::Sigmoid,
+        };
+        let hidden = self.spec()?.hidden;
+        let mut head = None;
+        let decoder = self.build_then(device, device_kind(device), true, &mut |src| {
+            head = Some(ScoreHead::load(src, hidden, activation, device)?);
+            Ok(())
+        })?;
+        let pooling = Pooling {
+            method: PoolingMethod::Cls,
+            normalize: false,
+        };
+        let head = head.ok_or_else(|| Error::MissingTensor("the score head".into()))?;
+        Ok(Embedder::new(decoder, pooling)?.with_head(head))
+    }
+
     /// What the model's files say about pooling: sentence-transformers'
     /// modules in a directory, GGUF's `pooling_type`.
     pub fn pooling_files(&self) -> Result<PoolingFiles> {
@@ -245,12 +268,26 @@ impl Source {
     }
 
     fn build(&mut self, device: &Device, kind: DeviceKind, pooled: bool) -> Result<Decoder> {
+        self.build_then(device, kind, pooled, &mut |_| Ok(()))
+    }
+
+    /// Builds the decoder, then hands its weight source to `more` (a
+    /// head's weights).
+    fn build_then(
+        &mut self,
+        device: &Device,
+        kind: DeviceKind,
+        pooled: bool,
+        more: &mut dyn FnMut(&mut dyn WeightSource) -> Result<()>,
+    ) -> Result<Decoder> {
         let spec = |s: ModelSpec| if pooled { s.pooled() } else { s };
         match self {
             Source::Gguf(g) => {
                 let config = spec(g.spec()?);
                 g.hold_as(kind);
-                build_decoder(g.as_mut(), config, device)
+                let decoder = build_decoder(g.as_mut(), config, device)?;
+                more(g.as_mut())?;
+                Ok(decoder)
             }
             Source::Dir {
                 dir,
@@ -264,7 +301,9 @@ impl Source {
                 if !pooled && !*tied && !src.has("output.weight") {
                     return Err(Error::MissingTensor("lm_head.weight".into()));
                 }
-                build_decoder(&mut src, spec((**config).clone()), device)
+                let decoder = build_decoder(&mut src, spec((**config).clone()), device)?;
+                more(&mut src)?;
+                Ok(decoder)
             }
         }
     }

@@ -81,6 +81,9 @@ impl HfNames {
             "token_embd.weight" => return format!("{p}embed_tokens.weight"),
             "output_norm.weight" => return format!("{p}norm.weight"),
             "output.weight" => return self.head.to_string(),
+            // A cross-encoder's classifier sits beside its encoder.
+            "cls.output.weight" => return "classifier.weight".into(),
+            "cls.output.bias" => return "classifier.bias".into(),
             _ => {}
         }
         let Some((layer, tail)) = gguf.strip_prefix("blk.").and_then(|r| r.split_once('.')) else {
@@ -113,7 +116,7 @@ impl HfNames {
     /// Whether a tensor of the checkpoint belongs to the text model (a
     /// multimodal checkpoint's vision tower does not).
     fn is_text(&self, name: &str) -> bool {
-        name.starts_with(self.prefix) || name == self.head
+        name.starts_with(self.prefix) || name == self.head || name.starts_with("classifier.")
     }
 }
 

@@ -13,7 +13,7 @@ mod request;
 mod scheduler;
 
 pub(crate) use job::PoolJob;
-pub use request::{PoolingRequest, check_pooling};
+pub use request::{PoolingRequest, check_pooling, check_token_types};
 pub use scheduler::{PoolingScheduler, PoolingTick};
 
 #[cfg(test)]

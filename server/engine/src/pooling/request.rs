@@ -7,6 +7,9 @@ use crate::{EngineConfig, EngineError};
 pub struct PoolingRequest {
     /// Each input's tokens (special tokens included), in answer order.
     pub inputs: Vec<Vec<u32>>,
+    /// Each input's token types (a scored pair's: its second text's are
+    /// 1), one list an input; empty when every token is type 0.
+    pub token_types: Vec<Vec<u32>>,
     /// The caller's id for the logs, if it sent one.
     pub request_id: Option<String>,
 }
@@ -55,4 +58,25 @@ pub fn check_pooling(inputs: &[Vec<u32>], config: &EngineConfig) -> Result<(), E
         }
     }
     Ok(())
+}
+
+/// Refuses token types that are not one a token of each input (none at
+/// all is type 0 everywhere).
+pub fn check_token_types(req: &PoolingRequest) -> Result<(), EngineError> {
+    let types = &req.token_types;
+    if types.is_empty() {
+        return Ok(());
+    }
+    let fits = types.len() == req.inputs.len()
+        && types
+            .iter()
+            .zip(&req.inputs)
+            .all(|(t, i)| t.len() == i.len());
+    match fits {
+        true => Ok(()),
+        false => Err(EngineError::invalid(
+            "input",
+            "the token types are not one a token of each input",
+        )),
+    }
 }

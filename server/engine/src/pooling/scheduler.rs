@@ -232,10 +232,23 @@ impl<M: PoolingModel> PoolingScheduler<M> {
         let seqs: Vec<&[u32]> = (slots.iter())
             .map(|s| self.line[s.job].req.inputs[s.input].as_slice())
             .collect();
+        let zeros = vec![0u32; seqs.iter().map(|s| s.len()).max().unwrap_or(0)];
+        let types: Vec<&[u32]> = (slots.iter())
+            .map(|s| match &self.line[s.job].req.token_types {
+                t if t.is_empty() => &zeros[..self.line[s.job].req.inputs[s.input].len()],
+                t => t[s.input].as_slice(),
+            })
+            .collect();
+        let typed = slots
+            .iter()
+            .any(|s| !self.line[s.job].req.token_types.is_empty());
+        let types = typed.then_some(types.as_slice());
         let mut why = String::new();
         for attempt in 1..=2 {
             let model = &mut self.model;
-            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| model.embed(&seqs)));
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                model.embed_typed(&seqs, types)
+            }));
             why = match ran {
                 Ok(Ok(v)) if v.len() == seqs.len() => return Ok(v),
                 Ok(Ok(v)) => format!("{} vectors for {} inputs", v.len(), seqs.len()),

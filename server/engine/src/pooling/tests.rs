@@ -41,6 +41,23 @@ impl PoolingModel for Summing {
             .map(|s| vec![s.len() as f32, s.iter().sum::<u32>() as f32])
             .collect())
     }
+
+    /// `[len, sum, sum of the types]`, to see each input's types arrive.
+    fn embed_typed(
+        &mut self,
+        seqs: &[&[u32]],
+        types: Option<&[&[u32]]>,
+    ) -> Result<Vec<Vec<f32>>, ferrox_core::Error> {
+        let mut out = self.embed(seqs)?;
+        if let Some(types) = types {
+            assert_eq!(types.len(), seqs.len());
+            for ((v, t), s) in out.iter_mut().zip(types).zip(seqs) {
+                assert_eq!(t.len(), s.len());
+                v.push(t.iter().sum::<u32>() as f32);
+            }
+        }
+        Ok(out)
+    }
 }
 
 fn config() -> EngineConfig {
@@ -68,6 +85,7 @@ fn engine(c: EngineConfig) -> (PoolingScheduler<Summing>, EngineHandle, Batches)
 fn req(inputs: &[&[u32]]) -> PoolingRequest {
     PoolingRequest {
         inputs: inputs.iter().map(|i| i.to_vec()).collect(),
+        token_types: Vec::new(),
         request_id: None,
     }
 }
@@ -230,4 +248,29 @@ fn each_engine_refuses_the_other_kind_of_request() {
         Instant::now(),
     );
     assert!(bad.is_err(), "a pooling engine with a KV pool");
+}
+
+#[test]
+fn each_input_gets_its_own_token_types_and_bad_ones_are_refused() {
+    let (mut s, h, _) = engine(config());
+    let typed = PoolingRequest {
+        token_types: vec![vec![0, 1, 1], vec![1]],
+        ..req(&[&[1, 2, 3], &[4]])
+    };
+    let mut a = h.submit_pooling(typed, Instant::now()).unwrap();
+    // Batched with an input of no types: its tokens are type 0.
+    let mut b = h.submit_pooling(req(&[&[5, 6]]), Instant::now()).unwrap();
+    assert_eq!(s.tick(Instant::now()).batch.len(), 3);
+    assert!(matches!(a.try_next(), Some(Event::Vectors { data, .. })
+        if data == vec![vec![3.0, 6.0, 2.0], vec![1.0, 4.0, 1.0]]));
+    assert!(matches!(b.try_next(), Some(Event::Vectors { data, .. })
+        if data == vec![vec![2.0, 11.0, 0.0]]));
+    for token_types in [vec![vec![0, 1]], vec![vec![0, 0, 0], vec![]]] {
+        let bad = PoolingRequest {
+            token_types,
+            ..req(&[&[1, 2, 3]])
+        };
+        let e = h.submit_pooling(bad, Instant::now()).err().unwrap();
+        assert!(e.to_string().contains("token types"), "{e}");
+    }
 }

@@ -15,7 +15,12 @@ use crate::spec::{
 pub(super) static BERT: Family = Family {
     name: "bert",
     gguf: &["bert"],
-    hf: &["BertModel", "BertForMaskedLM", "bert"],
+    hf: &[
+        "BertModel",
+        "BertForMaskedLM",
+        "BertForSequenceClassification",
+        "bert",
+    ],
     hf_tensors: &[
         ("token_embd.weight", "embeddings.word_embeddings.weight"),
         (
@@ -28,6 +33,9 @@ pub(super) static BERT: Family = Family {
         ),
         ("token_embd_norm.weight", "embeddings.LayerNorm.weight"),
         ("token_embd_norm.bias", "embeddings.LayerNorm.bias"),
+        // A cross-encoder's pooler (its classifier: `cls.output`).
+        ("cls.weight", "pooler.dense.weight"),
+        ("cls.bias", "pooler.dense.bias"),
         ("attn_q", "attention.self.query"),
         ("attn_k", "attention.self.key"),
         ("attn_v", "attention.self.value"),

@@ -99,7 +99,16 @@ pub fn from_dir(dir: &Path) -> Result<PoolingFiles> {
         }
     }
     let Some(method) = method else {
-        return Err(Error::Config("modules.json names no Pooling module".into()));
+        // A cross-encoder (sentence-transformers' CrossEncoder) scores
+        // through its classifier and pools nothing.
+        return match classifier {
+            true => Ok(PoolingFiles {
+                pooling: None,
+                matryoshka,
+                classifier,
+            }),
+            false => Err(Error::Config("modules.json names no Pooling module".into())),
+        };
     };
     Ok(PoolingFiles {
         pooling: Some(Pooling { method, normalize }),

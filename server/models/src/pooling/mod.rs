@@ -4,6 +4,7 @@
 //! sentence-transformers' files and GGUF ([`config`]).
 
 pub mod config;
+pub mod head;
 mod method;
 
 use candle_core::{DType, Tensor};

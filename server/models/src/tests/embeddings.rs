@@ -95,3 +95,54 @@ fn every_fixture_matches_sentence_transformers_alone_and_batched() {
         }
     }
 }
+
+#[derive(Deserialize)]
+struct RerankReference {
+    tokens: Vec<Vec<u32>>,
+    token_types: Vec<Vec<u32>>,
+    scores: Vec<f32>,
+    query: String,
+    documents: Vec<String>,
+}
+
+#[test]
+fn the_cross_encoder_matches_sentence_transformers_alone_and_batched() {
+    let r: RerankReference = {
+        let text = std::fs::read_to_string(dir("bert_rerank").join("reference.json")).unwrap();
+        serde_json::from_str(&text).unwrap()
+    };
+    let mut src = Source::open(&dir("bert_rerank")).unwrap();
+    let m = src.scorer(&Device::Cpu).unwrap();
+    assert!(m.scores() && m.decoder().kv_groups().is_empty());
+    let text = src.text().unwrap();
+    for (i, doc) in r.documents.iter().enumerate() {
+        let (ids, types) = text.tokenizer.encode_pair(&r.query, doc).unwrap();
+        assert_eq!(
+            (&ids, &types),
+            (&r.tokens[i], &r.token_types[i]),
+            "pair {i}"
+        );
+    }
+    let seqs: Vec<&[u32]> = r.tokens.iter().map(Vec::as_slice).collect();
+    let types: Vec<&[u32]> = r.token_types.iter().map(Vec::as_slice).collect();
+    let batched = m.vectors_typed(&seqs, Some(&types)).unwrap();
+    for i in 0..seqs.len() {
+        let alone = m.vectors_typed(&seqs[i..=i], Some(&types[i..=i])).unwrap();
+        for got in [&alone[0], &batched[i]] {
+            assert_eq!(got.len(), 1);
+            assert!(
+                (got[0] - r.scores[i]).abs() <= 1e-4,
+                "pair {i}: {got:?} vs {}",
+                r.scores[i]
+            );
+        }
+    }
+    // The document's segment matters: typed all 0, the scores move.
+    let untyped = m.vectors(&seqs).unwrap();
+    assert!(
+        untyped
+            .iter()
+            .zip(&r.scores)
+            .any(|(u, s)| (u[0] - s).abs() > 1e-3)
+    );
+}

@@ -33,6 +33,9 @@ pub fn app(s: Shared) -> Router {
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .route("/v1/embeddings", post(embeddings))
+        .route("/v1/rerank", post(rerank_v1))
+        .route("/rerank", post(rerank))
+        .route("/score", post(score))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/v1/models", get(models))
@@ -148,6 +151,19 @@ async fn completions(State(s): State<Shared>, h: HeaderMap, body: Body) -> Respo
 /// while the model has none.
 async fn embeddings(State(s): State<Shared>, h: HeaderMap, body: Body) -> Response {
     proxy(s, "/v1/embeddings", false, h, body).await
+}
+
+/// A cross-encoder's requests, routed as embeddings are.
+async fn rerank_v1(State(s): State<Shared>, h: HeaderMap, body: Body) -> Response {
+    proxy(s, "/v1/rerank", false, h, body).await
+}
+
+async fn rerank(State(s): State<Shared>, h: HeaderMap, body: Body) -> Response {
+    proxy(s, "/rerank", false, h, body).await
+}
+
+async fn score(State(s): State<Shared>, h: HeaderMap, body: Body) -> Response {
+    proxy(s, "/score", false, h, body).await
 }
 
 async fn tokenize(State(s): State<Shared>, h: HeaderMap, body: Body) -> Response {

@@ -128,6 +128,16 @@ impl Frontend for FakeFrontend {
         Ok(ids)
     }
 
+    /// `a`'s ids then `b`'s, types 0 then 1 (the fake adds no special
+    /// token).
+    fn encode_pair(&self, a: &str, b: &str) -> Result<(Vec<u32>, Vec<u32>), String> {
+        let (a, b) = (self.encode(a, true)?, self.encode(b, true)?);
+        let types = (0..a.len() + b.len())
+            .map(|i| u32::from(i >= a.len()))
+            .collect();
+        Ok(([a, b].concat(), types))
+    }
+
     /// `role:content` lines, then any tool calls, tool call id and name in
     /// brackets, then the tools' count.
     fn render_chat(

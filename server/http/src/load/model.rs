@@ -202,7 +202,7 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
     tracing::info!(task = %served.task, "task");
     if let Some(pooling) = served.pooling {
         let at = (&selected, memory);
-        return crate::load::pooling::load_pooling(cfg, source, &info, pooling, at);
+        return crate::load::pooling::load_pooling(cfg, source, &info, (served.task, pooling), at);
     }
     // With the estimate first: what cannot fit is refused before loading.
     let sizing = size(&info, selected.kind, memory, None, cfg)?;

@@ -68,13 +68,14 @@ pub fn size_pooling(
     })
 }
 
-/// Loads `source` as an embedding model pooling by `pooling` and starts
-/// the pooling worker.
+/// Loads `source` as an embedding model pooling by `pooling` (or, for
+/// `Task::Score`, a cross-encoder scoring through its classifier) and
+/// starts the pooling worker.
 pub fn load_pooling(
     cfg: &ServeConfig,
     mut source: Source,
     info: &ModelInfo,
-    pooling: Pooling,
+    (task, pooling): (ferrox_plan::Task, Pooling),
     (device, memory): (&ferrox_models::device::Selected, DeviceMemory),
 ) -> anyhow::Result<Loaded> {
     let files = source.pooling_files()?;
@@ -92,9 +93,11 @@ pub fn load_pooling(
         "pooling model planned: no KV pool"
     );
     let text = source.text().context("loading the tokenizer")?;
-    let mut model = source
-        .embedder(&device.device, pooling)
-        .context("loading the weights")?;
+    let mut model = match task {
+        ferrox_plan::Task::Score => source.scorer(&device.device),
+        _ => source.embedder(&device.device, pooling),
+    }
+    .context("loading the weights")?;
     (model.decoder_mut())
         .set_context(sizing.engine.max_model_len)
         .context("building the RoPE tables")?;
@@ -102,7 +105,11 @@ pub fn load_pooling(
         name: cfg.served_model_name.clone(),
         vocab: usize::try_from(info.facts.vocab_size)?,
         max_model_len: sizing.engine.max_model_len,
-        dim: usize::try_from(info.facts.hidden_size)?,
+        // A cross-encoder's "vector" is its one score.
+        dim: match task {
+            ferrox_plan::Task::Score => 1,
+            _ => usize::try_from(info.facts.hidden_size)?,
+        },
         normalize: pooling.normalize,
         matryoshka: files.matryoshka,
     };
@@ -119,7 +126,7 @@ pub fn load_pooling(
         reasoning: None,
         stall: crate::serve::fault::StallSwitch::from_env(),
         adapters: None,
-        task: ferrox_plan::Task::Embed,
+        task,
         embedding: Some(embedding),
     })
 }

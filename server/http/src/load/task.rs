@@ -40,10 +40,18 @@ pub fn decide(
         tracing::info!(found = %found, task = %task, "--task overrides what the model's files say");
     }
     match task {
-        Task::Score => anyhow::bail!(
-            "scoring (a cross-encoder's /v1/rerank and /score) is not served yet; \
-             --task embed serves this model's embeddings"
+        Task::Score if !encoder => anyhow::bail!(
+            "scoring with a decoder (a Qwen3-Reranker's yes/no logits) is not served yet: \
+             a cross-encoder (an encoder with a classifier) scores"
         ),
+        // The classifier reads the first token's state.
+        Task::Score => Ok(Served {
+            task,
+            pooling: Some(Pooling {
+                method: PoolingMethod::Cls,
+                normalize: false,
+            }),
+        }),
         Task::Generate if encoder => anyhow::bail!(
             "this model is an encoder: it embeds and cannot generate text (--task embed)"
         ),
@@ -163,7 +171,21 @@ mod tests {
                 None,
                 Err("cannot generate"),
             ),
-            (files(None, true), true, None, None, Err("not served yet")),
+            // A cross-encoder scores its pairs through the first token.
+            (
+                files(None, true),
+                true,
+                None,
+                None,
+                Ok((Task::Score, Some(p(PoolingMethod::Cls, false)))),
+            ),
+            (
+                files(None, false),
+                false,
+                Some(Task::Score),
+                None,
+                Err("not served yet"),
+            ),
         ];
         for (f, encoder, task, pooling, want) in cases {
             let got = decide(&f, encoder, task, pooling);

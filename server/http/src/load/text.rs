@@ -91,6 +91,10 @@ impl Frontend for CoreFrontend {
         (self.tokenizer.encode_truncated(text, max)).map_err(|e| e.to_string())
     }
 
+    fn encode_pair(&self, a: &str, b: &str) -> Result<(Vec<u32>, Vec<u32>), String> {
+        (self.tokenizer.encode_pair(a, b)).map_err(|e| e.to_string())
+    }
+
     fn render_chat(
         &self,
         messages: &[ChatMessage],

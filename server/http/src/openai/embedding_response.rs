@@ -31,7 +31,7 @@ pub struct EmbeddingData {
     /// The input's index.
     pub index: usize,
     /// Floats, or base64 of their little-endian f32 bytes.
-    #[schema(value_type = Object)]
+    #[schema(value_type = serde_json::Value)]
     pub embedding: Vector,
 }
 

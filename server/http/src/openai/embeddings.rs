@@ -14,7 +14,7 @@ pub struct EmbeddingRequest {
     /// The model asked for.
     pub model: Option<String>,
     /// The text or texts, or their token ids.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<serde_json::Value>)]
     pub input: Option<EmbeddingInput>,
     /// `float` (default) or `base64` (little-endian f32s).
     pub encoding_format: Option<String>,

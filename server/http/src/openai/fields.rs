@@ -111,6 +111,10 @@ pub const EMBEDDING_FIELDS: [&str; 6] = [
     "truncate_prompt_tokens",
     "normalize",
 ];
+/// Fields `/v1/rerank` and `/rerank` parse (Cohere's and Jina's).
+pub const RERANK_FIELDS: [&str; 5] = ["model", "query", "documents", "top_n", "return_documents"];
+/// Fields `/score` parses (vLLM's).
+pub const SCORE_FIELDS: [&str; 3] = ["model", "text_1", "text_2"];
 /// Fields `/detokenize` parses (vLLM's).
 pub const DETOKENIZE_FIELDS: [&str; 2] = ["model", "tokens"];
 /// The fields of one chat message.

@@ -7,6 +7,7 @@ pub mod error;
 pub mod fields;
 pub mod prepare;
 pub mod request;
+pub mod rerank;
 pub mod response;
 pub mod response_schema;
 pub mod responses;

@@ -40,6 +40,7 @@ pub(crate) mod embeddings;
 pub(crate) mod info;
 pub(crate) mod lora;
 pub(crate) mod prefix;
+pub(crate) mod rerank;
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +99,9 @@ pub fn table() -> Vec<Route> {
         route(Post, "/v1/chat/completions", Keyed, chat_completions),
         route(Post, "/v1/responses", Keyed, responses),
         route(Post, "/v1/embeddings", Keyed, embeddings::embeddings),
+        route(Post, "/v1/rerank", Keyed, rerank::rerank_v1),
+        route(Post, "/rerank", Keyed, rerank::rerank),
+        route(Post, "/score", Keyed, rerank::score),
         route(Get, "/v1/models", Keyed, info::models),
         route(
             Post,

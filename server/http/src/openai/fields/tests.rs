@@ -38,6 +38,14 @@ fn the_lists_are_exactly_what_the_types_parse() {
         listed(&[&EMBEDDING_FIELDS])
     );
     assert_eq!(
+        parsed::<crate::openai::rerank::RerankRequest>(),
+        listed(&[&RERANK_FIELDS])
+    );
+    assert_eq!(
+        parsed::<crate::openai::rerank::ScoreRequest>(),
+        listed(&[&SCORE_FIELDS])
+    );
+    assert_eq!(
         parsed::<crate::openai::responses::request::ResponsesRequest>(),
         listed(&[&RESPONSES_FIELDS])
     );

@@ -36,9 +36,8 @@ pub(crate) async fn embeddings(State(s): State<AppState>, body: Body) -> Respons
 
 async fn embed(s: &AppState, body: Body) -> Result<EmbeddingResponse, ApiError> {
     let (loaded, bytes) = read_body(s, body).await?;
-    let model = loaded
-        .embedding
-        .clone()
+    let model = (loaded.embedding.clone())
+        .filter(|_| loaded.task == Task::Embed)
         .ok_or_else(|| serves(s, loaded, "/v1/embeddings"))?;
     let frontend = Arc::clone(&loaded.frontend);
     let p = off_thread(s, move || {
@@ -48,6 +47,7 @@ async fn embed(s: &AppState, body: Body) -> Result<EmbeddingResponse, ApiError> 
     .await?;
     let req = PoolingRequest {
         inputs: p.inputs,
+        token_types: Vec::new(),
         request_id: None,
     };
     let sub = loaded.engine.submit_pooling(req, Instant::now())?;
@@ -60,7 +60,9 @@ async fn embed(s: &AppState, body: Body) -> Result<EmbeddingResponse, ApiError> 
 }
 
 /// The request's vectors and usage, once the worker sends them.
-async fn vectors(mut sub: Submission) -> Result<(Vec<Vec<f32>>, ferrox_engine::Usage), ApiError> {
+pub(crate) async fn vectors(
+    mut sub: Submission,
+) -> Result<(Vec<Vec<f32>>, ferrox_engine::Usage), ApiError> {
     match sub.next().await {
         Some(Event::Vectors { data, usage }) => Ok((data, usage)),
         Some(Event::Error(e)) => Err(e.into()),
@@ -109,7 +111,7 @@ pub(crate) fn serves(s: &AppState, loaded: &Loaded, route: &str) -> ApiError {
             "generates text: it serves /v1/completions, /v1/chat/completions and /v1/responses"
         }
         Task::Embed => "embeds text: it serves /v1/embeddings",
-        Task::Score => "scores text pairs",
+        Task::Score => "scores text pairs: it serves /v1/rerank, /rerank and /score",
     };
     ApiError::invalid(
         "model",

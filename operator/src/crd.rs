@@ -70,6 +70,11 @@ use serde::{Deserialize, Serialize};
 pub struct ModelDeploymentSpec {
     /// The model to serve.
     pub model: ModelSpec,
+    /// What it serves: `generate` (completions and chat; the default),
+    /// `embed` (`/v1/embeddings`: planned with no KV pool, weights plus one
+    /// batch of `engine.maxBatchTokens`) or `score`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<ferrox_plan::Task>,
     /// Accelerators per replica; absent means CPU-only, planned from `resources` memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accelerator: Option<AcceleratorSpec>,
@@ -242,6 +247,10 @@ pub struct EngineSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub max_queue: Option<i64>,
+    /// Most tokens in one batch of an embedding model (`task: embed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_batch_tokens: Option<i64>,
     /// Seconds the server drains in-flight requests on shutdown.
     #[serde(default = "default_drain")]
     #[schemars(range(min = 0, max = 3600))]
@@ -280,6 +289,7 @@ impl Default for EngineSpec {
             typical_seq_len: default_typical_seq_len(),
             prefill_chunk: None,
             max_queue: None,
+            max_batch_tokens: None,
             drain_timeout_seconds: default_drain(),
             extra_args: Vec::new(),
         }

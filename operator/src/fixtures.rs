@@ -61,6 +61,7 @@ fn base_spec(source: &str) -> ModelDeploymentSpec {
             geometry: None,
             cache: None,
         },
+        task: None,
         accelerator: None,
         engine: EngineSpec::default(),
         replicas: 1,

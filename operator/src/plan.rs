@@ -1,7 +1,10 @@
 //! The capacity plan of a `ModelDeployment`: ferrox-plan fed from the spec,
 //! the memory it is planned into, and what the pod must reserve for it.
 
-use ferrox_plan::{CacheKind, DeviceKind, KvDtype, ModelGeometry, Plan, PlanConfig, PlanError};
+use ferrox_plan::{
+    CacheKind, DEFAULT_MAX_BATCH_TOKENS, DeviceKind, KvDtype, ModelGeometry, Plan, PlanConfig,
+    PlanError, Task,
+};
 
 use crate::crd::{ModelDeploymentSpec, PlanStatus, PoolPlanStatus, SpeculativeSpec};
 use crate::gpu_nodes::GpuTarget;
@@ -157,7 +160,17 @@ pub fn planned(
         adapter_bytes: lora.map_or(0, |l| l.device_bytes(geometry, device)),
         ..plan_config(spec, memory.bytes)
     };
-    let plan = ferrox_plan::plan(geometry, &config)?;
+    let plan = match spec.task.unwrap_or_default() {
+        Task::Generate => ferrox_plan::plan(geometry, &config)?,
+        // No pool: weights and one batch, as the server plans it.
+        Task::Embed | Task::Score => {
+            let tokens = spec
+                .engine
+                .max_batch_tokens
+                .map_or(DEFAULT_MAX_BATCH_TOKENS, |t| u64::try_from(t).unwrap_or(1));
+            ferrox_plan::plan_pooling(geometry, &config, tokens)?
+        }
+    };
     // A GPU server also keeps every adapter in host memory.
     let host_adapters = lora.map_or(0, |l| l.host_bytes(geometry, device));
     let pod_memory_bytes = pod_memory_bytes(device, &plan, geometry, memory.bytes)

@@ -32,6 +32,10 @@ pub fn app(s: Shared) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
+        .route("/v1/embeddings", post(embeddings))
+        .route("/v1/rerank", post(rerank_v1))
+        .route("/rerank", post(rerank))
+        .route("/score", post(score))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/v1/models", get(models))
@@ -140,6 +144,26 @@ async fn chat(State(s): State<Shared>, h: HeaderMap, body: Body) -> Response {
 
 async fn completions(State(s): State<Shared>, h: HeaderMap, body: Body) -> Response {
     proxy(s, "/v1/completions", true, h, body).await
+}
+
+/// An embedding model's requests: no prompt to place by its cached
+/// prefix (nothing is kept), so to the least-loaded ready replica, held
+/// while the model has none.
+async fn embeddings(State(s): State<Shared>, h: HeaderMap, body: Body) -> Response {
+    proxy(s, "/v1/embeddings", false, h, body).await
+}
+
+/// A cross-encoder's requests, routed as embeddings are.
+async fn rerank_v1(State(s): State<Shared>, h: HeaderMap, body: Body) -> Response {
+    proxy(s, "/v1/rerank", false, h, body).await
+}
+
+async fn rerank(State(s): State<Shared>, h: HeaderMap, body: Body) -> Response {
+    proxy(s, "/rerank", false, h, body).await
+}
+
+async fn score(State(s): State<Shared>, h: HeaderMap, body: Body) -> Response {
+    proxy(s, "/score", false, h, body).await
 }
 
 async fn tokenize(State(s): State<Shared>, h: HeaderMap, body: Body) -> Response {

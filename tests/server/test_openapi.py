@@ -43,6 +43,12 @@ CASES = [
             "type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}}}},
      200, None),
     ("POST", "/v1/responses", {"input": "Hi", "store": True}, 400, None),
+    # A generating model refuses the pooling routes, naming what it serves
+    # (test_embeddings.py and test_rerank.py run them on pooling models).
+    ("POST", "/v1/embeddings", {"input": "hi"}, 400, None),
+    ("POST", "/v1/rerank", {"query": "a", "documents": ["b"]}, 400, None),
+    ("POST", "/rerank", {"query": "a", "documents": [{"text": "b"}]}, 400, None),
+    ("POST", "/score", {"text_1": "a", "text_2": ["b", "c"]}, 400, None),
     ("GET", "/v1/models", None, 200, None),
     # A server without LoRA refuses vLLM's run-time adapter routes (test_lora.py runs them).
     ("POST", "/v1/load_lora_adapter", {"lora_name": "x", "lora_path": "/nowhere"}, 400, None),

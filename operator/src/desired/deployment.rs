@@ -178,6 +178,8 @@ pub fn server_args(md: &ModelDeployment, planned: &Planned, source: &ModelSource
         lora: super::adapters::lora_args(md),
         // Refused before rendering when it cannot be served.
         speculative: spec.speculative.and_then(|s| s.config().ok()),
+        task: spec.task.unwrap_or_default(),
+        max_batch_tokens: spec.engine.max_batch_tokens.map(n),
     }
     .to_args();
     args.extend(spec.engine.extra_args.iter().cloned());
@@ -397,6 +399,40 @@ mod tests {
         args.iter()
             .position(|a| a == name)
             .map(|i| args[i + 1].as_str())
+    }
+
+    #[test]
+    fn a_pooling_deployment_plans_no_kv_pool_and_tells_the_server_its_task() {
+        // An embedder and a cross-encoder are planned alike.
+        for (task, name) in [
+            (ferrox_plan::Task::Embed, "embed"),
+            (ferrox_plan::Task::Score, "score"),
+        ] {
+            let mut spec = cpu_spec("2Gi");
+            spec.task = Some(task);
+            spec.engine.max_batch_tokens = Some(4096);
+            let (d, plan) = render(spec.clone());
+            assert!(plan.plan.pools.is_empty(), "{name}");
+            assert_eq!(plan.plan.kv_budget_bytes, 0);
+            let geometry = fixtures::smollm2_135m();
+            let want = ferrox_plan::pooling_activation_bytes(
+                &geometry,
+                4096,
+                4096.min(plan.plan.max_model_len),
+                4,
+            );
+            assert_eq!(plan.plan.activation_reserve_bytes, want, "{name}");
+            let args = pod(&d).containers[0].args.clone().unwrap();
+            assert_eq!(flag(&args, "--task"), Some(name));
+            assert_eq!(flag(&args, "--max-batch-tokens"), Some("4096"));
+            assert_eq!(flag(&args, "--pool"), None);
+            let status = crate::plan::to_status(&plan);
+            assert!(status.pools.is_empty() && status.kv_blocks == 0);
+        }
+        // A generating deployment says nothing of a task.
+        let (d, _) = render(cpu_spec("2Gi"));
+        let args = pod(&d).containers[0].args.clone().unwrap();
+        assert_eq!(flag(&args, "--task"), None);
     }
 
     #[test]

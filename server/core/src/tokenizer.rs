@@ -74,6 +74,7 @@ impl Tokenizer {
                 t.with_decoder(Some(gguf_vocab::llama_decoder()?));
                 t
             }
+            "bert" => crate::gguf_wordpiece::tokenizer(vocab)?,
             other => return Err(Error::UnsupportedVocab(other.to_string())),
         };
         inner
@@ -123,6 +124,53 @@ impl Tokenizer {
             ids.push(eos);
         }
         Ok(ids)
+    }
+
+    /// `text`'s ids with the special tokens a single sequence gets, its
+    /// content cut from the end so that the whole is at most `max` ids (an
+    /// embedding request's `truncate_prompt_tokens`): the specials stay. A
+    /// `max` below the specials alone is an error naming both.
+    pub fn encode_truncated(&self, text: &str, max: usize) -> Result<Vec<u32>, Error> {
+        let ids = self.encode(text, true)?;
+        if ids.len() <= max {
+            return Ok(ids);
+        }
+        let added = self.encode("", true)?.len();
+        let keep = max.checked_sub(added).ok_or_else(|| {
+            Error::Tokenizer(format!(
+                "{max} tokens cannot hold the model's {added} special tokens"
+            ))
+        })?;
+        if self.specials.is_some() {
+            // GGUF: BOS and EOS are ours, around the content.
+            let content = self.encode(text, false)?;
+            let bos = self.encode("", true)?;
+            let (head, tail) = bos.split_at(usize::from(
+                self.specials.is_some_and(|s| s.add_bos && s.bos.is_some()),
+            ));
+            let mut out = head.to_vec();
+            out.extend_from_slice(&content[..keep.min(content.len())]);
+            out.extend_from_slice(tail);
+            return Ok(out);
+        }
+        let mut enc = self.inner.encode(text, false).map_err(tk_err)?;
+        enc.truncate(keep, 0, tokenizers::TruncationDirection::Right);
+        let enc = self.inner.post_process(enc, None, true).map_err(tk_err)?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// A pair of texts as one sequence (a cross-encoder's query and
+    /// document) by the tokenizer's pair template (BERT's `[CLS] a [SEP] b
+    /// [SEP]`), with each id's token type (the second text's are 1). A
+    /// tokenizer with no pair template of its own (a GGUF one) is refused.
+    pub fn encode_pair(&self, a: &str, b: &str) -> Result<(Vec<u32>, Vec<u32>), Error> {
+        if self.specials.is_some() || self.inner.get_post_processor().is_none() {
+            return Err(Error::Tokenizer(
+                "the tokenizer has no template for a pair of texts".into(),
+            ));
+        }
+        let enc = self.inner.encode((a, b), true).map_err(tk_err)?;
+        Ok((enc.get_ids().to_vec(), enc.get_type_ids().to_vec()))
     }
 
     /// Text of `ids`; `skip_special_tokens` leaves control tokens out.
@@ -397,5 +445,44 @@ pub(crate) mod tests {
         let err = Tokenizer::from_file(dir.join("missing.json")).unwrap_err();
         assert!(err.to_string().contains("missing.json"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod truncation {
+    use super::*;
+
+    /// The tiny BERT fixture's WordPiece tokenizer: `[CLS] ... [SEP]`.
+    fn bert() -> Tokenizer {
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../models/testdata/embeddings/bert"
+        );
+        Tokenizer::from_file(format!("{dir}/tokenizer.json")).unwrap()
+    }
+
+    #[test]
+    fn truncation_cuts_the_content_and_keeps_the_special_tokens() {
+        let t = bert();
+        let text = "the capital of france is paris";
+        let whole = t.encode(text, true).unwrap();
+        let (cls, sep) = (whole[0], whole[whole.len() - 1]);
+        // (max, expected length, or an error)
+        for (max, want) in [
+            (100, Ok(whole.len())),
+            (5, Ok(5)),
+            (2, Ok(2)),
+            (1, Err("special")),
+        ] {
+            match (t.encode_truncated(text, max), want) {
+                (Ok(ids), Ok(n)) => {
+                    assert_eq!(ids.len(), n, "{max}");
+                    assert_eq!((ids[0], ids[n - 1]), (cls, sep), "{max}");
+                    assert_eq!(ids[1..n - 1], whole[1..n - 1], "{max}");
+                }
+                (Err(e), Err(w)) => assert!(e.to_string().contains(w), "{e}"),
+                (got, w) => panic!("{max}: {got:?} vs {w:?}"),
+            }
+        }
     }
 }

@@ -34,6 +34,9 @@ pub struct EngineConfig {
     /// Speculative decoding (`--speculative-config`), where the model
     /// allows it ([`EngineConfig::speculation_off_reason`]).
     pub speculative: Option<SpeculativeConfig>,
+    /// Most tokens in one pooling batch (`--max-batch-tokens`; a pooling
+    /// model's forward, where `prefill_chunk` is a generating model's).
+    pub max_batch_tokens: usize,
 }
 
 impl Default for EngineConfig {
@@ -53,6 +56,7 @@ impl Default for EngineConfig {
             cache_salt: String::new(),
             max_loras: 1,
             speculative: None,
+            max_batch_tokens: ferrox_plan::DEFAULT_MAX_BATCH_TOKENS as usize,
         }
     }
 }

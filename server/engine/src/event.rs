@@ -74,6 +74,14 @@ pub enum Event {
         /// Token counts.
         usage: Usage,
     },
+    /// A pooling request's vectors, one per input in order, as the model
+    /// pools them (not normalized, not truncated); always the last event.
+    Vectors {
+        /// The vectors.
+        data: Vec<Vec<f32>>,
+        /// Token counts (every input's tokens are prompt tokens).
+        usage: Usage,
+    },
     /// The request failed; always the last event.
     Error(EngineError),
 }

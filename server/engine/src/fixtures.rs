@@ -383,6 +383,7 @@ pub fn config() -> EngineConfig {
         cache_salt: "fake".into(),
         max_loras: 2,
         speculative: None,
+        max_batch_tokens: 16384,
     }
 }
 
@@ -478,6 +479,7 @@ impl Outcome {
                     self.end = Some((reason, usage));
                 }
                 Event::Error(e) => self.error = Some(e.to_string()),
+                Event::Vectors { .. } => panic!("a generation answered with vectors"),
                 Event::PromptLogprobs(lp) => {
                     assert!(self.ids.is_empty(), "prompt logprobs after a token");
                     assert!(self.prompt_logprobs.replace(lp).is_none(), "sent twice");

@@ -14,12 +14,24 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use crate::admission::{LineBound, check_fits};
 use crate::job::{Job, RequestId};
 use crate::metrics::Metrics;
+use crate::pooling::{PoolJob, PoolingRequest, check_pooling, check_token_types};
 use crate::{EngineConfig, EngineError, Event, GenerationRequest, Liveness};
+
+/// Where submitted requests go: the generation worker's channel, or the
+/// pooling worker's.
+pub(crate) enum Door {
+    /// Generation requests.
+    Generate(Sender<Job>),
+    /// Pooling requests (an embedding model).
+    Pool(Sender<PoolJob>),
+}
 
 /// The state the handle and the worker share.
 pub(crate) struct Shared {
     /// Next id and the sender, locked together so ids reach the worker in order.
-    pub tx: Mutex<(RequestId, Sender<Job>)>,
+    pub tx: Mutex<(RequestId, Door)>,
+    /// The door is the pooling worker's (read without taking the lock).
+    pub pooling: bool,
     /// Submitted and not yet admitted (channel plus the worker's line).
     pub line: Arc<LineBound>,
     /// Hashes prompts for the prefix cache; `None` with the cache off.
@@ -48,6 +60,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Shared {
+    /// Whether the worker behind the door is a pooling one.
+    pub fn is_pooling(&self) -> bool {
+        self.pooling
+    }
+
     pub fn take_cancels(&self) -> Vec<RequestId> {
         std::mem::take(&mut *lock(&self.cancels))
     }
@@ -93,6 +110,12 @@ impl EngineHandle {
         if !s.alive.load(Ordering::SeqCst) {
             return Err(EngineError::WorkerGone);
         }
+        if s.is_pooling() {
+            return Err(EngineError::invalid(
+                "model",
+                "this engine runs a pooling model, which generates no text",
+            ));
+        }
         req.validate()?;
         let blocks = check_fits(req.prompt.len(), req.max_tokens, &s.config)?;
         s.line.enter()?;
@@ -117,7 +140,11 @@ impl EngineHandle {
         };
         s.in_flight.fetch_add(1, Ordering::SeqCst);
         let adapter = job.req.adapter.as_ref().map(|a| a.name().to_string());
-        if tx.1.send(job).is_err() {
+        let sent = match &tx.1 {
+            Door::Generate(sender) => sender.send(job).is_ok(),
+            Door::Pool(_) => false,
+        };
+        if !sent {
             s.line.leave();
             s.in_flight.fetch_sub(1, Ordering::SeqCst);
             return Err(EngineError::WorkerGone);
@@ -131,6 +158,71 @@ impl EngineHandle {
             shared: Arc::clone(s),
             ended: false,
         })
+    }
+
+    /// Queues a pooling request (an embedding model's), or refuses it at
+    /// once with the reason: the inputs must be some, none empty, each
+    /// within the longest sequence and one batch's tokens.
+    pub fn submit_pooling(
+        &self,
+        req: PoolingRequest,
+        now: Instant,
+    ) -> Result<Submission, EngineError> {
+        let result = self.try_submit_pooling(req, now);
+        if let Err(e) = &result {
+            self.shared.metrics.rejected(reject_reason(e));
+        }
+        result
+    }
+
+    fn try_submit_pooling(
+        &self,
+        req: PoolingRequest,
+        now: Instant,
+    ) -> Result<Submission, EngineError> {
+        let s = &self.shared;
+        if s.draining.load(Ordering::SeqCst) {
+            return Err(EngineError::Draining);
+        }
+        if !s.alive.load(Ordering::SeqCst) {
+            return Err(EngineError::WorkerGone);
+        }
+        if !s.is_pooling() {
+            return Err(EngineError::invalid(
+                "model",
+                "this engine runs a generating model, which pools no vectors",
+            ));
+        }
+        check_pooling(&req.inputs, &s.config)?;
+        check_token_types(&req)?;
+        s.line.enter()?;
+        let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut tx = lock(&s.tx);
+        let id = tx.0;
+        tx.0 += 1;
+        let job = PoolJob::new(id, req, now, events_tx);
+        s.in_flight.fetch_add(1, Ordering::SeqCst);
+        let sent = match &tx.1 {
+            Door::Pool(sender) => sender.send(job).is_ok(),
+            Door::Generate(_) => false,
+        };
+        if !sent {
+            s.line.leave();
+            s.in_flight.fetch_sub(1, Ordering::SeqCst);
+            return Err(EngineError::WorkerGone);
+        }
+        Ok(Submission {
+            id,
+            events: events_rx,
+            shared: Arc::clone(s),
+            ended: false,
+        })
+    }
+
+    /// Whether this engine runs a pooling model (embeddings), not a
+    /// generating one.
+    pub fn is_pooling(&self) -> bool {
+        self.shared.is_pooling()
     }
 
     /// Asks the worker to stop request `id` at its next step boundary; a
@@ -237,7 +329,10 @@ impl Submission {
     }
 
     fn note(&mut self, e: Option<Event>) -> Option<Event> {
-        if matches!(e, Some(Event::Done { .. } | Event::Error(_))) {
+        if matches!(
+            e,
+            Some(Event::Done { .. } | Event::Vectors { .. } | Event::Error(_))
+        ) {
             self.ended = true;
         }
         e

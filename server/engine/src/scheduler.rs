@@ -16,8 +16,8 @@ use crate::admission::{AdapterCap, Admitted, LineBound, WaitingLine};
 use crate::job::{Job, RequestId};
 use crate::kv_pools::KvPools;
 use crate::metrics::{Latency, Metrics};
-use crate::queue::{EngineHandle, Shared};
-use crate::row::{Row, cancelled};
+use crate::queue::{Door, EngineHandle, Shared};
+use crate::row::{Finish, Row, cancelled};
 use crate::row_kv::RowKv;
 use crate::speculative::Speculation;
 use crate::status::{
@@ -103,7 +103,8 @@ impl<M: BatchModel> Scheduler<M> {
         let kv_epoch = rand::random::<u64>() >> 11;
         let pools = KvPools::new(&model_pools, kv_epoch);
         let shared = Arc::new(Shared {
-            tx: Mutex::new((0, tx)),
+            tx: Mutex::new((0, Door::Generate(tx))),
+            pooling: false,
             line: Arc::clone(&line),
             hasher,
             in_flight: AtomicUsize::new(0),

@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use ferrox_core::BatchModel;
+use ferrox_core::{BatchModel, PoolingModel};
 
+use crate::pooling::PoolingScheduler;
 use crate::scheduler::Scheduler;
 use crate::{EngineConfig, EngineHandle, Metrics};
 
@@ -36,4 +37,31 @@ fn run<M: BatchModel>(scheduler: &mut Scheduler<M>) {
     while scheduler.wait_for_work() {
         scheduler.tick(Instant::now());
     }
+}
+
+/// Starts the pooling worker thread over `model` (an embedding model);
+/// returns the handle to submit to.
+pub fn spawn_pooling<M: PoolingModel + 'static>(
+    model: M,
+    config: EngineConfig,
+) -> std::io::Result<(EngineHandle, std::thread::JoinHandle<()>)> {
+    let metrics = Metrics::new().map_err(std::io::Error::other)?;
+    let (mut scheduler, handle) =
+        PoolingScheduler::new(model, config, Arc::new(metrics), Instant::now())
+            .map_err(std::io::Error::other)?;
+    let thread = std::thread::Builder::new()
+        .name("ferrox-pooling".into())
+        .spawn(move || {
+            let run = || {
+                while scheduler.wait_for_work() {
+                    scheduler.tick(Instant::now());
+                }
+            };
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run));
+            scheduler.mark_stopped();
+            if result.is_err() {
+                tracing::error!("the pooling worker panicked; the server is no longer ready");
+            }
+        })?;
+    Ok((handle, thread))
 }

@@ -164,6 +164,8 @@ fn the_operators_pod_args_parse_into_its_plan() {
             max_queue,
             lora: lora.clone(),
             speculative,
+            task: ferrox_plan::Task::Generate,
+            max_batch_tokens: None,
         };
         let argv = std::iter::once("ferrox-server".to_string()).chain(pod.to_args());
         let Command::Serve(args) = Cli::try_parse_from(argv).unwrap().command else {
@@ -199,7 +201,40 @@ fn the_operators_pod_args_parse_into_its_plan() {
             allow_runtime_updates: l.runtime_updates,
         });
         assert_eq!(c.lora, want);
+        assert_eq!(
+            (c.task, c.max_batch_tokens as u64),
+            (None, ferrox_plan::DEFAULT_MAX_BATCH_TOKENS)
+        );
     }
+    // An embedding model's pod: its task and batch budget, and no pool.
+    let pod = PodArgs {
+        model: model.display().to_string(),
+        host: "0.0.0.0".into(),
+        port: 8000,
+        served_model_name: "bge".into(),
+        pools: Vec::new(),
+        block_size: 16,
+        max_seqs: 16,
+        max_model_len: 512,
+        drain_timeout_seconds: 30,
+        device: DeviceKind::Cpu,
+        kv_dtype: KvDtype::F32,
+        prefill_chunk: None,
+        max_queue: None,
+        lora: None,
+        task: ferrox_plan::Task::Embed,
+        max_batch_tokens: Some(4096),
+    };
+    let argv = std::iter::once("ferrox-server".to_string()).chain(pod.to_args());
+    let Command::Serve(args) = Cli::try_parse_from(argv).unwrap().command else {
+        panic!("not serve");
+    };
+    let c = args.into_config().unwrap();
+    assert_eq!(
+        (c.task, c.max_batch_tokens),
+        (Some(ferrox_plan::Task::Embed), 4096)
+    );
+    assert_eq!(c.kv, KvSizing::Device);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

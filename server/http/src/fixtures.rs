@@ -121,6 +121,23 @@ impl Frontend for FakeFrontend {
         Ok(text.bytes().map(|b| u32::from(b) % VOCAB as u32).collect())
     }
 
+    /// The first `max` bytes' ids (the fake adds no special token).
+    fn encode_truncated(&self, text: &str, max: usize) -> Result<Vec<u32>, String> {
+        let mut ids = self.encode(text, true)?;
+        ids.truncate(max);
+        Ok(ids)
+    }
+
+    /// `a`'s ids then `b`'s, types 0 then 1 (the fake adds no special
+    /// token).
+    fn encode_pair(&self, a: &str, b: &str) -> Result<(Vec<u32>, Vec<u32>), String> {
+        let (a, b) = (self.encode(a, true)?, self.encode(b, true)?);
+        let types = (0..a.len() + b.len())
+            .map(|i| u32::from(i >= a.len()))
+            .collect();
+        Ok(([a, b].concat(), types))
+    }
+
     /// `role:content` lines, then any tool calls, tool call id and name in
     /// brackets, then the tools' count.
     fn render_chat(
@@ -218,6 +235,7 @@ pub fn engine_config() -> EngineConfig {
         cache_salt: "fake".into(),
         max_loras: 2,
         speculative: None,
+        max_batch_tokens: 16384,
     }
 }
 
@@ -260,6 +278,67 @@ pub fn loaded_stalling(
         reasoning: None,
         stall,
         adapters: None,
+        task: ferrox_plan::Task::Generate,
+        embedding: None,
+    });
+    state
+}
+
+/// A pooling model whose vector of a sequence is `[length, sum of its
+/// tokens, 1, 1]`: what a batch returns is checkable input by input.
+pub struct FakeEmbedder;
+
+impl ferrox_core::PoolingModel for FakeEmbedder {
+    fn vocab_size(&self) -> usize {
+        VOCAB
+    }
+
+    fn max_len(&self) -> usize {
+        64
+    }
+
+    fn embed(&mut self, seqs: &[&[u32]]) -> Result<Vec<Vec<f32>>, ferrox_core::Error> {
+        let v = |s: &&[u32]| vec![s.len() as f32, s.iter().sum::<u32>() as f32, 1.0, 1.0];
+        Ok(seqs.iter().map(v).collect())
+    }
+}
+
+/// A server's state around a pooling engine over [`FakeEmbedder`]: 64
+/// tokens a sequence, batches of `batch_tokens`; Matryoshka sizes
+/// `matryoshka`, normalized by default.
+pub fn pooling_state(batch_tokens: usize, matryoshka: Option<Vec<usize>>) -> AppState {
+    let config = EngineConfig {
+        pools: Vec::new(),
+        max_model_len: 64,
+        max_batch_tokens: batch_tokens,
+        ..EngineConfig::default()
+    };
+    let (engine, _thread) = ferrox_engine::worker::spawn_pooling(FakeEmbedder, config).unwrap();
+    let state = AppState::new(
+        "fake".into(),
+        1 << 20,
+        DEFAULT_MAX_TOKENS,
+        &HttpConfig::default(),
+    );
+    state.set_loaded(Loaded {
+        engine,
+        frontend: Arc::new(FakeFrontend),
+        tools: crate::tools::parser::ToolSetup {
+            family: None,
+            describe: false,
+        },
+        reasoning: None,
+        stall: StallSwitch::default(),
+        adapters: None,
+        task: ferrox_plan::Task::Embed,
+        embedding: Some(crate::openai::embeddings::EmbeddingModel {
+            name: "fake".into(),
+            vocab: VOCAB,
+            max_model_len: 64,
+            dim: 4,
+            normalize: true,
+            matryoshka,
+        }),
     });
     state
 }

@@ -184,6 +184,20 @@ struct ServeArgs {
     /// Most prompt tokens in one prefill chunk.
     #[arg(long = flag::PREFILL_CHUNK, env = "FERROX_PREFILL_CHUNK", default_value_t = ferrox_plan::DEFAULT_PREFILL_CHUNK as usize)]
     prefill_chunk: usize,
+    /// What the model serves: generate, embed or score; default what its
+    /// files say (sentence-transformers' modules.json, GGUF's pooling
+    /// type, an encoder's architecture).
+    #[arg(long = flag::TASK, env = "FERROX_TASK")]
+    task: Option<ferrox_plan::Task>,
+    /// How an embedding model pools (cls, mean, last), over what its files
+    /// say (logged as a warning: vectors pooled otherwise than trained are
+    /// plausible and wrong).
+    #[arg(long = flag::POOLING, env = "FERROX_POOLING")]
+    pooling: Option<ferrox_models::pooling::PoolingMethod>,
+    /// Most tokens in one embedding batch (an input longer than this is
+    /// refused).
+    #[arg(long = flag::MAX_BATCH_TOKENS, env = "FERROX_MAX_BATCH_TOKENS", default_value_t = ferrox_plan::DEFAULT_MAX_BATCH_TOKENS as usize)]
+    max_batch_tokens: usize,
     /// Most requests waiting for admission; more get 429.
     #[arg(long = flag::MAX_QUEUE, env = "FERROX_MAX_QUEUE", default_value_t = 256)]
     max_queue: usize,
@@ -402,6 +416,10 @@ impl ServeArgs {
         anyhow::ensure!(self.max_seqs != Some(0), "--max-seqs must be at least 1");
         anyhow::ensure!(self.prefill_chunk > 0, "--prefill-chunk must be at least 1");
         anyhow::ensure!(
+            self.max_batch_tokens > 0,
+            "--max-batch-tokens must be at least 1"
+        );
+        anyhow::ensure!(
             self.default_max_tokens > 0,
             "--default-max-tokens must be at least 1"
         );
@@ -440,6 +458,9 @@ impl ServeArgs {
             max_seqs: self.max_seqs,
             block_size: self.block_size,
             prefill_chunk: self.prefill_chunk,
+            task: self.task,
+            pooling: self.pooling,
+            max_batch_tokens: self.max_batch_tokens,
             max_queue: self.max_queue,
             max_model_len: self.max_model_len,
             threads: self.threads,

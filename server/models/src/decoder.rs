@@ -11,16 +11,20 @@ use ferrox_plan::KvDtype;
 
 use crate::error::{Error, Result};
 use crate::fused::{Dims, FusedHead, FusedLayer, Scratch};
+use crate::input::InputWeights;
 use crate::kv_store::KvStore;
 use crate::layer::{Ffn, Layer, MixerWeights};
 use crate::linear::{Embedding, Linear, tensor_bytes};
-use crate::lora::{LoraStep, Target};
+use crate::lora::LoraStep;
 use crate::mixer::attention::forward::{AttentionStep, AttentionWeights};
 use crate::mixer::attention::paged::{Heads, StepTables};
 use crate::rope::Rope;
 use crate::seq_span::SeqSpan;
-use crate::spec::{AttentionSpec, FeedForward, KvGroup, Mixer, ModelSpec};
+use crate::spec::{AttentionSpec, KvGroup, Mixer, ModelSpec};
 use crate::state_store::StateStore;
+use op_by_op::LayerCtx;
+
+mod op_by_op;
 
 /// The whole decoder.
 #[derive(Debug)]
@@ -28,8 +32,11 @@ pub struct Decoder {
     spec: ModelSpec,
     groups: Vec<KvGroup>,
     embed: Embedding,
+    /// Positions, token types and a norm of the input (an encoder's).
+    input: InputWeights,
     layers: Vec<Layer>,
-    norm: Tensor,
+    /// The final norm's weight and bias (none in BERT).
+    norm: Option<(Tensor, Option<Tensor>)>,
     lm_head: Linear,
     /// One table per RoPE kind of the spec.
     ropes: Vec<Rope>,
@@ -54,6 +61,9 @@ pub struct Step<'a> {
     pub logits_for: &'a [usize],
     /// The rows' LoRA adapters; `None` when no row has one.
     pub lora: Option<&'a LoraStep<'a>>,
+    /// Each token's type (an encoder's segment: a cross-encoder's
+    /// document is type 1); `None` is type 0 for every token.
+    pub token_types: Option<&'a [u32]>,
 }
 
 /// One table per RoPE kind; kinds alike (Gemma 2's local and global) share
@@ -71,12 +81,13 @@ fn ropes(spec: &ModelSpec, context: usize, device: &Device) -> Result<Vec<Rope>>
 }
 
 impl Decoder {
-    /// Assembles a decoder from loaded weights.
+    /// Assembles a decoder from loaded weights: the token embeddings and
+    /// what the input adds to them, the layers, the final norm, the head.
     pub fn new(
         spec: ModelSpec,
-        embed: Embedding,
+        (embed, input): (Embedding, InputWeights),
         layers: Vec<Layer>,
-        norm: Tensor,
+        norm: Option<(Tensor, Option<Tensor>)>,
         lm_head: Linear,
         device: &Device,
     ) -> Result<Self> {
@@ -87,10 +98,15 @@ impl Decoder {
             .zip(&spec.layers)
             .map(|(l, s)| FusedLayer::from_layer(l, s))
             .collect::<Result<Option<Vec<_>>>>()?;
-        let head = FusedHead::new(&norm, &lm_head, spec.final_softcap)?;
-        // Nor Granite's multipliers or gated attention: those models run op
-        // by op.
+        let head = match &norm {
+            Some((w, None)) => FusedHead::new(w, &lm_head, spec.final_softcap)?,
+            _ => None,
+        };
+        // Nor Granite's multipliers or gated attention, nor LayerNorms or
+        // post-LN: those models run op by op.
         let plain = spec.residual_scale.is_none()
+            && !spec.norms.layer_norm
+            && !spec.norms.after_residual
             && spec.logit_scale.is_none()
             && !spec
                 .layers
@@ -105,6 +121,7 @@ impl Decoder {
             groups: spec.kv_groups(),
             spec,
             embed,
+            input,
             layers,
             norm,
             lm_head,
@@ -147,6 +164,11 @@ impl Decoder {
         Ok(())
     }
 
+    /// Positions served (`--max-model-len`, at most the trained context).
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
     /// Bytes of weights this decoder holds (a tied LM head counted once):
     /// what `inspect` must report for its device.
     pub fn held_bytes(&self) -> u64 {
@@ -156,9 +178,13 @@ impl Decoder {
             _ => false,
         };
         let head = if tied { 0 } else { self.lm_head.held_bytes() };
+        let norm = self.norm.as_ref().map_or(0, |(w, b)| {
+            tensor_bytes(w) + b.as_ref().map_or(0, tensor_bytes)
+        });
         self.embed.held_bytes()
+            + self.input.held_bytes()
             + self.layers.iter().map(Layer::held_bytes).sum::<u64>()
-            + tensor_bytes(&self.norm)
+            + norm
             + head
     }
 
@@ -242,6 +268,28 @@ impl Decoder {
         state: &StateStore,
         step: &Step<'_>,
     ) -> Result<Option<Tensor>> {
+        let x = self.run_layers(kv, state, step)?;
+        if step.logits_for.is_empty() {
+            return Ok(None);
+        }
+        let head = self.fused.as_ref().filter(|_| self.use_fused);
+        let head = head.map(|(_, head)| head);
+        Ok(Some(self.logits(&x, step.logits_for, head)?))
+    }
+
+    /// Runs `step` as [`Decoder::forward`] does and returns every token's
+    /// last hidden state `(tokens, hidden)`, after the final norm where the
+    /// model has one: what a pooling model pools.
+    pub fn hidden(&self, kv: &KvStore, state: &StateStore, step: &Step<'_>) -> Result<Tensor> {
+        let x = self.run_layers(kv, state, step)?;
+        match &self.norm {
+            Some((w, b)) => crate::norm::apply(&x, w, b.as_ref(), &self.spec.norms),
+            None => Ok(x),
+        }
+    }
+
+    /// The residual stream after the last layer, `(tokens, hidden)`.
+    fn run_layers(&self, kv: &KvStore, state: &StateStore, step: &Step<'_>) -> Result<Tensor> {
         let positions = self.positions(step)?;
         state.check(&step.spans)?;
         let pos = Tensor::new(positions.as_slice(), &self.device)?;
@@ -255,6 +303,7 @@ impl Decoder {
         if let Some(scale) = self.spec.embed_scale {
             x = (x * f64::from(scale))?;
         }
+        let x = (self.input).apply(x, &positions, step.token_types, &self.spec, &self.device)?;
         let fused = self.fused.as_ref().filter(|_| self.use_fused);
         let tables = self
             .groups
@@ -281,6 +330,7 @@ impl Decoder {
             spans: &step.spans,
             lora: step.lora,
         };
+        let mut x = x;
         for (i, layer) in self.layers.iter().enumerate() {
             match fused {
                 Some((fl, _)) => self.fused_layer_forward(i, &fl[i], &x, &ctx)?,
@@ -288,11 +338,7 @@ impl Decoder {
             }
         }
         state.advance(&step.spans)?;
-        if step.logits_for.is_empty() {
-            return Ok(None);
-        }
-        let head = fused.map(|(_, head)| head);
-        Ok(Some(self.logits(&x, step.logits_for, head)?))
+        Ok(x)
     }
 
     /// Logits `(rows.len(), vocab)` of the residual stream `x`'s `rows`,
@@ -305,7 +351,10 @@ impl Decoder {
         if let Some(head) = fused {
             return head.forward(&x, eps, &self.scratch);
         }
-        let x = candle_nn::ops::rms_norm(&x, &self.norm, eps)?;
+        let x = match &self.norm {
+            Some((w, b)) => crate::norm::apply(&x, w, b.as_ref(), &self.spec.norms)?,
+            None => x,
+        };
         let mut logits = self.lm_head.forward(&x)?;
         if let Some(s) = self.spec.logit_scale {
             logits = (logits * f64::from(s))?;
@@ -364,88 +413,6 @@ impl Decoder {
         }
     }
 
-    /// The op-by-op layer, `x + mixer(norm(x))` then `x + ffn(norm(x))`
-    /// (each output through its post-norm where the family has one): the
-    /// reference, and the path of every device without the fused one.
-    fn layer_forward(
-        &self,
-        index: usize,
-        l: &Layer,
-        x: &Tensor,
-        ctx: &LayerCtx<'_>,
-    ) -> Result<Tensor> {
-        let eps = self.spec.norms.eps as f32;
-        let norm = |t: &Tensor, w: &Tensor| candle_nn::ops::rms_norm(t, w, eps);
-        let h = norm(x, &l.norm)?;
-        let mut m = self.mixer_forward(index, &l.mixer, &h, ctx)?;
-        if let Some(w) = &l.post_norm {
-            m = norm(&m, w)?;
-        }
-        let x = (x + self.residual(m)?)?;
-        let Some(f) = &l.ffn else {
-            return Ok(x);
-        };
-        let h = norm(&x, &f.norm)?;
-        let mut d = self.ffn_forward(index, &f.ffn, &h, ctx)?;
-        if let Some(w) = &f.post_norm {
-            d = norm(&d, w)?;
-        }
-        Ok((x + self.residual(d)?)?)
-    }
-
-    /// Layer `index`'s mixer of `h` (normed), by its kind.
-    fn mixer_forward(
-        &self,
-        index: usize,
-        mixer: &MixerWeights,
-        h: &Tensor,
-        ctx: &LayerCtx<'_>,
-    ) -> Result<Tensor> {
-        let eps = self.spec.norms.eps as f32;
-        let at = (index, &ctx.spans[..], ctx.state);
-        match (mixer, &self.spec.layers[index].mixer) {
-            (MixerWeights::Attention(w), Mixer::Attention(a)) => {
-                let hook =
-                    |targets: &[Target], x: &Tensor, out: Tensor| ctx.lora(targets, index, x, out);
-                w.forward(a, h, (index, &ctx.attention), &hook)
-            }
-            (MixerWeights::Mamba2(w), Mixer::Mamba2(s)) => w.forward(s, eps, h, at),
-            (MixerWeights::GatedDeltaNet(w), Mixer::GatedDeltaNet(g)) => w.forward(g, eps, h, at),
-            _ => Err(Error::Config(format!(
-                "layer {index}: its weights are not its kind's"
-            ))),
-        }
-    }
-
-    /// A mixer's or feed-forward's output as the residual stream adds it.
-    fn residual(&self, out: Tensor) -> Result<Tensor> {
-        Ok(match self.spec.residual_scale {
-            Some(s) => (out * f64::from(s))?,
-            None => out,
-        })
-    }
-
-    /// Layer `index`'s feed-forward of `h` (normed), by its kind.
-    fn ffn_forward(
-        &self,
-        index: usize,
-        ffn: &Ffn,
-        h: &Tensor,
-        ctx: &LayerCtx<'_>,
-    ) -> Result<Tensor> {
-        let s = &self.spec;
-        let hook = |targets: &[Target], x: &Tensor, out: Tensor| ctx.lora(targets, index, x, out);
-        match (ffn, s.layers[index].ffn) {
-            (Ffn::Dense(m), FeedForward::Gated(act)) => {
-                m.forward_hooked(h, s.intermediate, act, &hook)
-            }
-            (Ffn::Moe(m), FeedForward::Moe(_)) => crate::ffn::moe::forward(m, h),
-            _ => Err(Error::Config(format!(
-                "layer {index}: its weights are not its kind's"
-            ))),
-        }
-    }
-
     /// The fused CPU layer: updates the residual stream `x` in place.
     fn fused_layer_forward(
         &self,
@@ -475,26 +442,5 @@ impl Decoder {
         let out = w.attend(a, &q, (&k, &v), (index, &ctx.attention))?;
         l.attn_out(x, &out, dims.eps, lora, &self.scratch)?;
         l.mlp(x, dims, lora, &self.scratch)
-    }
-}
-
-/// What every layer of a step shares.
-struct LayerCtx<'a> {
-    /// What the attention layers share.
-    attention: AttentionStep<'a>,
-    /// The recurrent layers' states.
-    state: &'a StateStore,
-    spans: &'a Arc<[SeqSpan]>,
-    lora: Option<&'a LoraStep<'a>>,
-}
-
-impl LayerCtx<'_> {
-    /// The LoRA hook of the op-by-op path: `out` (the base projections
-    /// `targets` of `x`, concatenated) plus each row's adapter update.
-    fn lora(&self, targets: &[Target], layer: usize, x: &Tensor, out: Tensor) -> Result<Tensor> {
-        match self.lora {
-            Some(step) => step.add(targets, layer, x, out),
-            None => Ok(out),
-        }
     }
 }

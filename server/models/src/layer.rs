@@ -20,12 +20,14 @@ pub enum MixerWeights {
     Mamba2(Box<Mamba2Weights>),
     /// Gated DeltaNet's.
     GatedDeltaNet(Box<GdnWeights>),
+    /// An encoder's (attention's weights, attending within each sequence).
+    Encoder(Box<AttentionWeights>),
 }
 
 impl MixerWeights {
     pub(crate) fn held_bytes(&self) -> u64 {
         match self {
-            MixerWeights::Attention(a) => a.held_bytes(),
+            MixerWeights::Attention(a) | MixerWeights::Encoder(a) => a.held_bytes(),
             MixerWeights::Mamba2(m) => m.held_bytes(),
             MixerWeights::GatedDeltaNet(g) => g.held_bytes(),
         }
@@ -35,7 +37,7 @@ impl MixerWeights {
 /// A layer's feed-forward weights, by its kind.
 #[derive(Debug, Clone)]
 pub enum Ffn {
-    /// One gated MLP.
+    /// One MLP, gated (its `gate_up` both) or plain (up alone).
     Dense(Mlp),
     /// A mixture of experts.
     Moe(Box<MoeWeights>),
@@ -53,8 +55,10 @@ impl Ffn {
 /// A feed-forward and its norms.
 #[derive(Debug, Clone)]
 pub struct FfnBlock {
-    /// RMSNorm before it.
+    /// The norm before it (after its residual add, with post-LN).
     pub norm: Tensor,
+    /// That norm's bias (a LayerNorm's).
+    pub norm_bias: Option<Tensor>,
     /// The feed-forward.
     pub ffn: Ffn,
     /// RMSNorm of its output (Gemma).
@@ -65,8 +69,10 @@ pub struct FfnBlock {
 /// already added).
 #[derive(Debug, Clone)]
 pub struct Layer {
-    /// RMSNorm before the mixer.
+    /// The norm before the mixer (after its residual add, with post-LN).
     pub norm: Tensor,
+    /// That norm's bias (a LayerNorm's).
+    pub norm_bias: Option<Tensor>,
     /// The token mixer.
     pub mixer: MixerWeights,
     /// RMSNorm of the mixer's output (Gemma).
@@ -79,9 +85,10 @@ impl Layer {
     pub(crate) fn held_bytes(&self) -> u64 {
         let opt = |t: &Option<Tensor>| t.as_ref().map_or(0, tensor_bytes);
         let ffn = self.ffn.as_ref().map_or(0, |f| {
-            tensor_bytes(&f.norm) + f.ffn.held_bytes() + opt(&f.post_norm)
+            tensor_bytes(&f.norm) + opt(&f.norm_bias) + f.ffn.held_bytes() + opt(&f.post_norm)
         });
-        tensor_bytes(&self.norm) + self.mixer.held_bytes() + opt(&self.post_norm) + ffn
+        let norm = tensor_bytes(&self.norm) + opt(&self.norm_bias);
+        norm + self.mixer.held_bytes() + opt(&self.post_norm) + ffn
     }
 
     /// The layer's feed-forward, if it has one.

@@ -9,9 +9,13 @@ use serde::Serialize;
 use crate::arch::Family;
 use crate::config::HfConfig;
 use crate::decoder::Decoder;
+use crate::embedder::Embedder;
 use crate::error::{Error, Result};
 use crate::gguf::GgufSource;
 use crate::holding::device_kind;
+use crate::pooling::config::PoolingFiles;
+use crate::pooling::head::{ScoreActivation, ScoreHead};
+use crate::pooling::{Pooling, PoolingMethod};
 use crate::safetensors::{self as st, SafetensorsSource, safetensors_files};
 use crate::spec::{KvGroup, ModelSpec};
 use crate::text::TextModel;
@@ -210,11 +214,82 @@ impl Source {
     /// The decoder on `device` with its weights held as on `kind`: a GPU's
     /// half and quantized weights run on the CPU, to test that path here.
     pub fn decoder_held_as(&mut self, device: &Device, kind: DeviceKind) -> Result<Decoder> {
+        self.build(device, kind, false)
+    }
+
+    /// The model on `device` as a pooling model (an embedder): an encoder
+    /// as it is, a decoder [`pooled`](ModelSpec::pooled), keeping no cache.
+    pub fn embedder(&mut self, device: &Device, pooling: Pooling) -> Result<Embedder> {
+        Embedder::new(self.build(device, device_kind(device), true)?, pooling)
+    }
+
+    /// The model on `device` as a cross-encoder: the encoder, its first
+    /// token's state through the score head (pooler, classifier and the
+    /// activation its files name), one score a sequence.
+    pub fn scorer(&mut self, device: &Device) -> Result<Embedder> {
+        let activation = match self {
+            Source::Dir { dir, .. } => ScoreActivation::from_dir(dir)?,
+            Source::Gguf(_) => ScoreActivation::Sigmoid,
+        };
+        let hidden = self.spec()?.hidden;
+        let mut head = None;
+        let decoder = self.build_then(device, device_kind(device), true, &mut |src| {
+            head = Some(ScoreHead::load(src, hidden, activation, device)?);
+            Ok(())
+        })?;
+        let pooling = Pooling {
+            method: PoolingMethod::Cls,
+            normalize: false,
+        };
+        let head = head.ok_or_else(|| Error::MissingTensor("the score head".into()))?;
+        Ok(Embedder::new(decoder, pooling)?.with_head(head))
+    }
+
+    /// What the model's files say about pooling: sentence-transformers'
+    /// modules in a directory, GGUF's `pooling_type`.
+    pub fn pooling_files(&self) -> Result<PoolingFiles> {
         match self {
             Source::Gguf(g) => {
-                let config = g.spec()?;
+                let arch = crate::config::md_string(g.metadata(), "general.architecture")?;
+                let md = crate::config::Metadata {
+                    md: g.metadata(),
+                    arch: &arch,
+                };
+                crate::pooling::config::from_gguf_type(md.usize_opt("pooling_type")?)
+            }
+            Source::Dir { dir, .. } => crate::pooling::config::from_dir(dir),
+        }
+    }
+
+    /// The model's description (before weights are read).
+    pub fn spec(&mut self) -> Result<ModelSpec> {
+        match self {
+            Source::Gguf(g) => g.spec(),
+            Source::Dir { config, .. } => Ok((**config).clone()),
+        }
+    }
+
+    fn build(&mut self, device: &Device, kind: DeviceKind, pooled: bool) -> Result<Decoder> {
+        self.build_then(device, kind, pooled, &mut |_| Ok(()))
+    }
+
+    /// Builds the decoder, then hands its weight source to `more` (a
+    /// head's weights).
+    fn build_then(
+        &mut self,
+        device: &Device,
+        kind: DeviceKind,
+        pooled: bool,
+        more: &mut dyn FnMut(&mut dyn WeightSource) -> Result<()>,
+    ) -> Result<Decoder> {
+        let spec = |s: ModelSpec| if pooled { s.pooled() } else { s };
+        match self {
+            Source::Gguf(g) => {
+                let config = spec(g.spec()?);
                 g.hold_as(kind);
-                build_decoder(g.as_mut(), config, device)
+                let decoder = build_decoder(g.as_mut(), config, device)?;
+                more(g.as_mut())?;
+                Ok(decoder)
             }
             Source::Dir {
                 dir,
@@ -224,10 +299,13 @@ impl Source {
                 ..
             } => {
                 let mut src = SafetensorsSource::open_as(dir, family, kind)?;
-                if !*tied && !src.has("output.weight") {
+                // A pooling model never reads its head.
+                if !pooled && !*tied && !src.has("output.weight") {
                     return Err(Error::MissingTensor("lm_head.weight".into()));
                 }
-                build_decoder(&mut src, (**config).clone(), device)
+                let decoder = build_decoder(&mut src, spec((**config).clone()), device)?;
+                more(&mut src)?;
+                Ok(decoder)
             }
         }
     }

@@ -132,6 +132,7 @@ impl PagedModel {
             spans: Arc::from(spans),
             logits_for,
             lora: lora.as_ref(),
+            token_types: None,
         };
         // On CPU the whole step runs on a pool worker: each kernel's parallel
         // loop is then joined by a thread that helps with it, instead of a

@@ -38,11 +38,16 @@ pub(crate) struct HfNames {
 }
 
 /// Text-model prefixes, in the order they are tried.
-const PREFIXES: [&str; 4] = [
+const PREFIXES: [&str; 7] = [
     "model.",
     "model.language_model.",
     "language_model.model.",
     "backbone.",
+    // A cross-encoder's encoder under its head.
+    "bert.",
+    "roberta.",
+    // A bare base model (sentence-transformers' BERT, Qwen3-Embedding).
+    "",
 ];
 /// LM head names, in the order they are tried.
 const HEADS: [&str; 2] = ["lm_head.weight", "language_model.lm_head.weight"];
@@ -76,18 +81,22 @@ impl HfNames {
             "token_embd.weight" => return format!("{p}embed_tokens.weight"),
             "output_norm.weight" => return format!("{p}norm.weight"),
             "output.weight" => return self.head.to_string(),
+            // A cross-encoder's classifier sits beside its encoder.
+            "cls.output.weight" => return "classifier.weight".into(),
+            "cls.output.bias" => return "classifier.bias".into(),
             _ => {}
         }
         let Some((layer, tail)) = gguf.strip_prefix("blk.").and_then(|r| r.split_once('.')) else {
             return gguf.to_string();
         };
         // A whole name first (`attn_sinks.weight` is gpt-oss's `sinks`).
+        let layers = self.family.hf_layers;
         if let Some(hf) = self.family.hf_tensor(tail) {
-            return format!("{p}layers.{layer}.{hf}");
+            return format!("{p}{layers}.{layer}.{hf}");
         }
         let (part, suffix) = tail.rsplit_once('.').unwrap_or((tail, ""));
         let hf = self.family.hf_tensor(part).unwrap_or(part);
-        format!("{p}layers.{layer}.{hf}.{suffix}")
+        format!("{p}{layers}.{layer}.{hf}.{suffix}")
     }
 
     /// How the checkpoint's tensor `name` of `rank` dimensions is held:
@@ -107,7 +116,7 @@ impl HfNames {
     /// Whether a tensor of the checkpoint belongs to the text model (a
     /// multimodal checkpoint's vision tower does not).
     fn is_text(&self, name: &str) -> bool {
-        name.starts_with(self.prefix) || name == self.head
+        name.starts_with(self.prefix) || name == self.head || name.starts_with("classifier.")
     }
 }
 
@@ -398,6 +407,8 @@ mod tests {
         let llama = names("llama", PREFIXES[0], "lm_head.weight");
         let gemma = names("gemma3", PREFIXES[2], "language_model.lm_head.weight");
         let phi = names("phi3", PREFIXES[0], "lm_head.weight");
+        // A bare sentence-transformers BERT: no prefix, `encoder.layer`.
+        let bert = names("bert", "", "lm_head.weight");
         for (n, gguf, hf) in [
             (&llama, "token_embd.weight", "model.embed_tokens.weight"),
             (
@@ -456,6 +467,27 @@ mod tests {
                 &phi,
                 "blk.0.ffn_up.weight",
                 "model.layers.0.mlp.gate_up_proj.weight",
+            ),
+            (
+                &bert,
+                "blk.0.attn_q.weight",
+                "encoder.layer.0.attention.self.query.weight",
+            ),
+            (
+                &bert,
+                "blk.1.attn_norm.bias",
+                "encoder.layer.1.attention.output.LayerNorm.bias",
+            ),
+            (
+                &bert,
+                "blk.1.ffn_norm.weight",
+                "encoder.layer.1.output.LayerNorm.weight",
+            ),
+            (&bert, "token_embd_norm.bias", "embeddings.LayerNorm.bias"),
+            (
+                &bert,
+                "position_embd.weight",
+                "embeddings.position_embeddings.weight",
             ),
         ] {
             assert_eq!(n.hf(gguf), hf);

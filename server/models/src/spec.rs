@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 pub use crate::ffn::activation::Activation;
 pub use crate::ffn::moe::spec::{MAX_EXPERTS, MoeSpec, Routing};
 pub use crate::mixer::attention::spec::AttentionSpec;
+pub use crate::mixer::encoder::spec::EncoderSpec;
 pub use crate::mixer::gdn::spec::GdnSpec;
 pub use crate::mixer::mamba2::spec::SsmSpec;
 
@@ -25,6 +26,9 @@ pub enum Mixer {
     /// Gated DeltaNet (Qwen3-Next's and Qwen3.5's linear attention): a
     /// fixed state per sequence too.
     GatedDeltaNet(GdnSpec),
+    /// Attention within each sequence of a step, nothing cached: an
+    /// encoder's (bidirectional) or a pooled decoder's (causal).
+    Encoder(EncoderSpec),
 }
 
 /// The feed-forward of one layer.
@@ -35,6 +39,8 @@ pub enum FeedForward {
     /// A mixture of experts: each token through the `top_k` gated MLPs its
     /// router picks, their outputs weighted by the router.
     Moe(MoeSpec),
+    /// `down(act(up(x)))`, biases where the checkpoint has them (BERT's).
+    Plain(Activation),
     /// None: the mixer is the whole layer (Mamba-2's blocks).
     None,
 }
@@ -53,6 +59,15 @@ impl LayerSpec {
     pub fn attention(&self) -> Option<&AttentionSpec> {
         match &self.mixer {
             Mixer::Attention(a) => Some(a),
+            Mixer::Mamba2(_) | Mixer::GatedDeltaNet(_) | Mixer::Encoder(_) => None,
+        }
+    }
+
+    /// The attention this layer runs, cached or not (an encoder's too).
+    pub fn any_attention(&self) -> Option<&AttentionSpec> {
+        match &self.mixer {
+            Mixer::Attention(a) => Some(a),
+            Mixer::Encoder(e) => Some(&e.attention),
             Mixer::Mamba2(_) | Mixer::GatedDeltaNet(_) => None,
         }
     }
@@ -61,7 +76,7 @@ impl LayerSpec {
     pub fn ssm(&self) -> Option<&SsmSpec> {
         match &self.mixer {
             Mixer::Mamba2(s) => Some(s),
-            Mixer::Attention(_) | Mixer::GatedDeltaNet(_) => None,
+            Mixer::Attention(_) | Mixer::GatedDeltaNet(_) | Mixer::Encoder(_) => None,
         }
     }
 
@@ -69,7 +84,7 @@ impl LayerSpec {
     pub fn gdn(&self) -> Option<&GdnSpec> {
         match &self.mixer {
             Mixer::GatedDeltaNet(g) => Some(g),
-            Mixer::Attention(_) | Mixer::Mamba2(_) => None,
+            Mixer::Attention(_) | Mixer::Mamba2(_) | Mixer::Encoder(_) => None,
         }
     }
 
@@ -79,7 +94,7 @@ impl LayerSpec {
         match &self.mixer {
             Mixer::Mamba2(s) => Some(s.state_values()),
             Mixer::GatedDeltaNet(g) => Some(g.state_values()),
-            Mixer::Attention(_) => None,
+            Mixer::Attention(_) | Mixer::Encoder(_) => None,
         }
     }
 
@@ -88,7 +103,7 @@ impl LayerSpec {
         match &self.mixer {
             Mixer::Mamba2(s) => Some(s.chunk),
             Mixer::GatedDeltaNet(g) => Some(g.chunk),
-            Mixer::Attention(_) => None,
+            Mixer::Attention(_) | Mixer::Encoder(_) => None,
         }
     }
 
@@ -96,16 +111,21 @@ impl LayerSpec {
     pub fn moe(&self) -> Option<&MoeSpec> {
         match &self.ffn {
             FeedForward::Moe(m) => Some(m),
-            FeedForward::Gated(_) | FeedForward::None => None,
+            FeedForward::Gated(_) | FeedForward::Plain(_) | FeedForward::None => None,
         }
     }
 }
 
-/// RMSNorm placement and constants, shared by every layer.
+/// Norm kind, placement and constants, shared by every layer.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Norms {
     /// Epsilon.
     pub eps: f64,
+    /// LayerNorm (mean removed, a bias added) instead of RMSNorm (BERT).
+    pub layer_norm: bool,
+    /// Each block's norm comes after its residual add, `norm(x + f(x))`
+    /// (BERT's post-LN), not before its input.
+    pub after_residual: bool,
     /// Added to every stored norm weight at load: Gemma's `(1 + w)` in its
     /// safetensors (llama.cpp's converter already added it to GGUF files).
     pub offset: f32,
@@ -179,6 +199,21 @@ impl KvGroup {
     }
 }
 
+/// What is added to the token embeddings before the first layer, and
+/// how they are normed (an encoder's input; a decoder's is the tokens'
+/// embeddings alone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct InputSpec {
+    /// Learned absolute position embeddings, position `p` read at row `p +
+    /// offset` (BERT: 0; XLM-RoBERTa: its padding index plus one).
+    pub positions: Option<usize>,
+    /// Rows of a token-type embedding (BERT's segments), row 0 added
+    /// for every token; 0: none.
+    pub token_types: usize,
+    /// A norm of the summed embeddings (BERT's LayerNorm).
+    pub norm: bool,
+}
+
 /// Everything the decoder needs to know about a model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelSpec {
@@ -215,6 +250,10 @@ pub struct ModelSpec {
     pub residual_scale: Option<f32>,
     /// Final logits multiplied by this (Granite's `1 / logits_scaling`).
     pub logit_scale: Option<f32>,
+    /// What the input embeddings add up (an encoder's positions and types).
+    pub input: InputSpec,
+    /// A norm after the last layer (every decoder; not BERT).
+    pub final_norm: bool,
 }
 
 impl ModelSpec {
@@ -246,6 +285,29 @@ impl ModelSpec {
         }
         groups.sort_by_key(|g| g.window.map_or(0, |w| w.saturating_add(1)));
         groups
+    }
+
+    /// The model run as a pooling model: each cached attention layer
+    /// becomes the encoder kind, causal, so a step attends within its own
+    /// sequences and keeps nothing (no KV pool).
+    pub fn pooled(mut self) -> Self {
+        for l in &mut self.layers {
+            if let Mixer::Attention(a) = &l.mixer {
+                l.mixer = Mixer::Encoder(EncoderSpec {
+                    attention: a.clone(),
+                    causal: true,
+                });
+            }
+        }
+        self
+    }
+
+    /// Whether any layer keeps a cache between steps (KV or a state):
+    /// `false` for an encoder, or a decoder [`pooled`](Self::pooled).
+    pub fn keeps_cache(&self) -> bool {
+        self.layers
+            .iter()
+            .any(|l| l.attention().is_some() || l.state_values().is_some())
     }
 
     /// Parameters of every layer's routed experts, `(all, those one token
@@ -324,12 +386,12 @@ impl ModelSpec {
         let bad = |m: String| Err(Error::Config(m));
         let dims = [self.hidden, self.vocab, self.context, self.layers.len()];
         // Attention's and the MLP's widths matter only where such layers are.
-        let attends = self.layers.iter().any(|l| l.attention().is_some());
+        let attends = self.layers.iter().any(|l| l.any_attention().is_some());
         let heads = [self.heads, self.kv_heads, self.head_dim];
         let mlp = self
             .layers
             .iter()
-            .any(|l| matches!(l.ffn, FeedForward::Gated(_)));
+            .any(|l| matches!(l.ffn, FeedForward::Gated(_) | FeedForward::Plain(_)));
         if dims.contains(&0) || (attends && heads.contains(&0)) || (mlp && self.intermediate == 0) {
             return bad(format!("zero dimension in {self:?}"));
         }
@@ -366,8 +428,8 @@ impl ModelSpec {
                 m.validate()
                     .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
             }
-            let Some(a) = l.attention() else { continue };
-            if a.rope >= self.ropes.len() || a.window == Some(0) {
+            let Some(a) = l.any_attention() else { continue };
+            if (!a.nope && a.rope >= self.ropes.len()) || a.window == Some(0) {
                 return bad(format!("layer {i}: {a:?}"));
             }
             if a.softcap.is_some_and(|c| !(c.is_finite() && c > 0.0)) || !a.scale.is_finite() {

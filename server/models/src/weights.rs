@@ -8,6 +8,7 @@ use candle_core::{Device, Tensor};
 use crate::decoder::Decoder;
 use crate::error::{Error, Result};
 use crate::ffn::{mlp, moe};
+use crate::input::InputWeights;
 use crate::layer::{Ffn, FfnBlock, Layer, MixerWeights};
 use crate::mixer::{attention, gdn, mamba2};
 use crate::projection::single;
@@ -21,19 +22,29 @@ pub fn build_decoder(
     device: &Device,
 ) -> Result<Decoder> {
     let embed = src.embedding("token_embd.weight", spec.vocab, spec.hidden, device)?;
+    let input = InputWeights::load(src, &spec, device)?;
     // Not `with_capacity`: the count is the file's word, and a corrupt one
     // must fail at the first missing layer, not abort on the allocation.
     let mut layers = Vec::new();
     for i in 0..spec.layers.len() {
         layers.push(load_layer(src, &spec, i, device)?);
     }
-    let norm = norm(src, &spec, "output_norm.weight", spec.hidden, device)?;
+    let norm = match spec.final_norm {
+        true => Some(crate::norm::load(
+            src,
+            &spec,
+            "output_norm.weight",
+            spec.hidden,
+            device,
+        )?),
+        false => None,
+    };
     let lm_head = if src.has("output.weight") {
         single(src.projection(&[("output.weight", spec.vocab)], spec.hidden, device)?)
     } else {
         embed.as_linear()
     };
-    Decoder::new(spec, embed, layers, norm, lm_head, device)
+    Decoder::new(spec, (embed, input), layers, norm, lm_head, device)
 }
 
 /// Layer `i`: its mixer and its feed-forward, each loaded by its kind, and
@@ -54,15 +65,25 @@ fn load_layer(
         Mixer::GatedDeltaNet(g) => {
             MixerWeights::GatedDeltaNet(Box::new(gdn::load::load(src, g, at, device)?))
         }
+        // An encoder's weights are attention's.
+        Mixer::Encoder(e) => MixerWeights::Encoder(Box::new(attention::load::load(
+            src,
+            spec,
+            (&e.attention, i),
+            device,
+        )?)),
     };
     let ffn = load_ffn(src, spec, i, device)?;
-    if ffn.is_none() && matches!(mixer, MixerWeights::Attention(_)) {
+    if ffn.is_none() && matches!(mixer, MixerWeights::Attention(_) | MixerWeights::Encoder(_)) {
         return Err(Error::Config(format!(
             "layer {i}: attention without a feed-forward"
         )));
     }
+    let (norm, norm_bias) =
+        crate::norm::load(src, spec, &n("attn_norm.weight"), spec.hidden, device)?;
     Ok(Layer {
-        norm: norm(src, spec, &n("attn_norm.weight"), spec.hidden, device)?,
+        norm,
+        norm_bias,
         mixer,
         post_norm: post_norm(
             src,
@@ -86,10 +107,13 @@ fn load_ffn(
     let ffn = match spec.layers[i].ffn {
         FeedForward::Moe(m) => Ffn::Moe(Box::new(moe::load::load(src, &m, i, hidden, device)?)),
         FeedForward::Gated(_) => Ffn::Dense(mlp::load(src, i, "", (hidden, inter), device)?),
+        FeedForward::Plain(_) => Ffn::Dense(mlp::load_plain(src, i, (hidden, inter), device)?),
         FeedForward::None => return Ok(None),
     };
+    let (norm, norm_bias) = crate::norm::load(src, spec, &n("ffn_norm.weight"), hidden, device)?;
     Ok(Some(FfnBlock {
-        norm: norm(src, spec, &n("ffn_norm.weight"), hidden, device)?,
+        norm,
+        norm_bias,
         ffn,
         post_norm: post_norm(
             src,

@@ -7,7 +7,7 @@
 //! metric is a compile error on both sides, not a pod that fails in
 //! production.
 
-use crate::{CacheKind, DeviceKind, KvDtype, SpeculativeConfig};
+use crate::{CacheKind, DeviceKind, KvDtype, SpeculativeConfig, Task};
 
 /// `ferrox-server serve` flag names, without the leading `--` (clap's
 /// `long`).
@@ -60,6 +60,14 @@ pub mod flag {
     /// Speculative decoding, vLLM's JSON (`{"method": "ngram",
     /// "num_speculative_tokens": 5, ...}`; see [`crate::SpeculativeConfig`]).
     pub const SPECULATIVE_CONFIG: &str = "speculative-config";
+    /// What the model serves (`generate`, `embed`, `score`), over what its
+    /// files say.
+    pub const TASK: &str = "task";
+    /// How an embedding model pools (`cls`, `mean`, `last`), over what its
+    /// files say.
+    pub const POOLING: &str = "pooling";
+    /// Most tokens in one pooling batch (an embedding model's forward).
+    pub const MAX_BATCH_TOKENS: &str = "max-batch-tokens";
 }
 
 /// What a server serving LoRA adapters is told.
@@ -133,6 +141,11 @@ pub struct ServeArgs {
     pub lora: Option<LoraArgs>,
     /// Speculative decoding, when the spec asks for it.
     pub speculative: Option<SpeculativeConfig>,
+    /// What the model serves; `generate` (what a decoder's files say)
+    /// writes no flag.
+    pub task: Task,
+    /// An embedding model's batch budget, when the spec sets one.
+    pub max_batch_tokens: Option<u64>,
 }
 
 impl ServeArgs {
@@ -164,6 +177,12 @@ impl ServeArgs {
         }
         if let Some(spec) = &self.speculative {
             push(flag::SPECULATIVE_CONFIG, spec.to_arg());
+        }
+        if self.task != Task::Generate {
+            push(flag::TASK, self.task.to_string());
+        }
+        if let Some(n) = self.max_batch_tokens {
+            push(flag::MAX_BATCH_TOKENS, n.to_string());
         }
         if let Some(lora) = &self.lora {
             lora.push_to(&mut args);
@@ -316,6 +335,8 @@ mod tests {
             max_queue: None,
             lora: None,
             speculative: None,
+            task: Task::Generate,
+            max_batch_tokens: None,
         };
         let args = a.to_args();
         let value = |f: &str| {
@@ -329,6 +350,8 @@ mod tests {
             (flag::KV_DTYPE, Some("bf16")),
             (flag::PREFILL_CHUNK, Some("256")),
             (flag::MAX_QUEUE, None),
+            (flag::TASK, None),
+            (flag::MAX_BATCH_TOKENS, None),
         ] {
             assert_eq!(value(f).as_deref(), want, "{f}");
         }
@@ -364,6 +387,21 @@ mod tests {
                 "b=/adapters/b"
             ]
         );
+        // An embedding model: its task and batch budget, and no pool.
+        let embed = ServeArgs {
+            pools: Vec::new(),
+            task: Task::Embed,
+            max_batch_tokens: Some(8192),
+            ..a.clone()
+        }
+        .to_args();
+        let value = |f: &str| {
+            let at = embed.iter().position(|x| *x == format!("--{f}"))?;
+            embed.get(at + 1).cloned()
+        };
+        assert_eq!(value(flag::TASK).as_deref(), Some("embed"));
+        assert_eq!(value(flag::MAX_BATCH_TOKENS).as_deref(), Some("8192"));
+        assert_eq!(value(flag::POOL), None);
         // Every pool by kind, in the plan's order; no alias is written.
         // Speculation: the flag's JSON, which the server reads back.
         let ngram = SpeculativeConfig::ngram(5, Some(2), Some(4)).unwrap();

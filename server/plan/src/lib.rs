@@ -27,8 +27,10 @@ mod groups;
 mod lora;
 mod plan;
 mod pool_sizes;
+mod pooling;
 mod pools;
 mod speculative;
+mod task;
 mod window;
 
 pub use cache::{CacheGroup, CacheKind, CacheSpec, KvShape};
@@ -38,6 +40,8 @@ pub use lora::LoraPlan;
 pub use plan::{Plan, PoolPlan};
 pub use pool_sizes::{PoolSizes, spell_kinds};
 pub use speculative::{MAX_PROMPT_LOOKUP, MAX_SPECULATIVE_TOKENS, SpeculativeConfig};
+pub use pooling::{plan_pooling, pooling_activation_bytes};
+pub use task::Task;
 pub use window::{SlidingWindow, slides, window_blocks};
 
 use pools::Layout;
@@ -284,6 +288,9 @@ pub fn fit_blocks(max_seqs: u64, max_model_len: u64, block_size: u64) -> u64 {
 
 /// The default prompt tokens per step (the server's `--prefill-chunk`).
 pub const DEFAULT_PREFILL_CHUNK: u64 = 512;
+/// Most tokens in one batch of an embedding model (`--max-batch-tokens`,
+/// the server's default and the operator's).
+pub const DEFAULT_MAX_BATCH_TOKENS: u64 = 16384;
 
 /// The default tokens per KV block (the server's `--block-size`, the CRD's
 /// `engine.blockSize`).
@@ -498,7 +505,10 @@ fn within_memory(config: &PlanConfig, plan: Plan) -> Result<Plan, PlanError> {
     Ok(plan)
 }
 
-fn resolve_max_model_len(geometry: &ModelGeometry, asked: Option<u64>) -> Result<u64, PlanError> {
+pub(crate) fn resolve_max_model_len(
+    geometry: &ModelGeometry,
+    asked: Option<u64>,
+) -> Result<u64, PlanError> {
     match asked {
         None => Ok(geometry.context_length),
         Some(0) => Err(PlanError::Invalid("maxModelLen must be at least 1".into())),
@@ -510,7 +520,7 @@ fn resolve_max_model_len(geometry: &ModelGeometry, asked: Option<u64>) -> Result
     }
 }
 
-fn check_inputs(geometry: &ModelGeometry, config: &PlanConfig) -> Result<(), PlanError> {
+pub(crate) fn check_inputs(geometry: &ModelGeometry, config: &PlanConfig) -> Result<(), PlanError> {
     let invalid = |m: &str| Err(PlanError::Invalid(m.to_string()));
     // A model whose every layer is recurrent has no attention heads.
     let attends = geometry.attention_layers() > 0;

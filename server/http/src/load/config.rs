@@ -69,6 +69,12 @@ pub struct ServeConfig {
     pub block_size: usize,
     /// Most prompt tokens per prefill chunk.
     pub prefill_chunk: usize,
+    /// What the model serves; `None`: what its files say.
+    pub task: Option<ferrox_plan::Task>,
+    /// How an embedding model pools; `None`: as its files say.
+    pub pooling: Option<ferrox_models::pooling::PoolingMethod>,
+    /// Most tokens in one embedding batch.
+    pub max_batch_tokens: usize,
     /// Most requests waiting.
     pub max_queue: usize,
     /// Longest sequence; `None` means the model's context length.

@@ -112,6 +112,7 @@ pub fn run(config: &GenerateConfig) -> anyhow::Result<()> {
                 break;
             }
             Some(Event::Error(e)) => bail!("generation failed: {e}"),
+            Some(Event::Vectors { .. }) => bail!("the engine answered with vectors"),
             Some(Event::PromptLogprobs(_)) => {}
             None => bail!("the engine stopped before the generation finished"),
         }

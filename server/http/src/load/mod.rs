@@ -5,4 +5,6 @@ pub mod config;
 pub mod generate;
 pub mod inspect;
 pub mod model;
+pub mod pooling;
+pub mod task;
 pub mod text;

@@ -112,6 +112,7 @@ pub fn size(
         cache_salt: format!("{}|kv={kv_dtype}", cfg.model.display()),
         max_loras: cfg.lora.as_ref().map_or(1, |l| l.max_loras),
         speculative: cfg.speculative,
+        max_batch_tokens: cfg.max_batch_tokens,
     };
     Ok(Sizing {
         engine,
@@ -201,6 +202,14 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
             .context("reading the host's memory")?,
         DeviceKind::Cuda => ferrox_models::device::gpu_memory(&gpus, &selected.device)?,
     };
+    let encoder = !source.spec()?.keeps_cache();
+    let served =
+        crate::load::task::decide(&source.pooling_files()?, encoder, cfg.task, cfg.pooling)?;
+    tracing::info!(task = %served.task, "task");
+    if let Some(pooling) = served.pooling {
+        let at = (&selected, memory);
+        return crate::load::pooling::load_pooling(cfg, source, &info, (served.task, pooling), at);
+    }
     // With the estimate first: what cannot fit is refused before loading.
     let sizing = size(&info, selected.kind, memory, None, cfg)?;
     let text = source.text().context("loading the tokenizer")?;
@@ -292,6 +301,8 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
         reasoning,
         stall,
         adapters,
+        task: ferrox_plan::Task::Generate,
+        embedding: None,
     })
 }
 

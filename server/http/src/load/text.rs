@@ -87,6 +87,14 @@ impl Frontend for CoreFrontend {
         ferrox_prompt::text_side::encode_with(&self.tokenizer, text, add_special)
     }
 
+    fn encode_truncated(&self, text: &str, max: usize) -> Result<Vec<u32>, String> {
+        (self.tokenizer.encode_truncated(text, max)).map_err(|e| e.to_string())
+    }
+
+    fn encode_pair(&self, a: &str, b: &str) -> Result<(Vec<u32>, Vec<u32>), String> {
+        (self.tokenizer.encode_pair(a, b)).map_err(|e| e.to_string())
+    }
+
     fn render_chat(
         &self,
         messages: &[ChatMessage],

@@ -102,6 +102,20 @@ pub const RESPONSES_FIELDS: [&str; 17] = [
     "truncation",
     "reasoning",
 ];
+/// Fields `/v1/embeddings` parses: OpenAI's, and vLLM's
+/// `truncate_prompt_tokens` and `normalize`.
+pub const EMBEDDING_FIELDS: [&str; 6] = [
+    "model",
+    "input",
+    "encoding_format",
+    "dimensions",
+    "truncate_prompt_tokens",
+    "normalize",
+];
+/// Fields `/v1/rerank` and `/rerank` parse (Cohere's and Jina's).
+pub const RERANK_FIELDS: [&str; 5] = ["model", "query", "documents", "top_n", "return_documents"];
+/// Fields `/score` parses (vLLM's).
+pub const SCORE_FIELDS: [&str; 3] = ["model", "text_1", "text_2"];
 /// Fields `/detokenize` parses (vLLM's).
 pub const DETOKENIZE_FIELDS: [&str; 2] = ["model", "tokens"];
 /// The fields of one chat message.

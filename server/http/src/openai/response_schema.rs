@@ -322,6 +322,11 @@ pub struct ModelCard {
     /// served model and for an adapter not in memory now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_key: Option<String>,
+    /// What it serves: `generate`, `embed` or `score`; null while
+    /// loading.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub task: Option<ferrox_plan::Task>,
 }
 
 /// `POST /tokenize`.

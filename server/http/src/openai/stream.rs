@@ -190,6 +190,8 @@ impl Cursor {
                 }
             }
             Event::Error(e) => self.fail(ApiError::Engine(e)),
+            // A generating engine sends none.
+            Event::Vectors { .. } => self.fail(vectors_to_a_generation()),
         }
     }
 
@@ -276,4 +278,10 @@ impl Cursor {
         self.ready.push("[DONE]".into());
         self.done = true;
     }
+}
+
+/// The error of a generation answered with vectors: a wiring bug (only a
+/// pooling engine sends them, and generation routes refuse a pooling model).
+pub(crate) fn vectors_to_a_generation() -> ApiError {
+    ApiError::Internal("a generation was answered with vectors".into())
 }

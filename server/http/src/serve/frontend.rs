@@ -21,6 +21,16 @@ pub struct TextSpec {
 pub trait Frontend: Send + Sync + 'static {
     /// Tokenizes `text`.
     fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>, String>;
+    /// Tokenizes `text` with its special tokens, its content cut so that
+    /// the whole is at most `max` ids.
+    fn encode_truncated(&self, text: &str, max: usize) -> Result<Vec<u32>, String>;
+    /// Tokenizes a pair of texts as one sequence by the tokenizer's pair
+    /// template (a cross-encoder's query and document), with each id's
+    /// token type.
+    fn encode_pair(&self, a: &str, b: &str) -> Result<(Vec<u32>, Vec<u32>), String> {
+        let _ = (a, b);
+        Err("the tokenizer has no template for a pair of texts".into())
+    }
     /// Renders `messages` with the model's chat template.
     fn render_chat(
         &self,

@@ -36,9 +36,11 @@ use crate::serve::frontend::Frontend;
 use crate::serve::state::{AppState, Loaded};
 use crate::tools::parser::finish_reason;
 
+pub(crate) mod embeddings;
 pub(crate) mod info;
 pub(crate) mod lora;
 pub(crate) mod prefix;
+pub(crate) mod rerank;
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +98,10 @@ pub fn table() -> Vec<Route> {
         route(Post, "/v1/completions", Keyed, completions),
         route(Post, "/v1/chat/completions", Keyed, chat_completions),
         route(Post, "/v1/responses", Keyed, responses),
+        route(Post, "/v1/embeddings", Keyed, embeddings::embeddings),
+        route(Post, "/v1/rerank", Keyed, rerank::rerank_v1),
+        route(Post, "/rerank", Keyed, rerank::rerank),
+        route(Post, "/score", Keyed, rerank::score),
         route(Get, "/v1/models", Keyed, info::models),
         route(
             Post,
@@ -131,6 +137,9 @@ pub fn table() -> Vec<Route> {
         (status = "5XX", description = "503 loading or draining, 504 request timeout, 500 a bug", body = ErrorBody),
     ))]
 async fn completions(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    if let Err(e) = embeddings::generating(&s, "/v1/completions") {
+        return e.into_response();
+    }
     let prepared = prepare_body(&s, body, |bytes, frontend, config| {
         let r: CompletionRequest = parse(bytes, &COMPLETION_FIELDS)?;
         prepare::completion(r, frontend, config)
@@ -151,6 +160,9 @@ async fn completions(State(s): State<AppState>, headers: HeaderMap, body: Body) 
         (status = "5XX", description = "503 loading or draining, 504 request timeout, 500 a bug", body = ErrorBody),
     ))]
 async fn chat_completions(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    if let Err(e) = embeddings::generating(&s, "/v1/chat/completions") {
+        return e.into_response();
+    }
     let prepared = prepare_body(&s, body, |bytes, frontend, config| {
         let r: ChatRequest = parse(bytes, &CHAT_FIELDS)?;
         prepare::chat(r, frontend, config)
@@ -171,6 +183,9 @@ async fn chat_completions(State(s): State<AppState>, headers: HeaderMap, body: B
         (status = "5XX", description = "503 loading or draining, 504 request timeout, 500 a bug", body = ErrorBody),
     ))]
 async fn responses(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    if let Err(e) = embeddings::generating(&s, "/v1/responses") {
+        return e.into_response();
+    }
     let prepared = prepare_body(&s, body, |bytes, frontend, config| {
         let r: ResponsesRequest = parse_fields(bytes, &[&RESPONSES_FIELDS])?;
         let p = prepare::chat(r.to_chat()?, frontend, config)?;
@@ -433,6 +448,7 @@ async fn collect(
                 return Ok((choice, usage));
             }
             Event::Error(e) => return Err(e.into()),
+            Event::Vectors { .. } => return Err(stream::vectors_to_a_generation()),
         }
     }
     Err(ferrox_engine::EngineError::WorkerGone.into())

@@ -25,6 +25,10 @@ pub struct Loaded {
     pub stall: crate::serve::fault::StallSwitch,
     /// The LoRA adapters; `None` when the server serves none.
     pub adapters: Option<Arc<crate::load::adapters::AdapterStore>>,
+    /// What the model serves.
+    pub task: ferrox_plan::Task,
+    /// What an embedding request needs of the model; `None` unless it embeds.
+    pub embedding: Option<crate::openai::embeddings::EmbeddingModel>,
 }
 
 /// Handler state. Cheap to clone.

@@ -28,6 +28,7 @@ pub(super) static GEMMA2: Family = Family {
     hf: &["Gemma2ForCausalLM", "gemma2"],
     hf_tensors: TENSORS,
     gguf_tensors: &[],
+    hf_layers: "layers",
     hf_experts: HfExperts::PerExpert,
     tied_default: true,
     gguf_permuted_qk: false,
@@ -47,6 +48,7 @@ pub(super) static GEMMA3: Family = Family {
     ],
     hf_tensors: TENSORS,
     gguf_tensors: &[],
+    hf_layers: "layers",
     hf_experts: HfExperts::PerExpert,
     tied_default: true,
     gguf_permuted_qk: false,
@@ -130,6 +132,8 @@ fn layer(window: Option<usize>, scale: f32, softcap: Option<f32>, qk_norm: bool)
 fn norms(eps: f64, offset: f32) -> Norms {
     Norms {
         eps,
+        layer_norm: false,
+        after_residual: false,
         offset,
         post_attention: true,
         post_ffn: true,

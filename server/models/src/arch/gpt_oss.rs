@@ -28,6 +28,7 @@ pub(super) static GPT_OSS: Family = Family {
     ],
     // llama.cpp names the pre-MLP norm `post_attention_norm`.
     gguf_tensors: &[("ffn_norm", "post_attention_norm")],
+    hf_layers: "layers",
     hf_experts: HfExperts::StackedInterleaved,
     tied_default: false,
     gguf_permuted_qk: false,

@@ -31,6 +31,7 @@ pub(super) static GRANITE_HYBRID: Family = Family {
         ("ffn_down", "shared_mlp.output_linear"),
     ],
     gguf_tensors: &[],
+    hf_layers: "layers",
     hf_experts: HfExperts::PerExpert,
     tied_default: false,
     // The converter permutes q and k for llama.cpp's RoPE layout.

@@ -6,7 +6,7 @@ use serde_json::Value as Json;
 use super::{Family, HfExperts, pre_norms};
 use crate::config::{HfConfig, Metadata};
 use crate::error::{Error, Result};
-use crate::spec::{FeedForward, LayerSpec, Mixer, ModelSpec, SsmSpec};
+use crate::spec::{FeedForward, InputSpec, LayerSpec, Mixer, ModelSpec, SsmSpec};
 
 /// llama.cpp's names of a Mamba-2 layer's tensors, and the Hugging Face
 /// names under a recurrent layer's prefix (`ssm_a_log` is ours: the
@@ -40,6 +40,7 @@ pub(super) static MAMBA2: Family = Family {
         SSM_TENSORS[7],
     ],
     gguf_tensors: &[],
+    hf_layers: "layers",
     hf_experts: HfExperts::PerExpert,
     tied_default: false,
     gguf_permuted_qk: false,
@@ -127,6 +128,8 @@ fn ssm_only(hidden: usize, layers: usize, vocab: usize, eps: f64, ssm: SsmSpec) 
         qkv_bias: false,
         residual_scale: None,
         logit_scale: None,
+        input: InputSpec::default(),
+        final_norm: true,
     }
 }
 

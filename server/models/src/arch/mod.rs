@@ -4,6 +4,7 @@
 //! llama.cpp's `llama-arch.cpp` does with tables). One small file a family
 //! group; no family has a decoder of its own.
 
+mod bert;
 mod gemma;
 mod glm;
 mod gpt_oss;
@@ -19,8 +20,8 @@ mod smollm3;
 use crate::config::{HfConfig, Metadata};
 use crate::error::{Error, Result};
 use crate::spec::{
-    Activation, AttentionSpec, FeedForward, LayerSpec, Mixer, ModelSpec, MoeSpec, Norms, RopeSpec,
-    Routing,
+    Activation, AttentionSpec, FeedForward, InputSpec, LayerSpec, Mixer, ModelSpec, MoeSpec, Norms,
+    RopeSpec, Routing,
 };
 
 /// How a checkpoint stores a layer's experts.
@@ -50,6 +51,9 @@ pub struct Family {
     /// Layer tensors whose GGUF name is not the common one: (common name,
     /// this family's) (gpt-oss's pre-MLP norm is `post_attention_norm`).
     pub gguf_tensors: &'static [(&'static str, &'static str)],
+    /// Where a checkpoint's layers live under the model's prefix, each
+    /// `{hf_layers}.{i}.` (`layers`; BERT's `encoder.layer`).
+    pub hf_layers: &'static str,
     /// How its checkpoints store a layer's experts.
     pub hf_experts: HfExperts,
     /// `tie_word_embeddings` where `config.json` leaves it out (transformers'
@@ -65,7 +69,7 @@ pub struct Family {
 }
 
 /// Every family, in lookup order.
-const FAMILIES: [&Family; 17] = [
+const FAMILIES: [&Family; 18] = [
     &llama::LLAMA,
     &llama::MISTRAL,
     &llama::MIXTRAL,
@@ -83,6 +87,7 @@ const FAMILIES: [&Family; 17] = [
     &qwen35::QWEN3NEXT,
     &smollm3::SMOLLM3,
     &glm::GLM4_MOE,
+    &bert::BERT,
 ];
 
 /// Every family's name, in lookup order: what an unknown architecture's
@@ -276,6 +281,8 @@ impl Shape {
             qkv_bias: false,
             residual_scale: None,
             logit_scale: None,
+            input: InputSpec::default(),
+            final_norm: true,
         }
     }
 
@@ -289,6 +296,8 @@ impl Shape {
 pub(crate) fn pre_norms(eps: f64) -> Norms {
     Norms {
         eps,
+        layer_norm: false,
+        after_residual: false,
         offset: 0.0,
         post_attention: false,
         post_ffn: false,

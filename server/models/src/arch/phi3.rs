@@ -17,6 +17,7 @@ pub(super) static PHI3: Family = Family {
     // llama.cpp names the fused gate/up tensor `ffn_up` (twice the rows).
     hf_tensors: &[("ffn_up", "mlp.gate_up_proj")],
     gguf_tensors: &[],
+    hf_layers: "layers",
     hf_experts: HfExperts::PerExpert,
     tied_default: false,
     gguf_permuted_qk: false,

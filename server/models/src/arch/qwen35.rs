@@ -50,6 +50,7 @@ pub(super) static QWEN35: Family = Family {
     ],
     hf_tensors: &GDN_TENSORS,
     gguf_tensors: &GGUF_TENSORS,
+    hf_layers: "layers",
     hf_experts: HfExperts::PerExpert,
     tied_default: false,
     gguf_permuted_qk: false,
@@ -85,6 +86,7 @@ pub(super) static QWEN3NEXT: Family = Family {
         MOE_TENSORS[7],
     ],
     gguf_tensors: &GGUF_TENSORS,
+    hf_layers: "layers",
     hf_experts: HfExperts::PerExpert,
     tied_default: false,
     gguf_permuted_qk: false,
@@ -165,6 +167,8 @@ fn hf(c: &HfConfig, family: &'static str) -> Result<ModelSpec> {
     let eps = c.f64_opt("rms_norm_eps")?.unwrap_or(1e-6);
     let norms = Norms {
         eps,
+        layer_norm: false,
+        after_residual: false,
         offset: 1.0,
         post_attention: false,
         post_ffn: false,

@@ -1,5 +1,6 @@
-//! The gated MLP, `down(act(gate(x)) * up(x))`: a dense layer's
-//! feed-forward, or one expert's; its weights, their loader and its forward.
+//! The MLP: gated, `down(act(gate(x)) * up(x))` (a dense decoder layer's
+//! feed-forward, or one expert's), or plain, `down(act(up(x)))` with
+//! biases (an encoder's); its weights, their loaders and its forward.
 
 use candle_core::{Device, Tensor};
 
@@ -50,6 +51,30 @@ impl Mlp {
         Ok(d)
     }
 
+    /// The plain MLP over `h`: `down(act(up(h) + b) ) + b` (its
+    /// `gate_up` holds up alone).
+    pub(crate) fn forward_plain(&self, h: &Tensor, act: Activation) -> Result<Tensor> {
+        let mut u = self.gate_up.forward(h)?;
+        if let Some(b) = &self.gate_up_bias {
+            u = u.broadcast_add(b)?;
+        }
+        let a = match act {
+            Activation::Silu => candle_nn::ops::silu(&u)?,
+            Activation::GeluTanh => u.gelu()?,
+            Activation::Gelu => u.gelu_erf()?,
+            Activation::SwigluOai { .. } => {
+                return Err(crate::error::Error::Config(
+                    "gpt-oss's SwiGLU is a gated activation".into(),
+                ));
+            }
+        };
+        let mut d = self.down.forward(&a)?;
+        if let Some(b) = &self.down_bias {
+            d = d.broadcast_add(b)?;
+        }
+        Ok(d)
+    }
+
     pub(crate) fn held_bytes(&self) -> u64 {
         let opt = |t: &Option<Tensor>| t.as_ref().map_or(0, tensor_bytes);
         self.gate_up.held_bytes()
@@ -65,6 +90,7 @@ pub(crate) fn activate(gu: &Tensor, inter: usize, act: Activation) -> Result<Ten
     Ok(match act {
         Activation::Silu => (candle_nn::ops::silu(&gate)? * up)?,
         Activation::GeluTanh => (gate.gelu()? * up)?,
+        Activation::Gelu => (gate.gelu_erf()? * up)?,
         Activation::SwigluOai { alpha, limit } => {
             let limit = f64::from(limit);
             let gate = gate.minimum(limit)?;
@@ -97,5 +123,30 @@ pub(crate) fn load(
         down: single(src.projection(&[(&n("ffn_down"), hidden)], inter, device)?),
         gate_up_bias: None,
         down_bias: None,
+    })
+}
+
+/// Layer `i`'s plain MLP of width `inter`: `ffn_up` and `ffn_down`, each
+/// with its bias where stored.
+pub(crate) fn load_plain(
+    src: &mut dyn WeightSource,
+    i: usize,
+    (hidden, inter): (usize, usize),
+    device: &Device,
+) -> Result<Mlp> {
+    let n = |s: &str| format!("blk.{i}.{s}");
+    let mut bias = |name: String, len: usize| match src.has(&name) {
+        true => src.vector(&name, len, device).map(Some),
+        false => Ok(None),
+    };
+    let (up_bias, down_bias) = (
+        bias(n("ffn_up.bias"), inter)?,
+        bias(n("ffn_down.bias"), hidden)?,
+    );
+    Ok(Mlp {
+        gate_up: src.projection(&[(&n("ffn_up.weight"), inter)], hidden, device)?,
+        down: single(src.projection(&[(&n("ffn_down.weight"), hidden)], inter, device)?),
+        gate_up_bias: up_bias,
+        down_bias,
     })
 }

@@ -211,6 +211,8 @@ impl FusedLayer {
             return Ok(None);
         };
         let ffn = match (&f.ffn, spec.ffn) {
+            // The fused kernels have no exact (erf) GELU.
+            (Ffn::Dense(_), FeedForward::Gated(Activation::Gelu)) => return Ok(None),
             (Ffn::Dense(m), FeedForward::Gated(act)) => match FusedMlp::of(m)? {
                 Some(f) if f.gate_up_bias.is_none() && f.down_bias.is_none() => FusedFfn::Dense {
                     gate_up: f.gate_up,

@@ -117,6 +117,12 @@ pub(super) fn quantize_activation(
     (gate, up): (&mut [f32], &[f32]),
     tokens: usize,
 ) -> candle_core::Result<()> {
+    if act == Activation::Gelu {
+        // `FusedLayer::from_layer` never fuses a layer of it.
+        return Err(candle_core::Error::Msg(
+            "the fused path has no exact GELU".into(),
+        ));
+    }
     match act {
         Activation::Silu => acts.quantize_silu_mul(gate, up, tokens),
         Activation::GeluTanh => {
@@ -127,6 +133,7 @@ pub(super) fn quantize_activation(
             swiglu_oai(gate, up, alpha, limit);
             acts.quantize(gate, tokens)
         }
+        Activation::Gelu => acts.quantize(gate, tokens),
     }
     .map_err(kernel_err)
 }

@@ -3,6 +3,7 @@
 //! recurrent kinds share.
 
 pub mod attention;
+pub mod encoder;
 pub mod gdn;
 pub mod mamba2;
 pub(crate) mod recurrent;

@@ -31,6 +31,8 @@ pub(crate) fn spec(windows: &[Option<usize>]) -> ModelSpec {
         layers: windows.iter().map(|&w| layer(w)).collect(),
         norms: Norms {
             eps: 1e-5,
+            layer_norm: false,
+            after_residual: false,
             offset: 0.0,
             post_attention: false,
             post_ffn: false,
@@ -45,6 +47,8 @@ pub(crate) fn spec(windows: &[Option<usize>]) -> ModelSpec {
         qkv_bias: false,
         residual_scale: None,
         logit_scale: None,
+        input: InputSpec::default(),
+        final_norm: true,
     }
 }
 

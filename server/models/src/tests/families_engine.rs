@@ -172,7 +172,7 @@ fn collect(sub: &mut Submission, vocab: usize) -> Vec<(u32, Vec<f32>)> {
                 }
                 out.push((id, row));
             }
-            Event::Done { .. } | Event::PromptLogprobs(_) => {}
+            Event::Done { .. } | Event::PromptLogprobs(_) | Event::Vectors { .. } => {}
             Event::Error(e) => panic!("{e}"),
         }
     }

@@ -69,6 +69,7 @@ fn engine(path: &Path, max_loras: usize) -> (Scheduler<PagedModel>, EngineHandle
         cache_salt: "lora".into(),
         max_loras,
         speculative: None,
+        max_batch_tokens: 16384,
     };
     let metrics = Arc::new(Metrics::new().unwrap());
     metrics.enable_lora(max_loras);

@@ -4,6 +4,7 @@
 
 mod corrupt;
 mod drift;
+mod embeddings;
 mod families;
 mod families_engine;
 mod gpu_holding;

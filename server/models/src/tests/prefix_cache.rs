@@ -56,6 +56,7 @@ impl Engine {
             cache_salt: "test".into(),
             max_loras: 1,
             speculative: None,
+            max_batch_tokens: 16384,
         };
         let now = Instant::now();
         let metrics = Arc::new(Metrics::new().unwrap());
@@ -95,7 +96,7 @@ impl Engine {
                 while let Some(e) = sub.try_next() {
                     match e {
                         Event::Token { id, .. } => ids.push(id),
-                        Event::Done { .. } | Event::PromptLogprobs(_) => {}
+                        Event::Done { .. } | Event::PromptLogprobs(_) | Event::Vectors { .. } => {}
                         Event::Error(e) => panic!("{e}"),
                     }
                 }

@@ -136,6 +136,7 @@ fn the_worker_with_window_reclaim_gives_each_requests_own_tokens() {
             cache_salt: "w".into(),
             max_loras: 1,
             speculative: None,
+            max_batch_tokens: 16384,
         };
         let metrics = Arc::new(Metrics::new().unwrap());
         let mut now = Instant::now();

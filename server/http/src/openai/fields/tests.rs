@@ -34,6 +34,18 @@ fn the_lists_are_exactly_what_the_types_parse() {
     assert_eq!(parsed::<TokenizeRequest>(), listed(&[&TOKENIZE_FIELDS]));
     assert_eq!(parsed::<DetokenizeRequest>(), listed(&[&DETOKENIZE_FIELDS]));
     assert_eq!(
+        parsed::<crate::openai::embeddings::EmbeddingRequest>(),
+        listed(&[&EMBEDDING_FIELDS])
+    );
+    assert_eq!(
+        parsed::<crate::openai::rerank::RerankRequest>(),
+        listed(&[&RERANK_FIELDS])
+    );
+    assert_eq!(
+        parsed::<crate::openai::rerank::ScoreRequest>(),
+        listed(&[&SCORE_FIELDS])
+    );
+    assert_eq!(
         parsed::<crate::openai::responses::request::ResponsesRequest>(),
         listed(&[&RESPONSES_FIELDS])
     );

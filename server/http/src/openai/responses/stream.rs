@@ -119,6 +119,8 @@ impl Cursor {
                 self.done = true;
             }
             Event::Error(e) => self.fail(e.into()),
+            // A generating engine sends none.
+            Event::Vectors { .. } => self.fail(crate::openai::stream::vectors_to_a_generation()),
         }
     }
 

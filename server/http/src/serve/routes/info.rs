@@ -31,6 +31,7 @@ pub(crate) async fn models(State(s): State<AppState>) -> Response {
         root: None,
         parent: None,
         cache_key: None,
+        task: s.loaded().map(|l| l.task),
     };
     let mut data = vec![card(s.model_name().to_string())];
     let adapters = s.loaded().and_then(|l| l.adapters.as_ref());

@@ -93,6 +93,23 @@ impl AttentionWeights {
         (layer, step): (usize, &AttentionStep<'_>),
         hook: &LoraHook<'_>,
     ) -> Result<Tensor> {
+        let attend = |q: &Tensor, k: &Tensor, v: &Tensor| self.attend(a, q, (k, v), (layer, step));
+        self.forward_with(a, h, step, hook, attend)
+    }
+
+    /// The projections around an attention of kind `a`: q, k, v of `h`
+    /// (normed and rotated as `a` says), then `attend(q, k, v)` (q `(tokens,
+    /// heads, head_dim)`, k and v `(tokens, kv_dim)`, out `(tokens, q_dim)`),
+    /// its output gate and the output projection. The cached kind attends
+    /// over the paged KV; the encoder kind within each span.
+    pub(crate) fn forward_with(
+        &self,
+        a: &AttentionSpec,
+        h: &Tensor,
+        step: &AttentionStep<'_>,
+        hook: &LoraHook<'_>,
+        attend: impl FnOnce(&Tensor, &Tensor, &Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
         let tokens = h.dims()[0];
         let heads = step.heads;
         let (q_dim, kv_dim) = (
@@ -109,13 +126,15 @@ impl AttentionWeights {
         if let Some((qn, kn)) = &self.qk_norm {
             (q, k) = (norm(&q.contiguous()?, qn)?, norm(&k.contiguous()?, kn)?);
         }
-        let (cos, sin) = step.rope_rows(a);
         let (q, k) = match a.nope {
             true => (q.contiguous()?, k),
-            false => (Rope::apply(&q, cos, sin)?, Rope::apply(&k, cos, sin)?),
+            false => {
+                let (cos, sin) = step.rope_rows(a);
+                (Rope::apply(&q, cos, sin)?, Rope::apply(&k, cos, sin)?)
+            }
         };
         let k = k.contiguous()?.reshape((tokens, kv_dim))?;
-        let mut out = self.attend(a, &q, (&k, &v), (layer, step))?;
+        let mut out = attend(&q, &k, &v)?;
         if let Some(gate) = gate {
             let gate = candle_nn::ops::sigmoid(&gate.reshape((tokens, q_dim))?)?;
             let gate = gate.to_dtype(out.dtype())?;

@@ -1,0 +1,132 @@
+//! Loading an embedding model: planned with no pool (weights plus one
+//! batch of `--max-batch-tokens`, ferrox-plan's `plan_pooling`, checked
+//! against the memory the device has), built as a pooling model (an
+//! encoder, or a decoder whose attention keeps nothing), and run by the
+//! pooling worker.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use ferrox_engine::EngineConfig;
+use ferrox_models::memory::DeviceMemory;
+use ferrox_models::pooling::Pooling;
+use ferrox_models::{ModelInfo, Source};
+use ferrox_plan::{DeviceKind, PlanConfig, plan_pooling};
+
+use crate::load::config::ServeConfig;
+use crate::load::model::Sizing;
+use crate::load::text::CoreFrontend;
+use crate::openai::embeddings::EmbeddingModel;
+use crate::serve::state::Loaded;
+use crate::tools::parser::ToolSetup;
+
+/// The plan of an embedding model `info` on `device` with `memory`, or
+/// why it cannot run there.
+pub fn size_pooling(
+    info: &ModelInfo,
+    device: DeviceKind,
+    memory: DeviceMemory,
+    cfg: &ServeConfig,
+) -> anyhow::Result<Sizing> {
+    let kv_dtype = device.auto_kv_dtype(info.model_half);
+    let geometry = info.geometry(device, kv_dtype);
+    let config = PlanConfig {
+        memory_bytes: memory.bytes,
+        utilization: cfg.memory_utilization,
+        block_size: cfg.block_size as u64,
+        max_model_len: cfg.max_model_len.map(|n| n as u64),
+        max_seqs_cap: Some(cfg.max_seqs.map_or(device.default_max_seqs(), |n| n as u64)),
+        ..PlanConfig::for_device(device)
+    };
+    let plan = plan_pooling(&geometry, &config, cfg.max_batch_tokens as u64).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot serve this embedding model in {memory} on {device} with batches of {} \
+             tokens: {e}. Try a smaller --max-batch-tokens, a higher --memory-utilization \
+             or more memory",
+            cfg.max_batch_tokens
+        )
+    })?;
+    let engine = EngineConfig {
+        max_seqs: usize::try_from(plan.max_seqs).context("max_seqs is too large")?,
+        max_queue: cfg.max_queue,
+        prefill_chunk: cfg.prefill_chunk,
+        max_model_len: plan.max_model_len as usize,
+        block_size: cfg.block_size,
+        pools: Vec::new(),
+        decode_log_interval: cfg.decode_log_interval,
+        prefix_caching: false,
+        cache_salt: String::new(),
+        max_loras: 1,
+        max_batch_tokens: cfg.max_batch_tokens,
+    };
+    Ok(Sizing {
+        engine,
+        plan,
+        kv_dtype,
+        memory,
+        sized_by: ferrox_plan::contract::flag::MAX_BATCH_TOKENS,
+    })
+}
+
+/// Loads `source` as an embedding model pooling by `pooling` (or, for
+/// `Task::Score`, a cross-encoder scoring through its classifier) and
+/// starts the pooling worker.
+pub fn load_pooling(
+    cfg: &ServeConfig,
+    mut source: Source,
+    info: &ModelInfo,
+    (task, pooling): (ferrox_plan::Task, Pooling),
+    (device, memory): (&ferrox_models::device::Selected, DeviceMemory),
+) -> anyhow::Result<Loaded> {
+    let files = source.pooling_files()?;
+    let sizing = size_pooling(info, device.kind, memory, cfg)?;
+    tracing::info!(
+        weight_bytes = sizing.plan.weight_bytes,
+        activation_bytes = sizing.plan.activation_reserve_bytes,
+        overhead_bytes = sizing.plan.overhead_bytes,
+        total_bytes = sizing.plan.total_bytes(),
+        memory_bytes = memory.bytes,
+        max_batch_tokens = cfg.max_batch_tokens,
+        max_model_len = sizing.plan.max_model_len,
+        pooling = %pooling.method,
+        normalize = pooling.normalize,
+        "pooling model planned: no KV pool"
+    );
+    let text = source.text().context("loading the tokenizer")?;
+    let mut model = match task {
+        ferrox_plan::Task::Score => source.scorer(&device.device),
+        _ => source.embedder(&device.device, pooling),
+    }
+    .context("loading the weights")?;
+    (model.decoder_mut())
+        .set_context(sizing.engine.max_model_len)
+        .context("building the RoPE tables")?;
+    let embedding = EmbeddingModel {
+        name: cfg.served_model_name.clone(),
+        vocab: usize::try_from(info.facts.vocab_size)?,
+        max_model_len: sizing.engine.max_model_len,
+        // A cross-encoder's "vector" is its one score.
+        dim: match task {
+            ferrox_plan::Task::Score => 1,
+            _ => usize::try_from(info.facts.hidden_size)?,
+        },
+        normalize: pooling.normalize,
+        matryoshka: files.matryoshka,
+    };
+    let eos = text.end_of_generation.ids().to_vec();
+    let frontend = CoreFrontend::new(text.tokenizer, text.chat_template, eos);
+    let (engine, _worker) = ferrox_engine::worker::spawn_pooling(model, sizing.engine.clone())
+        .context("starting the pooling worker")?;
+    engine.metrics().set_plan(&sizing.info(cfg));
+    engine.metrics().set_model_name(&cfg.served_model_name);
+    Ok(Loaded {
+        engine,
+        frontend: Arc::new(frontend),
+        tools: ToolSetup::new(cfg.tool_call_parser, None),
+        reasoning: None,
+        stall: crate::serve::fault::StallSwitch::from_env(),
+        adapters: None,
+        task,
+        embedding: Some(embedding),
+    })
+}

@@ -1,0 +1,188 @@
+//! BERT (bge, e5, all-MiniLM, ...): an encoder. Bidirectional attention
+//! with biases and no RoPE, learned absolute positions and token types
+//! added to the embeddings and LayerNormed, post-LN blocks, a plain GELU
+//! MLP with biases, no final norm; pooled, never sampled.
+
+use super::{Family, HfExperts, Shape};
+use crate::config::{HfConfig, Metadata};
+use crate::error::{Error, Result};
+use crate::spec::{
+    Activation, AttentionSpec, EncoderSpec, FeedForward, InputSpec, LayerSpec, Mixer, ModelSpec,
+    Norms,
+};
+
+/// BERT.
+pub(super) static BERT: Family = Family {
+    name: "bert",
+    gguf: &["bert"],
+    hf: &[
+        "BertModel",
+        "BertForMaskedLM",
+        "BertForSequenceClassification",
+        "bert",
+    ],
+    hf_tensors: &[
+        ("token_embd.weight", "embeddings.word_embeddings.weight"),
+        (
+            "position_embd.weight",
+            "embeddings.position_embeddings.weight",
+        ),
+        (
+            "token_types.weight",
+            "embeddings.token_type_embeddings.weight",
+        ),
+        ("token_embd_norm.weight", "embeddings.LayerNorm.weight"),
+        ("token_embd_norm.bias", "embeddings.LayerNorm.bias"),
+        // A cross-encoder's pooler (its classifier: `cls.output`).
+        ("cls.weight", "pooler.dense.weight"),
+        ("cls.bias", "pooler.dense.bias"),
+        ("attn_q", "attention.self.query"),
+        ("attn_k", "attention.self.key"),
+        ("attn_v", "attention.self.value"),
+        ("attn_output", "attention.output.dense"),
+        // Post-LN: the norm after the attention's residual add, and the
+        // one after the MLP's.
+        ("attn_norm", "attention.output.LayerNorm"),
+        ("ffn_up", "intermediate.dense"),
+        ("ffn_down", "output.dense"),
+        ("ffn_norm", "output.LayerNorm"),
+    ],
+    gguf_tensors: &[
+        ("attn_norm", "attn_output_norm"),
+        ("ffn_norm", "layer_output_norm"),
+    ],
+    hf_layers: "encoder.layer",
+    hf_experts: HfExperts::PerExpert,
+    tied_default: true,
+    gguf_permuted_qk: false,
+    from_hf,
+    from_gguf,
+};
+
+/// One BERT layer: bidirectional attention, a plain MLP.
+fn layer(scale: f32, activation: Activation) -> LayerSpec {
+    LayerSpec {
+        mixer: Mixer::Encoder(EncoderSpec {
+            attention: AttentionSpec {
+                window: None,
+                rope: 0,
+                scale,
+                softcap: None,
+                qk_norm: false,
+                sinks: false,
+                nope: true,
+                gated: false,
+            },
+            causal: false,
+        }),
+        ffn: FeedForward::Plain(activation),
+    }
+}
+
+/// The encoder of `shape`, LayerNorm epsilon `eps`, `types` token types.
+fn encoder(shape: Shape, eps: f64, types: usize, activation: Activation) -> ModelSpec {
+    let norms = Norms {
+        eps,
+        layer_norm: true,
+        after_residual: true,
+        offset: 0.0,
+        post_attention: false,
+        post_ffn: false,
+    };
+    let scale = shape.plain_scale();
+    let mut spec = shape.spec("bert", norms, Vec::new(), |_| layer(scale, activation));
+    spec.qkv_bias = true;
+    spec.final_norm = false;
+    spec.input = InputSpec {
+        positions: Some(0),
+        token_types: types,
+        norm: true,
+    };
+    spec
+}
+
+/// BERT's `hidden_act`: `gelu` (exact), or the tanh approximation.
+fn activation(name: Option<&str>) -> Result<Activation> {
+    match name.unwrap_or("gelu") {
+        "gelu" => Ok(Activation::Gelu),
+        "gelu_new" | "gelu_pytorch_tanh" => Ok(Activation::GeluTanh),
+        other => Err(Error::Config(format!(
+            "BERT's hidden_act {other:?} is not served (gelu, gelu_new)"
+        ))),
+    }
+}
+
+fn from_hf(c: &HfConfig) -> Result<ModelSpec> {
+    // Every head is a query and a KV head; BERT's configs name neither.
+    let shape = Shape::hf(c, &[])?;
+    let types = c.usize_or("type_vocab_size", 2)?;
+    let eps = c.f64_opt("layer_norm_eps")?.unwrap_or(1e-12);
+    Ok(encoder(
+        shape,
+        eps,
+        types,
+        activation(c.str_opt("hidden_act"))?,
+    ))
+}
+
+fn from_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
+    let shape = Shape::gguf(m)?;
+    let eps = f64::from(m.f32_opt("attention.layer_norm_epsilon")?.unwrap_or(1e-12));
+    // llama.cpp writes no type count; its converter keeps BERT's two rows.
+    Ok(encoder(shape, eps, 2, Activation::Gelu))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::spec::{Activation, FeedForward, InputSpec, Mixer, ModelSpec};
+
+    fn read(config: serde_json::Value) -> ModelSpec {
+        super::super::from_hf(&config.to_string()).unwrap().1
+    }
+
+    #[test]
+    fn bge_base_reads_as_an_encoder_that_keeps_no_cache() {
+        let bge = read(
+            json!({"architectures":["BertModel"],"hidden_size":768,"intermediate_size":3072,
+            "num_hidden_layers":12,"num_attention_heads":12,"vocab_size":30522,
+            "max_position_embeddings":512,"type_vocab_size":2,"hidden_act":"gelu",
+            "layer_norm_eps":1e-12,"model_type":"bert"}),
+        );
+        assert_eq!(
+            (bge.family, bge.layers.len(), bge.kv_heads, bge.head_dim),
+            ("bert", 12, 12, 64)
+        );
+        assert!(!bge.keeps_cache() && bge.kv_groups().is_empty());
+        assert!(bge.qkv_bias && !bge.final_norm);
+        assert!(bge.norms.layer_norm && bge.norms.after_residual);
+        let input = InputSpec {
+            positions: Some(0),
+            token_types: 2,
+            norm: true,
+        };
+        assert_eq!(bge.input, input);
+        for l in &bge.layers {
+            let Mixer::Encoder(e) = &l.mixer else {
+                panic!("{:?}", l.mixer)
+            };
+            assert!(!e.causal && e.attention.nope);
+            assert_eq!(l.ffn, FeedForward::Plain(Activation::Gelu));
+        }
+        // A decoder pooled keeps no cache either: its attention is causal,
+        // within each sequence.
+        let qwen = read(
+            json!({"architectures":["Qwen3ForCausalLM"],"hidden_size":1024,"intermediate_size":3072,
+            "num_hidden_layers":28,"num_attention_heads":16,"num_key_value_heads":8,"head_dim":128,
+            "vocab_size":151669,"max_position_embeddings":32768,"rope_theta":1000000.0,
+            "rms_norm_eps":1e-6,"tie_word_embeddings":true}),
+        );
+        assert!(qwen.keeps_cache());
+        let pooled = qwen.pooled();
+        assert!(!pooled.keeps_cache() && pooled.kv_groups().is_empty());
+        assert!(
+            matches!(&pooled.layers[0].mixer, Mixer::Encoder(e) if e.causal && !e.attention.nope)
+        );
+    }
+}

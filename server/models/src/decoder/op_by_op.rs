@@ -1,0 +1,149 @@
+//! The op-by-op layer: the reference, and the path of every device (and
+//! every layer kind) without the fused one. Each block's mixer and
+//! feed-forward run by their kinds, with the norms around them where the
+//! model has them (pre-norm, Gemma's post-norms, or BERT's post-LN).
+
+use std::sync::Arc;
+
+use candle_core::Tensor;
+
+use super::Decoder;
+use crate::error::{Error, Result};
+use crate::layer::{Ffn, Layer, MixerWeights};
+use crate::lora::{LoraStep, Target};
+use crate::mixer::attention::forward::AttentionStep;
+use crate::seq_span::SeqSpan;
+use crate::spec::{FeedForward, Mixer};
+use crate::state_store::StateStore;
+
+impl Decoder {
+    /// The op-by-op layer, `x + mixer(norm(x))` then `x + ffn(norm(x))`
+    /// (each output through its post-norm where the family has one; with
+    /// post-LN, `norm(x + mixer(x))` then `norm(x + ffn(x))`): the
+    /// reference, and the path of every device without the fused one.
+    pub(super) fn layer_forward(
+        &self,
+        index: usize,
+        l: &Layer,
+        x: &Tensor,
+        ctx: &LayerCtx<'_>,
+    ) -> Result<Tensor> {
+        let norms = &self.spec.norms;
+        let norm = |t: &Tensor, w: &Tensor, b: Option<&Tensor>| crate::norm::apply(t, w, b, norms);
+        let post_ln = norms.after_residual;
+        let h = match post_ln {
+            true => x.clone(),
+            false => norm(x, &l.norm, l.norm_bias.as_ref())?,
+        };
+        let mut m = self.mixer_forward(index, &l.mixer, &h, ctx)?;
+        if let Some(w) = &l.post_norm {
+            m = norm(&m, w, None)?;
+        }
+        let mut x = (x + self.residual(m)?)?;
+        if post_ln {
+            x = norm(&x, &l.norm, l.norm_bias.as_ref())?;
+        }
+        let Some(f) = &l.ffn else {
+            return Ok(x);
+        };
+        let h = match post_ln {
+            true => x.clone(),
+            false => norm(&x, &f.norm, f.norm_bias.as_ref())?,
+        };
+        let mut d = self.ffn_forward(index, &f.ffn, &h, ctx)?;
+        if let Some(w) = &f.post_norm {
+            d = norm(&d, w, None)?;
+        }
+        let x = (x + self.residual(d)?)?;
+        match post_ln {
+            true => norm(&x, &f.norm, f.norm_bias.as_ref()),
+            false => Ok(x),
+        }
+    }
+
+    /// Layer `index`'s mixer of `h` (normed), by its kind.
+    fn mixer_forward(
+        &self,
+        index: usize,
+        mixer: &MixerWeights,
+        h: &Tensor,
+        ctx: &LayerCtx<'_>,
+    ) -> Result<Tensor> {
+        let eps = self.spec.norms.eps as f32;
+        let at = (index, &ctx.spans[..], ctx.state);
+        match (mixer, &self.spec.layers[index].mixer) {
+            (MixerWeights::Attention(w), Mixer::Attention(a)) => {
+                let hook =
+                    |targets: &[Target], x: &Tensor, out: Tensor| ctx.lora(targets, index, x, out);
+                w.forward(a, h, (index, &ctx.attention), &hook)
+            }
+            (MixerWeights::Mamba2(w), Mixer::Mamba2(s)) => w.forward(s, eps, h, at),
+            (MixerWeights::GatedDeltaNet(w), Mixer::GatedDeltaNet(g)) => w.forward(g, eps, h, at),
+            (MixerWeights::Encoder(w), Mixer::Encoder(e)) => {
+                let hook =
+                    |targets: &[Target], x: &Tensor, out: Tensor| ctx.lora(targets, index, x, out);
+                crate::mixer::encoder::forward::forward(w, e, h, &ctx.attention, &hook)
+            }
+            _ => Err(Error::Config(format!(
+                "layer {index}: its weights are not its kind's"
+            ))),
+        }
+    }
+
+    /// A mixer's or feed-forward's output as the residual stream adds it.
+    fn residual(&self, out: Tensor) -> Result<Tensor> {
+        Ok(match self.spec.residual_scale {
+            Some(s) => (out * f64::from(s))?,
+            None => out,
+        })
+    }
+
+    /// Layer `index`'s feed-forward of `h` (normed), by its kind.
+    fn ffn_forward(
+        &self,
+        index: usize,
+        ffn: &Ffn,
+        h: &Tensor,
+        ctx: &LayerCtx<'_>,
+    ) -> Result<Tensor> {
+        let s = &self.spec;
+        let hook = |targets: &[Target], x: &Tensor, out: Tensor| ctx.lora(targets, index, x, out);
+        match (ffn, s.layers[index].ffn) {
+            (Ffn::Dense(m), FeedForward::Gated(act)) => {
+                m.forward_hooked(h, s.intermediate, act, &hook)
+            }
+            (Ffn::Dense(m), FeedForward::Plain(act)) => m.forward_plain(h, act),
+            (Ffn::Moe(m), FeedForward::Moe(_)) => crate::ffn::moe::forward(m, h),
+            _ => Err(Error::Config(format!(
+                "layer {index}: its weights are not its kind's"
+            ))),
+        }
+    }
+}
+
+/// What every layer of a step shares.
+pub(super) struct LayerCtx<'a> {
+    /// What the attention layers share.
+    pub(super) attention: AttentionStep<'a>,
+    /// The recurrent layers' states.
+    pub(super) state: &'a StateStore,
+    pub(super) spans: &'a Arc<[SeqSpan]>,
+    pub(super) lora: Option<&'a LoraStep<'a>>,
+}
+
+impl LayerCtx<'_> {
+    /// The LoRA hook of the op-by-op path: `out` (the base projections
+    /// `targets` of `x`, concatenated) plus each row's adapter update.
+    pub(super) fn lora(
+        &self,
+        targets: &[Target],
+        layer: usize,
+        x: &Tensor,
+        out: Tensor,
+    ) -> Result<Tensor> {
+        match self.lora {
+            Some(step) => step.add(targets, layer, x, out),
+            None => Ok(out),
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Every embedding fixture (tiny random models written by
+//! sentence-transformers, `testdata/embeddings/`) against the vectors
+//! sentence-transformers gave for the same texts: pooled as the model's own
+//! files say, each text alone and all of them in one batch of mixed
+//! lengths, within cosine 0.99999 and 1e-4 an element.
+
+use std::path::PathBuf;
+
+use candle_core::Device;
+use serde::Deserialize;
+
+use crate::pooling::{PoolingMethod, normalize};
+use crate::{Embedder, Source};
+
+/// The fixtures (a directory, or a GGUF file in one: llama.cpp's
+/// converter's), the reference each is checked against, and how it pools.
+const FIXTURES: [(&str, &str, PoolingMethod, bool); 4] = [
+    ("bert", "bert", PoolingMethod::Cls, true),
+    ("bert/model.gguf", "bert", PoolingMethod::Cls, true),
+    ("bert_mean", "bert_mean", PoolingMethod::Mean, false),
+    ("qwen3_embed", "qwen3_embed", PoolingMethod::Last, true),
+];
+
+#[derive(Deserialize)]
+struct Reference {
+    texts: Vec<String>,
+    tokens: Vec<Vec<u32>>,
+    embeddings: Vec<Vec<f32>>,
+    raw: Vec<Vec<f32>>,
+}
+
+fn dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata/embeddings")
+        .join(name)
+}
+
+fn reference(name: &str) -> Reference {
+    let text = std::fs::read_to_string(dir(name).join("reference.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn embedder(name: &str) -> Embedder {
+    let mut src = Source::open(&dir(name)).unwrap();
+    let pooling = src.pooling_files().unwrap().pooling.unwrap();
+    src.embedder(&Device::Cpu, pooling).unwrap()
+}
+
+/// Asserts `got` is `want` within the aims' bounds.
+pub(crate) fn assert_close(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: width");
+    let dot: f32 = got.iter().zip(want).map(|(a, b)| a * b).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let cos = dot / (norm(got) * norm(want));
+    let worst = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    assert!(
+        cos >= 0.99999 && worst <= 1e-4,
+        "{what}: cosine {cos}, worst {worst}"
+    );
+}
+
+#[test]
+fn every_fixture_pools_as_its_files_say() {
+    for (name, _, method, norm) in FIXTURES {
+        let p = Source::open(&dir(name)).unwrap().pooling_files().unwrap();
+        let p = p.pooling.unwrap();
+        assert_eq!((p.method, p.normalize), (method, norm), "{name}");
+    }
+}
+
+#[test]
+fn every_fixture_matches_sentence_transformers_alone_and_batched() {
+    for (name, refname, _, norm) in FIXTURES {
+        let r = reference(refname);
+        let m = embedder(name);
+        assert!(m.decoder().kv_groups().is_empty(), "{name} keeps no KV");
+        let text = Source::open(&dir(name)).unwrap().text().unwrap();
+        let seqs: Vec<&[u32]> = r.tokens.iter().map(Vec::as_slice).collect();
+        let batched = m.vectors(&seqs).unwrap();
+        for (i, ids) in r.tokens.iter().enumerate() {
+            let tokens = text.tokenizer.encode(&r.texts[i], true).unwrap();
+            assert_eq!(&tokens, ids, "{name} text {i}: our tokenizer");
+            let alone = m.vectors(&[ids]).unwrap().remove(0);
+            assert_close(&format!("{name} text {i} raw"), &alone, &r.raw[i]);
+            assert_close(&format!("{name} text {i} batched"), &batched[i], &r.raw[i]);
+            let mut out = alone.clone();
+            if norm {
+                normalize(&mut out);
+            }
+            assert_close(&format!("{name} text {i}"), &out, &r.embeddings[i]);
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct RerankReference {
+    tokens: Vec<Vec<u32>>,
+    token_types: Vec<Vec<u32>>,
+    scores: Vec<f32>,
+    query: String,
+    documents: Vec<String>,
+}
+
+#[test]
+fn the_cross_encoder_matches_sentence_transformers_alone_and_batched() {
+    let r: RerankReference = {
+        let text = std::fs::read_to_string(dir("bert_rerank").join("reference.json")).unwrap();
+        serde_json::from_str(&text).unwrap()
+    };
+    let mut src = Source::open(&dir("bert_rerank")).unwrap();
+    let m = src.scorer(&Device::Cpu).unwrap();
+    assert!(m.scores() && m.decoder().kv_groups().is_empty());
+    let text = src.text().unwrap();
+    for (i, doc) in r.documents.iter().enumerate() {
+        let (ids, types) = text.tokenizer.encode_pair(&r.query, doc).unwrap();
+        assert_eq!(
+            (&ids, &types),
+            (&r.tokens[i], &r.token_types[i]),
+            "pair {i}"
+        );
+    }
+    let seqs: Vec<&[u32]> = r.tokens.iter().map(Vec::as_slice).collect();
+    let types: Vec<&[u32]> = r.token_types.iter().map(Vec::as_slice).collect();
+    let batched = m.vectors_typed(&seqs, Some(&types)).unwrap();
+    for i in 0..seqs.len() {
+        let alone = m.vectors_typed(&seqs[i..=i], Some(&types[i..=i])).unwrap();
+        for got in [&alone[0], &batched[i]] {
+            assert_eq!(got.len(), 1);
+            assert!(
+                (got[0] - r.scores[i]).abs() <= 1e-4,
+                "pair {i}: {got:?} vs {}",
+                r.scores[i]
+            );
+        }
+    }
+    // The document's segment matters: typed all 0, the scores move.
+    let untyped = m.vectors(&seqs).unwrap();
+    assert!(
+        untyped
+            .iter()
+            .zip(&r.scores)
+            .any(|(u, s)| (u[0] - s).abs() > 1e-3)
+    );
+}

@@ -1,0 +1,128 @@
+"""Embedding throughput of a bge-base-shaped BERT (12 layers, 768 wide,
+random weights, the tiny WordPiece tokenizer; written to a temporary folder,
+never committed): ferrox-server answering one request of all the texts
+(batched) and one request a text in turn, against sentence-transformers on
+the same texts in the same process's threads, batched and one at a time.
+Alternates ferrox and sentence-transformers for `--rounds` rounds and
+prints texts per second (best and median).
+
+  FERROX_REF_PYTHON=... ; $py tests/families/bench_embeddings.py \\
+      --server target/debug/ferrox-server --threads 2"""
+
+import argparse
+import os
+import pathlib
+import socket
+import statistics
+import subprocess
+import time
+
+import json
+import urllib.request
+import torch
+import transformers
+from sentence_transformers import SentenceTransformer, models
+
+from embeddings import randomize, wordpiece
+
+DIR = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / "ferrox-bench-bge-base"
+
+
+def make_model() -> None:
+    if (DIR / "modules.json").exists():
+        return
+    tok = wordpiece()
+    config = transformers.BertConfig(
+        vocab_size=tok.get_vocab_size(), hidden_size=768, num_hidden_layers=12,
+        num_attention_heads=12, intermediate_size=3072, max_position_embeddings=512,
+        type_vocab_size=2, hidden_act="gelu", layer_norm_eps=1e-12)
+    model = transformers.BertModel(config, add_pooling_layer=False)
+    randomize(model, 7)
+    model.save_pretrained(DIR)
+    transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+        pad_token="[PAD]", mask_token="[MASK]", model_max_length=512).save_pretrained(DIR)
+    t = models.Transformer(str(DIR))
+    st = SentenceTransformer(modules=[t, models.Pooling(768, pooling_mode="cls"),
+                                      models.Normalize()], device="cpu")
+    st.save(str(DIR))
+
+
+def texts(n: int) -> list:
+    words = ("the capital of france is paris a sliding window keeps only the last few "
+             "positions of the sequence name three colors red green and blue").split()
+    # 20 to 60 words each (about 60 to 180 WordPiece tokens).
+    return [" ".join(words[(i * 7 + j) % len(words)] for j in range(20 + (i * 13) % 41))
+            for i in range(n)]
+
+
+def serve(binary: str, threads: int) -> tuple:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([binary, "serve", "--model", str(DIR), "--port", str(port),
+                             "--threads", str(threads), "--max-batch-tokens", "16384"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            with urllib.request.urlopen(url + "/ready", timeout=1) as r:
+                if r.status == 200:
+                    return proc, url
+        except OSError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("the server did not get ready")
+
+
+def timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--server", required=True)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--texts", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=3)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    make_model()
+    batch = texts(a.texts)
+    st = SentenceTransformer(str(DIR), device="cpu")
+    proc, url = serve(a.server, a.threads)
+
+    def post(inp) -> None:
+        body = json.dumps({"input": inp}).encode()
+        req = urllib.request.Request(url + "/v1/embeddings", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=600) as r:
+            r.read()
+    runs = {
+        "ferrox, one request of all texts": lambda: post(batch),
+        "ferrox, one request a text": lambda: [post(t) for t in batch],
+        "sentence-transformers, batch_size 32": lambda: st.encode(batch, batch_size=32),
+        "sentence-transformers, one a call": lambda: [st.encode([t]) for t in batch],
+    }
+    try:
+        for f in runs.values():
+            f()  # warm-up
+        got = {k: [] for k in runs}
+        for _ in range(a.rounds):
+            for k, f in runs.items():
+                got[k].append(a.texts / timed(f))
+    finally:
+        proc.terminate()
+        proc.wait()
+    tokens = sum(len(st.tokenizer(t)["input_ids"]) for t in batch)
+    print(f"{a.texts} texts, {tokens} tokens, {a.threads} threads, {a.rounds} rounds")
+    for k, v in got.items():
+        print(f"{k}: best {max(v):.1f} texts/s, median {statistics.median(v):.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

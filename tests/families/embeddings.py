@@ -1,0 +1,197 @@
+"""Writes the tiny embedding models (scripts/reference-models --embeddings
+runs this) into server/models/testdata/embeddings/: random weights through
+transformers, wrapped by sentence-transformers with their pooling modules
+and saved as sentence-transformers saves them (modules.json,
+1_Pooling/config.json, ...), with the vectors sentence-transformers gives
+(float32) for a few texts of mixed lengths as reference.json:
+
+- bert: BertModel with a WordPiece tokenizer ([CLS] ... [SEP]), CLS
+  pooling, normalized; no Matryoshka dimensions.
+- bert_mean: the same kind of encoder, mean pooling, not normalized.
+- qwen3_embed: a Qwen3 decoder (Qwen3Model, no `model.` prefix, as
+  Qwen3-Embedding ships), <|endoftext|> appended by the tokenizer,
+  last-token pooling, normalized, Matryoshka dimensions 16 and 32.
+
+With `--llama-src` (scripts/reference-models --embeddings passes `peer-llama
+src`), BERT is also written as the GGUF llama.cpp's converter makes of it
+(f32, so the same bar holds), `bert/model.gguf`.
+
+Each reference has `embeddings` (what the model outputs), `raw` (pooled,
+before any Normalize module) and, for a Matryoshka model, `dimensions`: each
+size's truncated and renormalized vectors."""
+
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+
+import torch
+import transformers
+from sentence_transformers import SentenceTransformer, models
+from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
+from tokenizers.models import WordPiece
+
+import tokenizer as bpe
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+OUT = ROOT / "server" / "models" / "testdata" / "embeddings"
+TEXTS = [
+    "The capital of France is Paris.",
+    "red",
+    "A sliding window keeps only the last few positions of the sequence, and small random "
+    "models answer the same way twice: one two three four five.",
+    "Count to five: one two three four five. Name three colors: red, green and blue.",
+]
+BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def wordpiece() -> Tokenizer:
+    """A WordPiece tokenizer as BERT's: lowercased, [CLS] text [SEP]. Its
+    vocabulary is written, not trained (the trainer breaks ties in hash
+    order): the specials, every character alone and as a `##` suffix, and
+    the corpus's words of four letters or more, so long words split."""
+    normalizer = normalizers.BertNormalizer(lowercase=True)
+    pre = pre_tokenizers.BertPreTokenizer()
+    words = set()
+    for line in bpe.CORPUS:
+        words.update(w for w, _ in pre.pre_tokenize_str(normalizer.normalize_str(line)))
+    chars = sorted({c for w in words for c in w})
+    vocab = BERT_SPECIALS + chars + [f"##{c}" for c in chars]
+    vocab += sorted(w for w in words if len(w) >= 4 and w not in vocab)
+    tok = Tokenizer(WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
+    tok.normalizer = normalizer
+    tok.pre_tokenizer = pre
+    tok.decoder = decoders.WordPiece()
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    return tok
+
+
+def randomize(model: torch.nn.Module, seed: int) -> None:
+    """Weights with spread: matrices of unit gain, norms around 1."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            r = torch.randn(p.shape, generator=g)
+            if "norm" in name.lower() and name.endswith("weight"):
+                p.copy_(0.2 * r + 1.0)
+            elif name.endswith("bias"):
+                p.copy_(0.2 * r)
+            elif "embed" in name:
+                p.copy_(0.5 * r)
+            else:
+                p.copy_(r * 1.2 / p.shape[-1] ** 0.5)
+
+
+def bert_dir(dir: pathlib.Path, seed: int) -> None:
+    tok = wordpiece()
+    config = transformers.BertConfig(
+        vocab_size=tok.get_vocab_size(), hidden_size=64, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=128, max_position_embeddings=64,
+        type_vocab_size=2, hidden_act="gelu", layer_norm_eps=1e-12)
+    model = transformers.BertModel(config, add_pooling_layer=False)
+    randomize(model, seed)
+    model.save_pretrained(dir)
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+        pad_token="[PAD]", mask_token="[MASK]", model_max_length=64)
+    fast.save_pretrained(dir)
+
+
+def qwen3_dir(dir: pathlib.Path, seed: int) -> None:
+    config = transformers.Qwen3Config(
+        vocab_size=bpe.VOCAB, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+        num_key_value_heads=2, num_hidden_layers=2, head_dim=32, max_position_embeddings=256,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True,
+        bos_token_id=2, eos_token_id=7, pad_token_id=0)
+    config.architectures = ["Qwen3ForCausalLM"]
+    config.matryoshka_dimensions = [16, 32]
+    model = transformers.Qwen3Model(config)
+    randomize(model, seed)
+    model.save_pretrained(dir)
+    tok = bpe.build()
+    eot = tok.token_to_id("<|endoftext|>")
+    # Qwen3-Embedding's tokenizer appends <|endoftext|>: the token pooled.
+    tok.post_processor = processors.TemplateProcessing(
+        single="$A <|endoftext|>", pair="$A <|endoftext|> $B:1 <|endoftext|>:1",
+        special_tokens=[("<|endoftext|>", eot)])
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<pad>",
+        padding_side="left", model_max_length=256)
+    fast.save_pretrained(dir)
+
+
+def sentence_model(dir: pathlib.Path, pooling: str, normalize: bool) -> SentenceTransformer:
+    t = models.Transformer(str(dir), model_args={"attn_implementation": "eager"})
+    mods = [t, models.Pooling(t.get_word_embedding_dimension(), pooling_mode=pooling)]
+    if normalize:
+        mods.append(models.Normalize())
+    return SentenceTransformer(modules=mods, device="cpu")
+
+
+def vectors(model: SentenceTransformer) -> list:
+    # One text a call, so padding never enters; the server's batching is
+    # checked against these.
+    out = []
+    for t in TEXTS:
+        e = model.encode([t], convert_to_tensor=True, normalize_embeddings=False)[0]
+        out.append([round(float(x), 7) for x in e.float()])
+    return out
+
+
+def build(name: str, make, pooling: str, normalize: bool, dims: list, seed: int) -> dict:
+    dir = OUT / name
+    dir.mkdir(parents=True, exist_ok=True)
+    make(dir, seed)
+    model = sentence_model(dir, pooling, normalize)
+    model.save(str(dir))
+    # sentence-transformers' generated model card: nothing the server reads.
+    (dir / "README.md").unlink(missing_ok=True)
+    raw = vectors(sentence_model(dir, pooling, False))
+    ref = {"family": name, "pooling": pooling, "normalize": normalize, "texts": TEXTS,
+           "tokens": [model.tokenizer(t)["input_ids"] for t in TEXTS],
+           "embeddings": vectors(model), "raw": raw,
+           "torch": torch.__version__, "transformers": transformers.__version__}
+    if dims:
+        ref["dimensions"] = {str(d): [normed(v[:d]) for v in raw] for d in dims}
+    (dir / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
+    return ref
+
+
+def convert(name: str, src: pathlib.Path) -> None:
+    """The GGUF llama.cpp's converter makes of fixture `name` (f32)."""
+    here = pathlib.Path(__file__).resolve().parent
+    dir = OUT / name
+    cmd = [sys.executable, str(here / "convert.py"), str(src), str(dir), "--outfile",
+           str(dir / "model.gguf"), "--outtype", "f32", "--model-name", "ferrox tiny reference"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"convert_hf_to_gguf.py failed on {name}:\n{done.stderr[-3000:]}")
+
+
+def normed(v: list) -> list:
+    n = sum(x * x for x in v) ** 0.5
+    return [round(x / n, 7) for x in v]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--llama-src", type=pathlib.Path, help="llama.cpp source (peer-llama src)")
+    a = p.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    build("bert", bert_dir, "cls", True, [], 2001)
+    build("bert_mean", bert_dir, "mean", False, [], 2002)
+    build("qwen3_embed", qwen3_dir, "lasttoken", True, [16, 32], 2003)
+    if a.llama_src:
+        convert("bert", a.llama_src)
+    size = sum(p.stat().st_size for p in OUT.rglob("*") if p.is_file())
+    print(f"{size / 1e6:.2f} MB in {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,174 @@
+"""The embedding fixtures (server/models/testdata/embeddings, written by
+sentence-transformers) served by the real binary and read through the openai
+SDK's `client.embeddings.create`: floats, base64 (the SDK's default, and
+asked for), Matryoshka `dimensions`, a batch of mixed lengths against each
+text alone, vLLM's `truncate_prompt_tokens` and `normalize`, and the bad
+inputs that are each a 400 with its reason while the server goes on."""
+
+import base64
+import json
+import math
+import pathlib
+import struct
+
+import openai
+import pytest
+import requests
+
+from conftest import MODEL_NAME, Server
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "server" / "models" / "testdata" / "embeddings"
+# Each fixture's folder (its safetensors), and BERT's GGUF (llama.cpp's
+# converter's), checked against the same reference.
+NAMES = ["bert", "bert/model.gguf", "bert_mean", "qwen3_embed"]
+# The issue's accuracy bar, float32.
+COSINE, ELEMENT = 0.99999, 1e-4
+
+
+def reference(name: str) -> dict:
+    folder = name.split("/")[0]
+    return json.loads((FIXTURES / folder / "reference.json").read_text())
+
+
+def close(got: list, want: list) -> tuple:
+    dot = sum(a * b for a, b in zip(got, want))
+    norm = math.sqrt(sum(a * a for a in got)) * math.sqrt(sum(b * b for b in want))
+    return dot / norm, max(abs(a - b) for a, b in zip(got, want))
+
+
+def assert_close(what: str, got: list, want: list) -> None:
+    assert len(got) == len(want), f"{what}: {len(got)} values, want {len(want)}"
+    cos, worst = close(got, want)
+    assert cos >= COSINE and worst <= ELEMENT, f"{what}: cosine {cos}, worst {worst}"
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def served(request):
+    s = Server("--max-batch-tokens", "96", "--max-queue", "16",
+               model=str(FIXTURES / request.param))
+    yield request.param, s
+    s.close()
+
+
+def test_vectors_match_sentence_transformers_as_floats_and_base64(served):
+    name, s = served
+    ref, client = reference(name), s.client()
+    floats = client.embeddings.create(model=MODEL_NAME, input=ref["texts"],
+                                      encoding_format="float")
+    # Without encoding_format the SDK asks for base64 and decodes it.
+    decoded = client.embeddings.create(model=MODEL_NAME, input=ref["texts"])
+    raw = client.embeddings.create(model=MODEL_NAME, input=ref["texts"],
+                                   encoding_format="base64")
+    assert floats.usage.prompt_tokens == sum(len(t) for t in ref["tokens"])
+    for i, want in enumerate(ref["embeddings"]):
+        assert floats.data[i].index == i
+        assert_close(f"{name} text {i} float", floats.data[i].embedding, want)
+        assert_close(f"{name} text {i} sdk", list(decoded.data[i].embedding), want)
+        b = base64.b64decode(raw.data[i].embedding)
+        assert_close(f"{name} text {i} base64", list(struct.unpack(f"<{len(b) // 4}f", b)), want)
+
+
+def test_a_batch_of_mixed_lengths_equals_each_text_alone(served):
+    name, s = served
+    ref, client = reference(name), s.client()
+    # Every fixture's texts together pass the 96-token budget: the batch
+    # runs over more than one forward.
+    batch = client.embeddings.create(model=MODEL_NAME, input=ref["texts"],
+                                     encoding_format="float")
+    for i, text in enumerate(ref["texts"]):
+        alone = client.embeddings.create(model=MODEL_NAME, input=text, encoding_format="float")
+        assert_close(f"{name} text {i}", batch.data[i].embedding, alone.data[0].embedding)
+    # Token ids in, the same vectors out.
+    by_ids = client.embeddings.create(model=MODEL_NAME, input=ref["tokens"],
+                                      encoding_format="float")
+    for i, want in enumerate(ref["embeddings"]):
+        assert_close(f"{name} ids {i}", by_ids.data[i].embedding, want)
+
+
+def test_dimensions_are_honoured_only_where_the_model_has_them(served):
+    name, s = served
+    ref, client = reference(name), s.client()
+    if "dimensions" not in ref:
+        with pytest.raises(openai.BadRequestError, match="Matryoshka"):
+            client.embeddings.create(model=MODEL_NAME, input="red", dimensions=16)
+        return
+    for d, want in ref["dimensions"].items():
+        got = client.embeddings.create(model=MODEL_NAME, input=ref["texts"],
+                                       dimensions=int(d), encoding_format="float")
+        for i, w in enumerate(want):
+            assert_close(f"{name} dims {d} text {i}", got.data[i].embedding, w)
+    with pytest.raises(openai.BadRequestError, match="16, 32"):
+        client.embeddings.create(model=MODEL_NAME, input="red", dimensions=24)
+
+
+def test_normalize_and_truncation_as_vllm_takes_them(served):
+    name, s = served
+    ref, client = reference(name), s.client()
+    got = client.embeddings.create(model=MODEL_NAME, input=ref["texts"], encoding_format="float",
+                                   extra_body={"normalize": False})
+    for i, want in enumerate(ref["raw"]):
+        assert_close(f"{name} raw {i}", got.data[i].embedding, want)
+    cut = client.embeddings.create(model=MODEL_NAME, input=ref["texts"][2],
+                                   extra_body={"truncate_prompt_tokens": 5})
+    assert cut.usage.prompt_tokens == 5
+
+
+@pytest.mark.parametrize("body,reason", [
+    ({"input": []}, "the input is empty"),
+    ({"input": ""}, "input 0 is an empty string"),
+    ({"input": ["red", ""]}, "input 1 is an empty string"),
+    ({"input": "one two three " * 200}, "more than the model's"),
+    ({"input": [[1, 2], [1, 10 ** 6]]}, "outside the model's vocabulary"),
+    ({"input": "red", "encoding_format": "int8"}, "float or base64"),
+    ({"input": "red", "user": "u", "temperature": 0}, "unsupported field `temperature`"),
+])
+def test_bad_input_is_a_400_with_its_reason_and_the_server_goes_on(served, body, reason):
+    _, s = served
+    r = requests.post(s.url + "/v1/embeddings", json={"model": MODEL_NAME, **body}, timeout=30)
+    assert r.status_code == 400, r.text
+    assert reason in r.json()["error"]["message"], r.text
+    ok = requests.post(s.url + "/v1/embeddings", json={"input": "red"}, timeout=30)
+    assert ok.status_code == 200, ok.text
+
+
+def test_more_text_than_a_batch_can_ever_hold_is_refused():
+    s = Server("--max-batch-tokens", "8", model=str(FIXTURES / "bert"))
+    try:
+        r = requests.post(s.url + "/v1/embeddings", json={"input": "one two three four five six"},
+                          timeout=30)
+        assert r.status_code == 400, r.text
+        assert "--max-batch-tokens" in r.json()["error"]["message"], r.text
+        assert requests.post(s.url + "/v1/embeddings", json={"input": "red"},
+                             timeout=30).status_code == 200
+    finally:
+        s.close()
+
+
+def test_the_model_says_what_it_serves_and_refuses_generation(served):
+    _, s = served
+    models = requests.get(s.url + "/v1/models", timeout=10).json()
+    assert models["data"][0]["task"] == "embed"
+    with pytest.raises(openai.BadRequestError, match="task embed.*/v1/embeddings"):
+        s.client().completions.create(model=MODEL_NAME, prompt="hi", max_tokens=1)
+    with pytest.raises(openai.BadRequestError, match="task embed"):
+        s.client().chat.completions.create(model=MODEL_NAME, max_tokens=1,
+                                           messages=[{"role": "user", "content": "hi"}])
+
+
+def test_the_router_forwards_embeddings_to_a_ready_replica():
+    from test_router import Router
+    servers = [Server(model=str(FIXTURES / "bert")) for _ in range(2)]
+    router = Router(*[s.url for s in servers])
+    try:
+        ref = reference("bert")
+        got = router.client().embeddings.create(model=MODEL_NAME, input=ref["texts"],
+                                                encoding_format="float")
+        for i, want in enumerate(ref["embeddings"]):
+            assert_close(f"router text {i}", got.data[i].embedding, want)
+        r = requests.post(router.url + "/v1/embeddings", json={"input": ""}, timeout=30)
+        assert r.status_code == 400, r.text
+    finally:
+        router.close()
+        for s in servers:
+            s.close()

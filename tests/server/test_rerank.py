@@ -1,0 +1,149 @@
+"""The tiny cross-encoder (server/models/testdata/embeddings/bert_rerank,
+written by sentence-transformers' CrossEncoder) served by the real binary:
+a Cohere-shaped and a Jina-shaped rerank over HTTP (/v1/rerank and
+/rerank), vLLM's /score with one and many pairs, each score within 1e-4 of
+CrossEncoder.predict's; the bad inputs that are each a 400 with its reason
+while the server goes on; and a rerank on an embedding model refused."""
+
+import json
+import pathlib
+
+import pytest
+import requests
+
+from conftest import MODEL_NAME, Server
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "server" / "models" / "testdata" / "embeddings"
+REF = json.loads((FIXTURES / "bert_rerank" / "reference.json").read_text())
+ELEMENT = 1e-4
+
+
+@pytest.fixture(scope="module")
+def served():
+    s = Server("--max-batch-tokens", "40", "--max-queue", "16",
+               model=str(FIXTURES / "bert_rerank"))
+    yield s
+    s.close()
+
+
+def post(s, path, body):
+    r = requests.post(s.url + path, json=body, timeout=30)
+    return r.status_code, r.json()
+
+
+def test_the_model_scores_as_its_files_say(served):
+    models = requests.get(served.url + "/v1/models", timeout=10).json()
+    assert models["data"][0]["task"] == "score"
+
+
+@pytest.mark.parametrize("path,documents", [
+    # Cohere: strings; Jina: objects with a text.
+    ("/v1/rerank", REF["documents"]),
+    ("/rerank", [{"text": d} for d in REF["documents"]]),
+])
+def test_rerank_ranks_the_documents_by_cross_encoder_score(served, path, documents):
+    code, got = post(served, path, {"model": MODEL_NAME, "query": REF["query"],
+                                    "documents": documents})
+    assert code == 200, got
+    results = got["results"]
+    assert sorted(r["index"] for r in results) == list(range(len(documents)))
+    scores = [r["relevance_score"] for r in results]
+    assert scores == sorted(scores, reverse=True)
+    for r in results:
+        assert abs(r["relevance_score"] - REF["scores"][r["index"]]) <= ELEMENT, r
+        assert r["document"]["text"] == REF["documents"][r["index"]]
+    assert got["usage"]["total_tokens"] == sum(len(t) for t in REF["tokens"])
+    # top_n keeps the best; return_documents false leaves them out.
+    code, top = post(served, path, {"query": REF["query"], "documents": documents,
+                                    "top_n": 2, "return_documents": False})
+    assert code == 200, top
+    assert [r["index"] for r in top["results"]] == [r["index"] for r in results[:2]]
+    assert all("document" not in r for r in top["results"])
+
+
+def test_score_takes_one_pair_or_many(served):
+    code, one = post(served, "/score", {"text_1": REF["query"], "text_2": REF["documents"][0]})
+    assert code == 200, one
+    assert abs(one["data"][0]["score"] - REF["scores"][0]) <= ELEMENT
+    code, many = post(served, "/score", {"text_1": [REF["query"]] * len(REF["documents"]),
+                                         "text_2": REF["documents"]})
+    assert code == 200, many
+    assert [d["index"] for d in many["data"]] == list(range(len(REF["documents"])))
+    for d in many["data"]:
+        assert d["object"] == "score"
+        assert abs(d["score"] - REF["scores"][d["index"]]) <= ELEMENT, d
+
+
+@pytest.mark.parametrize("path,body,reason", [
+    ("/v1/rerank", {"query": "red", "documents": []}, "documents is empty"),
+    ("/v1/rerank", {"query": "red", "documents": ["blue"], "top_n": -1}, "top_n must be"),
+    ("/rerank", {"documents": ["blue"]}, "query is required"),
+    ("/v1/rerank", {"query": "red", "documents": ["blue", ""]}, "pair 1 has an empty text"),
+    ("/v1/rerank", {"query": "red", "documents": ["one two three " * 40]}, "more than the model's"),
+    ("/score", {"text_1": ["a", "b"], "text_2": ["c", "d", "e"]}, "text_1 has 2 texts"),
+    ("/score", {"text_1": "a", "text_2": "b", "temperature": 0}, "unsupported field `temperature`"),
+])
+def test_bad_input_is_a_400_with_its_reason_and_the_server_goes_on(served, path, body, reason):
+    code, got = post(served, path, body)
+    assert code == 400, got
+    assert reason in got["error"]["message"], got
+    code, ok = post(served, "/score", {"text_1": "red", "text_2": "blue"})
+    assert code == 200, ok
+
+
+def test_a_scorer_refuses_embeddings_and_an_embedder_refuses_rerank(served):
+    code, got = post(served, "/v1/embeddings", {"input": "red"})
+    assert code == 400 and "task score" in got["error"]["message"], got
+    s = Server(model=str(FIXTURES / "bert"))
+    try:
+        for path in ["/v1/rerank", "/rerank"]:
+            code, got = post(s, path, {"query": "red", "documents": ["blue"]})
+            assert code == 400, got
+            assert "task embed" in got["error"]["message"] and path in got["error"]["message"]
+        code, got = post(s, "/score", {"text_1": "red", "text_2": "blue"})
+        assert code == 400 and "/v1/embeddings" in got["error"]["message"], got
+    finally:
+        s.close()
+
+
+def test_the_router_forwards_rerank_and_score_to_a_ready_replica():
+    from test_router import Router
+    servers = [Server(model=str(FIXTURES / "bert_rerank")) for _ in range(2)]
+    router = Router(*[s.url for s in servers])
+    try:
+        for path in ["/v1/rerank", "/rerank"]:
+            code, got = post(router, path, {"model": MODEL_NAME, "query": REF["query"],
+                                            "documents": REF["documents"]})
+            assert code == 200, got
+            for r in got["results"]:
+                assert abs(r["relevance_score"] - REF["scores"][r["index"]]) <= ELEMENT
+        code, got = post(router, "/score", {"model": MODEL_NAME, "text_1": REF["query"],
+                                            "text_2": REF["documents"]})
+        assert code == 200, got
+        assert [round(d["score"], 4) for d in got["data"]] == [round(x, 4) for x in REF["scores"]]
+        code, got = post(router, "/v1/rerank", {"model": MODEL_NAME, "query": "red",
+                                                "documents": []})
+        assert code == 400, got
+    finally:
+        router.close()
+        for s in servers:
+            s.close()
+
+
+def test_pooling_requests_count_under_vllms_names(served):
+    def total(name, label=""):
+        text = requests.get(served.url + "/metrics", timeout=5).text
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith(name) and label in line
+                   and line[len(name)] in " {")
+    names = ["vllm:prompt_tokens_total", "vllm:e2e_request_latency_seconds_count",
+             "vllm:request_queue_time_seconds_count"]
+    before = [total(n) for n in names]
+    stop = total("vllm:request_success_total", 'finished_reason="stop"')
+    code, got = post(served, "/score", {"text_1": REF["query"], "text_2": REF["documents"]})
+    assert code == 200, got
+    after = [total(n) for n in names]
+    assert after[0] - before[0] == got["usage"]["prompt_tokens"] == sum(map(len, REF["tokens"]))
+    assert after[1] - before[1] == 1 and after[2] - before[2] == 1
+    assert total("vllm:request_success_total", 'finished_reason="stop"') - stop == 1

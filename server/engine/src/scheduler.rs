@@ -17,7 +17,7 @@ use crate::job::{Job, RequestId};
 use crate::kv_pools::KvPools;
 use crate::metrics::{Latency, Metrics};
 use crate::queue::{Door, EngineHandle, Shared};
-use crate::row::{Finish, Row, cancelled};
+use crate::row::{Row, cancelled};
 use crate::row_kv::RowKv;
 use crate::speculative::Speculation;
 use crate::status::{

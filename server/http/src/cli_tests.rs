@@ -222,6 +222,7 @@ fn the_operators_pod_args_parse_into_its_plan() {
         prefill_chunk: None,
         max_queue: None,
         lora: None,
+        speculative: None,
         task: ferrox_plan::Task::Embed,
         max_batch_tokens: Some(4096),
     };

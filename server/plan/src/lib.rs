@@ -39,8 +39,8 @@ pub use footprint::{DeviceKind, Footprint, Footprints};
 pub use lora::LoraPlan;
 pub use plan::{Plan, PoolPlan};
 pub use pool_sizes::{PoolSizes, spell_kinds};
-pub use speculative::{MAX_PROMPT_LOOKUP, MAX_SPECULATIVE_TOKENS, SpeculativeConfig};
 pub use pooling::{plan_pooling, pooling_activation_bytes};
+pub use speculative::{MAX_PROMPT_LOOKUP, MAX_SPECULATIVE_TOKENS, SpeculativeConfig};
 pub use task::Task;
 pub use window::{SlidingWindow, slides, window_blocks};
 

@@ -46,6 +46,12 @@ pub fn size_pooling(
             cfg.max_batch_tokens
         )
     })?;
+    if cfg.speculative.is_some() {
+        anyhow::bail!(
+            "--{} drafts tokens to generate; an embedding or scoring model generates none",
+            ferrox_plan::contract::flag::SPECULATIVE_CONFIG
+        );
+    }
     let engine = EngineConfig {
         max_seqs: usize::try_from(plan.max_seqs).context("max_seqs is too large")?,
         max_queue: cfg.max_queue,
@@ -58,6 +64,7 @@ pub fn size_pooling(
         cache_salt: String::new(),
         max_loras: 1,
         max_batch_tokens: cfg.max_batch_tokens,
+        speculative: None,
     };
     Ok(Sizing {
         engine,

@@ -28,6 +28,7 @@ pub(super) static GLM4_MOE: Family = Family {
     gguf: &["glm4moe"],
     hf: &["Glm4MoeForCausalLM", "glm4_moe"],
     hf_tensors: &TENSORS,
+    hf_layers: "layers",
     // llama.cpp names the feed-forward's input norm as gpt-oss's.
     gguf_tensors: &[("ffn_norm", "post_attention_norm")],
     hf_experts: HfExperts::PerExpert,

@@ -14,6 +14,7 @@ pub(super) static SMOLLM3: Family = Family {
     gguf: &["smollm3"],
     hf: &["SmolLM3ForCausalLM", "smollm3"],
     hf_tensors: &[],
+    hf_layers: "layers",
     gguf_tensors: &[],
     hf_experts: HfExperts::PerExpert,
     tied_default: true,

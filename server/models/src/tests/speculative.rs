@@ -57,6 +57,7 @@ fn run_with(
         cache_salt: "test".into(),
         max_loras: 1,
         speculative: spec,
+        max_batch_tokens: 16384,
     };
     let mut now = Instant::now();
     let (mut s, h) = Scheduler::new(model, config, Arc::new(Metrics::new().unwrap()), now).unwrap();

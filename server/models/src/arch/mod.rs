@@ -67,7 +67,7 @@ pub struct Family {
 }
 
 /// Every family, in lookup order.
-const FAMILIES: [&Family; 16] = [
+const FAMILIES: [&Family; 17] = [
     &llama::LLAMA,
     &llama::MISTRAL,
     &llama::MIXTRAL,
@@ -84,6 +84,7 @@ const FAMILIES: [&Family; 16] = [
     &qwen35::QWEN35,
     &qwen35::QWEN3NEXT,
     &bert::BERT,
+    &bert::XLM_ROBERTA,
 ];
 
 /// Every family's name, in lookup order: what an unknown architecture's

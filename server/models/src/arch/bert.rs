@@ -12,7 +12,7 @@ use crate::spec::{
 };
 
 /// BERT's tensors by Hugging Face name (XLM-RoBERTa's are the same).
-const BERT_TENSORS: [(&str, &str); 15] = [
+const BERT_TENSORS: [(&str, &str); 13] = [
     ("token_embd.weight", "embeddings.word_embeddings.weight"),
     (
         "position_embd.weight",
@@ -24,9 +24,6 @@ const BERT_TENSORS: [(&str, &str); 15] = [
     ),
     ("token_embd_norm.weight", "embeddings.LayerNorm.weight"),
     ("token_embd_norm.bias", "embeddings.LayerNorm.bias"),
-    // A cross-encoder's pooler (its classifier: `cls.output`).
-    ("cls.weight", "pooler.dense.weight"),
-    ("cls.bias", "pooler.dense.bias"),
     ("attn_q", "attention.self.query"),
     ("attn_k", "attention.self.key"),
     ("attn_v", "attention.self.value"),
@@ -67,7 +64,11 @@ pub(super) static BERT: Family = Family {
 pub(super) static XLM_ROBERTA: Family = Family {
     name: "xlm-roberta",
     gguf: &[],
-    hf: &["XLMRobertaModel", "xlm-roberta"],
+    hf: &[
+        "XLMRobertaModel",
+        "XLMRobertaForSequenceClassification",
+        "xlm-roberta",
+    ],
     hf_tensors: &BERT_TENSORS,
     gguf_tensors: &[],
     hf_layers: "encoder.layer",
@@ -77,6 +78,21 @@ pub(super) static XLM_ROBERTA: Family = Family {
     from_hf: xlmr_from_hf,
     from_gguf: xlmr_from_gguf,
 };
+
+/// The checkpoint's name of a cross-encoder's score-head tensor `part`
+/// of llama.cpp's `cls.{part}` (`weight`, `output.bias`, ...), `prefix`
+/// the encoder's: BERT's pooler sits inside the encoder and its classifier
+/// beside it; XLM-RoBERTa's head is `classifier.dense` and
+/// `classifier.out_proj`, both beside it.
+pub(crate) fn score_head_name(family: &Family, prefix: &str, part: &str) -> String {
+    let roberta = std::ptr::eq(family, &XLM_ROBERTA);
+    match (roberta, part.strip_prefix("output.")) {
+        (false, None) => format!("{prefix}pooler.dense.{part}"),
+        (false, Some(out)) => format!("classifier.{out}"),
+        (true, None) => format!("classifier.dense.{part}"),
+        (true, Some(out)) => format!("classifier.out_proj.{out}"),
+    }
+}
 
 /// One BERT layer: bidirectional attention, a plain MLP.
 fn layer(scale: f32, activation: Activation) -> LayerSpec {

@@ -5,6 +5,7 @@
 //! group; no family has a decoder of its own.
 
 mod bert;
+pub(crate) use bert::score_head_name;
 mod gemma;
 mod gpt_oss;
 mod granite;

@@ -8,6 +8,9 @@ and saved as sentence-transformers saves them (modules.json,
 - bert: BertModel with a WordPiece tokenizer ([CLS] ... [SEP]), CLS
   pooling, normalized; no Matryoshka dimensions.
 - bert_mean: the same kind of encoder, mean pooling, not normalized.
+- xlmr: XLMRobertaModel with a Unigram tokenizer (<s> ... </s>),
+  positions from pad_token_id + 1, one token type, mean pooling,
+  normalized.
 - qwen3_embed: a Qwen3 decoder (Qwen3Model, no `model.` prefix, as
   Qwen3-Embedding ships), <|endoftext|> appended by the tokenizer,
   last-token pooling, normalized, Matryoshka dimensions 16 and 32.
@@ -44,6 +47,7 @@ TEXTS = [
     "Count to five: one two three four five. Name three colors: red, green and blue.",
 ]
 BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+XLMR_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]
 
 
 def wordpiece() -> Tokenizer:
@@ -98,6 +102,37 @@ def bert_dir(dir: pathlib.Path, seed: int) -> None:
     fast = transformers.PreTrainedTokenizerFast(
         tokenizer_object=tok, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
         pad_token="[PAD]", mask_token="[MASK]", model_max_length=64)
+    fast.save_pretrained(dir)
+
+
+def unigram() -> Tokenizer:
+    """A Unigram tokenizer as XLM-RoBERTa's: <s> text </s>, trained on the
+    corpus (a small vocabulary, so words split)."""
+    from tokenizers import models as tmodels, trainers
+    tok = Tokenizer(tmodels.Unigram())
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    trainer = trainers.UnigramTrainer(vocab_size=120, special_tokens=XLMR_SPECIALS,
+                                      unk_token="<unk>")
+    tok.train_from_iterator(bpe.CORPUS + TEXTS, trainer)
+    tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    return tok
+
+
+def xlmr_dir(dir: pathlib.Path, seed: int) -> None:
+    tok = unigram()
+    config = transformers.XLMRobertaConfig(
+        vocab_size=tok.get_vocab_size(), hidden_size=64, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=128, max_position_embeddings=130,
+        type_vocab_size=1, hidden_act="gelu", layer_norm_eps=1e-5, pad_token_id=1,
+        bos_token_id=0, eos_token_id=2)
+    model = transformers.XLMRobertaModel(config, add_pooling_layer=False)
+    randomize(model, seed)
+    model.save_pretrained(dir)
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+        pad_token="<pad>", cls_token="<s>", sep_token="</s>", model_max_length=128)
     fast.save_pretrained(dir)
 
 
@@ -186,6 +221,7 @@ def main() -> int:
     build("bert", bert_dir, "cls", True, [], 2001)
     build("bert_mean", bert_dir, "mean", False, [], 2002)
     build("qwen3_embed", qwen3_dir, "lasttoken", True, [16, 32], 2003)
+    build("xlmr", xlmr_dir, "mean", True, [], 2005)
     if a.llama_src:
         convert("bert", a.llama_src)
     size = sum(p.stat().st_size for p in OUT.rglob("*") if p.is_file())

@@ -21,7 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "server" / "models" / "testdata" / "embeddings"
 # Each fixture's folder (its safetensors), and BERT's GGUF (llama.cpp's
 # converter's), checked against the same reference.
-NAMES = ["bert", "bert/model.gguf", "bert_mean", "qwen3_embed"]
+NAMES = ["bert", "bert/model.gguf", "bert_mean", "qwen3_embed", "xlmr"]
 # The accuracy bar, float32.
 COSINE, ELEMENT = 0.99999, 1e-4
 

@@ -1,5 +1,5 @@
-"""The tiny cross-encoder (server/models/testdata/embeddings/bert_rerank,
-written by sentence-transformers' CrossEncoder) served by the real binary:
+"""The tiny cross-encoders (server/models/testdata/embeddings/bert_rerank
+and xlmr_rerank, written by sentence-transformers' CrossEncoder) served by the real binary:
 a Cohere-shaped and a Jina-shaped rerank over HTTP (/v1/rerank and
 /rerank), vLLM's /score with one and many pairs, each score within 1e-4 of
 CrossEncoder.predict's; the bad inputs that are each a 400 with its reason
@@ -19,10 +19,13 @@ REF = json.loads((FIXTURES / "bert_rerank" / "reference.json").read_text())
 ELEMENT = 1e-4
 
 
-@pytest.fixture(scope="module")
-def served():
-    s = Server("--max-batch-tokens", "40", "--max-queue", "16",
-               model=str(FIXTURES / "bert_rerank"))
+@pytest.fixture(scope="module", params=["bert_rerank", "xlmr_rerank"])
+def served(request):
+    s = Server("--max-batch-tokens", "64", "--max-queue", "16",
+               model=str(FIXTURES / request.param))
+    # The query and documents are the fixtures' same; the tokens and
+    # scores are each model's.
+    s.ref = json.loads((FIXTURES / request.param / "reference.json").read_text())
     yield s
     s.close()
 
@@ -51,9 +54,9 @@ def test_rerank_ranks_the_documents_by_cross_encoder_score(served, path, documen
     scores = [r["relevance_score"] for r in results]
     assert scores == sorted(scores, reverse=True)
     for r in results:
-        assert abs(r["relevance_score"] - REF["scores"][r["index"]]) <= ELEMENT, r
+        assert abs(r["relevance_score"] - served.ref["scores"][r["index"]]) <= ELEMENT, r
         assert r["document"]["text"] == REF["documents"][r["index"]]
-    assert got["usage"]["total_tokens"] == sum(len(t) for t in REF["tokens"])
+    assert got["usage"]["total_tokens"] == sum(len(t) for t in served.ref["tokens"])
     # top_n keeps the best; return_documents false leaves them out.
     code, top = post(served, path, {"query": REF["query"], "documents": documents,
                                     "top_n": 2, "return_documents": False})
@@ -65,14 +68,14 @@ def test_rerank_ranks_the_documents_by_cross_encoder_score(served, path, documen
 def test_score_takes_one_pair_or_many(served):
     code, one = post(served, "/score", {"text_1": REF["query"], "text_2": REF["documents"][0]})
     assert code == 200, one
-    assert abs(one["data"][0]["score"] - REF["scores"][0]) <= ELEMENT
+    assert abs(one["data"][0]["score"] - served.ref["scores"][0]) <= ELEMENT
     code, many = post(served, "/score", {"text_1": [REF["query"]] * len(REF["documents"]),
                                          "text_2": REF["documents"]})
     assert code == 200, many
     assert [d["index"] for d in many["data"]] == list(range(len(REF["documents"])))
     for d in many["data"]:
         assert d["object"] == "score"
-        assert abs(d["score"] - REF["scores"][d["index"]]) <= ELEMENT, d
+        assert abs(d["score"] - served.ref["scores"][d["index"]]) <= ELEMENT, d
 
 
 @pytest.mark.parametrize("path,body,reason", [
@@ -144,6 +147,6 @@ def test_pooling_requests_count_under_vllms_names(served):
     code, got = post(served, "/score", {"text_1": REF["query"], "text_2": REF["documents"]})
     assert code == 200, got
     after = [total(n) for n in names]
-    assert after[0] - before[0] == got["usage"]["prompt_tokens"] == sum(map(len, REF["tokens"]))
+    assert after[0] - before[0] == got["usage"]["prompt_tokens"] == sum(map(len, served.ref["tokens"]))
     assert after[1] - before[1] == 1 and after[2] - before[2] == 1
     assert total("vllm:request_success_total", 'finished_reason="stop"') - stop == 1

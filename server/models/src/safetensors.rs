@@ -74,6 +74,9 @@ impl HfNames {
     /// Translates a GGUF tensor name to this checkpoint's.
     fn hf(&self, gguf: &str) -> String {
         let p = self.prefix;
+        if let Some(part) = gguf.strip_prefix("cls.") {
+            return crate::arch::score_head_name(self.family, p, part);
+        }
         if let Some(hf) = self.family.hf_global(gguf) {
             return format!("{p}{hf}");
         }
@@ -81,9 +84,6 @@ impl HfNames {
             "token_embd.weight" => return format!("{p}embed_tokens.weight"),
             "output_norm.weight" => return format!("{p}norm.weight"),
             "output.weight" => return self.head.to_string(),
-            // A cross-encoder's classifier sits beside its encoder.
-            "cls.output.weight" => return "classifier.weight".into(),
-            "cls.output.bias" => return "classifier.bias".into(),
             _ => {}
         }
         let Some((layer, tail)) = gguf.strip_prefix("blk.").and_then(|r| r.split_once('.')) else {

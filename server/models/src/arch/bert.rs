@@ -11,6 +11,31 @@ use crate::spec::{
     Norms,
 };
 
+/// BERT's tensors by Hugging Face name (XLM-RoBERTa's are the same).
+const BERT_TENSORS: [(&str, &str); 13] = [
+    ("token_embd.weight", "embeddings.word_embeddings.weight"),
+    (
+        "position_embd.weight",
+        "embeddings.position_embeddings.weight",
+    ),
+    (
+        "token_types.weight",
+        "embeddings.token_type_embeddings.weight",
+    ),
+    ("token_embd_norm.weight", "embeddings.LayerNorm.weight"),
+    ("token_embd_norm.bias", "embeddings.LayerNorm.bias"),
+    ("attn_q", "attention.self.query"),
+    ("attn_k", "attention.self.key"),
+    ("attn_v", "attention.self.value"),
+    ("attn_output", "attention.output.dense"),
+    // Post-LN: the norm after the attention's residual add, and the
+    // one after the MLP's.
+    ("attn_norm", "attention.output.LayerNorm"),
+    ("ffn_up", "intermediate.dense"),
+    ("ffn_down", "output.dense"),
+    ("ffn_norm", "output.LayerNorm"),
+];
+
 /// BERT.
 pub(super) static BERT: Family = Family {
     name: "bert",
@@ -21,32 +46,7 @@ pub(super) static BERT: Family = Family {
         "BertForSequenceClassification",
         "bert",
     ],
-    hf_tensors: &[
-        ("token_embd.weight", "embeddings.word_embeddings.weight"),
-        (
-            "position_embd.weight",
-            "embeddings.position_embeddings.weight",
-        ),
-        (
-            "token_types.weight",
-            "embeddings.token_type_embeddings.weight",
-        ),
-        ("token_embd_norm.weight", "embeddings.LayerNorm.weight"),
-        ("token_embd_norm.bias", "embeddings.LayerNorm.bias"),
-        // A cross-encoder's pooler (its classifier: `cls.output`).
-        ("cls.weight", "pooler.dense.weight"),
-        ("cls.bias", "pooler.dense.bias"),
-        ("attn_q", "attention.self.query"),
-        ("attn_k", "attention.self.key"),
-        ("attn_v", "attention.self.value"),
-        ("attn_output", "attention.output.dense"),
-        // Post-LN: the norm after the attention's residual add, and the
-        // one after the MLP's.
-        ("attn_norm", "attention.output.LayerNorm"),
-        ("ffn_up", "intermediate.dense"),
-        ("ffn_down", "output.dense"),
-        ("ffn_norm", "output.LayerNorm"),
-    ],
+    hf_tensors: &BERT_TENSORS,
     gguf_tensors: &[
         ("attn_norm", "attn_output_norm"),
         ("ffn_norm", "layer_output_norm"),
@@ -58,6 +58,41 @@ pub(super) static BERT: Family = Family {
     from_hf,
     from_gguf,
 };
+
+/// XLM-RoBERTa (bge-m3, multilingual-e5): BERT's layers and names, its
+/// positions counted from `pad_token_id + 1`, one token type.
+pub(super) static XLM_ROBERTA: Family = Family {
+    name: "xlm-roberta",
+    gguf: &[],
+    hf: &[
+        "XLMRobertaModel",
+        "XLMRobertaForSequenceClassification",
+        "xlm-roberta",
+    ],
+    hf_tensors: &BERT_TENSORS,
+    gguf_tensors: &[],
+    hf_layers: "encoder.layer",
+    hf_experts: HfExperts::PerExpert,
+    tied_default: true,
+    gguf_permuted_qk: false,
+    from_hf: xlmr_from_hf,
+    from_gguf: xlmr_from_gguf,
+};
+
+/// The checkpoint's name of a cross-encoder's score-head tensor `part`
+/// of llama.cpp's `cls.{part}` (`weight`, `output.bias`, ...), `prefix`
+/// the encoder's: BERT's pooler sits inside the encoder and its classifier
+/// beside it; XLM-RoBERTa's head is `classifier.dense` and
+/// `classifier.out_proj`, both beside it.
+pub(crate) fn score_head_name(family: &Family, prefix: &str, part: &str) -> String {
+    let roberta = std::ptr::eq(family, &XLM_ROBERTA);
+    match (roberta, part.strip_prefix("output.")) {
+        (false, None) => format!("{prefix}pooler.dense.{part}"),
+        (false, Some(out)) => format!("classifier.{out}"),
+        (true, None) => format!("classifier.dense.{part}"),
+        (true, Some(out)) => format!("classifier.out_proj.{out}"),
+    }
+}
 
 /// One BERT layer: bidirectional attention, a plain MLP.
 fn layer(scale: f32, activation: Activation) -> LayerSpec {
@@ -79,8 +114,14 @@ fn layer(scale: f32, activation: Activation) -> LayerSpec {
     }
 }
 
-/// The encoder of `shape`, LayerNorm epsilon `eps`, `types` token types.
-fn encoder(shape: Shape, eps: f64, types: usize, activation: Activation) -> ModelSpec {
+/// The encoder `name` of `shape`, LayerNorm epsilon `eps`, `types` token
+/// types, positions from `offset`.
+fn encoder(
+    name: &'static str,
+    shape: Shape,
+    (eps, types, offset): (f64, usize, usize),
+    activation: Activation,
+) -> ModelSpec {
     let norms = Norms {
         eps,
         layer_norm: true,
@@ -91,10 +132,11 @@ fn encoder(shape: Shape, eps: f64, types: usize, activation: Activation) -> Mode
     };
     let scale = shape.plain_scale();
     let mut spec = shape.spec("bert", norms, Vec::new(), |_| layer(scale, activation));
+    spec.family = name;
     spec.qkv_bias = true;
     spec.final_norm = false;
     spec.input = InputSpec {
-        positions: Some(0),
+        positions: Some(offset),
         token_types: types,
         norm: true,
     };
@@ -118,10 +160,36 @@ fn from_hf(c: &HfConfig) -> Result<ModelSpec> {
     let types = c.usize_or("type_vocab_size", 2)?;
     let eps = c.f64_opt("layer_norm_eps")?.unwrap_or(1e-12);
     Ok(encoder(
+        "bert",
         shape,
-        eps,
-        types,
+        (eps, types, 0),
         activation(c.str_opt("hidden_act"))?,
+    ))
+}
+
+fn xlmr_from_hf(c: &HfConfig) -> Result<ModelSpec> {
+    let mut shape = Shape::hf(c, &[])?;
+    // Position i of a text is row pad_token_id + 1 + i.
+    let offset = c.usize_or("pad_token_id", 1)? + 1;
+    shape.context = shape.context.checked_sub(offset).ok_or_else(|| {
+        Error::Config(format!(
+            "max_position_embeddings {} leaves no position past pad_token_id",
+            shape.context
+        ))
+    })?;
+    let types = c.usize_or("type_vocab_size", 1)?;
+    let eps = c.f64_opt("layer_norm_eps")?.unwrap_or(1e-5);
+    Ok(encoder(
+        "xlm-roberta",
+        shape,
+        (eps, types, offset),
+        activation(c.str_opt("hidden_act"))?,
+    ))
+}
+
+fn xlmr_from_gguf(_: &Metadata<'_>) -> Result<ModelSpec> {
+    Err(Error::Config(
+        "XLM-RoBERTa from GGUF is not served (llama.cpp writes it as `bert`)".into(),
     ))
 }
 
@@ -129,7 +197,7 @@ fn from_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
     let shape = Shape::gguf(m)?;
     let eps = f64::from(m.f32_opt("attention.layer_norm_epsilon")?.unwrap_or(1e-12));
     // llama.cpp writes no type count; its converter keeps BERT's two rows.
-    Ok(encoder(shape, eps, 2, Activation::Gelu))
+    Ok(encoder("bert", shape, (eps, 2, 0), Activation::Gelu))
 }
 
 #[cfg(test)]
@@ -184,5 +252,29 @@ mod tests {
         assert!(
             matches!(&pooled.layers[0].mixer, Mixer::Encoder(e) if e.causal && !e.attention.nope)
         );
+    }
+
+    #[test]
+    fn bge_m3_reads_as_bert_with_positions_past_the_padding() {
+        let m3 = read(
+            json!({"architectures":["XLMRobertaModel"],"hidden_size":1024,"intermediate_size":4096,
+            "num_hidden_layers":24,"num_attention_heads":16,"vocab_size":250002,
+            "max_position_embeddings":8194,"type_vocab_size":1,"hidden_act":"gelu",
+            "layer_norm_eps":1e-5,"pad_token_id":1,"model_type":"xlm-roberta"}),
+        );
+        assert_eq!(
+            (m3.family, m3.layers.len(), m3.context),
+            ("xlm-roberta", 24, 8192)
+        );
+        assert_eq!(m3.input.positions, Some(2));
+        assert_eq!(m3.input.token_types, 1);
+        assert!(!m3.keeps_cache() && m3.norms.layer_norm);
+        let cramped = super::super::from_hf(
+            &json!({"architectures":["XLMRobertaModel"],"hidden_size":64,"intermediate_size":128,
+            "num_hidden_layers":1,"num_attention_heads":4,"vocab_size":10,
+            "max_position_embeddings":1,"pad_token_id":1})
+            .to_string(),
+        );
+        assert!(cramped.is_err());
     }
 }

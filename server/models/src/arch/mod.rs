@@ -5,6 +5,7 @@
 //! group; no family has a decoder of its own.
 
 mod bert;
+pub(crate) use bert::score_head_name;
 mod gemma;
 mod glm;
 mod gpt_oss;
@@ -69,7 +70,7 @@ pub struct Family {
 }
 
 /// Every family, in lookup order.
-const FAMILIES: [&Family; 18] = [
+const FAMILIES: [&Family; 19] = [
     &llama::LLAMA,
     &llama::MISTRAL,
     &llama::MIXTRAL,
@@ -88,6 +89,7 @@ const FAMILIES: [&Family; 18] = [
     &smollm3::SMOLLM3,
     &glm::GLM4_MOE,
     &bert::BERT,
+    &bert::XLM_ROBERTA,
 ];
 
 /// Every family's name, in lookup order: what an unknown architecture's

@@ -95,10 +95,14 @@ def main():
                 for i in range(args.requests)]
 
     with concurrent.futures.ThreadPoolExecutor(args.clients) as pool:
-        results = [r for rs in pool.map(client, range(args.clients)) for r in rs]
+        per_client = list(pool.map(client, range(args.clients)))
+    results = [r for rs in per_client for r in rs]
     ttfts = [r["ttft"] for r in results if "ttft" in r]
     out = {"total": len(results), "ok": len(ttfts),
            "failed": sum("error" in r for r in results),
+           # The most requests one client lost: a replica going away ends
+           # what was in flight on it (one request a client), no more.
+           "worst_client": max((sum("error" in r for r in rs) for rs in per_client), default=0),
            "hung": sum(bool(r.get("hung")) for r in results),
            "errors": [r["error"] for r in results if "error" in r][:5],
            "ttft_p50": pct(ttfts, 0.5), "ttft_p99": pct(ttfts, 0.99),

@@ -143,6 +143,9 @@ PY
 
 # A replica deleted (1 s grace) under load through the router: what was on
 # it ends, with an answer or an error; nothing hangs; the rest is answered.
+# How many were on it depends on which prompts the router placed there (up
+# to half the clients and more), so the bound is per client: each lost at
+# most the one request it had in flight.
 check_replica_deleted() {
   local out="$NODE_DIR/prefix-delete.json" victim
   python3 "$PREFIX_LOAD" --url "$(router_url)" --model "$PREFIX" --seed 1 --clients 16 --requests 6 --timeout 60 --out "$out" &
@@ -152,11 +155,11 @@ check_replica_deleted() {
   kubectl delete pod "$victim" --grace-period=1 --wait=false >/dev/null
   wait "$load"
   local summary
-  summary=$(python3 -c "import json; r=json.load(open('$out')); print(r['total'], r['ok'], r['failed'], r['hung'], r['errors'][:2])")
-  local total okc nfailed hung
-  read -r total okc nfailed hung _ <<<"$summary"
-  if [[ $hung == 0 && $okc -gt 0 && $nfailed -le 8 ]]; then
-    ok "replica $victim deleted under load: $okc/$total answered, $nfailed ended with an error (in flight on it), 0 hung"
+  summary=$(python3 -c "import json; r=json.load(open('$out')); print(r['total'], r['ok'], r['failed'], r['hung'], r['worst_client'], r['errors'][:2])")
+  local total okc nfailed hung worst
+  read -r total okc nfailed hung worst _ <<<"$summary"
+  if [[ $hung == 0 && $okc -gt 0 && $worst -le 1 ]]; then
+    ok "replica $victim deleted under load: $okc/$total answered, $nfailed ended with an error (in flight on it; at most 1 a client), 0 hung"
   else
     bad "replica deleted under load: $summary"
   fi

@@ -17,7 +17,8 @@ use ferrox_models::{PagedModel, Source};
 use ferrox_plan::{CacheKind, DeviceKind, Plan};
 
 use super::{Cli, Command};
-use crate::load::model::{Sizing, size};
+use crate::load::model::size;
+use crate::load::sizing::Sizing;
 
 fn families() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/testdata/families")

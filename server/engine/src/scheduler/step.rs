@@ -13,12 +13,10 @@ use rayon::prelude::*;
 
 use super::Scheduler;
 use super::prefill_plan::plan_prefill;
-use super::step_batch::{StepRows, chunk_input, decode_input, run_step};
+use super::step_batch::{StepRows, chunk_input, decode_input, model_failed, run_step, take_logits};
 use super::verify::{Verified, verify};
-use crate::EngineError;
 use crate::job::RequestId;
-use crate::metrics::Metrics;
-use crate::row::{Finish, Row};
+use crate::row::Row;
 
 /// Tries of one step before its rows fail.
 const FORWARD_TRIES: usize = 2;
@@ -238,23 +236,6 @@ impl<M: BatchModel> Scheduler<M> {
     }
 }
 
-/// Samples from a row's logits, or ends the row if the model gave a row of
-/// the wrong size (that row's failure, not the batch's).
-pub(super) fn take_logits(
-    row: &mut Row,
-    logits: &[f32],
-    vocab: usize,
-    now: Instant,
-    metrics: &Metrics,
-) {
-    if logits.len() == vocab {
-        row.take_logits(logits, now, metrics);
-    } else {
-        let why = format!("{} logits for a vocabulary of {vocab}", logits.len());
-        row.end(model_failed(why));
-    }
-}
-
 /// The text of a panic's payload.
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
     payload
@@ -262,8 +243,4 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
         .copied()
         .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(no message)")
-}
-
-pub(super) fn model_failed(why: impl ToString) -> Finish {
-    Finish::Failed(EngineError::Model(why.to_string()))
 }

@@ -3,12 +3,15 @@
 //! and its position.
 
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 use ferrox_core::batch_model::{PrefillChunk, StepLogits};
 use ferrox_core::{AdapterRef, BatchModel, DecodeRow, Pool, Table};
 
+use crate::EngineError;
 use crate::job::RequestId;
-use crate::row::Row;
+use crate::metrics::Metrics;
+use crate::row::{Finish, Row};
 
 /// One step's rows, by what each runs. Batch position j maps to an id in
 /// one of these lists, never to an index into a table that may change
@@ -124,4 +127,26 @@ pub(super) fn spell_pools(pools: &[Pool]) -> String {
         .map(|p| format!("{}={}", p.kind, p.blocks))
         .collect();
     spelt.join(", ")
+}
+
+/// Samples from a row's logits, or ends the row if the model gave a row of
+/// the wrong size (that row's failure, not the batch's).
+pub(super) fn take_logits(
+    row: &mut Row,
+    logits: &[f32],
+    vocab: usize,
+    now: Instant,
+    metrics: &Metrics,
+) {
+    if logits.len() == vocab {
+        row.take_logits(logits, now, metrics);
+    } else {
+        let why = format!("{} logits for a vocabulary of {vocab}", logits.len());
+        row.end(model_failed(why));
+    }
+}
+
+/// A row's end for a model failure: `why`, as the row's error.
+pub(super) fn model_failed(why: impl ToString) -> Finish {
+    Finish::Failed(EngineError::Model(why.to_string()))
 }

@@ -25,7 +25,7 @@
 
 use std::time::Instant;
 
-use super::step::{model_failed, take_logits};
+use super::step_batch::{model_failed, take_logits};
 use crate::job::RequestId;
 use crate::metrics::Metrics;
 use crate::row::Row;

@@ -6,5 +6,6 @@ pub mod generate;
 pub mod inspect;
 pub mod model;
 pub mod pooling;
+pub mod sizing;
 pub mod task;
 pub mod text;

@@ -10,33 +10,17 @@ use ferrox_models::memory::DeviceMemory;
 use ferrox_models::memory::MemorySource;
 use ferrox_models::mixer::attention::AttentionBackend;
 use ferrox_plan::{
-    CacheKind, DEFAULT_TYPICAL_SEQ_LEN, DeviceKind, KvDtype, LoraPlan, MemoryKind, Plan,
-    PlanConfig, PoolSizes, plan_default, plan_for_kv_bytes, plan_for_pools,
+    CacheKind, DEFAULT_TYPICAL_SEQ_LEN, DeviceKind, KvDtype, LoraPlan, MemoryKind, PlanConfig,
+    PoolSizes, plan_default, plan_for_kv_bytes, plan_for_pools,
 };
 
 use crate::load::adapters::AdapterStore;
 use crate::load::config::{KvSizing, ServeConfig};
+use crate::load::sizing::Sizing;
 use crate::load::text::CoreFrontend;
 use crate::serve::state::Loaded;
 use crate::tools::parser::ToolSetup;
 use ferrox_models::lora::LoraShapes;
-
-/// What the server runs with: the engine's limits, the plan behind them and
-/// the memory figure it was made from.
-#[derive(Debug, Clone)]
-pub struct Sizing {
-    /// The engine's limits.
-    pub engine: EngineConfig,
-    /// The capacity plan.
-    pub plan: Plan,
-    /// The KV element type.
-    pub kv_dtype: KvDtype,
-    /// The memory the plan was made from or checked against.
-    pub memory: DeviceMemory,
-    /// What sized the pool: the rule (`max-seqs-fit`, `memory-budget`) or
-    /// the flag that did.
-    pub sized_by: &'static str,
-}
 
 /// Plans the server for `info` on `device` with `memory` (and the activation
 /// bytes a profile run measured, else the plan's estimate), or says why it

@@ -14,7 +14,7 @@ use ferrox_models::{ModelInfo, Source};
 use ferrox_plan::{DeviceKind, PlanConfig, plan_pooling};
 
 use crate::load::config::ServeConfig;
-use crate::load::model::Sizing;
+use crate::load::sizing::Sizing;
 use crate::load::text::CoreFrontend;
 use crate::openai::embeddings::EmbeddingModel;
 use crate::serve::state::Loaded;

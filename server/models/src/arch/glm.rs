@@ -4,6 +4,7 @@
 //! by `routed_scaling_factor`, plus an ungated shared expert; q/k/v biases,
 //! optional per-head q/k norms, a partial rotary (half of each head).
 
+use super::llama::plain_gguf;
 use super::rope::hf_rope;
 use super::{Family, HfExperts, Shape, pre_norms, swiglu_layer, with_experts};
 use crate::config::{HfConfig, Metadata};
@@ -86,15 +87,8 @@ fn from_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
         .usize_opt("nextn_predict_layers")?
         .unwrap_or(0)
         .min(shape.layers);
-    let eps = m
-        .f32_opt("attention.layer_norm_rms_epsilon")?
-        .unwrap_or(1e-5);
-    let rope = m.plain_rope(shape.head_dim)?;
-    let scale = shape.plain_scale();
     // q/k norms: where the file has them (the loader's rule).
-    let mut spec = shape.spec("glm4moe", pre_norms(f64::from(eps)), vec![rope], |_| {
-        swiglu_layer(None, scale, false)
-    });
+    let mut spec = plain_gguf(m, &shape, "glm4moe")?;
     spec.qkv_bias = true;
     let inter = m.usize("expert_feed_forward_length")?;
     let moe = MoeSpec {

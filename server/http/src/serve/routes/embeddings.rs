@@ -28,7 +28,12 @@ use crate::serve::state::{AppState, Loaded};
         (status = "5XX", description = "503 loading or draining, 504 request timeout, 500 a bug", body = ErrorBody),
     ))]
 pub(crate) async fn embeddings(State(s): State<AppState>, body: Body) -> Response {
-    match embed(&s, body).await {
+    answer(embed(&s, body).await)
+}
+
+/// A pooling route's answer: its body as JSON, or its error.
+pub(super) fn answer<T: serde::Serialize>(r: Result<T, ApiError>) -> Response {
+    match r {
         Ok(r) => axum::Json(r).into_response(),
         Err(e) => e.into_response(),
     }

@@ -8,11 +8,11 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use ferrox_engine::PoolingRequest;
 use ferrox_plan::Task;
 
-use super::embeddings::{serves, vectors};
+use super::embeddings::{answer, serves, vectors};
 use super::{off_thread, read_body};
 use crate::openai::embeddings::EmbeddingModel;
 use crate::openai::error::{ApiError, ErrorBody};
@@ -58,13 +58,6 @@ pub(crate) async fn rerank(State(s): State<AppState>, body: Body) -> Response {
     ))]
 pub(crate) async fn score(State(s): State<AppState>, body: Body) -> Response {
     answer(score_pairs(&s, body).await)
-}
-
-fn answer<T: serde::Serialize>(r: Result<T, ApiError>) -> Response {
-    match r {
-        Ok(r) => axum::Json(r).into_response(),
-        Err(e) => e.into_response(),
-    }
 }
 
 fn ids() -> (String, u64) {

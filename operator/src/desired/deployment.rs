@@ -180,6 +180,7 @@ pub fn server_args(md: &ModelDeployment, planned: &Planned, source: &ModelSource
         speculative: spec.speculative.and_then(|s| s.config().ok()),
         task: spec.task.unwrap_or_default(),
         max_batch_tokens: spec.engine.max_batch_tokens.map(n),
+        kv_offload: Vec::new(),
     }
     .to_args();
     args.extend(spec.engine.extra_args.iter().cloned());

@@ -166,6 +166,7 @@ fn the_operators_pod_args_parse_into_its_plan() {
             speculative,
             task: ferrox_plan::Task::Generate,
             max_batch_tokens: None,
+            kv_offload: Vec::new(),
         };
         let argv = std::iter::once("ferrox-server".to_string()).chain(pod.to_args());
         let Command::Serve(args) = Cli::try_parse_from(argv).unwrap().command else {
@@ -225,6 +226,7 @@ fn the_operators_pod_args_parse_into_its_plan() {
         speculative: None,
         task: ferrox_plan::Task::Embed,
         max_batch_tokens: Some(4096),
+        kv_offload: Vec::new(),
     };
     let argv = std::iter::once("ferrox-server".to_string()).chain(pod.to_args());
     let Command::Serve(args) = Cli::try_parse_from(argv).unwrap().command else {

@@ -7,7 +7,7 @@
 //! metric is a compile error on both sides, not a pod that fails in
 //! production.
 
-use crate::{CacheKind, DeviceKind, KvDtype, SpeculativeConfig, Task};
+use crate::{CacheKind, DeviceKind, KvDtype, OffloadTier, SpeculativeConfig, Task};
 
 /// `ferrox-server serve` flag names, without the leading `--` (clap's
 /// `long`).
@@ -68,6 +68,9 @@ pub mod flag {
     pub const POOLING: &str = "pooling";
     /// Most tokens in one pooling batch (an embedding model's forward).
     pub const MAX_BATCH_TOKENS: &str = "max-batch-tokens";
+    /// A lower KV tier for evicted prefix blocks: `host=SIZE` or
+    /// `disk=PATH:SIZE` (see [`crate::OffloadTier`]), repeated for both.
+    pub const KV_OFFLOAD: &str = "kv-offload";
 }
 
 /// What a server serving LoRA adapters is told.
@@ -146,6 +149,8 @@ pub struct ServeArgs {
     pub task: Task,
     /// An embedding model's batch budget, when the spec sets one.
     pub max_batch_tokens: Option<u64>,
+    /// The lower KV tiers, when the spec asks for any.
+    pub kv_offload: Vec<OffloadTier>,
 }
 
 impl ServeArgs {
@@ -183,6 +188,9 @@ impl ServeArgs {
         }
         if let Some(n) = self.max_batch_tokens {
             push(flag::MAX_BATCH_TOKENS, n.to_string());
+        }
+        for tier in &self.kv_offload {
+            push(flag::KV_OFFLOAD, tier.to_arg());
         }
         if let Some(lora) = &self.lora {
             lora.push_to(&mut args);
@@ -272,6 +280,32 @@ pub mod metric {
     /// rule judged them not worth the step's extra cost), `none` (no row had
     /// a draft).
     pub const SPEC_STEPS: &str = "ferrox_spec_decode_steps_total";
+    /// The label naming a lower KV tier (`host`, `disk`) on every per-tier
+    /// series.
+    pub const TIER_LABEL: &str = "tier";
+    /// Blocks a lower tier holds now, by `tier`.
+    pub const TIER_BLOCKS: &str = "ferrox_kv_tier_blocks";
+    /// Blocks a lower tier can hold (its size over a block's bytes), by `tier`.
+    pub const TIER_CAPACITY_BLOCKS: &str = "ferrox_kv_tier_capacity_blocks";
+    /// Blocks looked up in a lower tier and found whole, by `tier`.
+    pub const TIER_HITS: &str = "ferrox_kv_tier_hits_total";
+    /// Blocks looked up in a lower tier and not found, or found torn or
+    /// corrupt, by `tier`.
+    pub const TIER_MISSES: &str = "ferrox_kv_tier_misses_total";
+    /// Blocks a lower tier read back and refused (a bad checksum, a torn or
+    /// missing file), by `tier`; each is also a miss.
+    pub const TIER_CORRUPT: &str = "ferrox_kv_tier_corrupt_total";
+    /// Bytes written to a lower tier, by `tier`.
+    pub const TIER_WRITTEN_BYTES: &str = "ferrox_kv_tier_written_bytes_total";
+    /// Bytes read back from a lower tier, by `tier`.
+    pub const TIER_READ_BYTES: &str = "ferrox_kv_tier_read_bytes_total";
+    /// Seconds one request's blocks took to read back, by `tier` (a histogram).
+    pub const TIER_READ_SECONDS: &str = "ferrox_kv_tier_read_seconds";
+    /// vLLM's counter of prompt tokens looked up outside the device pool
+    /// (its KV connector's; here the lower tiers').
+    pub const EXTERNAL_PREFIX_QUERIES: &str = "vllm:external_prefix_cache_queries_total";
+    /// Of those, the tokens found.
+    pub const EXTERNAL_PREFIX_HITS: &str = "vllm:external_prefix_cache_hits_total";
 }
 
 /// What the operator reads from each ferrox-router replica.
@@ -337,6 +371,7 @@ mod tests {
             speculative: None,
             task: Task::Generate,
             max_batch_tokens: None,
+            kv_offload: Vec::new(),
         };
         let args = a.to_args();
         let value = |f: &str| {

@@ -188,6 +188,26 @@ pub trait BatchModel: Send {
         )
     }
 
+    /// Block `block` of the pool of `kind`, every layer's share, as bytes:
+    /// what a lower KV tier keeps and [`BatchModel::write_block`] puts back.
+    /// A model whose cache cannot be copied out says so.
+    fn read_block(&self, kind: CacheKind, block: u32) -> Result<Vec<u8>, Error> {
+        let _ = block;
+        Err(Error::Forward(format!(
+            "this model cannot copy out a {kind} block"
+        )))
+    }
+
+    /// Writes `bytes` (from [`BatchModel::read_block`] of the same model)
+    /// into block `block` of the pool of `kind`; a block of the wrong size is
+    /// refused, writing nothing.
+    fn write_block(&mut self, kind: CacheKind, block: u32, bytes: &[u8]) -> Result<(), Error> {
+        let _ = (block, bytes);
+        Err(Error::Forward(format!(
+            "this model cannot copy in a {kind} block"
+        )))
+    }
+
     /// Runs `tokens`, a chunk of one sequence's prompt starting at position
     /// `pos`, into that sequence's KV. Returns the logits after the chunk's last
     /// token when `want_logits` (the final chunk), else `None`. Chunks of any

@@ -54,6 +54,13 @@ impl<'de> Deserialize<'de> for BlockHash {
     }
 }
 
+impl BlockHash {
+    /// Its 32 bytes.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
 /// Hashes full blocks of token ids into chains. Cheap to clone.
 ///
 /// SHA-256 rather than a fast 64-bit hash: a block found by hash is read by

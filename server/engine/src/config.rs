@@ -1,7 +1,7 @@
 //! The worker's limits, decided once at start.
 
 use ferrox_core::Pool;
-use ferrox_plan::{CacheKind, SpeculativeConfig};
+use ferrox_plan::{CacheKind, OffloadTier, SpeculativeConfig};
 
 /// Limits of one engine; see the server's CLI for each one's meaning.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +37,9 @@ pub struct EngineConfig {
     /// Most tokens in one pooling batch (`--max-batch-tokens`; a pooling
     /// model's forward, where `prefill_chunk` is a generating model's).
     pub max_batch_tokens: usize,
+    /// The lower KV tiers prefix blocks are written through to
+    /// (`--kv-offload`); they run with the prefix cache only.
+    pub kv_offload: Vec<OffloadTier>,
 }
 
 impl Default for EngineConfig {
@@ -57,6 +60,7 @@ impl Default for EngineConfig {
             max_loras: 1,
             speculative: None,
             max_batch_tokens: ferrox_plan::DEFAULT_MAX_BATCH_TOKENS as usize,
+            kv_offload: Vec::new(),
         }
     }
 }

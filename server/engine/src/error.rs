@@ -57,6 +57,10 @@ pub enum EngineError {
         /// Tokens per block the engine's config asked for.
         block_size: usize,
     },
+    /// The server's configuration cannot be served (a lower KV tier that
+    /// cannot be written, or larger than its volume), refused at start.
+    #[error("{0}")]
+    Config(String),
     /// The model failed while running this request.
     #[error("model error: {0}")]
     Model(String),

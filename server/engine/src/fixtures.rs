@@ -233,6 +233,27 @@ impl FakeModel {
 }
 
 impl BatchModel for FakeModel {
+    /// A block's slots, 4 bytes each (`u32::MAX`: nothing).
+    fn read_block(&self, kind: CacheKind, block: u32) -> Result<Vec<u8>, Error> {
+        let slots = self.kv.get(&(kind, block));
+        let slot = |i: usize| slots.and_then(|s| s[i]).unwrap_or(u32::MAX);
+        Ok((0..self.block_size)
+            .flat_map(|i| slot(i).to_le_bytes())
+            .collect())
+    }
+
+    fn write_block(&mut self, kind: CacheKind, block: u32, bytes: &[u8]) -> Result<(), Error> {
+        if bytes.len() != 4 * self.block_size {
+            return Err(Error::Forward(format!("a block of {} bytes", bytes.len())));
+        }
+        let slots = bytes
+            .chunks_exact(4)
+            .map(|c| Some(u32::from_le_bytes([c[0], c[1], c[2], c[3]])).filter(|&t| t != u32::MAX))
+            .collect();
+        self.kv.insert((kind, block), slots);
+        Ok(())
+    }
+
     fn vocab_size(&self) -> usize {
         // The worker asks after every step, outside the step's own guard.
         assert!(!self.die.load(Ordering::SeqCst), "injected worker death");
@@ -384,6 +405,7 @@ pub fn config() -> EngineConfig {
         max_loras: 2,
         speculative: None,
         max_batch_tokens: 16384,
+        kv_offload: Vec::new(),
     }
 }
 

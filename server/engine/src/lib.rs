@@ -25,6 +25,7 @@ pub mod scheduler;
 mod speculative;
 pub mod status;
 pub mod stop;
+mod tier;
 pub mod worker;
 
 #[cfg(test)]

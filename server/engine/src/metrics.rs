@@ -156,6 +156,7 @@ pub struct Metrics {
     plan: PlanSeries,
     lora: LoraSeries,
     spec: SpecSeries,
+    tier: tier::TierSeries,
     /// Renders copy into the vLLM series; one at a time.
     rendering: Mutex<()>,
 }
@@ -437,6 +438,7 @@ impl Metrics {
             plan: PlanSeries::new(&r)?,
             lora: LoraSeries::new(&r)?,
             spec: SpecSeries::new(&r)?,
+            tier: tier::TierSeries::new(&r)?,
             registry: r,
             rendering: Mutex::new(()),
         })
@@ -639,6 +641,7 @@ impl Metrics {
             }
         }
         self.spec.refresh(model_name);
+        self.tier.refresh(model_name);
         v.success.reset();
         for reason in VLLM_FINISH_REASONS {
             let done = self.finished.get_metric_with_label_values(&[reason]);
@@ -667,6 +670,7 @@ impl Metrics {
 mod lora;
 mod pools;
 mod speculative;
+mod tier;
 
 #[cfg(test)]
 mod tests;

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use ferrox_core::{AdapterRef, BlockHasher, BlockPool, KvEventsPage};
+use ferrox_plan::KvTier;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::admission::{LineBound, check_fits};
@@ -53,6 +54,8 @@ pub(crate) struct Shared {
     pub metrics: Arc<Metrics>,
     /// The worker's pool (it locks itself), read for its event log.
     pub pool: BlockPool,
+    /// The lower KV tiers, highest first (none without `--kv-offload`).
+    pub tiers: Vec<Arc<crate::tier::Tier>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -267,6 +270,26 @@ impl EngineHandle {
         self.shared.pool.kv_events(since, epoch)
     }
 
+    /// What lower tier `tier` stored and evicted since `since`, for a
+    /// reader of its log `epoch`; an empty page when the server has no such
+    /// tier (the device pool's is [`EngineHandle::kv_events`]).
+    pub fn tier_events(&self, tier: KvTier, since: u64, epoch: u64) -> KvEventsPage {
+        let mut tiers = self.shared.tiers.iter();
+        match tiers.find(|t| t.kind == tier) {
+            Some(t) => t.page(since, epoch),
+            None if tier == KvTier::Device => self.kv_events(since, epoch),
+            None => KvEventsPage::default(),
+        }
+    }
+
+    /// Each lower tier: blocks held and the most it holds.
+    pub fn tier_blocks(&self) -> Vec<(KvTier, usize, usize)> {
+        let tiers = self.shared.tiers.iter();
+        tiers
+            .map(|t| (t.kind, t.blocks().0, t.blocks().1))
+            .collect()
+    }
+
     /// The hasher prompts are chained with; `None` with the cache off.
     pub fn block_hasher(&self) -> Option<&BlockHasher> {
         self.shared.hasher.as_ref()
@@ -289,9 +312,10 @@ fn reject_reason(e: &EngineError) -> &'static str {
         EngineError::TooLong { .. } => "too_long",
         EngineError::QueueFull { .. } => "queue_full",
         EngineError::Draining | EngineError::WorkerGone => "draining",
-        EngineError::Invalid { .. } | EngineError::Model(_) | EngineError::PoolMismatch { .. } => {
-            "invalid"
-        }
+        EngineError::Invalid { .. }
+        | EngineError::Model(_)
+        | EngineError::PoolMismatch { .. }
+        | EngineError::Config(_) => "invalid",
     }
 }
 

@@ -75,6 +75,10 @@ pub(crate) struct Row {
     submitted: Instant,
     last_token_at: Option<Instant>,
     pub finish: Option<Finish>,
+    /// Waiting for blocks a lower KV tier is reading back; not prefilling yet.
+    pub loading: bool,
+    /// Leading full blocks already offered to the lower tiers.
+    pub offered: usize,
 }
 
 impl Row {
@@ -161,7 +165,38 @@ impl Row {
             submitted: job.submitted,
             last_token_at: None,
             finish: None,
+            loading: false,
+            offered: 0,
         })
+    }
+
+    /// Chain hashes of the full blocks known so far.
+    pub fn hashes(&self) -> &[BlockHash] {
+        &self.hashes
+    }
+
+    /// Leading prompt blocks that may come from a cache: all but the one
+    /// holding the last prompt token (whose logits are needed), none when
+    /// every prompt token's logits are.
+    pub fn cacheable_blocks(&self) -> usize {
+        if self.prompt_logprobs.is_some() {
+            0
+        } else {
+            self.prompt.len().saturating_sub(1) / self.block_size
+        }
+    }
+
+    /// Full blocks the KV holds under a known hash (committed).
+    pub fn full_blocks(&self) -> usize {
+        (self.kv_tokens() / self.block_size).min(self.hashes.len())
+    }
+
+    /// Takes `blocks` more leading prompt blocks as in the KV, read back
+    /// from a lower tier: they count as cached, not computed.
+    pub fn took_loaded(&mut self, blocks: usize) {
+        let tokens = blocks * self.block_size;
+        self.cursor += tokens;
+        self.cached += tokens;
     }
 
     /// True when every prompt token's logits are wanted.

@@ -41,6 +41,11 @@ impl RowKv {
         self.full().map_or(0, BlockLease::cached_blocks)
     }
 
+    /// The full-attention pool's table (empty for a model without).
+    pub fn full_table(&self) -> &[u32] {
+        self.full().map_or(&[], BlockLease::blocks)
+    }
+
     fn full(&self) -> Option<&BlockLease> {
         let full = self.leases.iter().find(|(k, _)| *k == CacheKind::Full);
         full.map(|(_, l)| l)

@@ -23,6 +23,7 @@ use crate::speculative::Speculation;
 use crate::status::{
     BatchGauges, DecodeReporter, MAX_LINE_IDS, PoolGauge, PrefillFacts, prefill_line,
 };
+use crate::tier::Offload;
 use crate::{EngineConfig, EngineError, Event, FinishReason, Usage};
 use step_batch::spell_pools;
 pub use verify::Verified;
@@ -67,6 +68,8 @@ pub struct Scheduler<M: BatchModel> {
     metrics: Arc<Metrics>,
     /// Speculative decoding, when configured and the model allows it.
     spec: Option<Speculation>,
+    /// The lower KV tiers, when configured and the prefix cache runs.
+    offload: Option<Offload>,
 }
 
 impl<M: BatchModel> Scheduler<M> {
@@ -102,6 +105,7 @@ impl<M: BatchModel> Scheduler<M> {
         let spec = speculation(&config, &metrics);
         let kv_epoch = rand::random::<u64>() >> 11;
         let pools = KvPools::new(&model_pools, kv_epoch);
+        let offload = tiering::open(&model, &config, kv_epoch, &metrics)?;
         let shared = Arc::new(Shared {
             tx: Mutex::new((0, Door::Generate(tx))),
             pooling: false,
@@ -116,6 +120,7 @@ impl<M: BatchModel> Scheduler<M> {
             metrics: Arc::clone(&metrics),
             config: config.clone(),
             pool: pools.full().clone(),
+            tiers: offload.as_ref().map(Offload::tiers).unwrap_or_default(),
         });
         let scheduler = Scheduler {
             model,
@@ -123,6 +128,7 @@ impl<M: BatchModel> Scheduler<M> {
             reporter: DecodeReporter::new(config.decode_log_interval, now)
                 .speculating(spec.is_some()),
             spec,
+            offload,
             shared: Arc::clone(&shared),
             rx,
             waiting: WaitingLine::new(line, config.block_size),
@@ -206,12 +212,17 @@ impl<M: BatchModel> Scheduler<M> {
         self.apply_cancels();
         self.flush(now);
         report.admitted = self.admit(now);
+        self.finish_loads(None);
         if report.admitted.new_seqs > 0 {
             let line = prefill_line(&report.admitted, &self.gauges());
             tracing::info!("{line}");
             report.prefill_line = Some(line);
         }
         let (batch, verified) = self.step(now);
+        if batch.is_empty() {
+            // Only reads outstanding: wait for one rather than spin.
+            self.finish_loads(Some(std::time::Duration::from_millis(20)));
+        }
         report.tokens = batch.tokens();
         report.decoded = batch.decoding();
         report.prefilled = batch.chunks;
@@ -292,6 +303,7 @@ impl<M: BatchModel> Scheduler<M> {
                 row.grow_blocks();
             }
         }
+        self.offer_blocks();
         let ended: Vec<RequestId> = self
             .rows
             .values()
@@ -344,8 +356,10 @@ impl<M: BatchModel> Scheduler<M> {
                 self.metrics.add_prefix_cache(prompt, cached);
             }
             match Row::admit(job, kv, self.model.vocab_size(), block_size) {
-                Ok(row) => {
-                    self.prefill_order.push_back(row.id);
+                Ok(mut row) => {
+                    if !self.start_load(&mut row) {
+                        self.prefill_order.push_back(row.id);
+                    }
                     self.rows.insert(row.id, row);
                 }
                 // The lease went down with the job inside `admit`.
@@ -419,4 +433,5 @@ mod step;
 mod step_batch;
 #[cfg(test)]
 mod tests;
+mod tiering;
 mod verify;

@@ -236,6 +236,7 @@ pub fn engine_config() -> EngineConfig {
         max_loras: 2,
         speculative: None,
         max_batch_tokens: 16384,
+        kv_offload: Vec::new(),
     }
 }
 

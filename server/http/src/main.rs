@@ -226,6 +226,12 @@ struct ServeArgs {
     /// while it pays; off for models with sliding-window or recurrent layers).
     #[arg(long = flag::SPECULATIVE_CONFIG, env = "FERROX_SPECULATIVE_CONFIG", value_parser = parse_speculative)]
     speculative_config: Option<ferrox_plan::SpeculativeConfig>,
+    /// A lower KV tier the prefix cache's blocks are written through to,
+    /// and read back from when the device pool has evicted them:
+    /// host=SIZE (beside a GPU's pool) or disk=PATH:SIZE (kept across
+    /// restarts and scale to zero); give the flag twice for both.
+    #[arg(long = flag::KV_OFFLOAD, value_parser = ferrox_plan::OffloadTier::parse)]
+    kv_offload: Vec<ferrox_plan::OffloadTier>,
     /// max_tokens of a chat request that sets none, capped by what is left of
     /// --max-model-len (admission reserves prompt + max_tokens).
     #[arg(long, env = "FERROX_DEFAULT_MAX_TOKENS", default_value_t = 1024)]
@@ -359,6 +365,20 @@ struct EdgeArgs {
     stall_timeout: f64,
 }
 
+/// `--kv-offload`: at most one of each tier.
+fn offload_tiers(
+    tiers: Vec<ferrox_plan::OffloadTier>,
+) -> anyhow::Result<Vec<ferrox_plan::OffloadTier>> {
+    for (i, t) in tiers.iter().enumerate() {
+        anyhow::ensure!(
+            tiers[..i].iter().all(|u| u.tier() != t.tier()),
+            "--kv-offload names the {} tier twice; give each tier once",
+            t.tier()
+        );
+    }
+    Ok(tiers)
+}
+
 /// `--speculative-config`: the reason alone when refused (clap names the flag).
 fn parse_speculative(text: &str) -> Result<ferrox_plan::SpeculativeConfig, String> {
     ferrox_plan::SpeculativeConfig::parse(text).map_err(|e| match e {
@@ -469,6 +489,7 @@ impl ServeArgs {
             max_body: usize::try_from(self.max_body).unwrap_or(usize::MAX),
             prefix_caching: self.prefix_caching == Switch::On,
             speculative: self.speculative_config,
+            kv_offload: offload_tiers(self.kv_offload)?,
             default_max_tokens: self.default_max_tokens,
             tool_call_parser: self.tool_call_parser,
             reasoning_parser: self.reasoning_parser,

@@ -151,6 +151,78 @@ impl KvCache {
         Ok(Tensor::from_vec(idx, (slots.len(), self.kv_dim), device)?)
     }
 
+    /// Bytes of one block over every layer's K and V: what
+    /// [`Self::read_block`] gives and [`Self::write_block`] takes.
+    pub fn block_bytes(&self) -> usize {
+        2 * self.k.len() * self.block_size * self.kv_dim * self.dtype().size_in_bytes()
+    }
+
+    /// Block `block`'s slots of every layer, K then V a layer, in layer
+    /// order, as little-endian bytes (a lower KV tier's copy).
+    pub fn read_block(&self, block: usize) -> Result<Vec<u8>> {
+        let start = self.block_start(block)?;
+        let mut out = Vec::with_capacity(self.block_bytes());
+        for t in self.k.iter().zip(&self.v).flat_map(|(k, v)| [k, v]) {
+            let slots = t.narrow(0, start, self.block_size)?.flatten_all()?;
+            match slots.dtype() {
+                DType::F32 => {
+                    (slots.to_vec1::<f32>()?.iter()).for_each(|x| out.extend(x.to_le_bytes()))
+                }
+                DType::F16 => {
+                    (slots.to_vec1::<half::f16>()?.iter()).for_each(|x| out.extend(x.to_le_bytes()))
+                }
+                DType::BF16 => (slots.to_vec1::<half::bf16>()?.iter())
+                    .for_each(|x| out.extend(x.to_le_bytes())),
+                other => return Err(Error::Input(format!("a KV cache of {other:?}"))),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes `bytes` (from [`Self::read_block`] of a cache of the same
+    /// shape) into block `block`'s slots of every layer.
+    pub fn write_block(&self, block: usize, bytes: &[u8]) -> Result<()> {
+        let start = self.block_start(block)?;
+        if bytes.len() != self.block_bytes() {
+            return Err(Error::Input(format!(
+                "a block of {} bytes for a cache whose blocks are {}",
+                bytes.len(),
+                self.block_bytes()
+            )));
+        }
+        let shape = (self.block_size, self.kv_dim);
+        let each = bytes.len() / (2 * self.k.len());
+        let tensors = self.k.iter().zip(&self.v).flat_map(|(k, v)| [k, v]);
+        for (t, chunk) in tensors.zip(bytes.chunks_exact(each)) {
+            let device = t.device();
+            let src = match t.dtype() {
+                DType::F32 => {
+                    Tensor::from_vec(le_values(chunk, f32::from_le_bytes), shape, device)?
+                }
+                DType::F16 => {
+                    Tensor::from_vec(le_values(chunk, half::f16::from_le_bytes), shape, device)?
+                }
+                DType::BF16 => {
+                    Tensor::from_vec(le_values(chunk, half::bf16::from_le_bytes), shape, device)?
+                }
+                other => return Err(Error::Input(format!("a KV cache of {other:?}"))),
+            };
+            t.slice_set(&src, 0, start)?;
+        }
+        Ok(())
+    }
+
+    /// The first slot of `block`, if it is in the pool.
+    fn block_start(&self, block: usize) -> Result<usize> {
+        if block >= self.num_blocks {
+            return Err(Error::Input(format!(
+                "block {block} outside the pool of {}",
+                self.num_blocks
+            )));
+        }
+        Ok(block * self.block_size)
+    }
+
     /// Writes `k`, `v` (`(tokens, kv_dim)`) of `layer` into the slots named
     /// by `index` (from [`Self::slot_index`]). In place: no per-step copy of
     /// the cache.
@@ -160,4 +232,12 @@ impl KvCache {
         self.v[layer].scatter_set(index, &v.to_dtype(dtype)?.contiguous()?, 0)?;
         Ok(())
     }
+}
+
+/// Values of `N` little-endian bytes each.
+fn le_values<T, const N: usize>(bytes: &[u8], from: fn([u8; N]) -> T) -> Vec<T> {
+    bytes
+        .chunks_exact(N)
+        .map(|c| from(c.try_into().unwrap_or([0; N])))
+        .collect()
 }

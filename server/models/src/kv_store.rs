@@ -127,6 +127,45 @@ impl KvStore {
         caches.map(|(&kind, c)| (kind, c.bytes())).collect()
     }
 
+    /// The groups of `kind` (a model's full-attention layers may be more
+    /// than one group only when their shapes differ).
+    fn groups_of(&self, kind: CacheKind) -> impl Iterator<Item = &KvCache> {
+        let caches = self.caches.iter().zip(&self.kinds);
+        caches.filter(move |(_, k)| **k == kind).map(|(c, _)| c)
+    }
+
+    /// Block `block` of the pool of `kind`, every group of that kind's
+    /// layers, as bytes (a lower KV tier's copy).
+    pub fn read_block(&self, kind: CacheKind, block: usize) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        for cache in self.groups_of(kind) {
+            out.extend(cache.read_block(block)?);
+        }
+        if out.is_empty() {
+            return Err(Error::Input(format!("no {kind} pool to read a block of")));
+        }
+        Ok(out)
+    }
+
+    /// Writes `bytes` (from [`KvStore::read_block`] of a model of the same
+    /// shape) into block `block` of the pool of `kind`.
+    pub fn write_block(&self, kind: CacheKind, block: usize, bytes: &[u8]) -> Result<()> {
+        let want: usize = self.groups_of(kind).map(KvCache::block_bytes).sum();
+        if want == 0 || bytes.len() != want {
+            return Err(Error::Input(format!(
+                "a block of {} bytes for a {kind} pool whose blocks are {want}",
+                bytes.len()
+            )));
+        }
+        let mut rest = bytes;
+        for cache in self.groups_of(kind) {
+            let (mine, tail) = rest.split_at(cache.block_bytes());
+            cache.write_block(block, mine)?;
+            rest = tail;
+        }
+        Ok(())
+    }
+
     /// Per group, an index for [`KvStore::write`]: the slot of every token
     /// of `spans`, in order, through that group's tables.
     pub fn slot_indices(&self, spans: &[SeqSpan], device: &Device) -> Result<Vec<Tensor>> {
@@ -228,5 +267,55 @@ mod tests {
             state: None,
         };
         assert!(kv.slot_indices(&[short], &Device::Cpu).is_err());
+    }
+
+    #[test]
+    fn a_block_reads_out_and_back_bit_exact_in_every_dtype_and_kind() {
+        let groups = [group(None, &[0, 2]), group(Some(8), &[1])];
+        let pools = [
+            Pool {
+                kind: CacheKind::Full,
+                blocks: 4,
+            },
+            Pool {
+                kind: CacheKind::Window(8),
+                blocks: 3,
+            },
+        ];
+        for dtype in [KvDtype::F32, KvDtype::F16, KvDtype::Bf16] {
+            let kv = KvStore::new(&groups, 3, &pools, 2, 5, dtype, &Device::Cpu).unwrap();
+            for kind in [CacheKind::Full, CacheKind::Window(8)] {
+                let layers = if kind == CacheKind::Full { 2 } else { 1 };
+                let want = 2 * layers * 2 * 5 * candle_dtype(dtype).size_in_bytes();
+                // Values that differ in every byte, kept exactly by each dtype.
+                let bytes: Vec<u8> = (0..want).map(|i| (i * 7 % 251) as u8).collect();
+                let bytes = kv_bytes(&bytes, dtype);
+                kv.write_block(kind, 1, &bytes).unwrap();
+                assert_eq!(kv.read_block(kind, 1).unwrap(), bytes, "{dtype:?} {kind}");
+                // Its neighbours are untouched; the wrong size writes nothing.
+                assert!(kv.read_block(kind, 0).unwrap().iter().all(|&b| b == 0));
+                let err = kv.write_block(kind, 0, &bytes[1..]).unwrap_err();
+                assert!(err.to_string().contains("bytes for a"), "{err}");
+                assert!(kv.read_block(kind, 0).unwrap().iter().all(|&b| b == 0));
+                assert!(kv.read_block(kind, 9).is_err());
+            }
+            assert!(kv.read_block(CacheKind::State, 0).is_err());
+        }
+    }
+
+    fn candle_dtype(dtype: KvDtype) -> candle_core::DType {
+        crate::kv_cache::kv_candle_dtype(dtype).unwrap()
+    }
+
+    /// `bytes` with each element made a finite number of `dtype` (no NaN,
+    /// whose bits a round trip through a float may change).
+    fn kv_bytes(bytes: &[u8], dtype: KvDtype) -> Vec<u8> {
+        let width = candle_dtype(dtype).size_in_bytes();
+        let mut out = bytes.to_vec();
+        for e in out.chunks_exact_mut(width) {
+            // Clear the exponent's top bit: every value finite.
+            e[width - 1] &= 0x3f;
+        }
+        out
     }
 }

@@ -289,6 +289,23 @@ impl BatchModel for PagedModel {
         self.kv.pools().into_iter().chain(slots).collect()
     }
 
+    fn read_block(
+        &self,
+        kind: CacheKind,
+        block: u32,
+    ) -> std::result::Result<Vec<u8>, ferrox_core::Error> {
+        Ok(self.kv.read_block(kind, block as usize)?)
+    }
+
+    fn write_block(
+        &mut self,
+        kind: CacheKind,
+        block: u32,
+        bytes: &[u8],
+    ) -> std::result::Result<(), ferrox_core::Error> {
+        Ok(self.kv.write_block(kind, block as usize, bytes)?)
+    }
+
     fn prefill(
         &mut self,
         tables: Tables<'_>,

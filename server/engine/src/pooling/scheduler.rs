@@ -76,6 +76,7 @@ impl<M: PoolingModel> PoolingScheduler<M> {
             metrics: Arc::clone(&metrics),
             config,
             pool: BlockPool::new(0),
+            tiers: Vec::new(),
         });
         let scheduler = PoolingScheduler {
             model,

@@ -749,6 +749,7 @@ mod prefix_cache;
 mod prompt_logprobs;
 mod recurrent;
 mod speculative;
+mod tiers;
 mod window;
 #[test]
 fn liveness_sees_a_stalled_tick_and_a_dead_worker() {

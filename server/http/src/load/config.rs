@@ -91,6 +91,9 @@ pub struct ServeConfig {
     pub prefix_caching: bool,
     /// Speculative decoding (`--speculative-config`); `None` runs without.
     pub speculative: Option<ferrox_plan::SpeculativeConfig>,
+    /// The lower KV tiers (`--kv-offload`); empty runs with the device pool
+    /// alone.
+    pub kv_offload: Vec<ferrox_plan::OffloadTier>,
     /// `max_tokens` of a chat request that sets none (capped by what is
     /// left of `max_model_len`).
     pub default_max_tokens: usize,

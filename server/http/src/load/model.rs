@@ -97,6 +97,7 @@ pub fn size(
         max_loras: cfg.lora.as_ref().map_or(1, |l| l.max_loras),
         speculative: cfg.speculative,
         max_batch_tokens: cfg.max_batch_tokens,
+        kv_offload: offload_tiers(cfg, device)?,
     };
     Ok(Sizing {
         engine,
@@ -105,6 +106,24 @@ pub fn size(
         memory,
         sized_by,
     })
+}
+
+/// The lower KV tiers asked for, refusing a host tier on a CPU server,
+/// whose pool is host memory already.
+fn offload_tiers(
+    cfg: &ServeConfig,
+    device: DeviceKind,
+) -> anyhow::Result<Vec<ferrox_plan::OffloadTier>> {
+    let host = cfg
+        .kv_offload
+        .iter()
+        .any(|t| t.tier() == ferrox_plan::KvTier::Host);
+    anyhow::ensure!(
+        !(host && device == DeviceKind::Cpu),
+        "--kv-offload host=SIZE on a CPU server: its KV pool is host memory already; \
+         use disk=PATH:SIZE for a second tier"
+    );
+    Ok(cfg.kv_offload.clone())
 }
 
 impl Sizing {

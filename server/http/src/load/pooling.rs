@@ -65,6 +65,7 @@ pub fn size_pooling(
         max_loras: 1,
         max_batch_tokens: cfg.max_batch_tokens,
         speculative: None,
+        kv_offload: Vec::new(),
     };
     Ok(Sizing {
         engine,

@@ -158,9 +158,9 @@ impl ApiError {
                 EngineError::Draining | EngineError::WorkerGone => {
                     (S::SERVICE_UNAVAILABLE, "service_unavailable", None, None)
                 }
-                EngineError::Model(_) | EngineError::PoolMismatch { .. } => {
-                    (S::INTERNAL_SERVER_ERROR, "server_error", None, None)
-                }
+                EngineError::Model(_)
+                | EngineError::PoolMismatch { .. }
+                | EngineError::Config(_) => (S::INTERNAL_SERVER_ERROR, "server_error", None, None),
             },
         }
     }

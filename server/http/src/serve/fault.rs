@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use ferrox_core::batch_model::{PrefillChunk, StepLogits};
 use ferrox_core::{AdapterRef, BatchModel, DecodeRow, Error, Pool, Tables};
+use ferrox_plan::CacheKind;
 
 /// The environment variable naming the request id that stalls the worker.
 pub const STALL_ENV: &str = "FERROX_FAULT_STALL_REQUEST_ID";
@@ -81,6 +82,14 @@ impl<M: BatchModel> BatchModel for Stalling<M> {
 
     fn check_input(&self, tables: Tables<'_>, tokens: &[u32], pos: usize) -> Result<(), Error> {
         self.inner.check_input(tables, tokens, pos)
+    }
+
+    fn read_block(&self, kind: CacheKind, block: u32) -> Result<Vec<u8>, Error> {
+        self.inner.read_block(kind, block)
+    }
+
+    fn write_block(&mut self, kind: CacheKind, block: u32, bytes: &[u8]) -> Result<(), Error> {
+        self.inner.write_block(kind, block, bytes)
     }
 
     fn prefill(

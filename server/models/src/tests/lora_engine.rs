@@ -70,6 +70,7 @@ fn engine(path: &Path, max_loras: usize) -> (Scheduler<PagedModel>, EngineHandle
         max_loras,
         speculative: None,
         max_batch_tokens: 16384,
+        kv_offload: Vec::new(),
     };
     let metrics = Arc::new(Metrics::new().unwrap());
     metrics.enable_lora(max_loras);

@@ -57,6 +57,7 @@ impl Engine {
             max_loras: 1,
             speculative: None,
             max_batch_tokens: 16384,
+            kv_offload: Vec::new(),
         };
         let now = Instant::now();
         let metrics = Arc::new(Metrics::new().unwrap());

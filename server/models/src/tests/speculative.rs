@@ -58,6 +58,7 @@ fn run_with(
         max_loras: 1,
         speculative: spec,
         max_batch_tokens: 16384,
+        kv_offload: Vec::new(),
     };
     let mut now = Instant::now();
     let (mut s, h) = Scheduler::new(model, config, Arc::new(Metrics::new().unwrap()), now).unwrap();

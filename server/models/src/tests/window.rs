@@ -137,6 +137,7 @@ fn the_worker_with_window_reclaim_gives_each_requests_own_tokens() {
             max_loras: 1,
             speculative: None,
             max_batch_tokens: 16384,
+            kv_offload: Vec::new(),
         };
         let metrics = Arc::new(Metrics::new().unwrap());
         let mut now = Instant::now();

@@ -4,6 +4,7 @@
 
 use axum::extract::{RawQuery, State};
 use axum::response::{IntoResponse, Response};
+use ferrox_plan::KvTier;
 use ferrox_prompt::PrefixSpec;
 
 use crate::openai::error::{ApiError, ErrorBody};
@@ -44,9 +45,10 @@ pub(crate) async fn prefix_spec(State(s): State<AppState>) -> Response {
     .into_response()
 }
 
-/// `since` and `epoch` of a `/kv_events` query (both default 0).
-fn cursor(query: Option<&str>) -> Result<(u64, u64), ApiError> {
-    let (mut since, mut epoch) = (0, 0);
+/// `since`, `epoch` (both default 0) and `tier` (default the device
+/// pool) of a `/kv_events` query.
+fn cursor(query: Option<&str>) -> Result<(u64, u64, KvTier), ApiError> {
+    let (mut since, mut epoch, mut tier) = (0, 0, KvTier::Device);
     for pair in query
         .unwrap_or_default()
         .split('&')
@@ -56,10 +58,16 @@ fn cursor(query: Option<&str>) -> Result<(u64, u64), ApiError> {
         let slot = match key {
             "since" => &mut since,
             "epoch" => &mut epoch,
+            "tier" => {
+                tier = value
+                    .parse()
+                    .map_err(|e: String| ApiError::invalid(key, e))?;
+                continue;
+            }
             other => {
                 return Err(ApiError::invalid(
                     other,
-                    format!("unknown query parameter `{other}`; expected since and epoch"),
+                    format!("unknown query parameter `{other}`; expected since, epoch and tier"),
                 ));
             }
         };
@@ -70,16 +78,19 @@ fn cursor(query: Option<&str>) -> Result<(u64, u64), ApiError> {
             )
         })?;
     }
-    Ok((since, epoch))
+    Ok((since, epoch, tier))
 }
 
-/// `GET /kv_events?since=N&epoch=E`: the prefix cache's block hashes stored
-/// and evicted since cursor `N` of pool `E`; the whole held set (`reset`)
-/// for a first read, a reader too far behind, or one of another pool.
+/// `GET /kv_events?since=N&epoch=E&tier=T`: the block hashes the prefix
+/// cache's tier `T` (`device`, the default; `host`, `disk`) stored and
+/// evicted since cursor `N` of its log `E`; the whole held set (`reset`) for
+/// a first read, a reader too far behind, or one of another log; an empty
+/// page for a tier this server does not keep.
 #[utoipa::path(get, path = "/kv_events", tag = "router",
     params(
         ("since" = Option<u64>, Query, description = "The cursor of the last page read (0: from the start)"),
         ("epoch" = Option<u64>, Query, description = "The epoch of the last page read"),
+        ("tier" = Option<String>, Query, description = "device (default), host or disk"),
     ),
     responses(
         (status = 200, description = "{epoch, cursor, reset, stored: [hash], evicted: [hash]}; hashes are 64 hex digits", body = Object),
@@ -88,14 +99,14 @@ fn cursor(query: Option<&str>) -> Result<(u64, u64), ApiError> {
         (status = 503, description = "The model is still loading", body = ErrorBody),
     ))]
 pub(crate) async fn kv_events(State(s): State<AppState>, RawQuery(q): RawQuery) -> Response {
-    let (since, epoch) = match cursor(q.as_deref()) {
+    let (since, epoch, tier) = match cursor(q.as_deref()) {
         Ok(c) => c,
         Err(e) => return e.into_response(),
     };
     let Some(loaded) = s.loaded() else {
         return ApiError::Unavailable("the model is still loading".into()).into_response();
     };
-    axum::Json(loaded.engine.kv_events(since, epoch)).into_response()
+    axum::Json(loaded.engine.tier_events(tier, since, epoch)).into_response()
 }
 
 #[cfg(test)]
@@ -104,11 +115,15 @@ mod tests {
 
     #[test]
     fn the_cursor_query() {
-        type Want = Result<(u64, u64), &'static str>;
-        let cases: [(Option<&str>, Want); 6] = [
-            (None, Ok((0, 0))),
-            (Some("since=5&epoch=7"), Ok((5, 7))),
-            (Some("epoch=7"), Ok((0, 7))),
+        use KvTier::*;
+        type Want = Result<(u64, u64, KvTier), &'static str>;
+        let cases: [(Option<&str>, Want); 9] = [
+            (None, Ok((0, 0, Device))),
+            (Some("since=5&epoch=7"), Ok((5, 7, Device))),
+            (Some("epoch=7"), Ok((0, 7, Device))),
+            (Some("tier=disk&since=2"), Ok((2, 0, Disk))),
+            (Some("tier=host"), Ok((0, 0, Host))),
+            (Some("tier=ssd"), Err("not a KV tier")),
             (Some("since=-1"), Err("whole number")),
             (Some("since"), Err("whole number")),
             (Some("from=3"), Err("unknown query parameter `from`")),

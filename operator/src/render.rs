@@ -5,7 +5,7 @@ use kube::ResourceExt;
 use serde::Serialize;
 
 use crate::crd::{ModelDeployment, ObservedGeometry};
-use crate::desired::{Desired, DesiredConfig, adapters, desired};
+use crate::desired::{Desired, DesiredConfig, adapters, desired, kv_offload};
 use crate::plan::Planned;
 use crate::{Error, geometry, plan};
 
@@ -42,7 +42,9 @@ pub fn render(
     geometry_json: Option<&str>,
     config: &DesiredConfig,
 ) -> Result<Rendered, Error> {
-    let refused = plan::unsupported(&md.spec).or_else(|| adapters::refusal(md));
+    let refused = (plan::unsupported(&md.spec))
+        .or_else(|| adapters::refusal(md))
+        .or_else(|| kv_offload::refusal(&md.spec));
     if let Some((reason, message)) = refused {
         return Err(Error::InvalidSpec(format!("{reason}: {message}")));
     }
@@ -91,6 +93,9 @@ pub fn to_yaml(md: &ModelDeployment, r: &Rendered) -> Result<String, Error> {
     }
     if let Some(p) = &d.inference_pool {
         doc(&mut out, p)?;
+    }
+    if let Some(c) = &d.kv_cache_claim {
+        doc(&mut out, c)?;
     }
     Ok(out)
 }

@@ -60,6 +60,8 @@ async fn expect_no_stale_children(v: &mut ApiServerVerifier, name: &str) {
         v.expect(Method::GET, &format!("{path}/{name}"), not_found)
             .await;
     }
+    let claim = format!("/api/v1/namespaces/default/persistentvolumeclaims/{name}-kv-cache");
+    v.expect(Method::GET, &claim, not_found).await;
 }
 
 /// Runs reconcile beside a scenario; returns the scenario's output.
@@ -361,6 +363,8 @@ async fn a_new_generation_prunes_an_owned_stale_pdb() {
             not_found,
         )
         .await;
+        let claim = "/api/v1/namespaces/default/persistentvolumeclaims/smol-kv-cache";
+        v.expect(Method::GET, claim, not_found).await;
         // observedGeneration moves; nothing else does, so no event.
         let st = v.expect(Method::PATCH, NS, status_echo(&smollm2())).await;
         st.body["status"].clone()

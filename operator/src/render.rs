@@ -186,6 +186,25 @@ spec:
     }
 
     #[test]
+    fn a_shared_disk_tier_renders_its_claim_and_a_cpu_host_tier_is_refused() {
+        let disk = "  kvCache:\n    offload:\n      disk:\n        size: 8Gi\n        storageClassName: local\n";
+        let md = read_manifest(&format!("{MANIFEST}{disk}")).unwrap();
+        let r = render(&md, Some(INSPECT), &DesiredConfig::default()).unwrap();
+        let yaml = to_yaml(&md, &r).unwrap();
+        assert!(yaml.contains("kind: PersistentVolumeClaim"), "{yaml}");
+        // Two replicas share the claim: 4Gi each.
+        assert!(yaml.contains(&format!("disk=/var/cache/ferrox/kv:{}", 4u64 << 30)));
+        let host = "  kvCache:\n    offload:\n      hostMemory: 1Gi\n";
+        let cpu = read_manifest(&format!("{MANIFEST}{host}")).unwrap();
+        let err = render(&cpu, Some(INSPECT), &DesiredConfig::default()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("on a CPU server the KV pool is host memory already"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn refuses_without_geometry_or_memory() {
         let md = read_manifest(MANIFEST).unwrap();
         let err = render(&md, None, &DesiredConfig::default()).unwrap_err();

@@ -99,6 +99,9 @@ pub struct Decision {
     pub reason: Reason,
     /// Blocks of the prompt the chosen endpoint is predicted to hold.
     pub predicted_hit_blocks: usize,
+    /// Of those, how many each KV tier (device, host, disk) is the best
+    /// holder of: the table's to fill (`choose` knows runs, not tiers).
+    pub predicted_by_tier: [usize; 3],
 }
 
 /// Chooses among `candidates` (the ready endpoints of one model); `None`
@@ -165,6 +168,7 @@ pub fn choose_weighted(
             Affinity::Blocks(_) => candidates[index].held,
             Affinity::Text(_) => 0,
         },
+        predicted_by_tier: [0; 3],
     })
 }
 

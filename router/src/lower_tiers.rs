@@ -92,19 +92,48 @@ impl<D: Ord + Copy> LowerTiers<D> {
         now: D,
         weights: &TierWeights,
     ) -> (usize, f64) {
-        let mut run = 0;
-        let mut score = 0.0;
-        for h in chain {
+        let best = self.best_tiers(device, chain, now, weights);
+        best.fold((0, 0.0), |(run, score), t| (run + 1, score + weights.of(t)))
+    }
+
+    /// Of the same run, how many blocks each tier (device, host, disk) is
+    /// the best holder of.
+    pub fn run_by_tier(
+        &self,
+        device: &Holdings<D>,
+        chain: &[BlockHash],
+        now: D,
+        weights: &TierWeights,
+    ) -> [usize; 3] {
+        let mut counts = [0; 3];
+        for t in self.best_tiers(device, chain, now, weights) {
+            counts[t as usize] += 1;
+        }
+        counts
+    }
+
+    /// The best tier holding each block of the leading run of `chain` held
+    /// somewhere (a tie goes to the higher tier).
+    fn best_tiers<'a>(
+        &'a self,
+        device: &'a Holdings<D>,
+        chain: &'a [BlockHash],
+        now: D,
+        weights: &'a TierWeights,
+    ) -> impl Iterator<Item = KvTier> + 'a {
+        chain.iter().map_while(move |h| {
             let lower = self.held.iter().filter(|(_, held)| held.holds(h, now));
             let device = device.holds(h, now).then_some(KvTier::Device);
-            let tiers = device.into_iter().chain(lower.map(|(t, _)| *t));
-            let Some(best) = tiers.map(|t| weights.of(t)).reduce(f64::max) else {
-                break;
-            };
-            run += 1;
-            score += best;
-        }
-        (run, score)
+            let mut tiers = device.into_iter().chain(lower.map(|(t, _)| *t));
+            let first = tiers.next()?;
+            Some(tiers.fold(first, |best, t| {
+                if weights.of(t) > weights.of(best) {
+                    t
+                } else {
+                    best
+                }
+            }))
+        })
     }
 }
 
@@ -137,6 +166,8 @@ mod tests {
         let (run, score) = lower.weighted_run(&device, &c, 0, &w);
         assert_eq!(run, 4);
         assert!((score - (1.0 + 1.0 + 0.8 + 0.5)).abs() < 1e-9, "{score}");
+        let by_tier = lower.run_by_tier(&device, &c, 0, &w);
+        assert_eq!(by_tier, [2, 1, 1]);
         // Block 5 is nowhere: the disk's later blocks do not count.
         lower.apply(KvTier::Disk, &page(8, &[c[3], c[5], c[6]]));
         assert_eq!(lower.weighted_run(&device, &c, 0, &w).0, 4);

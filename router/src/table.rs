@@ -298,7 +298,7 @@ impl<D: Ord + Copy> Table<D> {
             Some(_) => Affinity::Blocks(&first),
             None => Affinity::Text(text),
         };
-        let d = choose_weighted(
+        let mut d = choose_weighted(
             &candidates,
             &scores,
             affinity,
@@ -309,6 +309,9 @@ impl<D: Ord + Copy> Table<D> {
         let e = endpoints.get_mut(&name)?;
         e.load.in_flight += 1;
         if let Some(chain) = chain {
+            // Before the expectation below counts the whole chain as the
+            // device's.
+            d.predicted_by_tier = e.lower.run_by_tier(&e.holdings, chain, now, &self.weights);
             e.holdings.expect(chain, settings.expect_until);
         }
         Some((name, d))

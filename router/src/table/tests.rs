@@ -180,6 +180,21 @@ fn a_lower_tier_hit_outranks_none_and_yields_to_a_device_hit_as_long() {
 }
 
 #[test]
+fn a_decision_counts_its_blocks_by_tier_before_it_expects_them() {
+    let (mut t, chain) = two_endpoints(TierWeights::default(), 4);
+    t.apply_tier_events("m", "b", KvTier::Host, &held(3, &chain[..2]));
+    let (name, d) = t
+        .route(&base("m"), Some(&chain), "", 0, &settings(5))
+        .unwrap();
+    assert_eq!((name.as_str(), d.predicted_by_tier), ("b", [0, 2, 0]));
+    // Now expected in b's device pool: the next decision says so.
+    let (_, d) = t
+        .route(&base("m"), Some(&chain), "", 1, &settings(5))
+        .unwrap();
+    assert_eq!(d.predicted_by_tier, [4, 0, 0]);
+}
+
+#[test]
 fn a_longer_disk_run_wins_or_loses_by_the_weights() {
     // a: 2 blocks in its device pool (2.0); b: 3 on disk, then its
     // device pool holds the 4th (a run of 4 across tiers).

@@ -66,6 +66,9 @@ use serde::{Deserialize, Serialize};
 #[x_kube(validation = Rule::new(
     "has(self.accelerator) || (has(self.resources) && ((has(self.resources.limits) && 'memory' in self.resources.limits) || (has(self.resources.requests) && 'memory' in self.resources.requests)))"
 ).message("without spec.accelerator, spec.resources.limits.memory (or requests.memory) is needed to plan the KV cache"))]
+#[x_kube(validation = Rule::new(
+    "has(self.accelerator) || !has(self.kvCache) || !has(self.kvCache.offload) || !has(self.kvCache.offload.hostMemory)"
+).message(CPU_HOST_TIER_MESSAGE))]
 #[serde(rename_all = "camelCase")]
 pub struct ModelDeploymentSpec {
     /// The model to serve.
@@ -133,6 +136,9 @@ pub struct ModelDeploymentSpec {
     /// Speculative decoding (`--speculative-config`); off when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speculative: Option<SpeculativeSpec>,
+    /// The KV cache beyond the device pool (lower tiers); none when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache: Option<KvCacheSpec>,
 }
 
 /// Access to the servers' OpenAI routes (`/health`, `/ready` and `/metrics`
@@ -461,11 +467,13 @@ pub fn crd_yaml() -> String {
 
 mod adapters;
 mod geometry;
+mod kv_cache;
 mod speculative;
 mod status;
 
 pub use adapters::*;
 pub use geometry::*;
+pub use kv_cache::*;
 pub use speculative::*;
 pub use status::*;
 

@@ -80,6 +80,7 @@ fn base_spec(source: &str) -> ModelDeploymentSpec {
         adapters: Vec::new(),
         lora: None,
         speculative: None,
+        kv_cache: None,
     }
 }
 

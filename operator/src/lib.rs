@@ -17,6 +17,7 @@ pub mod desired;
 pub mod error;
 pub mod geometry;
 pub mod gpu_nodes;
+pub mod kv_tiers;
 pub mod lease;
 pub mod lora_plan;
 pub mod metrics;

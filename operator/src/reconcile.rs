@@ -10,7 +10,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
@@ -24,7 +24,8 @@ use serde::de::DeserializeOwned;
 
 use crate::crd::{AcceleratorStatus, ModelDeployment, ObservedGeometry};
 use crate::desired::{
-    Desired, DesiredConfig, adapters, desired, inference_pool, inspect_job, selector_string,
+    Desired, DesiredConfig, adapters, desired, inference_pool, inspect_job, kv_offload,
+    selector_string,
 };
 use crate::gpu_nodes::GpuTarget;
 use crate::metrics::Metrics;
@@ -174,7 +175,9 @@ type PlanParts = (
 
 /// The plan (or why there is none), the geometry it used and the GPUs it is for.
 async fn plan_md(md: &ModelDeployment, ctx: &Context, ns: &str) -> Result<PlanParts, Error> {
-    let refused = plan::unsupported(&md.spec).or_else(|| adapters::refusal(md));
+    let refused = (plan::unsupported(&md.spec))
+        .or_else(|| adapters::refusal(md))
+        .or_else(|| kv_offload::refusal(&md.spec));
     if let Some((reason, message)) = refused {
         return Ok((PlanOutcome::Refused { reason, message }, None, None));
     }
@@ -314,6 +317,10 @@ async fn apply_children(
 ) -> Result<Deployment, Error> {
     let d = desired(md, plan, &ctx.config)?;
     let client = &ctx.client;
+    // Before the pods that mount it, so none waits on a claim not yet asked for.
+    if let Some(claim) = &d.kv_cache_claim {
+        apply::<PersistentVolumeClaim>(&Api::namespaced(client.clone(), ns), claim).await?;
+    }
     let deployment = apply(&Api::namespaced(client.clone(), ns), &d.deployment).await?;
     apply::<Service>(&Api::namespaced(client.clone(), ns), &d.service).await?;
     if let Some(pdb) = &d.pdb {
@@ -368,6 +375,11 @@ async fn prune(md: &ModelDeployment, d: &Desired, ctx: &Context, ns: &str) -> Re
     }
     if d.inference_pool.is_none() {
         delete_owned(&inference_pools(client, ns), &name, &uid).await?;
+    }
+    if d.kv_cache_claim.is_none() {
+        let claim = kv_offload::claim_name(md);
+        delete_owned::<PersistentVolumeClaim>(&Api::namespaced(client.clone(), ns), &claim, &uid)
+            .await?;
     }
     Ok(())
 }

@@ -5,7 +5,7 @@ use kube::ResourceExt;
 use serde::Serialize;
 
 use crate::crd::{ModelDeployment, ObservedGeometry};
-use crate::desired::{Desired, DesiredConfig, adapters, desired};
+use crate::desired::{Desired, DesiredConfig, adapters, desired, kv_offload};
 use crate::plan::Planned;
 use crate::{Error, geometry, plan};
 
@@ -42,7 +42,9 @@ pub fn render(
     geometry_json: Option<&str>,
     config: &DesiredConfig,
 ) -> Result<Rendered, Error> {
-    let refused = plan::unsupported(&md.spec).or_else(|| adapters::refusal(md));
+    let refused = (plan::unsupported(&md.spec))
+        .or_else(|| adapters::refusal(md))
+        .or_else(|| kv_offload::refusal(&md.spec));
     if let Some((reason, message)) = refused {
         return Err(Error::InvalidSpec(format!("{reason}: {message}")));
     }
@@ -91,6 +93,9 @@ pub fn to_yaml(md: &ModelDeployment, r: &Rendered) -> Result<String, Error> {
     }
     if let Some(p) = &d.inference_pool {
         doc(&mut out, p)?;
+    }
+    if let Some(c) = &d.kv_cache_claim {
+        doc(&mut out, c)?;
     }
     Ok(out)
 }
@@ -178,6 +183,25 @@ spec:
             .unwrap_err()
             .to_string();
         assert!(err.contains("spec.speculative"), "{err}");
+    }
+
+    #[test]
+    fn a_shared_disk_tier_renders_its_claim_and_a_cpu_host_tier_is_refused() {
+        let disk = "  kvCache:\n    offload:\n      disk:\n        size: 8Gi\n        storageClassName: local\n";
+        let md = read_manifest(&format!("{MANIFEST}{disk}")).unwrap();
+        let r = render(&md, Some(INSPECT), &DesiredConfig::default()).unwrap();
+        let yaml = to_yaml(&md, &r).unwrap();
+        assert!(yaml.contains("kind: PersistentVolumeClaim"), "{yaml}");
+        // Two replicas share the claim: 4Gi each.
+        assert!(yaml.contains(&format!("disk=/var/cache/ferrox/kv:{}", 4u64 << 30)));
+        let host = "  kvCache:\n    offload:\n      hostMemory: 1Gi\n";
+        let cpu = read_manifest(&format!("{MANIFEST}{host}")).unwrap();
+        let err = render(&cpu, Some(INSPECT), &DesiredConfig::default()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("on a CPU server the KV pool is host memory already"),
+            "{err}"
+        );
     }
 
     #[test]

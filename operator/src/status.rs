@@ -114,6 +114,7 @@ pub fn desired_status(
         autoscaler: None,
         // The scraper's, as `autoscaler` and `observedPlan`.
         adapters: Vec::new(),
+        kv_tiers: Vec::new(),
     }
 }
 
@@ -267,6 +268,7 @@ pub fn status_patch(md: &ModelDeployment, next: &ModelDeploymentStatus) -> Optio
         autoscaler: None,
         observed_plan: None,
         adapters: Vec::new(),
+        kv_tiers: Vec::new(),
         ..s
     });
     if current.as_ref() == Some(next) {

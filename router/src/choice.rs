@@ -71,6 +71,25 @@ impl Reason {
     }
 }
 
+/// A run's score, ordered totally (NaN, never made, ranks lowest).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Score(f64);
+
+impl Eq for Score {}
+
+impl PartialOrd for Score {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Score {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let key = |v: f64| if v.is_nan() { f64::NEG_INFINITY } else { v };
+        key(self.0).total_cmp(&key(other.0))
+    }
+}
+
 /// The rule's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
@@ -80,6 +99,9 @@ pub struct Decision {
     pub reason: Reason,
     /// Blocks of the prompt the chosen endpoint is predicted to hold.
     pub predicted_hit_blocks: usize,
+    /// Of those, how many each KV tier (device, host, disk) is the best
+    /// holder of: the table's to fill (`choose` knows runs, not tiers).
+    pub predicted_by_tier: [usize; 3],
 }
 
 /// Chooses among `candidates` (the ready endpoints of one model); `None`
@@ -90,7 +112,22 @@ pub fn choose(
     bounds: &Bounds,
     load_factor: f64,
 ) -> Option<Decision> {
-    if candidates.is_empty() {
+    let scores: Vec<f64> = candidates.iter().map(|c| c.held as f64).collect();
+    choose_weighted(candidates, &scores, affinity, bounds, load_factor)
+}
+
+/// [`choose`] with each held run scored: `scores[i]` ranks candidate `i`'s
+/// run (its blocks each weighted by the best KV tier holding it), ahead of
+/// the run's length, so a device hit outranks a lower tier's of the same
+/// length and a long enough lower run outranks a short device one.
+pub fn choose_weighted(
+    candidates: &[Candidate<'_>],
+    scores: &[f64],
+    affinity: Affinity<'_>,
+    bounds: &Bounds,
+    load_factor: f64,
+) -> Option<Decision> {
+    if candidates.is_empty() || scores.len() != candidates.len() {
         return None;
     }
     let within: Vec<usize> = (0..candidates.len())
@@ -112,7 +149,8 @@ pub fn choose(
         Affinity::Blocks(first) => {
             let best = *pool.iter().min_by_key(|&&i| {
                 let c = &candidates[i];
-                (Reverse(c.held), c.load.in_flight, c.name)
+                let score = Score(scores[i]);
+                (Reverse(score), Reverse(c.held), c.load.in_flight, c.name)
             })?;
             if candidates[best].held > 0 {
                 (best, Reason::PrefixHit)
@@ -130,6 +168,7 @@ pub fn choose(
             Affinity::Blocks(_) => candidates[index].held,
             Affinity::Text(_) => 0,
         },
+        predicted_by_tier: [0; 3],
     })
 }
 

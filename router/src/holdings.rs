@@ -68,12 +68,12 @@ impl<D: Ord + Copy> Holdings<D> {
     /// How many leading blocks of `chain` are held (reported, or expected
     /// past `now`).
     pub fn held_run(&self, chain: &[BlockHash], now: D) -> usize {
-        chain
-            .iter()
-            .take_while(|h| {
-                self.stored.contains(h) || self.expected.get(h).is_some_and(|u| *u > now)
-            })
-            .count()
+        chain.iter().take_while(|h| self.holds(h, now)).count()
+    }
+
+    /// Whether `h` is held (reported, or expected past `now`).
+    pub fn holds(&self, h: &BlockHash, now: D) -> bool {
+        self.stored.contains(h) || self.expected.get(h).is_some_and(|u| *u > now)
     }
 
     /// Hashes reported held.

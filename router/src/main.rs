@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use ferrox_core::ApiKeys;
+use ferrox_plan::TierWeights;
 use ferrox_router::{Bounds, RouterError};
 
 use crate::shared::{Settings, Shared};
@@ -77,6 +78,17 @@ struct Args {
     /// replica reports it.
     #[arg(long, default_value_t = 10.0)]
     expect_ttl: f64,
+    /// What a prompt block held in each KV tier counts for when replicas
+    /// are ranked by the run of the prompt they hold: TIER=WEIGHT, comma
+    /// separated, each in [0, 1], not rising down the tiers (any subset;
+    /// the rest default).
+    #[arg(long, env = "FERROX_ROUTER_TIER_WEIGHTS", default_value = "device=1,host=0.8,disk=0.5", value_parser = tier_weights)]
+    tier_weights: TierWeights,
+}
+
+/// `--tier-weights`, read by the contract's one reader.
+fn tier_weights(text: &str) -> Result<TierWeights, String> {
+    TierWeights::parse(text)
 }
 
 /// `MODEL=URL` flags as the table's wanted set.
@@ -144,6 +156,7 @@ async fn main() -> anyhow::Result<()> {
         wait_timeout: secs(args.wait_timeout, "wait-timeout")?,
         max_body: args.max_body,
         poll_interval: Duration::from_millis(args.poll_interval_ms.max(1)),
+        tier_weights: args.tier_weights,
     };
     poller::set_upstream_key(args.upstream_api_key.clone());
     let s = Shared::new(settings, ApiKeys::new(&args.api_keys), args.max_pending)?;
@@ -186,6 +199,27 @@ async fn shutdown() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tier_weights_default_to_the_contract_s_and_a_bad_value_says_why() {
+        let args = Args::try_parse_from(["ferrox-router"]).unwrap();
+        assert_eq!(args.tier_weights, TierWeights::default());
+        let args =
+            Args::try_parse_from(["ferrox-router", "--tier-weights", "host=0.6,disk=0.1"]).unwrap();
+        assert_eq!((args.tier_weights.host, args.tier_weights.disk), (0.6, 0.1));
+        for (bad, why) in [
+            ("disk=0.9", "must not rise down the tiers"),
+            ("host=2", "not a weight in [0, 1]"),
+            ("ssd=0.1", "not a KV tier"),
+        ] {
+            let e = Args::try_parse_from(["ferrox-router", "--tier-weights", bad]).unwrap_err();
+            let text = e.to_string();
+            assert!(
+                text.contains("--tier-weights") && text.contains(why),
+                "{text}"
+            );
+        }
+    }
 
     #[test]
     fn endpoint_flags() {

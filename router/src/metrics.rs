@@ -1,6 +1,7 @@
 //! The router's Prometheus series: decisions by reason, predicted hit
 //! blocks, in flight per endpoint, waiting per model.
 
+use ferrox_plan::KvTier;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
 };
@@ -9,6 +10,9 @@ use prometheus::{
 pub const DECISIONS: &str = "ferrox_router_decisions_total";
 /// Blocks the chosen endpoint was predicted to hold, per decision.
 pub const PREDICTED_HIT_BLOCKS: &str = "ferrox_router_predicted_hit_blocks";
+/// Blocks the chosen endpoint was predicted to hold, by the best KV tier
+/// holding each (`device`, `host`, `disk`).
+pub const PREDICTED_TIER_BLOCKS: &str = "ferrox_router_predicted_tier_blocks_total";
 /// Requests in flight, per endpoint.
 pub const IN_FLIGHT: &str = "ferrox_router_endpoint_in_flight";
 /// Requests waiting for a ready endpoint, per model: the scale-from-zero
@@ -22,6 +26,7 @@ pub struct Metrics {
     registry: Registry,
     decisions: IntCounterVec,
     hit_blocks: HistogramVec,
+    tier_blocks: IntCounterVec,
     in_flight: IntGaugeVec,
     pending: IntGaugeVec,
     refused: IntCounterVec,
@@ -46,6 +51,13 @@ impl Metrics {
             .buckets(buckets),
             &["model"],
         )?;
+        let tier_blocks = IntCounterVec::new(
+            Opts::new(
+                PREDICTED_TIER_BLOCKS,
+                "Prompt blocks the chosen endpoints were predicted to hold, by the best KV tier holding each",
+            ),
+            &["model", "tier"],
+        )?;
         let in_flight = IntGaugeVec::new(
             Opts::new(
                 IN_FLIGHT,
@@ -66,6 +78,7 @@ impl Metrics {
         )?;
         registry.register(Box::new(decisions.clone()))?;
         registry.register(Box::new(hit_blocks.clone()))?;
+        registry.register(Box::new(tier_blocks.clone()))?;
         registry.register(Box::new(in_flight.clone()))?;
         registry.register(Box::new(pending.clone()))?;
         registry.register(Box::new(refused.clone()))?;
@@ -73,6 +86,7 @@ impl Metrics {
             registry,
             decisions,
             hit_blocks,
+            tier_blocks,
             in_flight,
             pending,
             refused,
@@ -85,6 +99,16 @@ impl Metrics {
         self.hit_blocks
             .with_label_values(&[model])
             .observe(hit_blocks as f64);
+    }
+
+    /// Counts a decision's predicted blocks by the tier holding them
+    /// (device, host, disk); a tier with none is not touched.
+    pub fn tier_blocks(&self, model: &str, by_tier: [usize; 3]) {
+        let tiers = [KvTier::Device, KvTier::Host, KvTier::Disk];
+        for (tier, n) in tiers.into_iter().zip(by_tier).filter(|(_, n)| *n > 0) {
+            let counter = self.tier_blocks.with_label_values(&[model, tier.name()]);
+            counter.inc_by(n as u64);
+        }
     }
 
     /// Sets an endpoint's in-flight gauge.
@@ -129,6 +153,7 @@ mod tests {
         m.set_in_flight("smol", "http://a:8000", 2);
         m.set_pending("smol", 1);
         m.refused("smol", "timeout");
+        m.tier_blocks("smol", [0, 4, 0]);
         let text = m.render();
         for want in [
             r#"ferrox_router_decisions_total{model="smol",reason="prefix-hit"} 1"#,
@@ -136,6 +161,7 @@ mod tests {
             r#"ferrox_router_endpoint_in_flight{endpoint="http://a:8000",model="smol"} 2"#,
             r#"ferrox_router_pending_requests{model="smol"} 1"#,
             r#"ferrox_router_pending_refused_total{model="smol",why="timeout"} 1"#,
+            r#"ferrox_router_predicted_tier_blocks_total{model="smol",tier="host"} 4"#,
         ] {
             assert!(text.contains(want), "{want} not in\n{text}");
         }

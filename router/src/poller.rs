@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferrox_core::KvEventsPage;
+use ferrox_plan::KvTier;
 use ferrox_plan::contract::metric;
 use ferrox_prompt::Prompter;
 
@@ -74,7 +75,10 @@ pub async fn run(s: Shared, model: String, url: String) {
             .endpoint_mut(&model, &url)
             .is_some_and(|e| e.ready());
         match read_events(&s, &model, &url).await {
-            Ok(page) => s.table().apply_events(&model, &url, &page),
+            Ok(page) => {
+                s.table().apply_events(&model, &url, &page);
+                read_lower_tiers(&s, &model, &url).await;
+            }
             Err(e) => {
                 tracing::debug!(%url, error = %e, "KV events not read");
                 if let Some(e) = s.table().endpoint_mut(&model, &url) {
@@ -138,6 +142,58 @@ async fn read_events(s: &Shared, model: &str, url: &str) -> anyhow::Result<KvEve
     Ok(resp.json().await?)
 }
 
+/// What a server answered to a lower tier's page.
+#[derive(Debug, PartialEq)]
+enum TierAnswer {
+    /// The tier's page (an empty one, epoch 0, when it has no such tier).
+    Page(KvEventsPage),
+    /// It cannot page tiers at all (an older server: 400).
+    NoSuchTier,
+}
+
+/// `GET /kv_events?tier=..` of `url`.
+fn tier_events_url(url: &str, tier: KvTier, (since, epoch): (u64, u64)) -> String {
+    format!("{url}/kv_events?tier={tier}&since={since}&epoch={epoch}")
+}
+
+/// A 400 to a tier query is an older server's "no such parameter": no such
+/// tier, not an error (a newer one answers an absent tier with an empty page).
+fn refused(status: reqwest::StatusCode) -> bool {
+    status == reqwest::StatusCode::BAD_REQUEST
+}
+
+/// Reads each lower tier the endpoint has not refused into the table; one
+/// that fails otherwise is tried again next poll.
+async fn read_lower_tiers(s: &Shared, model: &str, url: &str) {
+    let tiers = s.table().endpoint_mut(model, url).map(|e| e.lower.to_ask());
+    for tier in tiers.unwrap_or_default() {
+        match read_tier(s, model, url, tier).await {
+            Ok(TierAnswer::Page(page)) => s.table().apply_tier_events(model, url, tier, &page),
+            Ok(TierAnswer::NoSuchTier) => {
+                tracing::debug!(%url, %tier, "no KV tier pages; not asked again until it restarts");
+                if let Some(e) = s.table().endpoint_mut(model, url) {
+                    e.lower.refuse(tier);
+                }
+            }
+            Err(e) => tracing::debug!(%url, %tier, error = %e, "KV tier events not read"),
+        }
+    }
+}
+
+async fn read_tier(s: &Shared, model: &str, url: &str, tier: KvTier) -> anyhow::Result<TierAnswer> {
+    let cursor = s
+        .table()
+        .endpoint_mut(model, url)
+        .map(|e| e.lower.cursor(tier));
+    let resp = get(s, tier_events_url(url, tier, cursor.unwrap_or_default()))
+        .send()
+        .await?;
+    if refused(resp.status()) {
+        return Ok(TierAnswer::NoSuchTier);
+    }
+    Ok(TierAnswer::Page(resp.error_for_status()?.json().await?))
+}
+
 async fn read_load(s: &Shared, url: &str) -> anyhow::Result<(usize, f64)> {
     let text = get(s, format!("{url}/metrics"))
         .send()
@@ -192,6 +248,8 @@ fn gauge(text: &str, name: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::atomic::Ordering::SeqCst;
 
     #[test]
     fn adapters_are_the_cards_with_a_parent() {
@@ -216,5 +274,90 @@ mod tests {
         assert_eq!(gauge(text, "vllm:num_requests_waiting"), Some(3.0));
         assert_eq!(gauge(text, "vllm:kv_cache_usage_perc"), Some(0.25));
         assert_eq!(gauge(text, "vllm:absent"), None);
+    }
+
+    #[test]
+    fn tier_queries_name_the_tier_and_only_a_400_means_no_such_tier() {
+        let url = tier_events_url("http://h:8000", KvTier::Disk, (7, 3));
+        assert_eq!(url, "http://h:8000/kv_events?tier=disk&since=7&epoch=3");
+        assert!(refused(reqwest::StatusCode::BAD_REQUEST));
+        for other in [200, 404, 500, 503] {
+            assert!(!refused(reqwest::StatusCode::from_u16(other).unwrap()));
+        }
+    }
+
+    /// Counts a fake server's device and tier pages; answers 400 to a tier.
+    #[derive(Default)]
+    struct OldServer {
+        epoch: AtomicU64,
+        device: AtomicU64,
+        tiers: AtomicU64,
+    }
+
+    async fn old_server(state: Arc<OldServer>) -> String {
+        use axum::response::IntoResponse;
+        let page = move |q: axum::extract::Query<BTreeMap<String, String>>| async move {
+            if q.contains_key("tier") {
+                state.tiers.fetch_add(1, SeqCst);
+                return (axum::http::StatusCode::BAD_REQUEST, "unknown tier").into_response();
+            }
+            state.device.fetch_add(1, SeqCst);
+            let epoch = state.epoch.load(SeqCst);
+            axum::Json(KvEventsPage {
+                epoch,
+                ..KvEventsPage::default()
+            })
+            .into_response()
+        };
+        let app = axum::Router::new().route("/kv_events", axum::routing::get(page));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        url
+    }
+
+    /// Waits until the server has answered `n` more device pages.
+    async fn polls(state: &OldServer, n: u64) {
+        let until = state.device.load(SeqCst) + n;
+        for _ in 0..2000 {
+            if state.device.load(SeqCst) >= until {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("the poller stopped polling");
+    }
+
+    #[tokio::test]
+    async fn an_old_server_s_400_stops_the_tier_queries_until_it_restarts() {
+        let state = Arc::new(OldServer::default());
+        state.epoch.store(1, SeqCst);
+        let url = old_server(state.clone()).await;
+        let settings = crate::shared::Settings {
+            bounds: ferrox_router::Bounds::default(),
+            load_factor: 1.25,
+            expect_ttl: Duration::from_secs(1),
+            wait_timeout: Duration::from_secs(1),
+            max_body: 1 << 20,
+            poll_interval: Duration::from_millis(1),
+            tier_weights: ferrox_plan::TierWeights::default(),
+        };
+        let s = Shared::new(settings, ferrox_core::ApiKeys::new(&[]), 8).unwrap();
+        sync(
+            &s,
+            &BTreeMap::from([("m".to_string(), vec![(url.clone(), true)])]),
+        );
+        polls(&state, 10).await;
+        // Asked once per lower tier, then never again.
+        assert_eq!(state.tiers.load(SeqCst), 2);
+        assert!(
+            s.table().has_ready("m"),
+            "a refused tier is not an unreachable server"
+        );
+        // Restarted (a new device epoch): asked once more.
+        state.epoch.store(2, SeqCst);
+        polls(&state, 10).await;
+        assert_eq!(state.tiers.load(SeqCst), 4);
+        sync(&s, &BTreeMap::new());
     }
 }

@@ -382,6 +382,7 @@ async fn proxy(
             decision.reason.as_str(),
             decision.predicted_hit_blocks,
         );
+        s.metrics().tier_blocks(&model, decision.predicted_by_tier);
         let n = s.table().in_flight(&model, &url);
         s.metrics().set_in_flight(&model, &url, n);
         let mut req = s.client().post(format!("{url}{path}")).body(bytes.clone());

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ferrox_core::ApiKeys;
+use ferrox_plan::TierWeights;
 use ferrox_plan::contract::router::PendingReport;
 use ferrox_router::{Bounds, Metrics, Pending, Table};
 use tokio::sync::{oneshot, watch};
@@ -29,6 +30,8 @@ pub struct Settings {
     pub max_body: usize,
     /// How often each endpoint's KV events and load are read.
     pub poll_interval: Duration,
+    /// What a prompt block held in each KV tier counts for.
+    pub tier_weights: TierWeights,
 }
 
 /// Shared by every task. Cheap to clone.
@@ -63,7 +66,7 @@ impl Shared {
             .build()?;
         Ok(Shared {
             inner: Arc::new(Inner {
-                table: Mutex::new(Table::new()),
+                table: Mutex::new(Table::with_weights(settings.tier_weights)),
                 pending: Mutex::new(Pending::new(max_pending)),
                 pollers: Mutex::new(BTreeMap::new()),
                 report: watch::Sender::new(PendingReport {

@@ -7,11 +7,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ferrox_core::{BlockHash, KvEventsPage};
+use ferrox_plan::{KvTier, TierWeights};
 use ferrox_prompt::Prompter;
 
-use crate::choice::{Affinity, Candidate, Decision, choose};
+use crate::choice::{Affinity, Candidate, Decision, choose_weighted};
 use crate::holdings::Holdings;
 use crate::load::{Bounds, Load};
+use crate::lower_tiers::LowerTiers;
 
 /// One endpoint of a model.
 #[derive(Debug)]
@@ -21,8 +23,10 @@ pub struct Endpoint<D> {
     pub source_ready: bool,
     /// Its last poll answered (a loading or dead server does not).
     pub reachable: bool,
-    /// What it holds.
+    /// What its device pool holds.
     pub holdings: Holdings<D>,
+    /// What its lower KV tiers (host memory, disk) hold.
+    pub lower: LowerTiers<D>,
     /// The server's last reported queue and KV usage; `in_flight` is ours.
     pub load: Load,
     /// Its prompt recipe, once fetched.
@@ -38,6 +42,7 @@ impl<D: Ord + Copy> Endpoint<D> {
             source_ready,
             reachable: false,
             holdings: Holdings::new(),
+            lower: LowerTiers::new(),
             load: Load::default(),
             prompter: None,
             adapters: BTreeMap::new(),
@@ -77,6 +82,8 @@ pub struct Table<D> {
     /// LoRA adapters the deployments declare: adapter -> its model (known
     /// at zero replicas too, so a request for one wakes its model).
     declared: BTreeMap<String, String>,
+    /// What a block held in each KV tier counts for.
+    weights: TierWeights,
 }
 
 /// What a request's `model` names.
@@ -91,9 +98,15 @@ pub struct Target {
 impl<D: Ord + Copy> Table<D> {
     /// No models.
     pub fn new() -> Self {
+        Self::with_weights(TierWeights::default())
+    }
+
+    /// No models; blocks in each KV tier count `weights`.
+    pub fn with_weights(weights: TierWeights) -> Self {
         Table {
             models: BTreeMap::new(),
             declared: BTreeMap::new(),
+            weights,
         }
     }
 
@@ -210,7 +223,22 @@ impl<D: Ord + Copy> Table<D> {
     pub fn apply_events(&mut self, model: &str, name: &str, page: &KvEventsPage) {
         if let Some(e) = self.endpoint_mut(model, name) {
             e.holdings.apply(page);
+            e.lower.device_epoch(page.epoch);
             e.reachable = true;
+        }
+    }
+
+    /// Applies a page of one of an endpoint's lower tiers' logs (it says
+    /// nothing of the endpoint's reachability: its device log does).
+    pub fn apply_tier_events(
+        &mut self,
+        model: &str,
+        name: &str,
+        tier: KvTier,
+        page: &KvEventsPage,
+    ) {
+        if let Some(e) = self.endpoint_mut(model, name) {
+            e.lower.apply(tier, page);
         }
     }
 
@@ -247,14 +275,21 @@ impl<D: Ord + Copy> Table<D> {
         {
             ready.retain(|(_, e)| e.adapters.contains_key(a));
         }
-        let candidates: Vec<Candidate<'_>> = ready
-            .iter()
-            .map(|(name, e)| Candidate {
-                name,
-                load: e.load,
-                held: chain.map_or(0, |c| e.holdings.held_run(c, now)),
+        let runs: Vec<(usize, f64)> = (ready.iter())
+            .map(|(_, e)| {
+                chain.map_or((0, 0.0), |c| {
+                    e.lower.weighted_run(&e.holdings, c, now, &self.weights)
+                })
             })
             .collect();
+        let candidates: Vec<Candidate<'_>> = (ready.iter().zip(&runs))
+            .map(|((name, e), &(held, _))| Candidate {
+                name,
+                load: e.load,
+                held,
+            })
+            .collect();
+        let scores: Vec<f64> = runs.iter().map(|&(_, score)| score).collect();
         let first = chain
             .and_then(|c| c.first())
             .map(ToString::to_string)
@@ -263,8 +298,9 @@ impl<D: Ord + Copy> Table<D> {
             Some(_) => Affinity::Blocks(&first),
             None => Affinity::Text(text),
         };
-        let d = choose(
+        let mut d = choose_weighted(
             &candidates,
+            &scores,
             affinity,
             &settings.bounds,
             settings.load_factor,
@@ -273,6 +309,9 @@ impl<D: Ord + Copy> Table<D> {
         let e = endpoints.get_mut(&name)?;
         e.load.in_flight += 1;
         if let Some(chain) = chain {
+            // Before the expectation below counts the whole chain as the
+            // device's.
+            d.predicted_by_tier = e.lower.run_by_tier(&e.holdings, chain, now, &self.weights);
             e.holdings.expect(chain, settings.expect_until);
         }
         Some((name, d))
@@ -306,142 +345,4 @@ impl<D: Ord + Copy> Table<D> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::choice::Reason;
-    use ferrox_core::BlockHasher;
-
-    fn wanted(entries: &[(&str, &[(&str, bool)])]) -> BTreeMap<String, Vec<(String, bool)>> {
-        entries
-            .iter()
-            .map(|(m, eps)| {
-                let eps = eps.iter().map(|(n, r)| (n.to_string(), *r)).collect();
-                (m.to_string(), eps)
-            })
-            .collect()
-    }
-
-    fn base(m: &str) -> Target {
-        Target {
-            model: m.into(),
-            adapter: None,
-        }
-    }
-
-    fn settings(until: u64) -> RouteSettings<u64> {
-        RouteSettings {
-            bounds: Bounds::default(),
-            load_factor: 1.25,
-            expect_until: until,
-        }
-    }
-
-    #[test]
-    fn sync_reports_what_came_and_went_and_keeps_models_without_endpoints() {
-        let mut t: Table<u64> = Table::new();
-        let c = t.sync(&wanted(&[
-            ("m", &[("a", true), ("b", false)]),
-            ("zero", &[]),
-        ]));
-        assert_eq!(c.added.len(), 2);
-        assert!(t.knows("zero") && !t.has_ready("zero"));
-        assert!(!t.has_ready("m"), "not reachable until polled");
-        t.apply_events("m", "a", &KvEventsPage::default());
-        assert!(t.has_ready("m"));
-        let c = t.sync(&wanted(&[("m", &[("b", true)])]));
-        assert_eq!(c.removed, vec![("m".into(), "a".into())]);
-        assert!(c.added.is_empty());
-        assert!(!t.knows("zero"));
-        assert_eq!(t.models().collect::<Vec<_>>(), vec!["m"]);
-    }
-
-    #[test]
-    fn a_routed_chain_goes_back_to_the_same_endpoint_and_in_flight_is_counted() {
-        let mut t: Table<u64> = Table::new();
-        t.sync(&wanted(&[("m", &[("a", true), ("b", true)])]));
-        for n in ["a", "b"] {
-            t.apply_events("m", n, &KvEventsPage::default());
-        }
-        let chain = BlockHasher::new("x", 2).chain(&[1, 2, 3, 4]);
-        let (first, d) = t
-            .route(&base("m"), Some(&chain), "", 0, &settings(10))
-            .unwrap();
-        assert_eq!(d.reason, Reason::NewPrefix);
-        let other = if first == "a" { "b" } else { "a" };
-        // The other is less loaded now, but the first is expected to hold it.
-        let (second, d) = t
-            .route(&base("m"), Some(&chain), "", 1, &settings(10))
-            .unwrap();
-        assert_eq!(
-            (second.as_str(), d.reason, d.predicted_hit_blocks),
-            (first.as_str(), Reason::PrefixHit, 2)
-        );
-        assert_eq!(t.in_flight("m", &first), 2);
-        assert_eq!(t.finish("m", &first), 1);
-        // The expectation lapsed and the server never reported it; a short
-        // prompt (no block) goes to the least loaded.
-        let (third, d) = t
-            .route(&base("m"), Some(&[][..]), "", 11, &settings(20))
-            .unwrap();
-        assert_eq!((third.as_str(), d.reason), (other, Reason::LeastLoad));
-        // No chain: the hash fallback.
-        let (_, d) = t
-            .route(&base("m"), None, "some text", 12, &settings(20))
-            .unwrap();
-        assert_eq!(d.reason, Reason::HashFallback);
-        assert!(t.route(&base("other"), None, "", 0, &settings(1)).is_none());
-        // One refusing connections is passed over until polled again.
-        t.mark_unreachable("m", &first);
-        for _ in 0..3 {
-            let (name, _) = t
-                .route(&base("m"), Some(&chain), "", 12, &settings(20))
-                .unwrap();
-            assert_eq!(name, other);
-        }
-        assert_eq!(t.finish("m", "gone"), 0);
-    }
-
-    #[test]
-    fn adapters_resolve_to_their_model_and_go_where_they_are_loaded() {
-        let mut t: Table<u64> = Table::new();
-        t.sync(&wanted(&[
-            ("m", &[("a", true), ("b", true)]),
-            ("zero", &[]),
-        ]));
-        t.declare_adapters([("sql".to_string(), "zero".to_string())].into());
-        for n in ["a", "b"] {
-            t.apply_events("m", n, &KvEventsPage::default());
-        }
-        let e = t.endpoint_mut("m", "b").unwrap();
-        e.adapters.insert("chat".into(), Some("chat@1".into()));
-        e.adapters.insert("cold".into(), None);
-        let chat = t.resolve("chat").unwrap();
-        assert_eq!(
-            (chat.model.as_str(), chat.adapter.as_deref()),
-            ("m", Some("chat"))
-        );
-        assert_eq!(t.resolve("m").unwrap(), base("m"));
-        // Declared on a model at zero replicas: known, so it waits for one.
-        assert_eq!(t.resolve("sql").unwrap().model, "zero");
-        assert!(t.resolve("nope").is_none());
-        assert_eq!(t.adapter_key("m", "chat").as_deref(), Some("chat@1"));
-        assert_eq!(t.adapter_key("m", "cold"), None);
-        let names: Vec<String> = t.adapters().into_keys().collect();
-        assert_eq!(names, ["chat", "cold", "sql"]);
-        // Only b has it: every request for it goes there, whatever the load.
-        for i in 0..4 {
-            let (name, _) = t
-                .route(&chat, None, &format!("p{i}"), 0, &settings(1))
-                .unwrap();
-            assert_eq!(name, "b");
-        }
-        // An adapter no ready endpoint lists: any endpoint (the server says).
-        let unlisted = Target {
-            adapter: Some("new".into()),
-            ..base("m")
-        };
-        assert!(t.route(&unlisted, None, "x", 0, &settings(1)).is_some());
-        t.declare_adapters(BTreeMap::new());
-        assert!(t.resolve("sql").is_none());
-    }
-}
+mod tests;

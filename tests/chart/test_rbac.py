@@ -61,6 +61,9 @@ EXPECTED = {
     ("inference.networking.k8s.io", "inferencepools", "patch"): r"apply\(&inference_pools\(",
     ("inference.networking.k8s.io", "inferencepools", "get"): r"delete_owned\(&inference_pools\(",
     ("inference.networking.k8s.io", "inferencepools", "delete"): r"delete_owned\(&inference_pools\(",
+    ("", "persistentvolumeclaims", "patch"): r"apply::<PersistentVolumeClaim>\(",
+    ("", "persistentvolumeclaims", "get"): r"delete_owned::<PersistentVolumeClaim>\(",
+    ("", "persistentvolumeclaims", "delete"): r"delete_owned::<PersistentVolumeClaim>\(",
     # node_watch.rs: a reflector (list, then watch) of every node.
     ("", "nodes", "list"): r"watcher\(Api::<Node>::all\(",
     ("", "nodes", "watch"): r"watcher\(Api::<Node>::all\(",
@@ -90,6 +93,7 @@ KIND_RESOURCE = {
     "HorizontalPodAutoscaler": ("autoscaling", "horizontalpodautoscalers"),
     "ScaledObject": ("keda.sh", "scaledobjects"),
     "InferencePool": ("inference.networking.k8s.io", "inferencepools"),
+    "PersistentVolumeClaim": ("", "persistentvolumeclaims"),
     "Node": ("", "nodes"),
     "Lease": ("coordination.k8s.io", "leases"),
     "Event": ("events.k8s.io", "events"),

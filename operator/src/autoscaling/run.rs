@@ -16,16 +16,18 @@ use super::observation::Observation;
 use super::scrape::{aggregate, scrape_all};
 use crate::Error;
 use crate::crd::{
-    AdapterStatus, AutoscalerStatus, AutoscalingSpec, ModelDeployment, ObservedPlanStatus,
+    AdapterStatus, AutoscalerStatus, AutoscalingSpec, KvTierStatus, ModelDeployment,
+    ObservedPlanStatus,
 };
 use crate::desired::{SERVER_PORT, selector_string};
+use crate::kv_tiers;
 use crate::observed_plan::{Expected, observe};
 use crate::reconcile::{Context, publish};
 use crate::served_adapters::served;
 use crate::served_name::served_name;
 
-/// Field manager of `status.autoscaler`, `status.observedPlan` and
-/// `status.adapters` (the reconciler owns the rest).
+/// Field manager of `status.autoscaler`, `status.observedPlan`,
+/// `status.adapters` and `status.kvTiers` (the reconciler owns the rest).
 pub const FIELD_MANAGER: &str = "ferrox-operator-autoscaler";
 
 /// `/metrics` URLs of the ready pods among `pods`.
@@ -185,11 +187,14 @@ async fn step(
         .status
         .as_ref()
         .map_or(&[][..], |s| s.adapters.as_slice());
+    let tiers = kv_tiers::observe(&samples);
+    let old_tiers = (md.status.as_ref()).map_or(&[][..], |s| s.kv_tiers.as_slice());
     let changed = match &autoscaler {
         Some(new) => status_changed(old, new),
         None => old.is_some(),
     } || old_observed != observed.as_ref()
-        || old_adapters != adapters.as_slice();
+        || old_adapters != adapters.as_slice()
+        || old_tiers != tiers.as_slice();
     if !changed {
         return Ok(());
     }
@@ -198,7 +203,7 @@ async fn step(
         md,
         autoscaler.as_ref(),
         observed.as_ref(),
-        &adapters,
+        (&adapters, &tiers),
         precondition,
     )
     .await
@@ -270,19 +275,23 @@ pub async fn act(
     Ok((autoscaler_status(decision, obs, old, scaled), moved))
 }
 
-/// Applies `status.autoscaler` and `status.observedPlan` under the
-/// scraper's own field manager (what it leaves out, it gives up).
+/// Applies `status.autoscaler`, `status.observedPlan`, `status.adapters`
+/// and `status.kvTiers` under the scraper's own field manager (what it
+/// leaves out, it gives up).
 pub async fn write_status(
     api: &Api<ModelDeployment>,
     md: &ModelDeployment,
     autoscaler: Option<&AutoscalerStatus>,
     observed: Option<&ObservedPlanStatus>,
-    adapters: &[AdapterStatus],
+    (adapters, tiers): (&[AdapterStatus], &[KvTierStatus]),
     precondition: Option<String>,
 ) -> Result<(), Error> {
     let mut status = serde_json::Map::new();
     if !adapters.is_empty() {
         status.insert("adapters".into(), serde_json::to_value(adapters)?);
+    }
+    if !tiers.is_empty() {
+        status.insert("kvTiers".into(), serde_json::to_value(tiers)?);
     }
     if let Some(a) = autoscaler {
         status.insert("autoscaler".into(), serde_json::to_value(a)?);

@@ -8,13 +8,14 @@ use super::decision::{Decision, History, Policy, decide};
 use super::observation::Observation;
 use crate::Error;
 
-use ferrox_plan::CacheKind;
+use ferrox_plan::{CacheKind, KvTier};
 
 // The series names are the contract's, shared with the server's exporter.
 pub use ferrox_plan::contract::metric::{
     CACHE_CONFIG_INFO, FINISHED, KV_USAGE, LORA_ADAPTER_LOADED, PLAN_KV_BLOCK_BYTES,
     PLAN_MAX_MODEL_LEN, PLAN_MAX_SEQS, PLAN_MEMORY_BYTES, PLAN_POOL_BLOCKS, PLAN_WEIGHT_BYTES,
-    POOL_LABEL, RUNNING, SPEC_ACCEPTED_TOKENS, SPEC_DRAFT_TOKENS, WAITING,
+    POOL_LABEL, RUNNING, SPEC_ACCEPTED_TOKENS, SPEC_DRAFT_TOKENS, TIER_BLOCKS,
+    TIER_CAPACITY_BLOCKS, TIER_HITS, TIER_LABEL, TIER_MISSES, WAITING,
 };
 
 /// One pod's numbers.
@@ -32,6 +33,23 @@ pub struct PodSample {
     pub plan: Option<ServerPlan>,
     /// The LoRA adapters it serves (`ferrox_lora_adapter_loaded`'s labels).
     pub adapters: Vec<String>,
+    /// Its lower KV tiers' numbers, in tier order (empty without any).
+    pub tiers: Vec<TierSample>,
+}
+
+/// One lower KV tier of one server (the `ferrox_kv_tier_*` series).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TierSample {
+    /// `host` or `disk`.
+    pub tier: KvTier,
+    /// Blocks it holds.
+    pub blocks: u64,
+    /// Blocks it can hold.
+    pub capacity_blocks: u64,
+    /// Lookups found whole (a counter).
+    pub hits: u64,
+    /// Lookups not found or refused (a counter).
+    pub misses: u64,
 }
 
 /// The plan a server reports it runs with.
@@ -138,6 +156,35 @@ pub fn server_plan(scrape: &Scrape) -> Option<ServerPlan> {
     })
 }
 
+/// The lower tiers a server reports: each `tier` label seen on a
+/// `ferrox_kv_tier_*` series, its series read (0 where absent).
+pub fn tier_samples(scrape: &Scrape) -> Vec<TierSample> {
+    let of = |s: &Sample| s.labels.get(TIER_LABEL)?.parse::<KvTier>().ok();
+    let names = [TIER_BLOCKS, TIER_CAPACITY_BLOCKS, TIER_HITS, TIER_MISSES];
+    let mut tiers: Vec<KvTier> = (scrape.samples.iter())
+        .filter(|s| names.contains(&s.metric.as_str()))
+        .filter_map(of)
+        .collect();
+    tiers.sort_unstable();
+    tiers.dedup();
+    let read = |tier: KvTier, name: &str| {
+        let found = scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == name && of(s) == Some(tier));
+        found.and_then(|s| whole(number(s))).unwrap_or(0)
+    };
+    (tiers.into_iter())
+        .map(|tier| TierSample {
+            tier,
+            blocks: read(tier, TIER_BLOCKS),
+            capacity_blocks: read(tier, TIER_CAPACITY_BLOCKS),
+            hits: read(tier, TIER_HITS),
+            misses: read(tier, TIER_MISSES),
+        })
+        .collect()
+}
+
 /// Parses one Prometheus text exposition into the numbers the autoscaler uses.
 pub fn parse_metrics(text: &str) -> Result<PodSample, Error> {
     let lines = text.lines().map(|l| Ok(colonless(l)));
@@ -165,6 +212,7 @@ pub fn parse_metrics(text: &str) -> Result<PodSample, Error> {
             .filter(|s| s.metric == LORA_ADAPTER_LOADED)
             .filter_map(|s| s.labels.get("adapter").map(str::to_string))
             .collect(),
+        tiers: tier_samples(&scrape),
     })
 }
 
@@ -347,6 +395,7 @@ ferrox_plan_memory_bytes{source=\"cgroup-v2\"} 2147483648
                 finished: 12.0,
                 plan: None,
                 adapters: Vec::new(),
+                tiers: Vec::new(),
             }
         );
     }
@@ -366,6 +415,7 @@ ferrox_plan_memory_bytes{source=\"cgroup-v2\"} 2147483648
             finished: 1.0,
             plan: None,
             adapters: Vec::new(),
+            tiers: Vec::new(),
         };
         let b = PodSample {
             waiting: 6.0,
@@ -374,6 +424,7 @@ ferrox_plan_memory_bytes{source=\"cgroup-v2\"} 2147483648
             finished: 2.0,
             plan: None,
             adapters: Vec::new(),
+            tiers: Vec::new(),
         };
         let o = aggregate(&[a, b]);
         assert_eq!(

@@ -58,5 +58,6 @@ async fn wake(ctx: &Context, md: &ModelDeployment, pending: u64) -> Result<(), E
         .status
         .as_ref()
         .map_or(&[][..], |s| s.adapters.as_slice());
-    write_status(&api, md, Some(&status), observed, adapters, None).await
+    let tiers = (md.status.as_ref()).map_or(&[][..], |s| s.kv_tiers.as_slice());
+    write_status(&api, md, Some(&status), observed, (adapters, tiers), None).await
 }

@@ -53,6 +53,26 @@ pub struct ModelDeploymentStatus {
     /// by the scraper).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub adapters: Vec<AdapterStatus>,
+    /// The lower KV tiers' blocks, hits and misses, summed over the ready
+    /// servers (written by the scraper).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kv_tiers: Vec<KvTierStatus>,
+}
+
+/// One lower KV tier, summed over the ready servers' `/metrics`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KvTierStatus {
+    /// `host` or `disk`.
+    pub tier: String,
+    /// Blocks it holds.
+    pub blocks: i64,
+    /// Blocks it can hold.
+    pub capacity_blocks: i64,
+    /// Lookups it answered since the servers started.
+    pub hits: i64,
+    /// Lookups that fell through it since the servers started.
+    pub misses: i64,
 }
 
 /// The GPUs a plan was made for.

@@ -57,6 +57,9 @@ fn crd_carries_cel_rules_with_messages() {
         "model.source must be hf://org/name[@rev][/file]",
         "engine.memoryUtilization must be in (0, 1]",
         "without spec.accelerator",
+        CPU_HOST_TIER_MESSAGE,
+        DISK_VOLUME_MESSAGE,
+        "kvCache.offload.disk.accessMode must be",
     ] {
         assert!(yaml.contains(needle), "missing {needle}");
     }

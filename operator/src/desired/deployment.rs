@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use kube::api::ObjectMeta;
 
-use super::{DesiredConfig, MODEL_CACHE_DIR, SERVER_PORT, child_meta, selector_labels};
+use super::{DesiredConfig, MODEL_CACHE_DIR, SERVER_PORT, child_meta, kv_offload, selector_labels};
 use crate::crd::ModelDeployment;
 use crate::gpu_nodes::GPU_PRODUCT_LABEL;
 use crate::plan::Planned;
@@ -89,7 +89,14 @@ fn pod_spec(
     let spec = &md.spec;
     PodSpec {
         containers: vec![server_container(md, plan, config, source)],
-        volumes: Some([volumes(md, source), super::adapters::volumes(md, source)].concat()),
+        volumes: Some(
+            [
+                volumes(md, source),
+                super::adapters::volumes(md, source),
+                kv_offload::volumes(md),
+            ]
+            .concat(),
+        ),
         security_context: Some(pod_security_context()),
         termination_grace_period_seconds: Some(
             PRE_STOP_SLEEP_SECONDS + spec.engine.drain_timeout_seconds + GRACE_MARGIN_SECONDS,
@@ -123,7 +130,14 @@ fn server_container(
             ..Default::default()
         }]),
         resources: Some(resources(md, plan)),
-        volume_mounts: Some([volume_mounts(source), super::adapters::mounts(md, source)].concat()),
+        volume_mounts: Some(
+            [
+                volume_mounts(source),
+                super::adapters::mounts(md, source),
+                kv_offload::mounts(md),
+            ]
+            .concat(),
+        ),
         liveness_probe: Some(http_probe("/health", 10, 3)),
         readiness_probe: Some(http_probe("/ready", 5, 3)),
         // Model download and load can take long; liveness waits for this.
@@ -180,7 +194,8 @@ pub fn server_args(md: &ModelDeployment, planned: &Planned, source: &ModelSource
         speculative: spec.speculative.and_then(|s| s.config().ok()),
         task: spec.task.unwrap_or_default(),
         max_batch_tokens: spec.engine.max_batch_tokens.map(n),
-        kv_offload: Vec::new(),
+        // Refused before rendering when it cannot be served.
+        kv_offload: kv_offload::tiers(spec),
     }
     .to_args();
     args.extend(spec.engine.extra_args.iter().cloned());
@@ -222,9 +237,11 @@ pub fn env(md: &ModelDeployment, source: &ModelSource) -> Vec<EnvVar> {
 /// The user's resources, with the memory the plan needs: on CPU the request
 /// and the limit are the memory planned from (the server checks its plan
 /// against the cgroup limit, and the kubelet protects what the plan
-/// admitted); on GPU a host-memory request, never below the user's.
+/// admitted); on GPU a host-memory request, never below the user's, plus
+/// the host KV tier's bytes (on a memory limit the user set, too).
 fn resources(md: &ModelDeployment, plan: &Planned) -> ResourceRequirements {
     let mut resources = md.spec.resources.clone().unwrap_or_default();
+    add_host_tier(&mut resources, plan, kv_offload::host_bytes(&md.spec));
     let memory = Quantity(format!("{}Mi", plan.pod_memory_bytes >> 20));
     if md.spec.accelerator.is_none() {
         for map in [&mut resources.limits, &mut resources.requests] {
@@ -250,6 +267,28 @@ fn resources(md: &ModelDeployment, plan: &Planned) -> ResourceRequirements {
         }
     }
     resources
+}
+
+/// Adds a host KV tier's `bytes` to a GPU pod's memory request (at least
+/// the plan's) and to a memory limit the user set, in whole MiB rounded up;
+/// nothing without a tier. A CPU spec has none (refused before rendering).
+fn add_host_tier(resources: &mut ResourceRequirements, plan: &Planned, bytes: u64) {
+    if bytes == 0 {
+        return;
+    }
+    let mib = |b: u64| Quantity(format!("{}Mi", b.div_ceil(1 << 20)));
+    let user = |map: &Option<BTreeMap<String, Quantity>>| {
+        let q = map.as_ref().and_then(|m| m.get("memory"));
+        q.and_then(|q| quantity::bytes(q).ok())
+    };
+    let request = user(&resources.requests)
+        .unwrap_or(0)
+        .max(plan.pod_memory_bytes);
+    (resources.requests.get_or_insert_with(BTreeMap::new))
+        .insert("memory".into(), mib(request.saturating_add(bytes)));
+    if let (Some(limit), Some(map)) = (user(&resources.limits), resources.limits.as_mut()) {
+        map.insert("memory".into(), mib(limit.saturating_add(bytes)));
+    }
 }
 
 fn node_selector(md: &ModelDeployment) -> Option<BTreeMap<String, String>> {

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DynamicObject, ObjectMeta};
 use kube::{Resource, ResourceExt};
@@ -19,6 +19,7 @@ pub mod autoscaler;
 pub mod deployment;
 pub mod inference_pool;
 pub mod inspect_job;
+pub mod kv_offload;
 pub mod pdb;
 pub mod service;
 
@@ -71,6 +72,9 @@ pub struct Desired {
     pub scaled_object: Option<DynamicObject>,
     /// Present when `spec.inferencePool` asks for one.
     pub inference_pool: Option<DynamicObject>,
+    /// The disk KV tier's shared claim, when `kvCache.offload.disk` names
+    /// a storage class.
+    pub kv_cache_claim: Option<PersistentVolumeClaim>,
 }
 
 /// The objects `md` should own under `plan`.
@@ -101,6 +105,7 @@ pub fn desired(
             .as_ref()
             .map(|p| inference_pool::inference_pool(md, p))
             .transpose()?,
+        kv_cache_claim: kv_offload::claim(md)?,
     })
 }
 

@@ -60,6 +60,8 @@ async fn expect_no_stale_children(v: &mut ApiServerVerifier, name: &str) {
         v.expect(Method::GET, &format!("{path}/{name}"), not_found)
             .await;
     }
+    let claim = format!("/api/v1/namespaces/default/persistentvolumeclaims/{name}-kv-cache");
+    v.expect(Method::GET, &claim, not_found).await;
 }
 
 /// Runs reconcile beside a scenario; returns the scenario's output.
@@ -361,6 +363,8 @@ async fn a_new_generation_prunes_an_owned_stale_pdb() {
             not_found,
         )
         .await;
+        let claim = "/api/v1/namespaces/default/persistentvolumeclaims/smol-kv-cache";
+        v.expect(Method::GET, claim, not_found).await;
         // observedGeneration moves; nothing else does, so no event.
         let st = v.expect(Method::PATCH, NS, status_echo(&smollm2())).await;
         st.body["status"].clone()
@@ -533,5 +537,73 @@ async fn pending_pods_say_why_in_ready() {
             .unwrap()
             .contains("1 unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu."),
         "{ready}"
+    );
+}
+
+fn with_disk_tier(mut md: ModelDeployment, class: Option<&str>) -> ModelDeployment {
+    use crate::crd::{KvCacheSpec, KvDiskSpec, KvOffloadSpec};
+    md.spec.kv_cache = Some(KvCacheSpec {
+        offload: Some(KvOffloadSpec {
+            host_memory: None,
+            disk: Some(KvDiskSpec {
+                size: k8s_openapi::apimachinery::pkg::api::resource::Quantity("10Gi".into()),
+                storage_class_name: class.map(str::to_string),
+                access_mode: "ReadWriteOnce".into(),
+                empty_dir: None,
+            }),
+        }),
+    });
+    md
+}
+
+#[tokio::test]
+async fn a_disk_tier_s_claim_is_applied_before_the_pods_that_mount_it() {
+    let md = with_disk_tier(smollm2(), Some("fast"));
+    let (result, ()) = run(md.clone(), async move |v: &mut ApiServerVerifier| {
+        let path = "/api/v1/namespaces/default/persistentvolumeclaims/smol-kv-cache?";
+        let claim = v.expect(Method::PATCH, path, echo).await;
+        assert!(claim.uri.contains("fieldManager=ferrox-operator"));
+        assert_eq!(claim.body["spec"]["storageClassName"], "fast");
+        assert_eq!(
+            claim.body["metadata"]["ownerReferences"][0]["kind"],
+            "ModelDeployment"
+        );
+        let dep = v.expect(Method::PATCH, "/apis/apps/v1/", echo).await;
+        let pod = &dep.body["spec"]["template"]["spec"];
+        let vol = (pod["volumes"].as_array().unwrap().iter())
+            .find(|v| v["name"] == "kv-cache")
+            .unwrap();
+        assert_eq!(vol["persistentVolumeClaim"]["claimName"], "smol-kv-cache");
+        v.expect(Method::PATCH, "/api/v1/", echo).await;
+        // Asked for now, so not pruned: the lookups skip it.
+        for path in [
+            "/apis/policy/v1/",
+            "/apis/autoscaling/v2/",
+            "/apis/keda.sh/v1alpha1/",
+            "/apis/inference.networking.k8s.io/v1/",
+        ] {
+            v.expect(Method::GET, path, not_found).await;
+        }
+        v.expect(Method::PATCH, NS, status_echo(&md)).await;
+        v.expect(Method::POST, "/apis/events.k8s.io/", echo).await;
+    })
+    .await;
+    result.expect("reconcile ok");
+}
+
+#[tokio::test]
+async fn a_disk_tier_without_its_volume_kind_is_refused_in_the_status() {
+    let mut md = with_disk_tier(smollm2(), None);
+    md.metadata.name = Some("llama".into());
+    let (ctx, v) = context();
+    let status = refused_status(md, ctx, v).await;
+    assert_eq!(condition(&status, "Planned"), ("False", "InvalidSpec"));
+    let planned = (status["conditions"].as_array().unwrap().iter())
+        .find(|c| c["type"] == "Planned")
+        .unwrap();
+    let message = planned["message"].as_str().unwrap();
+    assert!(
+        message.contains("exactly one of storageClassName"),
+        "{message}"
     );
 }

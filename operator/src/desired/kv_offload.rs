@@ -1,0 +1,200 @@
+//! What `spec.kvCache.offload` adds to the server pods: the `--kv-offload`
+//! values (in the contract's `ServeArgs`), the host tier's bytes on the
+//! pod's memory, and the disk tier's volume: an `emptyDir` per pod, or one
+//! claim `<name>-kv-cache` that every replica mounts at [`KV_CACHE_DIR`].
+
+use std::collections::BTreeMap;
+
+use ferrox_plan::OffloadTier;
+use k8s_openapi::api::core::v1::{
+    EmptyDirVolumeSource, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    PersistentVolumeClaimVolumeSource, Volume, VolumeMount, VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::ResourceExt;
+
+use super::child_meta;
+use crate::crd::{
+    ACCESS_MODES, CPU_HOST_TIER_MESSAGE, DISK_VOLUME_MESSAGE, KvDiskSpec, KvOffloadSpec,
+    ModelDeployment, ModelDeploymentSpec,
+};
+use crate::{Error, quantity};
+
+/// Where the disk tier's volume is mounted (the server's `disk=PATH`).
+pub const KV_CACHE_DIR: &str = "/var/cache/ferrox/kv";
+/// The disk tier's volume in the pod.
+const VOLUME: &str = "kv-cache";
+
+fn offload(spec: &ModelDeploymentSpec) -> Option<&KvOffloadSpec> {
+    spec.kv_cache.as_ref()?.offload.as_ref()
+}
+
+fn disk(spec: &ModelDeploymentSpec) -> Option<&KvDiskSpec> {
+    offload(spec)?.disk.as_ref()
+}
+
+/// The shared claim's name: `<name>-kv-cache`.
+pub fn claim_name(md: &ModelDeployment) -> String {
+    format!("{}-{VOLUME}", md.name_any())
+}
+
+/// Bytes of the host tier; 0 without one (or with a quantity
+/// [`refusal`] refuses).
+pub fn host_bytes(spec: &ModelDeploymentSpec) -> u64 {
+    let q = offload(spec).and_then(|o| o.host_memory.as_ref());
+    q.and_then(|q| quantity::bytes(q).ok()).unwrap_or(0)
+}
+
+/// The most servers that share one claim at once: `autoscaling.maxReplicas`
+/// when the replicas follow load (so that scaling never changes the
+/// servers' args, which would roll every pod), else `replicas`; at least 1.
+pub fn max_replicas(spec: &ModelDeploymentSpec) -> u64 {
+    let autoscaled = spec.autoscaling.as_ref().filter(|a| a.enabled);
+    let n = autoscaled.map_or(spec.replicas, |a| a.max_replicas);
+    u64::try_from(n).unwrap_or(0).max(1)
+}
+
+/// Bytes of each server's disk tier: the whole `size` of a pod's own
+/// `emptyDir`, or the shared claim's `size / max_replicas`, floored, so that
+/// the servers together never outgrow it.
+fn disk_bytes(spec: &ModelDeploymentSpec, disk: &KvDiskSpec) -> u64 {
+    let size = quantity::bytes(&disk.size).unwrap_or(0);
+    if disk.per_pod() {
+        size
+    } else {
+        size / max_replicas(spec)
+    }
+}
+
+/// The `--kv-offload` values: the host tier, then the disk tier.
+pub fn tiers(spec: &ModelDeploymentSpec) -> Vec<OffloadTier> {
+    let mut out = Vec::new();
+    let host = host_bytes(spec);
+    if host > 0 {
+        out.push(OffloadTier::Host { bytes: host });
+    }
+    if let Some(d) = disk(spec) {
+        let bytes = disk_bytes(spec, d);
+        if bytes > 0 {
+            out.push(OffloadTier::Disk {
+                path: KV_CACHE_DIR.into(),
+                bytes,
+            });
+        }
+    }
+    out
+}
+
+/// The disk tier's volume, when there is one.
+pub fn volumes(md: &ModelDeployment) -> Vec<Volume> {
+    let Some(d) = disk(&md.spec) else {
+        return Vec::new();
+    };
+    let volume = if d.per_pod() {
+        Volume {
+            name: VOLUME.into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                size_limit: Some(d.size.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    } else {
+        Volume {
+            name: VOLUME.into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim_name(md),
+                read_only: Some(false),
+            }),
+            ..Default::default()
+        }
+    };
+    vec![volume]
+}
+
+/// Mounts matching [`volumes`].
+pub fn mounts(md: &ModelDeployment) -> Vec<VolumeMount> {
+    let mount = || VolumeMount {
+        name: VOLUME.into(),
+        mount_path: KV_CACHE_DIR.into(),
+        ..Default::default()
+    };
+    disk(&md.spec).map(|_| mount()).into_iter().collect()
+}
+
+/// The shared claim the disk tier asks for with `storageClassName`. Owned
+/// by `md`, so deleted with it; scaling (to zero too) leaves it.
+pub fn claim(md: &ModelDeployment) -> Result<Option<PersistentVolumeClaim>, Error> {
+    let Some(d) = disk(&md.spec).filter(|d| !d.per_pod()) else {
+        return Ok(None);
+    };
+    Ok(Some(PersistentVolumeClaim {
+        metadata: child_meta(md, claim_name(md))?,
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec![d.access_mode.clone()]),
+            storage_class_name: d.storage_class_name.clone(),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([("storage".into(), d.size.clone())])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    }))
+}
+
+/// Why the spec's lower tiers cannot be served (a condition reason and a
+/// message), in the words of the CRD's rules where they overlap (an API
+/// server without them, or `render`, still refuses).
+pub fn refusal(spec: &ModelDeploymentSpec) -> Option<(&'static str, String)> {
+    let o = offload(spec)?;
+    let invalid = |m: String| Some(("InvalidSpec", m));
+    if let Some(q) = &o.host_memory {
+        if spec.accelerator.is_none() {
+            return invalid(CPU_HOST_TIER_MESSAGE.into());
+        }
+        match quantity::bytes(q) {
+            Ok(0) => {
+                return invalid(
+                    "kvCache.offload.hostMemory is 0: give the tier some bytes, or leave it out"
+                        .into(),
+                );
+            }
+            Err(_) => return invalid(not_a_quantity("hostMemory", q)),
+            Ok(_) => {}
+        }
+    }
+    let d = o.disk.as_ref()?;
+    if d.storage_class_name.is_some() == d.per_pod() {
+        return invalid(DISK_VOLUME_MESSAGE.into());
+    }
+    if !ACCESS_MODES.contains(&d.access_mode.as_str()) {
+        return invalid(format!(
+            "kvCache.offload.disk.accessMode {:?} must be one of {}",
+            d.access_mode,
+            ACCESS_MODES.join(", ")
+        ));
+    }
+    let size = match quantity::bytes(&d.size) {
+        Ok(b) => b,
+        Err(_) => return invalid(not_a_quantity("disk.size", &d.size)),
+    };
+    if disk_bytes(spec, d) == 0 {
+        return invalid(format!(
+            "kvCache.offload.disk.size {} ({size} bytes) leaves nothing for each of {} replicas",
+            d.size.0,
+            max_replicas(spec)
+        ));
+    }
+    None
+}
+
+fn not_a_quantity(field: &str, q: &Quantity) -> String {
+    format!(
+        "kvCache.offload.{field} {:?} is not a quantity of bytes (e.g. 8Gi, 500G)",
+        q.0
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -56,6 +56,8 @@ pub(crate) struct Shared {
     pub pool: BlockPool,
     /// The lower KV tiers, highest first (none without `--kv-offload`).
     pub tiers: Vec<Arc<crate::tier::Tier>>,
+    /// Bytes of block copies the tiers' writer has not written yet.
+    pub tier_queued: Arc<AtomicU64>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -280,6 +282,12 @@ impl EngineHandle {
             None if tier == KvTier::Device => self.kv_events(since, epoch),
             None => KvEventsPage::default(),
         }
+    }
+
+    /// Bytes of block copies not yet written to the lower tiers: a drain
+    /// waits for them, so a conversation's last blocks survive scale to zero.
+    pub fn tier_writes_pending(&self) -> u64 {
+        self.shared.tier_queued.load(Ordering::Relaxed)
     }
 
     /// Each lower tier: blocks held and the most it holds.

@@ -121,6 +121,7 @@ impl<M: BatchModel> Scheduler<M> {
             config: config.clone(),
             pool: pools.full().clone(),
             tiers: offload.as_ref().map(Offload::tiers).unwrap_or_default(),
+            tier_queued: offload.as_ref().map(Offload::queued).unwrap_or_default(),
         });
         let scheduler = Scheduler {
             model,

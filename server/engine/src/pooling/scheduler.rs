@@ -77,6 +77,7 @@ impl<M: PoolingModel> PoolingScheduler<M> {
             config,
             pool: BlockPool::new(0),
             tiers: Vec::new(),
+            tier_queued: Default::default(),
         });
         let scheduler = PoolingScheduler {
             model,

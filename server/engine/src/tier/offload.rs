@@ -180,6 +180,11 @@ impl Offload {
         }
     }
 
+    /// Bytes of copies waiting for the writer (a drain waits for 0).
+    pub fn queued(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.queued)
+    }
+
     /// The tiers, highest first.
     pub fn tiers(&self) -> Vec<Arc<Tier>> {
         self.tiers.to_vec()

@@ -84,6 +84,10 @@ async fn drain(state: &AppState, timeout: Duration) {
     if left > 0 {
         tracing::warn!(left, "drain timeout: abandoning in-flight requests");
     }
+    // The last blocks computed, on their way to a lower KV tier.
+    while loaded.engine.tier_writes_pending() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The edge's limits from the HTTP config.

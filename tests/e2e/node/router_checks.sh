@@ -82,6 +82,75 @@ check_from_zero() {
   kubectl delete md "$ZERO" --wait=true --timeout 60s >>"$NODE_DIR/logs/kubectl.log" 2>&1
 }
 
+# One turn of a conversation over a ~700-token history through the router;
+# prints the tokens its answer says were cached, then the answer.
+tier_turn() { # url model
+  python3 - "$1" "$2" <<'PY'
+import json, sys, urllib.request
+history = ("You are the archivist of a harbour town. The ledger records every ship that docked, "
+           "its cargo, its crew and the weather on the day it came in. ") * 24
+body = json.dumps({"model": sys.argv[2], "max_tokens": 8, "temperature": 0, "messages": [
+    {"role": "system", "content": history}, {"role": "user", "content": "Which ship came first?"}]})
+req = urllib.request.Request(sys.argv[1] + "/v1/chat/completions", body.encode(), {"Content-Type": "application/json"})
+r = json.load(urllib.request.urlopen(req, timeout=240))
+print(r["usage"]["prompt_tokens_details"]["cached_tokens"], json.dumps(r["choices"][0]["message"]["content"]))
+PY
+}
+
+# A disk KV tier on a hostPath PV through scale to zero: the first turn of a
+# conversation wakes the model and its blocks are written to the claim the
+# operator made; the model goes back to zero; the next turn wakes it onto the
+# same volume, whose blocks the new pod announces (/kv_events?tier=disk) and
+# reads back instead of computing them: the answer's usage says so, and the
+# answer is the same.
+check_kv_tier_from_zero() {
+  local name=smol-tier dir="$NODE_DIR/pv/kv" url first second pod ip announced
+  mkdir -p "$dir" && chown 65532:65532 "$dir" || { bad "kv tier: mkdir"; return; }
+  kubectl apply -f - >/dev/null <<YAML || { bad "kv tier: PV"; return; }
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: ferrox-local}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: Immediate
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: ferrox-kv}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  storageClassName: ferrox-local
+  claimRef: {namespace: default, name: $name-kv-cache}
+  hostPath: {path: $dir, type: Directory}
+YAML
+  small_md "$name" 2Gi 250m "  replicas: 0
+  autoscaling: {enabled: true, minReplicas: 0, maxReplicas: 1, scaleToZeroAfterSeconds: $ZERO_AFTER}
+  kvCache: {offload: {disk: {size: 512Mi, storageClassName: ferrox-local}}}" | kubectl apply -f - >/dev/null ||
+    { bad "apply $name"; return; }
+  url=$(router_url)
+  if ! wait_for "[ \"\$(md_field $name '{.status.conditions[?(@.type==\"ScaledToZero\")].status}')\" = True ] && router_knows $name" 60; then
+    bad "$name: not ScaledToZero, or unknown to the router: $(md_field $name '{.status}')"; return
+  fi
+  first=$(tier_turn "$url" "$name") || { dump; bad "kv tier: first turn: $first"; return; }
+  if ! wait_for "[ \"\$(md_field $name '{.spec.replicas}')\" = 0 ] && [ -z \"\$(pods_of $name)\" ]" $((ZERO_AFTER + 90)); then
+    bad "kv tier: not back to zero after the first turn"; return
+  fi
+  second=$(tier_turn "$url" "$name") || { dump; bad "kv tier: second turn: $second"; return; }
+  pod=$(ready_pods "$name" | head -n1)
+  ip=$(kubectl get pod "$pod" -o jsonpath='{.status.podIP}' 2>/dev/null)
+  announced=$(curl -sf --max-time 5 "http://$ip:8000/kv_events?tier=disk" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["stored"]))')
+  local files
+  files=$(find "$dir" -name '*.kvb' | wc -l)
+  if [[ ${first%% *} == 0 && ${second%% *} -ge 256 && ${first#* } == "${second#* }" && ${announced:-0} -ge 16 ]]; then
+    ok "a disk KV tier on claim $name-kv-cache (hostPath PV) through scale to zero: the first turn cached 0 tokens, the returning turn after 1 -> 0 -> 1 read ${second%% *} from disk ($files block files; the woken pod announced $announced to the router), same answer ${second#* }"
+  else
+    bad "kv tier from zero: first '$first', second '$second', announced '$announced', files $files"
+  fi
+  kubectl delete md "$name" --wait=true --timeout 90s >>"$NODE_DIR/logs/kubectl.log" 2>&1
+  kubectl delete pv ferrox-kv --wait=false >/dev/null 2>&1
+  kubectl delete storageclass ferrox-local --wait=false >/dev/null 2>&1
+}
+
 # One round of the shared-prefix load, its prompts seen once first through
 # the same path (not counted); prints "hit-rate ttft-p50 ok total".
 prefix_round() { # url seed
@@ -233,6 +302,7 @@ run_router_checks() {
   kubectl scale md "$MD" --replicas 1 >/dev/null
   check_router_up
   check_from_zero
+  check_kv_tier_from_zero
   check_prefix_routing
   check_replica_deleted
   check_router_killed

@@ -24,9 +24,10 @@ def render(name):
     return plan, [d for d in yaml.safe_load_all(r.stdout) if d]
 
 
-def test_the_five_examples_exist():
+def test_the_examples_exist():
     assert EXAMPLES == ["gemma-3-4b-gpu.yaml", "keda-autoscaling.yaml", "llama-3.1-8b-gpu.yaml",
-                        "llama-70b-q4-h100.yaml", "smollm2-cpu.yaml", "smollm2-lora.yaml"]
+                        "llama-70b-q4-h100.yaml", "smollm2-cpu-kv-tier.yaml", "smollm2-cpu.yaml",
+                        "smollm2-lora.yaml"]
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

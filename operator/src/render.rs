@@ -192,8 +192,9 @@ spec:
         let r = render(&md, Some(INSPECT), &DesiredConfig::default()).unwrap();
         let yaml = to_yaml(&md, &r).unwrap();
         assert!(yaml.contains("kind: PersistentVolumeClaim"), "{yaml}");
-        // Two replicas share the claim: 4Gi each.
-        assert!(yaml.contains(&format!("disk=/var/cache/ferrox/kv:{}", 4u64 << 30)));
+        // Two replicas share the claim: 4Gi each, less 1/32.
+        let share = 4u64 << 30;
+        assert!(yaml.contains(&format!("disk=/var/cache/ferrox/kv:{}", share - share / 32)));
         let host = "  kvCache:\n    offload:\n      hostMemory: 1Gi\n";
         let cpu = read_manifest(&format!("{MANIFEST}{host}")).unwrap();
         let err = render(&cpu, Some(INSPECT), &DesiredConfig::default()).unwrap_err();

@@ -53,6 +53,7 @@ pub struct KvDiskSpec {
     /// `size / maxReplicas` (`autoscaling.maxReplicas`, else `replicas`),
     /// rounded down, so that together they never outgrow the volume. With
     /// `emptyDir`, each pod's own volume's `sizeLimit` and its server's tier.
+    /// Each server keeps 1/32 of its share free for the file system's own use.
     pub size: Quantity,
     /// The storage class of a PersistentVolumeClaim `<name>-kv-cache` the
     /// operator creates (owned by this ModelDeployment: deleted with it, kept

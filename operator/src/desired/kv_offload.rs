@@ -54,17 +54,23 @@ pub fn max_replicas(spec: &ModelDeploymentSpec) -> u64 {
     u64::try_from(n).unwrap_or(0).max(1)
 }
 
-/// Bytes of each server's disk tier: the whole `size` of a pod's own
-/// `emptyDir`, or the shared claim's `size / max_replicas`, floored, so that
-/// the servers together never outgrow it.
+/// Bytes of each server's disk tier: a pod's own `emptyDir`'s `size`, or
+/// the shared claim's `size / max_replicas`, floored, so that the servers
+/// together never outgrow it; less 1/32 for what the files take beyond
+/// their bytes (directories, a block being written), so an `emptyDir`
+/// never passes its `sizeLimit` and gets its pod evicted.
 fn disk_bytes(spec: &ModelDeploymentSpec, disk: &KvDiskSpec) -> u64 {
     let size = quantity::bytes(&disk.size).unwrap_or(0);
-    if disk.per_pod() {
+    let share = if disk.per_pod() {
         size
     } else {
         size / max_replicas(spec)
-    }
+    };
+    share - share / DISK_HEADROOM
 }
+
+/// The part of a disk share held back for the file system's own use.
+const DISK_HEADROOM: u64 = 32;
 
 /// The `--kv-offload` values: the host tier, then the disk tier.
 pub fn tiers(spec: &ModelDeploymentSpec) -> Vec<OffloadTier> {

@@ -340,18 +340,26 @@ fn each_examples_pod_args_parse_into_the_operators_plan() {
     std::fs::write(&model, b"not read by the parse").unwrap();
     let examples: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(EXAMPLES_POD_ARGS).unwrap();
-    assert_eq!(examples.len(), 6, "one entry per example");
+    assert_eq!(examples.len(), 7, "one entry per example");
     for (name, ex) in &examples {
         let plan = &ex["plan"];
         let mut args: Vec<String> = serde_json::from_value(ex["args"].clone()).unwrap();
         // The pod's model path (or hf:// source) is not here: parse a local file.
         let at = args.iter().position(|a| a == "--model").unwrap() + 1;
         args[at] = model.display().to_string();
+        let tiers: Vec<String> = (args.windows(2))
+            .filter(|w| w[0] == format!("--{}", ferrox_plan::contract::flag::KV_OFFLOAD))
+            .map(|w| w[1].clone())
+            .collect();
         let argv = std::iter::once("ferrox-server".to_string()).chain(args);
         let Command::Serve(args) = Cli::try_parse_from(argv).unwrap().command else {
             panic!("{name}: not serve");
         };
         let c = args.into_config().unwrap();
+        // The lower KV tiers, as the operator wrote them.
+        let read: Vec<String> = c.kv_offload.iter().map(|t| t.to_arg()).collect();
+        assert_eq!(read, tiers, "{name}");
+        assert_eq!(name.contains("kv-tier"), !tiers.is_empty(), "{name}");
         let n = |k: &str| plan[k].as_u64().unwrap();
         // Every pool of the plan, by kind, as the server reads its flags.
         let pools: Vec<String> = serde_json::from_value(plan["pools"].clone()).unwrap();

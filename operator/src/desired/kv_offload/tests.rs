@@ -116,10 +116,11 @@ fn an_emptydir_disk_tier_is_each_pod_s_own_volume() {
         (mount.mount_path.as_str(), mount.read_only),
         (KV_CACHE_DIR, None)
     );
-    // Not shared: the whole volume is each server's.
+    // Not shared: the whole volume is each server's, less 1/32 for the
+    // file system's own use (an emptyDir past its sizeLimit is evicted).
     assert_eq!(
         offload_args(&p.containers[0]),
-        [format!("disk={KV_CACHE_DIR}:{}", 20 * GI)]
+        [format!("disk={KV_CACHE_DIR}:{}", 20 * GI - 20 * GI / 32)]
     );
     assert!(d.kv_cache_claim.is_none());
 }
@@ -147,7 +148,7 @@ fn a_storage_class_disk_tier_is_one_owned_claim_shared_by_max_replicas() {
         let c = server(&d.deployment);
         let want = [
             format!("host={}", 4 * GI),
-            format!("disk={KV_CACHE_DIR}:{share}"),
+            format!("disk={KV_CACHE_DIR}:{}", share - share / 32),
         ];
         assert_eq!(offload_args(c), want, "replicas {replicas}");
         let claim = d.kv_cache_claim.expect("a claim");

@@ -254,3 +254,45 @@ fn offers_never_wait_for_a_slow_tier() {
     }
     eventually("written once the tier catches up", || o.run(&hs) == 50);
 }
+
+#[test]
+fn reads_under_eviction_give_whole_blocks_or_stop() {
+    // A tier of 8 blocks, written 200 while runs of the newest are read:
+    // every block read back is its own bytes; a run stops at one evicted.
+    let dir = tempfile::tempdir().unwrap();
+    let tiers = [
+        OffloadTier::Host { bytes: 8 * 512 },
+        OffloadTier::Disk {
+            path: dir.path().display().to_string(),
+            bytes: 8 * (512 + 52),
+        },
+    ];
+    let (mut o, _) = offload(&tiers, 512);
+    let hs = hashes(200);
+    let index: std::collections::HashMap<BlockHash, usize> =
+        hs.iter().enumerate().map(|(i, h)| (*h, i)).collect();
+    let mut read = 0;
+    for (i, h) in hs.iter().enumerate() {
+        o.offer(*h, payload(i, 512));
+        if i % 10 == 9 {
+            let from = i - 5;
+            // Its first block written; the writer goes on with the rest.
+            eventually("written", || o.run(&hs[from..=from]) == 1);
+            let wanted = &hs[from..=i];
+            o.load(1, wanted.to_vec());
+            let done = o.finished(Some(Duration::from_secs(10)));
+            for (k, bytes) in done[0].blocks.iter().enumerate() {
+                assert_eq!(
+                    *bytes,
+                    payload(index[&wanted[k]], 512),
+                    "block {}",
+                    from + k
+                );
+            }
+        }
+    }
+    eventually("the newest written", || o.run(&hs[199..]) == 1);
+    for t in o.tiers() {
+        assert!(t.blocks().0 <= 8, "{:?} holds {:?}", t.kind, t.blocks());
+    }
+}

@@ -289,8 +289,10 @@ fn reads_under_eviction_give_whole_blocks_or_stop() {
                     from + k
                 );
             }
+            read += done[0].blocks.len();
         }
     }
+    assert!(read >= 20, "each read found its first block: {read}");
     eventually("the newest written", || o.run(&hs[199..]) == 1);
     for t in o.tiers() {
         assert!(t.blocks().0 <= 8, "{:?} holds {:?}", t.kind, t.blocks());

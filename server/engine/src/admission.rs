@@ -35,6 +35,17 @@ pub fn blocks_needed(
     usize::try_from(blocks).unwrap_or(usize::MAX)
 }
 
+/// Leading prompt blocks a cache may serve: all but the one holding the last
+/// prompt token (whose logits are needed), none when every prompt token's
+/// logits are (`prompt_logprobs`).
+pub(crate) fn cacheable_blocks(prompt_tokens: usize, all_logits: bool, block_size: usize) -> usize {
+    if all_logits {
+        0
+    } else {
+        prompt_tokens.saturating_sub(1) / block_size
+    }
+}
+
 /// The most tokens one sequence may hold in `pool`, and the pool named with
 /// its numbers; `None` when any length fits (a window pool that holds a
 /// whole window's reservation, a state pool with a slot).
@@ -263,11 +274,8 @@ impl WaitingLine {
         let prompt = head.req.prompt.len();
         // At least the prompt's last token is computed, for its logits; all
         // of it when the caller wants every prompt token's logprob.
-        let max_cached = if head.req.sampling.prompt_logprobs.is_some() {
-            0
-        } else {
-            prompt.saturating_sub(1) / self.block_size
-        };
+        let all_logits = head.req.sampling.prompt_logprobs.is_some();
+        let max_cached = cacheable_blocks(prompt, all_logits, self.block_size);
         let now = prompt.div_ceil(self.block_size);
         let leases = pools
             .reserve(&head.hashes, max_cached, now, &head.blocks)

@@ -409,6 +409,18 @@ pub fn config() -> EngineConfig {
     }
 }
 
+/// Waits until `done` holds (another thread's work), for at most 10 s.
+pub fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "{what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// Pools of these kinds and sizes.
 pub fn pools(sizes: &[(CacheKind, usize)]) -> Vec<Pool> {
     let pool = |&(kind, blocks): &(CacheKind, usize)| Pool { kind, blocks };

@@ -294,7 +294,10 @@ impl EngineHandle {
     pub fn tier_blocks(&self) -> Vec<(KvTier, usize, usize)> {
         let tiers = self.shared.tiers.iter();
         tiers
-            .map(|t| (t.kind, t.blocks().0, t.blocks().1))
+            .map(|t| {
+                let (held, most) = t.blocks();
+                (t.kind, held, most)
+            })
             .collect()
     }
 

@@ -175,15 +175,11 @@ impl Row {
         &self.hashes
     }
 
-    /// Leading prompt blocks that may come from a cache: all but the one
-    /// holding the last prompt token (whose logits are needed), none when
-    /// every prompt token's logits are.
+    /// Leading prompt blocks that may come from a cache (as admission
+    /// counts them).
     pub fn cacheable_blocks(&self) -> usize {
-        if self.prompt_logprobs.is_some() {
-            0
-        } else {
-            self.prompt.len().saturating_sub(1) / self.block_size
-        }
+        let all_logits = self.prompt_logprobs.is_some();
+        crate::admission::cacheable_blocks(self.prompt.len(), all_logits, self.block_size)
     }
 
     /// Full blocks the KV holds under a known hash (committed).

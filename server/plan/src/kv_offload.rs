@@ -172,8 +172,8 @@ pub struct TierWeights {
 
 impl Default for TierWeights {
     fn default() -> Self {
-        // Dynamo's order; the ratios from a read's cost against a block's
-        // prefill on the machines measured (docs/benchmarks.md).
+        // Dynamo's order: a device hit skips the prefill outright, a lower
+        // one costs a read first (a disk read more than a host one).
         TierWeights {
             device: 1.0,
             host: 0.8,

@@ -47,6 +47,14 @@ fn pod(d: &Deployment) -> &PodSpec {
     d.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
 }
 
+/// The pod's KV tier volume.
+fn kv_volume(p: &PodSpec) -> &k8s_openapi::api::core::v1::Volume {
+    let mut volumes = p.volumes.iter().flatten();
+    volumes
+        .find(|v| v.name == VOLUME)
+        .expect("the KV tier's volume")
+}
+
 fn server(d: &Deployment) -> &Container {
     &pod(d).containers[0]
 }
@@ -101,12 +109,7 @@ fn an_emptydir_disk_tier_is_each_pod_s_own_volume() {
     spec.replicas = 3;
     let (d, _) = render(spec);
     let p = pod(&d.deployment);
-    let v = p
-        .volumes
-        .iter()
-        .flatten()
-        .find(|v| v.name == VOLUME)
-        .unwrap();
+    let v = kv_volume(p);
     let empty = v.empty_dir.as_ref().unwrap();
     assert_eq!(empty.size_limit, Some(Quantity("20Gi".into())));
     let mount = (p.containers[0].volume_mounts.iter().flatten())
@@ -164,12 +167,7 @@ fn a_storage_class_disk_tier_is_one_owned_claim_shared_by_max_replicas() {
         let storage = cs.resources.unwrap().requests.unwrap()["storage"].clone();
         assert_eq!(storage, Quantity("100Gi".into()));
         let p = pod(&d.deployment);
-        let v = p
-            .volumes
-            .iter()
-            .flatten()
-            .find(|v| v.name == VOLUME)
-            .unwrap();
+        let v = kv_volume(p);
         let pvc = v.persistent_volume_claim.as_ref().unwrap();
         assert_eq!(
             (pvc.claim_name.as_str(), pvc.read_only),

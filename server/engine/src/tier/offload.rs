@@ -48,12 +48,9 @@ impl Tier {
 
     /// Blocks held, and the most the tier holds.
     pub fn blocks(&self) -> (usize, usize) {
-        let (_, capacity) = self.index().bytes();
-        let most = capacity / self.stored.max(1);
-        (
-            self.index().blocks(),
-            usize::try_from(most).unwrap_or(usize::MAX),
-        )
+        let index = self.index();
+        let most = index.bytes().1 / self.stored.max(1);
+        (index.blocks(), usize::try_from(most).unwrap_or(usize::MAX))
     }
 
     /// Records that the store kept `hash`; deletes what that evicted.

@@ -4,13 +4,14 @@
 
 use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ferrox_core::{BlockHash, BlockHasher};
 use ferrox_plan::{KvTier, OffloadTier};
 
 use super::disk_store::DiskStore;
 use super::*;
+use crate::fixtures::eventually;
 use crate::metrics::Metrics;
 
 fn hashes(n: usize) -> Vec<BlockHash> {
@@ -20,15 +21,6 @@ fn hashes(n: usize) -> Vec<BlockHash> {
 
 fn payload(i: usize, len: usize) -> Vec<u8> {
     (0..len).map(|j| (i * 31 + j * 7) as u8).collect()
-}
-
-/// Waits until `done` holds, for at most 10 s.
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < Duration::from_secs(10), "{what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 fn block_file(dir: &std::path::Path, h: &BlockHash) -> std::path::PathBuf {

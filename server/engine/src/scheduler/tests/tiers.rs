@@ -3,10 +3,8 @@
 //! is recomputed; a later process on the same directory hits; another
 //! tenant never does.
 
-use std::time::{Duration, Instant};
-
 use super::*;
-use crate::fixtures::Chunk;
+use crate::fixtures::{Chunk, eventually};
 use ferrox_plan::{KvTier, OffloadTier};
 
 /// 3 full blocks of 4 tokens and one of 2.
@@ -22,14 +20,6 @@ fn tiered(dir: &std::path::Path) -> EngineConfig {
     };
     c.set_pool(CacheKind::Full, 8);
     c
-}
-
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < Duration::from_secs(10), "{what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 /// Runs `prompt` alone to the end.

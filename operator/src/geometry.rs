@@ -1,7 +1,7 @@
 //! Where a plan's geometry comes from: the spec, a past inspection recorded in
 //! status, or the termination message of an inspection pod.
 
-use ferrox_plan::{DeviceKind, Footprint, Footprints, ModelGeometry};
+use ferrox_plan::{DeviceKind, Footprint, Footprints, ModelGeometry, Task};
 use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize;
 
@@ -20,6 +20,9 @@ pub struct Inspected {
     /// How the model is held on each device kind.
     #[serde(default)]
     pub devices: Option<Footprints>,
+    /// What the model's files say it serves (absent from older servers).
+    #[serde(default)]
+    pub task: Option<Task>,
 }
 
 /// `status.geometry.source` when the geometry came from the spec.
@@ -32,6 +35,7 @@ pub fn known(md: &ModelDeployment) -> Option<ObservedGeometry> {
             source: FROM_SPEC.into(),
             geometry: g.clone(),
             devices: None,
+            task: None,
         });
     }
     md.status
@@ -59,6 +63,7 @@ pub fn observed(source: &str, inspected: &Inspected) -> ObservedGeometry {
             cpu: footprint_status(&d.cpu),
             cuda: footprint_status(&d.cuda),
         }),
+        task: inspected.task,
     }
 }
 
@@ -162,6 +167,12 @@ mod tests {
         let want = smollm2_shaped();
         assert_eq!(parse_inspect(INSPECT).unwrap().geometry, want);
         assert_eq!(parse_inspect(INSPECT).unwrap().devices, None);
+        // An older server's inspection says no task: the plan generates.
+        assert_eq!(parse_inspect(INSPECT).unwrap().task, None);
+        let embedder = INSPECT.replace('}', r#","task":"embed"}"#);
+        let g = observed("hf://a/b", &parse_inspect(&embedder).unwrap());
+        assert_eq!(g.task, Some(Task::Embed));
+        assert_eq!(as_planned(&g, DeviceKind::Cpu).task, Some(Task::Embed));
         assert_eq!(
             parse_inspect(&format!("loading...\n{INSPECT}\n"))
                 .unwrap()
@@ -235,6 +246,7 @@ mod tests {
             source: md.spec.model.source.clone(),
             geometry: GeometrySpec::from(&fixtures::llama3_8b()),
             devices: None,
+            task: None,
         };
         md.status = Some(ModelDeploymentStatus {
             geometry: Some(recorded.clone()),

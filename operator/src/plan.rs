@@ -6,7 +6,9 @@ use ferrox_plan::{
     PlanError, Task,
 };
 
-use crate::crd::{ModelDeploymentSpec, PlanStatus, PoolPlanStatus, SpeculativeSpec};
+use crate::crd::{
+    ModelDeploymentSpec, ObservedGeometry, PlanStatus, PoolPlanStatus, SpeculativeSpec,
+};
 use crate::gpu_nodes::GpuTarget;
 use crate::lora_plan::lora_plan;
 use crate::{Error, quantity};
@@ -35,6 +37,8 @@ pub struct Planned {
     pub pod_memory_bytes: u64,
     /// Tokens per request `max_seqs` was counted for.
     pub typical_seq_len: u64,
+    /// What the pods serve (a pooling task plans no KV pool).
+    pub task: Task,
 }
 
 /// Host memory a GPU server keeps beyond its devices, besides the logits it
@@ -148,9 +152,19 @@ pub fn device_kind(spec: &ModelDeploymentSpec) -> DeviceKind {
     }
 }
 
-/// The plan for `spec` with `geometry` (as held on the spec's device) in `memory`.
+/// What a deployment serves: `spec.task`, else the task its model's files
+/// say (`inspect` records it with the geometry), else `generate`.
+pub fn task(spec: &ModelDeploymentSpec, geometry: Option<&ObservedGeometry>) -> Task {
+    spec.task
+        .or_else(|| geometry.and_then(|g| g.task))
+        .unwrap_or_default()
+}
+
+/// The plan for `spec` serving `task` with `geometry` (as held on the
+/// spec's device) in `memory`.
 pub fn planned(
     spec: &ModelDeploymentSpec,
+    task: Task,
     geometry: &ModelGeometry,
     memory: Memory,
 ) -> Result<Planned, PlanError> {
@@ -160,7 +174,7 @@ pub fn planned(
         adapter_bytes: lora.map_or(0, |l| l.device_bytes(geometry, device)),
         ..plan_config(spec, memory.bytes)
     };
-    let plan = match spec.task.unwrap_or_default() {
+    let plan = match task {
         Task::Generate => ferrox_plan::plan(geometry, &config)?,
         // No pool: weights and one batch, as the server plans it.
         Task::Embed | Task::Score => {
@@ -186,6 +200,7 @@ pub fn planned(
         kv_dtype: geometry.kv_dtype,
         pod_memory_bytes,
         typical_seq_len,
+        task,
     })
 }
 
@@ -227,7 +242,7 @@ pub fn plan_offline(
         None => None,
     };
     let memory = memory(spec, gpu.as_ref())?;
-    planned(spec, geometry, memory).map_err(|e| Error::InvalidSpec(e.to_string()))
+    planned(spec, task(spec, None), geometry, memory).map_err(|e| Error::InvalidSpec(e.to_string()))
 }
 
 /// A plan as the status reports it.
@@ -266,6 +281,7 @@ pub fn to_status(p: &Planned) -> PlanStatus {
             .collect(),
         params: (plan.params > 0).then(|| n(plan.params)),
         active_params: (plan.active_params > 0).then(|| n(plan.active_params)),
+        task: p.task,
     }
 }
 

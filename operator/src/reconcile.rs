@@ -201,7 +201,12 @@ async fn plan_md(md: &ModelDeployment, ctx: &Context, ns: &str) -> Result<PlanPa
     };
     let device = plan::device_kind(&md.spec);
     let outcome = match plan::memory(&md.spec, gpu.as_ref()) {
-        Ok(memory) => match plan::planned(&md.spec, &geometry::held_on(&g, device), memory) {
+        Ok(memory) => match plan::planned(
+            &md.spec,
+            plan::task(&md.spec, Some(&g)),
+            &geometry::held_on(&g, device),
+            memory,
+        ) {
             Ok(p) => PlanOutcome::Planned(Box::new(p)),
             Err(e) => refusal(&e),
         },

@@ -335,6 +335,7 @@ mod tests {
                 source: "spec".into(),
                 geometry: GeometrySpec::from(&fixtures::llama3_8b()),
                 devices: None,
+                task: None,
             }),
             replicas: ready.max(1),
             ready_replicas: ready,

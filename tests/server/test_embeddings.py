@@ -10,12 +10,13 @@ import json
 import math
 import pathlib
 import struct
+import subprocess
 
 import openai
 import pytest
 import requests
 
-from conftest import MODEL_NAME, Server
+from conftest import MODEL_NAME, Server, model_path, server_bin
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "server" / "models" / "testdata" / "embeddings"
@@ -172,3 +173,17 @@ def test_the_router_forwards_embeddings_to_a_ready_replica():
         router.close()
         for s in servers:
             s.close()
+
+
+@pytest.mark.parametrize("model,task", [
+    (FIXTURES / "bert", "embed"),                 # sentence-transformers' modules.json
+    (FIXTURES / "bert" / "model.gguf", "embed"),  # GGUF's pooling type
+    (FIXTURES / "qwen3_embed", "embed"),          # a decoder with a pooling module
+    (FIXTURES / "xlmr_rerank", "score"),          # *ForSequenceClassification
+    (None, "generate"),                           # SmolLM2
+])
+def test_inspect_reports_the_task_the_files_say(model, task):
+    """The operator plans a deployment without `spec.task` from this."""
+    out = subprocess.run([server_bin(), "inspect", "--model", str(model or model_path()), "--json"],
+                         capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(out.stdout)["task"] == task, out.stdout

@@ -148,6 +148,10 @@ pub struct ObservedGeometry {
     /// How the model is held on each kind of device, as inspected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub devices: Option<DeviceFootprints>,
+    /// What the model's files say it serves, as inspected (`spec.task`
+    /// overrides it; absent: `generate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<ferrox_plan::Task>,
 }
 
 /// `ferrox-server inspect --json`'s `devices`.
@@ -220,6 +224,9 @@ pub struct PlanStatus {
     /// Parameters one token runs through (absent if unknown).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_params: Option<i64>,
+    /// What the pods serve: `spec.task`, else what inspection found.
+    #[serde(default)]
+    pub task: ferrox_plan::Task,
 }
 
 /// One pool of the plan: the blocks of one kind of cache.

@@ -192,7 +192,7 @@ pub fn server_args(md: &ModelDeployment, planned: &Planned, source: &ModelSource
         lora: super::adapters::lora_args(md),
         // Refused before rendering when it cannot be served.
         speculative: spec.speculative.and_then(|s| s.config().ok()),
-        task: spec.task.unwrap_or_default(),
+        task: planned.task,
         max_batch_tokens: spec.engine.max_batch_tokens.map(n),
         // Refused before rendering when it cannot be served.
         kv_offload: kv_offload::tiers(spec),

@@ -404,3 +404,46 @@ fn the_status_and_the_pod_args_list_the_plans_pools_by_kind() {
         assert_eq!(told, plan.sizes(), "{name}");
     }
 }
+
+#[test]
+fn the_task_is_the_specs_else_the_inspected_files_else_generate() {
+    let inspected = |task: Option<Task>| ObservedGeometry {
+        source: "hf://org/m".into(),
+        geometry: GeometrySpec::from(&fixtures::smollm2_135m()),
+        devices: None,
+        task,
+    };
+    let cases = [
+        (None, None, Task::Generate),
+        (None, Some(inspected(None)), Task::Generate),
+        (None, Some(inspected(Some(Task::Embed))), Task::Embed),
+        (None, Some(inspected(Some(Task::Score))), Task::Score),
+        // The spec overrides what the files say.
+        (
+            Some(Task::Generate),
+            Some(inspected(Some(Task::Embed))),
+            Task::Generate,
+        ),
+        (Some(Task::Score), None, Task::Score),
+    ];
+    for (spec_task, g, want) in cases {
+        let mut spec = cpu_spec("2Gi");
+        spec.task = spec_task;
+        assert_eq!(task(&spec, g.as_ref()), want, "{spec_task:?} {g:?}");
+    }
+}
+
+#[test]
+fn an_inspected_embedder_plans_no_kv_pool_and_reports_its_task() {
+    let spec = cpu_spec("2Gi");
+    let memory = memory(&spec, None).unwrap();
+    let geometry = fixtures::smollm2_135m();
+    let embed = planned(&spec, Task::Embed, &geometry, memory.clone()).unwrap();
+    let generate = planned(&spec, Task::Generate, &geometry, memory).unwrap();
+    assert!(embed.plan.pools.is_empty());
+    assert!(!generate.plan.pools.is_empty());
+    assert_eq!(
+        (to_status(&embed).task, to_status(&generate).task),
+        (Task::Embed, Task::Generate)
+    );
+}

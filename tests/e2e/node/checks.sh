@@ -15,6 +15,8 @@ CLIENT="$ROOT/tests/e2e/node/client.py"
 BENCH="$ROOT/docs/benchmarks.md"
 # shellcheck source=router_checks.sh
 source "$ROOT/tests/e2e/node/router_checks.sh"
+# shellcheck source=pooling_checks.sh
+source "$ROOT/tests/e2e/node/pooling_checks.sh"
 
 # One chat completion; prints the answer's text.
 chat() { # base-url [model]

@@ -303,6 +303,7 @@ run_router_checks() {
   check_router_up
   check_from_zero
   check_kv_tier_from_zero
+  check_embed_from_zero
   check_prefix_routing
   check_replica_deleted
   check_router_killed

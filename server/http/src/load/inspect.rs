@@ -1,10 +1,13 @@
-//! `ferrox-server inspect`: the model's geometry and weight bytes, for the
-//! operator's capacity plan (one line of JSON with `--json`).
+//! `ferrox-server inspect`: the model's geometry and weight bytes, and the
+//! task its files say, for the operator's capacity plan (one line of JSON
+//! with `--json`).
 
 use std::path::PathBuf;
 
 use anyhow::Context;
-use ferrox_models::Source;
+use ferrox_models::{ModelInfo, Source};
+use ferrox_plan::Task;
+use serde::Serialize;
 
 /// What to inspect.
 #[derive(Debug, Clone)]
@@ -17,9 +20,12 @@ pub struct InspectConfig {
 
 /// Prints the model's facts on stdout. Reads headers only, not weights.
 pub fn run(config: &InspectConfig) -> anyhow::Result<()> {
-    let info = Source::open(&config.model)
-        .and_then(|mut s| s.info())
-        .with_context(|| format!("inspecting {}", config.model.display()))?;
+    let context = || format!("inspecting {}", config.model.display());
+    let mut source = Source::open(&config.model).with_context(context)?;
+    let info = source.info().with_context(context)?;
+    let encoder = !source.spec().with_context(context)?.keeps_cache();
+    let task = super::task::found(&source.pooling_files().with_context(context)?, encoder);
+    let info = Inspection { info, task };
     if config.json {
         println!("{}", serde_json::to_string(&info)?);
         return Ok(());
@@ -31,4 +37,13 @@ pub fn run(config: &InspectConfig) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// What `inspect` prints: the model's facts and the task its files say
+/// (which the operator plans with when `spec.task` is absent).
+#[derive(Serialize)]
+struct Inspection {
+    #[serde(flatten)]
+    info: ModelInfo,
+    task: Task,
 }

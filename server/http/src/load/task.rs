@@ -19,6 +19,19 @@ pub struct Served {
     pub pooling: Option<Pooling>,
 }
 
+/// The task a model's files say (`inspect` reports it to the operator):
+/// a classifier scores; sentence-transformers' pooling or an encoder
+/// embeds; else it generates.
+pub fn found(files: &PoolingFiles, encoder: bool) -> Task {
+    if files.classifier {
+        Task::Score
+    } else if files.pooling.is_some() || encoder {
+        Task::Embed
+    } else {
+        Task::Generate
+    }
+}
+
 /// The task and pooling of a model whose files say `files`; `encoder`: its
 /// layers keep no cache (it cannot generate). `task` and `pooling` are the
 /// flags.
@@ -28,13 +41,7 @@ pub fn decide(
     task: Option<Task>,
     pooling: Option<PoolingMethod>,
 ) -> anyhow::Result<Served> {
-    let found = if files.classifier {
-        Task::Score
-    } else if files.pooling.is_some() || encoder {
-        Task::Embed
-    } else {
-        Task::Generate
-    };
+    let found = found(files, encoder);
     let task = task.unwrap_or(found);
     if task != found {
         tracing::info!(found = %found, task = %task, "--task overrides what the model's files say");

@@ -7,8 +7,11 @@ activation, a sigmoid, in config.json), with the scores CrossEncoder.predict
 gives (float32) for query/document pairs as reference.json: `scores` after
 the activation, `logits` before it, and each pair's tokens and token types
 (the tokenizer's pair template: [CLS] query [SEP] document [SEP], types 0
-then 1); and an XLM-RoBERTa one as bge-reranker is (xlmr_rerank/: its
-head on <s> without a pooler, one token type)."""
+then 1); an XLM-RoBERTa one as bge-reranker is (xlmr_rerank/: its
+head on <s> without a pooler, one token type); and a decoder reranker as
+Qwen3-Reranker is (qwen3_rerank/: a Qwen3ForCausalLM whose score is
+P("yes") against "no" at the last position of its prompt template, computed
+as its model card does)."""
 
 import json
 import pathlib
@@ -17,6 +20,7 @@ import torch
 import transformers
 from sentence_transformers import CrossEncoder
 
+import tokenizer as bpe
 from embeddings import OUT, randomize, unigram, wordpiece
 
 QUERY = "Name three colors."
@@ -86,11 +90,65 @@ def build(name: str, make, seed: int) -> None:
     print(f"{size / 1e6:.2f} MB in {dir}")
 
 
+# Qwen3-Reranker's prompt, from its model card (the server's copy is
+# server/http/src/load/pair_prompt.rs).
+QWEN3_PREFIX = ("<|im_start|>system\nJudge whether the Document meets the requirements based on "
+                "the Query and the Instruct provided. Note that the answer can only be \"yes\" or "
+                "\"no\".<|im_end|>\n<|im_start|>user\n")
+QWEN3_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+QWEN3_INSTRUCT = "Given a web search query, retrieve relevant passages that answer the query"
+
+
+def qwen3_reranker(seed: int) -> None:
+    dir = OUT / "qwen3_rerank"
+    dir.mkdir(parents=True, exist_ok=True)
+    config = transformers.Qwen3Config(
+        vocab_size=bpe.VOCAB, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+        num_key_value_heads=2, num_hidden_layers=2, head_dim=32, max_position_embeddings=512,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True,
+        bos_token_id=2, eos_token_id=6, pad_token_id=0)
+    config.architectures = ["Qwen3ForCausalLM"]
+    model = transformers.Qwen3ForCausalLM(config)
+    randomize(model, seed)
+    model.eval()
+    model.save_pretrained(dir)
+    # "yes" and "no" whole tokens, as Qwen's vocabulary has them.
+    bpe.write(dir, "chatml", "<|im_end|>", extra=("yes", "no"))
+    tok = transformers.PreTrainedTokenizerFast.from_pretrained(dir)
+    yes, no = tok.convert_tokens_to_ids("yes"), tok.convert_tokens_to_ids("no")
+    # Random rows give scores of 0.999 that say little at 1e-4: "no" is
+    # "yes" moved a little, so the scores spread around one half.
+    with torch.no_grad():
+        emb = model.model.embed_tokens.weight
+        emb[no] = emb[yes] + 0.2 * torch.randn(emb.shape[1], generator=torch.Generator().manual_seed(seed))
+    model.save_pretrained(dir)
+    prefix = tok.encode(QWEN3_PREFIX, add_special_tokens=False)
+    suffix = tok.encode(QWEN3_SUFFIX, add_special_tokens=False)
+    tokens, scores, logits = [], [], []
+    for doc in DOCUMENTS:
+        body = f"<Instruct>: {QWEN3_INSTRUCT}\n<Query>: {QUERY}\n<Document>: {doc}"
+        ids = prefix + tok.encode(body, add_special_tokens=False) + suffix
+        with torch.no_grad():
+            last = model(torch.tensor([ids])).logits[0, -1]
+        pair = torch.log_softmax(torch.stack([last[no], last[yes]]).float(), dim=0)
+        tokens.append(ids)
+        scores.append(round(float(pair[1].exp()), 7))
+        logits.append(round(float(last[yes] - last[no]), 6))
+    ref = {"family": "qwen3_rerank", "query": QUERY, "documents": DOCUMENTS,
+           "tokens": tokens, "token_types": [[0] * len(t) for t in tokens],
+           "scores": scores, "logits": logits, "yes_no": [yes, no],
+           "torch": torch.__version__, "transformers": transformers.__version__}
+    (dir / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
+    size = sum(p.stat().st_size for p in dir.rglob("*") if p.is_file())
+    print(f"{size / 1e6:.2f} MB in {dir}")
+
+
 def main() -> int:
     torch.manual_seed(0)
     torch.set_num_threads(1)
     build("bert_rerank", cross_encoder_dir, 2004)
     build("xlmr_rerank", xlmr_cross_encoder_dir, 2006)
+    qwen3_reranker(2007)
     return 0
 
 

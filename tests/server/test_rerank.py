@@ -1,5 +1,7 @@
 """The tiny cross-encoders (server/models/testdata/embeddings/bert_rerank
-and xlmr_rerank, written by sentence-transformers' CrossEncoder) served by the real binary:
+and xlmr_rerank, written by sentence-transformers' CrossEncoder) and the
+decoder reranker (qwen3_rerank: P("yes") as Qwen3-Reranker's card computes
+it with transformers) served by the real binary:
 a Cohere-shaped and a Jina-shaped rerank over HTTP (/v1/rerank and
 /rerank), vLLM's /score with one and many pairs, each score within 1e-4 of
 CrossEncoder.predict's; the bad inputs that are each a 400 with its reason
@@ -7,11 +9,12 @@ while the server goes on; and a rerank on an embedding model refused."""
 
 import json
 import pathlib
+import subprocess
 
 import pytest
 import requests
 
-from conftest import MODEL_NAME, Server
+from conftest import MODEL_NAME, Server, server_bin
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "server" / "models" / "testdata" / "embeddings"
@@ -19,9 +22,18 @@ REF = json.loads((FIXTURES / "bert_rerank" / "reference.json").read_text())
 ELEMENT = 1e-4
 
 
-@pytest.fixture(scope="module", params=["bert_rerank", "xlmr_rerank"])
+# Each fixture and its flags: a decoder reranker (Qwen3-Reranker's way,
+# its files a causal LM's) is told to score, and its prompt is ~250 tokens.
+SERVED = {
+    "bert_rerank": ["--max-batch-tokens", "64"],
+    "xlmr_rerank": ["--max-batch-tokens", "64"],
+    "qwen3_rerank": ["--task", "score", "--max-batch-tokens", "1024", "--max-model-len", "320"],
+}
+
+
+@pytest.fixture(scope="module", params=list(SERVED))
 def served(request):
-    s = Server("--max-batch-tokens", "64", "--max-queue", "16",
+    s = Server(*SERVED[request.param], "--max-queue", "16",
                model=str(FIXTURES / request.param))
     # The query and documents are the fixtures' same; the tokens and
     # scores are each model's.
@@ -150,3 +162,12 @@ def test_pooling_requests_count_under_vllms_names(served):
     assert after[0] - before[0] == got["usage"]["prompt_tokens"] == sum(map(len, served.ref["tokens"]))
     assert after[1] - before[1] == 1 and after[2] - before[2] == 1
     assert total("vllm:request_success_total", 'finished_reason="stop"') - stop == 1
+
+
+def test_a_decoder_without_yes_and_no_tokens_is_refused_at_start_with_the_reason():
+    model = ROOT / "server" / "models" / "testdata" / "families" / "llama"
+    out = subprocess.run([server_bin(), "serve", "--model", str(model), "--task", "score",
+                          "--port", "0"], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0, out.stderr
+    assert 'the vocabulary has no "yes"' in out.stderr, out.stderr
+    assert "panicked" not in out.stderr

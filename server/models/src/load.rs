@@ -245,6 +245,25 @@ impl Source {
         Ok(Embedder::new(decoder, pooling)?.with_head(head))
     }
 
+    /// The decoder on `device` as a reranker (Qwen3-Reranker): its last
+    /// token's state scored by the `yes_no` tokens' logits (see
+    /// [`ScoreHead`]), one score a sequence.
+    pub fn token_scorer(&mut self, device: &Device, yes_no: (u32, u32)) -> Result<Embedder> {
+        let spec = self.spec()?;
+        let mut head = None;
+        let decoder = self.build_then(device, device_kind(device), true, &mut |src| {
+            let shape = (spec.vocab, spec.hidden);
+            head = Some(ScoreHead::token_pair(src, shape, yes_no, device)?);
+            Ok(())
+        })?;
+        let pooling = Pooling {
+            method: PoolingMethod::Last,
+            normalize: false,
+        };
+        let head = head.ok_or_else(|| Error::MissingTensor("the output projection".into()))?;
+        Ok(Embedder::new(decoder, pooling)?.with_head(head))
+    }
+
     /// What the model's files say about pooling: sentence-transformers'
     /// modules in a directory, GGUF's `pooling_type`.
     pub fn pooling_files(&self) -> Result<PoolingFiles> {

@@ -23,7 +23,7 @@ PY
 }
 
 check_embed_from_zero() {
-  local name=bert-embed dir="$NODE_DIR/pv/embed" url t0 answer wake_s task pools
+  local name=bert-embed dir="$NODE_DIR/pv/embed" url t0 answer wake_s found planned pools task
   mkdir -p "$dir" && cp -r "$EMBED_FIXTURE" "$dir/bert" && chmod -R a+rX "$dir" ||
     { bad "embed: copying the fixture"; return; }
   kubectl apply -f - >/dev/null <<YAML || { bad "embed: PV/PVC"; return; }
@@ -57,21 +57,27 @@ spec:
     requests: {cpu: 250m, memory: 1Gi}
     limits: {memory: 1Gi}
 YAML
-  if ! wait_for "[ \"\$(md_field $name '{.status.conditions[?(@.type==\"ScaledToZero\")].status}')\" = True ] && router_knows $name" 240; then
+  # Planned once the inspection Job has run on the node (ScaledToZero
+  # holds from the start: replicas 0).
+  if ! wait_for "[ \"\$(md_field $name '{.status.conditions[?(@.type==\"Planned\")].status}')\" = True ] && [ \"\$(md_field $name '{.status.conditions[?(@.type==\"ScaledToZero\")].status}')\" = True ] && router_knows $name" 240; then
     dump; bad "$name: not planned and ScaledToZero, or unknown to the router: $(md_field $name '{.status}')"; return
   fi
-  task="$(md_field $name '{.status.geometry.task}') $(md_field $name '{.status.plan.task}')"
-  pools=$(md_field $name '{.status.plan.pools}')
+  # What inspection found, what was planned, and the plan's pool count.
+  read -r found planned pools < <(kubectl get md "$name" -o json | python3 -c '
+import json, sys
+s = json.load(sys.stdin).get("status", {})
+print(s.get("geometry", {}).get("task"), s.get("plan", {}).get("task"), len(s.get("plan", {}).get("pools", [0])))')
+  task="$found $planned"
   url=$(router_url)
   t0=$(date +%s.%N)
   answer=$(embed_through "$url" "$name" "$EMBED_FIXTURE") || { dump; bad "embed from zero: $answer"; return; }
   wake_s=$(python3 -c "print(f'{$(date +%s.%N) - $t0:.1f}')")
-  if [[ $task == "embed embed" && $pools =~ ^(\[\])?$ && ${answer%% *} == 4 ]] &&
+  if [[ $task == "embed embed" && $pools == 0 && ${answer%% *} == 4 ]] &&
     python3 -c "import sys; sys.exit(not ${answer#* } >= 0.99999)" &&
     [[ $(kubectl get deploy "$name" -o jsonpath='{.spec.template.spec.containers[0].args}') == *'"--task","embed"'* ]]; then
     ok "an embedder with no task or geometry in its spec: inspection found task '${task% *}', planned no KV pool, the pod runs --task embed; from zero through the router in ${wake_s}s, 4 vectors at worst cosine ${answer#* } with sentence-transformers'"
   else
-    bad "embed from zero: task '$task', pools '$pools', answer '$answer', args $(kubectl get deploy "$name" -o jsonpath='{.spec.template.spec.containers[0].args}')"
+    bad "embed from zero: task '$task', pools '$pools', answer '$answer', status $(kubectl get md "$name" -o jsonpath='{.status}'), args $(kubectl get deploy "$name" -o jsonpath='{.spec.template.spec.containers[0].args}')"
   fi
   if wait_for "[ \"\$(md_field $name '{.spec.replicas}')\" = 0 ] && [ -z \"\$(pods_of $name)\" ]" $((ZERO_AFTER + 90)); then
     ok "$name idle ${ZERO_AFTER}s: back to 0 replicas, pod gone"

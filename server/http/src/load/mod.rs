@@ -5,6 +5,7 @@ pub mod config;
 pub mod generate;
 pub mod inspect;
 pub mod model;
+pub mod pair_prompt;
 pub mod pooling;
 pub mod sizing;
 pub mod task;

@@ -14,6 +14,7 @@ use ferrox_models::{ModelInfo, Source};
 use ferrox_plan::{DeviceKind, PlanConfig, plan_pooling};
 
 use crate::load::config::ServeConfig;
+use crate::load::pair_prompt::PairFormat;
 use crate::load::sizing::Sizing;
 use crate::load::text::CoreFrontend;
 use crate::openai::embeddings::EmbeddingModel;
@@ -101,11 +102,25 @@ pub fn load_pooling(
         "pooling model planned: no KV pool"
     );
     let text = source.text().context("loading the tokenizer")?;
-    let mut model = match task {
-        ferrox_plan::Task::Score => source.scorer(&device.device),
-        _ => source.embedder(&device.device, pooling),
-    }
-    .context("loading the weights")?;
+    let encoder = !source.spec()?.keeps_cache();
+    let (model, pairs) = match task {
+        ferrox_plan::Task::Score if !encoder => {
+            let id = |t: &str| {
+                (text.tokenizer.token_to_id(t)).with_context(|| {
+                    format!("a decoder scores by its \"yes\" and \"no\" tokens: the vocabulary has no \"{t}\"")
+                })
+            };
+            let yes_no = (id("yes")?, id("no")?);
+            let model = source.token_scorer(&device.device, yes_no);
+            (model, PairFormat::Qwen3Reranker)
+        }
+        ferrox_plan::Task::Score => (source.scorer(&device.device), PairFormat::Tokenizer),
+        _ => (
+            source.embedder(&device.device, pooling),
+            PairFormat::Tokenizer,
+        ),
+    };
+    let mut model = model.context("loading the weights")?;
     (model.decoder_mut())
         .set_context(sizing.engine.max_model_len)
         .context("building the RoPE tables")?;
@@ -122,7 +137,7 @@ pub fn load_pooling(
         matryoshka: files.matryoshka,
     };
     let eos = text.end_of_generation.ids().to_vec();
-    let frontend = CoreFrontend::new(text.tokenizer, text.chat_template, eos);
+    let frontend = CoreFrontend::new(text.tokenizer, text.chat_template, eos).with_pairs(pairs);
     let (engine, _worker) = ferrox_engine::worker::spawn_pooling(model, sizing.engine.clone())
         .context("starting the pooling worker")?;
     engine.metrics().set_plan(&sizing.info(cfg));

@@ -47,10 +47,20 @@ pub fn decide(
         tracing::info!(found = %found, task = %task, "--task overrides what the model's files say");
     }
     match task {
-        Task::Score if !encoder => anyhow::bail!(
-            "scoring with a decoder (a Qwen3-Reranker's yes/no logits) is not served yet: \
-             a cross-encoder (an encoder with a classifier) scores"
+        Task::Score if !encoder && files.classifier => anyhow::bail!(
+            "a decoder with a classification head (*ForSequenceClassification) is not served: \
+             serve the original Qwen3-Reranker (a causal LM) with --task score, or a \
+             cross-encoder"
         ),
+        // A decoder reranker (Qwen3-Reranker) reads its last token's
+        // "yes" and "no" logits.
+        Task::Score if !encoder => Ok(Served {
+            task,
+            pooling: Some(Pooling {
+                method: PoolingMethod::Last,
+                normalize: false,
+            }),
+        }),
         // The classifier reads the first token's state.
         Task::Score => Ok(Served {
             task,
@@ -186,12 +196,21 @@ mod tests {
                 None,
                 Ok((Task::Score, Some(p(PoolingMethod::Cls, false)))),
             ),
+            // A decoder told to score: Qwen3-Reranker's last token.
             (
                 files(None, false),
                 false,
                 Some(Task::Score),
                 None,
-                Err("not served yet"),
+                Ok((Task::Score, Some(p(PoolingMethod::Last, false)))),
+            ),
+            // A decoder with a classification head is not.
+            (
+                files(None, true),
+                false,
+                None,
+                None,
+                Err("*ForSequenceClassification) is not served"),
             ),
         ];
         for (f, encoder, task, pooling, want) in cases {

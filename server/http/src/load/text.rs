@@ -7,6 +7,7 @@ use ferrox_core::{ChatMessage, ChatTemplate, Detokenizer, RenderOptions, Tokeniz
 use ferrox_engine::{TokenConstraint, TokenText};
 use ferrox_grammar::{GrammarSpec, Grammars, Vocab};
 
+use super::pair_prompt::PairFormat;
 use crate::serve::frontend::{Frontend, TextSpec};
 
 /// Tokenizer, optional chat template and end ids of one model, and the
@@ -19,6 +20,8 @@ pub struct CoreFrontend {
     grammars: Result<Grammars, String>,
     /// Made on first ask: routers ask, a server alone never does.
     spec: OnceLock<Result<TextSpec, String>>,
+    /// How a query and a document become one sequence.
+    pairs: PairFormat,
 }
 
 impl CoreFrontend {
@@ -34,7 +37,14 @@ impl CoreFrontend {
             eos,
             grammars,
             spec: OnceLock::new(),
+            pairs: PairFormat::default(),
         }
+    }
+
+    /// The same, pairing texts as `pairs` says.
+    pub fn with_pairs(mut self, pairs: PairFormat) -> Self {
+        self.pairs = pairs;
+        self
     }
 }
 
@@ -92,7 +102,7 @@ impl Frontend for CoreFrontend {
     }
 
     fn encode_pair(&self, a: &str, b: &str) -> Result<(Vec<u32>, Vec<u32>), String> {
-        (self.tokenizer.encode_pair(a, b)).map_err(|e| e.to_string())
+        self.pairs.encode(&self.tokenizer, a, b)
     }
 
     fn render_chat(

@@ -3,11 +3,14 @@
 //! and tanh on the first token's state), the classifier (one label) and the
 //! activation sentence-transformers applies to its logit (a sigmoid unless
 //! the model's files say otherwise). llama.cpp names the two layers `cls`
-//! and `cls.output`.
+//! and `cls.output`. A decoder reranker (Qwen3-Reranker) scores by its
+//! "yes" logit against its "no" at the last position: P(yes) of the two is
+//! the sigmoid of their difference, one row of its output projection less
+//! another (vLLM's `classifier_from_token`).
 
 use std::path::Path;
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
@@ -62,10 +65,11 @@ impl ScoreActivation {
     }
 }
 
-/// The pooler and the one-label classifier, in f32.
+/// The pooler (none for a decoder's token pair) and the one-label
+/// classifier, in f32.
 #[derive(Debug, Clone)]
 pub struct ScoreHead {
-    dense: (Tensor, Tensor),
+    dense: Option<(Tensor, Tensor)>,
     out: (Tensor, Tensor),
     activation: ScoreActivation,
 }
@@ -84,10 +88,10 @@ impl ScoreHead {
                 "the classifier (`classifier.weight`, GGUF `cls.output.weight`)".into(),
             ));
         }
-        let dense = (
+        let dense = Some((
             src.small("cls.weight", &[hidden, hidden], device)?,
             src.vector("cls.bias", hidden, device)?,
-        );
+        ));
         let out = (
             src.small("cls.output.weight", &[1, hidden], device)?,
             src.vector("cls.output.bias", 1, device)?,
@@ -99,13 +103,40 @@ impl ScoreHead {
         })
     }
 
+    /// A decoder's "yes" (`tokens.0`) against "no" (`tokens.1`): the
+    /// difference of their rows of the output projection (`output.weight`,
+    /// or the embedding table when tied), through a sigmoid.
+    pub(crate) fn token_pair(
+        src: &mut dyn WeightSource,
+        (vocab, hidden): (usize, usize),
+        (yes, no): (u32, u32),
+        device: &Device,
+    ) -> Result<Self> {
+        let name = match src.has("output.weight") {
+            true => "output.weight",
+            false => "token_embd.weight",
+        };
+        let rows = src
+            .embedding(name, vocab, hidden, device)?
+            .forward(&[yes, no], device)?;
+        let diff = (rows.get(0)? - rows.get(1)?)?.unsqueeze(0)?;
+        Ok(ScoreHead {
+            dense: None,
+            out: (diff, Tensor::zeros(1, DType::F32, device)?),
+            activation: ScoreActivation::Sigmoid,
+        })
+    }
+
     /// One score per row of `pooled` `(n, hidden)` (each sequence's first
-    /// token's state), after the activation.
+    /// token's state; a decoder's last), after the activation.
     pub fn scores(&self, pooled: &Tensor) -> Result<Vec<f32>> {
         let linear = |x: &Tensor, (w, b): &(Tensor, Tensor)| -> Result<Tensor> {
             Ok(x.matmul(&w.t()?)?.broadcast_add(b)?)
         };
-        let x = linear(pooled, &self.dense)?.tanh()?;
+        let x = match &self.dense {
+            Some(dense) => linear(pooled, dense)?.tanh()?,
+            None => pooled.clone(),
+        };
         let logits = linear(&x, &self.out)?.flatten_all()?.to_vec1::<f32>()?;
         Ok(match self.activation {
             ScoreActivation::Sigmoid => logits.iter().map(|x| 1.0 / (1.0 + (-x).exp())).collect(),
@@ -115,8 +146,9 @@ impl ScoreHead {
 
     /// Bytes held.
     pub fn held_bytes(&self) -> u64 {
-        [&self.dense.0, &self.dense.1, &self.out.0, &self.out.1]
-            .into_iter()
+        let dense = self.dense.iter().flat_map(|(w, b)| [w, b]);
+        dense
+            .chain([&self.out.0, &self.out.1])
             .map(crate::linear::tensor_bytes)
             .sum()
     }
@@ -145,10 +177,10 @@ mod tests {
     fn the_head_is_tanh_of_the_pooler_then_the_classifier() {
         let d = Device::Cpu;
         let head = ScoreHead {
-            dense: (
+            dense: Some((
                 Tensor::new(&[[1.0f32, 0.0], [0.0, 2.0]], &d).unwrap(),
                 Tensor::new(&[0.0f32, 0.5], &d).unwrap(),
-            ),
+            )),
             out: (
                 Tensor::new(&[[1.0f32, -1.0]], &d).unwrap(),
                 Tensor::new(&[0.25f32], &d).unwrap(),

@@ -156,3 +156,45 @@ fn cross_encoder_matches(name: &str) {
         );
     }
 }
+
+#[derive(Deserialize)]
+struct TokenPairReference {
+    tokens: Vec<Vec<u32>>,
+    scores: Vec<f32>,
+    yes_no: (u32, u32),
+}
+
+/// Qwen3-Reranker's way: P("yes") against "no" at the last token of its
+/// prompt, as its model card computes it with transformers.
+#[test]
+fn a_decoder_reranker_scores_by_its_yes_and_no_logits_alone_and_batched() {
+    let name = "qwen3_rerank";
+    let r: TokenPairReference = {
+        let text = std::fs::read_to_string(dir(name).join("reference.json")).unwrap();
+        serde_json::from_str(&text).unwrap()
+    };
+    let mut src = Source::open(&dir(name)).unwrap();
+    let text = src.text().unwrap();
+    let ids = |t: &str| text.tokenizer.token_to_id(t).unwrap();
+    assert_eq!((ids("yes"), ids("no")), r.yes_no);
+    let m = src.token_scorer(&Device::Cpu, r.yes_no).unwrap();
+    assert!(m.scores() && m.pooling().method == PoolingMethod::Last);
+    let seqs: Vec<&[u32]> = r.tokens.iter().map(Vec::as_slice).collect();
+    let batched = m.vectors(&seqs).unwrap();
+    for i in 0..seqs.len() {
+        let alone = m.vectors(&seqs[i..=i]).unwrap();
+        for got in [&alone[0], &batched[i]] {
+            assert!(
+                (got[0] - r.scores[i]).abs() <= 1e-4,
+                "pair {i}: {got:?} vs {}",
+                r.scores[i]
+            );
+        }
+    }
+    // The tokens swapped score 1 - p: the head reads those two rows.
+    let swapped = src
+        .token_scorer(&Device::Cpu, (r.yes_no.1, r.yes_no.0))
+        .unwrap();
+    let got = swapped.vectors(&seqs[..1]).unwrap()[0][0];
+    assert!((got - (1.0 - r.scores[0])).abs() <= 1e-4, "{got}");
+}

@@ -231,4 +231,15 @@ FAMILIES = [
                            tie_word_embeddings=False, rope_theta=10000.0, eos_token_id=6),
            "bfloat16", "chatml", "<|im_end|>", PLAIN,
            specials=("[gMASK]", "<sop>", "<|user|>", "<|observation|>")),
+    # OLMo 2: no input norms, post-norms on each block's output, q/k norms
+    # over every head at once.
+    Family("olmo2", _cfg("Olmo2ForCausalLM", "olmo2", num_hidden_layers=2,
+                         tie_word_embeddings=False, rope_theta=10000.0, eos_token_id=6),
+           "bfloat16", "chatml", "<|im_end|>", PLAIN),
+    # OLMo 3: OLMo 2's layers, a window of 8 on three of every four, the
+    # fourth full (the RoPE of each kind the same: llama.cpp's reads one).
+    Family("olmo3", _cfg("Olmo3ForCausalLM", "olmo3", num_hidden_layers=4, sliding_window=8,
+                         tie_word_embeddings=False, eos_token_id=6,
+                         rope_parameters=dict(rope_type="default", rope_theta=500000.0)),
+           "bfloat16", "chatml", "<|im_end|>", PLAIN),
 ]

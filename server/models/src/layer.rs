@@ -55,8 +55,9 @@ impl Ffn {
 /// A feed-forward and its norms.
 #[derive(Debug, Clone)]
 pub struct FfnBlock {
-    /// The norm before it (after its residual add, with post-LN).
-    pub norm: Tensor,
+    /// The norm before it (after its residual add, with post-LN); none
+    /// where the family has only post-norms (OLMo 2).
+    pub norm: Option<Tensor>,
     /// That norm's bias (a LayerNorm's).
     pub norm_bias: Option<Tensor>,
     /// The feed-forward.
@@ -69,8 +70,9 @@ pub struct FfnBlock {
 /// already added).
 #[derive(Debug, Clone)]
 pub struct Layer {
-    /// The norm before the mixer (after its residual add, with post-LN).
-    pub norm: Tensor,
+    /// The norm before the mixer (after its residual add, with post-LN);
+    /// none where the family has only post-norms (OLMo 2).
+    pub norm: Option<Tensor>,
     /// That norm's bias (a LayerNorm's).
     pub norm_bias: Option<Tensor>,
     /// The token mixer.
@@ -85,9 +87,9 @@ impl Layer {
     pub(crate) fn held_bytes(&self) -> u64 {
         let opt = |t: &Option<Tensor>| t.as_ref().map_or(0, tensor_bytes);
         let ffn = self.ffn.as_ref().map_or(0, |f| {
-            tensor_bytes(&f.norm) + opt(&f.norm_bias) + f.ffn.held_bytes() + opt(&f.post_norm)
+            opt(&f.norm) + opt(&f.norm_bias) + f.ffn.held_bytes() + opt(&f.post_norm)
         });
-        let norm = tensor_bytes(&self.norm) + opt(&self.norm_bias);
+        let norm = opt(&self.norm) + opt(&self.norm_bias);
         norm + self.mixer.held_bytes() + opt(&self.post_norm) + ffn
     }
 

@@ -129,6 +129,10 @@ pub struct Norms {
     /// Added to every stored norm weight at load: Gemma's `(1 + w)` in its
     /// safetensors (llama.cpp's converter already added it to GGUF files).
     pub offset: f32,
+    /// Each block has a norm of its input (`attn_norm`, `ffn_norm`; or
+    /// BERT's after its residual add): false for OLMo 2 and 3, whose only
+    /// layer norms are the post-norms.
+    pub pre: bool,
     /// An RMSNorm of the attention output before the residual add (Gemma).
     pub post_attention: bool,
     /// An RMSNorm of the MLP output before the residual add (Gemma).

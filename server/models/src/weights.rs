@@ -79,8 +79,7 @@ fn load_layer(
             "layer {i}: attention without a feed-forward"
         )));
     }
-    let (norm, norm_bias) =
-        crate::norm::load(src, spec, &n("attn_norm.weight"), spec.hidden, device)?;
+    let (norm, norm_bias) = block_norm(src, spec, &n("attn_norm.weight"), device)?;
     Ok(Layer {
         norm,
         norm_bias,
@@ -110,7 +109,7 @@ fn load_ffn(
         FeedForward::Plain(_) => Ffn::Dense(mlp::load_plain(src, i, (hidden, inter), device)?),
         FeedForward::None => return Ok(None),
     };
-    let (norm, norm_bias) = crate::norm::load(src, spec, &n("ffn_norm.weight"), hidden, device)?;
+    let (norm, norm_bias) = block_norm(src, spec, &n("ffn_norm.weight"), device)?;
     Ok(Some(FfnBlock {
         norm,
         norm_bias,
@@ -122,6 +121,20 @@ fn load_ffn(
             device,
         )?,
     }))
+}
+
+/// A block's input norm and its bias, where the family has one.
+fn block_norm(
+    src: &mut dyn WeightSource,
+    spec: &ModelSpec,
+    name: &str,
+    device: &Device,
+) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    if !spec.norms.pre {
+        return Ok((None, None));
+    }
+    let (w, b) = crate::norm::load(src, spec, name, spec.hidden, device)?;
+    Ok((Some(w), b))
 }
 
 /// A post-norm's weight where the family has that norm (`on`).

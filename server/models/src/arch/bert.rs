@@ -104,6 +104,7 @@ fn layer(scale: f32, activation: Activation) -> LayerSpec {
                 scale,
                 softcap: None,
                 qk_norm: false,
+                qk_norm_whole: false,
                 sinks: false,
                 nope: true,
                 gated: false,
@@ -127,6 +128,7 @@ fn encoder(
         layer_norm: true,
         after_residual: true,
         offset: 0.0,
+        pre: true,
         post_attention: false,
         post_ffn: false,
     };

@@ -121,6 +121,7 @@ fn layer(window: Option<usize>, scale: f32, softcap: Option<f32>, qk_norm: bool)
             scale,
             softcap,
             qk_norm,
+            qk_norm_whole: false,
             sinks: false,
             nope: false,
             gated: false,
@@ -135,6 +136,7 @@ fn norms(eps: f64, offset: f32) -> Norms {
         layer_norm: false,
         after_residual: false,
         offset,
+        pre: true,
         post_attention: true,
         post_ffn: true,
     }

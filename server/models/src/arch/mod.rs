@@ -12,6 +12,7 @@ mod gpt_oss;
 mod granite;
 mod llama;
 mod mamba;
+mod olmo;
 pub(crate) mod phi3;
 mod qwen;
 mod qwen35;
@@ -70,7 +71,7 @@ pub struct Family {
 }
 
 /// Every family, in lookup order.
-const FAMILIES: [&Family; 19] = [
+const FAMILIES: [&Family; 20] = [
     &llama::LLAMA,
     &llama::MISTRAL,
     &llama::MIXTRAL,
@@ -88,6 +89,7 @@ const FAMILIES: [&Family; 19] = [
     &qwen35::QWEN3NEXT,
     &smollm3::SMOLLM3,
     &glm::GLM4_MOE,
+    &olmo::OLMO2,
     &bert::BERT,
     &bert::XLM_ROBERTA,
 ];
@@ -301,6 +303,7 @@ pub(crate) fn pre_norms(eps: f64) -> Norms {
         layer_norm: false,
         after_residual: false,
         offset: 0.0,
+        pre: true,
         post_attention: false,
         post_ffn: false,
     }
@@ -315,6 +318,7 @@ pub(crate) fn swiglu_layer(window: Option<usize>, scale: f32, qk_norm: bool) -> 
             scale,
             softcap: None,
             qk_norm,
+            qk_norm_whole: false,
             sinks: false,
             nope: false,
             gated: false,

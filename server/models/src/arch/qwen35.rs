@@ -170,6 +170,7 @@ fn hf(c: &HfConfig, family: &'static str) -> Result<ModelSpec> {
         layer_norm: false,
         after_residual: false,
         offset: 1.0,
+        pre: true,
         post_attention: false,
         post_ffn: false,
     };
@@ -195,6 +196,7 @@ fn layer(linear: bool, mixer: GdnSpec, scale: f32) -> LayerSpec {
                 scale,
                 softcap: None,
                 qk_norm: true,
+                qk_norm_whole: false,
                 sinks: false,
                 nope: false,
                 gated: true,

@@ -29,34 +29,38 @@ impl Decoder {
         ctx: &LayerCtx<'_>,
     ) -> Result<Tensor> {
         let norms = &self.spec.norms;
-        let norm = |t: &Tensor, w: &Tensor, b: Option<&Tensor>| crate::norm::apply(t, w, b, norms);
+        // A block without its input norm (OLMo 2) passes its input as is.
+        let norm = |t: &Tensor, w: Option<&Tensor>, b: Option<&Tensor>| match w {
+            Some(w) => crate::norm::apply(t, w, b, norms),
+            None => Ok(t.clone()),
+        };
         let post_ln = norms.after_residual;
         let h = match post_ln {
             true => x.clone(),
-            false => norm(x, &l.norm, l.norm_bias.as_ref())?,
+            false => norm(x, l.norm.as_ref(), l.norm_bias.as_ref())?,
         };
         let mut m = self.mixer_forward(index, &l.mixer, &h, ctx)?;
         if let Some(w) = &l.post_norm {
-            m = norm(&m, w, None)?;
+            m = norm(&m, Some(w), None)?;
         }
         let mut x = (x + self.residual(m)?)?;
         if post_ln {
-            x = norm(&x, &l.norm, l.norm_bias.as_ref())?;
+            x = norm(&x, l.norm.as_ref(), l.norm_bias.as_ref())?;
         }
         let Some(f) = &l.ffn else {
             return Ok(x);
         };
         let h = match post_ln {
             true => x.clone(),
-            false => norm(&x, &f.norm, f.norm_bias.as_ref())?,
+            false => norm(&x, f.norm.as_ref(), f.norm_bias.as_ref())?,
         };
         let mut d = self.ffn_forward(index, &f.ffn, &h, ctx)?;
         if let Some(w) = &f.post_norm {
-            d = norm(&d, w, None)?;
+            d = norm(&d, Some(w), None)?;
         }
         let x = (x + self.residual(d)?)?;
         match post_ln {
-            true => norm(&x, &f.norm, f.norm_bias.as_ref()),
+            true => norm(&x, f.norm.as_ref(), f.norm_bias.as_ref()),
             false => Ok(x),
         }
     }

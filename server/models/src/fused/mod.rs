@@ -136,14 +136,14 @@ impl Packed {
 /// One layer's weights in the form the fused ops read.
 #[derive(Debug)]
 pub(crate) struct FusedLayer {
-    attn_norm: Vec<f32>,
+    attn_norm: Option<Vec<f32>>,
     qkv: Packed,
     qkv_bias: Option<Vec<f32>>,
     qk_norm: Option<(Vec<f32>, Vec<f32>)>,
     o: Arc<QMatrix>,
     o_bias: Option<Vec<f32>>,
     post_attn_norm: Option<Vec<f32>>,
-    ffn_norm: Vec<f32>,
+    ffn_norm: Option<Vec<f32>>,
     ffn: FusedFfn,
     post_ffn_norm: Option<Vec<f32>>,
     /// RoPE on q and k (false: a NoPE layer, as SmolLM3's every fourth).
@@ -221,6 +221,8 @@ impl FusedLayer {
                 },
                 _ => return Ok(None),
             },
+            // The fused mixture norms its input (every MoE family has a norm).
+            (Ffn::Moe(_), _) if f.norm.is_none() => return Ok(None),
             (Ffn::Moe(m), FeedForward::Moe(_)) => match FusedMoe::of(m)? {
                 Some(f) => FusedFfn::Moe(Box::new(f)),
                 None => return Ok(None),
@@ -232,14 +234,14 @@ impl FusedLayer {
             None => None,
         };
         Ok(Some(FusedLayer {
-            attn_norm: host_vec(&l.norm)?,
+            attn_norm: host_opt(&l.norm)?,
             qkv,
             qkv_bias: host_opt(&a.qkv_bias)?,
             qk_norm,
             o: o.clone(),
             o_bias: host_opt(&a.o_bias)?,
             post_attn_norm: host_opt(&l.post_norm)?,
-            ffn_norm: host_vec(&f.norm)?,
+            ffn_norm: host_opt(&f.norm)?,
             ffn,
             post_ffn_norm: host_opt(&f.post_norm)?,
             rotary: !attention.nope,
@@ -310,7 +312,8 @@ impl FusedLayer {
             FusedFfn::Moe(m) => {
                 let op = moe::MoeOp {
                     moe: m,
-                    norm: &self.ffn_norm,
+                    // Always there: `from_layer` fuses no mixture without it.
+                    norm: self.ffn_norm.as_deref().unwrap_or_default(),
                     post_norm: self.post_ffn_norm.as_deref(),
                     eps: dims.eps,
                     scratch,

@@ -60,11 +60,30 @@ fn lora_add(
 }
 
 /// `rms_norm(x) * w` row by row into `out` (a LoRA update's input: what the
-/// quantised path normed on its way into the matmul).
-fn normed_into(x: &[f32], w: &[f32], eps: f32, out: &mut Vec<f32>) {
+/// quantised path normed on its way into the matmul); `x` itself where the
+/// block has no input norm (OLMo 2).
+fn normed_into(x: &[f32], w: Option<&[f32]>, eps: f32, out: &mut Vec<f32>) {
     out.clear();
     out.extend_from_slice(x);
-    rms_norm_rows(out, w, eps);
+    if let Some(w) = w {
+        rms_norm_rows(out, w, eps);
+    }
+}
+
+/// Quantises `rows` rows of `x` into `acts`, through the block's input
+/// norm where it has one.
+fn quantize_input(
+    acts: &mut QActs,
+    x: &[f32],
+    rows: usize,
+    norm: Option<&[f32]>,
+    eps: f32,
+) -> candle_core::Result<()> {
+    match norm {
+        Some(w) => acts.quantize_rms_norm(x, rows, w, eps),
+        None => acts.quantize(x, rows),
+    }
+    .map_err(kernel_err)
 }
 
 /// Rows of a `(rows, cols)` input, checked against the weights' width.
@@ -203,9 +222,7 @@ impl CustomOp3 for QkvOp<'_> {
         {
             let mut guard = lock(self.scratch);
             let s = &mut *guard;
-            s.acts
-                .quantize_rms_norm(x, tokens, &l.attn_norm, d.eps)
-                .map_err(kernel_err)?;
+            quantize_input(&mut s.acts, x, tokens, l.attn_norm.as_deref(), d.eps)?;
             let (q, rest) = out.split_at_mut(tokens * q_dim);
             let (k, v) = rest.split_at_mut(tokens * kv_dim);
             l.qkv
@@ -213,7 +230,7 @@ impl CustomOp3 for QkvOp<'_> {
                 .map_err(kernel_err)?;
             // LoRA hook: onto the projections, before biases, norms and RoPE.
             if self.lora.is_some() {
-                normed_into(x, &l.attn_norm, d.eps, &mut s.lora_in);
+                normed_into(x, l.attn_norm.as_deref(), d.eps, &mut s.lora_in);
                 for (t, sec) in [(Target::Q, q), (Target::K, k), (Target::V, v)] {
                     lora_add(self.lora, t, &s.lora_in, sec)?;
                 }
@@ -339,9 +356,7 @@ impl InplaceOp1 for MlpOp<'_> {
         let x = slice_mut(storage, layout, "residual")?;
         let mut guard = lock(self.scratch);
         let s = &mut *guard;
-        s.acts
-            .quantize_rms_norm(x, tokens, &l.ffn_norm, self.dims.eps)
-            .map_err(kernel_err)?;
+        quantize_input(&mut s.acts, x, tokens, l.ffn_norm.as_deref(), self.dims.eps)?;
         s.gate_up.resize(tokens * 2 * inter, 0.0);
         let (gate, up) = s.gate_up.split_at_mut(tokens * inter);
         gate_up
@@ -349,7 +364,7 @@ impl InplaceOp1 for MlpOp<'_> {
             .map_err(kernel_err)?;
         // LoRA hook: gate and up before the activation (down below).
         if self.lora.is_some() {
-            normed_into(x, &l.ffn_norm, self.dims.eps, &mut s.lora_in);
+            normed_into(x, l.ffn_norm.as_deref(), self.dims.eps, &mut s.lora_in);
             lora_add(self.lora, Target::Gate, &s.lora_in, gate)?;
             lora_add(self.lora, Target::Up, &s.lora_in, up)?;
         }

@@ -19,7 +19,7 @@ use crate::{Decoder, PagedModel, Source};
 pub const TOL: f32 = 2e-3;
 
 /// Every family with a committed reference.
-pub const FAMILIES: [&str; 18] = [
+pub const FAMILIES: [&str; 20] = [
     "llama",
     "qwen2",
     "mistral",
@@ -38,6 +38,8 @@ pub const FAMILIES: [&str; 18] = [
     "qwen3next",
     "smollm3",
     "glm4moe",
+    "olmo2",
+    "olmo3",
 ];
 
 /// A routing margin half precision keeps: every matrix held in bf16 moves

@@ -124,7 +124,15 @@ impl AttentionWeights {
         let qkv = hook(&[Target::Q, Target::K, Target::V], h, qkv)?;
         let (mut q, gate, mut k, v) = split_qkv(&qkv, heads, a.gated)?;
         if let Some((qn, kn)) = &self.qk_norm {
-            (q, k) = (norm(&q.contiguous()?, qn)?, norm(&k.contiguous()?, kn)?);
+            // A whole-width norm (OLMo 2) sees every head of a token as one row.
+            let by = |t: &Tensor, w: &Tensor| -> Result<Tensor> {
+                let t = t.contiguous()?;
+                Ok(match a.qk_norm_whole {
+                    true => norm(&t.flatten_from(1)?, w)?.reshape(t.shape())?,
+                    false => norm(&t, w)?,
+                })
+            };
+            (q, k) = (by(&q, qn)?, by(&k, kn)?);
         }
         let (q, k) = match a.nope {
             true => (q.contiguous()?, k),

@@ -44,11 +44,15 @@ pub(crate) fn load(
     } else {
         None
     };
-    let hd = spec.head_dim;
+    // Each head's width, or every head's at once (OLMo 2).
+    let (q_len, k_len) = match attn.qk_norm_whole {
+        true => (q_dim, kv_dim),
+        false => (spec.head_dim, spec.head_dim),
+    };
     let qk_norm = match attn.qk_norm {
         true => Some((
-            norm(src, spec, &n("attn_q_norm.weight"), hd, device)?,
-            norm(src, spec, &n("attn_k_norm.weight"), hd, device)?,
+            norm(src, spec, &n("attn_q_norm.weight"), q_len, device)?,
+            norm(src, spec, &n("attn_k_norm.weight"), k_len, device)?,
         )),
         false => None,
     };

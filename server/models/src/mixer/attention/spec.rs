@@ -16,6 +16,9 @@ pub struct AttentionSpec {
     pub softcap: Option<f32>,
     /// Per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3).
     pub qk_norm: bool,
+    /// Those norms span every head at once, one weight of `heads *
+    /// head_dim` (OLMo 2 and 3), not one head's width.
+    pub qk_norm_whole: bool,
     /// A learned sink logit per query head joins each softmax (and takes
     /// its share of the probability, attending to nothing): gpt-oss.
     pub sinks: bool,

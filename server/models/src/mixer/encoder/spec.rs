@@ -36,6 +36,7 @@ mod tests {
                 scale: 1.0,
                 softcap: None,
                 qk_norm: false,
+                qk_norm_whole: false,
                 sinks: false,
                 nope: true,
                 gated: false,

@@ -192,8 +192,9 @@ spec:
         let r = render(&md, Some(INSPECT), &DesiredConfig::default()).unwrap();
         let yaml = to_yaml(&md, &r).unwrap();
         assert!(yaml.contains("kind: PersistentVolumeClaim"), "{yaml}");
-        // Two replicas share the claim: 4Gi each, less 1/32.
-        let share = 4u64 << 30;
+        // Two replicas and a rollout's surge pod share the claim: 8Gi / 3
+        // each, less 1/32.
+        let share = (8u64 << 30) / 3;
         assert!(yaml.contains(&format!("disk=/var/cache/ferrox/kv:{}", share - share / 32)));
         let host = "  kvCache:\n    offload:\n      hostMemory: 1Gi\n";
         let cpu = read_manifest(&format!("{MANIFEST}{host}")).unwrap();

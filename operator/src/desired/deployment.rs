@@ -54,7 +54,7 @@ pub fn deployment(
             strategy: Some(DeploymentStrategy {
                 type_: Some("RollingUpdate".into()),
                 rolling_update: Some(RollingUpdateDeployment {
-                    max_surge: Some(IntOrString::Int(1)),
+                    max_surge: Some(IntOrString::Int(super::MAX_SURGE)),
                     max_unavailable: Some(IntOrString::Int(0)),
                 }),
             }),

@@ -54,9 +54,15 @@ pub fn max_replicas(spec: &ModelDeploymentSpec) -> u64 {
     u64::try_from(n).unwrap_or(0).max(1)
 }
 
+/// The most servers writing to one shared claim at once: the most
+/// replicas, and the pods a rolling update starts beside them.
+pub fn servers_at_once(spec: &ModelDeploymentSpec) -> u64 {
+    max_replicas(spec) + u64::try_from(super::MAX_SURGE).unwrap_or(0)
+}
+
 /// Bytes of each server's disk tier: a pod's own `emptyDir`'s `size`, or
-/// the shared claim's `size / max_replicas`, floored, so that the servers
-/// together never outgrow it; less 1/32 for what the files take beyond
+/// the shared claim's `size / servers_at_once`, floored, so that the
+/// servers together never outgrow it, mid-rollout too; less 1/32 for what the files take beyond
 /// their bytes (directories, a block being written), so an `emptyDir`
 /// never passes its `sizeLimit` and gets its pod evicted.
 fn disk_bytes(spec: &ModelDeploymentSpec, disk: &KvDiskSpec) -> u64 {
@@ -64,7 +70,7 @@ fn disk_bytes(spec: &ModelDeploymentSpec, disk: &KvDiskSpec) -> u64 {
     let share = if disk.per_pod() {
         size
     } else {
-        size / max_replicas(spec)
+        size / servers_at_once(spec)
     };
     share - share / DISK_HEADROOM
 }
@@ -187,9 +193,12 @@ pub fn refusal(spec: &ModelDeploymentSpec) -> Option<(&'static str, String)> {
     };
     if disk_bytes(spec, d) == 0 {
         return invalid(format!(
-            "kvCache.offload.disk.size {} ({size} bytes) leaves nothing for each of {} replicas",
+            "kvCache.offload.disk.size {} ({size} bytes) leaves nothing for each of {} servers \
+             ({} replicas, and {} more during a rollout)",
             d.size.0,
-            max_replicas(spec)
+            servers_at_once(spec),
+            max_replicas(spec),
+            super::MAX_SURGE
         ));
     }
     None

@@ -25,6 +25,9 @@ pub mod service;
 
 /// Port the server listens on inside the pod.
 pub const SERVER_PORT: i32 = 8000;
+/// Pods a rolling update starts beyond `replicas` (an old pod stops once
+/// its replacement is Ready): each is one more server on a shared claim.
+pub const MAX_SURGE: i32 = 1;
 /// Where downloaded models are cached.
 pub const MODEL_CACHE_DIR: &str = "/var/cache/ferrox";
 /// Label naming the application.

@@ -129,15 +129,16 @@ fn an_emptydir_disk_tier_is_each_pod_s_own_volume() {
 }
 
 #[test]
-fn a_storage_class_disk_tier_is_one_owned_claim_shared_by_max_replicas() {
-    // (replicas, autoscaling, each server's share of 100Gi)
+fn a_storage_class_disk_tier_is_one_owned_claim_shared_by_max_replicas_and_the_surge() {
+    // (replicas, autoscaling, each server's share of 100Gi): one more
+    // server than the replicas, the pod a rolling update adds.
     let cases = [
-        (1, None, 100 * GI),
-        (3, None, 100 * GI / 3),
+        (1, None, 100 * GI / 2),
+        (3, None, 100 * GI / 4),
         // Autoscaled: the most replicas, whatever runs now, so that
         // scaling never rolls the pods with new args.
-        (2, Some(autoscaling(1, 4)), 25 * GI),
-        (0, Some(autoscaling(0, 3)), 100 * GI / 3),
+        (2, Some(autoscaling(1, 4)), 20 * GI),
+        (0, Some(autoscaling(0, 3)), 25 * GI),
     ];
     for (replicas, auto, share) in cases {
         let mut spec = with(
@@ -215,7 +216,10 @@ fn bad_offload_specs_are_refused_with_what_to_do() {
             with(gpu(), None, Some(disk("big", None, Some(true)))),
             "kvCache.offload.disk.size \"big\" is not a quantity",
         ),
-        (many, "leaves nothing for each of 4 replicas"),
+        (
+            many,
+            "leaves nothing for each of 5 servers (4 replicas, and 1 more during a rollout)",
+        ),
     ];
     for (spec, want) in cases {
         let (reason, message) = refusal(&spec).expect(want);

@@ -69,8 +69,10 @@ pub struct FfnBlock {
 /// already added).
 #[derive(Debug, Clone)]
 pub struct Layer {
-    /// The norm before the mixer (after its residual add, with post-LN).
-    pub norm: Tensor,
+    /// The norm before the mixer (after its residual add, with post-LN);
+    /// none where the layer's input is normed already (ModernBERT's first,
+    /// right after the embeddings' norm).
+    pub norm: Option<Tensor>,
     /// That norm's bias (a LayerNorm's).
     pub norm_bias: Option<Tensor>,
     /// The token mixer.
@@ -87,7 +89,7 @@ impl Layer {
         let ffn = self.ffn.as_ref().map_or(0, |f| {
             tensor_bytes(&f.norm) + opt(&f.norm_bias) + f.ffn.held_bytes() + opt(&f.post_norm)
         });
-        let norm = tensor_bytes(&self.norm) + opt(&self.norm_bias);
+        let norm = opt(&self.norm) + opt(&self.norm_bias);
         norm + self.mixer.held_bytes() + opt(&self.post_norm) + ffn
     }
 

@@ -79,8 +79,14 @@ fn load_layer(
             "layer {i}: attention without a feed-forward"
         )));
     }
-    let (norm, norm_bias) =
-        crate::norm::load(src, spec, &n("attn_norm.weight"), spec.hidden, device)?;
+    let (norm, norm_bias) = match first_unnormed(src, spec, i) {
+        true => (None, None),
+        false => {
+            let name = n("attn_norm.weight");
+            let (w, b) = crate::norm::load(src, spec, &name, spec.hidden, device)?;
+            (Some(w), b)
+        }
+    };
     Ok(Layer {
         norm,
         norm_bias,
@@ -93,6 +99,17 @@ fn load_layer(
         )?,
         ffn,
     })
+}
+
+/// Whether layer `i` has no norm before its mixer: only a pre-norm
+/// model's first layer whose input the embeddings' norm already normed
+/// may lack one (ModernBERT's is an identity, and stored by neither
+/// checkpoints nor llama.cpp); any other missing norm stays an error.
+fn first_unnormed(src: &dyn WeightSource, spec: &ModelSpec, i: usize) -> bool {
+    i == 0
+        && spec.input.norm
+        && !spec.norms.after_residual
+        && !src.has(&format!("blk.{i}.attn_norm.weight"))
 }
 
 /// Layer `i`'s feed-forward with its norms, if its kind has one.

@@ -12,6 +12,8 @@ mod gpt_oss;
 mod granite;
 mod llama;
 mod mamba;
+mod modern_bert;
+mod nomic_bert;
 pub(crate) mod phi3;
 mod qwen;
 mod qwen35;
@@ -70,7 +72,7 @@ pub struct Family {
 }
 
 /// Every family, in lookup order.
-const FAMILIES: [&Family; 19] = [
+const FAMILIES: [&Family; 21] = [
     &llama::LLAMA,
     &llama::MISTRAL,
     &llama::MIXTRAL,
@@ -90,6 +92,8 @@ const FAMILIES: [&Family; 19] = [
     &glm::GLM4_MOE,
     &bert::BERT,
     &bert::XLM_ROBERTA,
+    &nomic_bert::NOMIC_BERT,
+    &modern_bert::MODERN_BERT,
 ];
 
 /// Every family's name, in lookup order: what an unknown architecture's

@@ -31,17 +31,17 @@ impl Decoder {
         let norms = &self.spec.norms;
         let norm = |t: &Tensor, w: &Tensor, b: Option<&Tensor>| crate::norm::apply(t, w, b, norms);
         let post_ln = norms.after_residual;
-        let h = match post_ln {
-            true => x.clone(),
-            false => norm(x, &l.norm, l.norm_bias.as_ref())?,
+        let h = match (&l.norm, post_ln) {
+            (Some(w), false) => norm(x, w, l.norm_bias.as_ref())?,
+            _ => x.clone(),
         };
         let mut m = self.mixer_forward(index, &l.mixer, &h, ctx)?;
         if let Some(w) = &l.post_norm {
             m = norm(&m, w, None)?;
         }
         let mut x = (x + self.residual(m)?)?;
-        if post_ln {
-            x = norm(&x, &l.norm, l.norm_bias.as_ref())?;
+        if let (Some(w), true) = (&l.norm, post_ln) {
+            x = norm(&x, w, l.norm_bias.as_ref())?;
         }
         let Some(f) = &l.ffn else {
             return Ok(x);

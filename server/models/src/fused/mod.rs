@@ -204,6 +204,9 @@ impl FusedLayer {
         else {
             return Ok(None);
         };
+        let Some(attn_norm) = &l.norm else {
+            return Ok(None);
+        };
         let Some(qkv) = Packed::of(&a.qkv) else {
             return Ok(None);
         };
@@ -232,7 +235,7 @@ impl FusedLayer {
             None => None,
         };
         Ok(Some(FusedLayer {
-            attn_norm: host_vec(&l.norm)?,
+            attn_norm: host_vec(attn_norm)?,
             qkv,
             qkv_bias: host_opt(&a.qkv_bias)?,
             qk_norm,

@@ -72,7 +72,7 @@ fn from_hf(c: &HfConfig) -> Result<ModelSpec> {
         if let Some(v) = c.get(key) {
             let ok = match v.as_f64() {
                 Some(x) => want.parse::<f64>().is_ok_and(|w| w == x),
-                None => v.to_string() == want,
+                None => serde_json::from_str::<serde_json::Value>(want).is_ok_and(|w| w == *v),
             };
             if !ok {
                 return Err(Error::Config(format!(

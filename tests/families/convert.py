@@ -55,5 +55,16 @@ def hub_spelled(model: str) -> str:
     return str(tmp)
 
 
+def plain_hparams(dir_model, is_mistral_format):
+    return json.loads((pathlib.Path(dir_model) / "config.json").read_text())
+
+
+# transformers 5 knows NomicBERT natively and its config drops nomic's keys
+# (`n_embd`, ...) for its own defaults (768 wide, 12 layers): the converter,
+# written when transformers did not know the type and it read config.json
+# as it is, would write those defaults. Read it as it is.
+if json.loads((pathlib.Path(model) / "config.json").read_text()).get("model_type") == "nomic_bert":
+    base.ModelBase.load_hparams = staticmethod(plain_hparams)
+
 sys.argv = ["convert_hf_to_gguf.py", hub_spelled(model), *args]
 convert_hf_to_gguf.main()

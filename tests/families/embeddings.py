@@ -11,13 +11,27 @@ and saved as sentence-transformers saves them (modules.json,
 - xlmr: XLMRobertaModel with a Unigram tokenizer (<s> ... </s>),
   positions from pad_token_id + 1, one token type, mean pooling,
   normalized.
+- nomic: NomicBertModel (nomic-embed-text v1.5's shape: RoPE, SwiGLU,
+  post-LN, no linear biases) with the WordPiece tokenizer, mean pooling,
+  normalized. transformers' own NomicBERT (5.x) computes the reference;
+  the checkpoint is written as nomic's (`Wqkv`, `fc11`/`fc12`/`fc2`,
+  `norm1`/`norm2`, `emb_ln`, its config keys), the layout of the published
+  models and the one llama.cpp converts, and read back through
+  transformers' own renaming of that layout to check the rewrite.
+- modernbert: ModernBertModel (gte-modernbert's shape: alternating global
+  and local attention, a local window of 8 so the longer texts slide, two
+  RoPE bases, GeGLU, bias-free pre-LN) with the WordPiece tokenizer, CLS
+  pooling, normalized.
 - qwen3_embed: a Qwen3 decoder (Qwen3Model, no `model.` prefix, as
   Qwen3-Embedding ships), <|endoftext|> appended by the tokenizer,
   last-token pooling, normalized, Matryoshka dimensions 16 and 32.
 
 With `--llama-src` (scripts/reference-models --embeddings passes `peer-llama
-src`), BERT is also written as the GGUF llama.cpp's converter makes of it
-(f32, so the same bar holds), `bert/model.gguf`.
+src`), BERT and NomicBERT are also written as the GGUF llama.cpp's converter
+makes of them (f32, so the same bar holds), `bert/model.gguf` and
+`nomic/model.gguf`. ModernBERT is not: the converter reads its vocabulary
+as GPT-2's BPE, and this one is WordPiece. `--only NAME...` remakes only
+those fixtures.
 
 Each reference has `embeddings` (what the model outputs), `raw` (pooled,
 before any Normalize module) and, for a Matryoshka model, `dimensions`: each
@@ -28,6 +42,7 @@ import json
 import pathlib
 import subprocess
 import sys
+import tempfile
 
 import torch
 import transformers
@@ -105,6 +120,99 @@ def bert_dir(dir: pathlib.Path, seed: int) -> None:
     fast.save_pretrained(dir)
 
 
+def bert_tokenizer(dir: pathlib.Path, max_len: int) -> None:
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=wordpiece(), unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+        pad_token="[PAD]", mask_token="[MASK]", model_max_length=max_len)
+    fast.save_pretrained(dir)
+
+
+def nomic_dir(dir: pathlib.Path, seed: int) -> None:
+    config = transformers.NomicBertConfig(
+        vocab_size=wordpiece().get_vocab_size(), hidden_size=64, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=128, max_position_embeddings=2048,
+        type_vocab_size=2, hidden_act="silu", layer_norm_eps=1e-12, pad_token_id=0,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000.0})
+    model = transformers.NomicBertModel(config)
+    randomize(model, seed)
+    model.save_pretrained(dir)
+    bert_tokenizer(dir, 2048)
+
+
+def nomic_layout(dir: pathlib.Path) -> None:
+    """Rewrites the transformers-saved NomicBERT in `dir` as nomic's
+    checkpoints are (the inverse of transformers' conversion mapping for
+    `nomic_bert`), then loads that back through the mapping and checks the
+    same hidden states come out."""
+    from safetensors.torch import load_file, save_file
+    native = load_file(dir / "model.safetensors")
+    config = json.loads((dir / "config.json").read_text())
+    renames = [("embeddings.LayerNorm", "emb_ln"), ("self_attn.o_proj", "attn.out_proj"),
+               ("mlp.up_proj", "mlp.fc11"), ("mlp.gate_proj", "mlp.fc12"),
+               ("mlp.down_proj", "mlp.fc2"), ("post_attention_layernorm", "norm1"),
+               ("post_mlp_layernorm", "norm2")]
+    out = {}
+    for name, t in native.items():
+        if ".self_attn.k_proj." in name or ".self_attn.v_proj." in name:
+            continue
+        if ".self_attn.q_proj." in name:
+            parts = [native[name.replace("q_proj", p)] for p in ("q_proj", "k_proj", "v_proj")]
+            name, t = name.replace("self_attn.q_proj", "attn.Wqkv"), torch.cat(parts)
+        for a, b in renames:
+            name = name.replace(a, b)
+        if name.startswith("layers."):
+            name = "encoder." + name
+        out[name] = t.contiguous()
+    check = pathlib.Path(tempfile.mkdtemp(prefix="ferrox-nomic-"))
+    (check / "config.json").write_text(json.dumps(config))
+    save_file(out, check / "model.safetensors", metadata={"format": "pt"})
+    # nomic-embed-text-v1.5's config.json, at this size.
+    nomic = {
+        "architectures": ["NomicBertModel"], "model_type": "nomic_bert",
+        "activation_function": "swiglu", "n_embd": config["hidden_size"],
+        "n_head": config["num_attention_heads"], "n_inner": config["intermediate_size"],
+        "n_layer": config["num_hidden_layers"], "n_positions": 8192,
+        "max_trained_positions": 2048, "vocab_size": config["vocab_size"],
+        "layer_norm_epsilon": config["layer_norm_eps"], "rotary_emb_base": 1000,
+        "rotary_emb_fraction": 1.0, "rotary_emb_interleaved": False,
+        "rotary_emb_scale_base": None, "rotary_scaling_factor": None, "prenorm": False,
+        "qkv_proj_bias": False, "mlp_fc1_bias": False, "mlp_fc2_bias": False, "causal": False,
+        "type_vocab_size": config["type_vocab_size"], "pad_token_id": 0,
+        "torch_dtype": "float32"}
+    ids = torch.tensor([[2, 10, 11, 12, 3]])
+    want = transformers.NomicBertModel.from_pretrained(dir).eval()(ids).last_hidden_state
+    got = transformers.NomicBertModel.from_pretrained(check).eval()(ids).last_hidden_state
+    if not torch.allclose(want, got, atol=1e-6):
+        raise SystemExit("nomic's layout does not load back as the same model")
+    save_file(out, dir / "model.safetensors", metadata={"format": "pt"})
+    (dir / "config.json").write_text(json.dumps(nomic, indent=2) + "\n")
+
+
+def modernbert_dir(dir: pathlib.Path, seed: int) -> None:
+    config = transformers.ModernBertConfig(
+        vocab_size=wordpiece().get_vocab_size(), hidden_size=64, num_hidden_layers=3,
+        num_attention_heads=4, intermediate_size=96, max_position_embeddings=64,
+        global_attn_every_n_layers=2, local_attention=8, hidden_activation="gelu",
+        norm_eps=1e-5, norm_bias=False, pad_token_id=0, cls_token_id=2, sep_token_id=3,
+        bos_token_id=2, eos_token_id=3, classifier_pooling="cls",
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 160000.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
+    model = transformers.ModernBertModel(config)
+    randomize(model, seed)
+    # The longest text must reach past the local window, so the fixture
+    # tests the local layers' mask: all-global, the same weights differ.
+    everywhere = transformers.ModernBertConfig(**{
+        **config.to_dict(), "layer_types": ["full_attention"] * config.num_hidden_layers})
+    wide = transformers.ModernBertModel(everywhere)
+    wide.load_state_dict(model.state_dict())
+    ids = torch.tensor([wordpiece().encode(TEXTS[2]).ids])
+    gap = (model.eval()(ids).last_hidden_state - wide.eval()(ids).last_hidden_state).abs().max()
+    if len(ids[0]) <= config.local_attention or gap < 1e-3:
+        raise SystemExit(f"the local window is not exercised ({len(ids[0])} tokens, {gap})")
+    model.save_pretrained(dir)
+    bert_tokenizer(dir, 64)
+
+
 def unigram() -> Tokenizer:
     """A Unigram tokenizer as XLM-RoBERTa's: <s> text </s>, trained on the
     corpus (a small vocabulary, so words split)."""
@@ -177,7 +285,8 @@ def vectors(model: SentenceTransformer) -> list:
     return out
 
 
-def build(name: str, make, pooling: str, normalize: bool, dims: list, seed: int) -> dict:
+def build(name: str, make, pooling: str, normalize: bool, dims: list, seed: int,
+          layout=None) -> dict:
     dir = OUT / name
     dir.mkdir(parents=True, exist_ok=True)
     make(dir, seed)
@@ -193,6 +302,8 @@ def build(name: str, make, pooling: str, normalize: bool, dims: list, seed: int)
     if dims:
         ref["dimensions"] = {str(d): [normed(v[:d]) for v in raw] for d in dims}
     (dir / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
+    if layout:
+        layout(dir)
     return ref
 
 
@@ -215,15 +326,27 @@ def normed(v: list) -> list:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--llama-src", type=pathlib.Path, help="llama.cpp source (peer-llama src)")
+    p.add_argument("--only", nargs="+", metavar="NAME",
+                   help="remake only these fixtures (each is seeded alone, so alike either way)")
     a = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    build("bert", bert_dir, "cls", True, [], 2001)
-    build("bert_mean", bert_dir, "mean", False, [], 2002)
-    build("qwen3_embed", qwen3_dir, "lasttoken", True, [16, 32], 2003)
-    build("xlmr", xlmr_dir, "mean", True, [], 2005)
-    if a.llama_src:
-        convert("bert", a.llama_src)
+    fixtures = {
+        "bert": (bert_dir, "cls", True, [], 2001, None),
+        "bert_mean": (bert_dir, "mean", False, [], 2002, None),
+        "qwen3_embed": (qwen3_dir, "lasttoken", True, [16, 32], 2003, None),
+        "xlmr": (xlmr_dir, "mean", True, [], 2005, None),
+        "nomic": (nomic_dir, "mean", True, [], 2006, nomic_layout),
+        "modernbert": (modernbert_dir, "cls", True, [], 2007, None),
+    }
+    # What llama.cpp's converter also writes as GGUF.
+    gguf = ["bert", "nomic"]
+    for name in a.only or fixtures:
+        make, pooling, norm, dims, seed, layout = fixtures[name]
+        torch.manual_seed(0)
+        build(name, make, pooling, norm, dims, seed, layout=layout)
+        if a.llama_src and name in gguf:
+            convert(name, a.llama_src)
     size = sum(p.stat().st_size for p in OUT.rglob("*") if p.is_file())
     print(f"{size / 1e6:.2f} MB in {OUT}")
     return 0

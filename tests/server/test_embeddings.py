@@ -20,9 +20,10 @@ from conftest import MODEL_NAME, Server, model_path, server_bin
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "server" / "models" / "testdata" / "embeddings"
-# Each fixture's folder (its safetensors), and BERT's GGUF (llama.cpp's
-# converter's), checked against the same reference.
-NAMES = ["bert", "bert/model.gguf", "bert_mean", "qwen3_embed", "xlmr"]
+# Each fixture's folder (its safetensors), and BERT's and NomicBERT's GGUF
+# (llama.cpp's converter's), checked against the same reference.
+NAMES = ["bert", "bert/model.gguf", "bert_mean", "qwen3_embed", "xlmr", "nomic",
+         "nomic/model.gguf", "modernbert"]
 # The accuracy bar, float32.
 COSINE, ELEMENT = 0.99999, 1e-4
 
@@ -119,7 +120,8 @@ def test_normalize_and_truncation_as_vllm_takes_them(served):
     ({"input": []}, "the input is empty"),
     ({"input": ""}, "input 0 is an empty string"),
     ({"input": ["red", ""]}, "input 1 is an empty string"),
-    ({"input": "one two three " * 200}, "more than the model's"),
+    # Past every fixture's length (NomicBERT's is 2,048 tokens).
+    ({"input": "one two three " * 1000}, "more than the model's"),
     ({"input": [[1, 2], [1, 10 ** 6]]}, "outside the model's vocabulary"),
     ({"input": "red", "encoding_format": "int8"}, "float or base64"),
     ({"input": "red", "user": "u", "temperature": 0}, "unsupported field `temperature`"),

@@ -71,7 +71,9 @@ pub struct FfnBlock {
 #[derive(Debug, Clone)]
 pub struct Layer {
     /// The norm before the mixer (after its residual add, with post-LN);
-    /// none where the family has only post-norms (OLMo 2).
+    /// none where the family has only post-norms (OLMo 2), or where the
+    /// layer's input is normed already (ModernBERT's first, right after the
+    /// embeddings' norm).
     pub norm: Option<Tensor>,
     /// That norm's bias (a LayerNorm's).
     pub norm_bias: Option<Tensor>,

@@ -79,7 +79,10 @@ fn load_layer(
             "layer {i}: attention without a feed-forward"
         )));
     }
-    let (norm, norm_bias) = block_norm(src, spec, &n("attn_norm.weight"), device)?;
+    let (norm, norm_bias) = match first_unnormed(src, spec, i) {
+        true => (None, None),
+        false => block_norm(src, spec, &n("attn_norm.weight"), device)?,
+    };
     Ok(Layer {
         norm,
         norm_bias,
@@ -92,6 +95,17 @@ fn load_layer(
         )?,
         ffn,
     })
+}
+
+/// Whether layer `i` has no norm before its mixer: only a pre-norm
+/// model's first layer whose input the embeddings' norm already normed
+/// may lack one (ModernBERT's is an identity, and stored by neither
+/// checkpoints nor llama.cpp); any other missing norm stays an error.
+fn first_unnormed(src: &dyn WeightSource, spec: &ModelSpec, i: usize) -> bool {
+    i == 0
+        && spec.input.norm
+        && !spec.norms.after_residual
+        && !src.has(&format!("blk.{i}.attn_norm.weight"))
 }
 
 /// Layer `i`'s feed-forward with its norms, if its kind has one.

@@ -94,24 +94,46 @@ pub(crate) fn score_head_name(family: &Family, prefix: &str, part: &str) -> Stri
     }
 }
 
-/// One BERT layer: bidirectional attention, a plain MLP.
-fn layer(scale: f32, activation: Activation) -> LayerSpec {
+/// An encoder layer (every encoder family's): attention within each
+/// sequence, both directions, scaled by `scale`, rotated by the spec's
+/// RoPE `rope` or by none (learned positions), seeing only the keys less
+/// than `window` positions away either side where it has one; then `ffn`.
+pub(super) fn encoder_layer(
+    scale: f32,
+    rope: Option<usize>,
+    window: Option<usize>,
+    ffn: FeedForward,
+) -> LayerSpec {
     LayerSpec {
         mixer: Mixer::Encoder(EncoderSpec {
             attention: AttentionSpec {
-                window: None,
-                rope: 0,
+                window,
+                rope: rope.unwrap_or(0),
                 scale,
                 softcap: None,
                 qk_norm: false,
                 qk_norm_whole: false,
                 sinks: false,
-                nope: true,
+                nope: rope.is_none(),
                 gated: false,
             },
             causal: false,
         }),
-        ffn: FeedForward::Plain(activation),
+        ffn,
+    }
+}
+
+/// LayerNorms of epsilon `eps`, after each residual add (BERT's post-LN)
+/// or before each block (ModernBERT's pre-LN).
+pub(super) fn layer_norms(eps: f64, after_residual: bool) -> Norms {
+    Norms {
+        eps,
+        layer_norm: true,
+        after_residual,
+        offset: 0.0,
+        pre: true,
+        post_attention: false,
+        post_ffn: false,
     }
 }
 
@@ -123,17 +145,11 @@ fn encoder(
     (eps, types, offset): (f64, usize, usize),
     activation: Activation,
 ) -> ModelSpec {
-    let norms = Norms {
-        eps,
-        layer_norm: true,
-        after_residual: true,
-        offset: 0.0,
-        pre: true,
-        post_attention: false,
-        post_ffn: false,
-    };
     let scale = shape.plain_scale();
-    let mut spec = shape.spec("bert", norms, Vec::new(), |_| layer(scale, activation));
+    let ffn = FeedForward::Plain(activation);
+    let mut spec = shape.spec("bert", layer_norms(eps, true), Vec::new(), |_| {
+        encoder_layer(scale, None, None, ffn)
+    });
     spec.family = name;
     spec.qkv_bias = true;
     spec.final_norm = false;

@@ -12,6 +12,8 @@ mod gpt_oss;
 mod granite;
 mod llama;
 mod mamba;
+mod modern_bert;
+mod nomic_bert;
 mod olmo;
 pub(crate) mod phi3;
 mod qwen;
@@ -71,7 +73,7 @@ pub struct Family {
 }
 
 /// Every family, in lookup order.
-const FAMILIES: [&Family; 20] = [
+const FAMILIES: [&Family; 22] = [
     &llama::LLAMA,
     &llama::MISTRAL,
     &llama::MIXTRAL,
@@ -92,6 +94,8 @@ const FAMILIES: [&Family; 20] = [
     &olmo::OLMO2,
     &bert::BERT,
     &bert::XLM_ROBERTA,
+    &nomic_bert::NOMIC_BERT,
+    &modern_bert::MODERN_BERT,
 ];
 
 /// Every family's name, in lookup order: what an unknown architecture's

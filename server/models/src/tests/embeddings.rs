@@ -14,12 +14,15 @@ use crate::{Embedder, Source};
 
 /// The fixtures (a directory, or a GGUF file in one: llama.cpp's
 /// converter's), the reference each is checked against, and how it pools.
-const FIXTURES: [(&str, &str, PoolingMethod, bool); 5] = [
+const FIXTURES: [(&str, &str, PoolingMethod, bool); 8] = [
     ("bert", "bert", PoolingMethod::Cls, true),
     ("bert/model.gguf", "bert", PoolingMethod::Cls, true),
     ("bert_mean", "bert_mean", PoolingMethod::Mean, false),
     ("qwen3_embed", "qwen3_embed", PoolingMethod::Last, true),
     ("xlmr", "xlmr", PoolingMethod::Mean, true),
+    ("nomic", "nomic", PoolingMethod::Mean, true),
+    ("nomic/model.gguf", "nomic", PoolingMethod::Mean, true),
+    ("modernbert", "modernbert", PoolingMethod::Cls, true),
 ];
 
 #[derive(Deserialize)]

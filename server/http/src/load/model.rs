@@ -24,7 +24,9 @@ use ferrox_models::lora::LoraShapes;
 
 /// Plans the server for `info` on `device` with `memory` (and the activation
 /// bytes a profile run measured, else the plan's estimate), or says why it
-/// cannot run there with every number and what to change.
+/// cannot run there with every number and what to change. Without a draft
+/// model: the server itself sizes through [`size_with_draft`].
+#[cfg(test)]
 pub fn size(
     info: &ModelInfo,
     device: DeviceKind,

@@ -151,7 +151,6 @@ def test_a_client_gone_in_the_middle_of_a_verified_run_leaves_the_others_exact(s
 @pytest.mark.parametrize("config,why", [
     ('{"method": "ngram", "num_speculative_tokens": 0}', "num_speculative_tokens must be 1 to 16, not 0"),
     ('{"method": "ngram", "num_speculative_tokens": 17}', "num_speculative_tokens must be 1 to 16, not 17"),
-    ('{"model": "draft.gguf", "num_speculative_tokens": 4}', "a draft model is not served yet"),
     ('{"method": "suffix", "num_speculative_tokens": 4}', "method `suffix` is not served"),
 ])
 def test_a_bad_speculative_config_is_refused_at_start_with_the_reason(config, why):

@@ -19,7 +19,7 @@ use crate::metrics::{Latency, Metrics};
 use crate::queue::{Door, EngineHandle, Shared};
 use crate::row::{Row, cancelled};
 use crate::row_kv::RowKv;
-use crate::speculative::Speculation;
+use crate::speculative::{DraftModel, Speculation};
 use crate::status::{
     BatchGauges, DecodeReporter, MAX_LINE_IDS, PoolGauge, PrefillFacts, prefill_line,
 };
@@ -68,6 +68,8 @@ pub struct Scheduler<M: BatchModel> {
     metrics: Arc<Metrics>,
     /// Speculative decoding, when configured and the model allows it.
     spec: Option<Speculation>,
+    /// The draft model that proposes, when one was given; else n-gram.
+    draft: Option<DraftModel>,
     /// The lower KV tiers, when configured and the prefix cache runs.
     offload: Option<Offload>,
 }
@@ -129,6 +131,7 @@ impl<M: BatchModel> Scheduler<M> {
             reporter: DecodeReporter::new(config.decode_log_interval, now)
                 .speculating(spec.is_some()),
             spec,
+            draft: None,
             offload,
             shared: Arc::clone(&shared),
             rx,
@@ -141,6 +144,32 @@ impl<M: BatchModel> Scheduler<M> {
         };
         scheduler.publish();
         Ok((scheduler, EngineHandle { shared }))
+    }
+
+    /// Proposes draft tokens with `model` (its own cache pool, full
+    /// attention, the target's vocabulary) instead of n-gram lookup.
+    /// Refused where speculation is off (not asked for, or the target's
+    /// pools do not allow it) and for a draft the target cannot verify.
+    pub fn set_draft(&mut self, model: Box<dyn BatchModel>) -> Result<(), EngineError> {
+        if self.spec.is_none() {
+            let why = (self.shared.config.speculation_off_reason())
+                .unwrap_or("--speculative-config was not given");
+            return Err(EngineError::Config(format!(
+                "a draft model was given, but speculative decoding is off: {why}"
+            )));
+        }
+        let draft = DraftModel::new(model, self.model.vocab_size())?;
+        tracing::info!(
+            blocks = draft.stats().total,
+            "speculative decoding by a draft model, where it pays"
+        );
+        self.draft = Some(draft);
+        Ok(())
+    }
+
+    /// Where the draft model's pool's blocks are, if one drafts.
+    pub fn draft_stats(&self) -> Option<PoolStats> {
+        self.draft.as_ref().map(DraftModel::stats)
     }
 
     /// Nothing waiting and nothing running.
@@ -234,6 +263,14 @@ impl<M: BatchModel> Scheduler<M> {
                 spec.record(v.accepted, v.drafted);
             }
         }
+        // The draft KV past what the target accepted goes back now.
+        if let Some(draft) = &mut self.draft {
+            for v in &report.verified {
+                if let Some(row) = self.rows.get(&v.id) {
+                    draft.sync(v.id, row.history());
+                }
+            }
+        }
         if !report.decoded.is_empty() {
             let accepted: usize = report.verified.iter().map(|v| v.accepted).sum();
             self.reporter.on_verified(report.verified.len(), accepted);
@@ -319,6 +356,9 @@ impl<M: BatchModel> Scheduler<M> {
         }
         let rows = &self.rows;
         self.prefill_order.retain(|id| rows.contains_key(id));
+        if let Some(draft) = &mut self.draft {
+            draft.retain(|id| rows.contains_key(&id));
+        }
     }
 
     /// Strict FIFO: a head that does not fit stops the line. Cached prompt

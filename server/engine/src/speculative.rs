@@ -13,10 +13,12 @@ use ferrox_plan::SpeculativeConfig;
 use crate::job::RequestId;
 
 mod acceptance;
+mod draft_model;
 mod ngram;
 mod payoff;
 
 pub(crate) use acceptance::Acceptance;
+pub(crate) use draft_model::{DraftAsk, DraftModel};
 pub(crate) use ngram::{Lookup, propose};
 use payoff::{Offer, StepCosts, drafts_to_verify};
 
@@ -167,6 +169,30 @@ impl Speculation {
             Decision::Declined
         };
         (kept, decision)
+    }
+
+    /// Whether drafts of the sizes and acceptances of `offers` (all a draft
+    /// model would propose at best) could pay in a step like the one
+    /// [`Speculation::choose`] is given; if not, the step is declined now,
+    /// so a draft model runs no forward for drafts the rule would drop
+    /// (its probes included: one comes every [`PROBE_EVERY`] steps).
+    pub fn worth_drafting(
+        &mut self,
+        offers: &[(usize, f64)],
+        base: usize,
+        rows: usize,
+        budget: usize,
+    ) -> bool {
+        let offers: Vec<Offer> = offers
+            .iter()
+            .map(|&(drafts, acceptance)| Offer { drafts, acceptance })
+            .collect();
+        let kept = drafts_to_verify(&self.costs, base, rows, &offers, budget);
+        if offers.is_empty() || kept.iter().any(|&n| n > 0) || self.declined + 1 >= PROBE_EVERY {
+            return true;
+        }
+        self.declined += 1;
+        false
     }
 
     /// Records a verification over all rows: `accepted` of `drafted`.

@@ -15,9 +15,22 @@ pub fn spawn<M: BatchModel + 'static>(
     model: M,
     config: EngineConfig,
 ) -> std::io::Result<(EngineHandle, std::thread::JoinHandle<()>)> {
+    spawn_with_draft(model, None, config)
+}
+
+/// As [`spawn`], with a draft model proposing the draft tokens (see
+/// [`Scheduler::set_draft`]; refused where it cannot).
+pub fn spawn_with_draft<M: BatchModel + 'static>(
+    model: M,
+    draft: Option<Box<dyn BatchModel>>,
+    config: EngineConfig,
+) -> std::io::Result<(EngineHandle, std::thread::JoinHandle<()>)> {
     let metrics = Metrics::new().map_err(std::io::Error::other)?;
     let (mut scheduler, handle) = Scheduler::new(model, config, Arc::new(metrics), Instant::now())
         .map_err(std::io::Error::other)?;
+    if let Some(draft) = draft {
+        scheduler.set_draft(draft).map_err(std::io::Error::other)?;
+    }
     let thread = std::thread::Builder::new()
         .name("ferrox-worker".into())
         .spawn(move || {

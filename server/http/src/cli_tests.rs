@@ -407,6 +407,22 @@ fn speculative_config_takes_vllms_json_and_refuses_what_it_cannot_serve() {
         Some(ngram(5, 2, 4))
     );
     assert_eq!(parse(&[]).unwrap().speculative, None);
+    // A draft model: its path, and its draft count.
+    let draft = r#"{"model": "/m/draft.gguf", "num_speculative_tokens": 4}"#;
+    let c = parse(&["--speculative-config", draft]).unwrap();
+    assert_eq!(
+        c.speculative.map(|s| s.num_speculative_tokens),
+        Some(4),
+        "{draft}"
+    );
+    assert_eq!(
+        c.draft_model.as_deref(),
+        Some(std::path::Path::new("/m/draft.gguf"))
+    );
+    assert_eq!(
+        parse(&["--speculative-config", vllm]).unwrap().draft_model,
+        None
+    );
     // Refused at start, with the reason, before the model is read.
     for (value, why) in [
         (
@@ -418,8 +434,12 @@ fn speculative_config_takes_vllms_json_and_refuses_what_it_cannot_serve() {
             "num_speculative_tokens must be 1 to 16, not 64",
         ),
         (
-            r#"{"model": "draft.gguf", "num_speculative_tokens": 4}"#,
-            "a draft model is not served yet",
+            r#"{"model": "draft.gguf", "num_speculative_tokens": 0}"#,
+            "num_speculative_tokens must be 1 to 16, not 0",
+        ),
+        (
+            r#"{"model": "draft.gguf", "num_speculative_tokens": 4, "prompt_lookup_min": 2}"#,
+            "unknown key `prompt_lookup_min` with a draft model",
         ),
     ] {
         let err = parse(&["--speculative-config", value]).unwrap_err();

@@ -222,10 +222,12 @@ struct ServeArgs {
     prefix_caching: Switch,
     /// Speculative decoding, vLLM's JSON: '{"method": "ngram",
     /// "num_speculative_tokens": 5, "prompt_lookup_max": 4,
-    /// "prompt_lookup_min": 2}' (n-gram prompt lookup; used per step only
-    /// while it pays; off for models with sliding-window or recurrent layers).
+    /// "prompt_lookup_min": 2}' (n-gram prompt lookup), or '{"model": PATH,
+    /// "num_speculative_tokens": 4}' (a draft model sharing the target's
+    /// tokenizer, with its own KV pool); used per step only while it pays;
+    /// off for models with sliding-window or recurrent layers.
     #[arg(long = flag::SPECULATIVE_CONFIG, env = "FERROX_SPECULATIVE_CONFIG", value_parser = parse_speculative)]
-    speculative_config: Option<ferrox_plan::SpeculativeConfig>,
+    speculative_config: Option<ferrox_plan::SpeculativeFlag>,
     /// A lower KV tier the prefix cache's blocks are written through to,
     /// and read back from when the device pool has evicted them:
     /// host=SIZE (beside a GPU's pool) or disk=PATH:SIZE (kept across
@@ -380,8 +382,8 @@ fn offload_tiers(
 }
 
 /// `--speculative-config`: the reason alone when refused (clap names the flag).
-fn parse_speculative(text: &str) -> Result<ferrox_plan::SpeculativeConfig, String> {
-    ferrox_plan::SpeculativeConfig::parse(text).map_err(|e| match e {
+fn parse_speculative(text: &str) -> Result<ferrox_plan::SpeculativeFlag, String> {
+    ferrox_plan::SpeculativeFlag::parse(text).map_err(|e| match e {
         ferrox_plan::PlanError::SpeculativeConfig(why) => why,
         other => other.to_string(),
     })
@@ -488,7 +490,10 @@ impl ServeArgs {
             decode_log_interval: self.decode_log_interval,
             max_body: usize::try_from(self.max_body).unwrap_or(usize::MAX),
             prefix_caching: self.prefix_caching == Switch::On,
-            speculative: self.speculative_config,
+            speculative: self.speculative_config.as_ref().map(|f| f.config),
+            draft_model: (self.speculative_config)
+                .and_then(|f| f.draft_model)
+                .map(PathBuf::from),
             kv_offload: offload_tiers(self.kv_offload)?,
             default_max_tokens: self.default_max_tokens,
             tool_call_parser: self.tool_call_parser,

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 mod cache;
 pub mod contract;
+mod draft;
 mod error;
 mod footprint;
 mod groups;
@@ -35,6 +36,7 @@ mod task;
 mod window;
 
 pub use cache::{CacheGroup, CacheKind, CacheSpec, KvShape};
+pub use draft::DraftPlan;
 pub use error::PlanError;
 pub use footprint::{DeviceKind, Footprint, Footprints};
 pub use kv_offload::{KvTier, OffloadTier, TierWeights, parse_size};
@@ -42,7 +44,9 @@ pub use lora::LoraPlan;
 pub use plan::{Plan, PoolPlan};
 pub use pool_sizes::{PoolSizes, spell_kinds};
 pub use pooling::{plan_pooling, pooling_activation_bytes};
-pub use speculative::{MAX_PROMPT_LOOKUP, MAX_SPECULATIVE_TOKENS, SpeculativeConfig};
+pub use speculative::{
+    MAX_PROMPT_LOOKUP, MAX_SPECULATIVE_TOKENS, SpeculativeConfig, SpeculativeFlag,
+};
 pub use task::Task;
 pub use window::{SlidingWindow, slides, window_blocks};
 
@@ -235,6 +239,9 @@ pub struct PlanConfig {
     /// step, and they stay inside each sequence's reservation, so no KV; but
     /// each is one more vocabulary-wide logit row.
     pub speculative_tokens: u64,
+    /// A draft model's weights and KV, when one proposes the drafts: its
+    /// pool holds as many blocks as the full-attention pool.
+    pub draft: Option<DraftPlan>,
 }
 
 /// The cap on concurrent sequences of a [`PlanConfig`] that names none
@@ -323,6 +330,7 @@ impl PlanConfig {
             typical_seq_len: None,
             adapter_bytes: 0,
             speculative_tokens: 0,
+            draft: None,
         }
     }
 
@@ -378,7 +386,8 @@ pub fn plan(geometry: &ModelGeometry, config: &PlanConfig) -> Result<Plan, PlanE
     let reserve = config
         .activation_reserve(geometry)
         .saturating_add(config.overhead(geometry))
-        .saturating_add(config.adapter_bytes);
+        .saturating_add(config.adapter_bytes)
+        .saturating_add(config.draft.map_or(0, |d| d.weight_bytes));
     let available = usable
         .saturating_sub(geometry.weight_bytes)
         .saturating_sub(reserve);
@@ -386,7 +395,7 @@ pub fn plan(geometry: &ModelGeometry, config: &PlanConfig) -> Result<Plan, PlanE
     let pools = layout.split(available);
     let planned = match layout.plan(geometry, config, max_model_len, &pools) {
         // Each pool holds one sequence only by taking more than the budget.
-        Ok(_) if layout.bytes(&pools) > available => Err(PlanError::PoolTooSmall {
+        Ok(_) if layout.cost(&pools) > available => Err(PlanError::PoolTooSmall {
             kv_blocks: 0,
             block_size: config.block_size,
             pool_tokens: 0,

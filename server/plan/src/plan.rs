@@ -50,6 +50,9 @@ pub struct Plan {
     /// Bytes held for LoRA adapters.
     #[serde(default)]
     pub adapter_bytes: u64,
+    /// Bytes of a draft model's weights and KV pool (0 without).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub draft_bytes: u64,
     /// Longest sequence served.
     pub max_model_len: u64,
     /// The model's parameters, every expert counted (as in the geometry).
@@ -67,13 +70,14 @@ fn is_zero(n: &u64) -> bool {
 
 impl Plan {
     /// Everything the plan counts: weights + KV + activations + overhead
-    /// + adapters.
+    /// + adapters + a draft model's weights and KV.
     pub fn total_bytes(&self) -> u64 {
         self.weight_bytes
             .saturating_add(self.kv_budget_bytes)
             .saturating_add(self.activation_reserve_bytes)
             .saturating_add(self.overhead_bytes)
             .saturating_add(self.adapter_bytes)
+            .saturating_add(self.draft_bytes)
     }
 
     /// The pool of `kind`, if the model has one.

@@ -58,6 +58,7 @@ pub fn plan_pooling(
         activation_reserve_bytes: activation,
         overhead_bytes: config.overhead(geometry),
         adapter_bytes: config.adapter_bytes,
+        draft_bytes: 0,
         max_model_len,
         params: geometry.params,
         active_params: geometry.active_params,

@@ -37,6 +37,9 @@ struct Group {
 pub(crate) struct Layout {
     groups: Vec<Group>,
     cap: u64,
+    /// Bytes of a draft model's block, one beside each full-attention
+    /// block (0 without a draft).
+    draft_block_bytes: u64,
 }
 
 /// `a * b / c` without overflow, saturating.
@@ -72,6 +75,7 @@ impl Layout {
         Layout {
             groups,
             cap: config.max_seqs_cap(),
+            draft_block_bytes: config.draft.map_or(0, |d| d.block_bytes(bs)),
         }
     }
 
@@ -93,16 +97,29 @@ impl Layout {
             .fold(0, u64::saturating_add)
     }
 
-    /// KV bytes one `max_model_len` sequence reserves over every group.
+    /// Bytes of the draft model's pool beside `pools`: as many blocks as
+    /// the full-attention pool.
+    pub fn draft_bytes(&self, pools: &[u64]) -> u64 {
+        let full = self.full().and_then(|i| pools.get(i)).copied();
+        full.unwrap_or(0).saturating_mul(self.draft_block_bytes)
+    }
+
+    /// Bytes of `pools` and the draft's pool beside them.
+    pub fn cost(&self, pools: &[u64]) -> u64 {
+        self.bytes(pools).saturating_add(self.draft_bytes(pools))
+    }
+
+    /// KV bytes one `max_model_len` sequence reserves over every group (and
+    /// the draft's pool).
     pub fn most_bytes(&self) -> u64 {
         let most: Vec<u64> = self.groups.iter().map(|g| g.most).collect();
-        self.bytes(&most)
+        self.cost(&most)
     }
 
     /// `budget` bytes split between the pools (see the module note).
     pub fn split(&self, budget: u64) -> Vec<u64> {
         let typical: Vec<u64> = self.groups.iter().map(|g| g.typical).collect();
-        let per_seq = self.bytes(&typical).max(1);
+        let per_seq = self.cost(&typical).max(1);
         let share = |g: &Group, of: u64, whole: u64| mul_div(of, g.typical, whole);
         let mut pools: Vec<u64> = self
             .groups
@@ -119,13 +136,14 @@ impl Layout {
         };
         pools[full] = 0;
         let left = budget.saturating_sub(self.bytes(&pools));
-        pools[full] = left / self.groups[full].block_bytes.max(1);
+        let full_block = self.groups[full].block_bytes + self.draft_block_bytes;
+        pools[full] = left / full_block.max(1);
         let most = self.groups[full].most;
         if pools[full] < most {
             // The KV pool first holds one whole sequence; the windows share
             // what is left, in the same proportion.
-            let left = budget.saturating_sub(most.saturating_mul(self.groups[full].block_bytes));
-            let windows = per_seq.saturating_sub(typical[full] * self.groups[full].block_bytes);
+            let left = budget.saturating_sub(most.saturating_mul(full_block));
+            let windows = per_seq.saturating_sub(typical[full] * full_block);
             for (i, g) in self.groups.iter().enumerate() {
                 pools[i] = if i == full {
                     most
@@ -207,6 +225,9 @@ impl Layout {
             activation_reserve_bytes: config.activation_reserve(geometry),
             overhead_bytes: config.overhead(geometry),
             adapter_bytes: config.adapter_bytes,
+            draft_bytes: config.draft.map_or(0, |d| {
+                d.weight_bytes.saturating_add(self.draft_bytes(pools))
+            }),
             max_model_len,
             params: geometry.params,
             active_params: geometry.active_params,

@@ -1,9 +1,11 @@
 //! `--speculative-config`: vLLM's JSON, read by one function and refused
-//! with the reason where this server cannot honour it. Only the draftless
-//! n-gram method (prompt lookup) is served; a draft model is refused by name.
+//! with the reason where this server cannot honour it. Two proposers are
+//! served: the draftless n-gram method (prompt lookup), and a draft model
+//! (read by [`SpeculativeFlag`], in `speculative/flag.rs`).
 //!
 //! ```text
 //! {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+//! {"model": "/models/draft.gguf", "num_speculative_tokens": 4}
 //! ```
 //!
 //! As vLLM reads it: with neither lookup bound given both are 5; with one
@@ -12,6 +14,10 @@
 use serde_json::{Map, Value};
 
 use crate::PlanError;
+
+mod flag;
+
+pub use flag::SpeculativeFlag;
 
 /// The most draft tokens a row may verify in one step: each is one more
 /// query position and one more vocabulary-wide logit row in the step.
@@ -43,12 +49,12 @@ pub struct SpeculativeConfig {
     pub prompt_lookup_max: u32,
 }
 
-fn invalid(why: impl Into<String>) -> PlanError {
+pub(crate) fn invalid(why: impl Into<String>) -> PlanError {
     PlanError::SpeculativeConfig(why.into())
 }
 
 /// A key's value as a whole number, or why not.
-fn count(map: &Map<String, Value>, key: &str) -> Result<Option<u64>, PlanError> {
+pub(crate) fn count(map: &Map<String, Value>, key: &str) -> Result<Option<u64>, PlanError> {
     match map.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v
@@ -59,19 +65,19 @@ fn count(map: &Map<String, Value>, key: &str) -> Result<Option<u64>, PlanError> 
 }
 
 impl SpeculativeConfig {
-    /// Reads the flag's JSON, refusing what this server does not serve (a
-    /// draft model, another method, an unknown key) and counts out of range.
+    /// Reads the flag's JSON as an n-gram config, refusing what this
+    /// server does not serve (another method, an unknown key), counts out
+    /// of range, and a draft model's config (see [`SpeculativeFlag`]).
     pub fn parse(text: &str) -> Result<Self, PlanError> {
-        let value: Value =
-            serde_json::from_str(text).map_err(|e| invalid(format!("not JSON: {e}")))?;
-        let Value::Object(map) = value else {
-            return Err(invalid("must be a JSON object"));
-        };
-        if map.contains_key("model") {
-            return Err(invalid(
-                "a draft model is not served yet; use {\"method\": \"ngram\", ...}",
-            ));
+        let flag = SpeculativeFlag::parse(text)?;
+        match flag.draft_model {
+            None => Ok(flag.config),
+            Some(_) => Err(invalid("a draft model's config is not an n-gram config")),
         }
+    }
+
+    /// The n-gram config of the flag's JSON object `map` (no `model` key).
+    pub(crate) fn from_map(map: &Map<String, Value>) -> Result<Self, PlanError> {
         if let Some(key) = map.keys().find(|k| !KEYS.contains(&k.as_str())) {
             return Err(invalid(format!(
                 "unknown key `{key}` (this server reads {})",
@@ -82,17 +88,19 @@ impl SpeculativeConfig {
             Some("ngram" | "[ngram]") => {}
             Some(other) => {
                 return Err(invalid(format!(
-                    "method `{other}` is not served (only `ngram`)"
+                    "method `{other}` is not served (only `ngram`, or a draft `model`)"
                 )));
             }
-            None => return Err(invalid("method is required (only `ngram` is served)")),
+            None => {
+                return Err(invalid("method is required (`ngram`), or a draft `model`"));
+            }
         }
-        let k = count(&map, "num_speculative_tokens")?
+        let k = count(map, "num_speculative_tokens")?
             .ok_or_else(|| invalid("num_speculative_tokens is required"))?;
         Self::ngram(
             k,
-            count(&map, "prompt_lookup_min")?,
-            count(&map, "prompt_lookup_max")?,
+            count(map, "prompt_lookup_min")?,
+            count(map, "prompt_lookup_max")?,
         )
     }
 
@@ -117,6 +125,13 @@ impl SpeculativeConfig {
             self.prompt_lookup_max,
         );
         Self::checked(k.into(), min.into(), max.into()).map(|_| ())
+    }
+
+    /// The config of a draft model proposing `k` drafts, if `k` is in
+    /// range (the lookup bounds, unused, are vLLM's defaults).
+    pub(crate) fn drafting(k: u64) -> Result<Self, PlanError> {
+        let lookup = u64::from(DEFAULT_PROMPT_LOOKUP);
+        Self::checked(k, lookup, lookup)
     }
 
     /// The config of these counts, if each is in range.
@@ -220,7 +235,7 @@ mod tests {
             ),
             (
                 r#"{"model": "/m/draft.gguf", "num_speculative_tokens": 2}"#,
-                "a draft model is not served yet",
+                "a draft model's config is not an n-gram config",
             ),
             (
                 r#"{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 3, "prompt_lookup_max": 2}"#,

@@ -3,7 +3,7 @@ use crate::fixtures::Pools;
 
 const GIB: u64 = 1 << 30;
 
-fn smollm2_135m() -> ModelGeometry {
+pub(crate) fn smollm2_135m() -> ModelGeometry {
     ModelGeometry {
         layers: 30,
         kv_heads: 3,

@@ -91,6 +91,9 @@ pub struct ServeConfig {
     pub prefix_caching: bool,
     /// Speculative decoding (`--speculative-config`); `None` runs without.
     pub speculative: Option<ferrox_plan::SpeculativeConfig>,
+    /// The draft model proposing the draft tokens (`"model"` of
+    /// `--speculative-config`); `None`: n-gram lookup.
+    pub draft_model: Option<PathBuf>,
     /// The lower KV tiers (`--kv-offload`); empty runs with the device pool
     /// alone.
     pub kv_offload: Vec<ferrox_plan::OffloadTier>,

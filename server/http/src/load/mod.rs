@@ -2,6 +2,7 @@
 
 pub mod adapters;
 pub mod config;
+pub mod draft;
 pub mod generate;
 pub mod inspect;
 pub mod model;

@@ -24,7 +24,9 @@ use ferrox_models::lora::LoraShapes;
 
 /// Plans the server for `info` on `device` with `memory` (and the activation
 /// bytes a profile run measured, else the plan's estimate), or says why it
-/// cannot run there with every number and what to change.
+/// cannot run there with every number and what to change. Without a draft
+/// model: the server itself sizes through [`size_with_draft`].
+#[cfg(test)]
 pub fn size(
     info: &ModelInfo,
     device: DeviceKind,
@@ -32,9 +34,20 @@ pub fn size(
     activation: Option<u64>,
     cfg: &ServeConfig,
 ) -> anyhow::Result<Sizing> {
-    let kv_dtype = cfg
-        .kv_dtype
-        .unwrap_or(device.auto_kv_dtype(info.model_half));
+    size_with_draft(info, device, memory, activation, cfg, None)
+}
+
+/// As [`size`], counting a draft model's weights and its pool (as many
+/// blocks as the full-attention pool's) beside the target's.
+pub fn size_with_draft(
+    info: &ModelInfo,
+    device: DeviceKind,
+    memory: DeviceMemory,
+    activation: Option<u64>,
+    cfg: &ServeConfig,
+    draft: Option<ferrox_plan::DraftPlan>,
+) -> anyhow::Result<Sizing> {
+    let kv_dtype = kv_dtype(info, device, cfg);
     let geometry = info.geometry(device, kv_dtype);
     let config = PlanConfig {
         memory_bytes: memory.bytes,
@@ -53,6 +66,7 @@ pub fn size(
         speculative_tokens: cfg
             .speculative
             .map_or(0, |s| u64::from(s.num_speculative_tokens)),
+        draft,
         ..PlanConfig::for_device(device)
     };
     let (planned, sized_by) = match &cfg.kv {
@@ -106,6 +120,12 @@ pub fn size(
         memory,
         sized_by,
     })
+}
+
+/// The KV dtype asked for, or the device's default for the model.
+fn kv_dtype(info: &ModelInfo, device: DeviceKind, cfg: &ServeConfig) -> KvDtype {
+    cfg.kv_dtype
+        .unwrap_or(device.auto_kv_dtype(info.model_half))
 }
 
 /// The lower KV tiers asked for, refusing a host tier on a CPU server,
@@ -213,8 +233,12 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
         let at = (&selected, memory);
         return crate::load::pooling::load_pooling(cfg, source, &info, (served.task, pooling), at);
     }
+    // The draft's weights and pool are planned beside the target's.
+    let draft_plan = (cfg.draft_model.as_ref())
+        .map(|p| crate::load::draft::plan(p, selected.kind, kv_dtype(&info, selected.kind, cfg)))
+        .transpose()?;
     // With the estimate first: what cannot fit is refused before loading.
-    let sizing = size(&info, selected.kind, memory, None, cfg)?;
+    let sizing = size_with_draft(&info, selected.kind, memory, None, cfg, draft_plan)?;
     let text = source.text().context("loading the tokenizer")?;
     let mut decoder = source
         .decoder(&selected.device)
@@ -250,7 +274,14 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
             );
             (
                 decoder,
-                size(&info, selected.kind, memory, Some(measured), cfg)?,
+                size_with_draft(
+                    &info,
+                    selected.kind,
+                    memory,
+                    Some(measured),
+                    cfg,
+                    draft_plan,
+                )?,
             )
         }
     };
@@ -276,6 +307,7 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
     )
     .context("allocating the KV cache and state slots")?;
     model.set_max_loras(sizing.engine.max_loras);
+    let draft = load_draft_model(cfg, &sizing, &text.tokenizer, &selected.device)?;
     let eos = text.end_of_generation.ids().to_vec();
     let template = text.chat_template.as_ref().map(|t| t.source());
     let tools = ToolSetup::new(cfg.tool_call_parser, template);
@@ -285,8 +317,9 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
     let frontend = CoreFrontend::new(text.tokenizer, text.chat_template, eos);
     let stall = crate::serve::fault::StallSwitch::from_env();
     let model = crate::serve::fault::Stalling::new(model, stall.clone());
-    let (engine, _worker) = ferrox_engine::worker::spawn(model, sizing.engine.clone())
-        .context("starting the worker thread")?;
+    let (engine, _worker) =
+        ferrox_engine::worker::spawn_with_draft(model, draft, sizing.engine.clone())
+            .context("starting the worker thread")?;
     engine.metrics().set_plan(&sizing.info(cfg));
     engine.metrics().set_model_name(&cfg.served_model_name);
     if adapters.is_some() {
@@ -307,6 +340,36 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
         task: ferrox_plan::Task::Generate,
         embedding: None,
     })
+}
+
+/// The draft model of `--speculative-config`, if one is given: refused
+/// where the target cannot speculate, before its weights are read; its pool
+/// holds as many tokens as the target's full-attention pool.
+fn load_draft_model(
+    cfg: &ServeConfig,
+    sizing: &Sizing,
+    tokenizer: &ferrox_core::Tokenizer,
+    device: &ferrox_models::Device,
+) -> anyhow::Result<Option<Box<dyn ferrox_core::BatchModel>>> {
+    let Some(path) = &cfg.draft_model else {
+        return Ok(None);
+    };
+    if let Some(why) = sizing.engine.speculation_off_reason() {
+        anyhow::bail!(
+            "--speculative-config names a draft model, but this model cannot speculate: {why}"
+        );
+    }
+    let setup = crate::load::draft::DraftSetup {
+        tokenizer,
+        device,
+        blocks: sizing.engine.pool(CacheKind::Full).map_or(0, |p| p.blocks),
+        block_size: sizing.engine.block_size,
+        kv_dtype: sizing.kv_dtype,
+        max_model_len: sizing.engine.max_model_len,
+    };
+    let draft = crate::load::draft::load_draft(path, &setup)?;
+    tracing::info!(draft = %path.display(), blocks = setup.blocks, "draft model loaded");
+    Ok(Some(Box::new(draft) as Box<dyn ferrox_core::BatchModel>))
 }
 
 /// The plan, once, at start.

@@ -45,6 +45,19 @@ fn run_with(
     n: usize,
     sampling: impl Fn(usize) -> SamplingParams,
 ) -> (Vec<Vec<u32>>, usize, usize) {
+    run_drafted(model, None, spec, prompts, n, sampling)
+}
+
+/// As [`run_with`], drafted by `draft` when one is given; the draft's
+/// pool is checked to have every block back at the end.
+fn run_drafted(
+    model: PagedModel,
+    draft: Option<PagedModel>,
+    spec: Option<SpeculativeConfig>,
+    prompts: &[Vec<u32>],
+    n: usize,
+    sampling: impl Fn(usize) -> SamplingParams,
+) -> (Vec<Vec<u32>>, usize, usize) {
     let config = EngineConfig {
         max_seqs: 16,
         max_queue: 64,
@@ -62,6 +75,9 @@ fn run_with(
     };
     let mut now = Instant::now();
     let (mut s, h) = Scheduler::new(model, config, Arc::new(Metrics::new().unwrap()), now).unwrap();
+    if let Some(draft) = draft {
+        s.set_draft(Box::new(draft)).unwrap();
+    }
     let mut subs: Vec<_> = prompts
         .iter()
         .enumerate()
@@ -80,6 +96,9 @@ fn run_with(
         }
     }
     assert_eq!(s.blocks_used(), 0, "blocks still reserved");
+    if let Some(d) = s.draft_stats() {
+        assert_eq!((d.reserved, d.free), (0, d.total), "draft blocks kept");
+    }
     let tokens = subs
         .iter_mut()
         .map(|sub| {
@@ -193,3 +212,5 @@ fn the_default_model_gives_the_same_greedy_tokens_with_speculation() {
         .collect();
     check(open, &prompts, 32);
 }
+
+mod draft_model;

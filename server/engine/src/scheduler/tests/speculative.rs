@@ -539,3 +539,5 @@ fn rejection_sampling_keeps_the_target_distribution() {
         assert!(chi2 < 61.1, "shift {shift}: chi2 {chi2:.1} over {counts:?}");
     }
 }
+
+mod draft_model;

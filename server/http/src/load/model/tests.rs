@@ -77,6 +77,7 @@ fn serve_config(kv: KvSizing, max_model_len: Option<usize>) -> ServeConfig {
         http: crate::load::config::HttpConfig::default(),
         prefix_caching: true,
         speculative: None,
+        draft_model: None,
         kv_offload: Vec::new(),
         default_max_tokens: 1024,
         tool_call_parser: crate::tools::parser::ParserChoice::Auto,

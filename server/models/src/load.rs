@@ -232,17 +232,9 @@ impl Source {
             Source::Gguf(_) => ScoreActivation::Sigmoid,
         };
         let hidden = self.spec()?.hidden;
-        let mut head = None;
-        let decoder = self.build_then(device, device_kind(device), true, &mut |src| {
-            head = Some(ScoreHead::load(src, hidden, activation, device)?);
-            Ok(())
-        })?;
-        let pooling = Pooling {
-            method: PoolingMethod::Cls,
-            normalize: false,
-        };
-        let head = head.ok_or_else(|| Error::MissingTensor("the score head".into()))?;
-        Ok(Embedder::new(decoder, pooling)?.with_head(head))
+        self.scoring(device, PoolingMethod::Cls, &mut |src| {
+            ScoreHead::load(src, hidden, activation, device)
+        })
     }
 
     /// The decoder on `device` as a reranker (Qwen3-Reranker): its last
@@ -250,18 +242,30 @@ impl Source {
     /// [`ScoreHead`]), one score a sequence.
     pub fn token_scorer(&mut self, device: &Device, yes_no: (u32, u32)) -> Result<Embedder> {
         let spec = self.spec()?;
-        let mut head = None;
+        self.scoring(device, PoolingMethod::Last, &mut |src| {
+            ScoreHead::token_pair(src, (spec.vocab, spec.hidden), yes_no, device)
+        })
+    }
+
+    /// The model pooled by `method`, unnormalized, each sequence's state
+    /// through the head `head` reads from the weights.
+    fn scoring(
+        &mut self,
+        device: &Device,
+        method: PoolingMethod,
+        head: &mut dyn FnMut(&mut dyn WeightSource) -> Result<ScoreHead>,
+    ) -> Result<Embedder> {
+        let mut read = None;
         let decoder = self.build_then(device, device_kind(device), true, &mut |src| {
-            let shape = (spec.vocab, spec.hidden);
-            head = Some(ScoreHead::token_pair(src, shape, yes_no, device)?);
+            read = Some(head(src)?);
             Ok(())
         })?;
+        let read = read.ok_or_else(|| Error::MissingTensor("the score head".into()))?;
         let pooling = Pooling {
-            method: PoolingMethod::Last,
+            method,
             normalize: false,
         };
-        let head = head.ok_or_else(|| Error::MissingTensor("the output projection".into()))?;
-        Ok(Embedder::new(decoder, pooling)?.with_head(head))
+        Ok(Embedder::new(decoder, pooling)?.with_head(read))
     }
 
     /// What the model's files say about pooling: sentence-transformers'

@@ -30,6 +30,30 @@ ready_pods() {
     -o jsonpath='{range .items[?(@.status.containerStatuses[0].ready==true)]}{.metadata.name}{"\n"}{end}'
 }
 md_ready() { kubectl wait --for condition=Available "deployment/$1" --timeout 2s; }
+# A read-only hostPath PersistentVolume bound to the claim of that name in
+# `default` (a model or adapters read through pvc://).
+readonly_claim() { # pv claim dir
+  kubectl apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: $1}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadOnlyMany]
+  storageClassName: ""
+  claimRef: {namespace: default, name: $2}
+  hostPath: {path: $3, type: Directory}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: $2, namespace: default}
+spec:
+  accessModes: [ReadOnlyMany]
+  storageClassName: ""
+  volumeName: $1
+  resources: {requests: {storage: 1Gi}}
+YAML
+}
 
 # The host path of a file of the pod's server container's cgroup (v1 or v2).
 cgroup_file() { # pod file
@@ -79,26 +103,7 @@ check_apply() {
 check_pvc() {
   local dir="$NODE_DIR/pv/models" name=smollm2-pvc
   mkdir -p "$dir" && cp -L models/SmolLM2-135M-Instruct.Q4_1.gguf "$dir/" && chmod -R a+rX "$NODE_DIR/pv"
-  kubectl apply -f - >/dev/null <<YAML || { bad "PV/PVC"; return; }
-apiVersion: v1
-kind: PersistentVolume
-metadata: {name: ferrox-models}
-spec:
-  capacity: {storage: 1Gi}
-  accessModes: [ReadOnlyMany]
-  storageClassName: ""
-  claimRef: {namespace: default, name: models}
-  hostPath: {path: $dir, type: Directory}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: models, namespace: default}
-spec:
-  accessModes: [ReadOnlyMany]
-  storageClassName: ""
-  volumeName: ferrox-models
-  resources: {requests: {storage: 1Gi}}
-YAML
+  readonly_claim ferrox-models models "$dir" || { bad "PV/PVC"; return; }
   sed -e "s/^  name: smollm2$/  name: $name/" -e 's|file:///models/|pvc://models/|' -e "s/servedName: smollm2/servedName: $name/" \
     -e 's|^  replicas: 1|  image: localhost/ferrox-server:latest\n  replicas: 1|' examples/smollm2-cpu.yaml | kubectl apply -f - >/dev/null
   if wait_for "md_ready $name" 240 && wait_for "chat $(svc_url $name) $name" 60; then

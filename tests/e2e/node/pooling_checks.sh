@@ -26,26 +26,8 @@ check_embed_from_zero() {
   local name=bert-embed dir="$NODE_DIR/pv/embed" url t0 answer wake_s found planned pools task
   mkdir -p "$dir" && cp -r "$EMBED_FIXTURE" "$dir/bert" && chmod -R a+rX "$dir" ||
     { bad "embed: copying the fixture"; return; }
-  kubectl apply -f - >/dev/null <<YAML || { bad "embed: PV/PVC"; return; }
-apiVersion: v1
-kind: PersistentVolume
-metadata: {name: ferrox-embed}
-spec:
-  capacity: {storage: 1Gi}
-  accessModes: [ReadOnlyMany]
-  storageClassName: ""
-  claimRef: {namespace: default, name: embed-models}
-  hostPath: {path: $dir, type: Directory}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: embed-models, namespace: default}
-spec:
-  accessModes: [ReadOnlyMany]
-  storageClassName: ""
-  volumeName: ferrox-embed
-  resources: {requests: {storage: 1Gi}}
----
+  readonly_claim ferrox-embed embed-models "$dir" || { bad "embed: PV/PVC"; return; }
+  kubectl apply -f - >/dev/null <<YAML || { bad "embed: apply $name"; return; }
 apiVersion: ferrox.dev/v1alpha1
 kind: ModelDeployment
 metadata: {name: $name}

@@ -261,26 +261,7 @@ check_router_lora() {
   python3 -c "import sys, pathlib; sys.path.insert(0, 'tests/server'); import lora_adapters
 lora_adapters.write(pathlib.Path(sys.argv[1]), 8, 7, scale=0.5)" "$dir/sql" && chmod -R a+rX "$dir" ||
     { bad "lora: writing the adapter"; return; }
-  kubectl apply -f - >/dev/null <<YAML || { bad "lora: PV/PVC"; return; }
-apiVersion: v1
-kind: PersistentVolume
-metadata: {name: ferrox-lora}
-spec:
-  capacity: {storage: 1Gi}
-  accessModes: [ReadOnlyMany]
-  storageClassName: ""
-  claimRef: {namespace: default, name: lora-adapters}
-  hostPath: {path: $dir, type: Directory}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: lora-adapters, namespace: default}
-spec:
-  accessModes: [ReadOnlyMany]
-  storageClassName: ""
-  volumeName: ferrox-lora
-  resources: {requests: {storage: 1Gi}}
-YAML
+  readonly_claim ferrox-lora lora-adapters "$dir" || { bad "lora: PV/PVC"; return; }
   small_md "$name" 2Gi 250m "  replicas: 1
   adapters: [{name: sql, source: 'pvc://lora-adapters/sql'}]
   lora: {maxLoras: 1, maxLoraRank: 16}" | kubectl apply -f - >/dev/null || { bad "apply $name"; return; }

@@ -104,15 +104,7 @@ fn from_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn config(extra: &str) -> HfConfig {
-        let text = format!(
-            r#"{{"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-                "num_key_value_heads": 2, "num_hidden_layers": 8, "vocab_size": 100,
-                "max_position_embeddings": 256 {extra}}}"#
-        );
-        HfConfig::parse(&text).unwrap()
-    }
+    use crate::arch::tests::eight_layers as config;
 
     fn windows(spec: &ModelSpec) -> Vec<Option<usize>> {
         (spec.layers.iter())

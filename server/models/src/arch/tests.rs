@@ -6,6 +6,17 @@ use serde_json::json;
 use super::from_hf;
 use crate::spec::{Activation, FeedForward, ModelSpec, RopeScaling};
 
+/// A small Llama-shaped `config.json` of 8 layers, plus `extra` keys
+/// (each with its leading comma): the families' own unit tests.
+pub(super) fn eight_layers(extra: &str) -> crate::config::HfConfig {
+    let text = format!(
+        r#"{{"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "num_hidden_layers": 8, "vocab_size": 100,
+            "max_position_embeddings": 256 {extra}}}"#
+    );
+    crate::config::HfConfig::parse(&text).unwrap()
+}
+
 fn read(config: serde_json::Value) -> ModelSpec {
     from_hf(&config.to_string()).unwrap().1
 }

@@ -221,8 +221,6 @@ impl FusedLayer {
                 },
                 _ => return Ok(None),
             },
-            // The fused mixture norms its input (every MoE family has a norm).
-            (Ffn::Moe(_), _) if f.norm.is_none() => return Ok(None),
             (Ffn::Moe(m), FeedForward::Moe(_)) => match FusedMoe::of(m)? {
                 Some(f) => FusedFfn::Moe(Box::new(f)),
                 None => return Ok(None),
@@ -312,8 +310,7 @@ impl FusedLayer {
             FusedFfn::Moe(m) => {
                 let op = moe::MoeOp {
                     moe: m,
-                    // Always there: `from_layer` fuses no mixture without it.
-                    norm: self.ffn_norm.as_deref().unwrap_or_default(),
+                    norm: self.ffn_norm.as_deref(),
                     post_norm: self.post_ffn_norm.as_deref(),
                     eps: dims.eps,
                     scratch,

@@ -120,7 +120,8 @@ fn run_mlp(
 
 pub(super) struct MoeOp<'a> {
     pub(super) moe: &'a FusedMoe,
-    pub(super) norm: &'a [f32],
+    /// The input norm, where the block has one.
+    pub(super) norm: Option<&'a [f32]>,
     pub(super) post_norm: Option<&'a [f32]>,
     pub(super) eps: f32,
     pub(super) scratch: &'a Mutex<Scratch>,
@@ -128,8 +129,13 @@ pub(super) struct MoeOp<'a> {
 
 impl MoeOp<'_> {
     /// Every chosen expert over its tokens, each output into its cell.
-    fn experts(&self, d: &Dispatch, acts: &QActs, s: &mut MoeScratch) -> candle_core::Result<()> {
-        let (m, hidden) = (self.moe, self.norm.len());
+    fn experts(
+        &self,
+        d: &Dispatch,
+        (acts, hidden): (&QActs, usize),
+        s: &mut MoeScratch,
+    ) -> candle_core::Result<()> {
+        let m = self.moe;
         s.cells.clear();
         s.cells.resize(d.tokens() * d.top_k() * hidden, 0.0);
         let mut rows = Vec::new();
@@ -154,7 +160,7 @@ impl InplaceOp1 for MoeOp<'_> {
     }
 
     fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> candle_core::Result<()> {
-        let (m, hidden) = (self.moe, self.norm.len());
+        let (m, (_, hidden)) = (self.moe, layout.shape().dims2()?);
         let tokens = rows_of(layout, hidden, "residual")?;
         if m.router.dims() != [m.spec.experts, hidden] || m.experts.len() != m.spec.experts {
             candle_core::bail!("fused moe: router or experts do not match the layer");
@@ -165,12 +171,14 @@ impl InplaceOp1 for MoeOp<'_> {
         let s = &mut sc.moe;
         s.normed.clear();
         s.normed.extend_from_slice(x);
-        rms_norm_rows(&mut s.normed, self.norm, self.eps);
+        if let Some(w) = self.norm {
+            rms_norm_rows(&mut s.normed, w, self.eps);
+        }
         sc.acts.quantize(&s.normed, tokens).map_err(kernel_err)?;
         m.logits(&s.normed, hidden, &mut s.logits)
             .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
         let d = Dispatch::new(&m.spec, &s.logits, m.correction.as_deref());
-        self.experts(&d, &sc.acts, s)?;
+        self.experts(&d, (&sc.acts, hidden), s)?;
         // Each token's experts in ascending order, as the op-by-op path
         // adds them (a token's sum never depends on the batch).
         let k = d.top_k();
@@ -239,7 +247,7 @@ mod tests {
         let got = x.copy().unwrap();
         let op = MoeOp {
             moe: &fused,
-            norm: &norm,
+            norm: Some(&norm),
             post_norm: None,
             eps: 1e-6,
             scratch: &scratch,

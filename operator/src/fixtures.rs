@@ -11,7 +11,7 @@ use kube::api::ObjectMeta;
 
 use crate::crd::{
     AcceleratorSpec, AutoscalingMode, AutoscalingSpec, EngineSpec, ModelDeployment,
-    ModelDeploymentSpec, ModelSpec, ServiceSpec,
+    ModelDeploymentSpec, ModelSpec, ServiceSpec, SpeculativeMethod, SpeculativeSpec,
 };
 
 /// SmolLM2-135M-Instruct, GGUF Q4_1 (the project's demo model).
@@ -179,4 +179,16 @@ pub fn md(name: &str, spec: ModelDeploymentSpec) -> ModelDeployment {
         ..Default::default()
     };
     md
+}
+
+/// Speculation by a draft model from `source`, 4 drafts a step.
+pub fn draft(source: &str) -> SpeculativeSpec {
+    SpeculativeSpec {
+        method: SpeculativeMethod::DraftModel,
+        num_speculative_tokens: 4,
+        prompt_lookup_min: None,
+        prompt_lookup_max: None,
+        model: Some(source.into()),
+        draft_geometry: None,
+    }
 }

@@ -2,8 +2,8 @@
 //! the memory it is planned into, and what the pod must reserve for it.
 
 use ferrox_plan::{
-    CacheKind, DEFAULT_MAX_BATCH_TOKENS, DeviceKind, KvDtype, ModelGeometry, Plan, PlanConfig,
-    PlanError, Task,
+    CacheKind, DEFAULT_MAX_BATCH_TOKENS, DeviceKind, DraftPlan, KvDtype, ModelGeometry, Plan,
+    PlanConfig, PlanError, Task,
 };
 
 use crate::crd::{
@@ -68,6 +68,13 @@ pub fn unsupported(spec: &ModelDeploymentSpec) -> Option<(&'static str, String)>
     }
     if let Some(Err(e)) = spec.speculative.as_ref().map(SpeculativeSpec::config) {
         return Some(("InvalidSpec", format!("spec.speculative: {e}")));
+    }
+    let draft = spec
+        .speculative
+        .as_ref()
+        .and_then(SpeculativeSpec::draft_source);
+    if let Some(Err(e)) = draft.map(ferrox_source::parse_spec) {
+        return Some(("InvalidSpec", format!("spec.speculative.model: {e}")));
     }
     None
 }
@@ -136,8 +143,7 @@ pub fn plan_config(spec: &ModelDeploymentSpec, memory_bytes: u64) -> PlanConfig 
             .prefill_chunk
             .map_or(defaults.prefill_chunk, |v| n(v).max(1)),
         typical_seq_len: Some(n(engine.typical_seq_len).max(1)),
-        speculative_tokens: spec
-            .speculative
+        speculative_tokens: (spec.speculative.as_ref())
             .map_or(0, |s| u64::from(s.num_speculative_tokens)),
         ..defaults
     }
@@ -161,17 +167,19 @@ pub fn task(spec: &ModelDeploymentSpec, geometry: Option<&ObservedGeometry>) -> 
 }
 
 /// The plan for `spec` serving `task` with `geometry` (as held on the
-/// spec's device) in `memory`.
+/// spec's device) and a draft model's terms, in `memory`.
 pub fn planned(
     spec: &ModelDeploymentSpec,
     task: Task,
     geometry: &ModelGeometry,
+    draft: Option<DraftPlan>,
     memory: Memory,
 ) -> Result<Planned, PlanError> {
     let device = device_kind(spec);
     let lora = lora_plan(spec);
     let config = PlanConfig {
         adapter_bytes: lora.map_or(0, |l| l.device_bytes(geometry, device)),
+        draft,
         ..plan_config(spec, memory.bytes)
     };
     let plan = match task {
@@ -228,10 +236,29 @@ pub fn pod_memory_bytes(
     bytes.div_ceil(1 << 20).saturating_mul(1 << 20)
 }
 
-/// The plan for `spec` planned offline: the GPU memory must be in the spec.
+/// The plan for `spec` planned offline from what is known of its model
+/// (and draft): the GPU memory must be in the spec.
+pub fn plan_observed(spec: &ModelDeploymentSpec, g: &ObservedGeometry) -> Result<Planned, Error> {
+    let device = device_kind(spec);
+    let held = crate::geometry::held_on(g, device);
+    let draft = (g.draft.as_ref()).map(|d| crate::geometry::draft_plan(d, device, held.kv_dtype));
+    offline(spec, task(spec, Some(g)), &held, draft)
+}
+
+/// The plan for `spec` with `geometry` planned offline: the GPU memory must
+/// be in the spec.
 pub fn plan_offline(
     spec: &ModelDeploymentSpec,
     geometry: &ModelGeometry,
+) -> Result<Planned, Error> {
+    offline(spec, task(spec, None), geometry, None)
+}
+
+fn offline(
+    spec: &ModelDeploymentSpec,
+    task: Task,
+    geometry: &ModelGeometry,
+    draft: Option<DraftPlan>,
 ) -> Result<Planned, Error> {
     let gpu = match &spec.accelerator {
         Some(acc) => Some(crate::gpu_nodes::target(spec, acc, &[]).map_err(|_| {
@@ -242,7 +269,7 @@ pub fn plan_offline(
         None => None,
     };
     let memory = memory(spec, gpu.as_ref())?;
-    planned(spec, task(spec, None), geometry, memory).map_err(|e| Error::InvalidSpec(e.to_string()))
+    planned(spec, task, geometry, draft, memory).map_err(|e| Error::InvalidSpec(e.to_string()))
 }
 
 /// A plan as the status reports it.
@@ -281,6 +308,7 @@ pub fn to_status(p: &Planned) -> PlanStatus {
             .collect(),
         params: (plan.params > 0).then(|| n(plan.params)),
         active_params: (plan.active_params > 0).then(|| n(plan.active_params)),
+        draft_bytes: (plan.draft_bytes > 0).then(|| n(plan.draft_bytes)),
         task: p.task,
     }
 }

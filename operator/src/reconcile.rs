@@ -200,11 +200,14 @@ async fn plan_md(md: &ModelDeployment, ctx: &Context, ns: &str) -> Result<PlanPa
         Err(outcome) => return Ok((outcome, None, accelerator)),
     };
     let device = plan::device_kind(&md.spec);
+    let held = geometry::held_on(&g, device);
+    let draft = (g.draft.as_ref()).map(|d| geometry::draft_plan(d, device, held.kv_dtype));
     let outcome = match plan::memory(&md.spec, gpu.as_ref()) {
         Ok(memory) => match plan::planned(
             &md.spec,
             plan::task(&md.spec, Some(&g)),
-            &geometry::held_on(&g, device),
+            &held,
+            draft,
             memory,
         ) {
             Ok(p) => PlanOutcome::Planned(Box::new(p)),
@@ -301,7 +304,7 @@ async fn resolve_geometry(
     let list = pods
         .list(&ListParams::default().labels(&format!("job-name={name}")))
         .await?;
-    match geometry::from_pods(&list.items, &md.spec.model.source) {
+    match geometry::from_pods(&list.items, md) {
         Some(Ok(g)) => Ok(Ok(g)),
         Some(Err(e)) => Ok(Err(PlanOutcome::Refused {
             reason: "InspectionFailed",

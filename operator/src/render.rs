@@ -49,16 +49,18 @@ pub fn render(
         return Err(Error::InvalidSpec(format!("{reason}: {message}")));
     }
     let observed: ObservedGeometry = match (geometry_json, geometry::known(md)) {
-        (Some(json), _) => geometry::observed("inspect", &geometry::parse_inspect(json)?),
+        (Some(json), _) => geometry::from_inspection(md, json)?,
         (None, Some(g)) => g,
         (None, None) => {
             return Err(Error::InvalidSpec(
-                "no geometry: set spec.model.geometry or pass --geometry-from INSPECT_JSON".into(),
+                "no geometry: set spec.model.geometry (and speculative.draftGeometry with a \
+                 draft model) or pass --geometry-from INSPECT_JSON (the model's line, then the \
+                 draft's)"
+                    .into(),
             ));
         }
     };
-    let held = geometry::held_on(&observed, plan::device_kind(&md.spec));
-    let plan = plan::plan_offline(&md.spec, &held)?;
+    let plan = plan::plan_observed(&md.spec, &observed)?;
     let desired = desired(md, &plan, config)?;
     Ok(Rendered { plan, desired })
 }
@@ -183,6 +185,55 @@ spec:
             .unwrap_err()
             .to_string();
         assert!(err.contains("spec.speculative"), "{err}");
+    }
+
+    #[test]
+    fn a_draft_model_is_planned_from_its_inspection_and_mounted_from_its_claim() {
+        let spec = "  speculative:\n    method: draft_model\n    numSpeculativeTokens: 4\n    model: pvc://drafts/small/d.gguf\n";
+        let md = read_manifest(&format!("{MANIFEST}{spec}")).unwrap();
+        let config = DesiredConfig::default();
+        // The model's line alone: the draft's is missing, and named.
+        let err = render(&md, Some(INSPECT), &config).unwrap_err().to_string();
+        assert!(err.contains("draft"), "{err}");
+        // The draft as large as the model: its weights, and a block beside
+        // each of the model's, in the model's KV dtype.
+        let both = format!("{INSPECT}\n{INSPECT}\n");
+        let r = render(&md, Some(&both), &config).unwrap();
+        let off = render(&read_manifest(MANIFEST).unwrap(), Some(INSPECT), &config).unwrap();
+        let (on, off) = (&r.plan.plan, &off.plan.plan);
+        let blocks = on.blocks(ferrox_plan::CacheKind::Full);
+        let block = on.pools[0].block_bytes;
+        assert_eq!(on.draft_bytes, on.weight_bytes + blocks * block);
+        assert!(blocks < off.blocks(ferrox_plan::CacheKind::Full));
+        assert!(on.total_bytes() <= r.plan.memory.bytes);
+        let status = plan::to_status(&r.plan);
+        assert_eq!(status.draft_bytes, Some(on.draft_bytes as i64));
+        // The server gets the draft at its claim's mount.
+        let pod = r.desired.deployment.spec.unwrap().template.spec.unwrap();
+        let args = pod.containers[0].args.clone().unwrap();
+        let flag = format!("--{}", ferrox_plan::contract::flag::SPECULATIVE_CONFIG);
+        let at = args.iter().position(|a| *a == flag).unwrap();
+        let read = ferrox_plan::SpeculativeFlag::parse(&args[at + 1]).unwrap();
+        assert_eq!(
+            read.draft_model.as_deref(),
+            Some("/draft/drafts/small/d.gguf")
+        );
+        assert_eq!(read.config.num_speculative_tokens, 4);
+        let vols = pod.volumes.unwrap();
+        assert!(vols.iter().any(|v| v.name == "draft-drafts"), "{vols:?}");
+        // A draft that downloads brings the download cache.
+        let hf = spec.replace("pvc://drafts/small/d.gguf", "hf://org/draft");
+        let md = read_manifest(&format!("{MANIFEST}{hf}")).unwrap();
+        let r = render(&md, Some(&both), &config).unwrap();
+        let pod = r.desired.deployment.spec.unwrap().template.spec.unwrap();
+        let c = &pod.containers[0];
+        let args = c.args.clone().unwrap();
+        assert!(
+            args.iter().any(|a| a.contains("\"hf://org/draft\"")),
+            "{args:?}"
+        );
+        assert!(pod.volumes.unwrap().iter().any(|v| v.name == "model-cache"));
+        assert!(c.env.clone().unwrap().iter().any(|e| e.name == "HF_HOME"));
     }
 
     #[test]

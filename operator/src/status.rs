@@ -336,6 +336,7 @@ mod tests {
                 geometry: GeometrySpec::from(&fixtures::llama3_8b()),
                 devices: None,
                 task: None,
+                draft: None,
             }),
             replicas: ready.max(1),
             ready_replicas: ready,

@@ -1,6 +1,7 @@
 """examples/: each renders with `ferrox-operator render`, passes kubernetes-validate,
 and carries its capacity plan into the server's arguments."""
 
+import json
 import math
 import re
 import subprocess
@@ -25,8 +26,8 @@ def render(name):
 
 
 def test_the_examples_exist():
-    assert EXAMPLES == ["gemma-3-4b-gpu.yaml", "keda-autoscaling.yaml", "llama-3.1-8b-gpu.yaml",
-                        "llama-70b-q4-h100.yaml", "smollm2-cpu-kv-tier.yaml", "smollm2-cpu.yaml",
+    assert EXAMPLES == ["gemma-3-4b-gpu.yaml", "keda-autoscaling.yaml", "llama-3.1-8b-draft.yaml",
+                        "llama-3.1-8b-gpu.yaml", "llama-70b-q4-h100.yaml", "smollm2-cpu-kv-tier.yaml", "smollm2-cpu.yaml",
                         "smollm2-lora.yaml"]
 
 
@@ -84,8 +85,15 @@ def test_example_renders_valid_objects_with_its_plan(name, tmp_path):
         int(spec["resources"]["limits"]["memory"].removesuffix("Gi")) * GiB
     assert plan["memoryBytes"] == memory
     parts = plan["kvBudgetBytes"] + plan["weightBytes"] + plan["activationReserveBytes"] + \
-        plan["overheadBytes"] + plan.get("adapterBytes", 0)
+        plan["overheadBytes"] + plan.get("adapterBytes", 0) + plan.get("draftBytes", 0)
     assert plan["totalBytes"] == parts <= memory * 0.9
+    # A draft model: its weights, and a draft block beside each KV block.
+    draft = (spec.get("speculative") or {}).get("draftGeometry")
+    if draft:
+        draft_token = draft["layers"] * 2 * draft["kvHeads"] * draft["headDim"] * DTYPE_BYTES[g["kvDtype"]]
+        assert plan["draftBytes"] == draft["weightBytes"] + plan["kvBlocks"] * bs * draft_token
+    else:
+        assert "draftBytes" not in plan
 
     # ...and the numbers reach the server's command line.
     (dep,) = [d for d in docs if d["kind"] == "Deployment"]
@@ -100,6 +108,10 @@ def test_example_renders_valid_objects_with_its_plan(name, tmp_path):
     assert flag("--block-size") == str(plan["blockSize"])
     assert flag("--max-model-len") == str(plan["maxModelLen"])
     assert flag("--served-model-name") == spec["model"]["servedName"]
+    if draft:
+        told = json.loads(flag("--speculative-config"))
+        assert told == {"model": spec["speculative"]["model"],
+                        "num_speculative_tokens": spec["speculative"]["numSpeculativeTokens"]}
     if spec.get("adapters"):
         at = args.index("--lora-modules") + 1
         assert [a.split("=", 1)[0] for a in args[at:]] == [a["name"] for a in spec["adapters"]]

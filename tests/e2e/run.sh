@@ -154,7 +154,7 @@ grep -q '"--model","/models/SmolLM2-135M-Instruct.Q4_1.gguf"' <<<"$args" || fail
 [[ "$(kubectl get service smollm2 -o jsonpath='{.spec.ports[0].port}')" == 8000 ]] || fail "service port"
 ok "examples/smollm2-cpu.yaml -> Deployment (--pool full=$blocks --max-seqs $seqs) and Service"
 
-header="$(kubectl get md smollm2 | head -1)"
+header="$(kubectl get md smollm2 | sed -n 1p)"
 row="$(kubectl get md smollm2 --no-headers | tr -s ' ')"
 for col in MODEL REPLICAS "MAX SEQS" "KV BLOCKS"; do grep -q "$col" <<<"$header" || fail "no column $col: $header"; done
 [[ "$row" == "smollm2 smollm2 1 "*" $seqs $blocks "* ]] || fail "kubectl get md row: $row"

@@ -87,7 +87,7 @@ pools="$(kubectl get md smollm2 -o jsonpath='{range .status.plan.pools[*]}{.pool
 for p in $pools; do grep -q "\"--pool\",\"$p\"" <<<"$args" || fail "args $args lack --pool $p"; done
 owner="$(kubectl get deployment smollm2 -o jsonpath='{.metadata.ownerReferences[0].kind}')"
 [ "$owner" = ModelDeployment ] || fail "owner $owner"
-header="$(kubectl get md smollm2 | head -1)"
+header="$(kubectl get md smollm2 | sed -n 1p)"
 for col in MODEL REPLICAS READY "MAX SEQS" "KV BLOCKS" AGE; do grep -q "$col" <<<"$header" || fail "no column $col: $header"; done
 ok "Deployment, Service and status (kvBlocks=$blocks); kubectl get md: $(kubectl get md smollm2 --no-headers | tr -s ' ')"
 
@@ -124,15 +124,22 @@ wait_for "kubectl get jobs -o name | grep -q llama8b-inspect-" || fail "no inspe
 job="$(kubectl get jobs -o name | grep llama8b-inspect- | cut -d/ -f2)"
 reason="$(kubectl get md llama8b -o jsonpath='{.status.conditions[?(@.type=="Planned")].reason}')"
 [ "$reason" = Inspecting ] || fail "Planned reason $reason while inspecting"
-kubectl create -f - >/dev/null <<YAML
+# finish_inspection JOB FILE...: the Job's pod ends with the files' lines
+# (one JSON line each) as its termination message, and the Job succeeds.
+finish_inspection() {
+  local job="$1"; shift
+  kubectl create -f - >/dev/null <<YAML
 apiVersion: v1
 kind: Pod
 metadata: {name: $job-pod, labels: {job-name: $job}}
 spec: {restartPolicy: Never, containers: [{name: inspect, image: ferrox-server:0.1.0}]}
 YAML
-inspect="$(tr -d '\n' < tests/operator/manifests/llama8b-inspect.json | sed 's/"/\\"/g')"
-kubectl patch pod "$job-pod" --subresource=status --type=merge -p "{\"status\":{\"containerStatuses\":[{\"name\":\"inspect\",\"image\":\"ferrox-server:0.1.0\",\"imageID\":\"\",\"ready\":false,\"restartCount\":0,\"state\":{\"terminated\":{\"exitCode\":0,\"reason\":\"Completed\",\"message\":\"$inspect\"}}}]}}" >/dev/null
-kubectl patch job "$job" --subresource=status --type=merge -p '{"status":{"succeeded":1}}' >/dev/null
+  local message
+  message="$(cat "$@" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')"
+  kubectl patch pod "$job-pod" --subresource=status --type=merge -p "{\"status\":{\"containerStatuses\":[{\"name\":\"inspect\",\"image\":\"ferrox-server:0.1.0\",\"imageID\":\"\",\"ready\":false,\"restartCount\":0,\"state\":{\"terminated\":{\"exitCode\":0,\"reason\":\"Completed\",\"message\":$message}}}]}}" >/dev/null
+  kubectl patch job "$job" --subresource=status --type=merge -p '{"status":{"succeeded":1}}' >/dev/null
+}
+finish_inspection "$job" tests/operator/manifests/llama8b-inspect.json
 wait_for "[ \"\$(kubectl get md llama8b -o jsonpath='{.status.conditions[?(@.type==\"Planned\")].status}')\" = True ]" \
   || { kubectl get md llama8b -o yaml; fail "llama8b not planned from the inspection"; }
 [ "$(kubectl get md llama8b -o jsonpath='{.status.geometry.geometry.layers}')" = 32 ] || fail "geometry not recorded"
@@ -143,6 +150,28 @@ wait_for "kubectl get hpa llama8b" || fail "no HPA in hpa mode"
 gpus="$(kubectl get deployment llama8b -o jsonpath='{.spec.template.spec.containers[0].resources.limits.nvidia\.com/gpu}')"
 [ "$gpus" = 1 ] || fail "GPU limit $gpus"
 ok "inspection Job -> termination message -> geometry -> plan with the cuda footprint (maxSeqs 64, the cap), HPA on the scale subresource"
+
+# A draft model on a claim: a new Job inspects the model, then the draft; the
+# plan counts the draft and the pods get it at its claim's mount.
+blocks0="$(kubectl get md llama8b -o jsonpath='{.status.plan.kvBlocks}')"
+kubectl patch md llama8b --type=merge -p '{"spec":{"speculative":{"method":"draft_model","numSpeculativeTokens":4,"model":"pvc://drafts/llama-1b"}}}' >/dev/null
+wait_for "[ \"\$(kubectl get jobs -o name | grep -c llama8b-inspect-)\" = 2 ]" || fail "no second inspection Job for the draft"
+job2="$(kubectl get jobs -o name | grep llama8b-inspect- | cut -d/ -f2 | grep -v "^$job\$")"
+script="$(kubectl get job "$job2" -o jsonpath='{.spec.template.spec.containers[0].command[2]}')"
+grep -qF "inspect --model '/draft/drafts/llama-1b' --json >>" <<<"$script" || fail "the Job does not inspect the draft: $script"
+finish_inspection "$job2" tests/operator/manifests/llama8b-inspect.json tests/operator/manifests/llama1b-inspect.json
+wait_for "[ \"\$(kubectl get md llama8b -o jsonpath='{.status.geometry.draft.geometry.layers}')\" = 16 ]" \
+  || { kubectl get md llama8b -o yaml; fail "the draft's geometry is not recorded"; }
+draft_bytes="$(kubectl get md llama8b -o jsonpath='{.status.plan.draftBytes}')"
+blocks1="$(kubectl get md llama8b -o jsonpath='{.status.plan.kvBlocks}')"
+# Its cuda weights (bf16) and one bf16 block of 16 x 32 KiB beside each KV block.
+[ "$draft_bytes" = "$((2471628800 + blocks1 * 16 * 32768))" ] || fail "draftBytes $draft_bytes with $blocks1 blocks"
+[ "$blocks1" -lt "$blocks0" ] || fail "kvBlocks $blocks0 -> $blocks1 with a draft"
+wait_for "kubectl get deployment llama8b -o jsonpath='{.spec.template.spec.containers[0].args}' | grep -qF '/draft/drafts/llama-1b'" \
+  || fail "the pods do not get the draft: $(kubectl get deployment llama8b -o jsonpath='{.spec.template.spec.containers[0].args}')"
+claim="$(kubectl get deployment llama8b -o jsonpath='{.spec.template.spec.volumes[?(@.name=="draft-drafts")].persistentVolumeClaim.claimName}')"
+[ "$claim" = drafts ] || fail "no draft claim volume: $claim"
+ok "draft model: a second Job inspects it, status.plan.draftBytes $draft_bytes, kvBlocks $blocks0 -> $blocks1, its claim mounted at /draft/drafts"
 
 # Built-in autoscaler: a fake ready pod whose /metrics (on 127.0.0.1:8000) shows a queue.
 METRICS="$WORK/metrics"; mkdir -p "$METRICS"

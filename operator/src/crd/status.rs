@@ -152,6 +152,22 @@ pub struct ObservedGeometry {
     /// overrides it; absent: `generate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<ferrox_plan::Task>,
+    /// The draft model's (`spec.speculative.model`), when one is named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft: Option<DraftGeometry>,
+}
+
+/// A draft model's geometry as learnt, with where it came from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DraftGeometry {
+    /// `spec` or the inspected draft source.
+    pub source: String,
+    /// Its numbers (weights and KV dtype as held on the device).
+    pub geometry: GeometrySpec,
+    /// How it is held on each kind of device, as inspected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devices: Option<DeviceFootprints>,
 }
 
 /// `ferrox-server inspect --json`'s `devices`.
@@ -224,6 +240,10 @@ pub struct PlanStatus {
     /// Parameters one token runs through (absent if unknown).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_params: Option<i64>,
+    /// Bytes of the draft model's weights and its KV pool (absent without
+    /// one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_bytes: Option<i64>,
     /// What the pods serve: `spec.task`, else what inspection found.
     #[serde(default)]
     pub task: ferrox_plan::Task,

@@ -1,23 +1,15 @@
 //! What LoRA adapters add to the server pods: `--enable-lora` and the
 //! adapters in the args (so adding or removing one rolls the pods, which
-//! start with exactly the spec's adapters), their claims mounted read-only
-//! under [`ADAPTER_MOUNT`], and the download cache when one downloads.
-
-use std::collections::BTreeSet;
+//! start with exactly the spec's adapters); their claims and the download
+//! cache are [`super::side_sources`]'.
 
 use ferrox_plan::contract::LoraArgs;
-use k8s_openapi::api::core::v1::{
-    EmptyDirVolumeSource, PersistentVolumeClaimVolumeSource, Volume, VolumeMount,
-};
 
-use super::MODEL_CACHE_DIR;
+use super::side_sources::{SideKind, server_path};
 use crate::crd::ModelDeployment;
 use crate::lora_plan::lora_plan;
 use crate::served_name::served_name;
-use crate::source::{self, ModelSource, downloads};
-
-/// Where an adapter's claim `c` is mounted: `/adapters/c`.
-pub const ADAPTER_MOUNT: &str = "/adapters";
+use crate::source::{self, ModelSource};
 
 /// Each adapter's name and parsed source (one the CRD's rule let through
 /// but the grammar refuses is left out: `plan::unsupported` refused it).
@@ -35,16 +27,7 @@ fn parsed(md: &ModelDeployment) -> Vec<(&str, ModelSource, &str)> {
 
 /// The source the server gets for an adapter's `original` source.
 pub fn server_source(s: &ModelSource, original: &str) -> String {
-    match s {
-        ModelSource::Pvc { claim, path } => {
-            let path = path.trim_start_matches('/');
-            format!("{ADAPTER_MOUNT}/{claim}/{path}")
-                .trim_end_matches('/')
-                .to_string()
-        }
-        ModelSource::Local(path) => path.to_string_lossy().into_owned(),
-        ModelSource::HuggingFace { .. } | ModelSource::Url(_) => original.to_string(),
-    }
+    server_path(SideKind::Adapter, s, original)
 }
 
 /// The LoRA flags; `None` without adapters.
@@ -63,63 +46,6 @@ pub fn lora_args(md: &ModelDeployment) -> Option<LoraArgs> {
         max_cpu_loras: plan.max_cpu_loras,
         runtime_updates: false,
     })
-}
-
-/// Whether some adapter is downloaded by the server.
-pub fn downloads_some(md: &ModelDeployment) -> bool {
-    parsed(md).iter().any(|(_, s, _)| downloads(s))
-}
-
-fn claims(md: &ModelDeployment) -> BTreeSet<String> {
-    let adapters = parsed(md).into_iter();
-    adapters
-        .filter_map(|(_, s, _)| match s {
-            ModelSource::Pvc { claim, .. } => Some(claim),
-            _ => None,
-        })
-        .collect()
-}
-
-/// Volumes beyond the model's: each adapter claim, and the download cache
-/// when an adapter downloads and the model does not.
-pub fn volumes(md: &ModelDeployment, model: &ModelSource) -> Vec<Volume> {
-    let mut out: Vec<Volume> = claims(md)
-        .into_iter()
-        .map(|claim| Volume {
-            name: format!("adapter-{claim}"),
-            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                claim_name: claim,
-                read_only: Some(true),
-            }),
-            ..Default::default()
-        })
-        .collect();
-    if downloads_some(md) && !downloads(model) {
-        out.push(Volume {
-            name: "model-cache".into(),
-            empty_dir: Some(EmptyDirVolumeSource::default()),
-            ..Default::default()
-        });
-    }
-    out
-}
-
-/// Mounts matching [`volumes`].
-pub fn mounts(md: &ModelDeployment, model: &ModelSource) -> Vec<VolumeMount> {
-    let mount = |name: String, path: String, read_only: bool| VolumeMount {
-        name,
-        mount_path: path,
-        read_only: read_only.then_some(true),
-        ..Default::default()
-    };
-    let mut out: Vec<VolumeMount> = claims(md)
-        .into_iter()
-        .map(|c| mount(format!("adapter-{c}"), format!("{ADAPTER_MOUNT}/{c}"), true))
-        .collect();
-    if downloads_some(md) && !downloads(model) {
-        out.push(mount("model-cache".into(), MODEL_CACHE_DIR.into(), false));
-    }
-    out
 }
 
 /// Why the spec's adapters cannot be served (a condition reason and a

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use ferrox_plan::contract;
+use ferrox_plan::{SpeculativeFlag, contract};
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
@@ -92,7 +92,7 @@ fn pod_spec(
         volumes: Some(
             [
                 volumes(md, source),
-                super::adapters::volumes(md, source),
+                super::side_sources::volumes(md, source),
                 kv_offload::volumes(md),
             ]
             .concat(),
@@ -133,7 +133,7 @@ fn server_container(
         volume_mounts: Some(
             [
                 volume_mounts(source),
-                super::adapters::mounts(md, source),
+                super::side_sources::mounts(md, source),
                 kv_offload::mounts(md),
             ]
             .concat(),
@@ -191,7 +191,12 @@ pub fn server_args(md: &ModelDeployment, planned: &Planned, source: &ModelSource
         max_queue: spec.engine.max_queue.map(n),
         lora: super::adapters::lora_args(md),
         // Refused before rendering when it cannot be served.
-        speculative: spec.speculative.and_then(|s| s.config().ok()),
+        speculative: (spec.speculative.as_ref())
+            .and_then(|s| s.config().ok())
+            .map(|config| SpeculativeFlag {
+                config,
+                draft_model: super::side_sources::draft_server_path(md),
+            }),
         task: planned.task,
         max_batch_tokens: spec.engine.max_batch_tokens.map(n),
         // Refused before rendering when it cannot be served.
@@ -222,7 +227,7 @@ pub fn env(md: &ModelDeployment, source: &ModelSource) -> Vec<EnvVar> {
             ..Default::default()
         });
     }
-    if downloads(source) || super::adapters::downloads_some(md) {
+    if downloads(source) || super::side_sources::downloads_some(md) {
         for name in ["FERROX_MODEL_CACHE", "HF_HOME"] {
             env.push(EnvVar {
                 name: name.into(),

@@ -11,31 +11,43 @@ use kube::ResourceExt;
 use super::deployment::{
     container_security_context, env, image, pod_security_context, volume_mounts, volumes,
 };
+use super::side_sources::{self, draft_server_path};
 use super::{DesiredConfig, child_meta};
 use crate::Error;
 use crate::crd::ModelDeployment;
+use crate::geometry::draft_source;
 use crate::source;
 
 /// Where the container writes its one line of JSON.
 pub const TERMINATION_LOG: &str = "/dev/termination-log";
 
-/// Name of the inspection Job for the current source (a new source, a new Job).
+/// Name of the inspection Job for the current sources (a new model or
+/// draft source, a new Job).
 pub fn job_name(md: &ModelDeployment) -> String {
-    format!(
-        "{}-inspect-{:08x}",
-        md.name_any(),
-        fnv1a(&md.spec.model.source)
-    )
+    let mut sources = md.spec.model.source.clone();
+    if let Some(draft) = draft_source(md) {
+        sources = format!("{sources}\n{draft}");
+    }
+    format!("{}-inspect-{:08x}", md.name_any(), fnv1a(&sources))
 }
 
-/// The inspection Job for `md`'s model source.
+/// The inspection Job for `md`'s model source, and its draft model's when
+/// the spec names one (its line second).
 pub fn inspect_job(md: &ModelDeployment, config: &DesiredConfig) -> Result<Job, Error> {
     let source = source::parse(&md.spec.model.source)?;
     let model_arg = shell_quote(&source::server_arg(&source, &md.spec.model.source));
+    let mut script =
+        format!("ferrox-server inspect --model {model_arg} --json > {TERMINATION_LOG}");
+    if let Some(draft) = draft_server_path(md) {
+        let draft = shell_quote(&draft);
+        script += &format!(" && ferrox-server inspect --model {draft} --json >> {TERMINATION_LOG}");
+    }
     // The output goes to the termination log (kept by the kubelet) and to the log.
-    let script = format!(
-        "ferrox-server inspect --model {model_arg} --json > {TERMINATION_LOG} && cat {TERMINATION_LOG}"
-    );
+    script += &format!(" && cat {TERMINATION_LOG}");
+    let mut volumes = volumes(md, &source);
+    volumes.extend(side_sources::volumes(md, &source));
+    let mut mounts = volume_mounts(&source);
+    mounts.extend(side_sources::mounts(md, &source));
     let container = Container {
         name: "inspect".into(),
         image: Some(image(md, config)),
@@ -44,7 +56,7 @@ pub fn inspect_job(md: &ModelDeployment, config: &DesiredConfig) -> Result<Job, 
         termination_message_path: Some(TERMINATION_LOG.into()),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         env: Some(env(md, &source)),
-        volume_mounts: Some(volume_mounts(&source)),
+        volume_mounts: Some(mounts),
         security_context: Some(container_security_context()),
         resources: Some(ResourceRequirements {
             limits: Some([("memory".to_string(), Quantity("1Gi".into()))].into()),
@@ -62,7 +74,7 @@ pub fn inspect_job(md: &ModelDeployment, config: &DesiredConfig) -> Result<Job, 
                 metadata: None,
                 spec: Some(PodSpec {
                     containers: vec![container],
-                    volumes: Some(volumes(md, &source)),
+                    volumes: Some(volumes),
                     restart_policy: Some("Never".into()),
                     security_context: Some(pod_security_context()),
                     image_pull_secrets: md.spec.image_pull_secrets.clone(),
@@ -127,5 +139,35 @@ mod tests {
         assert_ne!(job_name(&a), job_name(&b));
         assert_eq!(job_name(&a), job_name(&a.clone()));
         assert!(job_name(&a).starts_with("llama-inspect-"));
+        // Naming a draft model inspects again, for its geometry.
+        let mut c = a.clone();
+        c.spec.speculative = Some(crate::fixtures::draft("pvc://drafts/d.gguf"));
+        assert_ne!(job_name(&a), job_name(&c));
+    }
+
+    #[test]
+    fn a_draft_model_is_inspected_second_from_its_claim() {
+        let mut spec = gpu_spec(1, "80Gi");
+        spec.model.source = "pvc://models/llama-8b".into();
+        spec.speculative = Some(crate::fixtures::draft("pvc://drafts/small/d.gguf"));
+        let job = inspect_job(&md("llama", spec), &DesiredConfig::default()).unwrap();
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        let c = &pod.containers[0];
+        assert_eq!(
+            c.command.as_ref().unwrap()[2],
+            "ferrox-server inspect --model '/models/llama-8b' --json > /dev/termination-log \
+             && ferrox-server inspect --model '/draft/drafts/small/d.gguf' --json >> \
+             /dev/termination-log && cat /dev/termination-log"
+        );
+        let mounts = c.volume_mounts.clone().unwrap();
+        let draft = mounts.iter().find(|m| m.name == "draft-drafts").unwrap();
+        assert_eq!(
+            (draft.mount_path.as_str(), draft.read_only),
+            ("/draft/drafts", Some(true))
+        );
+        let vols = pod.volumes.unwrap();
+        let claim = vols.iter().find(|v| v.name == "draft-drafts").unwrap();
+        let claim = claim.persistent_volume_claim.as_ref().unwrap();
+        assert_eq!(claim.claim_name, "drafts");
     }
 }

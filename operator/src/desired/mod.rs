@@ -22,6 +22,7 @@ pub mod inspect_job;
 pub mod kv_offload;
 pub mod pdb;
 pub mod service;
+pub mod side_sources;
 
 /// Port the server listens on inside the pod.
 pub const SERVER_PORT: i32 = 8000;

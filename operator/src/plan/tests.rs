@@ -412,6 +412,7 @@ fn the_task_is_the_specs_else_the_inspected_files_else_generate() {
         geometry: GeometrySpec::from(&fixtures::smollm2_135m()),
         devices: None,
         task,
+        draft: None,
     };
     let cases = [
         (None, None, Task::Generate),
@@ -438,8 +439,8 @@ fn an_inspected_embedder_plans_no_kv_pool_and_reports_its_task() {
     let spec = cpu_spec("2Gi");
     let memory = memory(&spec, None).unwrap();
     let geometry = fixtures::smollm2_135m();
-    let embed = planned(&spec, Task::Embed, &geometry, memory.clone()).unwrap();
-    let generate = planned(&spec, Task::Generate, &geometry, memory).unwrap();
+    let embed = planned(&spec, Task::Embed, &geometry, None, memory.clone()).unwrap();
+    let generate = planned(&spec, Task::Generate, &geometry, None, memory).unwrap();
     assert!(embed.plan.pools.is_empty());
     assert!(!generate.plan.pools.is_empty());
     assert_eq!(

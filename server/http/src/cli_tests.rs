@@ -145,9 +145,15 @@ fn the_operators_pod_args_parse_into_its_plan() {
         let pools: Vec<(CacheKind, u64)> = std::iter::once((CacheKind::Full, 2441))
             .chain(others)
             .collect();
-        // Speculation in the cases with a prefill chunk.
-        let speculative = prefill_chunk
-            .map(|_| ferrox_plan::SpeculativeConfig::ngram(5, Some(2), Some(4)).unwrap());
+        // Speculation in the cases with a prefill chunk: by a draft model
+        // (the model itself, a file that exists) where a queue is set too.
+        let speculative = prefill_chunk.map(|_| ferrox_plan::SpeculativeFlag {
+            config: match max_queue {
+                Some(_) => ferrox_plan::SpeculativeConfig::drafting(3).unwrap(),
+                None => ferrox_plan::SpeculativeConfig::ngram(5, Some(2), Some(4)).unwrap(),
+            },
+            draft_model: max_queue.map(|_| model.display().to_string()),
+        });
         let pod = PodArgs {
             model: model.display().to_string(),
             host: "0.0.0.0".into(),
@@ -163,7 +169,7 @@ fn the_operators_pod_args_parse_into_its_plan() {
             prefill_chunk,
             max_queue,
             lora: lora.clone(),
-            speculative,
+            speculative: speculative.clone(),
             task: ferrox_plan::Task::Generate,
             max_batch_tokens: None,
             kv_offload: Vec::new(),
@@ -193,7 +199,9 @@ fn the_operators_pod_args_parse_into_its_plan() {
             prefill_chunk.unwrap_or(ferrox_plan::DEFAULT_PREFILL_CHUNK)
         );
         assert_eq!(c.max_queue as u64, max_queue.unwrap_or(256));
-        assert_eq!(c.speculative, speculative);
+        assert_eq!(c.speculative, speculative.as_ref().map(|f| f.config));
+        let draft = speculative.and_then(|f| f.draft_model);
+        assert_eq!(c.draft_model, draft.map(std::path::PathBuf::from));
         let want = lora.map(|l| LoraConfig {
             modules: l.modules,
             max_loras: l.max_loras as usize,
@@ -407,18 +415,27 @@ fn speculative_config_takes_vllms_json_and_refuses_what_it_cannot_serve() {
         Some(ngram(5, 2, 4))
     );
     assert_eq!(parse(&[]).unwrap().speculative, None);
-    // A draft model: its path, and its draft count.
-    let draft = r#"{"model": "/m/draft.gguf", "num_speculative_tokens": 4}"#;
-    let c = parse(&["--speculative-config", draft]).unwrap();
-    assert_eq!(
-        c.speculative.map(|s| s.num_speculative_tokens),
-        Some(4),
-        "{draft}"
-    );
-    assert_eq!(
-        c.draft_model.as_deref(),
-        Some(std::path::Path::new("/m/draft.gguf"))
-    );
+    // A draft model: its path (resolved as a model's source is), and its
+    // draft count.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("draft.gguf");
+    std::fs::write(&file, b"not read by the parse").unwrap();
+    for given in [
+        file.display().to_string(),
+        format!("file://{}", file.display()),
+    ] {
+        let draft = format!(r#"{{"model": "{given}", "num_speculative_tokens": 4}}"#);
+        let c = parse(&["--speculative-config", &draft]).unwrap();
+        assert_eq!(
+            c.speculative.map(|s| s.num_speculative_tokens),
+            Some(4),
+            "{draft}"
+        );
+        assert_eq!(c.draft_model.as_deref(), Some(file.as_path()));
+    }
+    let missing = r#"{"model": "/m/draft.gguf", "num_speculative_tokens": 4}"#;
+    let err = parse(&["--speculative-config", missing]).unwrap_err();
+    assert!(err.contains("draft model /m/draft.gguf"), "{err}");
     assert_eq!(
         parse(&["--speculative-config", vllm]).unwrap().draft_model,
         None

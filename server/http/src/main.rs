@@ -455,6 +455,15 @@ impl ServeArgs {
             .unwrap_or_else(|| source.default_name());
         let fetch = self.fetch.config()?;
         let model = ferrox_fetch::resolve(&source, &fetch)?;
+        // A draft model comes from the sources the model does.
+        let draft = (self.speculative_config.as_ref()).and_then(|f| f.draft_model.as_deref());
+        let draft_model = draft
+            .map(|d| {
+                let parsed = ferrox_fetch::parse(d)?;
+                ferrox_fetch::resolve(&parsed, &fetch)
+                    .map_err(|e| anyhow::anyhow!("fetching the draft model {d}: {e}"))
+            })
+            .transpose()?;
         let lora = self.lora.into_config(vllm_runtime_updates())?;
         let sizes = ferrox_plan::PoolSizes {
             by_kind: self.pool,
@@ -491,9 +500,7 @@ impl ServeArgs {
             max_body: usize::try_from(self.max_body).unwrap_or(usize::MAX),
             prefix_caching: self.prefix_caching == Switch::On,
             speculative: self.speculative_config.as_ref().map(|f| f.config),
-            draft_model: (self.speculative_config)
-                .and_then(|f| f.draft_model)
-                .map(PathBuf::from),
+            draft_model,
             kv_offload: offload_tiers(self.kv_offload)?,
             default_max_tokens: self.default_max_tokens,
             tool_call_parser: self.tool_call_parser,

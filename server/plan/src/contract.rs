@@ -7,7 +7,7 @@
 //! metric is a compile error on both sides, not a pod that fails in
 //! production.
 
-use crate::{CacheKind, DeviceKind, KvDtype, OffloadTier, SpeculativeConfig, Task};
+use crate::{CacheKind, DeviceKind, KvDtype, OffloadTier, SpeculativeFlag, Task};
 
 /// `ferrox-server serve` flag names, without the leading `--` (clap's
 /// `long`).
@@ -142,8 +142,9 @@ pub struct ServeArgs {
     pub max_queue: Option<u64>,
     /// LoRA adapters, when the spec has any.
     pub lora: Option<LoraArgs>,
-    /// Speculative decoding, when the spec asks for it.
-    pub speculative: Option<SpeculativeConfig>,
+    /// Speculative decoding, when the spec asks for it (with the draft
+    /// model's path in the pod, when one drafts).
+    pub speculative: Option<SpeculativeFlag>,
     /// What the model serves; `generate` (what a decoder's files say)
     /// writes no flag.
     pub task: Task,
@@ -439,18 +440,25 @@ mod tests {
         assert_eq!(value(flag::POOL), None);
         // Every pool by kind, in the plan's order; no alias is written.
         // Speculation: the flag's JSON, which the server reads back.
-        let ngram = SpeculativeConfig::ngram(5, Some(2), Some(4)).unwrap();
-        let spec = ServeArgs {
-            speculative: Some(ngram),
-            ..a.clone()
+        let ngram = crate::SpeculativeConfig::ngram(5, Some(2), Some(4)).unwrap();
+        let drafted = crate::SpeculativeConfig::drafting(3).unwrap();
+        for (config, draft_model) in [(ngram, None), (drafted, Some("/draft/m/d.gguf".into()))] {
+            let flag_value = SpeculativeFlag {
+                config,
+                draft_model,
+            };
+            let spec = ServeArgs {
+                speculative: Some(flag_value.clone()),
+                ..a.clone()
+            }
+            .to_args();
+            assert_eq!(spec.len(), args.len() + 2);
+            let at = spec
+                .iter()
+                .position(|x| *x == format!("--{}", flag::SPECULATIVE_CONFIG))
+                .unwrap();
+            assert_eq!(SpeculativeFlag::parse(&spec[at + 1]).unwrap(), flag_value);
         }
-        .to_args();
-        assert_eq!(spec.len(), args.len() + 2);
-        let at = spec
-            .iter()
-            .position(|x| *x == format!("--{}", flag::SPECULATIVE_CONFIG))
-            .unwrap();
-        assert_eq!(SpeculativeConfig::parse(&spec[at + 1]).unwrap(), ngram);
         let hybrid = ServeArgs {
             pools: vec![
                 (CacheKind::Full, 100),

@@ -129,7 +129,7 @@ impl SpeculativeConfig {
 
     /// The config of a draft model proposing `k` drafts, if `k` is in
     /// range (the lookup bounds, unused, are vLLM's defaults).
-    pub(crate) fn drafting(k: u64) -> Result<Self, PlanError> {
+    pub fn drafting(k: u64) -> Result<Self, PlanError> {
         let lookup = u64::from(DEFAULT_PROMPT_LOOKUP);
         Self::checked(k, lookup, lookup)
     }

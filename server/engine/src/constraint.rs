@@ -12,6 +12,10 @@ pub trait TokenConstraint: Send {
     fn mask(&mut self, logits: &mut [f32]) -> Result<(), String>;
     /// Advances past `id`, the token just sampled from the masked logits.
     fn advance(&mut self, id: u32) -> Result<(), String>;
+    /// How many of `tokens`, in order from here, the grammar allows (the
+    /// longest allowed prefix), without advancing: speculative decoding
+    /// verifies no draft token the grammar would refuse.
+    fn allowed_prefix(&mut self, tokens: &[u32]) -> usize;
     /// True once the output is complete and nothing more may follow: the row
     /// ends with finish reason "stop".
     fn is_finished(&self) -> bool;

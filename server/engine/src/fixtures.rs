@@ -581,6 +581,15 @@ impl TokenConstraint for AllowSteps {
         Ok(())
     }
 
+    fn allowed_prefix(&mut self, tokens: &[u32]) -> usize {
+        let steps = self.steps.iter().skip(self.at);
+        tokens
+            .iter()
+            .zip(steps)
+            .take_while(|(t, allowed)| allowed.contains(t))
+            .count()
+    }
+
     fn is_finished(&self) -> bool {
         self.at >= self.steps.len()
     }

@@ -316,6 +316,15 @@ impl Row {
         }
     }
 
+    /// Cuts `drafts` (tokens after the pending one) to the prefix the
+    /// row's grammar allows; without a grammar, all of them.
+    pub fn grammar_cut(&mut self, drafts: &mut Vec<u32>) {
+        if let Some(c) = self.constraint.as_mut() {
+            let allowed = c.allowed_prefix(drafts);
+            drafts.truncate(allowed);
+        }
+    }
+
     /// Samples from `logits` and applies the token: text, stops, length.
     pub fn take_logits(&mut self, logits: &[f32], now: Instant, metrics: &Metrics) {
         let masked = self.token_masks(logits);

@@ -139,15 +139,28 @@ impl Speculation {
         rows: usize,
         budget: usize,
     ) -> (Vec<usize>, Decision) {
-        let offers: Vec<Offer> = proposals
-            .iter()
-            .map(|p| Offer {
-                drafts: p.drafts.len(),
-                acceptance: p.acceptance,
-            })
+        let offers: Vec<(usize, f64)> = (proposals.iter())
+            .map(|p| (p.drafts.len(), p.acceptance))
+            .collect();
+        self.choose_offers(&offers, base, rows, budget)
+    }
+
+    /// As [`Speculation::choose`], for drafts not made yet: `offers` are
+    /// each row's `(drafts it could make, acceptance)`. A draft model then
+    /// drafts only what is kept, so no forward runs for a draft the rule
+    /// would drop.
+    pub fn choose_offers(
+        &mut self,
+        offers: &[(usize, f64)],
+        base: usize,
+        rows: usize,
+        budget: usize,
+    ) -> (Vec<usize>, Decision) {
+        let offers: Vec<Offer> = (offers.iter())
+            .map(|&(drafts, acceptance)| Offer { drafts, acceptance })
             .collect();
         let mut kept = drafts_to_verify(&self.costs, base, rows, &offers, budget);
-        if proposals.is_empty() {
+        if offers.is_empty() {
             return (kept, Decision::None);
         }
         if kept.iter().all(|&n| n == 0) {
@@ -169,30 +182,6 @@ impl Speculation {
             Decision::Declined
         };
         (kept, decision)
-    }
-
-    /// Whether drafts of the sizes and acceptances of `offers` (all a draft
-    /// model would propose at best) could pay in a step like the one
-    /// [`Speculation::choose`] is given; if not, the step is declined now,
-    /// so a draft model runs no forward for drafts the rule would drop
-    /// (its probes included: one comes every [`PROBE_EVERY`] steps).
-    pub fn worth_drafting(
-        &mut self,
-        offers: &[(usize, f64)],
-        base: usize,
-        rows: usize,
-        budget: usize,
-    ) -> bool {
-        let offers: Vec<Offer> = offers
-            .iter()
-            .map(|&(drafts, acceptance)| Offer { drafts, acceptance })
-            .collect();
-        let kept = drafts_to_verify(&self.costs, base, rows, &offers, budget);
-        if offers.is_empty() || kept.iter().any(|&n| n > 0) || self.declined + 1 >= PROBE_EVERY {
-            return true;
-        }
-        self.declined += 1;
-        false
     }
 
     /// Records a verification over all rows: `accepted` of `drafted`.
@@ -267,6 +256,30 @@ mod tests {
             }
         }
         assert_eq!(probes, 3);
+    }
+
+    #[test]
+    fn drafts_not_made_yet_are_chosen_as_made_ones_are() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut s = Speculation::new(config(5));
+        // One row: 10 ms a token-step and 1 ms more a token. At 0.5 a
+        // draft's j-th token gains 0.5^j against 1/11 of a token: three pay.
+        for tokens in [1usize, 6] {
+            s.step_ran(t0, tokens);
+            s.tick_began(t0 + ms(9 + tokens as u64));
+        }
+        let made = [proposal(0, 5, 0.5)];
+        assert_eq!(s.choose(&made, 1, 1, 64), (vec![3], Decision::Verified));
+        assert_eq!(
+            s.choose_offers(&[(5, 0.5)], 1, 1, 64),
+            (vec![3], Decision::Verified)
+        );
+        // Nothing worth a draft: declined, and no draft is made.
+        assert_eq!(
+            s.choose_offers(&[(5, 0.05)], 1, 1, 64),
+            (vec![0], Decision::Declined)
+        );
     }
 
     #[test]

@@ -69,6 +69,11 @@ impl TokenConstraint for GrammarMatcher {
         self.matcher.consume_token(id).map_err(|e| e.to_string())
     }
 
+    fn allowed_prefix(&mut self, tokens: &[u32]) -> usize {
+        // An error validating means none is known to be allowed.
+        self.matcher.validate_tokens(tokens).unwrap_or(0)
+    }
+
     fn is_finished(&self) -> bool {
         self.matcher.is_stopped()
     }
@@ -97,6 +102,21 @@ pub fn apply_mask(allowed: &SimpleVob, logits: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_allowed_prefix_of_a_draft_is_found_without_advancing() {
+        use crate::fixtures::{compile, feed};
+        let spec = crate::GrammarSpec::JsonSchema(serde_json::json!({"type": "boolean"}));
+        let mut m = compile(spec);
+        let bytes = |t: &str| t.bytes().map(u32::from).collect::<Vec<_>>();
+        // "tr" then "x": two allowed, the third refused.
+        assert_eq!(m.allowed_prefix(&bytes("trx")), 2);
+        assert_eq!(m.allowed_prefix(&bytes("false")), 5);
+        assert_eq!(m.allowed_prefix(&bytes("x")), 0);
+        // Nothing was consumed: the whole word still parses from the start.
+        feed(&mut m, "true").unwrap();
+        assert_eq!(m.allowed_prefix(&bytes("e")), 0);
+    }
 
     #[test]
     fn apply_keeps_only_the_set_bits_and_nothing_past_the_set() {

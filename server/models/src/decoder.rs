@@ -211,6 +211,11 @@ impl Decoder {
         self.fused_attention = on;
     }
 
+    /// Whether steps run our paged-attention kernel (else the gather path).
+    pub fn fused_attention(&self) -> bool {
+        self.fused_attention
+    }
+
     /// Runs the op-by-op layers even where the fused CPU path exists (a
     /// reference for tests).
     pub fn set_fused_layers(&mut self, on: bool) {

@@ -25,41 +25,42 @@ impl<M: BatchModel> Scheduler<M> {
             return;
         };
         let prior = spec.prior();
-        let proposals: Vec<Proposal> = match self.draft.as_mut() {
-            Some(draft) => {
-                let budget = self.shared.config.prefill_chunk;
-                let Some(proposals) = drafted(draft, &self.rows, batch, spec, budget) else {
-                    self.metrics.spec_step(Decision::Declined.label());
-                    return;
-                };
-                proposals
-            }
-            None => batch
-                .decode
-                .iter()
-                .filter_map(|id| {
-                    let row = self.rows.get(id)?;
-                    let lookup = spec.lookup(row.draft_room());
-                    if lookup.k == 0 {
-                        return None;
-                    }
-                    let (prompt, output) = row.history();
-                    let drafts = propose(prompt, output, lookup);
-                    (!drafts.is_empty()).then(|| Proposal {
-                        id: *id,
-                        drafts,
-                        acceptance: row.acceptance.estimate(prior),
-                    })
-                })
-                .collect(),
-        };
         let prompt_tokens: usize = batch.chunks.iter().map(|c| c.1).sum();
         let budget = self
             .shared
             .config
             .prefill_chunk
             .saturating_sub(prompt_tokens);
-        let (kept, decision) = spec.choose(&proposals, batch.tokens(), batch.decode.len(), budget);
+        let (proposals, kept, decision) = match self.draft.as_mut() {
+            // The rule chooses before the draft model drafts, so it drafts
+            // only what is verified.
+            Some(draft) => {
+                let chunk = self.shared.config.prefill_chunk;
+                let (mut proposals, decision) = drafted(draft, &self.rows, batch, spec, chunk);
+                for p in &mut proposals {
+                    if let Some(row) = self.rows.get_mut(&p.id) {
+                        row.grammar_cut(&mut p.drafts);
+                    }
+                }
+                // What the draft made, and the grammar allows, is verified.
+                let kept: Vec<usize> = proposals.iter().map(|p| p.drafts.len()).collect();
+                let none_left = decision == Decision::Verified && kept.iter().all(|&n| n == 0);
+                (
+                    proposals,
+                    kept,
+                    if none_left { Decision::None } else { decision },
+                )
+            }
+            None => {
+                let rows = &mut self.rows;
+                let proposals: Vec<Proposal> = (batch.decode.iter())
+                    .filter_map(|id| looked_up(rows.get_mut(id)?, *id, spec, prior))
+                    .collect();
+                let (kept, decision) =
+                    spec.choose(&proposals, batch.tokens(), batch.decode.len(), budget);
+                (proposals, kept, decision)
+            }
+        };
         self.metrics.spec_step(decision.label());
         let mut verifying: HashSet<RequestId> = HashSet::new();
         for (p, n) in proposals.into_iter().zip(kept) {
@@ -78,45 +79,65 @@ impl<M: BatchModel> Scheduler<M> {
     }
 }
 
+/// A row's draft by n-gram lookup over its own history, as much of it as
+/// its grammar allows, if it finds one.
+fn looked_up(row: &mut Row, id: RequestId, spec: &Speculation, prior: f64) -> Option<Proposal> {
+    let lookup = spec.lookup(row.draft_room());
+    if lookup.k == 0 {
+        return None;
+    }
+    let (prompt, output) = row.history();
+    let mut drafts = propose(prompt, output, lookup);
+    row.grammar_cut(&mut drafts);
+    (!drafts.is_empty()).then(|| Proposal {
+        id,
+        drafts,
+        acceptance: row.acceptance.estimate(prior),
+    })
+}
+
 /// The draft model's proposals for the decoding rows of `batch` that may
-/// speculate (as many drafts as each has room for), in one batched catch-up
-/// forward and one batched decode forward per further draft token; a long
-/// catch-up (a prompt) takes at most `budget` tokens a step. `None`: not
-/// worth drafting this step (even every draft accepted as each row's
-/// acceptance says would not pay), and no draft forward ran.
+/// speculate, each as many drafts as the pay-off rule keeps of what the row
+/// has room for (a row kept none of is not drafted for; fewer where the
+/// draft pool had no room or a forward failed), and the step's decision. One batched catch-up forward and
+/// one batched decode forward per further draft token; a long catch-up (a
+/// prompt) takes at most `chunk` tokens a step, and the drafts at most what
+/// the prompt chunks leave of it. Declined: no draft forward ran.
 fn drafted(
     draft: &mut DraftModel,
     rows: &BTreeMap<RequestId, Row>,
     batch: &StepRows,
     spec: &mut Speculation,
-    budget: usize,
-) -> Option<Vec<Proposal>> {
+    chunk: usize,
+) -> (Vec<Proposal>, Decision) {
     let prior = spec.prior();
-    let asks: Vec<DraftAsk<'_>> = (batch.decode)
-        .iter()
+    let prompt_tokens: usize = batch.chunks.iter().map(|c| c.1).sum();
+    let budget = chunk.saturating_sub(prompt_tokens);
+    let room: Vec<(RequestId, &Row, usize)> = (batch.decode.iter())
         .filter_map(|id| {
             let row = rows.get(id)?;
             let k = spec.max_drafts().min(row.draft_room());
-            (k > 0).then(|| DraftAsk {
-                id: *id,
-                history: row.history(),
-                k,
-                most: row.prompt.len().saturating_add(row.max_tokens),
-            })
+            (k > 0).then_some((*id, row, k))
         })
         .collect();
-    let best: Vec<(usize, f64)> = (asks.iter())
-        .filter_map(|a| Some((a.k, rows.get(&a.id)?.acceptance.estimate(prior))))
+    let offers: Vec<(usize, f64)> = (room.iter())
+        .map(|(_, row, k)| (*k, row.acceptance.estimate(prior)))
         .collect();
-    let prompt_tokens: usize = batch.chunks.iter().map(|c| c.1).sum();
-    let room = budget.saturating_sub(prompt_tokens);
-    if !spec.worth_drafting(&best, batch.tokens(), batch.decode.len(), room) {
-        return None;
+    let (kept, decision) = spec.choose_offers(&offers, batch.tokens(), batch.decode.len(), budget);
+    if decision != Decision::Verified {
+        return (Vec::new(), decision);
     }
-    let drafts = draft.propose(&asks, budget);
-    let proposals = asks
-        .iter()
-        .zip(drafts)
+    let asks: Vec<DraftAsk<'_>> = (room.iter().zip(&kept))
+        .filter(|(_, n)| **n > 0)
+        .map(|((id, row, _), n)| DraftAsk {
+            id: *id,
+            history: row.history(),
+            k: *n,
+            most: row.prompt.len().saturating_add(row.max_tokens),
+        })
+        .collect();
+    let drafts = draft.propose(&asks, chunk);
+    let proposals: Vec<Proposal> = (asks.iter().zip(drafts))
         .filter(|(_, d)| !d.is_empty())
         .filter_map(|(ask, drafts)| {
             let row = rows.get(&ask.id)?;
@@ -127,5 +148,5 @@ fn drafted(
             })
         })
         .collect();
-    Some(proposals)
+    (proposals, decision)
 }

@@ -7,28 +7,42 @@ use std::path::Path;
 
 use anyhow::Context;
 use ferrox_core::{Pool, Tokenizer};
-use ferrox_models::{Device, PagedModel, Source};
+use ferrox_models::mixer::attention::AttentionBackend;
+use ferrox_models::{Decoder, Device, PagedModel, Source};
 use ferrox_plan::{CacheKind, DeviceKind, DraftPlan, KvDtype};
 
-/// Where and how large the draft's pool is, and the target's tokenizer it
+/// How the draft runs beside the target, and the target's tokenizer it
 /// must share.
+#[derive(Clone, Copy)]
 pub struct DraftSetup<'a> {
     /// The target's tokenizer.
     pub tokenizer: &'a Tokenizer,
     /// The device the target runs on.
     pub device: &'a Device,
+    /// The longest sequence served (the RoPE tables' length).
+    pub max_model_len: usize,
+    /// The attention backend the target runs (`--attention-backend`): the
+    /// draft runs the same.
+    pub attention: AttentionBackend,
+}
+
+/// The draft's pool: as many blocks as the target's full-attention pool,
+/// of the target's block size and KV dtype.
+#[derive(Debug, Clone, Copy)]
+pub struct DraftPool {
     /// Blocks of the draft's pool.
     pub blocks: usize,
     /// Tokens per block.
     pub block_size: usize,
     /// The KV dtype.
     pub kv_dtype: KvDtype,
-    /// The longest sequence served (the RoPE tables' length).
-    pub max_model_len: usize,
 }
 
-/// Loads the draft model at `path` with a pool of `setup.blocks` blocks.
-pub fn load_draft(path: &Path, setup: &DraftSetup<'_>) -> anyhow::Result<PagedModel> {
+/// Loads the draft model's weights at `path`, refused where its vocabulary
+/// is not the target's or it keeps more than full attention; its pool is
+/// [`with_pool`]'s, once the plan is final (a GPU profiles its activations
+/// first).
+pub fn open_draft(path: &Path, setup: &DraftSetup<'_>) -> anyhow::Result<Decoder> {
     let shown = path.display();
     let mut source = Source::open(path).with_context(|| format!("opening the draft {shown}"))?;
     let text = source
@@ -50,14 +64,20 @@ pub fn load_draft(path: &Path, setup: &DraftSetup<'_>) -> anyhow::Result<PagedMo
          drop a rejected draft token",
         ferrox_plan::spell_kinds(&kinds)
     );
+    decoder.set_fused_attention(setup.attention == AttentionBackend::Paged);
     decoder
         .set_context(setup.max_model_len)
         .context("building the draft's RoPE tables")?;
-    let pool = Pool {
+    Ok(decoder)
+}
+
+/// The draft `decoder` with its own KV pool.
+pub fn with_pool(decoder: Decoder, pool: DraftPool) -> anyhow::Result<PagedModel> {
+    let full = Pool {
         kind: CacheKind::Full,
-        blocks: setup.blocks,
+        blocks: pool.blocks,
     };
-    PagedModel::with_pools(decoder, &[pool], setup.block_size, setup.kv_dtype)
+    PagedModel::with_pools(decoder, &[full], pool.block_size, pool.kv_dtype)
         .context("allocating the draft's KV cache")
 }
 
@@ -117,19 +137,22 @@ mod tests {
         let setup = DraftSetup {
             tokenizer: &llama,
             device: &Device::Cpu,
-            blocks: 8,
-            block_size: 4,
-            kv_dtype: KvDtype::F32,
             max_model_len: 64,
+            attention: AttentionBackend::Paged,
         };
-        let err = load_draft(&family("glm4moe"), &setup).unwrap_err();
+        let err = open_draft(&family("glm4moe"), &setup).unwrap_err();
         let err = format!("{err:#}");
         assert!(
             err.contains("does not share the target's tokenizer"),
             "{err}"
         );
         // A draft of another family that shares it loads, with its pool.
-        let draft = load_draft(&family("qwen3"), &setup).unwrap();
+        let pool = DraftPool {
+            blocks: 8,
+            block_size: 4,
+            kv_dtype: KvDtype::F32,
+        };
+        let draft = with_pool(open_draft(&family("qwen3"), &setup).unwrap(), pool).unwrap();
         use ferrox_core::BatchModel;
         assert_eq!(
             draft.cache_pools(),
@@ -138,6 +161,17 @@ mod tests {
                 blocks: 8
             }]
         );
+        assert!(draft.decoder().fused_attention());
+        // It runs the attention backend the target runs.
+        let gather = DraftSetup {
+            attention: AttentionBackend::Gather,
+            ..setup
+        };
+        assert!(
+            !open_draft(&family("qwen3"), &gather)
+                .unwrap()
+                .fused_attention()
+        );
         // Its plan: its weights, and its KV per token in the target's dtype.
         let p = plan(&family("qwen3"), DeviceKind::Cpu, KvDtype::F32).unwrap();
         assert!(p.weight_bytes > 0);
@@ -145,7 +179,7 @@ mod tests {
         let f16 = plan(&family("qwen3"), DeviceKind::Cpu, KvDtype::F16).unwrap();
         assert_eq!(f16.kv_bytes_per_token * 2, p.kv_bytes_per_token);
         // A windowed draft is refused with the reason.
-        let err = format!("{:#}", load_draft(&family("mistral"), &setup).unwrap_err());
+        let err = format!("{:#}", open_draft(&family("mistral"), &setup).unwrap_err());
         assert!(err.contains("full attention alone"), "{err}");
     }
 }

@@ -248,41 +248,23 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
     decoder
         .set_context(sizing.engine.max_model_len)
         .context("building the RoPE tables")?;
-    let (decoder, sizing) = match selected.kind {
-        DeviceKind::Cpu => (decoder, sizing),
+    // The draft's weights before the pools are sized: a GPU profiles its
+    // activations with the target's.
+    let draft = open_draft_model(cfg, &sizing, &text.tokenizer, &selected.device)?;
+    let (decoder, draft, sizing) = match selected.kind {
+        DeviceKind::Cpu => (decoder, draft, sizing),
         DeviceKind::Cuda => {
-            let shape = ferrox_models::profile::ProfileShape {
-                // No step holds more prompt than a sequence may.
-                prefill_chunk: cfg.prefill_chunk.min(sizing.engine.max_model_len),
-                max_seqs: sizing.engine.max_seqs,
-                block_size: cfg.block_size,
-                speculative: sizing.engine.speculative.is_some()
-                    && sizing.engine.speculation_off_reason().is_none(),
-            };
-            let (decoder, measured) = ferrox_models::profile::profile(
-                decoder,
-                &shape,
-                sizing.kv_dtype,
-                &gpus,
-                &selected.device,
-            )
-            .context("the profile run")?;
-            tracing::info!(
-                estimated = sizing.plan.activation_reserve_bytes,
-                measured,
-                "activation reserve profiled"
-            );
-            (
-                decoder,
-                size_with_draft(
-                    &info,
-                    selected.kind,
-                    memory,
-                    Some(measured),
-                    cfg,
-                    draft_plan,
-                )?,
-            )
+            let (decoder, draft, measured) =
+                profile_activations(decoder, draft, &sizing, cfg, (&gpus, &selected.device))?;
+            let sizing = size_with_draft(
+                &info,
+                selected.kind,
+                memory,
+                Some(measured),
+                cfg,
+                draft_plan,
+            )?;
+            (decoder, draft, sizing)
         }
     };
     log_plan(&sizing);
@@ -307,7 +289,18 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
     )
     .context("allocating the KV cache and state slots")?;
     model.set_max_loras(sizing.engine.max_loras);
-    let draft = load_draft_model(cfg, &sizing, &text.tokenizer, &selected.device)?;
+    let draft = draft
+        .map(|d| {
+            let pool = crate::load::draft::DraftPool {
+                blocks: sizing.engine.pool(CacheKind::Full).map_or(0, |p| p.blocks),
+                block_size: sizing.engine.block_size,
+                kv_dtype: sizing.kv_dtype,
+            };
+            tracing::info!(blocks = pool.blocks, "draft model loaded");
+            crate::load::draft::with_pool(d, pool)
+                .map(|m| Box::new(m) as Box<dyn ferrox_core::BatchModel>)
+        })
+        .transpose()?;
     let eos = text.end_of_generation.ids().to_vec();
     let template = text.chat_template.as_ref().map(|t| t.source());
     let tools = ToolSetup::new(cfg.tool_call_parser, template);
@@ -342,15 +335,15 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
     })
 }
 
-/// The draft model of `--speculative-config`, if one is given: refused
-/// where the target cannot speculate, before its weights are read; its pool
-/// holds as many tokens as the target's full-attention pool.
-fn load_draft_model(
+/// The draft model of `--speculative-config`, if one is given, without its
+/// pool: refused where the target cannot speculate, before its weights are
+/// read.
+fn open_draft_model(
     cfg: &ServeConfig,
     sizing: &Sizing,
     tokenizer: &ferrox_core::Tokenizer,
     device: &ferrox_models::Device,
-) -> anyhow::Result<Option<Box<dyn ferrox_core::BatchModel>>> {
+) -> anyhow::Result<Option<ferrox_models::Decoder>> {
     let Some(path) = &cfg.draft_model else {
         return Ok(None);
     };
@@ -362,14 +355,48 @@ fn load_draft_model(
     let setup = crate::load::draft::DraftSetup {
         tokenizer,
         device,
-        blocks: sizing.engine.pool(CacheKind::Full).map_or(0, |p| p.blocks),
-        block_size: sizing.engine.block_size,
-        kv_dtype: sizing.kv_dtype,
         max_model_len: sizing.engine.max_model_len,
+        attention: cfg.attention,
     };
-    let draft = crate::load::draft::load_draft(path, &setup)?;
-    tracing::info!(draft = %path.display(), blocks = setup.blocks, "draft model loaded");
-    Ok(Some(Box::new(draft) as Box<dyn ferrox_core::BatchModel>))
+    let draft = crate::load::draft::open_draft(path, &setup)?;
+    tracing::info!(draft = %path.display(), "draft model opened");
+    Ok(Some(draft))
+}
+
+/// The activation bytes of the worst step on a GPU: the target's, and the
+/// draft's when one drafts (its forwards run between the target's, so the
+/// reserve is the larger of the two).
+fn profile_activations(
+    decoder: ferrox_models::Decoder,
+    draft: Option<ferrox_models::Decoder>,
+    sizing: &Sizing,
+    cfg: &ServeConfig,
+    (gpus, device): (&dyn ferrox_models::device::Gpus, &ferrox_models::Device),
+) -> anyhow::Result<(ferrox_models::Decoder, Option<ferrox_models::Decoder>, u64)> {
+    let shape = ferrox_models::profile::ProfileShape {
+        // No step holds more prompt than a sequence may.
+        prefill_chunk: cfg.prefill_chunk.min(sizing.engine.max_model_len),
+        max_seqs: sizing.engine.max_seqs,
+        block_size: cfg.block_size,
+        speculative: sizing.engine.speculative.is_some()
+            && sizing.engine.speculation_off_reason().is_none(),
+    };
+    let profile = |d| ferrox_models::profile::profile(d, &shape, sizing.kv_dtype, gpus, device);
+    let (decoder, measured) = profile(decoder).context("the profile run")?;
+    let (draft, drafting) = match draft {
+        Some(d) => {
+            let (d, bytes) = profile(d).context("the draft's profile run")?;
+            (Some(d), bytes)
+        }
+        None => (None, 0),
+    };
+    tracing::info!(
+        estimated = sizing.plan.activation_reserve_bytes,
+        measured,
+        drafting,
+        "activation reserve profiled"
+    );
+    Ok((decoder, draft, measured.max(drafting)))
 }
 
 /// The plan, once, at start.

@@ -154,6 +154,30 @@ fn requests() -> Vec<fn() -> GenerationRequest> {
 }
 
 #[test]
+fn drafts_are_cut_where_the_grammar_refuses_them_before_verification() {
+    // The first token is 3; the prompt's n-gram then continues 4 5 6 7 1;
+    // the grammar allows 3 4 (9|5) 6 7 then only 20: the 1 is never
+    // verified, and the four before it are.
+    let constrained = || {
+        let steps = vec![vec![3], vec![4], vec![9, 5], vec![6], vec![7], vec![20]];
+        let mut r = past_eos(&[1, 2, 3, 4, 5, 6, 7, 1, 2], 10);
+        r.constraint = Some(Box::new(AllowSteps::new(steps)));
+        r
+    };
+    let (want, _, _) = run_all(plain(), &[constrained]);
+    let (got, verified, rig) = run_all(speculating(8), &[constrained]);
+    assert_eq!(uncached(got), uncached(want));
+    let drafted: usize = verified.iter().map(|v| v.drafted).sum();
+    let accepted: usize = verified.iter().map(|v| v.accepted).sum();
+    assert_eq!(drafted, 4, "{verified:?}");
+    assert_eq!(
+        accepted, drafted,
+        "every verified draft token is the grammar's"
+    );
+    rig.assert_all_blocks_back();
+}
+
+#[test]
 fn every_request_gets_exactly_the_events_it_gets_without_speculation() {
     let makers = requests();
     let (want, none, _) = run_all(plain(), &makers);

@@ -140,6 +140,13 @@ pub async fn reconcile(md: Arc<ModelDeployment>, ctx: Arc<Context>) -> Result<Ac
         accelerator,
         unschedulable: None,
     };
+    // The shared disk tier's claim first, so no pod waits on a claim not yet
+    // asked for; one the API server refuses to change stops the rollout.
+    if let (PlanOutcome::Planned(_), Some(refused)) =
+        (&observed.outcome, apply_claim(&md, &ctx, &ns).await?)
+    {
+        observed.outcome = refused;
+    }
     if let PlanOutcome::Planned(p) = &observed.outcome {
         let deployment = apply_children(&md, p, &ctx, &ns).await?;
         let s = deployment.status.unwrap_or_default();
@@ -316,6 +323,29 @@ async fn resolve_geometry(
     }
 }
 
+/// Applies the shared disk tier's claim, if the spec has one. A change the
+/// API server refuses (a claim's spec is immutable but for a larger size,
+/// and that only where its storage class expands) is the plan's refusal,
+/// with the API server's reason.
+async fn apply_claim(
+    md: &ModelDeployment,
+    ctx: &Context,
+    ns: &str,
+) -> Result<Option<PlanOutcome>, Error> {
+    let Some(claim) = kv_offload::claim(md)? else {
+        return Ok(None);
+    };
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
+    match apply(&api, &claim).await {
+        Ok(_) => Ok(None),
+        Err(Error::Kube(kube::Error::Api(e))) if matches!(e.code, 403 | 422) => {
+            let (reason, message) = kv_offload::claim_refusal(md, &e.message);
+            Ok(Some(PlanOutcome::Refused { reason, message }))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Applies every desired child; returns the Deployment as the server has it.
 async fn apply_children(
     md: &ModelDeployment,
@@ -325,10 +355,6 @@ async fn apply_children(
 ) -> Result<Deployment, Error> {
     let d = desired(md, plan, &ctx.config)?;
     let client = &ctx.client;
-    // Before the pods that mount it, so none waits on a claim not yet asked for.
-    if let Some(claim) = &d.kv_cache_claim {
-        apply::<PersistentVolumeClaim>(&Api::namespaced(client.clone(), ns), claim).await?;
-    }
     let deployment = apply(&Api::namespaced(client.clone(), ns), &d.deployment).await?;
     apply::<Service>(&Api::namespaced(client.clone(), ns), &d.service).await?;
     if let Some(pdb) = &d.pdb {

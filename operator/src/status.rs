@@ -26,7 +26,8 @@ pub enum PlanOutcome {
     /// The spec cannot run as asked.
     Refused {
         /// Condition reason (`InsufficientMemory`, `NoMatchingNodes`,
-        /// `TensorParallelUnsupported`, `InspectionFailed`, `InvalidSpec`).
+        /// `TensorParallelUnsupported`, `InspectionFailed`, `InvalidSpec`,
+        /// `KvCacheClaimImmutable`).
         reason: &'static str,
         /// Human message, with the numbers.
         message: String,

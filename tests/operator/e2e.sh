@@ -173,6 +173,36 @@ claim="$(kubectl get deployment llama8b -o jsonpath='{.spec.template.spec.volume
 [ "$claim" = drafts ] || fail "no draft claim volume: $claim"
 ok "draft model: a second Job inspects it, status.plan.draftBytes $draft_bytes, kvBlocks $blocks0 -> $blocks1, its claim mounted at /draft/drafts"
 
+# The disk tier's claim: created before the pods; a change its spec cannot
+# take (another storage class) is Planned=False with the API's reason, and
+# nothing else is applied.
+kubectl apply -f - >/dev/null <<'YAML'
+apiVersion: ferrox.dev/v1alpha1
+kind: ModelDeployment
+metadata: {name: tiered}
+spec:
+  model:
+    source: hf://org/m
+    geometry: {layers: 30, kvHeads: 3, headDim: 64, weightBytes: 98362432, contextLength: 8192}
+  resources: {limits: {memory: 2Gi}}
+  kvCache: {offload: {disk: {size: 8Gi, storageClassName: fast}}}
+YAML
+wait_for "kubectl get pvc tiered-kv-cache" || fail "no disk tier claim"
+wait_for "kubectl get deployment tiered" || fail "no Deployment for the tiered deployment"
+gen="$(kubectl get deployment tiered -o jsonpath='{.metadata.generation}')"
+kubectl patch md tiered --type=merge -p '{"spec":{"kvCache":{"offload":{"disk":{"storageClassName":"slow"}}},"engine":{"maxSeqs":3}}}' >/dev/null
+wait_for "[ \"\$(kubectl get md tiered -o jsonpath='{.status.conditions[?(@.type==\"Planned\")].reason}')\" = KvCacheClaimImmutable ]" \
+  || { kubectl get md tiered -o yaml; tail -20 "$WORK/operator.log"; fail "an immutable claim change is not a condition"; }
+msg="$(kubectl get md tiered -o jsonpath='{.status.conditions[?(@.type=="Planned")].message}')"
+grep -q "tiered-kv-cache" <<<"$msg" && grep -qi "immutable\|forbidden" <<<"$msg" || fail "message: $msg"
+[ "$(kubectl get pvc tiered-kv-cache -o jsonpath='{.spec.storageClassName}')" = fast ] || fail "the claim changed"
+[ "$(kubectl get deployment tiered -o jsonpath='{.metadata.generation}')" = "$gen" ] || fail "the Deployment was changed"
+kubectl patch md tiered --type=merge -p '{"spec":{"kvCache":{"offload":{"disk":{"storageClassName":"fast"}}}}}' >/dev/null
+wait_for "[ \"\$(kubectl get md tiered -o jsonpath='{.status.conditions[?(@.type==\"Planned\")].status}')\" = True ]" \
+  || fail "set back, the claim change is not planned again"
+ok "disk tier claim: another storage class is Planned=False KvCacheClaimImmutable ($(cut -c1-90 <<<"$msg")...), nothing applied; set back, planned"
+kubectl delete md tiered --wait=false >/dev/null
+
 # Built-in autoscaler: a fake ready pod whose /metrics (on 127.0.0.1:8000) shows a queue.
 METRICS="$WORK/metrics"; mkdir -p "$METRICS"
 printf 'ferrox_requests_waiting 14\nferrox_requests_running 8\nferrox_kv_usage_ratio 0.5\n' > "$METRICS/metrics"

@@ -155,6 +155,19 @@ pub fn claim(md: &ModelDeployment) -> Result<Option<PersistentVolumeClaim>, Erro
     }))
 }
 
+/// The condition's reason and message when the API server refuses to
+/// change the existing claim as the spec now asks (`why`, its message).
+pub fn claim_refusal(md: &ModelDeployment, why: &str) -> (&'static str, String) {
+    // Its first line: the API server appends a diff of the whole spec.
+    let why = why.lines().next().unwrap_or_default().trim_end();
+    let message = format!(
+        "spec.kvCache.offload.disk: the claim {} cannot take this change ({why}); set the \
+         field back, or delete the claim (its cached blocks go with it) for a new one",
+        claim_name(md)
+    );
+    ("KvCacheClaimImmutable", message)
+}
+
 /// Why the spec's lower tiers cannot be served (a condition reason and a
 /// message), in the words of the CRD's rules where they overlap (an API
 /// server without them, or `render`, still refuses).

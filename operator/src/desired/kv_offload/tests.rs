@@ -236,3 +236,23 @@ fn bad_offload_specs_are_refused_with_what_to_do() {
         assert_eq!(refusal(&ok), None);
     }
 }
+
+#[test]
+fn a_refused_claim_change_names_the_claim_and_the_api_server_s_first_line() {
+    let m = md("tiered", cpu_spec("2Gi"));
+    let api = "PersistentVolumeClaim \"tiered-kv-cache\" is invalid: spec: Forbidden: spec is immutable after creation\n  core.PersistentVolumeClaimSpec{\n-  StorageClassName: \"fast\"\n}";
+    let (reason, message) = claim_refusal(&m, api);
+    assert_eq!(reason, "KvCacheClaimImmutable");
+    assert!(
+        message.contains("the claim tiered-kv-cache cannot take this change"),
+        "{message}"
+    );
+    assert!(
+        message.contains("spec is immutable after creation)"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("StorageClassName"),
+        "the diff is left out: {message}"
+    );
+}

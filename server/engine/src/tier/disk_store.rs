@@ -12,7 +12,7 @@ use std::time::SystemTime;
 
 use ferrox_core::BlockHash;
 
-use super::store::{BlockStore, Miss};
+use super::store::{BlockStore, Found, Miss};
 use crate::EngineError;
 
 /// The first bytes of every block file (the format's version with them).
@@ -21,19 +21,13 @@ const MAGIC: &[u8; 8] = b"FXKVBLK1";
 const HEADER: usize = 8 + 32 + 8 + 4;
 /// Block files end so.
 const EXT: &str = "kvb";
+/// A temporary file this old was left by a writer that died.
+const ABANDONED: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A directory of block files.
 #[derive(Debug)]
 pub(crate) struct DiskStore {
     dir: PathBuf,
-}
-
-/// One block file found in the directory.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Found {
-    pub hash: BlockHash,
-    pub bytes: u64,
-    pub modified: SystemTime,
 }
 
 impl DiskStore {
@@ -59,12 +53,24 @@ impl DiskStore {
         })
     }
 
-    /// Every block file the directory holds, oldest first; temporary files
-    /// a killed writer left are removed.
-    pub fn scan(&self) -> Vec<Found> {
-        if let Ok(tmp) = fs::read_dir(self.dir.join("tmp")) {
-            tmp.flatten().for_each(|e| drop(fs::remove_file(e.path())));
+    /// Removes the temporary files a killed writer left: those older than
+    /// [`ABANDONED`] (a replica sharing the directory may be writing the
+    /// newer ones).
+    pub fn clean(&self) {
+        let Ok(tmp) = fs::read_dir(self.dir.join("tmp")) else {
+            return;
+        };
+        for e in tmp.flatten() {
+            let age =
+                (e.metadata().and_then(|m| m.modified())).map(|t| t.elapsed().unwrap_or_default());
+            if age.is_ok_and(|a| a >= ABANDONED) {
+                let _ = fs::remove_file(e.path());
+            }
         }
+    }
+
+    /// Every block file the directory holds, oldest first.
+    pub fn scan(&self) -> Vec<Found> {
         let mut found = Vec::new();
         let shards = fs::read_dir(&self.dir).into_iter().flatten().flatten();
         for shard in shards.filter(|s| s.file_name() != "tmp") {
@@ -96,6 +102,10 @@ impl DiskStore {
 }
 
 impl BlockStore for DiskStore {
+    fn scan(&self) -> Vec<Found> {
+        DiskStore::scan(self)
+    }
+
     fn put(&self, hash: &BlockHash, bytes: &[u8]) -> std::io::Result<()> {
         let path = self.path(hash);
         if let Some(shard) = path.parent() {

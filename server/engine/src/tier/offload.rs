@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -16,7 +16,7 @@ use ferrox_plan::{KvTier, OffloadTier};
 
 use super::disk_store::DiskStore;
 use super::index::TierIndex;
-use super::store::{BlockStore, HostStore, Miss};
+use super::store::{BlockStore, Found, HostStore, Miss};
 use crate::EngineError;
 use crate::job::RequestId;
 use crate::metrics::Metrics;
@@ -25,6 +25,9 @@ use crate::metrics::Metrics;
 /// (counted as not written): memory stays bounded when a tier is slower
 /// than the prefill.
 const MAX_QUEUED_BYTES: u64 = 256 << 20;
+/// How often the writer lists a store again for copies other servers
+/// sharing it wrote (a disk directory on a shared claim).
+const RESCAN: Duration = Duration::from_secs(10);
 
 /// One lower tier: its index and its bytes.
 pub struct Tier {
@@ -53,6 +56,17 @@ impl Tier {
         (index.blocks(), usize::try_from(most).unwrap_or(usize::MAX))
     }
 
+    /// Takes into the index the copies in `found` (oldest first, so the
+    /// newest are kept) that it does not hold: an earlier process's, or
+    /// another server's sharing the store. A copy of another geometry is
+    /// left alone and never read.
+    fn adopt(&self, found: &[Found]) {
+        let new = found.iter().filter(|f| f.bytes == self.stored);
+        for f in new.filter(|f| !self.index().contains(&f.hash)) {
+            self.kept(f.hash);
+        }
+    }
+
     /// Records that the store kept `hash`; deletes what that evicted.
     fn kept(&self, hash: BlockHash) {
         let evicted = self.index().insert(hash, self.stored);
@@ -71,6 +85,9 @@ pub(crate) struct Loaded {
 /// The tiers, their writer and reader threads.
 pub(crate) struct Offload {
     tiers: Arc<[Arc<Tier>]>,
+    /// The writer's rescan period, in milliseconds (tests shorten it).
+    #[cfg(test)]
+    rescan_ms: Arc<AtomicU64>,
     writes: Sender<(BlockHash, Vec<u8>)>,
     queued: Arc<AtomicU64>,
     /// Hashes queued or being written.
@@ -99,6 +116,7 @@ impl Offload {
                 }
                 OffloadTier::Disk { path, bytes } => {
                     let disk = DiskStore::open(std::path::Path::new(path), *bytes)?;
+                    disk.clean();
                     found = disk.scan();
                     stores.push((KvTier::Disk, Box::new(disk), *bytes));
                 }
@@ -107,11 +125,7 @@ impl Offload {
         stores.sort_by_key(|(k, ..)| *k);
         let offload = Offload::with_stores(stores, payload, epoch, metrics);
         if let Some(disk) = offload.tiers.iter().find(|t| t.kind == KvTier::Disk) {
-            // Oldest first, so the newest are kept; a file of another
-            // geometry is left alone and never read.
-            for f in found.iter().filter(|f| f.bytes == disk.stored) {
-                disk.kept(f.hash);
-            }
+            disk.adopt(&found);
             tracing::info!(
                 blocks = disk.blocks().0,
                 "the disk KV tier holds blocks of an earlier process"
@@ -144,8 +158,10 @@ impl Offload {
         let (loaded_tx, loaded) = channel();
         let queued = Arc::new(AtomicU64::new(0));
         let writing = Arc::new(Mutex::new(HashSet::new()));
+        let rescan_ms = Arc::new(AtomicU64::new(RESCAN.as_millis() as u64));
         let writer = Writer {
             tiers: Arc::clone(&tiers),
+            rescan_ms: Arc::clone(&rescan_ms),
             queued: Arc::clone(&queued),
             writing: Arc::clone(&writing),
             metrics: Arc::clone(&metrics),
@@ -168,6 +184,8 @@ impl Offload {
         );
         Offload {
             tiers,
+            #[cfg(test)]
+            rescan_ms,
             writes,
             queued,
             writing,
@@ -175,6 +193,13 @@ impl Offload {
             loaded,
             loading: 0,
         }
+    }
+
+    /// Lists the stores again for others' copies every `period` (tests).
+    #[cfg(test)]
+    pub fn rescan_every(&self, period: Duration) {
+        let ms = u64::try_from(period.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.rescan_ms.store(ms, Ordering::Relaxed);
     }
 
     /// Bytes of copies waiting for the writer (a drain waits for 0).
@@ -255,6 +280,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The writer thread's state.
 struct Writer {
     tiers: Arc<[Arc<Tier>]>,
+    /// How often, in milliseconds, the stores are listed again for the
+    /// copies of servers sharing them.
+    rescan_ms: Arc<AtomicU64>,
     queued: Arc<AtomicU64>,
     writing: Arc<Mutex<HashSet<BlockHash>>>,
     metrics: Arc<Metrics>,
@@ -263,25 +291,45 @@ struct Writer {
 impl Writer {
     fn run(self, rx: Receiver<(BlockHash, Vec<u8>)>) {
         self.gauges();
-        for (hash, bytes) in rx {
-            for tier in self.tiers.iter() {
-                if tier.index().contains(&hash) {
-                    continue;
+        let mut scanned = Instant::now();
+        loop {
+            let rescan = Duration::from_millis(self.rescan_ms.load(Ordering::Relaxed));
+            // Now and then, what servers sharing a store wrote since.
+            if scanned.elapsed() >= rescan {
+                for tier in self.tiers.iter() {
+                    tier.adopt(&tier.store.scan());
                 }
-                match tier.store.put(&hash, &bytes) {
-                    Ok(()) => {
-                        tier.kept(hash);
-                        self.metrics.tier_written(tier.kind, tier.stored);
-                    }
-                    Err(e) => {
-                        tracing::warn!(tier = %tier.kind, error = %e, "a KV block was not written")
-                    }
+                self.gauges();
+                scanned = Instant::now();
+            }
+            let (hash, bytes) = match rx.recv_timeout(rescan) {
+                Ok(copy) => copy,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => return,
+            };
+            self.write(hash, &bytes);
+        }
+    }
+
+    /// Writes one copy to every tier that lacks it.
+    fn write(&self, hash: BlockHash, bytes: &[u8]) {
+        for tier in self.tiers.iter() {
+            if tier.index().contains(&hash) {
+                continue;
+            }
+            match tier.store.put(&hash, bytes) {
+                Ok(()) => {
+                    tier.kept(hash);
+                    self.metrics.tier_written(tier.kind, tier.stored);
+                }
+                Err(e) => {
+                    tracing::warn!(tier = %tier.kind, error = %e, "a KV block was not written")
                 }
             }
-            lock(&self.writing).remove(&hash);
-            self.queued.fetch_sub(bytes.len() as u64, Ordering::Relaxed);
-            self.gauges();
         }
+        lock(&self.writing).remove(&hash);
+        self.queued.fetch_sub(bytes.len() as u64, Ordering::Relaxed);
+        self.gauges();
     }
 
     fn gauges(&self) {

@@ -7,6 +7,17 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use ferrox_core::BlockHash;
 
+/// One copy found in a store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Found {
+    /// Its block.
+    pub hash: BlockHash,
+    /// Bytes it takes in the store.
+    pub bytes: u64,
+    /// When it was written.
+    pub modified: std::time::SystemTime,
+}
+
 /// Why a block was not read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Miss {
@@ -28,6 +39,11 @@ pub(crate) trait BlockStore: Send + Sync {
     /// Bytes a copy of `payload` bytes takes in the store.
     fn stored_bytes(&self, payload: usize) -> u64 {
         payload as u64
+    }
+    /// The copies the store holds, oldest first, whoever wrote them (a disk
+    /// directory other servers share); host memory holds only its own.
+    fn scan(&self) -> Vec<Found> {
+        Vec::new()
     }
 }
 

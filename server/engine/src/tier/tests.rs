@@ -290,3 +290,37 @@ fn reads_under_eviction_give_whole_blocks_or_stop() {
         assert!(t.blocks().0 <= 8, "{:?} holds {:?}", t.kind, t.blocks());
     }
 }
+
+#[test]
+fn servers_sharing_a_disk_tier_take_each_other_s_new_copies() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = [OffloadTier::Disk {
+        path: dir.path().display().to_string(),
+        bytes: 1 << 20,
+    }];
+    // Two servers on one directory, both started before any copy.
+    let (a, _) = offload(&disk, 4096);
+    let (mut b, _) = offload(&disk, 4096);
+    b.rescan_every(Duration::from_millis(20));
+    let hs = hashes(3);
+    for (i, h) in hs.iter().enumerate() {
+        a.offer(*h, payload(i, 4096));
+    }
+    eventually("written by a", || a.run(&hs) == 3);
+    // b lists the directory again and reads a's copies as its own.
+    eventually("taken by b", || b.run(&hs) == 3);
+    assert_eq!(
+        load_all(&mut b, &hs),
+        (0..3).map(|i| payload(i, 4096)).collect::<Vec<_>>()
+    );
+    // A temporary file a live writer may still be renaming is left alone.
+    let tmp = dir.path().join("tmp").join("in-flight");
+    std::fs::write(&tmp, b"partial").unwrap();
+    let old = dir.path().join("tmp").join("abandoned");
+    let file = std::fs::File::create(&old).unwrap();
+    let long_ago = std::time::SystemTime::now() - Duration::from_secs(120);
+    file.set_modified(long_ago).unwrap();
+    let (_c, _) = offload(&disk, 4096);
+    assert!(tmp.exists());
+    assert!(!old.exists(), "a dead writer's file is removed");
+}

@@ -242,4 +242,18 @@ FAMILIES = [
                          tie_word_embeddings=False, eos_token_id=6,
                          rope_parameters=dict(rope_type="default", rope_theta=500000.0)),
            "bfloat16", "chatml", "<|im_end|>", PLAIN),
+    # Ministral 3: Mistral's layers, YaRN whose attention factor is
+    # mscale / mscale_all_dim (mscale 1: llama.cpp's converter keeps only
+    # mscale_all_dim), and Llama 4's query scaling by position, its step
+    # (original_max_position_embeddings) 16 so every prompt crosses it; heads
+    # wider than hidden / heads, as the released models' are.
+    Family("ministral3", _cfg("Ministral3ForCausalLM", "ministral3", num_hidden_layers=3,
+                              head_dim=32, tie_word_embeddings=False, sliding_window=None,
+                              rope_parameters=dict(rope_type="yarn", rope_theta=1000000.0,
+                                                   factor=16.0,
+                                                   original_max_position_embeddings=16,
+                                                   beta_fast=32.0, beta_slow=1.0, mscale=1.0,
+                                                   mscale_all_dim=0.5,
+                                                   llama_4_scaling_beta=0.3)),
+           "bfloat16", "plain", "<eos>", PLAIN),
 ]

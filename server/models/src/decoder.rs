@@ -20,7 +20,7 @@ use crate::mixer::attention::forward::{AttentionStep, AttentionWeights};
 use crate::mixer::attention::paged::{Heads, StepTables};
 use crate::rope::Rope;
 use crate::seq_span::SeqSpan;
-use crate::spec::{AttentionSpec, KvGroup, Mixer, ModelSpec};
+use crate::spec::{AttentionSpec, KvGroup, Mixer, ModelSpec, QueryTemperature};
 use crate::state_store::StateStore;
 use op_by_op::LayerCtx;
 
@@ -303,6 +303,7 @@ impl Decoder {
             .iter()
             .map(|r| r.gather(&pos))
             .collect::<Result<Vec<_>>>()?;
+        let query_scales = self.query_scales(&positions)?;
         let slot_index = kv.slot_indices(&step.spans, &self.device)?;
         let mut x = self.embed.forward(step.tokens, &self.device)?;
         if let Some(scale) = self.spec.embed_scale {
@@ -326,6 +327,7 @@ impl Decoder {
                 spans: &step.spans,
                 tables: &tables,
                 rope_rows: &rope_rows,
+                query_scales: &query_scales,
                 slot_index: &slot_index,
                 heads: self.heads(),
                 eps: self.spec.norms.eps as f32,
@@ -399,6 +401,20 @@ impl Decoder {
         Ok(positions)
     }
 
+    /// Per distinct query temperature of the model's attention layers, its
+    /// factor at each of the step's `positions`: made once a step, read by
+    /// every layer of that kind.
+    fn query_scales(&self, positions: &[u32]) -> Result<Vec<(QueryTemperature, Tensor)>> {
+        let mut out: Vec<(QueryTemperature, Tensor)> = Vec::new();
+        let kinds = self.spec.layers.iter().filter_map(|l| l.any_attention());
+        for t in kinds.filter_map(|a| a.temperature) {
+            if !out.iter().any(|(k, _)| *k == t) {
+                out.push((t, t.factors(positions, &self.device)?));
+            }
+        }
+        Ok(out)
+    }
+
     /// The head layout of the model's attention.
     fn heads(&self) -> Heads {
         Heads {
@@ -438,6 +454,7 @@ impl Decoder {
         let q = qkv
             .narrow(0, 0, tokens * q_dim)?
             .reshape((tokens, s.heads, s.head_dim))?;
+        let q = ctx.attention.scale_queries(a, q)?;
         let k = qkv
             .narrow(0, tokens * q_dim, tokens * kv_dim)?
             .reshape((tokens, kv_dim))?;

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 pub use crate::ffn::activation::Activation;
 pub use crate::ffn::moe::spec::{MAX_EXPERTS, MoeSpec, Routing};
 pub use crate::mixer::attention::spec::AttentionSpec;
+pub use crate::mixer::attention::temperature::QueryTemperature;
 pub use crate::mixer::encoder::spec::EncoderSpec;
 pub use crate::mixer::gdn::spec::GdnSpec;
 pub use crate::mixer::mamba2::spec::SsmSpec;
@@ -166,7 +167,8 @@ pub enum RopeScaling {
     Yarn {
         /// Per-frequency divisors.
         divisors: Vec<f32>,
-        /// The attention scaling (`0.1 ln(factor) + 1`).
+        /// The attention scaling (`0.1 ln(factor) + 1`, or the ratio of
+        /// two such mscales).
         attention: f32,
     },
 }

@@ -116,6 +116,7 @@ pub(super) fn encoder_layer(
                 sinks: false,
                 nope: rope.is_none(),
                 gated: false,
+                temperature: None,
             },
             causal: false,
         }),

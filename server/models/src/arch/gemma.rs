@@ -125,6 +125,7 @@ fn layer(window: Option<usize>, scale: f32, softcap: Option<f32>, qk_norm: bool)
             sinks: false,
             nope: false,
             gated: false,
+            temperature: None,
         }),
         ffn: FeedForward::Gated(Activation::GeluTanh),
     }

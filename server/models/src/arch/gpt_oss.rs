@@ -4,7 +4,7 @@
 //! (128) and full layers alternating, YaRN.
 
 use super::llama::plain_gguf;
-use super::rope::{Yarn, hf_rope};
+use super::rope::{gguf_yarn, hf_rope};
 use super::{Family, HfExperts, Shape, pre_norms, sliding_pattern, swiglu_layer, with_experts};
 use crate::config::{HfConfig, Metadata};
 use crate::error::Result;
@@ -96,24 +96,11 @@ fn hf(c: &HfConfig) -> Result<ModelSpec> {
 fn gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
     let shape = Shape::gguf(m)?;
     let mut spec = plain_gguf(m, &shape, "gpt-oss")?;
-    if m.str_opt("rope.scaling.type")?.as_deref() == Some("yarn") {
-        let factor = m.f32_opt("rope.scaling.factor")?.unwrap_or(1.0);
-        let original = m.usize("rope.scaling.original_context_length")?;
-        let yarn = Yarn {
-            factor: f64::from(factor),
-            original: original as f64,
-            beta: (
-                f64::from(m.f32_opt("rope.scaling.yarn_beta_fast")?.unwrap_or(32.0)),
-                f64::from(m.f32_opt("rope.scaling.yarn_beta_slow")?.unwrap_or(1.0)),
-            ),
-            // As trained (transformers' `truncate: false`).
-            truncate: false,
-            attention: None,
-        };
-        spec.ropes[0].scaling = yarn.scaling(spec.ropes[0].theta, spec.ropes[0].rotary_dim);
-    } else {
-        spec.ropes[0].scaling = RopeScaling::None;
-    }
+    // As trained (transformers' `truncate: false`).
+    spec.ropes[0].scaling = match gguf_yarn(m, false)? {
+        Some(yarn) => yarn.scaling(spec.ropes[0].theta, spec.ropes[0].rotary_dim),
+        None => RopeScaling::None,
+    };
     let moe = MoeSpec {
         experts: m.usize("expert_count")?,
         top_k: m.usize("expert_used_count")?,

@@ -12,6 +12,7 @@ mod gpt_oss;
 mod granite;
 mod llama;
 mod mamba;
+mod ministral;
 mod modern_bert;
 mod nomic_bert;
 mod olmo;
@@ -73,7 +74,7 @@ pub struct Family {
 }
 
 /// Every family, in lookup order.
-const FAMILIES: [&Family; 22] = [
+const FAMILIES: [&Family; 23] = [
     &llama::LLAMA,
     &llama::MISTRAL,
     &llama::MIXTRAL,
@@ -92,6 +93,7 @@ const FAMILIES: [&Family; 22] = [
     &smollm3::SMOLLM3,
     &glm::GLM4_MOE,
     &olmo::OLMO2,
+    &ministral::MINISTRAL3,
     &bert::BERT,
     &bert::XLM_ROBERTA,
     &nomic_bert::NOMIC_BERT,
@@ -326,6 +328,7 @@ pub(crate) fn swiglu_layer(window: Option<usize>, scale: f32, qk_norm: bool) -> 
             sinks: false,
             nope: false,
             gated: false,
+            temperature: None,
         }),
         ffn: FeedForward::Gated(Activation::Silu),
     }

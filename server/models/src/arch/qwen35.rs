@@ -200,6 +200,7 @@ fn layer(linear: bool, mixer: GdnSpec, scale: f32) -> LayerSpec {
                 sinks: false,
                 nope: false,
                 gated: true,
+                temperature: None,
             }),
         },
         ffn: FeedForward::Gated(Activation::Silu),

@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value as Json};
 
-use crate::config::HfConfig;
+use crate::config::{HfConfig, Metadata};
 use crate::error::{Error, Result};
 use crate::spec::{RopeScaling, RopeSpec};
 
@@ -120,12 +120,18 @@ fn scaling_of(
                 Ok(num(s, key)?.filter(|&b| b != 0.0).unwrap_or(default))
             };
             let truncate = s.get("truncate").and_then(Json::as_bool).unwrap_or(true);
+            // As transformers: the pair counts only where both are nonzero.
+            let mscale = match (num(s, "mscale")?, num(s, "mscale_all_dim")?) {
+                (Some(m), Some(all)) if m != 0.0 && all != 0.0 => Some((m, all)),
+                _ => None,
+            };
             let yarn = Yarn {
                 factor,
                 original,
                 beta: (beta("beta_fast", 32.0)?, beta("beta_slow", 1.0)?),
                 truncate,
                 attention: num(s, "attention_factor")?,
+                mscale,
             };
             Ok(yarn.scaling(theta, rotary_dim))
         }
@@ -182,6 +188,31 @@ pub(crate) fn llama3_divisors(
         .collect()
 }
 
+/// The YaRN a GGUF file's `rope.scaling.*` keys describe, if any, its ramp
+/// rounded where `truncate`. llama.cpp's converter keeps `mscale_all_dim`
+/// as `yarn_log_multiplier` and drops `mscale`, which llama.cpp takes as 1.
+pub(crate) fn gguf_yarn(m: &Metadata<'_>, truncate: bool) -> Result<Option<Yarn>> {
+    if m.str_opt("rope.scaling.type")?.as_deref() != Some("yarn") {
+        return Ok(None);
+    }
+    let factor = m.f32_opt("rope.scaling.factor")?.unwrap_or(1.0);
+    let original = m.usize("rope.scaling.original_context_length")?;
+    let key =
+        |k: &str, default: f32| -> Result<f64> { Ok(f64::from(m.f32_opt(k)?.unwrap_or(default))) };
+    let log_mul = key("rope.scaling.yarn_log_multiplier", 0.0)?;
+    Ok(Some(Yarn {
+        factor: f64::from(factor),
+        original: original as f64,
+        beta: (
+            key("rope.scaling.yarn_beta_fast", 32.0)?,
+            key("rope.scaling.yarn_beta_slow", 1.0)?,
+        ),
+        truncate,
+        attention: None,
+        mscale: (log_mul != 0.0).then_some((1.0, log_mul)),
+    }))
+}
+
 /// YaRN's settings (transformers' names).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Yarn {
@@ -193,11 +224,24 @@ pub(crate) struct Yarn {
     pub beta: (f64, f64),
     /// Whether the ramp's ends are rounded to whole dimensions.
     pub truncate: bool,
-    /// cos/sin scaling, where given (else `0.1 ln(factor) + 1`).
+    /// cos/sin scaling, where given (else from `mscale`).
     pub attention: Option<f64>,
+    /// `(mscale, mscale_all_dim)` where a config gives both (DeepSeek,
+    /// Ministral 3): the attention factor is `m(mscale) / m(mscale_all_dim)`
+    /// with `m(x) = 0.1 x ln(factor) + 1`; else `m(1)`.
+    pub mscale: Option<(f64, f64)>,
 }
 
 impl Yarn {
+    /// YaRN's magnitude correction `0.1 m ln(factor) + 1` (1 where the
+    /// context is not extended).
+    fn mscale_of(self, m: f64) -> f64 {
+        match self.factor {
+            f if f <= 1.0 => 1.0,
+            f => 0.1 * m * f.ln() + 1.0,
+        }
+    }
+
     /// The divisors and attention factor, as transformers computes them:
     /// each frequency between interpolated (`/ factor`) and kept by a ramp
     /// over the dimensions whose wavelengths the beta rotations bound.
@@ -222,9 +266,9 @@ impl Yarn {
                 (1.0 / ((1.0 - keep) / self.factor + keep)) as f32
             })
             .collect();
-        let attention = self.attention.unwrap_or(match self.factor {
-            f if f <= 1.0 => 1.0,
-            f => 0.1 * f.ln() + 1.0,
+        let attention = self.attention.unwrap_or_else(|| match self.mscale {
+            Some((m, all)) => self.mscale_of(m) / self.mscale_of(all),
+            None => self.mscale_of(1.0),
         });
         RopeScaling::Yarn {
             divisors,

@@ -14,6 +14,7 @@ fn layer(window: Option<usize>) -> LayerSpec {
             sinks: false,
             nope: false,
             gated: false,
+            temperature: None,
         }),
         ffn: FeedForward::Gated(Activation::Silu),
     }

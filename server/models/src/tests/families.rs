@@ -342,6 +342,29 @@ fn a_multimodal_gemma3_checkpoint_serves_its_language_model() {
 }
 
 #[test]
+fn a_multimodal_mistral3_checkpoint_serves_its_ministral3_text_model() {
+    // Ministral 3 ships inside Mistral 3's wrapper: a Pixtral tower and
+    // its projector beside the language model.
+    let mistral3 = Multimodal {
+        family: "ministral3",
+        arch: ("Mistral3ForConditionalGeneration", "mistral3"),
+        beside: &[
+            "model.vision_tower.patch_conv.weight",
+            "model.multi_modal_projector.linear_1.weight",
+        ],
+    };
+    let r = reference("ministral3");
+    let p = &r.runs[0].prompts[2];
+    let tmp = tempfile::tempdir().unwrap();
+    as_multimodal(&mistral3, tmp.path(), "model.language_model.");
+    let got = crate::Source::open(tmp.path()).unwrap().info().unwrap();
+    assert_eq!(got.architecture, "mistral3");
+    let mut m = open(tmp.path(), None);
+    let steps = greedy(&mut m, &p.ids, p.steps.len(), 16);
+    check_greedy("multimodal ministral3", &steps, p, r.near_tie);
+}
+
+#[test]
 fn every_family_held_as_on_a_gpu_tracks_transformers() {
     // Half matrices through a dense matmul, KV in the model's half type: the
     // path a CUDA server takes, minus the device. Teacher-forced along

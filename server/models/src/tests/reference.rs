@@ -19,7 +19,7 @@ use crate::{Decoder, PagedModel, Source};
 pub const TOL: f32 = 2e-3;
 
 /// Every family with a committed reference.
-pub const FAMILIES: [&str; 20] = [
+pub const FAMILIES: [&str; 21] = [
     "llama",
     "qwen2",
     "mistral",
@@ -40,6 +40,7 @@ pub const FAMILIES: [&str; 20] = [
     "glm4moe",
     "olmo2",
     "olmo3",
+    "ministral3",
 ];
 
 /// A routing margin half precision keeps: every matrix held in bf16 moves

@@ -13,7 +13,8 @@ use ferrox_kernels::AttnParams;
 
 use super::paged::{Heads, LayerAttn, StepTables, attention};
 use super::spec::AttentionSpec;
-use crate::error::Result;
+use super::temperature::QueryTemperature;
+use crate::error::{Error, Result};
 use crate::kv_store::KvStore;
 use crate::linear::{Linear, tensor_bytes};
 use crate::lora::{LoraHook, Target};
@@ -48,6 +49,9 @@ pub(crate) struct AttentionStep<'a> {
     pub tables: &'a [Option<Arc<StepTables>>],
     /// Per RoPE kind: this step's `(cos, sin)` rows.
     pub rope_rows: &'a [(Tensor, Tensor)],
+    /// Per query temperature the model's layers have: this step's factors
+    /// `(tokens, 1, 1)`.
+    pub query_scales: &'a [(QueryTemperature, Tensor)],
     /// Per KV group: this step's slot index.
     pub slot_index: &'a [Tensor],
     /// Head layout.
@@ -63,6 +67,19 @@ impl AttentionStep<'_> {
     pub(crate) fn rope_rows(&self, a: &AttentionSpec) -> (&Tensor, &Tensor) {
         let (cos, sin) = &self.rope_rows[a.rope];
         (cos, sin)
+    }
+
+    /// `q` `(tokens, heads, head_dim)` scaled by `a`'s query temperature at
+    /// each token's position (after RoPE, as Llama 4 does); as is where the
+    /// kind has none.
+    pub(crate) fn scale_queries(&self, a: &AttentionSpec, q: Tensor) -> Result<Tensor> {
+        let Some(t) = a.temperature else {
+            return Ok(q);
+        };
+        let Some((_, f)) = self.query_scales.iter().find(|(k, _)| *k == t) else {
+            return Err(Error::Config(format!("no step factors for {t:?}")));
+        };
+        Ok(q.broadcast_mul(&f.to_dtype(q.dtype())?)?)
     }
 }
 
@@ -141,6 +158,7 @@ impl AttentionWeights {
                 (Rope::apply(&q, cos, sin)?, Rope::apply(&k, cos, sin)?)
             }
         };
+        let q = step.scale_queries(a, q)?;
         let k = k.contiguous()?.reshape((tokens, kv_dim))?;
         let mut out = attend(&q, &k, &v)?;
         if let Some(gate) = gate {

@@ -6,7 +6,9 @@ pub mod forward;
 pub(crate) mod load;
 pub mod paged;
 pub mod spec;
+pub mod temperature;
 
 pub use forward::AttentionWeights;
 pub use paged::AttentionBackend;
 pub use spec::AttentionSpec;
+pub use temperature::QueryTemperature;

@@ -1,5 +1,8 @@
 //! An attention layer's kind: its window, RoPE, scale and the variants
-//! families add (soft-cap, q/k norms, sinks, NoPE, an output gate).
+//! families add (soft-cap, q/k norms, sinks, NoPE, an output gate, a query
+//! temperature).
+
+use super::temperature::QueryTemperature;
 
 /// One attention layer's kind.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,4 +31,7 @@ pub struct AttentionSpec {
     /// gate; the output is multiplied by `sigmoid(gate)` before the output
     /// projection (Qwen3-Next, Qwen3.5).
     pub gated: bool,
+    /// Queries scaled up by position after RoPE (Llama 4's temperature
+    /// tuning; Ministral 3's `llama_4_scaling_beta`).
+    pub temperature: Option<QueryTemperature>,
 }

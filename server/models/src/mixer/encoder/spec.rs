@@ -40,6 +40,7 @@ mod tests {
                 sinks: false,
                 nope: true,
                 gated: false,
+                temperature: None,
             },
             causal,
         }

@@ -25,16 +25,24 @@ and saved as sentence-transformers saves them (modules.json,
 - qwen3_embed: a Qwen3 decoder (Qwen3Model, no `model.` prefix, as
   Qwen3-Embedding ships), <|endoftext|> appended by the tokenizer,
   last-token pooling, normalized, Matryoshka dimensions 16 and 32.
+- embeddinggemma: EmbeddingGemma's shape (Gemma3TextModel with
+  `use_bidirectional_attention`, five sliding layers and one global, a
+  window of 8 so every longer text slides both ways), <bos> text <eos>,
+  mean pooling, two bias-free identity Dense modules (32 -> 64 -> 32),
+  normalized, Matryoshka dimensions 16 and 32, and its query and document
+  prompts (config_sentence_transformers.json), whose vectors are in the
+  reference's `prompts` too.
 
 With `--llama-src` (scripts/reference-models --embeddings passes `peer-llama
 src`), BERT and NomicBERT are also written as the GGUF llama.cpp's converter
-makes of them (f32, so the same bar holds), `bert/model.gguf` and
-`nomic/model.gguf`. ModernBERT is not: the converter reads its vocabulary
+makes of them (f32, so the same bar holds), `bert/model.gguf`,
+`nomic/model.gguf` and `embeddinggemma/model.gguf` (its Dense modules as
+`dense_2`/`dense_3`, the converter's `--sentence-transformers-dense-modules`). ModernBERT is not: the converter reads its vocabulary
 as GPT-2's BPE, and this one is WordPiece. `--only NAME...` remakes only
 those fixtures.
 
-Each reference has `embeddings` (what the model outputs), `raw` (pooled,
-before any Normalize module) and, for a Matryoshka model, `dimensions`: each
+Each reference has `embeddings` (what the model outputs), `raw` (pooled and
+through any Dense modules, before the Normalize module) and, for a Matryoshka model, `dimensions`: each
 size's truncated and renormalized vectors."""
 
 import argparse
@@ -267,22 +275,92 @@ def qwen3_dir(dir: pathlib.Path, seed: int) -> None:
     fast.save_pretrained(dir)
 
 
-def sentence_model(dir: pathlib.Path, pooling: str, normalize: bool) -> SentenceTransformer:
+# EmbeddingGemma's prompts (its config_sentence_transformers.json), two of them.
+GEMMA_PROMPTS = {"query": "task: search result | query: ", "document": "title: none | text: "}
+
+
+def gemma_config(**over) -> transformers.Gemma3TextConfig:
+    config = transformers.Gemma3TextConfig(**{
+        "vocab_size": bpe.VOCAB, "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 6, "num_attention_heads": 2, "num_key_value_heads": 1,
+        "head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 8,
+        "max_position_embeddings": 256, "rms_norm_eps": 1e-6,
+        "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True,
+        "use_bidirectional_attention": True, "bos_token_id": 2, "eos_token_id": 1,
+        "pad_token_id": 0,
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+        **over})
+    config.architectures = ["Gemma3TextModel"]
+    return config
+
+
+def gemma_dir(dir: pathlib.Path, seed: int) -> None:
+    config = gemma_config()
+    config.matryoshka_dimensions = [16, 32]
+    model = transformers.Gemma3TextModel(config)
+    randomize(model, seed)
+    # The longest text must slide past the window both ways: causal, or
+    # with every layer global, the same weights differ.
+    tok = bpe.build()
+    bos, eos = tok.token_to_id("<bos>"), tok.token_to_id("<eos>")
+    ids = torch.tensor([[bos] + tok.encode(TEXTS[2]).ids + [eos]])
+    want = model.eval()(ids).last_hidden_state
+    for over in ({"use_bidirectional_attention": False},
+                 {"layer_types": ["full_attention"] * config.num_hidden_layers}):
+        other = transformers.Gemma3TextModel(gemma_config(**over))
+        other.load_state_dict(model.state_dict())
+        gap = (want - other.eval()(ids).last_hidden_state).abs().max()
+        if len(ids[0]) <= config.sliding_window or gap < 1e-3:
+            raise SystemExit(f"the window is not exercised ({over}: {len(ids[0])} tokens, {gap})")
+    model.save_pretrained(dir)
+    # EmbeddingGemma's tokenizer adds <bos> and <eos>.
+    tok.post_processor = processors.TemplateProcessing(
+        single="<bos> $A <eos>", pair="<bos> $A <eos> $B:1 <eos>:1",
+        special_tokens=[("<bos>", bos), ("<eos>", eos)])
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
+        model_max_length=256)
+    fast.save_pretrained(dir)
+
+
+def gemma_dense(seed: int) -> list:
+    """EmbeddingGemma's two Dense modules (bias-free, identity), 32 -> 64 -> 32."""
+    mods = [models.Dense(32, 64, bias=False, activation_function=torch.nn.Identity()),
+            models.Dense(64, 32, bias=False, activation_function=torch.nn.Identity())]
+    for i, m in enumerate(mods):
+        randomize(m, seed + i)
+    return mods
+
+
+def sentence_model(dir: pathlib.Path, pooling: str, normalize: bool, dense=(),
+                   prompts=None) -> SentenceTransformer:
     t = models.Transformer(str(dir), model_args={"attn_implementation": "eager"})
-    mods = [t, models.Pooling(t.get_word_embedding_dimension(), pooling_mode=pooling)]
+    mods = [t, models.Pooling(t.get_word_embedding_dimension(), pooling_mode=pooling), *dense]
     if normalize:
         mods.append(models.Normalize())
-    return SentenceTransformer(modules=mods, device="cpu")
+    return SentenceTransformer(modules=mods, device="cpu", prompts=prompts)
 
 
-def vectors(model: SentenceTransformer) -> list:
+def vectors(model: SentenceTransformer, prompt_name=None) -> list:
     # One text a call, so padding never enters; the server's batching is
     # checked against these.
     out = []
     for t in TEXTS:
-        e = model.encode([t], convert_to_tensor=True, normalize_embeddings=False)[0]
+        e = model.encode([t], convert_to_tensor=True, normalize_embeddings=False,
+                         prompt_name=prompt_name)[0]
         out.append([round(float(x), 7) for x in e.float()])
     return out
+
+
+def without_normalize(dir: pathlib.Path) -> SentenceTransformer:
+    """The model saved in `dir`, every module but Normalize (its Dense
+    modules as saved)."""
+    saved = SentenceTransformer(str(dir), device="cpu",
+                                model_kwargs={"attn_implementation": "eager"})
+    return SentenceTransformer(modules=[m for m in saved
+                                        if not isinstance(m, models.Normalize)], device="cpu")
 
 
 def build(name: str, make, pooling: str, normalize: bool, dims: list, seed: int,
@@ -290,15 +368,21 @@ def build(name: str, make, pooling: str, normalize: bool, dims: list, seed: int,
     dir = OUT / name
     dir.mkdir(parents=True, exist_ok=True)
     make(dir, seed)
-    model = sentence_model(dir, pooling, normalize)
+    dense, prompts = HEADS.get(name, (lambda _: [], None))
+    model = sentence_model(dir, pooling, normalize, dense(seed + 100), prompts)
     model.save(str(dir))
     # sentence-transformers' generated model card: nothing the server reads.
     (dir / "README.md").unlink(missing_ok=True)
-    raw = vectors(sentence_model(dir, pooling, False))
+    raw = vectors(without_normalize(dir) if prompts else sentence_model(dir, pooling, False))
     ref = {"family": name, "pooling": pooling, "normalize": normalize, "texts": TEXTS,
            "tokens": [model.tokenizer(t)["input_ids"] for t in TEXTS],
            "embeddings": vectors(model), "raw": raw,
            "torch": torch.__version__, "transformers": transformers.__version__}
+    if prompts:
+        # Each prompt before each text, as sentence-transformers encodes it.
+        ref["prompts"] = {p: {"tokens": [model.tokenizer(prompts[p] + t)["input_ids"]
+                                         for t in TEXTS],
+                              "embeddings": vectors(model, p)} for p in prompts}
     if dims:
         ref["dimensions"] = {str(d): [normed(v[:d]) for v in raw] for d in dims}
     (dir / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
@@ -307,12 +391,19 @@ def build(name: str, make, pooling: str, normalize: bool, dims: list, seed: int,
     return ref
 
 
+# The modules after pooling (a function of the seed) and the prompts of
+# the fixtures that have them.
+HEADS = {"embeddinggemma": (gemma_dense, GEMMA_PROMPTS)}
+
+
 def convert(name: str, src: pathlib.Path) -> None:
     """The GGUF llama.cpp's converter makes of fixture `name` (f32)."""
     here = pathlib.Path(__file__).resolve().parent
     dir = OUT / name
     cmd = [sys.executable, str(here / "convert.py"), str(src), str(dir), "--outfile",
            str(dir / "model.gguf"), "--outtype", "f32", "--model-name", "ferrox tiny reference"]
+    if name in HEADS:
+        cmd.append("--sentence-transformers-dense-modules")
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"convert_hf_to_gguf.py failed on {name}:\n{done.stderr[-3000:]}")
@@ -338,9 +429,10 @@ def main() -> int:
         "xlmr": (xlmr_dir, "mean", True, [], 2005, None),
         "nomic": (nomic_dir, "mean", True, [], 2006, nomic_layout),
         "modernbert": (modernbert_dir, "cls", True, [], 2007, None),
+        "embeddinggemma": (gemma_dir, "mean", True, [16, 32], 2008, None),
     }
     # What llama.cpp's converter also writes as GGUF.
-    gguf = ["bert", "nomic"]
+    gguf = ["bert", "nomic", "embeddinggemma"]
     for name in a.only or fixtures:
         make, pooling, norm, dims, seed, layout = fixtures[name]
         torch.manual_seed(0)

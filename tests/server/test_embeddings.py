@@ -2,8 +2,9 @@
 sentence-transformers) served by the real binary and read through the openai
 SDK's `client.embeddings.create`: floats, base64 (the SDK's default, and
 asked for), Matryoshka `dimensions`, a batch of mixed lengths against each
-text alone, vLLM's `truncate_prompt_tokens` and `normalize`, and the bad
-inputs that are each a 400 with its reason while the server goes on."""
+text alone, vLLM's `truncate_prompt_tokens` and `normalize`, TEI's
+`prompt_name` (EmbeddingGemma's prompts), and the bad inputs that are each a
+400 with its reason while the server goes on."""
 
 import base64
 import json
@@ -20,10 +21,11 @@ from conftest import MODEL_NAME, Server, model_path, server_bin
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "server" / "models" / "testdata" / "embeddings"
-# Each fixture's folder (its safetensors), and BERT's and NomicBERT's GGUF
-# (llama.cpp's converter's), checked against the same reference.
+# Each fixture's folder (its safetensors), and BERT's, NomicBERT's and
+# EmbeddingGemma's GGUF (llama.cpp's converter's), checked against the same
+# reference.
 NAMES = ["bert", "bert/model.gguf", "bert_mean", "qwen3_embed", "xlmr", "nomic",
-         "nomic/model.gguf", "modernbert"]
+         "nomic/model.gguf", "modernbert", "embeddinggemma", "embeddinggemma/model.gguf"]
 # The issue's accuracy bar, float32.
 COSINE, ELEMENT = 0.99999, 1e-4
 
@@ -91,7 +93,9 @@ def test_a_batch_of_mixed_lengths_equals_each_text_alone(served):
 def test_dimensions_are_honoured_only_where_the_model_has_them(served):
     name, s = served
     ref, client = reference(name), s.client()
-    if "dimensions" not in ref:
+    # A GGUF names no Matryoshka sizes (config.json's, which llama.cpp's
+    # converter does not carry).
+    if "dimensions" not in ref or name.endswith(".gguf"):
         with pytest.raises(openai.BadRequestError, match="Matryoshka"):
             client.embeddings.create(model=MODEL_NAME, input="red", dimensions=16)
         return
@@ -133,6 +137,54 @@ def test_bad_input_is_a_400_with_its_reason_and_the_server_goes_on(served, body,
     assert reason in r.json()["error"]["message"], r.text
     ok = requests.post(s.url + "/v1/embeddings", json={"input": "red"}, timeout=30)
     assert ok.status_code == 200, ok.text
+
+
+def test_a_named_prompt_goes_before_each_text_as_sentence_transformers_does():
+    """EmbeddingGemma's query and document prompts (its
+    config_sentence_transformers.json): prepended, pooled and counted."""
+    ref = reference("embeddinggemma")
+    s = Server("--max-batch-tokens", "256", model=str(FIXTURES / "embeddinggemma"))
+    try:
+        client = s.client()
+        for name, want in ref["prompts"].items():
+            got = client.embeddings.create(model=MODEL_NAME, input=ref["texts"],
+                                           encoding_format="float",
+                                           extra_body={"prompt_name": name})
+            assert got.usage.prompt_tokens == sum(len(t) for t in want["tokens"])
+            for i, w in enumerate(want["embeddings"]):
+                assert_close(f"{name} text {i}", got.data[i].embedding, w)
+            cut = client.embeddings.create(model=MODEL_NAME, input=ref["texts"][0],
+                                           encoding_format="float", dimensions=16,
+                                           extra_body={"prompt_name": name})
+            assert len(cut.data[0].embedding) == 16
+        # Without a name (the model has no default): the text alone.
+        plain = client.embeddings.create(model=MODEL_NAME, input=ref["texts"][0],
+                                         encoding_format="float")
+        assert_close("no prompt", plain.data[0].embedding, ref["embeddings"][0])
+        for body, reason in [
+            ({"input": "red", "prompt_name": "passage"},
+             'prompt_name "passage" is not one of the model\'s prompts (document, query)'),
+            ({"input": [2, 3], "prompt_name": "query"}, "not token ids"),
+        ]:
+            r = requests.post(s.url + "/v1/embeddings", json=body, timeout=30)
+            assert r.status_code == 400, r.text
+            assert reason in r.json()["error"]["message"], r.text
+            assert r.json()["error"]["param"] == "prompt_name", r.text
+    finally:
+        s.close()
+
+
+def test_an_unknown_prompt_name_is_a_400_naming_it(served):
+    name, s = served
+    r = requests.post(s.url + "/v1/embeddings", json={"input": "red", "prompt_name": "passage"},
+                      timeout=30)
+    assert r.status_code == 400, r.text
+    # A folder's prompts are its config_sentence_transformers.json's
+    # (sentence-transformers writes empty `query` and `document` ones); a
+    # GGUF carries none.
+    why = "names no prompts" if name.endswith(".gguf") else "is not one of the model's prompts"
+    assert f'prompt_name "passage"' in r.json()["error"]["message"], r.text
+    assert why in r.json()["error"]["message"], r.text
 
 
 def test_more_text_than_a_batch_can_ever_hold_is_refused():
@@ -181,6 +233,8 @@ def test_the_router_forwards_embeddings_to_a_ready_replica():
     (FIXTURES / "bert", "embed"),                 # sentence-transformers' modules.json
     (FIXTURES / "bert" / "model.gguf", "embed"),  # GGUF's pooling type
     (FIXTURES / "qwen3_embed", "embed"),          # a decoder with a pooling module
+    (FIXTURES / "embeddinggemma", "embed"),       # Gemma 3, bidirectional
+    (FIXTURES / "embeddinggemma" / "model.gguf", "embed"),
     (FIXTURES / "xlmr_rerank", "score"),          # *ForSequenceClassification
     (None, "generate"),                           # SmolLM2
 ])

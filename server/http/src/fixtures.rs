@@ -339,6 +339,7 @@ pub fn pooling_state(batch_tokens: usize, matryoshka: Option<Vec<usize>>) -> App
             dim: 4,
             normalize: true,
             matryoshka,
+            prompts: Default::default(),
         }),
     });
     state

@@ -1,7 +1,8 @@
 //! A model whose layers keep no cache (an encoder, or a decoder
 //! [`pooled`](crate::spec::ModelSpec::pooled)) behind the pooling worker's
 //! [`PoolingModel`] interface: a batch of whole sequences is one forward,
-//! each sequence's hidden states pooled into one vector, nothing kept.
+//! each sequence's hidden states pooled into one vector (then through the
+//! model's Dense modules, if any), nothing kept.
 
 use std::sync::Arc;
 
@@ -12,6 +13,7 @@ use crate::decoder::{Decoder, Step};
 use crate::error::{Error, Result};
 use crate::kv_store::KvStore;
 use crate::pooling::Pooling;
+use crate::pooling::dense::Dense;
 use crate::pooling::head::ScoreHead;
 use crate::seq_span::SeqSpan;
 use crate::state_store::StateStore;
@@ -26,6 +28,8 @@ pub struct Embedder {
     state: StateStore,
     /// A cross-encoder's score head: each "vector" is its one score.
     head: Option<ScoreHead>,
+    /// sentence-transformers' Dense modules, in order, after the pooling.
+    dense: Vec<Dense>,
 }
 
 impl Embedder {
@@ -45,7 +49,24 @@ impl Embedder {
             kv,
             state,
             head: None,
+            dense: Vec::new(),
         })
+    }
+
+    /// The same model with `dense` applied to each pooled vector, in order.
+    pub fn with_dense(mut self, dense: Vec<Dense>) -> Self {
+        self.dense = dense;
+        self
+    }
+
+    /// The width of a vector: the last Dense module's, else the model's;
+    /// one for a scorer.
+    pub fn dim(&self) -> usize {
+        match (&self.head, self.dense.last()) {
+            (Some(_), _) => 1,
+            (None, Some(d)) => d.out_features(),
+            (None, None) => self.decoder.spec().hidden,
+        }
     }
 
     /// The same model scoring: each sequence's pooled state through `head`,
@@ -112,7 +133,8 @@ impl Embedder {
         };
         let run = || {
             let hidden = self.decoder.hidden(&self.kv, &self.state, &step)?;
-            self.pooling.pool(&hidden, &lens)
+            let pooled = self.pooling.pool(&hidden, &lens)?;
+            self.dense.iter().try_fold(pooled, |x, d| d.forward(&x))
         };
         // On CPU on a warm pool worker, as a decoder step (see `PagedModel`).
         let pooled = match self.decoder.device().is_cpu() {

@@ -13,8 +13,9 @@ use crate::embedder::Embedder;
 use crate::error::{Error, Result};
 use crate::gguf::GgufSource;
 use crate::holding::device_kind;
+use crate::pooling::activation::ModuleActivation;
 use crate::pooling::config::PoolingFiles;
-use crate::pooling::head::{ScoreActivation, ScoreHead};
+use crate::pooling::head::{ScoreHead, score_activation};
 use crate::pooling::{Pooling, PoolingMethod};
 use crate::safetensors::{self as st, SafetensorsSource, safetensors_files};
 use crate::spec::{KvGroup, ModelSpec};
@@ -193,7 +194,14 @@ impl Source {
                 ..
             } => {
                 let params = (Format::Safetensors, st::params(dir, family)?);
-                ModelInfo::new(config, params, *half, |d| st::weight_bytes(dir, family, d))
+                // Dense modules are held beside the model, in f32 (their
+                // files' errors are the load's to report).
+                let dense: u64 = crate::pooling::config::from_dir(dir)
+                    .map(|f| f.dense.iter().map(|d| d.held_bytes()).sum())
+                    .unwrap_or(0);
+                ModelInfo::new(config, params, *half, |d| {
+                    Ok(st::weight_bytes(dir, family, d)? + dense)
+                })
             }
         }
     }
@@ -218,9 +226,18 @@ impl Source {
     }
 
     /// The model on `device` as a pooling model (an embedder): an encoder
-    /// as it is, a decoder [`pooled`](ModelSpec::pooled), keeping no cache.
+    /// as it is, a decoder [`pooled`](ModelSpec::pooled), keeping no cache;
+    /// each vector through the Dense modules its files name.
     pub fn embedder(&mut self, device: &Device, pooling: Pooling) -> Result<Embedder> {
-        Embedder::new(self.build(device, device_kind(device), true)?, pooling)
+        let modules = self.pooling_files()?.dense;
+        let mut dense = Vec::with_capacity(modules.len());
+        let decoder = self.build_then(device, device_kind(device), true, &mut |src| {
+            for m in &modules {
+                dense.push(m.load(src, device)?);
+            }
+            Ok(())
+        })?;
+        Ok(Embedder::new(decoder, pooling)?.with_dense(dense))
     }
 
     /// The model on `device` as a cross-encoder: the encoder, its first
@@ -228,8 +245,8 @@ impl Source {
     /// activation its files name), one score a sequence.
     pub fn scorer(&mut self, device: &Device) -> Result<Embedder> {
         let activation = match self {
-            Source::Dir { dir, .. } => ScoreActivation::from_dir(dir)?,
-            Source::Gguf(_) => ScoreActivation::Sigmoid,
+            Source::Dir { dir, .. } => score_activation(dir)?,
+            Source::Gguf(_) => ModuleActivation::Sigmoid,
         };
         let hidden = self.spec()?.hidden;
         self.scoring(device, PoolingMethod::Cls, &mut |src| {
@@ -278,7 +295,7 @@ impl Source {
                     md: g.metadata(),
                     arch: &arch,
                 };
-                crate::pooling::config::from_gguf_type(md.usize_opt("pooling_type")?)
+                crate::pooling::config::from_gguf(&md)
             }
             Source::Dir { dir, .. } => crate::pooling::config::from_dir(dir),
         }

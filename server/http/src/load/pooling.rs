@@ -128,13 +128,12 @@ pub fn load_pooling(
         name: cfg.served_model_name.clone(),
         vocab: usize::try_from(info.facts.vocab_size)?,
         max_model_len: sizing.engine.max_model_len,
-        // A cross-encoder's "vector" is its one score.
-        dim: match task {
-            ferrox_plan::Task::Score => 1,
-            _ => usize::try_from(info.facts.hidden_size)?,
-        },
+        // A cross-encoder's "vector" is its one score; an embedder's the
+        // width its last Dense module gives.
+        dim: model.dim(),
         normalize: pooling.normalize,
         matryoshka: files.matryoshka,
+        prompts: files.prompts,
     };
     let eos = text.end_of_generation.ids().to_vec();
     let frontend = CoreFrontend::new(text.tokenizer, text.chat_template, eos).with_pairs(pairs);

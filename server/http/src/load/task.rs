@@ -122,8 +122,8 @@ mod tests {
     fn files(pooling: Option<Pooling>, classifier: bool) -> PoolingFiles {
         PoolingFiles {
             pooling,
-            matryoshka: None,
             classifier,
+            ..PoolingFiles::default()
         }
     }
 

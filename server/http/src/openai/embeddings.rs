@@ -1,8 +1,10 @@
 //! `POST /v1/embeddings` in OpenAI's shape, with vLLM's
-//! `truncate_prompt_tokens` and `normalize`: the request, its inputs as
-//! token ids (a string, strings, ids, lists of ids), and every refusal a
-//! client can cure (a 400 naming the field). Pure: no engine here.
+//! `truncate_prompt_tokens` and `normalize` and TEI's `prompt_name`: the
+//! request, its inputs as token ids (a string, strings, ids, lists of ids),
+//! and every refusal a client can cure (a 400 naming the field). Pure: no
+//! engine here.
 
+use ferrox_models::pooling::prompts::Prompts;
 use serde::{Deserialize, Serialize};
 
 use crate::openai::error::ApiError;
@@ -27,6 +29,10 @@ pub struct EmbeddingRequest {
     pub truncate_prompt_tokens: Option<i64>,
     /// L2-normalize each vector (default: as the model's files say).
     pub normalize: Option<bool>,
+    /// The model's prompt (sentence-transformers' `prompts`, TEI's name)
+    /// put before each text; default: the model's `default_prompt_name`,
+    /// if it has one. Token ids are taken as given.
+    pub prompt_name: Option<String>,
 }
 
 /// The forms `input` takes.
@@ -67,6 +73,8 @@ pub struct EmbeddingModel {
     pub normalize: bool,
     /// Matryoshka sizes (`None`: not trained for them; empty: any).
     pub matryoshka: Option<Vec<usize>>,
+    /// The prompts a request may name.
+    pub prompts: Prompts,
 }
 
 /// An embedding request ready for the engine: each input's ids, and what
@@ -117,7 +125,8 @@ pub fn prepare(
     let Some(input) = r.input else {
         return Err(ApiError::invalid("input", "input is required"));
     };
-    let inputs = tokenize(input, f, limit)?;
+    let prompt = prompt(r.prompt_name.as_deref(), &input, m)?;
+    let inputs = tokenize(input, f, limit, prompt)?;
     if inputs.is_empty() {
         return Err(ApiError::invalid("input", "the input is empty"));
     }
@@ -152,6 +161,26 @@ fn dimensions(asked: Option<usize>, m: &EmbeddingModel) -> Result<Option<usize>,
     }
 }
 
+/// The text put before each input: the prompt `name` names, else the
+/// model's default for texts; none for token ids, which a named prompt
+/// cannot reach (a 400).
+fn prompt<'m>(
+    name: Option<&str>,
+    input: &EmbeddingInput,
+    m: &'m EmbeddingModel,
+) -> Result<Option<&'m str>, ApiError> {
+    let invalid = |why: String| ApiError::invalid("prompt_name", why);
+    if matches!(input, EmbeddingInput::Ids(_) | EmbeddingInput::IdLists(_)) {
+        return match name {
+            Some(n) => Err(invalid(format!(
+                "prompt_name {n:?} applies to text inputs, not token ids"
+            ))),
+            None => Ok(None),
+        };
+    }
+    m.prompts.text(name).map_err(invalid)
+}
+
 /// The most tokens an input keeps: `truncate_prompt_tokens` (-1: the
 /// longest sequence), or no cut.
 fn truncation(asked: Option<i64>, max_model_len: usize) -> Result<Option<usize>, ApiError> {
@@ -166,12 +195,14 @@ fn truncation(asked: Option<i64>, max_model_len: usize) -> Result<Option<usize>,
     }
 }
 
-/// Each input's ids: texts through the tokenizer (cut to `limit` keeping
-/// their special tokens), ids as given (cut to their last `limit`).
+/// Each input's ids: texts through the tokenizer after `prompt`, as
+/// sentence-transformers joins them (cut to `limit` keeping their special
+/// tokens), ids as given (cut to their last `limit`).
 fn tokenize(
     input: EmbeddingInput,
     f: &dyn Frontend,
     limit: Option<usize>,
+    prompt: Option<&str>,
 ) -> Result<Vec<Vec<u32>>, ApiError> {
     let text = |i: usize, t: &str| -> Result<Vec<u32>, ApiError> {
         if t.is_empty() {
@@ -180,6 +211,14 @@ fn tokenize(
                 format!("input {i} is an empty string"),
             ));
         }
+        let joined;
+        let t = match prompt {
+            Some(p) => {
+                joined = format!("{p}{t}");
+                joined.as_str()
+            }
+            None => t,
+        };
         let ids = match limit {
             Some(max) => f.encode_truncated(t, max),
             None => f.encode(t, true),

@@ -104,13 +104,14 @@ pub const RESPONSES_FIELDS: [&str; 17] = [
 ];
 /// Fields `/v1/embeddings` parses: OpenAI's, and vLLM's
 /// `truncate_prompt_tokens` and `normalize`.
-pub const EMBEDDING_FIELDS: [&str; 6] = [
+pub const EMBEDDING_FIELDS: [&str; 7] = [
     "model",
     "input",
     "encoding_format",
     "dimensions",
     "truncate_prompt_tokens",
     "normalize",
+    "prompt_name",
 ];
 /// Fields `/v1/rerank` and `/rerank` parse (Cohere's and Jina's).
 pub const RERANK_FIELDS: [&str; 5] = ["model", "query", "documents", "top_n", "return_documents"];

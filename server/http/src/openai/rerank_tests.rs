@@ -10,6 +10,7 @@ fn model() -> EmbeddingModel {
         dim: 1,
         normalize: false,
         matryoshka: None,
+        prompts: Default::default(),
     }
 }
 

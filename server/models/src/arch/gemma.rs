@@ -3,15 +3,18 @@
 //! MLP with `(1 + w)` weights, embeddings scaled by `sqrt(hidden)`, the
 //! query scaled by `query_pre_attn_scalar`, sliding layers in a pattern.
 //! Gemma 2 soft-caps attention scores and logits; Gemma 3 has q/k norms and
-//! a RoPE of its own for local layers.
+//! a RoPE of its own for local layers. EmbeddingGemma is Gemma 3 with
+//! bidirectional attention (`use_bidirectional_attention`; llama.cpp's
+//! `gemma-embedding`): its layers are the encoder kind, a sliding layer
+//! seeing half its window each way.
 
 use super::rope::hf_rope;
 use super::{Family, HfExperts, Shape, sliding_pattern};
 use crate::config::{HfConfig, Metadata};
 use crate::error::{Error, Result};
 use crate::spec::{
-    Activation, AttentionSpec, FeedForward, LayerSpec, Mixer, ModelSpec, Norms, RopeScaling,
-    RopeSpec,
+    Activation, AttentionSpec, EncoderSpec, FeedForward, LayerSpec, Mixer, ModelSpec, Norms,
+    RopeScaling, RopeSpec,
 };
 
 /// Gemma's layer tensors, where they differ from the Llama layout.
@@ -39,7 +42,7 @@ pub(super) static GEMMA2: Family = Family {
 /// Gemma 3 (text).
 pub(super) static GEMMA3: Family = Family {
     name: "gemma3",
-    gguf: &["gemma3"],
+    gguf: &["gemma3", EMBEDDING_GGUF],
     hf: &[
         "Gemma3ForCausalLM",
         "Gemma3ForConditionalGeneration",
@@ -55,6 +58,9 @@ pub(super) static GEMMA3: Family = Family {
     from_hf: |c| hf(c, &G3),
     from_gguf: |m| gguf(m, &G3),
 };
+
+/// llama.cpp's architecture of EmbeddingGemma: Gemma 3, bidirectional.
+const EMBEDDING_GGUF: &str = "gemma-embedding";
 
 /// What tells the two generations apart.
 struct Generation {
@@ -113,20 +119,44 @@ const G3: Generation = Generation {
 /// Index of the local (sliding) layers' RoPE in [`ModelSpec::ropes`].
 const LOCAL: usize = 1;
 
-fn layer(window: Option<usize>, scale: f32, softcap: Option<f32>, qk_norm: bool) -> LayerSpec {
-    LayerSpec {
-        mixer: Mixer::Attention(AttentionSpec {
-            window,
-            rope: if window.is_some() { LOCAL } else { 0 },
-            scale,
-            softcap,
-            qk_norm,
-            qk_norm_whole: false,
-            sinks: false,
-            nope: false,
-            gated: false,
-            temperature: None,
+/// How a layer's tokens see each other.
+#[derive(Clone, Copy)]
+struct Sight {
+    /// The config's sliding window, on a sliding layer.
+    window: Option<usize>,
+    /// Every token sees both ways (EmbeddingGemma): an encoder layer.
+    bidirectional: bool,
+}
+
+fn layer(sight: Sight, scale: f32, softcap: Option<f32>, qk_norm: bool) -> LayerSpec {
+    let attention = AttentionSpec {
+        window: sight.window,
+        rope: if sight.window.is_some() { LOCAL } else { 0 },
+        scale,
+        softcap,
+        qk_norm,
+        qk_norm_whole: false,
+        sinks: false,
+        nope: false,
+        gated: false,
+        temperature: None,
+    };
+    let mixer = match sight.bidirectional {
+        // transformers halves a bidirectional config's window (and
+        // llama.cpp's symmetric one sees `window / 2` each way): a key
+        // within `window / 2` positions of the query, either side, is seen,
+        // which an encoder window `w` says as distances below `w`.
+        true => Mixer::Encoder(EncoderSpec {
+            attention: AttentionSpec {
+                window: sight.window.map(|w| w / 2 + 1),
+                ..attention
+            },
+            causal: false,
         }),
+        false => Mixer::Attention(attention),
+    };
+    LayerSpec {
+        mixer,
         ffn: FeedForward::Gated(Activation::GeluTanh),
     }
 }
@@ -184,8 +214,14 @@ fn hf(c: &HfConfig, g: &Generation) -> Result<ModelSpec> {
         false => global.clone(),
     };
     let eps = c.f64_opt("rms_norm_eps")?.unwrap_or(1e-6);
+    let bidirectional = c.bool_or("use_bidirectional_attention", false)?;
     let spec = shape.spec(g.name, norms(eps, 1.0), vec![global, local], |i| {
-        layer(slides[i].then_some(window), scale, attn_cap, g.qk_norm)
+        let window = slides[i].then_some(window);
+        let sight = Sight {
+            window,
+            bidirectional,
+        };
+        layer(sight, scale, attn_cap, g.qk_norm)
     });
     Ok(finish(spec, final_cap))
 }
@@ -247,12 +283,19 @@ fn gguf(m: &Metadata<'_>, g: &Generation) -> Result<ModelSpec> {
     let eps = m
         .f32_opt("attention.layer_norm_rms_epsilon")?
         .unwrap_or(1e-6);
+    let bidirectional = m.arch == EMBEDDING_GGUF;
     // llama.cpp's converter already added Gemma's 1 to every norm weight.
     let spec = shape.spec(
         g.name,
         norms(f64::from(eps), 0.0),
         vec![global, local],
-        |i| layer(window.filter(|_| slides[i]), scale, attn_cap, g.qk_norm),
+        |i| {
+            let sight = Sight {
+                window: window.filter(|_| slides[i]),
+                bidirectional,
+            };
+            layer(sight, scale, attn_cap, g.qk_norm)
+        },
     );
     Ok(finish(spec, final_cap))
 }

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::from_hf;
-use crate::spec::{Activation, FeedForward, ModelSpec, RopeScaling};
+use crate::spec::{Activation, FeedForward, Mixer, ModelSpec, RopeScaling};
 
 /// A small Llama-shaped `config.json` of 8 layers, plus `extra` keys
 /// (each with its leading comma): the families' own unit tests.
@@ -87,6 +87,29 @@ fn qwen3_has_qk_norms_its_own_head_dim_and_no_biases() {
     );
     assert_eq!(windows(&q2), [None, None, Some(16), Some(16)]);
     assert!(q2.qkv_bias && !q2.layers[0].attention().unwrap().qk_norm);
+}
+
+#[test]
+fn embedding_gemma_attends_both_ways_within_half_its_window() {
+    let g = read(
+        json!({"architectures":["Gemma3TextModel"],"model_type":"gemma3_text",
+        "hidden_size":768,"intermediate_size":1152,"num_hidden_layers":24,
+        "num_attention_heads":3,"num_key_value_heads":1,"head_dim":256,
+        "sliding_window":512,"use_bidirectional_attention":true}),
+    );
+    assert_eq!(g.family, "gemma3");
+    assert!(!g.keeps_cache(), "an encoder: nothing cached");
+    let seen: Vec<_> = (g.layers.iter())
+        .map(|l| match &l.mixer {
+            Mixer::Encoder(e) if !e.causal => e.attention.window,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    // transformers' `sliding_window // 2 + 1`: 256 positions each way.
+    assert_eq!((seen[0], seen[5]), (Some(257), None));
+    // Run pooled, it stays bidirectional.
+    let pooled = g.pooled();
+    assert!(matches!(&pooled.layers[0].mixer, Mixer::Encoder(e) if !e.causal));
 }
 
 #[test]

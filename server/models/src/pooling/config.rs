@@ -1,8 +1,9 @@
 //! What a model's files say about pooling: sentence-transformers' modules
-//! (`modules.json`, the Pooling module's `config.json`, a `Normalize`),
-//! GGUF's `{arch}.pooling_type`, and the Matryoshka sizes `config.json`
-//! names (`matryoshka_dimensions`, `is_matryoshka`). A module whose math
-//! is not served (a `Dense`, max pooling) is refused with its name rather
+//! (`modules.json`, the Pooling module's `config.json`, `Dense` modules, a
+//! `Normalize`) and prompts, GGUF's `{arch}.pooling_type` and dense
+//! tensors, and the Matryoshka sizes `config.json` names
+//! (`matryoshka_dimensions`, `is_matryoshka`). A module whose math is not
+//! served (max pooling, an unknown module) is refused with its name rather
 //! than skipped: a vector pooled otherwise than trained is plausible and
 //! wrong, with no error anywhere.
 
@@ -10,8 +11,11 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use super::activation::ModuleActivation;
+use super::dense::{DenseModule, DenseWeights};
+use super::prompts::Prompts;
 use super::{Pooling, PoolingMethod};
-use crate::config::HfConfig;
+use crate::config::{HfConfig, Metadata};
 use crate::error::{Error, Result};
 
 /// What the model's own files say about pooling.
@@ -26,6 +30,10 @@ pub struct PoolingFiles {
     /// `config.json` names a `*ForSequenceClassification` architecture: a
     /// cross-encoder, which scores pairs.
     pub classifier: bool,
+    /// The Dense modules after the pooling, in order.
+    pub dense: Vec<DenseModule>,
+    /// The prompts a request may name.
+    pub prompts: Prompts,
 }
 
 /// One entry of `modules.json`.
@@ -48,6 +56,7 @@ struct PoolingModule {
     pooling_mode_max_tokens: bool,
     pooling_mode_mean_sqrt_len_tokens: bool,
     pooling_mode_weightedmean_tokens: bool,
+    include_prompt: Option<bool>,
 }
 
 fn read(path: &Path) -> Result<String> {
@@ -71,24 +80,31 @@ pub fn from_dir(dir: &Path) -> Result<PoolingFiles> {
     let classifier =
         (config.family_names().iter()).any(|n| n.ends_with("ForSequenceClassification"));
     let modules = dir.join("modules.json");
+    let mut files = PoolingFiles {
+        matryoshka,
+        classifier,
+        ..PoolingFiles::default()
+    };
     if !modules.exists() {
-        return Ok(PoolingFiles {
-            pooling: None,
-            matryoshka,
-            classifier,
-        });
+        return Ok(files);
     }
     let list: Vec<Module> = parse(&modules, &read(&modules)?)?;
     let mut method = None;
     let mut normalize = false;
+    let mut with_prompt = true;
     for m in &list {
+        let path = dir.join(&m.path).join("config.json");
         match m.kind.rsplit('.').next().unwrap_or_default() {
             "Transformer" => {}
             "Normalize" => normalize = true,
             "Pooling" => {
-                let path = dir.join(&m.path).join("config.json");
-                method = Some(pooling_method(&path, &parse(&path, &read(&path)?)?)?);
+                let config: PoolingModule = parse(&path, &read(&path)?)?;
+                with_prompt = config.include_prompt.unwrap_or(true);
+                method = Some(pooling_method(&path, &config)?);
             }
+            "Dense" => files
+                .dense
+                .push(DenseModule::from_config(&dir.join(&m.path), &read(&path)?)?),
             _ => {
                 return Err(Error::Config(format!(
                     "modules.json names a {} module ({}), which is not served: \
@@ -98,23 +114,20 @@ pub fn from_dir(dir: &Path) -> Result<PoolingFiles> {
             }
         }
     }
+    let st = dir.join("config_sentence_transformers.json");
+    if st.exists() {
+        files.prompts = Prompts::parse(&read(&st)?, with_prompt)?;
+    }
     let Some(method) = method else {
         // A cross-encoder (sentence-transformers' CrossEncoder) scores
         // through its classifier and pools nothing.
         return match classifier {
-            true => Ok(PoolingFiles {
-                pooling: None,
-                matryoshka,
-                classifier,
-            }),
+            true => Ok(files),
             false => Err(Error::Config("modules.json names no Pooling module".into())),
         };
     };
-    Ok(PoolingFiles {
-        pooling: Some(Pooling { method, normalize }),
-        matryoshka,
-        classifier,
-    })
+    files.pooling = Some(Pooling { method, normalize });
+    Ok(files)
 }
 
 /// The method a Pooling module's config sets.
@@ -163,6 +176,26 @@ fn matryoshka(c: &HfConfig) -> Result<Option<Vec<usize>>> {
     Ok(c.bool_or("is_matryoshka", false)?.then(Vec::new))
 }
 
+/// What a GGUF's metadata says: its pooling type, and the Dense modules
+/// llama.cpp's converter writes as `dense_2` and `dense_3` (bias-free,
+/// identity, their widths in `{arch}.dense_N_feat_in` and `_out`).
+pub fn from_gguf(md: &Metadata<'_>) -> Result<PoolingFiles> {
+    let mut files = from_gguf_type(md.usize_opt("pooling_type")?)?;
+    for name in ["dense_2", "dense_3"] {
+        let width = |end: &str| md.usize_opt(&format!("{name}_feat_{end}"));
+        if let (Some(in_features), Some(out_features)) = (width("in")?, width("out")?) {
+            files.dense.push(DenseModule {
+                weights: DenseWeights::Tensor(name.to_string()),
+                in_features,
+                out_features,
+                bias: false,
+                activation: ModuleActivation::Identity,
+            });
+        }
+    }
+    Ok(files)
+}
+
 /// What GGUF's `pooling_type` says (`0` or absent: none; 4, llama.cpp's
 /// rank, is a reranker's, not served).
 pub fn from_gguf_type(pooling_type: Option<usize>) -> Result<PoolingFiles> {
@@ -186,8 +219,7 @@ pub fn from_gguf_type(pooling_type: Option<usize>) -> Result<PoolingFiles> {
     };
     Ok(PoolingFiles {
         pooling,
-        matryoshka: None,
-        classifier: false,
+        ..PoolingFiles::default()
     })
 }
 
@@ -232,9 +264,9 @@ mod tests {
             ),
             (
                 "{}",
-                &MODULES.replace("Normalize\"", "Dense\""),
+                &MODULES.replace("Normalize\"", "Unknown\""),
                 r#"{"pooling_mode_mean_tokens": true}"#,
-                Err("Dense module"),
+                Err("Unknown module"),
             ),
             (
                 "{}",
@@ -282,6 +314,40 @@ mod tests {
                 (got, w) => panic!("{modules} {pooling}: {got:?} vs {w:?}"),
             }
         }
+    }
+
+    #[test]
+    fn dense_modules_and_prompts_are_read_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let modules = MODULES.replace(
+            r#"{"idx":2,"#,
+            r#"{"idx":2,"name":"2","path":"2_Dense","type":"sentence_transformers.models.Dense"},
+            {"idx":3,"name":"3","path":"3_Dense","type":"sentence_transformers.models.Dense"},
+            {"idx":4,"#,
+        );
+        let dense = |i, o| format!(r#"{{"in_features": {i}, "out_features": {o}, "bias": false}}"#);
+        write(
+            dir.path(),
+            &[
+                ("config.json", "{}"),
+                ("modules.json", &modules),
+                ("1_Pooling/config.json", r#"{"pooling_mode": "mean"}"#),
+                ("2_Dense/config.json", &dense(4, 8)),
+                ("3_Dense/config.json", &dense(8, 4)),
+                (
+                    "config_sentence_transformers.json",
+                    r#"{"prompts": {"query": "q: "}, "default_prompt_name": "query"}"#,
+                ),
+            ],
+        );
+        let files = from_dir(dir.path()).unwrap();
+        let widths: Vec<_> = (files.dense.iter())
+            .map(|d| (d.in_features, d.out_features, &d.weights))
+            .collect();
+        let file = |d: &str| DenseWeights::File(dir.path().join(d).join("model.safetensors"));
+        assert_eq!(widths, [(4, 8, &file("2_Dense")), (8, 4, &file("3_Dense"))]);
+        assert_eq!(files.prompts.text(None), Ok(Some("q: ")));
+        assert!(files.pooling.unwrap().normalize);
     }
 
     #[test]

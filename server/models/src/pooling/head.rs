@@ -13,56 +13,39 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 use serde_json::Value;
 
+use super::activation::ModuleActivation;
 use crate::error::{Error, Result};
 use crate::weights::source::WeightSource;
 
-/// What turns the classifier's logit into the score.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ScoreActivation {
-    /// `1 / (1 + e^-x)`: sentence-transformers' default for one label.
-    Sigmoid,
-    /// The logit itself.
-    Identity,
-}
-
-impl ScoreActivation {
-    /// The activation a cross-encoder directory names (sentence-transformers'
-    /// `activation_fn`, in `config_sentence_transformers.json` or, from
-    /// older versions, `config.json`'s `sentence_transformers`); a sigmoid
-    /// when it names none.
-    pub fn from_dir(dir: &Path) -> Result<Self> {
-        let read = |name: &str| -> Result<Option<Value>> {
-            match std::fs::read_to_string(dir.join(name)) {
-                Ok(text) => serde_json::from_str(&text)
-                    .map(Some)
-                    .map_err(|e| Error::Config(format!("{name}: {e}"))),
-                Err(_) => Ok(None),
-            }
-        };
-        let st = read("config_sentence_transformers.json")?;
-        let config = read("config.json")?;
-        let named = st
-            .as_ref()
-            .and_then(|v| v.get("activation_fn"))
-            .or_else(|| {
-                config
-                    .as_ref()?
-                    .get("sentence_transformers")?
-                    .get("activation_fn")
-            });
-        Self::named(named.and_then(Value::as_str))
-    }
-
-    /// The activation of sentence-transformers' `activation_fn` class path.
-    pub fn named(name: Option<&str>) -> Result<Self> {
-        match name.map(|n| n.rsplit('.').next().unwrap_or(n)) {
-            None | Some("Sigmoid") => Ok(ScoreActivation::Sigmoid),
-            Some("Identity") => Ok(ScoreActivation::Identity),
-            Some(other) => Err(Error::Config(format!(
-                "a cross-encoder's activation {other} (Sigmoid and Identity are served)"
-            ))),
+/// The activation a cross-encoder directory names for its score
+/// (sentence-transformers' `activation_fn`, in
+/// `config_sentence_transformers.json` or, from older versions,
+/// `config.json`'s `sentence_transformers`); a sigmoid when it names none.
+pub fn score_activation(dir: &Path) -> Result<ModuleActivation> {
+    let read = |name: &str| -> Result<Option<Value>> {
+        match std::fs::read_to_string(dir.join(name)) {
+            Ok(text) => serde_json::from_str(&text)
+                .map(Some)
+                .map_err(|e| Error::Config(format!("{name}: {e}"))),
+            Err(_) => Ok(None),
         }
-    }
+    };
+    let st = read("config_sentence_transformers.json")?;
+    let config = read("config.json")?;
+    let named = st
+        .as_ref()
+        .and_then(|v| v.get("activation_fn"))
+        .or_else(|| {
+            config
+                .as_ref()?
+                .get("sentence_transformers")?
+                .get("activation_fn")
+        });
+    ModuleActivation::named(
+        named.and_then(Value::as_str),
+        ModuleActivation::Sigmoid,
+        "a cross-encoder",
+    )
 }
 
 /// The pooler (none for a decoder's token pair) and the one-label
@@ -71,7 +54,7 @@ impl ScoreActivation {
 pub struct ScoreHead {
     dense: Option<(Tensor, Tensor)>,
     out: (Tensor, Tensor),
-    activation: ScoreActivation,
+    activation: ModuleActivation,
 }
 
 impl ScoreHead {
@@ -80,7 +63,7 @@ impl ScoreHead {
     pub(crate) fn load(
         src: &mut dyn WeightSource,
         hidden: usize,
-        activation: ScoreActivation,
+        activation: ModuleActivation,
         device: &Device,
     ) -> Result<Self> {
         if !src.has("cls.output.weight") {
@@ -123,7 +106,7 @@ impl ScoreHead {
         Ok(ScoreHead {
             dense: None,
             out: (diff, Tensor::zeros(1, DType::F32, device)?),
-            activation: ScoreActivation::Sigmoid,
+            activation: ModuleActivation::Sigmoid,
         })
     }
 
@@ -137,11 +120,12 @@ impl ScoreHead {
             Some(dense) => linear(pooled, dense)?.tanh()?,
             None => pooled.clone(),
         };
-        let logits = linear(&x, &self.out)?.flatten_all()?.to_vec1::<f32>()?;
-        Ok(match self.activation {
-            ScoreActivation::Sigmoid => logits.iter().map(|x| 1.0 / (1.0 + (-x).exp())).collect(),
-            ScoreActivation::Identity => logits,
-        })
+        let logits = linear(&x, &self.out)?;
+        Ok(self
+            .activation
+            .apply(&logits)?
+            .flatten_all()?
+            .to_vec1::<f32>()?)
     }
 
     /// Bytes held.
@@ -159,21 +143,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_activation_is_read_by_its_class_name() {
-        let named = |n| ScoreActivation::named(n).unwrap();
-        assert_eq!(named(None), ScoreActivation::Sigmoid);
-        assert_eq!(
-            named(Some("torch.nn.modules.activation.Sigmoid")),
-            ScoreActivation::Sigmoid
-        );
-        assert_eq!(
-            named(Some("torch.nn.modules.linear.Identity")),
-            ScoreActivation::Identity
-        );
-        assert!(ScoreActivation::named(Some("torch.nn.Tanh")).is_err());
-    }
-
-    #[test]
     fn the_head_is_tanh_of_the_pooler_then_the_classifier() {
         let d = Device::Cpu;
         let head = ScoreHead {
@@ -185,7 +154,7 @@ mod tests {
                 Tensor::new(&[[1.0f32, -1.0]], &d).unwrap(),
                 Tensor::new(&[0.25f32], &d).unwrap(),
             ),
-            activation: ScoreActivation::Identity,
+            activation: ModuleActivation::Identity,
         };
         let pooled = Tensor::new(&[[0.5f32, 0.25], [-1.0, 0.0]], &d).unwrap();
         let got = head.scores(&pooled).unwrap();

@@ -1,11 +1,15 @@
 //! What a pooling model does with its last hidden states: one vector a
 //! sequence (its first token's, the mean of its tokens', or its last
 //! token's), L2-normalized where the model says; how that is read from
-//! sentence-transformers' files and GGUF ([`config`]).
+//! sentence-transformers' files and GGUF ([`config`]); the Dense modules
+//! after it ([`dense`]) and the prompts before the text ([`prompts`]).
 
+pub mod activation;
 pub mod config;
+pub mod dense;
 pub mod head;
 mod method;
+pub mod prompts;
 
 use candle_core::{DType, Tensor};
 

@@ -14,7 +14,7 @@ use crate::{Embedder, Source};
 
 /// The fixtures (a directory, or a GGUF file in one: llama.cpp's
 /// converter's), the reference each is checked against, and how it pools.
-const FIXTURES: [(&str, &str, PoolingMethod, bool); 8] = [
+const FIXTURES: [(&str, &str, PoolingMethod, bool); 10] = [
     ("bert", "bert", PoolingMethod::Cls, true),
     ("bert/model.gguf", "bert", PoolingMethod::Cls, true),
     ("bert_mean", "bert_mean", PoolingMethod::Mean, false),
@@ -23,6 +23,18 @@ const FIXTURES: [(&str, &str, PoolingMethod, bool); 8] = [
     ("nomic", "nomic", PoolingMethod::Mean, true),
     ("nomic/model.gguf", "nomic", PoolingMethod::Mean, true),
     ("modernbert", "modernbert", PoolingMethod::Cls, true),
+    (
+        "embeddinggemma",
+        "embeddinggemma",
+        PoolingMethod::Mean,
+        true,
+    ),
+    (
+        "embeddinggemma/model.gguf",
+        "embeddinggemma",
+        PoolingMethod::Mean,
+        true,
+    ),
 ];
 
 #[derive(Deserialize)]
@@ -31,6 +43,15 @@ struct Reference {
     tokens: Vec<Vec<u32>>,
     embeddings: Vec<Vec<f32>>,
     raw: Vec<Vec<f32>>,
+    /// Each prompt's tokens and vectors, with it before each text.
+    #[serde(default)]
+    prompts: std::collections::BTreeMap<String, Prompted>,
+}
+
+#[derive(Deserialize)]
+struct Prompted {
+    tokens: Vec<Vec<u32>>,
+    embeddings: Vec<Vec<f32>>,
 }
 
 fn dir(name: &str) -> PathBuf {
@@ -96,6 +117,43 @@ fn every_fixture_matches_sentence_transformers_alone_and_batched() {
                 normalize(&mut out);
             }
             assert_close(&format!("{name} text {i}"), &out, &r.embeddings[i]);
+        }
+    }
+}
+
+/// EmbeddingGemma's way: bidirectional attention within a sliding window
+/// shorter than the texts, its two Dense modules after the mean (the
+/// vector's width is theirs), and its prompts before the text, tokenized
+/// with it as sentence-transformers does; from its folder and from the
+/// GGUF llama.cpp's converter writes of it.
+#[test]
+fn embedding_gemma_attends_both_ways_and_runs_its_dense_modules_and_prompts() {
+    let r = reference("embeddinggemma");
+    assert!(!r.prompts.is_empty());
+    for name in ["embeddinggemma", "embeddinggemma/model.gguf"] {
+        let src = Source::open(&dir(name)).unwrap();
+        let files = src.pooling_files().unwrap();
+        assert_eq!(files.dense.len(), 2, "{name}: Dense modules");
+        let m = embedder(name);
+        assert_eq!(m.dim(), r.embeddings[0].len(), "{name}");
+        let text = src.text().unwrap();
+        for (prompt, want) in &r.prompts {
+            // The GGUF carries no prompts: they are the folder's.
+            let before = Source::open(&dir("embeddinggemma")).unwrap();
+            let before = before.pooling_files().unwrap().prompts;
+            let before = before.text(Some(prompt)).unwrap().unwrap();
+            let seqs: Vec<&[u32]> = want.tokens.iter().map(Vec::as_slice).collect();
+            let batched = m.vectors(&seqs).unwrap();
+            for (i, t) in r.texts.iter().enumerate() {
+                let ids = text
+                    .tokenizer
+                    .encode(&format!("{before}{t}"), true)
+                    .unwrap();
+                assert_eq!(ids, want.tokens[i], "{name} {prompt} {i}: our tokenizer");
+                let mut got = batched[i].clone();
+                normalize(&mut got);
+                assert_close(&format!("{name} {prompt} {i}"), &got, &want.embeddings[i]);
+            }
         }
     }
 }

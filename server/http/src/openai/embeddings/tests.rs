@@ -15,6 +15,7 @@ fn model(matryoshka: Option<Vec<usize>>) -> EmbeddingModel {
         dim: 4,
         normalize: true,
         matryoshka,
+        prompts: Prompts::default(),
     }
 }
 
@@ -112,6 +113,56 @@ fn inputs_in_every_form_become_token_lists() {
     assert!(!p.finish.normalize);
     assert!(prepared(json!({"input": "A", "dimensions": 3}), &m).is_err());
     assert!(prepared(json!({"input": "A", "dimensions": 5}), &model(Some(vec![]))).is_err());
+}
+
+#[test]
+fn a_prompt_goes_before_each_text_and_an_unknown_one_is_named_with_the_known() {
+    let mut m = model(None);
+    let st = r#"{"prompts": {"query": "C", "doc": "D"}, "default_prompt_name": "doc"}"#;
+    m.prompts = Prompts::parse(st, true).unwrap();
+    // "A" is 1, "B" 2, "C" 3, "D" 4; the prompt is tokenized with the text
+    // and cut with it.
+    let cases: Vec<(Value, Vec<Vec<u32>>)> = vec![
+        (
+            json!({"input": ["AB", "A"], "prompt_name": "query"}),
+            vec![vec![3, 1, 2], vec![3, 1]],
+        ),
+        (json!({"input": "A"}), vec![vec![4, 1]]),
+        (
+            json!({"input": "AB", "prompt_name": "query", "truncate_prompt_tokens": 2}),
+            vec![vec![3, 1]],
+        ),
+        // Token ids are as given: no default prompt.
+        (json!({"input": [1, 2]}), vec![vec![1, 2]]),
+    ];
+    for (body, want) in cases {
+        assert_eq!(prepared(body.clone(), &m).unwrap().inputs, want, "{body}");
+    }
+    let refused = [
+        (
+            json!({"input": "A", "prompt_name": "passage"}),
+            &m,
+            "(doc, query)",
+        ),
+        (
+            json!({"input": [1], "prompt_name": "query"}),
+            &m,
+            "not token ids",
+        ),
+        (
+            json!({"input": "A", "prompt_name": "query"}),
+            &model(None),
+            "names no prompts",
+        ),
+    ];
+    for (body, m, want) in refused {
+        let e = prepared(body.clone(), m).unwrap_err();
+        assert!(e.to_string().contains(want), "{body}: {e}");
+        let ApiError::Invalid { param, .. } = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(param.as_deref(), Some("prompt_name"));
+    }
 }
 
 fn json_of(body: &str) -> Value {

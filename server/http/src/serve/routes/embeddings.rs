@@ -24,7 +24,7 @@ use crate::serve::state::{AppState, Loaded};
     request_body = EmbeddingRequest,
     responses(
         (status = 200, description = "One vector per input, in input order", body = EmbeddingResponse),
-        (status = "4XX", description = "Refused: 400 bad field or value (an empty input or string, a text over the model's length without truncate_prompt_tokens, a token id outside the vocabulary, dimensions on a model without Matryoshka sizes, a model that generates text), 401 no key, 404 unknown model, 408 body too slow, 413 body too large, 429 queue full (with Retry-After)", body = ErrorBody),
+        (status = "4XX", description = "Refused: 400 bad field or value (an empty input or string, a text over the model's length without truncate_prompt_tokens, a token id outside the vocabulary, dimensions on a model without Matryoshka sizes or not one of them, an unknown prompt_name, a model that generates text), 401 no key, 404 unknown model, 408 body too slow, 413 body too large, 429 queue full (with Retry-After)", body = ErrorBody),
         (status = "5XX", description = "503 loading or draining, 504 request timeout, 500 a bug", body = ErrorBody),
     ))]
 pub(crate) async fn embeddings(State(s): State<AppState>, body: Body) -> Response {

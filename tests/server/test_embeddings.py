@@ -182,6 +182,7 @@ def test_the_router_forwards_embeddings_to_a_ready_replica():
     (FIXTURES / "bert" / "model.gguf", "embed"),  # GGUF's pooling type
     (FIXTURES / "qwen3_embed", "embed"),          # a decoder with a pooling module
     (FIXTURES / "xlmr_rerank", "score"),          # *ForSequenceClassification
+    (FIXTURES / "qwen3_cls", "score"),            # a decoder's *ForSequenceClassification
     (None, "generate"),                           # SmolLM2
 ])
 def test_inspect_reports_the_task_the_files_say(model, task):

@@ -11,7 +11,10 @@ then 1); an XLM-RoBERTa one as bge-reranker is (xlmr_rerank/: its
 head on <s> without a pooler, one token type); and a decoder reranker as
 Qwen3-Reranker is (qwen3_rerank/: a Qwen3ForCausalLM whose score is
 P("yes") against "no" at the last position of its prompt template, computed
-as its model card does)."""
+as its model card does); and a decoder with a classification head
+(qwen3_cls/: Qwen3ForSequenceClassification, its `score` linear on the
+last non-padding token, a pair its two texts' tokens end to end as the
+tokenizer joins them, no special tokens)."""
 
 import json
 import pathlib
@@ -65,6 +68,30 @@ def xlmr_cross_encoder_dir(dir: pathlib.Path, seed: int) -> None:
         tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
         pad_token="<pad>", cls_token="<s>", sep_token="</s>", model_max_length=128)
     fast.save_pretrained(dir)
+
+
+def qwen3_cross_encoder_dir(dir: pathlib.Path, seed: int) -> None:
+    """A decoder cross-encoder: Qwen3ForSequenceClassification, whose
+    `score` (hidden -> 1, no bias) reads the last non-padding token; its
+    tokenizer (no post-processor, as Qwen's adds no specials) joins a pair
+    end to end."""
+    config = transformers.Qwen3Config(
+        vocab_size=bpe.VOCAB, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+        num_key_value_heads=2, num_hidden_layers=2, head_dim=32, max_position_embeddings=512,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True,
+        bos_token_id=2, eos_token_id=6, pad_token_id=0, num_labels=1)
+    config.architectures = ["Qwen3ForSequenceClassification"]
+    model = transformers.Qwen3ForSequenceClassification(config)
+    randomize(model, seed)
+    model.save_pretrained(dir)
+    bpe.write(dir, "chatml", "<|im_end|>")
+    # No chat template: with one, sentence-transformers 6 turns the pair
+    # into two user turns of it (not served yet); without, it is the
+    # tokenizer's pair, as transformers' tokenizer(query, document) gives.
+    config_path = dir / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    del config["chat_template"]
+    config_path.write_text(json.dumps(config, indent=1) + "\n")
 
 
 def build(name: str, make, seed: int) -> None:
@@ -149,6 +176,7 @@ def main() -> int:
     build("bert_rerank", cross_encoder_dir, 2004)
     build("xlmr_rerank", xlmr_cross_encoder_dir, 2006)
     qwen3_reranker(2007)
+    build("qwen3_cls", qwen3_cross_encoder_dir, 2008)
     return 0
 
 

@@ -236,6 +236,7 @@ def test_the_router_forwards_embeddings_to_a_ready_replica():
     (FIXTURES / "embeddinggemma", "embed"),       # Gemma 3, bidirectional
     (FIXTURES / "embeddinggemma" / "model.gguf", "embed"),
     (FIXTURES / "xlmr_rerank", "score"),          # *ForSequenceClassification
+    (FIXTURES / "qwen3_cls", "score"),            # a decoder's *ForSequenceClassification
     (None, "generate"),                           # SmolLM2
 ])
 def test_inspect_reports_the_task_the_files_say(model, task):

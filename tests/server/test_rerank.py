@@ -28,6 +28,8 @@ SERVED = {
     "bert_rerank": ["--max-batch-tokens", "64"],
     "xlmr_rerank": ["--max-batch-tokens", "64"],
     "qwen3_rerank": ["--task", "score", "--max-batch-tokens", "1024", "--max-model-len", "320"],
+    # A decoder with a classification head scores as its files say.
+    "qwen3_cls": ["--max-batch-tokens", "64", "--max-model-len", "64"],
 }
 
 

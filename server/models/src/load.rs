@@ -240,17 +240,24 @@ impl Source {
         Ok(Embedder::new(decoder, pooling)?.with_dense(dense))
     }
 
-    /// The model on `device` as a cross-encoder: the encoder, its first
+    /// The model on `device` as a cross-encoder: an encoder's first
     /// token's state through the score head (pooler, classifier and the
-    /// activation its files name), one score a sequence.
+    /// activation its files name), or a decoder's last token's through its
+    /// classifier alone (transformers' `*ForSequenceClassification`), one
+    /// score a sequence.
     pub fn scorer(&mut self, device: &Device) -> Result<Embedder> {
         let activation = match self {
             Source::Dir { dir, .. } => score_activation(dir)?,
             Source::Gguf(_) => ModuleActivation::Sigmoid,
         };
-        let hidden = self.spec()?.hidden;
-        self.scoring(device, PoolingMethod::Cls, &mut |src| {
-            ScoreHead::load(src, hidden, activation, device)
+        let spec = self.spec()?;
+        let encoder = !spec.keeps_cache();
+        let method = match encoder {
+            true => PoolingMethod::Cls,
+            false => PoolingMethod::Last,
+        };
+        self.scoring(device, method, &mut |src| {
+            ScoreHead::load(src, (spec.hidden, encoder), activation, device)
         })
     }
 

@@ -114,9 +114,13 @@ impl HfNames {
     }
 
     /// Whether a tensor of the checkpoint belongs to the text model (a
-    /// multimodal checkpoint's vision tower does not).
+    /// multimodal checkpoint's vision tower does not; a cross-encoder's
+    /// head, `classifier.*` or a decoder's `score.*`, does).
     fn is_text(&self, name: &str) -> bool {
-        name.starts_with(self.prefix) || name == self.head || name.starts_with("classifier.")
+        let head = ["classifier.", "score."];
+        name.starts_with(self.prefix)
+            || name == self.head
+            || head.iter().any(|h| name.starts_with(h))
     }
 }
 

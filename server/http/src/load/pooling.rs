@@ -104,7 +104,9 @@ pub fn load_pooling(
     let text = source.text().context("loading the tokenizer")?;
     let encoder = !source.spec()?.keeps_cache();
     let (model, pairs) = match task {
-        ferrox_plan::Task::Score if !encoder => {
+        // A decoder with no classifier is a reranker scored by its "yes"
+        // and "no" tokens (Qwen3-Reranker).
+        ferrox_plan::Task::Score if !encoder && !files.classifier => {
             let id = |t: &str| {
                 (text.tokenizer.token_to_id(t)).with_context(|| {
                     format!("a decoder scores by its \"yes\" and \"no\" tokens: the vocabulary has no \"{t}\"")

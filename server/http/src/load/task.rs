@@ -47,13 +47,9 @@ pub fn decide(
         tracing::info!(found = %found, task = %task, "--task overrides what the model's files say");
     }
     match task {
-        Task::Score if !encoder && files.classifier => anyhow::bail!(
-            "a decoder with a classification head (*ForSequenceClassification) is not served: \
-             serve the original Qwen3-Reranker (a causal LM) with --task score, or a \
-             cross-encoder"
-        ),
-        // A decoder reranker (Qwen3-Reranker) reads its last token's
-        // "yes" and "no" logits.
+        // A decoder reads its last token's state: through its classifier
+        // (*ForSequenceClassification), or a reranker's (Qwen3-Reranker)
+        // through its "yes" and "no" logits.
         Task::Score if !encoder => Ok(Served {
             task,
             pooling: Some(Pooling {
@@ -204,13 +200,14 @@ mod tests {
                 None,
                 Ok((Task::Score, Some(p(PoolingMethod::Last, false)))),
             ),
-            // A decoder with a classification head is not.
+            // A decoder with a classification head scores through its
+            // last token.
             (
                 files(None, true),
                 false,
                 None,
                 None,
-                Err("*ForSequenceClassification) is not served"),
+                Ok((Task::Score, Some(p(PoolingMethod::Last, false)))),
             ),
         ];
         for (f, encoder, task, pooling, want) in cases {

@@ -83,12 +83,15 @@ pub(super) static XLM_ROBERTA: Family = Family {
 /// of llama.cpp's `cls.{part}` (`weight`, `output.bias`, ...), `prefix`
 /// the encoder's: BERT's pooler sits inside the encoder and its classifier
 /// beside it; XLM-RoBERTa's head is `classifier.dense` and
-/// `classifier.out_proj`, both beside it.
+/// `classifier.out_proj`, both beside it; a decoder's
+/// (`Qwen3ForSequenceClassification`) is one linear, `score`, no pooler.
 pub(crate) fn score_head_name(family: &Family, prefix: &str, part: &str) -> String {
     let roberta = std::ptr::eq(family, &XLM_ROBERTA);
+    let bert = std::ptr::eq(family, &BERT);
     match (roberta, part.strip_prefix("output.")) {
         (false, None) => format!("{prefix}pooler.dense.{part}"),
-        (false, Some(out)) => format!("classifier.{out}"),
+        (false, Some(out)) if bert => format!("classifier.{out}"),
+        (false, Some(out)) => format!("score.{out}"),
         (true, None) => format!("classifier.dense.{part}"),
         (true, Some(out)) => format!("classifier.out_proj.{out}"),
     }

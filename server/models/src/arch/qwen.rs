@@ -33,7 +33,11 @@ pub(super) static QWEN2: Family = Family {
 pub(super) static QWEN3: Family = Family {
     name: "qwen3",
     gguf: &["qwen3"],
-    hf: &["Qwen3ForCausalLM", "qwen3"],
+    hf: &[
+        "Qwen3ForCausalLM",
+        "Qwen3ForSequenceClassification",
+        "qwen3",
+    ],
     hf_tensors: &[],
     gguf_tensors: &[],
     hf_layers: "layers",

@@ -3,7 +3,9 @@
 //! and tanh on the first token's state), the classifier (one label) and the
 //! activation sentence-transformers applies to its logit (a sigmoid unless
 //! the model's files say otherwise). llama.cpp names the two layers `cls`
-//! and `cls.output`. A decoder reranker (Qwen3-Reranker) scores by its
+//! and `cls.output`. A decoder with a classification head
+//! (`Qwen3ForSequenceClassification`) has no pooler and no bias: its
+//! `score` linear reads the last token's state. A decoder reranker (Qwen3-Reranker) scores by its
 //! "yes" logit against its "no" at the last position: P(yes) of the two is
 //! the sigmoid of their difference, one row of its output projection less
 //! another (vLLM's `classifier_from_token`).
@@ -58,27 +60,34 @@ pub struct ScoreHead {
 }
 
 impl ScoreHead {
-    /// Reads `cls.{weight,bias}` (`hidden` square) and
-    /// `cls.output.{weight,bias}` (one label) from `src`.
+    /// Reads `cls.{weight,bias}` (`hidden` square; only with `pooler`, an
+    /// encoder's) and `cls.output.{weight,bias}` (one label; a decoder's
+    /// `score` has no bias) from `src`.
     pub(crate) fn load(
         src: &mut dyn WeightSource,
-        hidden: usize,
+        (hidden, pooler): (usize, bool),
         activation: ModuleActivation,
         device: &Device,
     ) -> Result<Self> {
         if !src.has("cls.output.weight") {
             return Err(Error::MissingTensor(
-                "the classifier (`classifier.weight`, GGUF `cls.output.weight`)".into(),
+                "the classifier (`classifier.weight` or `score.weight`, GGUF \
+                 `cls.output.weight`)"
+                    .into(),
             ));
         }
-        let dense = Some((
-            src.small("cls.weight", &[hidden, hidden], device)?,
-            src.vector("cls.bias", hidden, device)?,
-        ));
-        let out = (
-            src.small("cls.output.weight", &[1, hidden], device)?,
-            src.vector("cls.output.bias", 1, device)?,
-        );
+        let dense = match pooler {
+            true => Some((
+                src.small("cls.weight", &[hidden, hidden], device)?,
+                src.vector("cls.bias", hidden, device)?,
+            )),
+            false => None,
+        };
+        let bias = match src.has("cls.output.bias") {
+            true => src.vector("cls.output.bias", 1, device)?,
+            false => Tensor::zeros(1, DType::F32, device)?,
+        };
+        let out = (src.small("cls.output.weight", &[1, hidden], device)?, bias);
         Ok(ScoreHead {
             dense,
             out,

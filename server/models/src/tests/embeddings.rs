@@ -169,7 +169,7 @@ struct RerankReference {
 
 #[test]
 fn each_cross_encoder_matches_sentence_transformers_alone_and_batched() {
-    for name in ["bert_rerank", "xlmr_rerank"] {
+    for name in ["bert_rerank", "xlmr_rerank", "qwen3_cls"] {
         cross_encoder_matches(name);
     }
 }
@@ -182,6 +182,15 @@ fn cross_encoder_matches(name: &str) {
     let mut src = Source::open(&dir(name)).unwrap();
     let m = src.scorer(&Device::Cpu).unwrap();
     assert!(m.scores() && m.decoder().kv_groups().is_empty());
+    // An encoder's head reads the first token, a decoder's the last.
+    let typed = src.spec().unwrap().input.token_types > 1;
+    let encoder = !src.spec().unwrap().keeps_cache();
+    let read = if encoder {
+        PoolingMethod::Cls
+    } else {
+        PoolingMethod::Last
+    };
+    assert_eq!(m.pooling().method, read, "{name}");
     let text = src.text().unwrap();
     for (i, doc) in r.documents.iter().enumerate() {
         let (ids, types) = text.tokenizer.encode_pair(&r.query, doc).unwrap();
@@ -207,7 +216,7 @@ fn cross_encoder_matches(name: &str) {
     }
     // Where the document has a segment of its own, it matters: typed all
     // 0, the scores move.
-    if r.token_types.iter().flatten().any(|&t| t != 0) {
+    if typed && r.token_types.iter().flatten().any(|&t| t != 0) {
         let untyped = m.vectors(&seqs).unwrap();
         assert!(
             untyped

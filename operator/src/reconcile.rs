@@ -142,8 +142,8 @@ pub async fn reconcile(md: Arc<ModelDeployment>, ctx: Arc<Context>) -> Result<Ac
     };
     // The shared disk tier's claim first, so no pod waits on a claim not yet
     // asked for; one the API server refuses to change stops the rollout.
-    if let (PlanOutcome::Planned(_), Some(refused)) =
-        (&observed.outcome, apply_claim(&md, &ctx, &ns).await?)
+    if matches!(observed.outcome, PlanOutcome::Planned(_))
+        && let Some(refused) = apply_claim(&md, &ctx, &ns).await?
     {
         observed.outcome = refused;
     }

@@ -348,13 +348,27 @@ fn each_examples_pod_args_parse_into_the_operators_plan() {
     std::fs::write(&model, b"not read by the parse").unwrap();
     let examples: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(EXAMPLES_POD_ARGS).unwrap();
-    assert_eq!(examples.len(), 7, "one entry per example");
+    assert_eq!(examples.len(), 8, "one entry per example");
     for (name, ex) in &examples {
         let plan = &ex["plan"];
         let mut args: Vec<String> = serde_json::from_value(ex["args"].clone()).unwrap();
         // The pod's model path (or hf:// source) is not here: parse a local file.
         let at = args.iter().position(|a| a == "--model").unwrap() + 1;
         args[at] = model.display().to_string();
+        // So is a draft model's: the flag's `model` becomes the local file.
+        let spec_flag = format!("--{}", ferrox_plan::contract::flag::SPECULATIVE_CONFIG);
+        let drafted = match args.iter().position(|a| *a == spec_flag) {
+            Some(at) => {
+                let mut flag: serde_json::Value = serde_json::from_str(&args[at + 1]).unwrap();
+                let named = flag.get("model").is_some();
+                if named {
+                    flag["model"] = model.display().to_string().into();
+                    args[at + 1] = flag.to_string();
+                }
+                named
+            }
+            None => false,
+        };
         let tiers: Vec<String> = (args.windows(2))
             .filter(|w| w[0] == format!("--{}", ferrox_plan::contract::flag::KV_OFFLOAD))
             .map(|w| w[1].clone())
@@ -364,6 +378,8 @@ fn each_examples_pod_args_parse_into_the_operators_plan() {
             panic!("{name}: not serve");
         };
         let c = args.into_config().unwrap();
+        assert_eq!(c.draft_model.is_some(), drafted, "{name}");
+        assert_eq!(name.contains("draft"), drafted, "{name}");
         // The lower KV tiers, as the operator wrote them.
         let read: Vec<String> = c.kv_offload.iter().map(|t| t.to_arg()).collect();
         assert_eq!(read, tiers, "{name}");

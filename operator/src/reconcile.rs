@@ -336,7 +336,7 @@ async fn apply_claim(
         return Ok(None);
     };
     let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
-    match apply(&api, &claim).await {
+    match apply::<PersistentVolumeClaim>(&api, &claim).await {
         Ok(_) => Ok(None),
         Err(Error::Kube(kube::Error::Api(e))) if matches!(e.code, 403 | 422) => {
             let (reason, message) = kv_offload::claim_refusal(md, &e.message);

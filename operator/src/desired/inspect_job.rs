@@ -38,7 +38,9 @@ pub fn inspect_job(md: &ModelDeployment, config: &DesiredConfig) -> Result<Job, 
     let model_arg = shell_quote(&source::server_arg(&source, &md.spec.model.source));
     let mut script =
         format!("ferrox-server inspect --model {model_arg} --json > {TERMINATION_LOG}");
-    if let Some(draft) = draft_server_path(md) {
+    // A draft whose geometry the spec gives is not inspected.
+    let given = (md.spec.speculative.as_ref()).is_some_and(|s| s.draft_geometry.is_some());
+    if let Some(draft) = draft_server_path(md).filter(|_| !given) {
         let draft = shell_quote(&draft);
         script += &format!(" && ferrox-server inspect --model {draft} --json >> {TERMINATION_LOG}");
     }
@@ -169,5 +171,17 @@ mod tests {
         let claim = vols.iter().find(|v| v.name == "draft-drafts").unwrap();
         let claim = claim.persistent_volume_claim.as_ref().unwrap();
         assert_eq!(claim.claim_name, "drafts");
+    }
+
+    #[test]
+    fn a_draft_whose_geometry_is_given_is_not_inspected() {
+        let mut spec = gpu_spec(1, "80Gi");
+        let mut draft = crate::fixtures::draft("pvc://drafts/d.gguf");
+        draft.draft_geometry = Some((&crate::fixtures::smollm2_135m()).into());
+        spec.speculative = Some(draft);
+        let job = inspect_job(&md("m", spec), &DesiredConfig::default()).unwrap();
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        let script = &pod.containers[0].command.as_ref().unwrap()[2];
+        assert!(!script.contains("/draft/"), "{script}");
     }
 }

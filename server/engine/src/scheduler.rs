@@ -258,7 +258,8 @@ impl<M: BatchModel> Scheduler<M> {
         report.prefilled = batch.chunks;
         report.verified = verified;
         if let Some(spec) = &mut self.spec {
-            spec.step_ran(now, report.tokens);
+            let prompt_tokens = report.prefilled.iter().map(|c| c.1).sum();
+            spec.step_ran(now, report.tokens, prompt_tokens);
             for v in &report.verified {
                 spec.record(v.accepted, v.drafted);
             }

@@ -118,10 +118,12 @@ impl Speculation {
         }
     }
 
-    /// The tick that began at `began` ran a step of `tokens` tokens (none:
-    /// nothing to measure).
-    pub fn step_ran(&mut self, began: Instant, tokens: usize) {
-        self.last_step = (tokens > 0).then_some((began, tokens));
+    /// The tick that began at `began` ran a step of `tokens` tokens,
+    /// `prompt_tokens` of them prompt chunks. Only decode steps are
+    /// measured: none, nothing to measure; a prompt's tokens skip the
+    /// logits a verified draft pays for.
+    pub fn step_ran(&mut self, began: Instant, tokens: usize, prompt_tokens: usize) {
+        self.last_step = (tokens > 0 && prompt_tokens == 0).then_some((began, tokens));
     }
 
     /// The worker waits for work: the time until the next tick is no step's.
@@ -129,20 +131,19 @@ impl Speculation {
         self.last_step = None;
     }
 
-    /// How many of each proposal's drafts to verify in a step that runs
-    /// `base` tokens without them and yields `rows` tokens, with `budget`
-    /// tokens of the step's budget left for drafts.
+    /// How many of each proposal's drafts to verify in a step whose `rows`
+    /// decoding rows yield a token each, with `budget` tokens of the step's
+    /// budget left for drafts.
     pub fn choose(
         &mut self,
         proposals: &[Proposal],
-        base: usize,
         rows: usize,
         budget: usize,
     ) -> (Vec<usize>, Decision) {
         let offers: Vec<(usize, f64)> = (proposals.iter())
             .map(|p| (p.drafts.len(), p.acceptance))
             .collect();
-        self.choose_offers(&offers, base, rows, budget)
+        self.choose_offers(&offers, rows, budget)
     }
 
     /// As [`Speculation::choose`], for drafts not made yet: `offers` are
@@ -152,14 +153,13 @@ impl Speculation {
     pub fn choose_offers(
         &mut self,
         offers: &[(usize, f64)],
-        base: usize,
         rows: usize,
         budget: usize,
     ) -> (Vec<usize>, Decision) {
         let offers: Vec<Offer> = (offers.iter())
             .map(|&(drafts, acceptance)| Offer { drafts, acceptance })
             .collect();
-        let mut kept = drafts_to_verify(&self.costs, base, rows, &offers, budget);
+        let mut kept = drafts_to_verify(&self.costs, rows, &offers, budget);
         if offers.is_empty() {
             return (kept, Decision::None);
         }
@@ -218,20 +218,40 @@ mod tests {
         let ms = Duration::from_millis;
         let mut s = Speculation::new(config(4));
         // A 1-token step takes 10 ms, a 5-token one 11 ms: worth it at 0.5.
-        s.step_ran(t0, 1);
+        s.step_ran(t0, 1, 0);
         s.tick_began(t0 + ms(10));
-        s.step_ran(t0 + ms(10), 5);
+        s.step_ran(t0 + ms(10), 5, 0);
         s.tick_began(t0 + ms(21));
         let offer = [proposal(0, 4, 0.5)];
-        assert_eq!(s.choose(&offer, 1, 1, 64), (vec![4], Decision::Verified));
+        assert_eq!(s.choose(&offer, 1, 64), (vec![4], Decision::Verified));
         // An idle wait between ticks measures nothing: the 10 s do not
         // count against a 5-token step.
-        s.step_ran(t0 + ms(21), 5);
+        s.step_ran(t0 + ms(21), 5, 0);
         s.idle();
         s.tick_began(t0 + ms(10_021));
-        assert_eq!(s.choose(&offer, 1, 1, 64).1, Decision::Verified);
+        assert_eq!(s.choose(&offer, 1, 64).1, Decision::Verified);
         // Nothing proposed: nothing decided.
-        assert_eq!(s.choose(&[], 1, 1, 64), (vec![], Decision::None));
+        assert_eq!(s.choose(&[], 1, 64), (vec![], Decision::None));
+    }
+
+    #[test]
+    fn steps_with_prompt_chunks_are_not_measured() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut s = Speculation::new(config(4));
+        let unlikely = [proposal(0, 4, 0.01)];
+        s.step_ran(t0, 1, 0);
+        s.tick_began(t0 + ms(10));
+        // Four of the five tokens a prompt's: nothing learnt, so the cost
+        // of a token is still unknown and the drafts are tried.
+        s.step_ran(t0 + ms(10), 5, 4);
+        s.tick_began(t0 + ms(21));
+        assert_eq!(s.choose(&unlikely, 1, 64).1, Decision::Verified);
+        // Five decode tokens in 11 ms: a token costs 0.25 ms, a fortieth
+        // of a plain step, more than a draft accepted once in a hundred.
+        s.step_ran(t0 + ms(21), 5, 0);
+        s.tick_began(t0 + ms(32));
+        assert_eq!(s.choose(&unlikely, 1, 64).1, Decision::Declined);
     }
 
     #[test]
@@ -241,13 +261,13 @@ mod tests {
         // Every token costs: verification never pays at 0.2.
         for (i, tokens) in [16usize, 32, 64].into_iter().enumerate() {
             let began = t0 + Duration::from_secs(i as u64);
-            s.step_ran(began, tokens);
+            s.step_ran(began, tokens, 0);
             s.tick_began(began + Duration::from_millis(tokens as u64 * 2));
         }
         let offers = [proposal(0, 4, 0.2), proposal(1, 4, 0.3)];
         let mut probes = 0;
         for _ in 0..PROBE_EVERY * 3 {
-            match s.choose(&offers, 16, 16, 64) {
+            match s.choose(&offers, 16, 64) {
                 (kept, Decision::Verified) => {
                     assert_eq!(kept, vec![0, 4], "the likelier row alone");
                     probes += 1;
@@ -264,20 +284,20 @@ mod tests {
         let ms = Duration::from_millis;
         let mut s = Speculation::new(config(5));
         // One row: 10 ms a token-step and 1 ms more a token. At 0.5 a
-        // draft's j-th token gains 0.5^j against 1/11 of a token: three pay.
+        // draft's j-th token gains 0.5^j against 1/10 of a token: three pay.
         for tokens in [1usize, 6] {
-            s.step_ran(t0, tokens);
+            s.step_ran(t0, tokens, 0);
             s.tick_began(t0 + ms(9 + tokens as u64));
         }
         let made = [proposal(0, 5, 0.5)];
-        assert_eq!(s.choose(&made, 1, 1, 64), (vec![3], Decision::Verified));
+        assert_eq!(s.choose(&made, 1, 64), (vec![3], Decision::Verified));
         assert_eq!(
-            s.choose_offers(&[(5, 0.5)], 1, 1, 64),
+            s.choose_offers(&[(5, 0.5)], 1, 64),
             (vec![3], Decision::Verified)
         );
         // Nothing worth a draft: declined, and no draft is made.
         assert_eq!(
-            s.choose_offers(&[(5, 0.05)], 1, 1, 64),
+            s.choose_offers(&[(5, 0.05)], 1, 64),
             (vec![0], Decision::Declined)
         );
     }

@@ -56,8 +56,7 @@ impl<M: BatchModel> Scheduler<M> {
                 let proposals: Vec<Proposal> = (batch.decode.iter())
                     .filter_map(|id| looked_up(rows.get_mut(id)?, *id, spec, prior))
                     .collect();
-                let (kept, decision) =
-                    spec.choose(&proposals, batch.tokens(), batch.decode.len(), budget);
+                let (kept, decision) = spec.choose(&proposals, batch.decode.len(), budget);
                 (proposals, kept, decision)
             }
         };
@@ -123,7 +122,7 @@ fn drafted(
     let offers: Vec<(usize, f64)> = (room.iter())
         .map(|(_, row, k)| (*k, row.acceptance.estimate(prior)))
         .collect();
-    let (kept, decision) = spec.choose_offers(&offers, batch.tokens(), batch.decode.len(), budget);
+    let (kept, decision) = spec.choose_offers(&offers, batch.decode.len(), budget);
     if decision != Decision::Verified {
         return (Vec::new(), decision);
     }

@@ -374,9 +374,11 @@ fn a_client_gone_in_the_middle_of_a_verified_step_is_cancelled_alone() {
     }
     armed.store(true, std::sync::atomic::Ordering::SeqCst);
     let r = rig.tick();
-    // Its verification stopped at the first token it could not send.
+    // Its verification (of as many drafts as the rule tried) stopped at
+    // the first token it could not send.
     let cut = r.verified.iter().find(|v| v.id == victim_id).unwrap();
-    assert_eq!((cut.drafted, cut.accepted), (5, 1));
+    assert!(cut.drafted > 1, "{cut:?}");
+    assert_eq!(cut.accepted, 1, "{cut:?}");
     rig.run(100);
     assert!(victim.lock().unwrap().is_none());
     let text = rig.h.metrics().render("m");

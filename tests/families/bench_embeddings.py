@@ -7,7 +7,12 @@ Alternates ferrox and sentence-transformers for `--rounds` rounds and
 prints texts per second (best and median).
 
   FERROX_REF_PYTHON=... ; $py tests/families/bench_embeddings.py \\
-      --server target/debug/ferrox-server --threads 2"""
+      --server target/debug/ferrox-server --threads 2
+
+With `--gguf LLAMA_SRC`, writes the same model as GGUF instead (llama.cpp's
+converter, f16, then its llama-quantize to Q8_0 from `--peer`'s build) into
+models/bench/bgebase-{f16,Q8_0}.gguf for scripts/bench-embeddings, and
+exits."""
 
 import argparse
 import os
@@ -15,6 +20,7 @@ import pathlib
 import socket
 import statistics
 import subprocess
+import sys
 import time
 
 import json
@@ -46,6 +52,21 @@ def make_model() -> None:
     st = SentenceTransformer(modules=[t, models.Pooling(768, pooling_mode="cls"),
                                       models.Normalize()], device="cpu")
     st.save(str(DIR))
+
+
+def write_gguf(llama_src: str, peer: str) -> None:
+    here = pathlib.Path(__file__).resolve().parent
+    out = here.parents[1] / "models" / "bench"
+    out.mkdir(parents=True, exist_ok=True)
+    f16, q8 = out / "bgebase-f16.gguf", out / "bgebase-Q8_0.gguf"
+    if not f16.exists():
+        subprocess.run([sys.executable, str(here / "convert.py"), llama_src, str(DIR), "--outfile",
+                        str(f16), "--outtype", "f16", "--model-name", "ferrox bench bge-base"],
+                       check=True)
+    if not q8.exists():
+        subprocess.run([peer, "quantize", str(f16), str(q8), "Q8_0"], check=True,
+                       stdout=subprocess.DEVNULL)
+    print(f16, q8, sep="\n")
 
 
 def texts(n: int) -> list:
@@ -84,13 +105,21 @@ def timed(fn) -> float:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--server", required=True)
+    p.add_argument("--server")
+    p.add_argument("--gguf", metavar="LLAMA_SRC", help="write the model as GGUF and exit")
+    p.add_argument("--peer", default=str(pathlib.Path(__file__).resolve().parents[2].parent
+                                         / "shared/tools/peer-llama"))
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--texts", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     make_model()
+    if a.gguf:
+        write_gguf(a.gguf, a.peer)
+        return 0
+    if not a.server:
+        p.error("--server or --gguf is required")
     batch = texts(a.texts)
     st = SentenceTransformer(str(DIR), device="cpu")
     proc, url = serve(a.server, a.threads)

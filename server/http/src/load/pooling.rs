@@ -42,8 +42,9 @@ pub fn size_pooling(
     let plan = plan_pooling(&geometry, &config, cfg.max_batch_tokens as u64).map_err(|e| {
         anyhow::anyhow!(
             "cannot serve this embedding model in {memory} on {device} with batches of {} \
-             tokens: {e}. Try a smaller --max-batch-tokens, a higher --memory-utilization \
-             or more memory",
+             tokens: {e}. Try a smaller --max-model-len (one sequence's attention grows \
+             with its square) or --max-batch-tokens, a higher --memory-utilization or more \
+             memory",
             cfg.max_batch_tokens
         )
     })?;

@@ -3,13 +3,15 @@ sentence-transformers) served by the real binary and read through the openai
 SDK's `client.embeddings.create`: floats, base64 (the SDK's default, and
 asked for), Matryoshka `dimensions`, a batch of mixed lengths against each
 text alone, vLLM's `truncate_prompt_tokens` and `normalize`, TEI's
-`prompt_name` (EmbeddingGemma's prompts), and the bad inputs that are each a
+`prompt_name` (EmbeddingGemma's prompts), 2,048 texts in one request within
+the plan's memory, and the bad inputs that are each a
 400 with its reason while the server goes on."""
 
 import base64
 import json
 import math
 import pathlib
+import re
 import struct
 import subprocess
 
@@ -194,6 +196,29 @@ def test_more_text_than_a_batch_can_ever_hold_is_refused():
                           timeout=30)
         assert r.status_code == 400, r.text
         assert "--max-batch-tokens" in r.json()["error"]["message"], r.text
+        assert requests.post(s.url + "/v1/embeddings", json={"input": "red"},
+                             timeout=30).status_code == 200
+    finally:
+        s.close()
+
+
+def test_two_thousand_texts_in_one_request_stay_within_the_plan():
+    # The issue's aim: one request of 2,048 texts of 128 tokens is answered
+    # in batches of --max-batch-tokens, holding no more than the plan counts
+    # (NomicBERT: the fixture whose positions reach 128).
+    s = Server("--max-batch-tokens", "2048", "--threads", "2", model=str(FIXTURES / "nomic"))
+    try:
+        line = next(l for l in s.log_text().splitlines() if "pooling model planned" in l)
+        total = int(re.search(r"total_bytes=(\d+)", line).group(1))
+        texts = [[5 + (7 * i + j) % 80 for j in range(128)] for i in range(2048)]
+        r = requests.post(s.url + "/v1/embeddings", json={"input": texts}, timeout=600)
+        assert r.status_code == 200, r.text[:500]
+        body = r.json()
+        assert [d["index"] for d in body["data"]] == list(range(2048))
+        assert body["usage"]["prompt_tokens"] >= 2048 * 128
+        status = open(f"/proc/{s.proc.pid}/status").read()
+        peak = int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) * 1024
+        assert peak <= total, f"peak resident {peak} bytes, plan {total}: {line}"
         assert requests.post(s.url + "/v1/embeddings", json={"input": "red"},
                              timeout=30).status_code == 200
     finally:

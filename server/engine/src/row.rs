@@ -72,6 +72,9 @@ pub(crate) struct Row {
     speculates: bool,
     /// How often its draft tokens were accepted.
     pub acceptance: Acceptance,
+    /// Where its last n-gram draft was read from: the end of the occurrence
+    /// and the history's length then, so the next lookup follows the copy.
+    pub copying: Option<(usize, usize)>,
     submitted: Instant,
     last_token_at: Option<Instant>,
     pub finish: Option<Finish>,
@@ -149,6 +152,7 @@ impl Row {
             adapter: req.adapter.take(),
             speculates,
             acceptance: Acceptance::new(ROW_KEEP),
+            copying: None,
             hashes: job.hashes,
             hasher: job.hasher,
             block_size,

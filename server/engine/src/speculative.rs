@@ -19,7 +19,7 @@ mod payoff;
 
 pub(crate) use acceptance::Acceptance;
 pub(crate) use draft_model::{DraftAsk, DraftModel};
-pub(crate) use ngram::{Lookup, propose};
+pub(crate) use ngram::{Lookup, propose_following};
 use payoff::{Offer, StepCosts, drafts_to_verify};
 
 /// What a row's own acceptance keeps of the past at each verification.

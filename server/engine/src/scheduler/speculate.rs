@@ -14,7 +14,9 @@ use super::Scheduler;
 use super::step_batch::StepRows;
 use crate::job::RequestId;
 use crate::row::Row;
-use crate::speculative::{Decision, DraftAsk, DraftModel, Proposal, Speculation, propose};
+use crate::speculative::{
+    Decision, DraftAsk, DraftModel, Proposal, Speculation, propose_following,
+};
 
 impl<M: BatchModel> Scheduler<M> {
     /// Moves the decode rows whose drafts pay into `batch.verify`, each
@@ -78,15 +80,22 @@ impl<M: BatchModel> Scheduler<M> {
     }
 }
 
-/// A row's draft by n-gram lookup over its own history, as much of it as
-/// its grammar allows, if it finds one.
+/// A row's draft by n-gram lookup over its own history (following the copy
+/// its last draft was read from), as much of it as its grammar allows, if
+/// it finds one.
 fn looked_up(row: &mut Row, id: RequestId, spec: &Speculation, prior: f64) -> Option<Proposal> {
     let lookup = spec.lookup(row.draft_room());
     if lookup.k == 0 {
         return None;
     }
     let (prompt, output) = row.history();
-    let mut drafts = propose(prompt, output, lookup);
+    let len = prompt.len() + output.len();
+    let follow = row
+        .copying
+        .map(|(end, then)| end + len.saturating_sub(then));
+    let found = propose_following(prompt, output, lookup, follow);
+    row.copying = found.as_ref().map(|(_, end)| (*end, len));
+    let mut drafts = found.map_or_else(Vec::new, |(d, _)| d);
     row.grammar_cut(&mut drafts);
     (!drafts.is_empty()).then(|| Proposal {
         id,

@@ -16,12 +16,20 @@ pub struct Lookup {
 }
 
 /// Up to `lookup.k` draft tokens for the sequence `prompt` then `output`
-/// (whose last token is the one about to be fed): the tokens after the
-/// earlier occurrence of its longest suffix of `min..=max` tokens, the
-/// most recent occurrence among equally long ones (in copying work the
-/// latest copy is the one being followed). Empty when no suffix of `min`
-/// tokens occurs earlier. Never runs past the end of the history.
-pub fn propose(prompt: &[u32], output: &[u32], lookup: Lookup) -> Vec<u32> {
+/// (whose last token is the one about to be fed), and the end of the
+/// occurrence they were read from: the tokens after the earlier occurrence
+/// of its longest suffix of `min..=max` tokens. Among equally long ones,
+/// the occurrence ending at `follow` (the one the last draft was read
+/// from, moved on by the tokens fed since: a copy goes on where it was,
+/// not at a later repeat of the same few tokens), else the most recent.
+/// `None` when no suffix of `min` tokens occurs earlier. Never runs past
+/// the end of the history.
+pub fn propose_following(
+    prompt: &[u32],
+    output: &[u32],
+    lookup: Lookup,
+    follow: Option<usize>,
+) -> Option<(Vec<u32>, usize)> {
     let len = prompt.len() + output.len();
     let at = |i: usize| match i.checked_sub(prompt.len()) {
         None => prompt[i],
@@ -29,37 +37,43 @@ pub fn propose(prompt: &[u32], output: &[u32], lookup: Lookup) -> Vec<u32> {
     };
     let (min, max) = (lookup.min.max(1), lookup.max.max(lookup.min.max(1)));
     if lookup.k == 0 || len < min + 1 {
-        return Vec::new();
+        return None;
     }
-    let last = at(len - 1);
-    // (end of the occurrence, its length), longest first, latest among equals.
-    let mut best: Option<(usize, usize)> = None;
-    for end in (0..len - 1).rev() {
-        if at(end) != last {
-            continue;
-        }
-        let matched = (1..max.min(end + 1))
+    // How long a suffix the occurrence ending at `end` matches.
+    let matched = |end: usize| {
+        (0..max.min(end + 1))
             .take_while(|&j| at(end - j) == at(len - 1 - j))
             .count()
-            + 1;
-        if matched >= min && best.is_none_or(|(_, n)| matched > n) {
-            best = Some((end, matched));
-            if matched == max {
-                break;
-            }
+    };
+    // (end of the occurrence, its length), longest first; the followed
+    // one, then the latest, among equals.
+    let mut best = follow
+        .filter(|&end| end < len - 1)
+        .map(|end| (end, matched(end)))
+        .filter(|&(_, n)| n >= min);
+    for end in (0..len - 1).rev() {
+        if best.is_some_and(|(_, n)| n == max) {
+            break;
+        }
+        let n = matched(end);
+        if n >= min && best.is_none_or(|(_, b)| n > b) {
+            best = Some((end, n));
         }
     }
-    let Some((end, _)) = best else {
-        return Vec::new();
-    };
+    let (end, _) = best?;
     let from = end + 1;
     let to = from.saturating_add(lookup.k).min(len);
-    (from..to).map(at).collect()
+    Some(((from..to).map(at).collect(), end))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The draft alone, following no earlier one.
+    fn propose(prompt: &[u32], output: &[u32], lookup: Lookup) -> Vec<u32> {
+        propose_following(prompt, output, lookup, None).map_or_else(Vec::new, |(d, _)| d)
+    }
 
     fn lookup(min: usize, max: usize, k: usize) -> Lookup {
         Lookup { min, max, k }
@@ -103,6 +117,34 @@ mod tests {
                 assert_eq!(propose(p, o, l), want, "{p:?} + {o:?} {l:?}");
             }
         }
+    }
+
+    #[test]
+    fn a_copy_goes_on_where_it_was() {
+        // The source [1 2 3 4 | 1 2 3 5 ...] and a copy under way that has
+        // reached [1 2 3]: the latest [1 2 3] is followed by 5, but the
+        // copy was reading the first (ending at index 2).
+        let h: &[u32] = &[1, 2, 3, 4, 9, 1, 2, 3, 5, 8, 1, 2, 3];
+        let l = lookup(2, 3, 2);
+        // (follow, expected draft, expected end)
+        let cases: [(Option<usize>, &[u32], usize); 4] = [
+            (None, &[5, 8], 7),
+            (Some(2), &[4, 9], 2),
+            // A followed occurrence that no longer matches: the longest.
+            (Some(3), &[5, 8], 7),
+            // Past the history: ignored.
+            (Some(40), &[5, 8], 7),
+        ];
+        for (follow, want, end) in cases {
+            let got = propose_following(h, &[], l, follow);
+            assert_eq!(got, Some((want.to_vec(), end)), "{follow:?}");
+        }
+        // A longer match elsewhere still wins over the followed one.
+        let h: &[u32] = &[7, 2, 3, 6, 1, 2, 3, 5, 1, 2, 3];
+        assert_eq!(
+            propose_following(h, &[], lookup(2, 3, 1), Some(2)),
+            Some((vec![5], 6))
+        );
     }
 
     #[test]

@@ -13,6 +13,8 @@ import math
 import pathlib
 import re
 import struct
+import threading
+import time
 import subprocess
 
 import openai
@@ -221,6 +223,34 @@ def test_two_thousand_texts_in_one_request_stay_within_the_plan():
         assert peak <= total, f"peak resident {peak} bytes, plan {total}: {line}"
         assert requests.post(s.url + "/v1/embeddings", json={"input": "red"},
                              timeout=30).status_code == 200
+    finally:
+        s.close()
+
+
+def test_queued_embedding_requests_are_the_series_the_autoscalers_scale_on():
+    # The operator's HPA and KEDA scale on `ferrox_requests_waiting` per pod
+    # (operator/src/desired/autoscaler.rs): a pooling server counts the
+    # requests behind its token budget there, as a generating one does.
+    s = Server("--max-batch-tokens", "1024", "--max-seqs", "8", "--threads", "2",
+               model=str(FIXTURES / "nomic"))
+    try:
+        texts = [[5 + (3 * i + j) % 80 for j in range(128)] for i in range(256)]
+        codes = []
+
+        def one() -> None:
+            codes.append(requests.post(s.url + "/v1/embeddings", json={"input": texts},
+                                       timeout=600).status_code)
+        clients = [threading.Thread(target=one) for _ in range(8)]
+        [c.start() for c in clients]
+        seen = 0.0
+        while any(c.is_alive() for c in clients):
+            seen = max(seen, s.metric("ferrox_requests_waiting"))
+            time.sleep(0.01)
+        [c.join() for c in clients]
+        assert codes == [200] * 8
+        assert seen >= 1, "no request was ever seen waiting"
+        assert s.metric("ferrox_requests_waiting") == 0
+        assert s.metric("vllm:num_requests_waiting") == 0
     finally:
         s.close()
 

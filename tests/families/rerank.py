@@ -14,8 +14,21 @@ P("yes") against "no" at the last position of its prompt template, computed
 as its model card does); and a decoder with a classification head
 (qwen3_cls/: Qwen3ForSequenceClassification, its `score` linear on the
 last non-padding token, a pair its two texts' tokens end to end as the
-tokenizer joins them, no special tokens)."""
+tokenizer joins them, no special tokens); a ModernBERT cross-encoder as
+gte-reranker-modernbert is (modernbert_rerank/: its head, dense, GELU and
+a bias-free LayerNorm, on the mean of the final-normed states, then the
+classifier); and a NomicBERT one (nomic_rerank/: the BERT pooler, tanh of
+a dense layer on [CLS], then the classifier, computed by transformers' own
+NomicBertForSequenceClassification and written in nomic's layout under
+`bert.`, as the published checkpoints are); and a decoder cross-encoder
+with a chat template that carries the pair (qwen3_cls_chat/: as
+qwen3_cls, its tokenizer with a template rendering a `query` and a
+`document` message into Qwen3-Reranker's prompt, which
+sentence-transformers 6 applies to each pair, no generation prompt; the
+reference's tokens are the ones CrossEncoder feeds the model). `--only
+NAME...` remakes only those fixtures."""
 
+import argparse
 import json
 import pathlib
 
@@ -24,7 +37,7 @@ import transformers
 from sentence_transformers import CrossEncoder
 
 import tokenizer as bpe
-from embeddings import OUT, randomize, unigram, wordpiece
+from embeddings import OUT, nomic_layout, randomize, unigram, wordpiece
 
 QUERY = "Name three colors."
 DOCUMENTS = [
@@ -85,16 +98,106 @@ def qwen3_cross_encoder_dir(dir: pathlib.Path, seed: int) -> None:
     randomize(model, seed)
     model.save_pretrained(dir)
     bpe.write(dir, "chatml", "<|im_end|>")
-    # No chat template: with one, sentence-transformers 6 turns the pair
-    # into two user turns of it (not served yet); without, it is the
-    # tokenizer's pair, as transformers' tokenizer(query, document) gives.
+    # No chat template: with one, sentence-transformers 6 renders the pair
+    # through it (qwen3_cls_chat); without, it is the tokenizer's pair, as
+    # transformers' tokenizer(query, document) gives.
     config_path = dir / "tokenizer_config.json"
     config = json.loads(config_path.read_text())
     del config["chat_template"]
     config_path.write_text(json.dumps(config, indent=1) + "\n")
 
 
-def build(name: str, make, seed: int) -> None:
+def wordpiece_pair_tokenizer(dir: pathlib.Path, names: list[str]) -> None:
+    """The WordPiece tokenizer with its pair template ([CLS] a [SEP] b
+    [SEP]); `names` the inputs the model's forward takes."""
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=wordpiece(), unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+        pad_token="[PAD]", mask_token="[MASK]", model_max_length=64, model_input_names=names)
+    fast.save_pretrained(dir)
+
+
+def modernbert_cross_encoder_dir(dir: pathlib.Path, seed: int) -> None:
+    """gte-reranker-modernbert's kind: ModernBertForSequenceClassification
+    pooling by the mean (`classifier_pooling`), its head `head.dense` (no
+    bias), GELU, `head.norm` (no bias), then `classifier`; a local window of
+    8 so the pairs slide; no token types."""
+    config = transformers.ModernBertConfig(
+        vocab_size=wordpiece().get_vocab_size(), hidden_size=64, num_hidden_layers=3,
+        num_attention_heads=4, intermediate_size=96, max_position_embeddings=64,
+        global_attn_every_n_layers=2, local_attention=8, hidden_activation="gelu",
+        norm_eps=1e-5, norm_bias=False, pad_token_id=0, cls_token_id=2, sep_token_id=3,
+        bos_token_id=2, eos_token_id=3, classifier_pooling="mean",
+        classifier_activation="gelu", classifier_bias=False, num_labels=1,
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 160000.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
+    model = transformers.ModernBertForSequenceClassification(config)
+    randomize(model, seed)
+    model.save_pretrained(dir)
+    wordpiece_pair_tokenizer(dir, ["input_ids", "attention_mask"])
+
+
+def nomic_cross_encoder_dir(dir: pathlib.Path, seed: int) -> None:
+    """NomicBertForSequenceClassification: BERT's pooler (dense and tanh
+    on [CLS]) and classifier over nomic-embed's encoder; token types 0
+    then 1 as BERT's pair."""
+    config = transformers.NomicBertConfig(
+        vocab_size=wordpiece().get_vocab_size(), hidden_size=64, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=128, max_position_embeddings=2048,
+        type_vocab_size=2, hidden_act="silu", layer_norm_eps=1e-12, pad_token_id=0,
+        num_labels=1, rope_parameters={"rope_type": "default", "rope_theta": 1000.0})
+    model = transformers.NomicBertForSequenceClassification(config)
+    randomize(model, seed)
+    model.save_pretrained(dir)
+    wordpiece_pair_tokenizer(dir, ["input_ids", "token_type_ids", "attention_mask"])
+
+
+def nomic_rewrite(dir: pathlib.Path) -> None:
+    """The scored checkpoint in nomic's layout: the encoder renamed as
+    embeddings.py's `nomic_layout` does, under `bert.` (nomic's remote
+    code's prefix), the pooler and classifier as they are."""
+    from safetensors.torch import load_file, save_file
+    native = load_file(dir / "model.safetensors")
+    encoder = {k.removeprefix("nomic_bert."): v for k, v in native.items()
+               if k.startswith("nomic_bert.") and ".pooler." not in k}
+    head = {k.replace("nomic_bert.", "bert."): v for k, v in native.items()
+            if not k.startswith("nomic_bert.") or ".pooler." in k}
+    config = json.loads((dir / "config.json").read_text())
+    save_file(encoder, dir / "model.safetensors", metadata={"format": "pt"})
+    (dir / "config.json").write_text(json.dumps({**config, "architectures": ["NomicBertModel"]}))
+    nomic_layout(dir)
+    rewritten = load_file(dir / "model.safetensors")
+    out = {f"bert.{k}": v for k, v in rewritten.items()} | head
+    save_file(out, dir / "model.safetensors", metadata={"format": "pt"})
+    nomic = json.loads((dir / "config.json").read_text())
+    nomic["architectures"] = ["NomicBertForSequenceClassification"]
+    nomic["num_labels"] = 1
+    (dir / "config.json").write_text(json.dumps(nomic, indent=2) + "\n")
+
+
+# A Qwen3-Reranker-shaped chat template over sentence-transformers' pair
+# roles (the shape its error message suggests for a reranker's template).
+PAIR_TEMPLATE = (
+    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query "
+    "and the Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n"
+    "<|im_start|>user\n<Instruct>: Given a web search query, retrieve relevant passages that "
+    "answer the query\n"
+    "<Query>: {{ messages | selectattr(\"role\", \"eq\", \"query\") | map(attribute=\"content\") "
+    "| first }}\n"
+    "<Document>: {{ messages | selectattr(\"role\", \"eq\", \"document\") "
+    "| map(attribute=\"content\") | first }}<|im_end|>\n"
+    "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+def qwen3_chat_cross_encoder_dir(dir: pathlib.Path, seed: int) -> None:
+    """qwen3_cls with a chat template that carries the pair."""
+    qwen3_cross_encoder_dir(dir, seed)
+    config_path = dir / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config["chat_template"] = PAIR_TEMPLATE
+    config_path.write_text(json.dumps(config, indent=1) + "\n")
+
+
+def build(name: str, make, seed: int, after=None) -> None:
     dir = OUT / name
     dir.mkdir(parents=True, exist_ok=True)
     make(dir, seed)
@@ -106,13 +209,21 @@ def build(name: str, make, seed: int) -> None:
     scores = [float(model.predict([p], convert_to_numpy=True)[0]) for p in pairs]
     logits = [float(model.predict([p], activation_fn=torch.nn.Identity(),
                                   convert_to_numpy=True)[0]) for p in pairs]
-    enc = [model.tokenizer(q, d, return_token_type_ids=True) for q, d in pairs]
+    if model.tokenizer.chat_template is None:
+        enc = [model.tokenizer(q, d, return_token_type_ids=True) for q, d in pairs]
+        tokens = [e["input_ids"] for e in enc]
+        types = [e["token_type_ids"] for e in enc]
+    else:
+        # What CrossEncoder feeds the model: the pair through the template.
+        tokens = [model[0].preprocess([p])["input_ids"][0].tolist() for p in pairs]
+        types = [[0] * len(t) for t in tokens]
     ref = {"family": name, "query": QUERY, "documents": DOCUMENTS,
-           "tokens": [e["input_ids"] for e in enc],
-           "token_types": [e["token_type_ids"] for e in enc],
+           "tokens": tokens, "token_types": types,
            "scores": [round(s, 7) for s in scores], "logits": [round(s, 7) for s in logits],
            "torch": torch.__version__, "transformers": transformers.__version__}
     (dir / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
+    if after is not None:
+        after(dir)
     size = sum(p.stat().st_size for p in dir.rglob("*") if p.is_file())
     print(f"{size / 1e6:.2f} MB in {dir}")
 
@@ -171,12 +282,24 @@ def qwen3_reranker(seed: int) -> None:
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", nargs="+", help="remake only these fixtures")
+    only = parser.parse_args().only
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    build("bert_rerank", cross_encoder_dir, 2004)
-    build("xlmr_rerank", xlmr_cross_encoder_dir, 2006)
-    qwen3_reranker(2007)
-    build("qwen3_cls", qwen3_cross_encoder_dir, 2008)
+    fixtures = {
+        "bert_rerank": lambda: build("bert_rerank", cross_encoder_dir, 2004),
+        "xlmr_rerank": lambda: build("xlmr_rerank", xlmr_cross_encoder_dir, 2006),
+        "qwen3_rerank": lambda: qwen3_reranker(2007),
+        "qwen3_cls": lambda: build("qwen3_cls", qwen3_cross_encoder_dir, 2008),
+        "modernbert_rerank": lambda: build("modernbert_rerank", modernbert_cross_encoder_dir, 2009),
+        "nomic_rerank": lambda: build("nomic_rerank", nomic_cross_encoder_dir, 2010, nomic_rewrite),
+        "qwen3_cls_chat": lambda: build("qwen3_cls_chat", qwen3_chat_cross_encoder_dir, 2011),
+    }
+    for name in only or fixtures:
+        if name not in fixtures:
+            raise SystemExit(f"no fixture {name} ({', '.join(fixtures)})")
+        fixtures[name]()
     return 0
 
 

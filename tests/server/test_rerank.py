@@ -1,5 +1,7 @@
-"""The tiny cross-encoders (server/models/testdata/embeddings/bert_rerank
-and xlmr_rerank, written by sentence-transformers' CrossEncoder) and the
+"""The tiny cross-encoders (server/models/testdata/embeddings/bert_rerank,
+xlmr_rerank, modernbert_rerank, nomic_rerank, and qwen3_cls and
+qwen3_cls_chat, a decoder's head with the tokenizer's pair or with its chat
+template's, written by sentence-transformers' CrossEncoder) and the
 decoder reranker (qwen3_rerank: P("yes") as Qwen3-Reranker's card computes
 it with transformers) served by the real binary:
 a Cohere-shaped and a Jina-shaped rerank over HTTP (/v1/rerank and
@@ -30,6 +32,13 @@ SERVED = {
     "qwen3_rerank": ["--task", "score", "--max-batch-tokens", "1024", "--max-model-len", "320"],
     # A decoder with a classification head scores as its files say.
     "qwen3_cls": ["--max-batch-tokens", "64", "--max-model-len", "64"],
+    # ModernBERT's head on the mean of the states, NomicBERT's pooler on
+    # [CLS] (nomic is trained for 2,048 positions: held to 64 here).
+    "modernbert_rerank": ["--max-batch-tokens", "64"],
+    "nomic_rerank": ["--max-batch-tokens", "64", "--max-model-len", "64"],
+    # A decoder cross-encoder whose chat template carries the pair (a query
+    # and a document message, as sentence-transformers 6 renders it).
+    "qwen3_cls_chat": ["--max-batch-tokens", "1024", "--max-model-len", "320"],
 }
 
 

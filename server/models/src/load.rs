@@ -16,6 +16,7 @@ use crate::holding::device_kind;
 use crate::pooling::activation::ModuleActivation;
 use crate::pooling::config::PoolingFiles;
 use crate::pooling::head::{ScoreHead, score_activation};
+use crate::pooling::head_layout::HeadSpec;
 use crate::pooling::{Pooling, PoolingMethod};
 use crate::safetensors::{self as st, SafetensorsSource, safetensors_files};
 use crate::spec::{KvGroup, ModelSpec};
@@ -240,24 +241,28 @@ impl Source {
         Ok(Embedder::new(decoder, pooling)?.with_dense(dense))
     }
 
-    /// The model on `device` as a cross-encoder: an encoder's first
-    /// token's state through the score head (pooler, classifier and the
-    /// activation its files name), or a decoder's last token's through its
-    /// classifier alone (transformers' `*ForSequenceClassification`), one
-    /// score a sequence.
+    /// The model on `device` as a cross-encoder: its pooled state (as
+    /// its family's head reads it: an encoder's first token or mean, a
+    /// decoder's last token) through the score head its family and
+    /// `config.json` describe (see [`HeadSpec`]) and the activation its
+    /// files name, one score a sequence.
     pub fn scorer(&mut self, device: &Device) -> Result<Embedder> {
-        let activation = match self {
-            Source::Dir { dir, .. } => score_activation(dir)?,
-            Source::Gguf(_) => ModuleActivation::Sigmoid,
+        let (activation, config) = match self {
+            Source::Dir { dir, .. } => {
+                let path = dir.join("config.json");
+                let text = std::fs::read_to_string(&path).map_err(|source| Error::Io {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                (score_activation(dir)?, Some(HfConfig::parse(&text)?))
+            }
+            Source::Gguf(_) => (ModuleActivation::Sigmoid, None),
         };
         let spec = self.spec()?;
         let encoder = !spec.keeps_cache();
-        let method = match encoder {
-            true => PoolingMethod::Cls,
-            false => PoolingMethod::Last,
-        };
-        self.scoring(device, method, &mut |src| {
-            ScoreHead::load(src, (spec.hidden, encoder), activation, device)
+        let head = HeadSpec::read(spec.family, encoder, config.as_ref(), spec.norms.eps)?;
+        self.scoring(device, head.pooling, &mut |src| {
+            ScoreHead::load(src, spec.hidden, (head, activation), device)
         })
     }
 

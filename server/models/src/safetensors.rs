@@ -10,6 +10,7 @@ use crate::arch::{Family, HfExperts};
 use crate::error::{Error, Result};
 use crate::holding::{self, Role, device_kind};
 use crate::linear::{Embedding, Linear};
+use crate::pooling::head_layout::HeadLayout;
 use crate::projection::Projection;
 use crate::weights::source::{WeightSource, check_shape, check_small, check_vector};
 
@@ -75,7 +76,7 @@ impl HfNames {
     fn hf(&self, gguf: &str) -> String {
         let p = self.prefix;
         if let Some(part) = gguf.strip_prefix("cls.") {
-            return crate::arch::score_head_name(self.family, p, part);
+            return HeadLayout::of(self.family.name).checkpoint_name(p, part);
         }
         if let Some(hf) = self.family.hf_global(gguf) {
             return format!("{p}{hf}");

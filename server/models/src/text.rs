@@ -93,19 +93,39 @@ pub fn from_gguf(md: &HashMap<String, Value>) -> Result<TextModel> {
     })
 }
 
+/// A directory's chat template: transformers 5's `chat_template.jinja`
+/// (what `save_pretrained` writes now, and what transformers prefers), with
+/// `tokenizer_config.json`'s BOS and EOS; else that config's own
+/// `chat_template`; else none.
+fn dir_template(dir: &Path) -> Result<Option<ChatTemplate>> {
+    let config_path = dir.join("tokenizer_config.json");
+    if let Ok(source) = std::fs::read_to_string(dir.join("chat_template.jinja")) {
+        let config: serde_json::Value = std::fs::read_to_string(&config_path)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        let token = |key: &str| match config.get(key)? {
+            serde_json::Value::String(s) => Some(s.clone()),
+            serde_json::Value::Object(o) => o.get("content")?.as_str().map(str::to_string),
+            _ => None,
+        };
+        let bos_eos = (token("bos_token"), token("eos_token"));
+        return Ok(Some(ChatTemplate::new(source, bos_eos.0, bos_eos.1)?));
+    }
+    if !config_path.exists() {
+        return Ok(None);
+    }
+    match ChatTemplate::from_tokenizer_config(&config_path) {
+        Ok(t) => Ok(Some(t)),
+        Err(ferrox_core::Error::ChatTemplate(m)) if m.contains("has no chat_template") => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The text side of a Hugging Face directory.
 pub fn from_dir(dir: &Path) -> Result<TextModel> {
     let tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))?;
-    let config_path = dir.join("tokenizer_config.json");
-    let chat_template = if config_path.exists() {
-        match ChatTemplate::from_tokenizer_config(&config_path) {
-            Ok(t) => Some(t),
-            Err(ferrox_core::Error::ChatTemplate(m)) if m.contains("has no chat_template") => None,
-            Err(e) => return Err(e.into()),
-        }
-    } else {
-        None
-    };
+    let chat_template = dir_template(dir)?;
     let mut ids = Vec::new();
     for file in ["generation_config.json", "config.json"] {
         if let Ok(text) = std::fs::read_to_string(dir.join(file)) {
@@ -127,4 +147,21 @@ pub fn from_dir(dir: &Path) -> Result<TextModel> {
         chat_template,
         end_of_generation,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    /// transformers 5 saves the template apart from the tokenizer's config.
+    #[test]
+    fn a_chat_template_jinja_beside_the_tokenizer_is_read() {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/embeddings");
+        let chat = super::from_dir(&dir.join("qwen3_cls_chat")).unwrap();
+        let template = chat.chat_template.expect("chat_template.jinja");
+        assert!(template.source().contains("<Query>"));
+        assert_eq!(template.special_tokens().1, Some("<|im_end|>"));
+        let plain = super::from_dir(&dir.join("qwen3_cls")).unwrap();
+        assert!(plain.chat_template.is_none());
+    }
 }

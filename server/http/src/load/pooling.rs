@@ -117,7 +117,15 @@ pub fn load_pooling(
             let model = source.token_scorer(&device.device, yes_no);
             (model, PairFormat::Qwen3Reranker)
         }
-        ferrox_plan::Task::Score => (source.scorer(&device.device), PairFormat::Tokenizer),
+        // A chat template carries the pair where the model has one, as
+        // sentence-transformers formats it; else the tokenizer's pair.
+        ferrox_plan::Task::Score => {
+            let pairs = match text.chat_template.is_some() {
+                true => PairFormat::ChatTemplate,
+                false => PairFormat::Tokenizer,
+            };
+            (source.scorer(&device.device), pairs)
+        }
         _ => (
             source.embedder(&device.device, pooling),
             PairFormat::Tokenizer,

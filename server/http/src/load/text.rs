@@ -102,7 +102,7 @@ impl Frontend for CoreFrontend {
     }
 
     fn encode_pair(&self, a: &str, b: &str) -> Result<(Vec<u32>, Vec<u32>), String> {
-        self.pairs.encode(&self.tokenizer, a, b)
+        (self.pairs).encode((&self.tokenizer, self.template.as_ref()), a, b)
     }
 
     fn render_chat(

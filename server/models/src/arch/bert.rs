@@ -79,24 +79,6 @@ pub(super) static XLM_ROBERTA: Family = Family {
     from_gguf: xlmr_from_gguf,
 };
 
-/// The checkpoint's name of a cross-encoder's score-head tensor `part`
-/// of llama.cpp's `cls.{part}` (`weight`, `output.bias`, ...), `prefix`
-/// the encoder's: BERT's pooler sits inside the encoder and its classifier
-/// beside it; XLM-RoBERTa's head is `classifier.dense` and
-/// `classifier.out_proj`, both beside it; a decoder's
-/// (`Qwen3ForSequenceClassification`) is one linear, `score`, no pooler.
-pub(crate) fn score_head_name(family: &Family, prefix: &str, part: &str) -> String {
-    let roberta = std::ptr::eq(family, &XLM_ROBERTA);
-    let bert = std::ptr::eq(family, &BERT);
-    match (roberta, part.strip_prefix("output.")) {
-        (false, None) => format!("{prefix}pooler.dense.{part}"),
-        (false, Some(out)) if bert => format!("classifier.{out}"),
-        (false, Some(out)) => format!("score.{out}"),
-        (true, None) => format!("classifier.dense.{part}"),
-        (true, Some(out)) => format!("classifier.out_proj.{out}"),
-    }
-}
-
 /// An encoder layer (every encoder family's): attention within each
 /// sequence, both directions, scaled by `scale`, rotated by the spec's
 /// RoPE `rope` or by none (learned positions), seeing only the keys less

@@ -5,7 +5,6 @@
 //! group; no family has a decoder of its own.
 
 mod bert;
-pub(crate) use bert::score_head_name;
 mod gemma;
 mod glm;
 mod gpt_oss;

@@ -17,7 +17,12 @@ use crate::spec::{Activation, FeedForward, InputSpec, ModelSpec, RopeSpec};
 pub(super) static MODERN_BERT: Family = Family {
     name: "modern-bert",
     gguf: &["modern-bert"],
-    hf: &["ModernBertModel", "ModernBertForMaskedLM", "modernbert"],
+    hf: &[
+        "ModernBertModel",
+        "ModernBertForMaskedLM",
+        "ModernBertForSequenceClassification",
+        "modernbert",
+    ],
     hf_tensors: &[
         ("token_embd.weight", "embeddings.tok_embeddings.weight"),
         ("token_embd_norm.weight", "embeddings.norm.weight"),

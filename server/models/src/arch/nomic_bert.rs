@@ -14,7 +14,11 @@ use crate::spec::{Activation, FeedForward, InputSpec, ModelSpec, RopeScaling, Ro
 pub(super) static NOMIC_BERT: Family = Family {
     name: "nomic-bert",
     gguf: &["nomic-bert"],
-    hf: &["NomicBertModel", "nomic_bert"],
+    hf: &[
+        "NomicBertModel",
+        "NomicBertForSequenceClassification",
+        "nomic_bert",
+    ],
     hf_tensors: &[
         ("token_embd.weight", "embeddings.word_embeddings.weight"),
         (

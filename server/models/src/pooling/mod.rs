@@ -8,6 +8,7 @@ pub mod activation;
 pub mod config;
 pub mod dense;
 pub mod head;
+pub mod head_layout;
 mod method;
 pub mod prompts;
 

@@ -167,14 +167,54 @@ struct RerankReference {
     documents: Vec<String>,
 }
 
+/// The cross-encoders and the tokens each one's head reads: an encoder's
+/// first (ModernBERT's as `classifier_pooling` says), a decoder's last.
+const CROSS_ENCODERS: [(&str, PoolingMethod); 6] = [
+    ("bert_rerank", PoolingMethod::Cls),
+    ("xlmr_rerank", PoolingMethod::Cls),
+    ("qwen3_cls", PoolingMethod::Last),
+    ("modernbert_rerank", PoolingMethod::Mean),
+    ("nomic_rerank", PoolingMethod::Cls),
+    ("qwen3_cls_chat", PoolingMethod::Last),
+];
+
 #[test]
 fn each_cross_encoder_matches_sentence_transformers_alone_and_batched() {
-    for name in ["bert_rerank", "xlmr_rerank", "qwen3_cls"] {
-        cross_encoder_matches(name);
+    for (name, read) in CROSS_ENCODERS {
+        cross_encoder_matches(name, read);
     }
 }
 
-fn cross_encoder_matches(name: &str) {
+/// A file without one of its head's tensors is refused at load, naming
+/// the tensor (not run with a zero in its place).
+#[test]
+fn a_cross_encoder_missing_a_head_tensor_is_refused_naming_it() {
+    let cases = [
+        ("modernbert_rerank", "head.norm.weight"),
+        ("modernbert_rerank", "head.dense.weight"),
+        ("modernbert_rerank", "classifier.bias"),
+        ("nomic_rerank", "bert.pooler.dense.bias"),
+        ("xlmr_rerank", "classifier.dense.weight"),
+    ];
+    for (name, tensor) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        for entry in std::fs::read_dir(dir(name)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_file() {
+                std::fs::copy(&path, tmp.path().join(path.file_name().unwrap())).unwrap();
+            }
+        }
+        let file = tmp.path().join("model.safetensors");
+        let mut tensors = candle_core::safetensors::load(&file, &Device::Cpu).unwrap();
+        assert!(tensors.remove(tensor).is_some(), "{name} has no {tensor}");
+        candle_core::safetensors::save(&tensors, &file).unwrap();
+        let mut src = Source::open(tmp.path()).unwrap();
+        let err = src.scorer(&Device::Cpu).unwrap_err().to_string();
+        assert!(err.contains(tensor), "{name} without {tensor}: {err}");
+    }
+}
+
+fn cross_encoder_matches(name: &str, read: PoolingMethod) {
     let r: RerankReference = {
         let text = std::fs::read_to_string(dir(name).join("reference.json")).unwrap();
         serde_json::from_str(&text).unwrap()
@@ -182,17 +222,16 @@ fn cross_encoder_matches(name: &str) {
     let mut src = Source::open(&dir(name)).unwrap();
     let m = src.scorer(&Device::Cpu).unwrap();
     assert!(m.scores() && m.decoder().kv_groups().is_empty());
-    // An encoder's head reads the first token, a decoder's the last.
     let typed = src.spec().unwrap().input.token_types > 1;
-    let encoder = !src.spec().unwrap().keeps_cache();
-    let read = if encoder {
-        PoolingMethod::Cls
-    } else {
-        PoolingMethod::Last
-    };
     assert_eq!(m.pooling().method, read, "{name}");
     let text = src.text().unwrap();
-    for (i, doc) in r.documents.iter().enumerate() {
+    // A pair through a chat template is the server's to render (its
+    // `PairFormat`, tested there); the tokenizer's pair is checked here.
+    let documents = match text.chat_template {
+        Some(_) => &[][..],
+        None => &r.documents[..],
+    };
+    for (i, doc) in documents.iter().enumerate() {
         let (ids, types) = text.tokenizer.encode_pair(&r.query, doc).unwrap();
         assert_eq!(
             (&ids, &types),

@@ -20,7 +20,7 @@ FAMILIES = ["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3
             "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM", "MixtralForCausalLM",
             "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "GptOssForCausalLM",
             "Mamba2ForCausalLM", "GraniteMoeHybridForCausalLM", "Qwen3_5ForCausalLM",
-            "Qwen3NextForCausalLM", "Gemma3TextModel"]
+            "Qwen3NextForCausalLM", "Gemma3TextModel", "Lfm2ForCausalLM"]
 # transformers 5 saves Granite 4.0-H's layer kinds as linear/full attention;
 # the Hub's configs, which the converter reads, say mamba/attention.
 HUB_KINDS = {"linear_attention": "mamba", "full_attention": "attention"}

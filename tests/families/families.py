@@ -10,7 +10,8 @@ with grouped B/C and chunks of 8 so its scan crosses chunk edges; Granite
 4.0-H's Mamba-2 and NoPE attention layers with its multipliers; Qwen3.5's
 Gated DeltaNet layers among gated attention layers, and Qwen3-Next's with
 its fused projections and Qwen2-MoE-style experts, a prompt longer than the
-delta rule's block of 64), and the prompts its references are recorded for."""
+delta rule's block of 64; LFM2's short convolutions among q/k-normed
+attention layers), and the prompts its references are recorded for."""
 
 import dataclasses
 
@@ -256,4 +257,15 @@ FAMILIES = [
                                                    mscale_all_dim=0.5,
                                                    llama_4_scaling_beta=0.3)),
            "bfloat16", "plain", "<eos>", PLAIN),
+    # LFM2: short-convolution layers (3 taps) among attention layers with
+    # per-head q/k norms; the feed-forward width adjusted as transformers
+    # does (2/3 of 128, rounded up to a multiple of 32: 96); tied
+    # embeddings. No convolution biases: llama.cpp's `lfm2` reads none.
+    Family("lfm2", _cfg("Lfm2ForCausalLM", "lfm2", num_hidden_layers=4,
+                        layer_types=["conv", "conv", "full_attention", "conv"],
+                        conv_L_cache=3, conv_bias=False, block_multiple_of=32,
+                        block_ffn_dim_multiplier=1.0, block_auto_adjust_ff_dim=True,
+                        norm_eps=1e-5, tie_word_embeddings=True, eos_token_id=6,
+                        rope_parameters=dict(rope_type="default", rope_theta=1000000.0)),
+           "bfloat16", "chatml", "<|im_end|>", PLAIN),
 ]

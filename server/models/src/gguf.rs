@@ -197,8 +197,12 @@ impl GgufSource {
             .fold(0, u64::saturating_add)
     }
 
-    /// The file's name of the layer tensor `name` (the family's renames).
+    /// The file's name of the tensor `name` (the family's renames: a whole
+    /// name, or a layer tensor's part).
     fn file_name<'a>(&self, name: &'a str) -> std::borrow::Cow<'a, str> {
+        if let Some((_, file)) = self.renames.iter().find(|(ours, _)| *ours == name) {
+            return std::borrow::Cow::Borrowed(file);
+        }
         let renamed = name
             .strip_prefix("blk.")
             .and_then(|r| r.split_once('.'))

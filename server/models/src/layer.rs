@@ -10,6 +10,7 @@ use crate::linear::tensor_bytes;
 use crate::mixer::attention::forward::AttentionWeights;
 use crate::mixer::gdn::forward::GdnWeights;
 use crate::mixer::mamba2::forward::Mamba2Weights;
+use crate::mixer::short_conv::forward::ShortConvWeights;
 
 /// A token mixer's weights, by its kind.
 #[derive(Debug, Clone)]
@@ -20,6 +21,8 @@ pub enum MixerWeights {
     Mamba2(Box<Mamba2Weights>),
     /// Gated DeltaNet's.
     GatedDeltaNet(Box<GdnWeights>),
+    /// LFM2's short convolution's.
+    ShortConv(Box<ShortConvWeights>),
     /// An encoder's (attention's weights, attending within each sequence).
     Encoder(Box<AttentionWeights>),
 }
@@ -30,6 +33,7 @@ impl MixerWeights {
             MixerWeights::Attention(a) | MixerWeights::Encoder(a) => a.held_bytes(),
             MixerWeights::Mamba2(m) => m.held_bytes(),
             MixerWeights::GatedDeltaNet(g) => g.held_bytes(),
+            MixerWeights::ShortConv(c) => c.held_bytes(),
         }
     }
 }

@@ -15,6 +15,7 @@ pub use crate::mixer::attention::temperature::QueryTemperature;
 pub use crate::mixer::encoder::spec::EncoderSpec;
 pub use crate::mixer::gdn::spec::GdnSpec;
 pub use crate::mixer::mamba2::spec::SsmSpec;
+pub use crate::mixer::short_conv::spec::ShortConvSpec;
 
 /// What mixes information across positions in one layer.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +28,9 @@ pub enum Mixer {
     /// Gated DeltaNet (Qwen3-Next's and Qwen3.5's linear attention): a
     /// fixed state per sequence too.
     GatedDeltaNet(GdnSpec),
+    /// LFM2's gated short convolution: a state per sequence too, only its
+    /// convolution's last inputs.
+    ShortConv(ShortConvSpec),
     /// Attention within each sequence of a step, nothing cached: an
     /// encoder's (bidirectional) or a pooled decoder's (causal).
     Encoder(EncoderSpec),
@@ -60,7 +64,10 @@ impl LayerSpec {
     pub fn attention(&self) -> Option<&AttentionSpec> {
         match &self.mixer {
             Mixer::Attention(a) => Some(a),
-            Mixer::Mamba2(_) | Mixer::GatedDeltaNet(_) | Mixer::Encoder(_) => None,
+            Mixer::Mamba2(_)
+            | Mixer::GatedDeltaNet(_)
+            | Mixer::ShortConv(_)
+            | Mixer::Encoder(_) => None,
         }
     }
 
@@ -69,7 +76,7 @@ impl LayerSpec {
         match &self.mixer {
             Mixer::Attention(a) => Some(a),
             Mixer::Encoder(e) => Some(&e.attention),
-            Mixer::Mamba2(_) | Mixer::GatedDeltaNet(_) => None,
+            Mixer::Mamba2(_) | Mixer::GatedDeltaNet(_) | Mixer::ShortConv(_) => None,
         }
     }
 
@@ -77,7 +84,10 @@ impl LayerSpec {
     pub fn ssm(&self) -> Option<&SsmSpec> {
         match &self.mixer {
             Mixer::Mamba2(s) => Some(s),
-            Mixer::Attention(_) | Mixer::GatedDeltaNet(_) | Mixer::Encoder(_) => None,
+            Mixer::Attention(_)
+            | Mixer::GatedDeltaNet(_)
+            | Mixer::ShortConv(_)
+            | Mixer::Encoder(_) => None,
         }
     }
 
@@ -85,7 +95,9 @@ impl LayerSpec {
     pub fn gdn(&self) -> Option<&GdnSpec> {
         match &self.mixer {
             Mixer::GatedDeltaNet(g) => Some(g),
-            Mixer::Attention(_) | Mixer::Mamba2(_) | Mixer::Encoder(_) => None,
+            Mixer::Attention(_) | Mixer::Mamba2(_) | Mixer::ShortConv(_) | Mixer::Encoder(_) => {
+                None
+            }
         }
     }
 
@@ -95,6 +107,7 @@ impl LayerSpec {
         match &self.mixer {
             Mixer::Mamba2(s) => Some(s.state_values()),
             Mixer::GatedDeltaNet(g) => Some(g.state_values()),
+            Mixer::ShortConv(c) => Some(c.state_values()),
             Mixer::Attention(_) | Mixer::Encoder(_) => None,
         }
     }
@@ -104,7 +117,8 @@ impl LayerSpec {
         match &self.mixer {
             Mixer::Mamba2(s) => Some(s.chunk),
             Mixer::GatedDeltaNet(g) => Some(g.chunk),
-            Mixer::Attention(_) | Mixer::Encoder(_) => None,
+            // A convolution has no scan: any run is one block.
+            Mixer::ShortConv(_) | Mixer::Attention(_) | Mixer::Encoder(_) => None,
         }
     }
 
@@ -428,6 +442,10 @@ impl ModelSpec {
             }
             if let Some(g) = l.gdn() {
                 g.validate()
+                    .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
+            }
+            if let Mixer::ShortConv(c) = &l.mixer {
+                c.validate()
                     .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
             }
             if let Some(m) = l.moe() {

@@ -19,11 +19,13 @@ use crate::seq_span::SeqSpan;
 use crate::spec::ModelSpec;
 
 /// One recurrent layer's states: convolution `(slots, conv values)` and
-/// SSM `(slots, ssm values)`, f32.
+/// SSM `(slots, ssm values)`, f32; no SSM tensor for a layer whose state is
+/// its convolution's alone (LFM2's short convolution), as no device need
+/// allocate an empty one.
 #[derive(Debug)]
 struct LayerState {
     conv: Tensor,
-    ssm: Tensor,
+    ssm: Option<Tensor>,
 }
 
 /// Every recurrent layer's states, by slot.
@@ -50,7 +52,9 @@ impl StateStore {
             of_layer[i] = Some(layers.len());
             layers.push(LayerState {
                 conv: Tensor::zeros((slots, conv), DType::F32, device)?,
-                ssm: Tensor::zeros((slots, ssm), DType::F32, device)?,
+                ssm: (ssm > 0)
+                    .then(|| Tensor::zeros((slots, ssm), DType::F32, device))
+                    .transpose()?,
             });
         }
         let slots = if layers.is_empty() { 0 } else { slots };
@@ -69,7 +73,10 @@ impl StateStore {
 
     /// Bytes of every slot's state in every layer, as allocated.
     pub fn bytes(&self) -> u64 {
-        let tensors = self.layers.iter().flat_map(|l| [&l.conv, &l.ssm]);
+        let tensors = self
+            .layers
+            .iter()
+            .flat_map(|l| std::iter::once(&l.conv).chain(&l.ssm));
         tensors.map(crate::linear::tensor_bytes).sum()
     }
 
@@ -141,7 +148,10 @@ impl StateStore {
     /// ssm values))`.
     pub fn read(&self, layer: usize, spans: &[SeqSpan]) -> Result<(Tensor, Tensor)> {
         let l = self.layer(layer)?;
-        Ok((self.pick(&l.conv, spans)?, self.pick(&l.ssm, spans)?))
+        Ok((
+            self.pick(&l.conv, spans)?,
+            self.pick(ssm_of(l, layer)?, spans)?,
+        ))
     }
 
     /// Layer `layer`'s convolution states of `spans`, as [`Self::read`].
@@ -151,7 +161,7 @@ impl StateStore {
 
     /// Runs `step` on layer `layer`'s SSM states in place (CPU only).
     pub(crate) fn step_ssm(&self, layer: usize, step: &DecodeStep) -> Result<()> {
-        Ok(self.layer(layer)?.ssm.inplace_op1(step)?)
+        Ok(ssm_of(self.layer(layer)?, layer)?.inplace_op1(step)?)
     }
 
     /// The rows of `t` for `spans`' slots, zeros for a span at position 0.
@@ -185,12 +195,18 @@ impl StateStore {
             l.conv
                 .slice_set(&conv.narrow(0, row, 1)?.contiguous()?, 0, slot)?;
             if let Some(ssm) = ssm {
-                l.ssm
-                    .slice_set(&ssm.narrow(0, row, 1)?.contiguous()?, 0, slot)?;
+                ssm_of(l, layer)?.slice_set(&ssm.narrow(0, row, 1)?.contiguous()?, 0, slot)?;
             }
         }
         Ok(())
     }
+}
+
+/// Layer `layer`'s SSM states, which a convolution-only layer has none of.
+fn ssm_of(l: &LayerState, layer: usize) -> Result<&Tensor> {
+    l.ssm
+        .as_ref()
+        .ok_or_else(|| Error::Input(format!("layer {layer} keeps only a convolution state")))
 }
 
 /// A slot's position while a step writes it.

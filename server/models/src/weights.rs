@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::ffn::{mlp, moe};
 use crate::input::InputWeights;
 use crate::layer::{Ffn, FfnBlock, Layer, MixerWeights};
-use crate::mixer::{attention, gdn, mamba2};
+use crate::mixer::{attention, gdn, mamba2, short_conv};
 use crate::projection::single;
 use crate::spec::{FeedForward, Mixer, ModelSpec};
 use source::{WeightSource, norm};
@@ -64,6 +64,9 @@ fn load_layer(
         Mixer::Mamba2(s) => MixerWeights::Mamba2(Box::new(mamba2::load::load(src, s, at, device)?)),
         Mixer::GatedDeltaNet(g) => {
             MixerWeights::GatedDeltaNet(Box::new(gdn::load::load(src, g, at, device)?))
+        }
+        Mixer::ShortConv(c) => {
+            MixerWeights::ShortConv(Box::new(short_conv::load::load(src, c, i, device)?))
         }
         // An encoder's weights are attention's.
         Mixer::Encoder(e) => MixerWeights::Encoder(Box::new(attention::load::load(

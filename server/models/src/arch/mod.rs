@@ -9,6 +9,7 @@ mod gemma;
 mod glm;
 mod gpt_oss;
 mod granite;
+mod lfm2;
 mod llama;
 mod mamba;
 mod ministral;
@@ -52,8 +53,10 @@ pub struct Family {
     /// Hugging Face name under the layer's prefix; for a whole GGUF name
     /// outside the layers, `token_embd.weight`, under the model's prefix).
     pub hf_tensors: &'static [(&'static str, &'static str)],
-    /// Layer tensors whose GGUF name is not the common one: (common name,
-    /// this family's) (gpt-oss's pre-MLP norm is `post_attention_norm`).
+    /// Tensors whose GGUF name is not the common one: (common name, this
+    /// family's), a layer tensor's part (gpt-oss's pre-MLP norm is
+    /// `post_attention_norm`) or a whole name outside the layers (LFM2's
+    /// final norm is `token_embd_norm.weight`).
     pub gguf_tensors: &'static [(&'static str, &'static str)],
     /// Where a checkpoint's layers live under the model's prefix, each
     /// `{hf_layers}.{i}.` (`layers`; BERT's `encoder.layer`).
@@ -73,7 +76,7 @@ pub struct Family {
 }
 
 /// Every family, in lookup order.
-const FAMILIES: [&Family; 23] = [
+const FAMILIES: [&Family; 24] = [
     &llama::LLAMA,
     &llama::MISTRAL,
     &llama::MIXTRAL,
@@ -93,6 +96,7 @@ const FAMILIES: [&Family; 23] = [
     &glm::GLM4_MOE,
     &olmo::OLMO2,
     &ministral::MINISTRAL3,
+    &lfm2::LFM2,
     &bert::BERT,
     &bert::XLM_ROBERTA,
     &nomic_bert::NOMIC_BERT,

@@ -83,6 +83,7 @@ impl Decoder {
             }
             (MixerWeights::Mamba2(w), Mixer::Mamba2(s)) => w.forward(s, eps, h, at),
             (MixerWeights::GatedDeltaNet(w), Mixer::GatedDeltaNet(g)) => w.forward(g, eps, h, at),
+            (MixerWeights::ShortConv(w), Mixer::ShortConv(c)) => w.forward(c, h, at),
             (MixerWeights::Encoder(w), Mixer::Encoder(e)) => {
                 let hook =
                     |targets: &[Target], x: &Tensor, out: Tensor| ctx.lora(targets, index, x, out);

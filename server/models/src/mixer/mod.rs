@@ -7,3 +7,4 @@ pub mod encoder;
 pub mod gdn;
 pub mod mamba2;
 pub(crate) mod recurrent;
+pub mod short_conv;

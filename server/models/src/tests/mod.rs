@@ -9,6 +9,7 @@ mod families;
 mod families_engine;
 mod gpu_holding;
 mod helpers;
+mod lfm2;
 mod lora;
 mod lora_engine;
 mod lora_families;

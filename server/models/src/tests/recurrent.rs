@@ -29,9 +29,10 @@ fn greedy(
     out
 }
 
-/// The families with recurrent layers of each kind: Mamba-2's, and Gated
-/// DeltaNet's among attention layers.
-const RECURRENT: [&str; 2] = ["mamba2", "qwen35"];
+/// The families with recurrent layers of each kind: Mamba-2's, Gated
+/// DeltaNet's among attention layers, and LFM2's short convolutions (a
+/// state of the convolution alone).
+const RECURRENT: [&str; 3] = ["mamba2", "qwen35", "lfm2"];
 
 /// A hybrid's tables are found by kind, never by position: the model built
 /// with its pools listed in any order, and each row listing its tables in

@@ -19,7 +19,7 @@ use crate::{Decoder, PagedModel, Source};
 pub const TOL: f32 = 2e-3;
 
 /// Every family with a committed reference.
-pub const FAMILIES: [&str; 21] = [
+pub const FAMILIES: [&str; 22] = [
     "llama",
     "qwen2",
     "mistral",
@@ -41,6 +41,7 @@ pub const FAMILIES: [&str; 21] = [
     "olmo2",
     "olmo3",
     "ministral3",
+    "lfm2",
 ];
 
 /// A routing margin half precision keeps: every matrix held in bf16 moves

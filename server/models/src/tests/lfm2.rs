@@ -1,0 +1,144 @@
+//! LFM2's short convolutions: prompts prefilled in chunks of every size
+//! around the kernel (the held inputs cross every chunk edge) answer as
+//! transformers does; the convolution state is what `inspect` reports and
+//! the plan gives slots for; a file missing a convolution tensor is refused
+//! by the tensor's name.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::Device;
+use candle_core::quantized::gguf_file;
+use ferrox_plan::CacheKind;
+
+use super::helpers::{Pools, argmax, decode, prefill};
+use super::reference::{check_greedy, dir, open, reference};
+use crate::Source;
+
+#[test]
+fn prompts_prefilled_in_chunks_across_the_kernel_match_transformers() {
+    let r = reference("lfm2");
+    let run = &r.runs[0];
+    for path in r.files(run) {
+        let mut m = open(&path, run.context);
+        let pools = Pools::of(&m);
+        // Chunks of 1 to 4 tokens: the kernel of 3 holds 2 inputs, which
+        // fall on either side of every edge.
+        for chunk in 1..=4 {
+            for (i, p) in run.prompts.iter().enumerate() {
+                let mut kv = pools.seq(p.ids.len() + p.steps.len(), chunk);
+                let mut logits = prefill(&mut m, &mut kv, &p.ids, chunk);
+                let mut got = Vec::new();
+                for s in 0..p.steps.len() {
+                    let token = argmax(&logits);
+                    got.push((token, super::reference::log_softmax(&logits)));
+                    if s + 1 < p.steps.len() {
+                        logits = decode(&mut m, &mut kv, token, p.ids.len() + s);
+                    }
+                }
+                let what = format!("{} chunk {chunk} prompt {i}", path.display());
+                assert!(check_greedy(&what, &got, p, r.near_tie) >= 2, "{what}");
+            }
+        }
+        assert_eq!(pools.used(), 0);
+    }
+}
+
+#[test]
+fn inspect_counts_the_convolution_state_and_the_plan_gives_it_slots() {
+    // Three convolution layers, each the last 2 inputs of 64 channels in
+    // f32; one attention layer's K and V of 2 heads of 16 a token.
+    let (state, kv) = (3 * 4 * 2 * 64, 2 * 2 * 16);
+    let r = reference("lfm2");
+    let gguf = r.gguf_path().expect("a GGUF beside the safetensors");
+    for path in [dir("lfm2"), gguf] {
+        let info = Source::open(&path).unwrap().info().unwrap();
+        let what = path.display().to_string();
+        assert_eq!(info.architecture, "lfm2", "{what}");
+        assert_eq!(
+            (info.facts.state_bytes_per_seq, info.facts.recurrent_layers),
+            (state, 3),
+            "{what}"
+        );
+        let g = info.geometry(ferrox_plan::DeviceKind::Cpu, ferrox_plan::KvDtype::F32);
+        // `inspect --json` reads back as the geometry the operator plans with.
+        let read: ferrox_plan::ModelGeometry =
+            serde_json::from_value(serde_json::to_value(&info).unwrap()).unwrap();
+        assert_eq!(
+            read,
+            info.geometry(ferrox_plan::DeviceKind::Cpu, info.facts.kv_dtype)
+        );
+        let config = ferrox_plan::PlanConfig {
+            block_size: 4,
+            max_model_len: Some(256),
+            max_seqs_cap: Some(64),
+            ..ferrox_plan::PlanConfig::default()
+        };
+        // Ten slots, and each sequence's full context of KV beside them.
+        let kv_room = 10 * 256 * 4 * kv;
+        let plan = ferrox_plan::plan_for_kv_bytes(&g, &config, 10 * state + kv_room).unwrap();
+        assert_eq!(
+            (plan.blocks(CacheKind::State), plan.max_seqs),
+            (10, 10),
+            "{what}"
+        );
+        assert_eq!(plan.blocks(CacheKind::Full) * 4 * 4 * kv, kv_room, "{what}");
+        // What the slots hold as allocated is what the plan counted.
+        let m = open(&path, None);
+        let held = m
+            .pool_bytes()
+            .into_iter()
+            .find(|(k, _)| *k == CacheKind::State);
+        let slots = super::reference::SLOTS as u64;
+        assert_eq!(held, Some((CacheKind::State, slots * state)), "{what}");
+    }
+}
+
+#[test]
+fn a_checkpoint_without_a_convolution_tensor_is_refused_by_its_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let from = dir("lfm2");
+    for f in ["config.json", "tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(from.join(f), tmp.path().join(f)).unwrap();
+    }
+    let name = "model.layers.1.conv.conv.weight";
+    let mut tensors =
+        candle_core::safetensors::load(from.join("model.safetensors"), &Device::Cpu).unwrap();
+    assert!(tensors.remove(name).is_some());
+    candle_core::safetensors::save(&tensors, tmp.path().join("model.safetensors")).unwrap();
+    assert_refused(tmp.path(), name);
+}
+
+#[test]
+fn a_gguf_without_a_convolution_tensor_is_refused_by_its_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = reference("lfm2").gguf_path().unwrap();
+    let mut file = std::fs::File::open(&src).unwrap();
+    let content = gguf_file::Content::read(&mut file).unwrap();
+    let name = "blk.3.shortconv.conv.weight";
+    let mut tensors = HashMap::new();
+    for t in content.tensor_infos.keys().filter(|t| *t != name) {
+        let q = content.tensor(&mut file, t, &Device::Cpu).unwrap();
+        tensors.insert(t.clone(), q);
+    }
+    let path = tmp.path().join("model.gguf");
+    let mut out = std::fs::File::create(&path).unwrap();
+    let metadata: Vec<(&str, &gguf_file::Value)> = content
+        .metadata
+        .iter()
+        .map(|(k, v)| (k.as_str(), v))
+        .collect();
+    let tensors: Vec<(&str, &candle_core::quantized::QTensor)> =
+        tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    gguf_file::write(&mut out, &metadata, &tensors).unwrap();
+    drop(out);
+    assert_refused(&path, name);
+}
+
+/// Opening `path` works (the metadata is whole); building its decoder is
+/// refused, naming `tensor`.
+fn assert_refused(path: &Path, tensor: &str) {
+    let mut source = Source::open(path).unwrap();
+    let err = source.decoder(&Device::Cpu).unwrap_err().to_string();
+    assert!(err.contains(tensor), "{err}");
+}

@@ -160,6 +160,21 @@ impl Speculation {
             .map(|&(drafts, acceptance)| Offer { drafts, acceptance })
             .collect();
         let mut kept = drafts_to_verify(&self.costs, rows, &offers, budget);
+        if tracing::enabled!(tracing::Level::DEBUG) && !offers.is_empty() {
+            let offered: usize = offers.iter().map(|o| o.drafts).sum();
+            let line = self
+                .costs
+                .line(rows.max(1), rows.max(1) + offered.min(budget));
+            let best = offers.iter().map(|o| o.acceptance).fold(0.0, f64::max);
+            tracing::debug!(
+                rows,
+                offered,
+                best,
+                ?line,
+                kept = kept.iter().sum::<usize>(),
+                "drafts"
+            );
+        }
         if offers.is_empty() {
             return (kept, Decision::None);
         }
@@ -284,16 +299,17 @@ mod tests {
         let ms = Duration::from_millis;
         let mut s = Speculation::new(config(5));
         // One row: 10 ms a token-step and 1 ms more a token. At 0.5 a
-        // draft's j-th token gains 0.5^j against 1/10 of a token: three pay.
+        // draft's j-th token gains 0.5^j against 1/10 of a token, charged
+        // half again: two pay.
         for tokens in [1usize, 6] {
             s.step_ran(t0, tokens, 0);
             s.tick_began(t0 + ms(9 + tokens as u64));
         }
         let made = [proposal(0, 5, 0.5)];
-        assert_eq!(s.choose(&made, 1, 64), (vec![3], Decision::Verified));
+        assert_eq!(s.choose(&made, 1, 64), (vec![2], Decision::Verified));
         assert_eq!(
             s.choose_offers(&[(5, 0.5)], 1, 64),
-            (vec![3], Decision::Verified)
+            (vec![2], Decision::Verified)
         );
         // Nothing worth a draft: declined, and no draft is made.
         assert_eq!(

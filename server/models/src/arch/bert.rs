@@ -147,17 +147,6 @@ fn encoder(
     spec
 }
 
-/// BERT's `hidden_act`: `gelu` (exact), or the tanh approximation.
-fn activation(name: Option<&str>) -> Result<Activation> {
-    match name.unwrap_or("gelu") {
-        "gelu" => Ok(Activation::Gelu),
-        "gelu_new" | "gelu_pytorch_tanh" => Ok(Activation::GeluTanh),
-        other => Err(Error::Config(format!(
-            "BERT's hidden_act {other:?} is not served (gelu, gelu_new)"
-        ))),
-    }
-}
-
 fn from_hf(c: &HfConfig) -> Result<ModelSpec> {
     // Every head is a query and a KV head; BERT's configs name neither.
     let shape = Shape::hf(c, &[])?;
@@ -167,7 +156,7 @@ fn from_hf(c: &HfConfig) -> Result<ModelSpec> {
         "bert",
         shape,
         (eps, types, 0),
-        activation(c.str_opt("hidden_act"))?,
+        Activation::from_hf("hidden_act", c.str_opt("hidden_act"))?,
     ))
 }
 
@@ -187,7 +176,7 @@ fn xlmr_from_hf(c: &HfConfig) -> Result<ModelSpec> {
         "xlm-roberta",
         shape,
         (eps, types, offset),
-        activation(c.str_opt("hidden_act"))?,
+        Activation::from_hf("hidden_act", c.str_opt("hidden_act"))?,
     ))
 }
 

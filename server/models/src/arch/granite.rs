@@ -6,7 +6,7 @@
 //! The dense-MLP variant (Granite-4.0-H-Micro's kind), from safetensors
 //! and GGUF; its mixture of experts is refused by name.
 
-use super::mamba::{RECURRENT_CONTEXT, dt_limit, gguf_ssm};
+use super::mamba::{dt_limit, gguf_hybrid_shape, gguf_ssm};
 use super::rope::hf_rope;
 use super::{Family, HfExperts, Shape, pre_norms, swiglu_layer};
 use crate::config::{HfConfig, Metadata};
@@ -176,43 +176,11 @@ fn granite(c: &HfConfig) -> Result<ModelSpec> {
 /// false (its converter's switch), the multipliers as `*_scale` keys.
 fn granite_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
     no_experts(m.usize_opt("expert_count")?.unwrap_or(0))?;
-    let layers = super::checked_layers(m.usize("block_count")?)?;
-    let kv = m
-        .per_layer_opt("attention.head_count_kv", layers)?
-        .ok_or_else(|| {
-            Error::Config(format!(
-                "missing metadata {}.attention.head_count_kv",
-                m.arch
-            ))
-        })?;
-    let (hidden, heads) = (
-        m.usize("embedding_length")?,
-        m.usize("attention.head_count")?,
-    );
-    let kv_heads = kv.iter().copied().find(|&n| n > 0).unwrap_or(heads);
-    if kv.iter().any(|&n| n != 0 && n != kv_heads) {
-        return Err(Error::Config(format!(
-            "{}.attention.head_count_kv {kv:?}: attention layers of different KV head counts",
-            m.arch
-        )));
-    }
     let intermediate = match m.usize_opt("expert_shared_feed_forward_length")? {
         Some(n) => n,
         None => m.usize("feed_forward_length")?,
     };
-    let shape = Shape {
-        hidden,
-        intermediate,
-        layers,
-        heads,
-        kv_heads,
-        head_dim: m
-            .usize_opt("attention.key_length")?
-            .unwrap_or(hidden / heads.max(1)),
-        vocab: m.vocab()?,
-        context: m.usize_opt("context_length")?.unwrap_or(RECURRENT_CONTEXT),
-    }
-    .checked()?;
+    let (shape, mamba) = gguf_hybrid_shape(m, intermediate)?;
     let rope = m.plain_rope(shape.head_dim)?;
     let scale = |key: &str| -> Result<f32> { Ok(m.f32_opt(key)?.unwrap_or(1.0)) };
     Ok(Hybrid {
@@ -225,7 +193,7 @@ fn granite_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
             .f32_opt("attention.scale")?
             .filter(|&s| s != 0.0)
             .unwrap_or(shape.plain_scale()),
-        mamba: kv.iter().map(|&n| n == 0).collect(),
+        mamba,
         ssm: gguf_ssm(m)?,
         multipliers: [
             scale("embedding_scale")?,

@@ -5,7 +5,7 @@
 //! and the final norm named `embedding_norm` (llama.cpp's
 //! `token_embd_norm`).
 
-use super::mamba::RECURRENT_CONTEXT;
+use super::mamba::gguf_hybrid_shape;
 use super::rope::hf_rope;
 use super::{Family, HfExperts, Shape, pre_norms, swiglu_layer};
 use crate::config::{HfConfig, Metadata};
@@ -152,47 +152,15 @@ fn lfm2(c: &HfConfig) -> Result<ModelSpec> {
 /// (0 for a convolution layer), the kernel from `shortconv.l_cache`, the
 /// feed-forward width as adjusted by its converter.
 fn lfm2_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
-    let layers = super::checked_layers(m.usize("block_count")?)?;
-    let kv = m
-        .per_layer_opt("attention.head_count_kv", layers)?
-        .ok_or_else(|| {
-            Error::Config(format!(
-                "missing metadata {}.attention.head_count_kv",
-                m.arch
-            ))
-        })?;
-    let (hidden, heads) = (
-        m.usize("embedding_length")?,
-        m.usize("attention.head_count")?,
-    );
-    let kv_heads = kv.iter().copied().find(|&n| n > 0).unwrap_or(heads);
-    if kv.iter().any(|&n| n != 0 && n != kv_heads) {
-        return Err(Error::Config(format!(
-            "{}.attention.head_count_kv {kv:?}: attention layers of different KV head counts",
-            m.arch
-        )));
-    }
-    let shape = Shape {
-        hidden,
-        intermediate: m.usize("feed_forward_length")?,
-        layers,
-        heads,
-        kv_heads,
-        head_dim: m
-            .usize_opt("attention.key_length")?
-            .unwrap_or(hidden / heads.max(1)),
-        vocab: m.vocab()?,
-        context: m.usize_opt("context_length")?.unwrap_or(RECURRENT_CONTEXT),
-    }
-    .checked()?;
+    let (shape, conv) = gguf_hybrid_shape(m, m.usize("feed_forward_length")?)?;
     Ok(Hybrid {
         eps: m
             .f32_opt("attention.layer_norm_rms_epsilon")?
             .map_or(1e-5, f64::from),
         rope: m.plain_rope(shape.head_dim)?,
-        conv: kv.iter().map(|&n| n == 0).collect(),
+        conv,
         short_conv: ShortConvSpec {
-            channels: hidden,
+            channels: shape.hidden,
             kernel: m.usize("shortconv.l_cache")?,
             bias: false,
         },

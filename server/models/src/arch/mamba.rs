@@ -3,7 +3,7 @@
 
 use serde_json::Value as Json;
 
-use super::{Family, HfExperts, pre_norms};
+use super::{Family, HfExperts, Shape, pre_norms};
 use crate::config::{HfConfig, Metadata};
 use crate::error::{Error, Result};
 use crate::spec::{FeedForward, InputSpec, LayerSpec, Mixer, ModelSpec, SsmSpec};
@@ -139,6 +139,50 @@ fn mamba2(c: &HfConfig) -> Result<ModelSpec> {
     let eps = c.f64_opt("layer_norm_epsilon")?.unwrap_or(1e-5);
     let ssm = hf_ssm(c, hidden)?;
     Ok(ssm_only(hidden, layers, c.usize("vocab_size")?, eps, ssm))
+}
+
+/// A hybrid's GGUF shape (llama.cpp's `granitehybrid`, `lfm2`): the
+/// layer kinds from the per-layer KV head counts, 0 for a recurrent layer
+/// (returned `true`), every attention layer with the same count; the
+/// feed-forward `intermediate` as the family reads it.
+pub(super) fn gguf_hybrid_shape(
+    m: &Metadata<'_>,
+    intermediate: usize,
+) -> Result<(Shape, Vec<bool>)> {
+    let layers = super::checked_layers(m.usize("block_count")?)?;
+    let kv = m
+        .per_layer_opt("attention.head_count_kv", layers)?
+        .ok_or_else(|| {
+            Error::Config(format!(
+                "missing metadata {}.attention.head_count_kv",
+                m.arch
+            ))
+        })?;
+    let (hidden, heads) = (
+        m.usize("embedding_length")?,
+        m.usize("attention.head_count")?,
+    );
+    let kv_heads = kv.iter().copied().find(|&n| n > 0).unwrap_or(heads);
+    if kv.iter().any(|&n| n != 0 && n != kv_heads) {
+        return Err(Error::Config(format!(
+            "{}.attention.head_count_kv {kv:?}: attention layers of different KV head counts",
+            m.arch
+        )));
+    }
+    let shape = Shape {
+        hidden,
+        intermediate,
+        layers,
+        heads,
+        kv_heads,
+        head_dim: m
+            .usize_opt("attention.key_length")?
+            .unwrap_or(hidden / heads.max(1)),
+        vocab: m.vocab()?,
+        context: m.usize_opt("context_length")?.unwrap_or(RECURRENT_CONTEXT),
+    }
+    .checked()?;
+    Ok((shape, kv.iter().map(|&n| n == 0).collect()))
 }
 
 /// The Mamba-2 mixer of GGUF metadata (llama.cpp's `ssm.*` keys; the time

@@ -49,18 +49,6 @@ pub(super) static MODERN_BERT: Family = Family {
 /// Index of the local layers' RoPE in [`ModelSpec::ropes`].
 const LOCAL: usize = 1;
 
-/// ModernBERT's `hidden_activation` (the GLU's; transformers' names).
-fn activation(name: Option<&str>) -> Result<Activation> {
-    match name.unwrap_or("gelu") {
-        "gelu" => Ok(Activation::Gelu),
-        "gelu_new" | "gelu_pytorch_tanh" => Ok(Activation::GeluTanh),
-        "silu" | "swish" => Ok(Activation::Silu),
-        other => Err(Error::Config(format!(
-            "ModernBERT's hidden_activation {other:?} is not served (gelu, gelu_pytorch_tanh, silu)"
-        ))),
-    }
-}
-
 fn from_hf(c: &HfConfig) -> Result<ModelSpec> {
     for key in ["attention_bias", "mlp_bias"] {
         if c.bool_or(key, false)? {
@@ -89,7 +77,7 @@ fn from_hf(c: &HfConfig) -> Result<ModelSpec> {
         hd,
     )?;
     let eps = c.f64_opt("norm_eps")?.unwrap_or(1e-5);
-    let act = activation(c.str_opt("hidden_activation"))?;
+    let act = Activation::from_hf("hidden_activation", c.str_opt("hidden_activation"))?;
     Ok(modern(shape, eps, (global, local), (width, &slides), act))
 }
 
@@ -109,7 +97,7 @@ fn from_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
         ..global.clone()
     };
     let eps = f64::from(m.f32_opt("attention.layer_norm_epsilon")?.unwrap_or(1e-5));
-    let act = activation(m.str_opt("hidden_act")?.as_deref())?;
+    let act = Activation::from_hf("hidden_act", m.str_opt("hidden_act")?.as_deref())?;
     Ok(modern(shape, eps, (global, local), (width, &slides), act))
 }
 

@@ -1,6 +1,8 @@
 //! An MLP's activation: a dense layer's, its experts', or an encoder's
 //! plain MLP's.
 
+use crate::error::{Error, Result};
+
 /// An MLP's activation.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Activation {
@@ -18,4 +20,48 @@ pub enum Activation {
         /// The clamp (7.0).
         limit: f32,
     },
+}
+
+impl Activation {
+    /// The activation transformers calls `name` under the config key `key`
+    /// (`gelu` where absent): exact GELU, its tanh form, or SiLU.
+    pub(crate) fn from_hf(key: &str, name: Option<&str>) -> Result<Self> {
+        match name.unwrap_or("gelu") {
+            "gelu" => Ok(Activation::Gelu),
+            "gelu_new" | "gelu_pytorch_tanh" => Ok(Activation::GeluTanh),
+            "silu" | "swish" => Ok(Activation::Silu),
+            other => Err(Error::Config(format!(
+                "the {key} {other:?} is not served (gelu, gelu_new, gelu_pytorch_tanh, silu)"
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transformers_names_map_to_their_activation_and_others_are_refused_by_key() {
+        for (name, want) in [
+            (None, Activation::Gelu),
+            (Some("gelu"), Activation::Gelu),
+            (Some("gelu_new"), Activation::GeluTanh),
+            (Some("gelu_pytorch_tanh"), Activation::GeluTanh),
+            (Some("silu"), Activation::Silu),
+            (Some("swish"), Activation::Silu),
+        ] {
+            assert_eq!(
+                Activation::from_hf("hidden_act", name).unwrap(),
+                want,
+                "{name:?}"
+            );
+        }
+        let err = Activation::from_hf("classifier_activation", Some("relu")).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("classifier_activation \"relu\" is not served"),
+            "{err}"
+        );
+    }
 }

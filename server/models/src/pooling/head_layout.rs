@@ -165,7 +165,10 @@ impl HeadSpec {
             },
             Kind::Prediction => HeadSpec {
                 transform: HeadTransform::Prediction {
-                    activation: activation(str_of("classifier_activation"))?,
+                    activation: Activation::from_hf(
+                        "classifier_activation",
+                        str_of("classifier_activation"),
+                    )?,
                     eps,
                 },
                 dense_bias: bool_of("classifier_bias")?,
@@ -174,18 +177,6 @@ impl HeadSpec {
                 pooling: pooling(str_of("classifier_pooling"))?,
             },
         })
-    }
-}
-
-/// ModernBERT's `classifier_activation` (transformers' names).
-fn activation(name: Option<&str>) -> Result<Activation> {
-    match name.unwrap_or("gelu") {
-        "gelu" => Ok(Activation::Gelu),
-        "gelu_new" | "gelu_pytorch_tanh" => Ok(Activation::GeluTanh),
-        "silu" | "swish" => Ok(Activation::Silu),
-        other => Err(Error::Config(format!(
-            "the classifier_activation {other:?} is not served (gelu, gelu_pytorch_tanh, silu)"
-        ))),
     }
 }
 

@@ -194,10 +194,13 @@ fn inspect_reports_the_state_and_the_plan_gives_it_slots() {
     // 8 * 16 * 16 = 2048; two layers, no KV at all. Qwen3.5, per DeltaNet
     // layer: conv 3 * (2 * 2 * 16 + 4 * 16) = 384, state 4 * 16 * 16 =
     // 1024; three layers, and one attention layer's K and V of 2 heads of
-    // 32 values a token (held in half on the CPU, in f32 below).
+    // 32 values a token (held in half on the CPU, in f32 below). LFM2,
+    // per convolution layer: the last 2 inputs of 64 channels; three
+    // layers, and one attention layer's K and V of 2 heads of 16.
     for (family, state, layers, kv) in [
         ("mamba2", 2 * 4 * (576 + 2048), 2, 0),
         ("qwen35", 3 * 4 * (384 + 1024), 3, 2 * 2 * 32),
+        ("lfm2", 3 * 4 * 2 * 64, 3, 2 * 2 * 16),
     ] {
         let info = crate::Source::open(&dir(family)).unwrap().info().unwrap();
         assert_eq!(
@@ -229,7 +232,7 @@ fn inspect_reports_the_state_and_the_plan_gives_it_slots() {
 fn inspect_json_reads_back_as_the_geometry_the_operator_plans_with() {
     // The operator parses `inspect --json` as a `ModelGeometry`: every
     // field the plan needs must travel under the geometry's own names.
-    for family in ["mamba2", "granitehybrid", "qwen35", "qwen3next"] {
+    for family in ["mamba2", "granitehybrid", "qwen35", "qwen3next", "lfm2"] {
         let gguf = reference(family)
             .gguf
             .expect("a GGUF beside the safetensors");

@@ -49,6 +49,7 @@ def served(request):
     # The query and documents are the fixtures' same; the tokens and
     # scores are each model's.
     s.ref = json.loads((FIXTURES / request.param / "reference.json").read_text())
+    s.name = request.param
     yield s
     s.close()
 
@@ -58,9 +59,19 @@ def post(s, path, body):
     return r.status_code, r.json()
 
 
+# How each cross-encoder pools before its head: an encoder's first token
+# (ModernBERT's as its `classifier_pooling` says), a decoder's last.
+HEAD_POOLING = {"bert_rerank": "cls", "xlmr_rerank": "cls", "qwen3_rerank": "last",
+                "qwen3_cls": "last", "modernbert_rerank": "mean", "nomic_rerank": "cls",
+                "qwen3_cls_chat": "last"}
+
+
 def test_the_model_scores_as_its_files_say(served):
     models = requests.get(served.url + "/v1/models", timeout=10).json()
     assert models["data"][0]["task"] == "score"
+    # The start-up line reports the head's pooling, not an embedder's.
+    line = next(l for l in served.log_text().splitlines() if "pooling model planned" in l)
+    assert f"pooling={HEAD_POOLING[served.name]}" in line, line
 
 
 @pytest.mark.parametrize("path,documents", [

@@ -90,18 +90,6 @@ pub fn load_pooling(
 ) -> anyhow::Result<Loaded> {
     let files = source.pooling_files()?;
     let sizing = size_pooling(info, device.kind, memory, cfg)?;
-    tracing::info!(
-        weight_bytes = sizing.plan.weight_bytes,
-        activation_bytes = sizing.plan.activation_reserve_bytes,
-        overhead_bytes = sizing.plan.overhead_bytes,
-        total_bytes = sizing.plan.total_bytes(),
-        memory_bytes = memory.bytes,
-        max_batch_tokens = cfg.max_batch_tokens,
-        max_model_len = sizing.plan.max_model_len,
-        pooling = %pooling.method,
-        normalize = pooling.normalize,
-        "pooling model planned: no KV pool"
-    );
     let text = source.text().context("loading the tokenizer")?;
     let encoder = !source.spec()?.keeps_cache();
     let (model, pairs) = match task {
@@ -132,6 +120,20 @@ pub fn load_pooling(
         ),
     };
     let mut model = model.context("loading the weights")?;
+    // Logged from the model built: a cross-encoder pools as its head
+    // reads (ModernBERT's `classifier_pooling`), not as an embedder would.
+    tracing::info!(
+        weight_bytes = sizing.plan.weight_bytes,
+        activation_bytes = sizing.plan.activation_reserve_bytes,
+        overhead_bytes = sizing.plan.overhead_bytes,
+        total_bytes = sizing.plan.total_bytes(),
+        memory_bytes = memory.bytes,
+        max_batch_tokens = cfg.max_batch_tokens,
+        max_model_len = sizing.plan.max_model_len,
+        pooling = %model.pooling().method,
+        normalize = model.pooling().normalize,
+        "pooling model planned: no KV pool"
+    );
     (model.decoder_mut())
         .set_context(sizing.engine.max_model_len)
         .context("building the RoPE tables")?;

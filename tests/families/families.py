@@ -52,6 +52,13 @@ class Family:
     # Special tokens of the family's own that llama.cpp's converter looks
     # up (after the shared ones; prompts draw from past them).
     specials: tuple = ()
+    # The seed its weights and prompts draw from. None: 1000 plus its place
+    # in FAMILIES (the first twenty's); later ones name theirs, so that
+    # adding a family moves no other's fixture.
+    seed: int | None = None
+
+    def seed_at(self, place: int) -> int:
+        return self.seed if self.seed is not None else 1000 + place
 
 
 def _cfg(arch: str, model_type: str, **kw) -> dict:
@@ -268,4 +275,20 @@ FAMILIES = [
                         norm_eps=1e-5, tie_word_embeddings=True, eos_token_id=6,
                         rope_parameters=dict(rope_type="default", rope_theta=1000000.0)),
            "bfloat16", "chatml", "<|im_end|>", PLAIN),
+    # Qwen3.5-MoE: Qwen3.5's layers with experts (top-2 of 4) and the gated
+    # shared expert in every layer; no `norm_topk_prob`, as its router
+    # renormalises regardless.
+    Family("qwen35moe", _cfg("Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", num_hidden_layers=4,
+                             head_dim=32,
+                             layer_types=["linear_attention", "full_attention",
+                                          "linear_attention", "full_attention"],
+                             linear_num_key_heads=2, linear_num_value_heads=4,
+                             linear_key_head_dim=16, linear_value_head_dim=16,
+                             linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2,
+                             moe_intermediate_size=32, shared_expert_intermediate_size=64,
+                             tie_word_embeddings=False, eos_token_id=6,
+                             rope_parameters=dict(rope_type="default", rope_theta=10000000.0,
+                                                  partial_rotary_factor=0.25)),
+           "bfloat16", "chatml", "<|im_end|>", [Run("default", [21, 38, 75])],
+           convert_args=["--no-mtp"], seed=2001),
 ]

@@ -242,7 +242,7 @@ def main() -> int:
             for i, f in enumerate(families.FAMILIES):
                 if f not in chosen:
                     continue
-                got = build(f, tmp, None, 1000 + i)
+                got = build(f, tmp, None, f.seed_at(i))
                 want = json.loads((a.out / f.name / "reference.json").read_text())
                 bad += [f"{f.name}: {d}" for d in compare(got, want, a.tol)]
                 for name in ("model.safetensors", "tokenizer.json", "config.json"):
@@ -256,7 +256,7 @@ def main() -> int:
     for i, f in enumerate(families.FAMILIES):
         if f not in chosen:
             continue
-        ref = build(f, a.out, a.llama_src, 1000 + i)
+        ref = build(f, a.out, a.llama_src, f.seed_at(i))
         line = f"{f.name}: {sum(len(r['prompts']) for r in ref['runs'])} prompts"
         if a.llama_bin and "gguf" in ref:
             ref["llama_cpp"] = llama_cpp.check(a.llama_bin, a.out / f.name, ref, NEAR_TIE)

@@ -76,7 +76,7 @@ pub struct Family {
 }
 
 /// Every family, in lookup order.
-const FAMILIES: [&Family; 24] = [
+const FAMILIES: &[&Family] = &[
     &llama::LLAMA,
     &llama::MISTRAL,
     &llama::MIXTRAL,
@@ -92,6 +92,7 @@ const FAMILIES: [&Family; 24] = [
     &granite::GRANITE_HYBRID,
     &qwen35::QWEN35,
     &qwen35::QWEN3NEXT,
+    &qwen35::QWEN35MOE,
     &smollm3::SMOLLM3,
     &glm::GLM4_MOE,
     &olmo::OLMO2,
@@ -144,7 +145,8 @@ impl Family {
     /// The family of a GGUF `general.architecture`.
     pub fn by_gguf(name: &str) -> Result<&'static Family> {
         FAMILIES
-            .into_iter()
+            .iter()
+            .copied()
             .find(|f| f.gguf.contains(&name))
             .ok_or_else(|| unknown(name))
     }
@@ -154,7 +156,12 @@ impl Family {
         let names = c.family_names();
         names
             .iter()
-            .find_map(|n| FAMILIES.into_iter().find(|f| f.hf.contains(&n.as_str())))
+            .find_map(|n| {
+                FAMILIES
+                    .iter()
+                    .copied()
+                    .find(|f| f.hf.contains(&n.as_str()))
+            })
             .ok_or_else(|| match names.first() {
                 Some(n) => unknown(n),
                 None => Error::Config("config.json has no architectures or model_type".into()),

@@ -95,13 +95,15 @@ pub(super) static QWEN3MOE: Family = Family {
 /// A Qwen MoE model from `config.json`.
 fn qwen_moe(c: &HfConfig, family: &'static str, qk_norm: bool) -> Result<ModelSpec> {
     let mut spec = qwen(c, family, qk_norm)?;
-    with_hf_experts(c, &mut spec)?;
+    let normalize = c.bool_or("norm_topk_prob", false)?;
+    with_hf_experts(c, &mut spec, normalize)?;
     Ok(spec)
 }
 
 /// A Qwen MoE config's experts on layer `i` of `spec` when `i` is not in
-/// `mlp_only_layers` and `(i + 1) % decoder_sparse_step == 0`.
-pub(super) fn with_hf_experts(c: &HfConfig, spec: &mut ModelSpec) -> Result<()> {
+/// `mlp_only_layers` and `(i + 1) % decoder_sparse_step == 0`, the chosen
+/// experts' weights renormalised where `normalize`.
+pub(super) fn with_hf_experts(c: &HfConfig, spec: &mut ModelSpec, normalize: bool) -> Result<()> {
     let moe = MoeSpec {
         // transformers 5 writes `num_local_experts`; the Hub's have `num_experts`.
         experts: match c.usize_opt("num_experts")? {
@@ -111,9 +113,7 @@ pub(super) fn with_hf_experts(c: &HfConfig, spec: &mut ModelSpec) -> Result<()> 
         top_k: c.usize("num_experts_per_tok")?,
         intermediate: c.usize("moe_intermediate_size")?,
         activation: Activation::Silu,
-        routing: Routing::SoftmaxTopK {
-            normalize: c.bool_or("norm_topk_prob", false)?,
-        },
+        routing: Routing::SoftmaxTopK { normalize },
         biases: false,
         shared: c
             .usize_opt("shared_expert_intermediate_size")?

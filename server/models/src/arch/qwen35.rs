@@ -4,8 +4,9 @@
 //! full-attention layers by `layer_types` (else every
 //! `full_attention_interval`-th layer full), q/k RMSNorms, partial rotary,
 //! and `(1 + w)` RMSNorms everywhere but the DeltaNet's own gated norm.
-//! Qwen3.5 is dense; Qwen3-Next's feed-forward is Qwen2-MoE's experts with
-//! the sigmoid-gated shared expert. Text positions are the same on every
+//! Qwen3.5 is dense; Qwen3.5-MoE (`Qwen3_5MoeForCausalLM`, `qwen35moe`) and
+//! Qwen3-Next put Qwen2-MoE's experts with the sigmoid-gated shared expert
+//! in every layer's feed-forward. Text positions are the same on every
 //! axis of Qwen3.5's multimodal RoPE, which is then the plain one.
 
 use super::llama::plain_gguf;
@@ -59,32 +60,56 @@ pub(super) static QWEN35: Family = Family {
     from_gguf: |m| gguf(m, "qwen35", true),
 };
 
+/// Qwen3.5's DeltaNet tensors, then Qwen2-MoE's experts.
+const MOE_GDN_TENSORS: [(&str, &str); 19] = [
+    GDN_TENSORS[0],
+    GDN_TENSORS[1],
+    GDN_TENSORS[2],
+    GDN_TENSORS[3],
+    GDN_TENSORS[4],
+    GDN_TENSORS[5],
+    GDN_TENSORS[6],
+    GDN_TENSORS[7],
+    GDN_TENSORS[8],
+    GDN_TENSORS[9],
+    GDN_TENSORS[10],
+    MOE_TENSORS[0],
+    MOE_TENSORS[1],
+    MOE_TENSORS[2],
+    MOE_TENSORS[3],
+    MOE_TENSORS[4],
+    MOE_TENSORS[5],
+    MOE_TENSORS[6],
+    MOE_TENSORS[7],
+];
+
+/// Qwen3.5-MoE (the checkpoints write the experts one by one, as
+/// transformers 5 saves them back).
+pub(super) static QWEN35MOE: Family = Family {
+    name: "qwen35moe",
+    gguf: &["qwen35moe"],
+    hf: &[
+        "Qwen3_5MoeForCausalLM",
+        "Qwen3_5MoeForConditionalGeneration",
+        "qwen3_5_moe_text",
+        "qwen3_5_moe",
+    ],
+    hf_tensors: &MOE_GDN_TENSORS,
+    gguf_tensors: &GGUF_TENSORS,
+    hf_layers: "layers",
+    hf_experts: HfExperts::PerExpert,
+    tied_default: false,
+    gguf_permuted_qk: false,
+    from_hf: |c| hf(c, "qwen35moe"),
+    from_gguf: |m| gguf(m, "qwen35moe", true),
+};
+
 /// Qwen3-Next.
 pub(super) static QWEN3NEXT: Family = Family {
     name: "qwen3next",
     gguf: &["qwen3next"],
     hf: &["Qwen3NextForCausalLM", "qwen3_next"],
-    hf_tensors: &[
-        GDN_TENSORS[0],
-        GDN_TENSORS[1],
-        GDN_TENSORS[2],
-        GDN_TENSORS[3],
-        GDN_TENSORS[4],
-        GDN_TENSORS[5],
-        GDN_TENSORS[6],
-        GDN_TENSORS[7],
-        GDN_TENSORS[8],
-        GDN_TENSORS[9],
-        GDN_TENSORS[10],
-        MOE_TENSORS[0],
-        MOE_TENSORS[1],
-        MOE_TENSORS[2],
-        MOE_TENSORS[3],
-        MOE_TENSORS[4],
-        MOE_TENSORS[5],
-        MOE_TENSORS[6],
-        MOE_TENSORS[7],
-    ],
+    hf_tensors: &MOE_GDN_TENSORS,
     gguf_tensors: &GGUF_TENSORS,
     hf_layers: "layers",
     hf_experts: HfExperts::PerExpert,
@@ -178,8 +203,10 @@ fn hf(c: &HfConfig, family: &'static str) -> Result<ModelSpec> {
     let mixer = gdn(c)?;
     let scale = shape.plain_scale();
     let mut spec = shape.spec(family, norms, vec![rope], |i| layer(kinds[i], mixer, scale));
-    if family == "qwen3next" && c.usize_or("num_experts", 0)? > 0 {
-        with_hf_experts(c, &mut spec)?;
+    if family != "qwen35" && c.usize_or("num_experts", 0)? > 0 {
+        // Qwen3.5-MoE's router renormalises whatever `norm_topk_prob` says.
+        let normalize = family == "qwen35moe" || c.bool_or("norm_topk_prob", false)?;
+        with_hf_experts(c, &mut spec, normalize)?;
     }
     Ok(spec)
 }

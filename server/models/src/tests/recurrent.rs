@@ -232,7 +232,14 @@ fn inspect_reports_the_state_and_the_plan_gives_it_slots() {
 fn inspect_json_reads_back_as_the_geometry_the_operator_plans_with() {
     // The operator parses `inspect --json` as a `ModelGeometry`: every
     // field the plan needs must travel under the geometry's own names.
-    for family in ["mamba2", "granitehybrid", "qwen35", "qwen3next", "lfm2"] {
+    for family in [
+        "mamba2",
+        "granitehybrid",
+        "qwen35",
+        "qwen3next",
+        "qwen35moe",
+        "lfm2",
+    ] {
         let gguf = reference(family)
             .gguf
             .expect("a GGUF beside the safetensors");

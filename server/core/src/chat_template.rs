@@ -123,6 +123,7 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", crate::py_json::tojson);
+        env.add_test("iterable", is_iterable);
         let source = source.into();
         env.add_template_owned(TEMPLATE_NAME, source.clone())
             .map_err(template_err)?;
@@ -200,6 +201,13 @@ impl ChatTemplate {
             _ => Ok(text),
         }
     }
+}
+
+/// Jinja2's `iterable`: `none` is not (minijinja iterates it as empty),
+/// so `tools is iterable and tools | length > 0` (Nemotron's template)
+/// holds only for a list.
+fn is_iterable(v: &minijinja::Value) -> bool {
+    !v.is_none() && v.try_iter().is_ok()
 }
 
 /// `text` cut right after the last occurrence of the final message's
@@ -382,6 +390,30 @@ mod tests {
         };
         let e = t.render_with(&empty, &cont).unwrap_err().to_string();
         assert!(e.contains("continue_final_message"), "{e}");
+    }
+
+    #[test]
+    fn iterable_is_jinja2_s() {
+        // None is not iterable, as in Python; a missing variable, a string
+        // and a list are.
+        let t = ChatTemplate::new(
+            "{{ tools is iterable }} {{ nothing is iterable }} {{ 'ab' is iterable }} \
+             {{ [1] is iterable }} {{ 3 is iterable }}",
+            None,
+            None,
+        )
+        .unwrap();
+        let cases = [
+            (None, "False True True True False"),
+            (Some(&[][..]), "True True True True False"),
+        ];
+        for (tools, want) in cases {
+            let options = RenderOptions {
+                tools,
+                ..RenderOptions::default()
+            };
+            assert_eq!(t.render_with(&[], &options).unwrap(), want);
+        }
     }
 
     #[test]

@@ -334,8 +334,9 @@ pub fn chat(r: ChatRequest, f: &dyn Frontend, c: &PrepareConfig) -> Result<Prepa
     let include = r.include_reasoning != Some(false);
     let reasoning =
         (c.reasoning).map(|family| ReasoningShape::new(family, &req.prompt, include, f));
-    if reasoning.is_some_and(|r| r.family == ReasoningFamily::Harmony) {
-        // Harmony's channels are special tokens: the reader needs them.
+    if reasoning.is_some_and(|r| r.family.special()) {
+        // Harmony's channels, Gemma 4's and Mistral's tags are special
+        // tokens: the reader needs them.
         req.text = f.detokenizer(false);
     }
     Ok(Prepared {

@@ -1,6 +1,7 @@
-//! Reasoning read out of the model's text, apart from the answer: Qwen3's and
-//! DeepSeek-R1's `<think>…</think>` and gpt-oss's harmony channels (whose
-//! tool calls are in the same markup). One state machine per family, fed
+//! Reasoning read out of the model's text, apart from the answer: tagged
+//! blocks (Qwen3's and DeepSeek-R1's `<think>…</think>`, Gemma 4's thought
+//! channel, Mistral's `[THINK]`) and gpt-oss's harmony channels (whose tool
+//! calls are in the same markup). One state machine per family, fed
 //! the text as it arrives, streamed or whole alike.
 
 pub mod answer;
@@ -10,5 +11,7 @@ pub mod piece;
 pub mod split;
 pub mod think;
 
+#[cfg(test)]
+mod templates;
 #[cfg(test)]
 mod tests;

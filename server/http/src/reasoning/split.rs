@@ -23,10 +23,12 @@ pub struct Splitter {
 }
 
 impl Splitter {
-    /// A splitter for `family`; `open`: the prompt opened a `<think>` block.
+    /// A splitter for `family`; `open`: the prompt opened its block.
     pub fn new(family: ReasoningFamily, open: bool) -> Self {
         let reader = match family {
-            ReasoningFamily::Think { open: always } => Reader::Think(Think::new(always || open)),
+            ReasoningFamily::Think { open: always, tags } => {
+                Reader::Think(Think::new(always || open, tags))
+            }
             ReasoningFamily::Harmony => Reader::Harmony(Harmony::default()),
         };
         Splitter {

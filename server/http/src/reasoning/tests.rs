@@ -1,11 +1,27 @@
 use super::answer::{AnswerCollector, AnswerEvent, AnswerStream, WholeAnswer};
-use super::choice::{ReasoningChoice, ReasoningFamily, ReasoningShape, detect, opens_think};
+use super::choice::{
+    GEMMA4, MISTRAL, ReasoningChoice, ReasoningFamily, ReasoningShape, THINK, detect, opens_think,
+};
 use crate::openai::prepare::ToolShape;
 use crate::tools::parser::event::ToolEvent;
 use crate::tools::parser::{ParsedCall, ToolFamily};
 
-const QWEN3: ReasoningFamily = ReasoningFamily::Think { open: false };
-const R1: ReasoningFamily = ReasoningFamily::Think { open: true };
+const QWEN3: ReasoningFamily = ReasoningFamily::Think {
+    open: false,
+    tags: THINK,
+};
+const R1: ReasoningFamily = ReasoningFamily::Think {
+    open: true,
+    tags: THINK,
+};
+const GEMMA: ReasoningFamily = ReasoningFamily::Think {
+    open: false,
+    tags: GEMMA4,
+};
+const MAGISTRAL: ReasoningFamily = ReasoningFamily::Think {
+    open: false,
+    tags: MISTRAL,
+};
 const HARMONY: ReasoningFamily = ReasoningFamily::Harmony;
 
 fn shape(family: ReasoningFamily) -> Option<ReasoningShape> {
@@ -126,6 +142,31 @@ fn split_the_same_however_the_text_is_cut() {
             vec![],
         ),
         (QWEN3, None, "<thin", None, "<thin", vec![]),
+        // Gemma 4's thought channel and Mistral's [THINK], from the model.
+        (
+            GEMMA,
+            None,
+            "<|channel>thought\nThe user wants blue.<channel|>Blue.",
+            Some("The user wants blue."),
+            "Blue.",
+            vec![],
+        ),
+        (
+            MAGISTRAL,
+            None,
+            "[THINK]Blue, surely.[/THINK]\n\nBlue.",
+            Some("Blue, surely."),
+            "Blue.",
+            vec![],
+        ),
+        (
+            MAGISTRAL,
+            None,
+            "No [THINK] here.",
+            None,
+            "No [THINK] here.",
+            vec![],
+        ),
         (
             QWEN3,
             None,
@@ -336,6 +377,15 @@ fn choices_and_detection() {
         ("qwen3", None, Some(QWEN3)),
         ("deepseek-r1", None, Some(R1)),
         ("gpt-oss", Some("<|im_start|>"), Some(HARMONY)),
+        (
+            "auto",
+            Some("{{ '<|channel>thought\n<channel|>' }}"),
+            Some(GEMMA),
+        ),
+        ("auto", Some("[THINK]{{ t }}[/THINK]"), Some(MAGISTRAL)),
+        ("mistral", None, Some(MAGISTRAL)),
+        ("gemma4", None, Some(GEMMA)),
+        ("glm45", None, Some(QWEN3)),
         ("none", Some("<think>"), None),
     ];
     for (flag, template, want) in cases {
@@ -345,9 +395,10 @@ fn choices_and_detection() {
     let err = "think".parse::<ReasoningChoice>().unwrap_err();
     assert!(err.contains("deepseek-r1"), "{err}");
     assert_eq!(detect("plain"), None);
-    assert!(opens_think("<|im_start|>assistant\n<think>\n"));
+    assert!(opens_think("<|im_start|>assistant\n<think>\n", THINK));
     assert!(!opens_think(
-        "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+        "<|im_start|>assistant\n<think>\n\n</think>\n\n",
+        THINK
     ));
 }
 

@@ -1,40 +1,42 @@
-//! `<think>…</think>` (Qwen3, DeepSeek-R1 and their distills): the text
-//! inside the block is reasoning, the rest the answer. Whitespace next to
-//! the tags is dropped, as the templates write it there.
+//! A tagged reasoning block (`<think>…</think>` of Qwen3, DeepSeek-R1 and
+//! their distills; Gemma 4's and Mistral's, see [`Tags`]): the text inside
+//! the block is reasoning, the rest the answer. Whitespace next to the tags
+//! is dropped, as the templates write it there.
 
+use super::choice::Tags;
 use super::piece::{Found, Piece};
 use crate::tools::parser::event::held_prefix;
-
-const OPEN: &str = "<think>";
-const CLOSE: &str = "</think>";
 
 /// Where the reader is.
 #[derive(Debug)]
 enum State {
-    /// Nothing but whitespace yet: held until it is `<think>` or not.
+    /// Nothing but whitespace yet: held until it is the opening tag or not.
     Start(String),
-    /// In the block: text held back while it may be the start of
-    /// `</think>` or trailing whitespace; `leading`: nothing sent yet.
+    /// In the block: text held back while it may be the start of the
+    /// closing tag or trailing whitespace; `leading`: nothing sent yet.
     Reasoning { held: String, leading: bool },
     /// After the block (or with none); `leading`: drop whitespace first.
     Content { leading: bool },
 }
 
-/// The incremental `<think>` reader.
+/// The incremental reader of a tagged block.
 #[derive(Debug)]
 pub struct Think {
     state: State,
+    tags: Tags,
     /// The block is open before the output starts (the template wrote
-    /// `<think>`, or the family always does): text before `</think>` is
-    /// reasoning even without an opening tag.
+    /// opening tag, or the family always does): text before the closing
+    /// tag is reasoning even without an opening tag.
     open: bool,
 }
 
 impl Think {
-    /// A reader; `open`: the prompt already opened the block.
-    pub fn new(open: bool) -> Self {
+    /// A reader of blocks between `tags`; `open`: the prompt already
+    /// opened the block.
+    pub fn new(open: bool, tags: Tags) -> Self {
         Think {
             state: State::Start(String::new()),
+            tags,
             open,
         }
     }
@@ -42,15 +44,16 @@ impl Think {
     /// Reads more of the output.
     pub fn push(&mut self, text: &str, found: &mut Found) {
         let mut rest = text.to_string();
+        let Tags { open, close, .. } = self.tags;
         loop {
             match &mut self.state {
                 State::Start(held) => {
                     held.push_str(&rest);
                     let t = held.trim_start();
-                    if let Some(after) = t.strip_prefix(OPEN) {
+                    if let Some(after) = t.strip_prefix(open) {
                         found.reasoning = true;
                         rest = after.to_string();
-                    } else if OPEN.starts_with(t) {
+                    } else if open.starts_with(t) {
                         return;
                     } else if self.open {
                         rest = std::mem::take(held);
@@ -67,16 +70,16 @@ impl Think {
                 State::Reasoning { held, leading } => {
                     found.reasoning = true;
                     held.push_str(&rest);
-                    if let Some(i) = held.find(CLOSE) {
+                    if let Some(i) = held.find(close) {
                         let text = held[..i].trim_end();
                         send_reasoning(text, leading, found);
-                        rest = held[i + CLOSE.len()..].to_string();
+                        rest = held[i + close.len()..].to_string();
                         self.state = State::Content { leading: true };
                         continue;
                     }
-                    // Held: what may start `</think>`, and the whitespace
+                    // Held: what may start the closing tag, and the whitespace
                     // before it (dropped if the block closes there).
-                    let sure = held.len() - held_prefix(held, CLOSE);
+                    let sure = held.len() - held_prefix(held, close);
                     let sent = held[..sure].trim_end().len();
                     send_reasoning(&held[..sent], leading, found);
                     held.drain(..sent);

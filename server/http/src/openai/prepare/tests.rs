@@ -19,7 +19,10 @@ fn config() -> PrepareConfig {
             family: Some(crate::tools::parser::ToolFamily::Hermes),
             describe: false,
         },
-        reasoning: Some(crate::reasoning::choice::ReasoningFamily::Think { open: false }),
+        reasoning: Some(crate::reasoning::choice::ReasoningFamily::Think {
+            open: false,
+            tags: crate::reasoning::choice::THINK,
+        }),
         adapters: None,
     }
 }

@@ -5,8 +5,10 @@ use crate::tokenizer::Tokenizer;
 
 /// End-of-turn markers looked up by text, for vocabularies whose metadata
 /// names only some of them (ChatML, Llama 3, Gemma, GPT-2, and harmony's
-/// `<|return|>` and `<|call|>`: gpt-oss's config names one of the three).
-const END_TEXTS: [&str; 7] = [
+/// `<|return|>` and `<|call|>`: gpt-oss's config names one of the three;
+/// Gemma 4's `<turn|>`, Llama 4's `<|eot|>`, and GLM-4.5's `<|user|>` and
+/// `<|observation|>`, which its generation config lists beside its eos).
+const END_TEXTS: [&str; 11] = [
     "<|im_end|>",
     "<|eot_id|>",
     "<|end_of_text|>",
@@ -14,6 +16,10 @@ const END_TEXTS: [&str; 7] = [
     "<|endoftext|>",
     "<|return|>",
     "<|call|>",
+    "<turn|>",
+    "<|eot|>",
+    "<|user|>",
+    "<|observation|>",
 ];
 
 /// The model's own ends of generation (not the caller's stop tokens).
@@ -73,5 +79,22 @@ mod tests {
         let eog = EndOfGeneration::from_gguf(&tok, &llama);
         assert_eq!(eog.ids(), &[2, 5]);
         assert_eq!(EndOfGeneration::new(&tok, &[None]).ids(), &[] as &[u32]);
+    }
+
+    #[test]
+    fn the_new_families_turn_ends_are_known_by_text() {
+        // Gemma 4's, Llama 4's and GLM-4.5's, as control tokens after a
+        // Llama vocabulary (whose own start is not an end).
+        let mut vocab = tiny_llama();
+        let ends = ["<turn|>", "<|eot|>", "<|user|>", "<|observation|>"];
+        let first = vocab.tokens.len() as u32;
+        for t in ["<|turn>"].iter().chain(&ends) {
+            vocab.tokens.push(t.to_string());
+            vocab.token_types.as_mut().unwrap().push(3);
+            vocab.scores.as_mut().unwrap().push(0.0);
+        }
+        let tok = Tokenizer::from_gguf(&vocab).unwrap();
+        let eog = EndOfGeneration::new(&tok, &[None]);
+        assert_eq!(eog.ids(), &[first + 1, first + 2, first + 3, first + 4]);
     }
 }

@@ -26,7 +26,7 @@ def render(name):
 
 
 def test_the_examples_exist():
-    assert EXAMPLES == ["gemma-3-4b-gpu.yaml", "keda-autoscaling.yaml", "llama-3.1-8b-draft.yaml",
+    assert EXAMPLES == ["deepseek-v2-lite-h100.yaml", "gemma-3-4b-gpu.yaml", "keda-autoscaling.yaml", "llama-3.1-8b-draft.yaml",
                         "llama-3.1-8b-gpu.yaml", "llama-70b-q4-h100.yaml", "smollm2-cpu-kv-tier.yaml", "smollm2-cpu.yaml",
                         "smollm2-lora.yaml"]
 
@@ -41,9 +41,11 @@ def test_example_renders_valid_objects_with_its_plan(name, tmp_path):
     assert skipped == (["ScaledObject"] if mode == "keda" else [])
 
     # The plan is the design's formula over the example's geometry: the
-    # full-attention layers in the KV pool, each sliding window in its own.
+    # full-attention layers in the KV pool, each sliding window in its own;
+    # latent attention caches its latent vector, not K and V per head.
     g = spec["model"]["geometry"]
-    layer_token = 2 * g["kvHeads"] * g["headDim"] * DTYPE_BYTES[g["kvDtype"]]
+    per_layer = g.get("kvLatentDim") or 2 * g["kvHeads"] * g["headDim"]
+    layer_token = per_layer * DTYPE_BYTES[g["kvDtype"]]
     windowed = g.get("slidingWindows", [])
     per_token = (g["layers"] - sum(w["layers"] for w in windowed)) * layer_token
     assert plan["kvBytesPerToken"] == per_token

@@ -235,6 +235,37 @@ fn a_hybrid_s_state_reaches_the_plan_and_status_from_the_crd_s_geometry() {
     );
 }
 
+/// The DeepSeek-V2-Lite example: latent attention planned at its latent
+/// width in the `full` pool, which the pods are told and the status lists.
+#[test]
+fn a_latent_attention_deployment_plans_and_renders_its_latent_pool() {
+    use crate::render::{read_manifest, render};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let yaml = std::fs::read_to_string(dir.join("deepseek-v2-lite-h100.yaml")).unwrap();
+    let md = read_manifest(&yaml).unwrap();
+    let r = render(&md, None, &crate::desired::DesiredConfig::default()).unwrap();
+    let p = &r.plan.plan;
+    let status = to_status(&r.plan);
+    // 27 layers x (512 + 64) elements x 2 bytes a token, in 16-token blocks.
+    assert_eq!(status.kv_bytes_per_token, 27 * 576 * 2);
+    assert_eq!(p.pools.len(), 1);
+    let full = p.pool(CacheKind::Full).unwrap();
+    assert_eq!(full.block_bytes, 16 * 27 * 576 * 2);
+    // Eight whole-context sequences at once (and 256 typical ones).
+    assert_eq!(full.blocks / full.blocks_per_seq, 8, "{p:?}");
+    assert_eq!(p.max_seqs, 256);
+    let pod = r.desired.deployment.spec.unwrap().template.spec.unwrap();
+    let args = pod.containers[0].args.clone().unwrap();
+    let at = args.iter().position(|a| a == "--pool").unwrap();
+    assert_eq!(args[at + 1], format!("full={}", full.blocks));
+    assert_eq!(status.pools[0].block_bytes, 16 * 27 * 576 * 2);
+    // Planned per head (16 x (192 + 128) of K and V) it would not fit.
+    let mut per_head = md.spec.model.geometry.clone().unwrap();
+    per_head.facts.kv_latent_dim = 0;
+    let held = per_head.for_device(DeviceKind::Cuda);
+    assert!(plan_offline(&md.spec, &held).is_err());
+}
+
 /// The Gemma 3 example: a window pool beside the KV pool, in the plan, the
 /// pods' args, the status, and the servers' reports read back.
 #[test]

@@ -25,12 +25,19 @@ with a chat template that carries the pair (qwen3_cls_chat/: as
 qwen3_cls, its tokenizer with a template rendering a `query` and a
 `document` message into Qwen3-Reranker's prompt, which
 sentence-transformers 6 applies to each pair, no generation prompt; the
-reference's tokens are the ones CrossEncoder feeds the model). `--only
-NAME...` remakes only those fixtures."""
+reference's tokens are the ones CrossEncoder feeds the model). With
+`--llama-src`, qwen3_rerank is also written as the GGUF llama.cpp's
+converter makes of it (qwen3_rerank/model.gguf, f32: pooling type `rank`,
+its "yes" and "no" rows as the classifier `cls.output`). `--only NAME...`
+remakes only those fixtures."""
 
 import argparse
 import json
 import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
 
 import torch
 import transformers
@@ -281,10 +288,28 @@ def qwen3_reranker(seed: int) -> None:
     print(f"{size / 1e6:.2f} MB in {dir}")
 
 
+def convert_reranker(src: pathlib.Path) -> None:
+    """llama.cpp's GGUF of qwen3_rerank (f32). Its converter knows a
+    Qwen3-Reranker by its folder's name, so it reads a copy named so."""
+    here = pathlib.Path(__file__).resolve().parent
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = pathlib.Path(tmp) / "qwen3-reranker-tiny"
+        shutil.copytree(OUT / "qwen3_rerank", copy)
+        out = OUT / "qwen3_rerank" / "model.gguf"
+        done = subprocess.run([sys.executable, str(here / "convert.py"), str(src), str(copy),
+                               "--outfile", str(out), "--outtype", "f32",
+                               "--model-name", "ferrox tiny reference"],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"convert_hf_to_gguf.py failed:\n{done.stderr[-3000:]}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", nargs="+", help="remake only these fixtures")
-    only = parser.parse_args().only
+    parser.add_argument("--llama-src", type=pathlib.Path, help="llama.cpp source (peer-llama src)")
+    args = parser.parse_args()
+    only = args.only
     torch.manual_seed(0)
     torch.set_num_threads(1)
     fixtures = {
@@ -300,6 +325,8 @@ def main() -> int:
         if name not in fixtures:
             raise SystemExit(f"no fixture {name} ({', '.join(fixtures)})")
         fixtures[name]()
+    if args.llama_src and "qwen3_rerank" in (only or fixtures):
+        convert_reranker(args.llama_src)
     return 0
 
 

@@ -30,6 +30,9 @@ SERVED = {
     "bert_rerank": ["--max-batch-tokens", "64"],
     "xlmr_rerank": ["--max-batch-tokens", "64"],
     "qwen3_rerank": ["--task", "score", "--max-batch-tokens", "1024", "--max-model-len", "320"],
+    # llama.cpp's GGUF of it: pooling type `rank` says it scores, with no
+    # --task; its classifier is the "yes" and "no" rows.
+    "qwen3_rerank/model.gguf": ["--max-batch-tokens", "1024", "--max-model-len", "320"],
     # A decoder with a classification head scores as its files say.
     "qwen3_cls": ["--max-batch-tokens", "64", "--max-model-len", "64"],
     # ModernBERT's head on the mean of the states, NomicBERT's pooler on
@@ -48,7 +51,8 @@ def served(request):
                model=str(FIXTURES / request.param))
     # The query and documents are the fixtures' same; the tokens and
     # scores are each model's.
-    s.ref = json.loads((FIXTURES / request.param / "reference.json").read_text())
+    fixture = FIXTURES / request.param.removesuffix("/model.gguf")
+    s.ref = json.loads((fixture / "reference.json").read_text())
     s.name = request.param
     yield s
     s.close()
@@ -62,6 +66,7 @@ def post(s, path, body):
 # How each cross-encoder pools before its head: an encoder's first token
 # (ModernBERT's as its `classifier_pooling` says), a decoder's last.
 HEAD_POOLING = {"bert_rerank": "cls", "xlmr_rerank": "cls", "qwen3_rerank": "last",
+                "qwen3_rerank/model.gguf": "last",
                 "qwen3_cls": "last", "modernbert_rerank": "mean", "nomic_rerank": "cls",
                 "qwen3_cls_chat": "last"}
 

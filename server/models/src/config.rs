@@ -248,6 +248,19 @@ impl Metadata<'_> {
         }
     }
 
+    /// `{arch}.{suffix}` as a list of strings, if present as one.
+    pub fn strings_opt(&self, suffix: &str) -> Option<Vec<String>> {
+        let Some(Value::Array(a)) = self.md.get(&self.key(suffix)) else {
+            return None;
+        };
+        a.iter()
+            .map(|v| match v {
+                Value::String(s) => Some(s.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// `{arch}.{suffix}` as a boolean, if present.
     pub fn bool_opt(&self, suffix: &str) -> Result<Option<bool>> {
         let key = self.key(suffix);

@@ -276,6 +276,16 @@ impl Source {
         })
     }
 
+    /// The decoder on `device` as llama.cpp's GGUF of a reranker scored
+    /// by its "yes" and "no" rows (`cls.output`, see
+    /// [`ScoreHead::label_pair`]), one score a sequence.
+    pub fn label_scorer(&mut self, device: &Device) -> Result<Embedder> {
+        let hidden = self.spec()?.hidden;
+        self.scoring(device, PoolingMethod::Last, &mut |src| {
+            ScoreHead::label_pair(src, hidden, device)
+        })
+    }
+
     /// The model pooled by `method`, unnormalized, each sequence's state
     /// through the head `head` reads from the weights.
     fn scoring(

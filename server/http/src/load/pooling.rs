@@ -93,6 +93,12 @@ pub fn load_pooling(
     let text = source.text().context("loading the tokenizer")?;
     let encoder = !source.spec()?.keeps_cache();
     let (model, pairs) = match task {
+        // llama.cpp's GGUF of Qwen3-Reranker: its classifier is the "yes"
+        // and "no" rows, its prompt the reranker's own.
+        ferrox_plan::Task::Score if !encoder && files.yes_no => (
+            source.label_scorer(&device.device),
+            PairFormat::Qwen3Reranker,
+        ),
         // A decoder with no classifier is a reranker scored by its "yes"
         // and "no" tokens (Qwen3-Reranker).
         ferrox_plan::Task::Score if !encoder && !files.classifier => {

@@ -27,9 +27,14 @@ pub struct PoolingFiles {
     /// Matryoshka sizes a vector may be cut to (`dimensions`): `None` when
     /// the model was not trained for it; an empty list when any size is.
     pub matryoshka: Option<Vec<usize>>,
-    /// `config.json` names a `*ForSequenceClassification` architecture: a
-    /// cross-encoder, which scores pairs.
+    /// `config.json` names a `*ForSequenceClassification` architecture, or
+    /// GGUF's pooling type is llama.cpp's `rank`: a cross-encoder, which
+    /// scores pairs.
     pub classifier: bool,
+    /// The classifier is a decoder's "yes" and "no" rows (llama.cpp's GGUF
+    /// of Qwen3-Reranker: `cls.output` with those labels), scored on the
+    /// reranker's own prompt.
+    pub yes_no: bool,
     /// The Dense modules after the pooling, in order.
     pub dense: Vec<DenseModule>,
     /// The prompts a request may name.
@@ -181,6 +186,8 @@ fn matryoshka(c: &HfConfig) -> Result<Option<Vec<usize>>> {
 /// identity, their widths in `{arch}.dense_N_feat_in` and `_out`).
 pub fn from_gguf(md: &Metadata<'_>) -> Result<PoolingFiles> {
     let mut files = from_gguf_type(md.usize_opt("pooling_type")?)?;
+    let labels = md.strings_opt("classifier.output_labels");
+    files.yes_no = files.classifier && labels.is_some_and(|l| l == ["yes", "no"]);
     for name in ["dense_2", "dense_3"] {
         let width = |end: &str| md.usize_opt(&format!("{name}_feat_{end}"));
         if let (Some(in_features), Some(out_features)) = (width("in")?, width("out")?) {
@@ -196,18 +203,27 @@ pub fn from_gguf(md: &Metadata<'_>) -> Result<PoolingFiles> {
     Ok(files)
 }
 
+/// llama.cpp's `pooling_type` of a reranker.
+const RANK: usize = 4;
+
 /// What GGUF's `pooling_type` says (`0` or absent: none; 4, llama.cpp's
-/// rank, is a reranker's, not served).
+/// rank: a cross-encoder's classifier).
 pub fn from_gguf_type(pooling_type: Option<usize>) -> Result<PoolingFiles> {
     let pooling = match pooling_type {
         None | Some(0) => None,
+        Some(RANK) => {
+            return Ok(PoolingFiles {
+                classifier: true,
+                ..PoolingFiles::default()
+            });
+        }
         Some(n) => {
             let method = u32::try_from(n)
                 .ok()
                 .and_then(PoolingMethod::from_gguf)
                 .ok_or_else(|| {
                     Error::Config(format!(
-                        "GGUF pooling_type {n} is not served (1 mean, 2 cls, 3 last)"
+                        "GGUF pooling_type {n} is not served (1 mean, 2 cls, 3 last, 4 rank)"
                     ))
                 })?;
             // llama.cpp normalizes every embedding it returns.
@@ -371,6 +387,9 @@ mod tests {
         assert_eq!(got(Some(1)).unwrap(), Some(PoolingMethod::Mean));
         assert_eq!(got(Some(2)).unwrap(), Some(PoolingMethod::Cls));
         assert_eq!(got(Some(3)).unwrap(), Some(PoolingMethod::Last));
-        assert!(got(Some(4)).is_err());
+        // llama.cpp's rank: a cross-encoder, pooled as its head reads.
+        assert_eq!(got(Some(4)).unwrap(), None);
+        assert!(from_gguf_type(Some(4)).unwrap().classifier);
+        assert!(got(Some(5)).is_err());
     }
 }

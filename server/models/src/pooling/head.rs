@@ -157,6 +157,25 @@ impl ScoreHead {
         })
     }
 
+    /// llama.cpp's GGUF of a "yes"/"no" reranker: `cls.output.weight`
+    /// holds the output projection's "yes" and "no" rows; its softmax's
+    /// first is the sigmoid of their difference, as [`Self::token_pair`].
+    pub(crate) fn label_pair(
+        src: &mut dyn WeightSource,
+        hidden: usize,
+        device: &Device,
+    ) -> Result<Self> {
+        let rows = src.small("cls.output.weight", &[2, hidden], device)?;
+        let diff = (rows.get(0)? - rows.get(1)?)?.unsqueeze(0)?;
+        Ok(ScoreHead {
+            transform: HeadTransform::Linear,
+            dense: None,
+            norm: None,
+            out: (diff, Tensor::zeros(1, DType::F32, device)?),
+            activation: ModuleActivation::Sigmoid,
+        })
+    }
+
     /// One score per row of `pooled` `(n, hidden)` (each sequence's
     /// state as the head pools it), after the activation.
     pub fn scores(&self, pooled: &Tensor) -> Result<Vec<f32>> {

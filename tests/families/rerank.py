@@ -28,7 +28,8 @@ sentence-transformers 6 applies to each pair, no generation prompt; the
 reference's tokens are the ones CrossEncoder feeds the model). With
 `--llama-src`, qwen3_rerank is also written as the GGUF llama.cpp's
 converter makes of it (qwen3_rerank/model.gguf, f32: pooling type `rank`,
-its "yes" and "no" rows as the classifier `cls.output`). `--only NAME...`
+its "yes" and "no" rows as the classifier `cls.output`), and so is
+bert_rerank (bert_rerank/model.gguf: the converter drops its pooler). `--only NAME...`
 remakes only those fixtures."""
 
 import argparse
@@ -288,14 +289,14 @@ def qwen3_reranker(seed: int) -> None:
     print(f"{size / 1e6:.2f} MB in {dir}")
 
 
-def convert_reranker(src: pathlib.Path) -> None:
-    """llama.cpp's GGUF of qwen3_rerank (f32). Its converter knows a
+def convert_reranker(src: pathlib.Path, name: str) -> None:
+    """llama.cpp's GGUF of fixture `name` (f32). Its converter knows a
     Qwen3-Reranker by its folder's name, so it reads a copy named so."""
     here = pathlib.Path(__file__).resolve().parent
     with tempfile.TemporaryDirectory() as tmp:
-        copy = pathlib.Path(tmp) / "qwen3-reranker-tiny"
-        shutil.copytree(OUT / "qwen3_rerank", copy)
-        out = OUT / "qwen3_rerank" / "model.gguf"
+        copy = pathlib.Path(tmp) / name.replace("qwen3_rerank", "qwen3-reranker-tiny")
+        shutil.copytree(OUT / name, copy)
+        out = OUT / name / "model.gguf"
         done = subprocess.run([sys.executable, str(here / "convert.py"), str(src), str(copy),
                                "--outfile", str(out), "--outtype", "f32",
                                "--model-name", "ferrox tiny reference"],
@@ -325,8 +326,11 @@ def main() -> int:
         if name not in fixtures:
             raise SystemExit(f"no fixture {name} ({', '.join(fixtures)})")
         fixtures[name]()
-    if args.llama_src and "qwen3_rerank" in (only or fixtures):
-        convert_reranker(args.llama_src)
+    # What llama.cpp's converter also writes as GGUF: the Qwen3-Reranker,
+    # and a BERT cross-encoder without its pooler (refused).
+    for name in ["qwen3_rerank", "bert_rerank"]:
+        if args.llama_src and name in (only or fixtures):
+            convert_reranker(args.llama_src, name)
     return 0
 
 

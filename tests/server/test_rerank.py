@@ -198,3 +198,15 @@ def test_a_decoder_without_yes_and_no_tokens_is_refused_at_start_with_the_reason
     assert out.returncode != 0, out.stderr
     assert 'the vocabulary has no "yes"' in out.stderr, out.stderr
     assert "panicked" not in out.stderr
+
+
+def test_a_gguf_cross_encoder_without_its_pooler_is_refused_at_start_naming_it():
+    # llama.cpp's converter drops a BERT cross-encoder's pooler: its
+    # classifier's labels say it scores, and the head it lacks is named.
+    model = FIXTURES / "bert_rerank" / "model.gguf"
+    out = subprocess.run([server_bin(), "serve", "--model", str(model), "--port", "0"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0, out.stderr
+    assert "task=score" in out.stderr, out.stderr
+    assert 'missing tensor "cls.weight"' in out.stderr, out.stderr
+    assert "panicked" not in out.stderr

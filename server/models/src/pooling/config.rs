@@ -186,7 +186,10 @@ fn matryoshka(c: &HfConfig) -> Result<Option<Vec<usize>>> {
 /// identity, their widths in `{arch}.dense_N_feat_in` and `_out`).
 pub fn from_gguf(md: &Metadata<'_>) -> Result<PoolingFiles> {
     let mut files = from_gguf_type(md.usize_opt("pooling_type")?)?;
+    // A classifier's labels say cross-encoder too (llama.cpp writes no
+    // pooling type for a BERT one: its server is told `--reranking`).
     let labels = md.strings_opt("classifier.output_labels");
+    files.classifier |= labels.is_some();
     files.yes_no = files.classifier && labels.is_some_and(|l| l == ["yes", "no"]);
     for name in ["dense_2", "dense_3"] {
         let width = |end: &str| md.usize_opt(&format!("{name}_feat_{end}"));

@@ -19,6 +19,7 @@ mod attention;
 mod dot;
 #[cfg(test)]
 mod fixtures;
+mod gelu;
 mod ggml_block;
 mod layout;
 mod matmul;
@@ -32,6 +33,7 @@ pub use attention::{
     AttnGeometry, AttnParams, AttnSeq, KvElem, paged_attention, paged_attention_with_sinks,
 };
 pub use dot::Kernel;
+pub use gelu::{erf, gelu_erf_in_place};
 pub use matmul::MAX_PARTS;
 pub use qact::QActs;
 pub use qmatrix::QMatrix;

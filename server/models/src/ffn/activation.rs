@@ -1,7 +1,20 @@
 //! An MLP's activation: a dense layer's, its experts', or an encoder's
 //! plain MLP's.
 
+use candle_core::{DType, Device, Tensor};
+
 use crate::error::{Error, Result};
+
+/// Exact GELU of `x`: on the CPU in f32 by ferrox-kernels' vectorised erf
+/// (candle's calls libm's scalar `erff` per element), elsewhere candle's.
+pub(crate) fn gelu_erf(x: &Tensor) -> Result<Tensor> {
+    if !matches!(x.device(), Device::Cpu) || x.dtype() != DType::F32 {
+        return Ok(x.gelu_erf()?);
+    }
+    let mut v = x.flatten_all()?.to_vec1::<f32>()?;
+    ferrox_kernels::gelu_erf_in_place(&mut v);
+    Ok(Tensor::from_vec(v, x.shape(), x.device())?)
+}
 
 /// An MLP's activation.
 #[derive(Debug, Clone, Copy, PartialEq)]

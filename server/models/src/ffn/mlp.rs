@@ -61,7 +61,7 @@ impl Mlp {
         let a = match act {
             Activation::Silu => candle_nn::ops::silu(&u)?,
             Activation::GeluTanh => u.gelu()?,
-            Activation::Gelu => u.gelu_erf()?,
+            Activation::Gelu => crate::ffn::activation::gelu_erf(&u)?,
             Activation::SwigluOai { .. } => {
                 return Err(crate::error::Error::Config(
                     "gpt-oss's SwiGLU is a gated activation".into(),
@@ -90,7 +90,7 @@ pub(crate) fn activate(gu: &Tensor, inter: usize, act: Activation) -> Result<Ten
     Ok(match act {
         Activation::Silu => (candle_nn::ops::silu(&gate)? * up)?,
         Activation::GeluTanh => (gate.gelu()? * up)?,
-        Activation::Gelu => (gate.gelu_erf()? * up)?,
+        Activation::Gelu => (crate::ffn::activation::gelu_erf(&gate)? * up)?,
         Activation::SwigluOai { alpha, limit } => {
             let limit = f64::from(limit);
             let gate = gate.minimum(limit)?;

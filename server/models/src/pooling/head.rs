@@ -24,7 +24,7 @@ use crate::weights::source::WeightSource;
 /// exact one).
 fn act(x: &Tensor, a: Activation) -> Result<Tensor> {
     Ok(match a {
-        Activation::Gelu => x.gelu_erf()?,
+        Activation::Gelu => crate::ffn::activation::gelu_erf(x)?,
         Activation::GeluTanh => x.gelu()?,
         Activation::Silu => candle_nn::ops::silu(x)?,
         Activation::SwigluOai { .. } => {

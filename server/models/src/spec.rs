@@ -34,6 +34,9 @@ pub enum Mixer {
     /// Attention within each sequence of a step, nothing cached: an
     /// encoder's (bidirectional) or a pooled decoder's (causal).
     Encoder(EncoderSpec),
+    /// No token mixer: the layer is its feed-forward alone, after the
+    /// layer's one norm (Nemotron-H's MLP layers).
+    None,
 }
 
 /// The feed-forward of one layer.
@@ -67,7 +70,8 @@ impl LayerSpec {
             Mixer::Mamba2(_)
             | Mixer::GatedDeltaNet(_)
             | Mixer::ShortConv(_)
-            | Mixer::Encoder(_) => None,
+            | Mixer::Encoder(_)
+            | Mixer::None => None,
         }
     }
 
@@ -76,7 +80,7 @@ impl LayerSpec {
         match &self.mixer {
             Mixer::Attention(a) => Some(a),
             Mixer::Encoder(e) => Some(&e.attention),
-            Mixer::Mamba2(_) | Mixer::GatedDeltaNet(_) | Mixer::ShortConv(_) => None,
+            Mixer::Mamba2(_) | Mixer::GatedDeltaNet(_) | Mixer::ShortConv(_) | Mixer::None => None,
         }
     }
 
@@ -87,7 +91,8 @@ impl LayerSpec {
             Mixer::Attention(_)
             | Mixer::GatedDeltaNet(_)
             | Mixer::ShortConv(_)
-            | Mixer::Encoder(_) => None,
+            | Mixer::Encoder(_)
+            | Mixer::None => None,
         }
     }
 
@@ -95,9 +100,11 @@ impl LayerSpec {
     pub fn gdn(&self) -> Option<&GdnSpec> {
         match &self.mixer {
             Mixer::GatedDeltaNet(g) => Some(g),
-            Mixer::Attention(_) | Mixer::Mamba2(_) | Mixer::ShortConv(_) | Mixer::Encoder(_) => {
-                None
-            }
+            Mixer::Attention(_)
+            | Mixer::Mamba2(_)
+            | Mixer::ShortConv(_)
+            | Mixer::Encoder(_)
+            | Mixer::None => None,
         }
     }
 
@@ -108,7 +115,7 @@ impl LayerSpec {
             Mixer::Mamba2(s) => Some(s.state_values()),
             Mixer::GatedDeltaNet(g) => Some(g.state_values()),
             Mixer::ShortConv(c) => Some(c.state_values()),
-            Mixer::Attention(_) | Mixer::Encoder(_) => None,
+            Mixer::Attention(_) | Mixer::Encoder(_) | Mixer::None => None,
         }
     }
 
@@ -118,7 +125,7 @@ impl LayerSpec {
             Mixer::Mamba2(s) => Some(s.chunk),
             Mixer::GatedDeltaNet(g) => Some(g.chunk),
             // A convolution has no scan: any run is one block.
-            Mixer::ShortConv(_) | Mixer::Attention(_) | Mixer::Encoder(_) => None,
+            Mixer::ShortConv(_) | Mixer::Attention(_) | Mixer::Encoder(_) | Mixer::None => None,
         }
     }
 
@@ -338,6 +345,15 @@ impl ModelSpec {
             .filter_map(LayerSpec::moe)
             .map(|m| m.expert_params(self.hidden))
             .fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
+    }
+
+    /// Layers with a token mixer, each keeping KV or a state (as the plan
+    /// counts layers): a layer of its feed-forward alone keeps neither.
+    pub fn mixer_layers(&self) -> usize {
+        self.layers
+            .iter()
+            .filter(|l| l.mixer != Mixer::None)
+            .count()
     }
 
     /// The recurrent layers, ascending: each keeps one state per sequence

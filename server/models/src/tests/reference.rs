@@ -19,7 +19,7 @@ use crate::{Decoder, PagedModel, Source};
 pub const TOL: f32 = 2e-3;
 
 /// Every family with a committed reference.
-pub const FAMILIES: [&str; 22] = [
+pub const FAMILIES: [&str; 24] = [
     "llama",
     "qwen2",
     "mistral",
@@ -42,6 +42,8 @@ pub const FAMILIES: [&str; 22] = [
     "olmo3",
     "ministral3",
     "lfm2",
+    "granitehybrid_moe",
+    "nemotron_h",
 ];
 
 /// A routing margin half precision keeps: every matrix held in bf16 moves

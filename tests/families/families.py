@@ -11,7 +11,9 @@ with grouped B/C and chunks of 8 so its scan crosses chunk edges; Granite
 Gated DeltaNet layers among gated attention layers, and Qwen3-Next's with
 its fused projections and Qwen2-MoE-style experts, a prompt longer than the
 delta rule's block of 64; LFM2's short convolutions among q/k-normed
-attention layers), and the prompts its references are recorded for."""
+attention layers; Granite 4.0-H's experts stacked gate-then-up beside its
+shared MLP; Nemotron-H's Mamba-2, attention and squared-ReLU MLP layers
+apart), and the prompts its references are recorded for."""
 
 import dataclasses
 

@@ -129,6 +129,27 @@ impl LayerSpec {
         }
     }
 
+    /// Checks each of its kinds' numbers are usable, and that it has a
+    /// mixer or a feed-forward.
+    fn validate_kinds(&self) -> std::result::Result<(), String> {
+        if self.mixer == Mixer::None && self.ffn == FeedForward::None {
+            return Err("neither a mixer nor a feed-forward".into());
+        }
+        if let Some(s) = self.ssm() {
+            s.validate()?;
+        }
+        if let Some(g) = self.gdn() {
+            g.validate()?;
+        }
+        if let Mixer::ShortConv(c) = &self.mixer {
+            c.validate()?;
+        }
+        match self.moe() {
+            Some(m) => m.validate(),
+            None => Ok(()),
+        }
+    }
+
     /// The layer's experts, if its feed-forward is a mixture.
     pub fn moe(&self) -> Option<&MoeSpec> {
         match &self.ffn {
@@ -452,22 +473,8 @@ impl ModelSpec {
             }
         }
         for (i, l) in self.layers.iter().enumerate() {
-            if let Some(s) = l.ssm() {
-                s.validate()
-                    .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
-            }
-            if let Some(g) = l.gdn() {
-                g.validate()
-                    .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
-            }
-            if let Mixer::ShortConv(c) = &l.mixer {
-                c.validate()
-                    .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
-            }
-            if let Some(m) = l.moe() {
-                m.validate()
-                    .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
-            }
+            l.validate_kinds()
+                .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
             let Some(a) = l.any_attention() else { continue };
             if (!a.nope && a.rope >= self.ropes.len()) || a.window == Some(0) {
                 return bad(format!("layer {i}: {a:?}"));

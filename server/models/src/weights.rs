@@ -6,7 +6,7 @@ pub mod source;
 use candle_core::{Device, Tensor};
 
 use crate::decoder::Decoder;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ffn::{mlp, moe};
 use crate::input::InputWeights;
 use crate::layer::{Ffn, FfnBlock, Layer, MixerWeights};
@@ -78,12 +78,8 @@ fn load_layer(
         Mixer::None => MixerWeights::None,
     };
     let ffn = load_ffn(src, spec, i, device)?;
+    // (`ModelSpec::finish` refuses a layer with neither.)
     let lone = matches!(mixer, MixerWeights::None);
-    if ffn.is_none() && lone {
-        return Err(Error::Config(format!(
-            "layer {i}: neither a mixer nor a feed-forward"
-        )));
-    }
     // A layer of its feed-forward alone has one norm, the feed-forward's.
     let (norm, norm_bias) = match first_unnormed(src, spec, i) || lone {
         true => (None, None),

@@ -11,7 +11,9 @@ with grouped B/C and chunks of 8 so its scan crosses chunk edges; Granite
 Gated DeltaNet layers among gated attention layers, and Qwen3-Next's with
 its fused projections and Qwen2-MoE-style experts, a prompt longer than the
 delta rule's block of 64; LFM2's short convolutions among q/k-normed
-attention layers), and the prompts its references are recorded for."""
+attention layers; Granite 4.0-H's experts stacked gate-then-up beside its
+shared MLP; Nemotron-H's Mamba-2, attention and squared-ReLU MLP layers
+apart), and the prompts its references are recorded for."""
 
 import dataclasses
 
@@ -275,6 +277,36 @@ FAMILIES = [
                         norm_eps=1e-5, tie_word_embeddings=True, eos_token_id=6,
                         rope_parameters=dict(rope_type="default", rope_theta=1000000.0)),
            "bfloat16", "chatml", "<|im_end|>", PLAIN),
+    # Granite 4.0-H with experts (H-Tiny's and H-Small's kind): the dense
+    # fixture's layers and multipliers (no time step clamp: the GGUF
+    # records none), 4 experts (top-2, softmax over the
+    # chosen logits) stacked gate-then-up in one tensor, beside the shared
+    # SwiGLU MLP in every layer.
+    Family("granitehybrid_moe", _cfg("GraniteMoeHybridForCausalLM", "granitemoehybrid",
+                                     num_hidden_layers=4, intermediate_size=32,
+                                     shared_intermediate_size=64, num_local_experts=4,
+                                     num_experts_per_tok=2, position_embedding_type="nope",
+                                     layer_types=["mamba", "attention", "mamba", "attention"],
+                                     mamba_n_heads=8, mamba_d_head=16, mamba_d_state=16,
+                                     mamba_n_groups=2, mamba_d_conv=4, mamba_expand=2,
+                                     mamba_chunk_size=8, mamba_conv_bias=True,
+                                     mamba_proj_bias=False, time_step_limit=[0.0, 1e9],
+                                     embedding_multiplier=2.0,
+                                     residual_multiplier=0.5, attention_multiplier=0.2,
+                                     logits_scaling=4.0, tie_word_embeddings=False),
+           "bfloat16", "plain", "<eos>", PLAIN, seed=1022),
+    # Nemotron-H: Mamba-2 (grouped B/C, scan blocks of 8), attention
+    # without positions and squared-ReLU MLPs as separate layers by
+    # `hybrid_override_pattern` (no time step clamp, as the GGUF);
+    # attention heads as wide as Mamba's (the converter reads one `head_dim`
+    # for both).
+    Family("nemotron_h", _cfg("NemotronHForCausalLM", "nemotron_h",
+                              hybrid_override_pattern="M-*-M-", head_dim=16,
+                              mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16,
+                              n_groups=2, conv_kernel=4, chunk_size=8, expand=2,
+                              time_step_limit=[0.0, 1e9], layer_norm_epsilon=1e-5,
+                              rms_norm_eps=1e-5, tie_word_embeddings=False),
+           "bfloat16", "plain", "<eos>", PLAIN, seed=1023),
     # Qwen3.5-MoE: Qwen3.5's layers with experts (top-2 of 4) and the gated
     # shared expert in every layer; no `norm_topk_prob`, as its router
     # renormalises regardless.

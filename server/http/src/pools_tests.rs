@@ -153,12 +153,20 @@ fn every_family_runs_with_the_pools_its_plan_sizes() {
 }
 
 /// A hybrid model (Mamba-2's, Gated DeltaNet's or LFM2's short
-/// convolutions among attention layers): the KV pool for its attention
-/// layers, and a state slot for each sequence, both from the memory the
-/// plan sizes, or by kind.
+/// convolutions among attention layers, with experts or MLP layers of
+/// their own): the KV pool for its attention layers, and a state slot for
+/// each sequence, both from the memory the plan sizes, or by kind.
 #[test]
 fn a_hybrid_model_runs_with_its_kv_pool_and_state_slots() {
-    for family in ["granitehybrid", "qwen35", "qwen3next", "lfm2"] {
+    let hybrids = [
+        "granitehybrid",
+        "granitehybrid_moe",
+        "qwen35",
+        "qwen3next",
+        "lfm2",
+        "nemotron_h",
+    ];
+    for family in hybrids {
         let dir = families().join(family);
         let from_memory = pools(&dir, &[]);
         assert_eq!(

@@ -25,6 +25,8 @@ pub enum MixerWeights {
     ShortConv(Box<ShortConvWeights>),
     /// An encoder's (attention's weights, attending within each sequence).
     Encoder(Box<AttentionWeights>),
+    /// None: a layer of its feed-forward alone.
+    None,
 }
 
 impl MixerWeights {
@@ -34,6 +36,7 @@ impl MixerWeights {
             MixerWeights::Mamba2(m) => m.held_bytes(),
             MixerWeights::GatedDeltaNet(g) => g.held_bytes(),
             MixerWeights::ShortConv(c) => c.held_bytes(),
+            MixerWeights::None => 0,
         }
     }
 }

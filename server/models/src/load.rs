@@ -91,7 +91,8 @@ impl ModelInfo {
         };
         let (experts, active_experts) = config.expert_params();
         let facts = ModelGeometry {
-            layers: config.layers.len() as u64,
+            // The plan's KV layers are these less the recurrent ones.
+            layers: config.mixer_layers() as u64,
             kv_heads: config.kv_heads as u64,
             head_dim: config.head_dim as u64,
             kv_dtype: devices.cpu.kv_dtype,

@@ -227,9 +227,8 @@ impl SafetensorsSource {
     }
 
     /// Expert `e`'s tensor of the stacked GGUF tensor `gguf_name`: its own
-    /// (`{e}` in the name), or row `e` of a 3-D one (gpt-oss's: `[in, out]`
-    /// applied as `x @ W`, transposed here; gate and up interleaved column
-    /// by column, the even ones gate's).
+    /// (`{e}` in the name), or row `e` of a 3-D one, its gate or up part
+    /// cut out by the family's layout ([`Self::stacked_part`]).
     fn expert(&self, gguf_name: &str, e: usize, device: &Device) -> Result<Tensor> {
         let name = self.names.hf(gguf_name);
         if name.contains("{e}") {
@@ -250,10 +249,20 @@ impl SafetensorsSource {
                 t
             }
         };
-        let t = all.get(e)?;
-        let interleaved = self.names.family.hf_experts == HfExperts::StackedInterleaved;
-        let t = match self.interleaved_column(gguf_name) {
-            Some(c) => {
+        self.stacked_part(all.get(e)?, gguf_name)
+    }
+
+    /// The part of one expert's stacked tensor `t` that the GGUF tensor
+    /// `gguf_name` is: gpt-oss's `[in, out]` applied as `x @ W`, transposed
+    /// here, gate and up interleaved column by column (the even ones
+    /// gate's); Granite's `[out, in]`, gate's rows then up's.
+    fn stacked_part(&self, t: Tensor, gguf_name: &str) -> Result<Tensor> {
+        let layout = self.names.family.hf_experts;
+        let part = ["ffn_gate_exps.", "ffn_up_exps."]
+            .iter()
+            .position(|p| gguf_name.contains(p));
+        let t = match (layout, part) {
+            (HfExperts::StackedInterleaved, Some(c)) => {
                 let dims = t.dims().to_vec();
                 let (last, lead) = dims.split_last().unwrap_or((&0, &[]));
                 let mut shape = lead.to_vec();
@@ -262,10 +271,14 @@ impl SafetensorsSource {
                     .narrow(lead.len() + 1, c, 1)?
                     .squeeze(lead.len() + 1)?
             }
-            None => t,
+            (HfExperts::StackedHalves, Some(c)) => {
+                let rows = t.dim(0)? / 2;
+                t.narrow(0, c * rows, rows)?.contiguous()?
+            }
+            _ => t,
         };
-        Ok(match (t.rank(), interleaved) {
-            (2, true) => t.t()?.contiguous()?,
+        Ok(match (t.rank(), layout) {
+            (2, HfExperts::StackedInterleaved) => t.t()?.contiguous()?,
             _ => t,
         })
     }
@@ -395,109 +408,4 @@ impl WeightSource for SafetensorsSource {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::{HfNames, PREFIXES};
-    use crate::arch::Family;
-
-    fn names(family: &str, prefix: &'static str, head: &'static str) -> HfNames {
-        HfNames {
-            family: Family::by_gguf(family).unwrap(),
-            prefix,
-            head,
-        }
-    }
-
-    #[test]
-    fn names_translate_by_family_and_prefix() {
-        let llama = names("llama", PREFIXES[0], "lm_head.weight");
-        let gemma = names("gemma3", PREFIXES[2], "language_model.lm_head.weight");
-        let phi = names("phi3", PREFIXES[0], "lm_head.weight");
-        // A bare sentence-transformers BERT: no prefix, `encoder.layer`.
-        let bert = names("bert", "", "lm_head.weight");
-        for (n, gguf, hf) in [
-            (&llama, "token_embd.weight", "model.embed_tokens.weight"),
-            (
-                &llama,
-                "blk.3.attn_q.weight",
-                "model.layers.3.self_attn.q_proj.weight",
-            ),
-            (
-                &llama,
-                "blk.0.attn_k.bias",
-                "model.layers.0.self_attn.k_proj.bias",
-            ),
-            (
-                &llama,
-                "blk.11.ffn_down.weight",
-                "model.layers.11.mlp.down_proj.weight",
-            ),
-            (
-                &llama,
-                "blk.2.ffn_norm.weight",
-                "model.layers.2.post_attention_layernorm.weight",
-            ),
-            (
-                &llama,
-                "blk.2.attn_q_norm.weight",
-                "model.layers.2.self_attn.q_norm.weight",
-            ),
-            (&llama, "output.weight", "lm_head.weight"),
-            (
-                &gemma,
-                "output_norm.weight",
-                "language_model.model.norm.weight",
-            ),
-            (
-                &gemma,
-                "blk.1.ffn_norm.weight",
-                "language_model.model.layers.1.pre_feedforward_layernorm.weight",
-            ),
-            (
-                &gemma,
-                "blk.1.post_attention_norm.weight",
-                "language_model.model.layers.1.post_attention_layernorm.weight",
-            ),
-            (
-                &gemma,
-                "blk.1.post_ffw_norm.weight",
-                "language_model.model.layers.1.post_feedforward_layernorm.weight",
-            ),
-            (&gemma, "output.weight", "language_model.lm_head.weight"),
-            (
-                &phi,
-                "blk.0.attn_qkv.weight",
-                "model.layers.0.self_attn.qkv_proj.weight",
-            ),
-            (
-                &phi,
-                "blk.0.ffn_up.weight",
-                "model.layers.0.mlp.gate_up_proj.weight",
-            ),
-            (
-                &bert,
-                "blk.0.attn_q.weight",
-                "encoder.layer.0.attention.self.query.weight",
-            ),
-            (
-                &bert,
-                "blk.1.attn_norm.bias",
-                "encoder.layer.1.attention.output.LayerNorm.bias",
-            ),
-            (
-                &bert,
-                "blk.1.ffn_norm.weight",
-                "encoder.layer.1.output.LayerNorm.weight",
-            ),
-            (&bert, "token_embd_norm.bias", "embeddings.LayerNorm.bias"),
-            (
-                &bert,
-                "position_embd.weight",
-                "embeddings.position_embeddings.weight",
-            ),
-        ] {
-            assert_eq!(n.hf(gguf), hf);
-        }
-        assert!(gemma.is_text("language_model.model.layers.0.mlp.up_proj.weight"));
-        assert!(!gemma.is_text("vision_tower.vision_model.embeddings.patch_embedding.weight"));
-    }
-}
+mod tests;

@@ -34,6 +34,9 @@ pub enum Mixer {
     /// Attention within each sequence of a step, nothing cached: an
     /// encoder's (bidirectional) or a pooled decoder's (causal).
     Encoder(EncoderSpec),
+    /// No token mixer: the layer is its feed-forward alone, after the
+    /// layer's one norm (Nemotron-H's MLP layers).
+    None,
 }
 
 /// The feed-forward of one layer.
@@ -67,7 +70,8 @@ impl LayerSpec {
             Mixer::Mamba2(_)
             | Mixer::GatedDeltaNet(_)
             | Mixer::ShortConv(_)
-            | Mixer::Encoder(_) => None,
+            | Mixer::Encoder(_)
+            | Mixer::None => None,
         }
     }
 
@@ -76,7 +80,7 @@ impl LayerSpec {
         match &self.mixer {
             Mixer::Attention(a) => Some(a),
             Mixer::Encoder(e) => Some(&e.attention),
-            Mixer::Mamba2(_) | Mixer::GatedDeltaNet(_) | Mixer::ShortConv(_) => None,
+            Mixer::Mamba2(_) | Mixer::GatedDeltaNet(_) | Mixer::ShortConv(_) | Mixer::None => None,
         }
     }
 
@@ -87,7 +91,8 @@ impl LayerSpec {
             Mixer::Attention(_)
             | Mixer::GatedDeltaNet(_)
             | Mixer::ShortConv(_)
-            | Mixer::Encoder(_) => None,
+            | Mixer::Encoder(_)
+            | Mixer::None => None,
         }
     }
 
@@ -95,9 +100,11 @@ impl LayerSpec {
     pub fn gdn(&self) -> Option<&GdnSpec> {
         match &self.mixer {
             Mixer::GatedDeltaNet(g) => Some(g),
-            Mixer::Attention(_) | Mixer::Mamba2(_) | Mixer::ShortConv(_) | Mixer::Encoder(_) => {
-                None
-            }
+            Mixer::Attention(_)
+            | Mixer::Mamba2(_)
+            | Mixer::ShortConv(_)
+            | Mixer::Encoder(_)
+            | Mixer::None => None,
         }
     }
 
@@ -108,7 +115,7 @@ impl LayerSpec {
             Mixer::Mamba2(s) => Some(s.state_values()),
             Mixer::GatedDeltaNet(g) => Some(g.state_values()),
             Mixer::ShortConv(c) => Some(c.state_values()),
-            Mixer::Attention(_) | Mixer::Encoder(_) => None,
+            Mixer::Attention(_) | Mixer::Encoder(_) | Mixer::None => None,
         }
     }
 
@@ -118,7 +125,28 @@ impl LayerSpec {
             Mixer::Mamba2(s) => Some(s.chunk),
             Mixer::GatedDeltaNet(g) => Some(g.chunk),
             // A convolution has no scan: any run is one block.
-            Mixer::ShortConv(_) | Mixer::Attention(_) | Mixer::Encoder(_) => None,
+            Mixer::ShortConv(_) | Mixer::Attention(_) | Mixer::Encoder(_) | Mixer::None => None,
+        }
+    }
+
+    /// Checks each of its kinds' numbers are usable, and that it has a
+    /// mixer or a feed-forward.
+    fn validate_kinds(&self) -> std::result::Result<(), String> {
+        if self.mixer == Mixer::None && self.ffn == FeedForward::None {
+            return Err("neither a mixer nor a feed-forward".into());
+        }
+        if let Some(s) = self.ssm() {
+            s.validate()?;
+        }
+        if let Some(g) = self.gdn() {
+            g.validate()?;
+        }
+        if let Mixer::ShortConv(c) = &self.mixer {
+            c.validate()?;
+        }
+        match self.moe() {
+            Some(m) => m.validate(),
+            None => Ok(()),
         }
     }
 
@@ -340,6 +368,15 @@ impl ModelSpec {
             .fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
     }
 
+    /// Layers with a token mixer, each keeping KV or a state (as the plan
+    /// counts layers): a layer of its feed-forward alone keeps neither.
+    pub fn mixer_layers(&self) -> usize {
+        self.layers
+            .iter()
+            .filter(|l| l.mixer != Mixer::None)
+            .count()
+    }
+
     /// The recurrent layers, ascending: each keeps one state per sequence
     /// in the state store, in this order.
     pub fn recurrent_layers(&self) -> Vec<usize> {
@@ -436,22 +473,8 @@ impl ModelSpec {
             }
         }
         for (i, l) in self.layers.iter().enumerate() {
-            if let Some(s) = l.ssm() {
-                s.validate()
-                    .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
-            }
-            if let Some(g) = l.gdn() {
-                g.validate()
-                    .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
-            }
-            if let Mixer::ShortConv(c) = &l.mixer {
-                c.validate()
-                    .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
-            }
-            if let Some(m) = l.moe() {
-                m.validate()
-                    .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
-            }
+            l.validate_kinds()
+                .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
             let Some(a) = l.any_attention() else { continue };
             if (!a.nope && a.rope >= self.ropes.len()) || a.window == Some(0) {
                 return bad(format!("layer {i}: {a:?}"));

@@ -6,7 +6,7 @@ pub mod source;
 use candle_core::{Device, Tensor};
 
 use crate::decoder::Decoder;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ffn::{mlp, moe};
 use crate::input::InputWeights;
 use crate::layer::{Ffn, FfnBlock, Layer, MixerWeights};
@@ -75,14 +75,13 @@ fn load_layer(
             (&e.attention, i),
             device,
         )?)),
+        Mixer::None => MixerWeights::None,
     };
     let ffn = load_ffn(src, spec, i, device)?;
-    if ffn.is_none() && matches!(mixer, MixerWeights::Attention(_) | MixerWeights::Encoder(_)) {
-        return Err(Error::Config(format!(
-            "layer {i}: attention without a feed-forward"
-        )));
-    }
-    let (norm, norm_bias) = match first_unnormed(src, spec, i) {
+    // (`ModelSpec::finish` refuses a layer with neither.)
+    let lone = matches!(mixer, MixerWeights::None);
+    // A layer of its feed-forward alone has one norm, the feed-forward's.
+    let (norm, norm_bias) = match first_unnormed(src, spec, i) || lone {
         true => (None, None),
         false => block_norm(src, spec, &n("attn_norm.weight"), device)?,
     };
@@ -126,7 +125,13 @@ fn load_ffn(
         FeedForward::Plain(_) => Ffn::Dense(mlp::load_plain(src, i, (hidden, inter), device)?),
         FeedForward::None => return Ok(None),
     };
-    let (norm, norm_bias) = block_norm(src, spec, &n("ffn_norm.weight"), device)?;
+    // A layer without a mixer has one norm, named as every layer's first
+    // (llama.cpp's `attn_norm`, the checkpoint's `norm`).
+    let norm_name = match spec.layers[i].mixer {
+        Mixer::None => n("attn_norm.weight"),
+        _ => n("ffn_norm.weight"),
+    };
+    let (norm, norm_bias) = block_norm(src, spec, &norm_name, device)?;
     Ok(Some(FfnBlock {
         norm,
         norm_bias,

@@ -3,15 +3,19 @@
 //! shared SwiGLU MLP after either mixer, attention without position
 //! embeddings (NoPE) unless `position_embedding_type` is `rope`, and
 //! Granite's multipliers (embeddings, residuals, attention scale, logits).
-//! The dense-MLP variant (Granite-4.0-H-Micro's kind), from safetensors
-//! and GGUF; its mixture of experts is refused by name.
+//! The dense-MLP variant (Granite-4.0-H-Micro's kind) and the mixtures of
+//! experts (H-Tiny, H-Small: top-k of the router's logits, softmax over
+//! those, the shared MLP beside the experts in every layer), from
+//! safetensors and GGUF.
 
 use super::mamba::{dt_limit, gguf_hybrid_shape, gguf_ssm};
 use super::rope::hf_rope;
-use super::{Family, HfExperts, Shape, pre_norms, swiglu_layer};
+use super::{Family, HfExperts, Shape, gguf_moe, pre_norms, swiglu_layer, with_experts};
 use crate::config::{HfConfig, Metadata};
 use crate::error::{Error, Result};
-use crate::spec::{Activation, FeedForward, LayerSpec, Mixer, ModelSpec, RopeSpec, SsmSpec};
+use crate::spec::{
+    Activation, FeedForward, LayerSpec, Mixer, ModelSpec, MoeSpec, RopeSpec, Routing, SsmSpec,
+};
 
 /// Granite 4.0-H.
 pub(super) static GRANITE_HYBRID: Family = Family {
@@ -29,10 +33,24 @@ pub(super) static GRANITE_HYBRID: Family = Family {
         // `[gate | up]` in one matrix.
         ("ffn_up", "shared_mlp.input_linear"),
         ("ffn_down", "shared_mlp.output_linear"),
+        // With experts the same MLP is the shared expert (llama.cpp's
+        // `_shexp`), and the experts' gate and up are one stacked tensor.
+        ("ffn_up_shexp", "shared_mlp.input_linear"),
+        ("ffn_down_shexp", "shared_mlp.output_linear"),
+        ("ffn_gate_inp", "block_sparse_moe.router.layer"),
+        (
+            "ffn_gate_exps.weight",
+            "block_sparse_moe.input_linear.weight",
+        ),
+        ("ffn_up_exps.weight", "block_sparse_moe.input_linear.weight"),
+        (
+            "ffn_down_exps.weight",
+            "block_sparse_moe.output_linear.weight",
+        ),
     ],
     gguf_tensors: &[],
     hf_layers: "layers",
-    hf_experts: HfExperts::PerExpert,
+    hf_experts: HfExperts::StackedHalves,
     tied_default: false,
     // The converter permutes q and k for llama.cpp's RoPE layout.
     gguf_permuted_qk: true,
@@ -129,21 +147,29 @@ impl Hybrid {
     }
 }
 
-/// The refusal of Granite 4.0-H's mixture-of-experts variants.
-fn no_experts(experts: usize) -> Result<()> {
-    match experts {
-        0 => Ok(()),
-        n => Err(Error::Config(format!(
-            "Granite 4.0-H with a mixture of experts ({n} experts) is not supported \
-             yet; its dense-MLP variants (H-Micro) are"
-        ))),
+/// The experts of a Granite 4.0-H config (`num_local_experts` > 0),
+/// the shared MLP of `shared` width beside them, added ungated.
+fn hf_experts(c: &HfConfig, shared: usize) -> Result<Option<MoeSpec>> {
+    let experts = c.usize_or("num_local_experts", 0)?;
+    if experts == 0 {
+        return Ok(None);
     }
+    Ok(Some(MoeSpec {
+        experts,
+        top_k: c.usize("num_experts_per_tok")?,
+        intermediate: c.usize("intermediate_size")?,
+        activation: Activation::Silu,
+        routing: Routing::TopKSoftmax,
+        biases: false,
+        shared: Some(shared),
+        shared_gated: false,
+    }))
 }
 
 fn granite(c: &HfConfig) -> Result<ModelSpec> {
-    no_experts(c.usize_or("num_local_experts", 0)?)?;
     let mut shape = Shape::hf(c, &[])?;
     shape.intermediate = c.usize("shared_intermediate_size")?;
+    let moe = hf_experts(c, shape.intermediate)?;
     let rope = hf_rope(
         c,
         None,
@@ -168,14 +194,15 @@ fn granite(c: &HfConfig) -> Result<ModelSpec> {
     }
     .spec();
     spec.qkv_bias = c.bool_or("attention_bias", false)?;
+    with_experts(&mut spec, moe, |_| true);
     Ok(spec)
 }
 
 /// llama.cpp's `granitehybrid`: the layer kinds from the per-layer KV head
 /// counts (0 for a Mamba-2 layer), NoPE where `rope.scaling.finetuned` is
-/// false (its converter's switch), the multipliers as `*_scale` keys.
+/// false (its converter's switch), the multipliers as `*_scale` keys; the
+/// experts where `expert_count` says, each `feed_forward_length` wide.
 fn granite_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
-    no_experts(m.usize_opt("expert_count")?.unwrap_or(0))?;
     let intermediate = match m.usize_opt("expert_shared_feed_forward_length")? {
         Some(n) => n,
         None => m.usize("feed_forward_length")?,
@@ -183,7 +210,18 @@ fn granite_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
     let (shape, mamba) = gguf_hybrid_shape(m, intermediate)?;
     let rope = m.plain_rope(shape.head_dim)?;
     let scale = |key: &str| -> Result<f32> { Ok(m.f32_opt(key)?.unwrap_or(1.0)) };
-    Ok(Hybrid {
+    let experts = Shape {
+        intermediate: m.usize("feed_forward_length")?,
+        ..shape
+    };
+    let moe =
+        gguf_moe(m, &experts, Activation::Silu, Routing::TopKSoftmax, false)?.map(|moe| MoeSpec {
+            // The converter writes the shared MLP's width, and no gate for it.
+            shared: Some(shape.intermediate),
+            shared_gated: false,
+            ..moe
+        });
+    let mut spec = Hybrid {
         eps: m
             .f32_opt("attention.layer_norm_rms_epsilon")?
             .map_or(1e-6, f64::from),
@@ -202,5 +240,10 @@ fn granite_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
         ],
         shape,
     }
-    .spec())
+    .spec();
+    with_experts(&mut spec, moe, |_| true);
+    Ok(spec)
 }
+
+#[cfg(test)]
+mod tests;

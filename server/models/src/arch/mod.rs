@@ -14,6 +14,7 @@ mod llama;
 mod mamba;
 mod ministral;
 mod modern_bert;
+mod nemotron;
 mod nomic_bert;
 mod olmo;
 pub(crate) mod phi3;
@@ -38,6 +39,9 @@ pub enum HfExperts {
     /// 3-D tensors `[experts, in, out]` applied as `x @ W`, gate and up
     /// interleaved column by column in one (gpt-oss's `gate_up_proj`).
     StackedInterleaved,
+    /// 3-D tensors `[experts, out, in]` applied as `x @ W^T`, gate rows
+    /// then up rows in one (Granite's `input_linear`).
+    StackedHalves,
 }
 
 /// One family: its names, its tensor names, its settings' mapping.
@@ -98,6 +102,7 @@ const FAMILIES: &[&Family] = &[
     &olmo::OLMO2,
     &ministral::MINISTRAL3,
     &lfm2::LFM2,
+    &nemotron::NEMOTRON_H,
     &bert::BERT,
     &bert::XLM_ROBERTA,
     &nomic_bert::NOMIC_BERT,

@@ -28,40 +28,54 @@ impl Decoder {
         x: &Tensor,
         ctx: &LayerCtx<'_>,
     ) -> Result<Tensor> {
-        let norms = &self.spec.norms;
-        // A block without its input norm (OLMo 2) passes its input as is.
-        let norm = |t: &Tensor, w: Option<&Tensor>, b: Option<&Tensor>| match w {
-            Some(w) => crate::norm::apply(t, w, b, norms),
-            None => Ok(t.clone()),
-        };
-        let post_ln = norms.after_residual;
+        // A layer of its feed-forward alone (Nemotron-H's MLP layers).
+        if matches!(l.mixer, MixerWeights::None) {
+            return self.ffn_block(index, l, x.clone(), ctx);
+        }
+        let post_ln = self.spec.norms.after_residual;
         let h = match post_ln {
             true => x.clone(),
-            false => norm(x, l.norm.as_ref(), l.norm_bias.as_ref())?,
+            false => self.block_norm(x, l.norm.as_ref(), l.norm_bias.as_ref())?,
         };
         let mut m = self.mixer_forward(index, &l.mixer, &h, ctx)?;
         if let Some(w) = &l.post_norm {
-            m = norm(&m, Some(w), None)?;
+            m = self.block_norm(&m, Some(w), None)?;
         }
         let mut x = (x + self.residual(m)?)?;
         if post_ln {
-            x = norm(&x, l.norm.as_ref(), l.norm_bias.as_ref())?;
+            x = self.block_norm(&x, l.norm.as_ref(), l.norm_bias.as_ref())?;
         }
+        self.ffn_block(index, l, x, ctx)
+    }
+
+    /// `x + ffn(norm(x))` of layer `index` (post-LN: `norm(x + ffn(x))`),
+    /// or `x` where the layer has no feed-forward.
+    fn ffn_block(&self, index: usize, l: &Layer, x: Tensor, ctx: &LayerCtx<'_>) -> Result<Tensor> {
         let Some(f) = &l.ffn else {
             return Ok(x);
         };
+        let post_ln = self.spec.norms.after_residual;
         let h = match post_ln {
             true => x.clone(),
-            false => norm(&x, f.norm.as_ref(), f.norm_bias.as_ref())?,
+            false => self.block_norm(&x, f.norm.as_ref(), f.norm_bias.as_ref())?,
         };
         let mut d = self.ffn_forward(index, &f.ffn, &h, ctx)?;
         if let Some(w) = &f.post_norm {
-            d = norm(&d, Some(w), None)?;
+            d = self.block_norm(&d, Some(w), None)?;
         }
         let x = (x + self.residual(d)?)?;
         match post_ln {
-            true => norm(&x, f.norm.as_ref(), f.norm_bias.as_ref()),
+            true => self.block_norm(&x, f.norm.as_ref(), f.norm_bias.as_ref()),
             false => Ok(x),
+        }
+    }
+
+    /// `t` through a block's norm; a block without its input norm (OLMo 2)
+    /// passes its input as is.
+    fn block_norm(&self, t: &Tensor, w: Option<&Tensor>, b: Option<&Tensor>) -> Result<Tensor> {
+        match w {
+            Some(w) => crate::norm::apply(t, w, b, &self.spec.norms),
+            None => Ok(t.clone()),
         }
     }
 

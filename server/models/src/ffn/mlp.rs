@@ -58,16 +58,7 @@ impl Mlp {
         if let Some(b) = &self.gate_up_bias {
             u = u.broadcast_add(b)?;
         }
-        let a = match act {
-            Activation::Silu => candle_nn::ops::silu(&u)?,
-            Activation::GeluTanh => u.gelu()?,
-            Activation::Gelu => crate::ffn::activation::gelu_erf(&u)?,
-            Activation::SwigluOai { .. } => {
-                return Err(crate::error::Error::Config(
-                    "gpt-oss's SwiGLU is a gated activation".into(),
-                ));
-            }
-        };
+        let a = act.apply(&u)?;
         let mut d = self.down.forward(&a)?;
         if let Some(b) = &self.down_bias {
             d = d.broadcast_add(b)?;
@@ -91,6 +82,7 @@ pub(crate) fn activate(gu: &Tensor, inter: usize, act: Activation) -> Result<Ten
         Activation::Silu => (candle_nn::ops::silu(&gate)? * up)?,
         Activation::GeluTanh => (gate.gelu()? * up)?,
         Activation::Gelu => (crate::ffn::activation::gelu_erf(&gate)? * up)?,
+        Activation::Relu2 => (gate.relu()?.sqr()? * up)?,
         Activation::SwigluOai { alpha, limit } => {
             let limit = f64::from(limit);
             let gate = gate.minimum(limit)?;

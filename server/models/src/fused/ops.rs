@@ -152,6 +152,13 @@ pub(super) fn quantize_activation(
             swiglu_oai(gate, up, alpha, limit);
             acts.quantize(gate, tokens)
         }
+        Activation::Relu2 => {
+            for (g, &u) in gate.iter_mut().zip(up) {
+                let r = g.max(0.0);
+                *g = r * r * u;
+            }
+            acts.quantize(gate, tokens)
+        }
         Activation::Gelu => acts.quantize(gate, tokens),
     }
     .map_err(kernel_err)

@@ -23,16 +23,12 @@ use crate::weights::source::WeightSource;
 /// `x` through a head's activation (transformers' `ACT2FN`: `gelu` is the
 /// exact one).
 fn act(x: &Tensor, a: Activation) -> Result<Tensor> {
-    Ok(match a {
-        Activation::Gelu => crate::ffn::activation::gelu_erf(x)?,
-        Activation::GeluTanh => x.gelu()?,
-        Activation::Silu => candle_nn::ops::silu(x)?,
-        Activation::SwigluOai { .. } => {
-            return Err(Error::Config(
-                "a classifier head's activation is never gpt-oss's SwiGLU".into(),
-            ));
-        }
-    })
+    match a {
+        Activation::SwigluOai { .. } => Err(Error::Config(
+            "a classifier head's activation is never gpt-oss's SwiGLU".into(),
+        )),
+        a => a.apply(x),
+    }
 }
 
 /// The activation a cross-encoder directory names for its score

@@ -115,7 +115,7 @@ fn the_plan_s_groups_are_the_spec_s() {
 #[test]
 fn unusable_numbers_are_refused() {
     type Break = fn(&mut ModelSpec);
-    let cases: [(&str, Break); 6] = [
+    let cases: [(&str, Break); 7] = [
         ("zero dimension", |s| s.hidden = 0),
         ("not a multiple", |s| s.kv_heads = 3),
         ("rotary dim", |s| s.ropes[0].rotary_dim = 15),
@@ -130,6 +130,12 @@ fn unusable_numbers_are_refused() {
             }
         }),
         ("final soft-cap", |s| s.final_softcap = Some(f32::NAN)),
+        ("neither a mixer nor a feed-forward", |s| {
+            s.layers[0] = LayerSpec {
+                mixer: Mixer::None,
+                ffn: FeedForward::None,
+            };
+        }),
     ];
     for (want, break_it) in cases {
         let mut s = spec(&[None]);

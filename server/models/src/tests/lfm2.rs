@@ -4,14 +4,10 @@
 //! the plan gives slots for; a file missing a convolution tensor is refused
 //! by the tensor's name.
 
-use std::collections::HashMap;
-use std::path::Path;
-
-use candle_core::Device;
-use candle_core::quantized::gguf_file;
 use ferrox_plan::CacheKind;
 
 use super::helpers::{Pools, argmax, decode, prefill};
+use super::missing::{assert_refused, checkpoint_without, gguf_without};
 use super::reference::{check_greedy, dir, open, reference};
 use crate::Source;
 
@@ -73,49 +69,14 @@ fn the_convolution_state_held_is_what_inspect_counts() {
 
 #[test]
 fn a_checkpoint_without_a_convolution_tensor_is_refused_by_its_name() {
-    let tmp = tempfile::tempdir().unwrap();
-    let from = dir("lfm2");
-    for f in ["config.json", "tokenizer.json", "tokenizer_config.json"] {
-        std::fs::copy(from.join(f), tmp.path().join(f)).unwrap();
-    }
     let name = "model.layers.1.conv.conv.weight";
-    let mut tensors =
-        candle_core::safetensors::load(from.join("model.safetensors"), &Device::Cpu).unwrap();
-    assert!(tensors.remove(name).is_some());
-    candle_core::safetensors::save(&tensors, tmp.path().join("model.safetensors")).unwrap();
+    let tmp = checkpoint_without("lfm2", name);
     assert_refused(tmp.path(), name);
 }
 
 #[test]
 fn a_gguf_without_a_convolution_tensor_is_refused_by_its_name() {
-    let tmp = tempfile::tempdir().unwrap();
-    let src = reference("lfm2").gguf_path().unwrap();
-    let mut file = std::fs::File::open(&src).unwrap();
-    let content = gguf_file::Content::read(&mut file).unwrap();
     let name = "blk.3.shortconv.conv.weight";
-    let mut tensors = HashMap::new();
-    for t in content.tensor_infos.keys().filter(|t| *t != name) {
-        let q = content.tensor(&mut file, t, &Device::Cpu).unwrap();
-        tensors.insert(t.clone(), q);
-    }
-    let path = tmp.path().join("model.gguf");
-    let mut out = std::fs::File::create(&path).unwrap();
-    let metadata: Vec<(&str, &gguf_file::Value)> = content
-        .metadata
-        .iter()
-        .map(|(k, v)| (k.as_str(), v))
-        .collect();
-    let tensors: Vec<(&str, &candle_core::quantized::QTensor)> =
-        tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    gguf_file::write(&mut out, &metadata, &tensors).unwrap();
-    drop(out);
+    let (_tmp, path) = gguf_without("lfm2", name);
     assert_refused(&path, name);
-}
-
-/// Opening `path` works (the metadata is whole); building its decoder is
-/// refused, naming `tensor`.
-fn assert_refused(path: &Path, tensor: &str) {
-    let mut source = Source::open(path).unwrap();
-    let err = source.decoder(&Device::Cpu).unwrap_err().to_string();
-    assert!(err.contains(tensor), "{err}");
 }

@@ -14,6 +14,7 @@ mod lora;
 mod lora_engine;
 mod lora_families;
 mod lora_reference;
+mod missing;
 mod moe_dispatch;
 mod mxfp4;
 mod params;

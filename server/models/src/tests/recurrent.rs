@@ -30,9 +30,10 @@ fn greedy(
 }
 
 /// The families with recurrent layers of each kind: Mamba-2's, Gated
-/// DeltaNet's among attention layers, and LFM2's short convolutions (a
-/// state of the convolution alone).
-const RECURRENT: [&str; 3] = ["mamba2", "qwen35", "lfm2"];
+/// DeltaNet's among attention layers, LFM2's short convolutions (a state
+/// of the convolution alone), and Nemotron-H's Mamba-2 among attention and
+/// mixer-less MLP layers.
+const RECURRENT: [&str; 4] = ["mamba2", "qwen35", "lfm2", "nemotron_h"];
 
 /// A hybrid's tables are found by kind, never by position: the model built
 /// with its pools listed in any order, and each row listing its tables in
@@ -196,11 +197,16 @@ fn inspect_reports_the_state_and_the_plan_gives_it_slots() {
     // 1024; three layers, and one attention layer's K and V of 2 heads of
     // 32 values a token (held in half on the CPU, in f32 below). LFM2,
     // per convolution layer: the last 2 inputs of 64 channels; three
-    // layers, and one attention layer's K and V of 2 heads of 16.
+    // layers, and one attention layer's K and V of 2 heads of 16. Granite
+    // 4.0-H with experts: Mamba-2's layers (two), two attention layers of
+    // 2 heads of 16. Nemotron-H: two Mamba-2 layers, one attention layer,
+    // and MLP layers that keep nothing.
     for (family, state, layers, kv) in [
         ("mamba2", 2 * 4 * (576 + 2048), 2, 0),
         ("qwen35", 3 * 4 * (384 + 1024), 3, 2 * 2 * 32),
         ("lfm2", 3 * 4 * 2 * 64, 3, 2 * 2 * 16),
+        ("granitehybrid_moe", 2 * 4 * (576 + 2048), 2, 2 * 2 * 2 * 16),
+        ("nemotron_h", 2 * 4 * (576 + 2048), 2, 2 * 2 * 16),
     ] {
         let info = crate::Source::open(&dir(family)).unwrap().info().unwrap();
         assert_eq!(
@@ -232,14 +238,17 @@ fn inspect_reports_the_state_and_the_plan_gives_it_slots() {
 fn inspect_json_reads_back_as_the_geometry_the_operator_plans_with() {
     // The operator parses `inspect --json` as a `ModelGeometry`: every
     // field the plan needs must travel under the geometry's own names.
-    for family in [
+    let families = [
         "mamba2",
         "granitehybrid",
+        "granitehybrid_moe",
         "qwen35",
         "qwen3next",
         "qwen35moe",
         "lfm2",
-    ] {
+        "nemotron_h",
+    ];
+    for family in families {
         let gguf = reference(family)
             .gguf
             .expect("a GGUF beside the safetensors");

@@ -43,6 +43,8 @@ pub const FAMILIES: &[&str] = &[
     "ministral3",
     "lfm2",
     "qwen35moe",
+    "granitehybrid_moe",
+    "nemotron_h",
 ];
 
 /// A routing margin half precision keeps: every matrix held in bf16 moves

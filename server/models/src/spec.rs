@@ -14,6 +14,7 @@ pub use crate::mixer::attention::spec::AttentionSpec;
 pub use crate::mixer::attention::temperature::QueryTemperature;
 pub use crate::mixer::encoder::spec::EncoderSpec;
 pub use crate::mixer::gdn::spec::GdnSpec;
+pub use crate::mixer::latent::spec::LatentSpec;
 pub use crate::mixer::mamba2::spec::SsmSpec;
 pub use crate::mixer::short_conv::spec::ShortConvSpec;
 
@@ -22,6 +23,9 @@ pub use crate::mixer::short_conv::spec::ShortConvSpec;
 pub enum Mixer {
     /// Causal self-attention over the paged KV cache.
     Attention(AttentionSpec),
+    /// Multi-head latent attention (DeepSeek-V2/V3): one compressed vector
+    /// a token cached, read by every head.
+    Latent(LatentSpec),
     /// Mamba-2's state-space mixer: a fixed state per sequence, in a slot
     /// of the state store, instead of KV.
     Mamba2(SsmSpec),
@@ -60,10 +64,12 @@ pub struct LayerSpec {
 }
 
 impl LayerSpec {
-    /// The attention of this layer, if its mixer is attention.
+    /// The attention of this layer, if its mixer is attention (latent
+    /// attention too: it keeps a paged cache as attention does).
     pub fn attention(&self) -> Option<&AttentionSpec> {
         match &self.mixer {
             Mixer::Attention(a) => Some(a),
+            Mixer::Latent(l) => Some(&l.attention),
             Mixer::Mamba2(_)
             | Mixer::GatedDeltaNet(_)
             | Mixer::ShortConv(_)
@@ -75,6 +81,7 @@ impl LayerSpec {
     pub fn any_attention(&self) -> Option<&AttentionSpec> {
         match &self.mixer {
             Mixer::Attention(a) => Some(a),
+            Mixer::Latent(l) => Some(&l.attention),
             Mixer::Encoder(e) => Some(&e.attention),
             Mixer::Mamba2(_) | Mixer::GatedDeltaNet(_) | Mixer::ShortConv(_) => None,
         }
@@ -85,6 +92,7 @@ impl LayerSpec {
         match &self.mixer {
             Mixer::Mamba2(s) => Some(s),
             Mixer::Attention(_)
+            | Mixer::Latent(_)
             | Mixer::GatedDeltaNet(_)
             | Mixer::ShortConv(_)
             | Mixer::Encoder(_) => None,
@@ -95,9 +103,11 @@ impl LayerSpec {
     pub fn gdn(&self) -> Option<&GdnSpec> {
         match &self.mixer {
             Mixer::GatedDeltaNet(g) => Some(g),
-            Mixer::Attention(_) | Mixer::Mamba2(_) | Mixer::ShortConv(_) | Mixer::Encoder(_) => {
-                None
-            }
+            Mixer::Attention(_)
+            | Mixer::Latent(_)
+            | Mixer::Mamba2(_)
+            | Mixer::ShortConv(_)
+            | Mixer::Encoder(_) => None,
         }
     }
 
@@ -108,7 +118,7 @@ impl LayerSpec {
             Mixer::Mamba2(s) => Some(s.state_values()),
             Mixer::GatedDeltaNet(g) => Some(g.state_values()),
             Mixer::ShortConv(c) => Some(c.state_values()),
-            Mixer::Attention(_) | Mixer::Encoder(_) => None,
+            Mixer::Attention(_) | Mixer::Latent(_) | Mixer::Encoder(_) => None,
         }
     }
 
@@ -118,7 +128,9 @@ impl LayerSpec {
             Mixer::Mamba2(s) => Some(s.chunk),
             Mixer::GatedDeltaNet(g) => Some(g.chunk),
             // A convolution has no scan: any run is one block.
-            Mixer::ShortConv(_) | Mixer::Attention(_) | Mixer::Encoder(_) => None,
+            Mixer::ShortConv(_) | Mixer::Attention(_) | Mixer::Latent(_) | Mixer::Encoder(_) => {
+                None
+            }
         }
     }
 
@@ -277,7 +289,8 @@ pub struct ModelSpec {
 }
 
 impl ModelSpec {
-    /// Width of one token's K (or V) across heads.
+    /// Width of one token's K (or V) across heads; a latent model's one
+    /// cached vector (its `kv_heads` 1, its `head_dim` the vector's width).
     pub fn kv_dim(&self) -> usize {
         self.kv_heads * self.head_dim
     }
@@ -448,6 +461,7 @@ impl ModelSpec {
                 c.validate()
                     .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
             }
+            self.validate_latent(i, l)?;
             if let Some(m) = l.moe() {
                 m.validate()
                     .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;

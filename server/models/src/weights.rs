@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::ffn::{mlp, moe};
 use crate::input::InputWeights;
 use crate::layer::{Ffn, FfnBlock, Layer, MixerWeights};
-use crate::mixer::{attention, gdn, mamba2, short_conv};
+use crate::mixer::{attention, gdn, latent, mamba2, short_conv};
 use crate::projection::single;
 use crate::spec::{FeedForward, Mixer, ModelSpec};
 use source::{WeightSource, norm};
@@ -61,6 +61,9 @@ fn load_layer(
         Mixer::Attention(a) => {
             MixerWeights::Attention(Box::new(attention::load::load(src, spec, (a, i), device)?))
         }
+        Mixer::Latent(m) => {
+            MixerWeights::Latent(Box::new(latent::load::load(src, spec, (m, i), device)?))
+        }
         Mixer::Mamba2(s) => MixerWeights::Mamba2(Box::new(mamba2::load::load(src, s, at, device)?)),
         Mixer::GatedDeltaNet(g) => {
             MixerWeights::GatedDeltaNet(Box::new(gdn::load::load(src, g, at, device)?))
@@ -77,7 +80,11 @@ fn load_layer(
         )?)),
     };
     let ffn = load_ffn(src, spec, i, device)?;
-    if ffn.is_none() && matches!(mixer, MixerWeights::Attention(_) | MixerWeights::Encoder(_)) {
+    let attends = matches!(
+        mixer,
+        MixerWeights::Attention(_) | MixerWeights::Latent(_) | MixerWeights::Encoder(_)
+    );
+    if ffn.is_none() && attends {
         return Err(Error::Config(format!(
             "layer {i}: attention without a feed-forward"
         )));

@@ -5,6 +5,7 @@
 //! group; no family has a decoder of its own.
 
 mod bert;
+mod deepseek;
 mod gemma;
 mod glm;
 mod gpt_oss;
@@ -76,7 +77,7 @@ pub struct Family {
 }
 
 /// Every family, in lookup order.
-const FAMILIES: [&Family; 24] = [
+const FAMILIES: [&Family; 25] = [
     &llama::LLAMA,
     &llama::MISTRAL,
     &llama::MIXTRAL,
@@ -94,6 +95,7 @@ const FAMILIES: [&Family; 24] = [
     &qwen35::QWEN3NEXT,
     &smollm3::SMOLLM3,
     &glm::GLM4_MOE,
+    &deepseek::DEEPSEEK2,
     &olmo::OLMO2,
     &ministral::MINISTRAL3,
     &lfm2::LFM2,

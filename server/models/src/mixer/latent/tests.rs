@@ -96,6 +96,11 @@ fn absorbed_attention_over_the_latent_cache_equals_the_expanded_form() {
     assert!(!kv.cache(0).has_values());
     assert_eq!(kv.bytes(), [(CacheKind::Full, 4 * 4 * 16 * 2)]);
     assert_eq!(kv.cache(0).block_bytes(), 4 * 16 * 2);
+    // A block reads out and back (a lower KV tier's copy), K alone.
+    let bytes: Vec<u8> = (0..4 * 16 * 2).map(|i| (i % 61) as u8).collect();
+    kv.write_block(CacheKind::Full, 2, &bytes).unwrap();
+    assert_eq!(kv.read_block(CacheKind::Full, 2).unwrap(), bytes);
+    assert!(kv.write_block(CacheKind::Full, 1, &bytes[1..]).is_err());
 }
 
 /// The absorbed form over a fresh K-only cache, `all`'s tokens in a

@@ -323,4 +323,36 @@ FAMILIES = [
                                                   partial_rotary_factor=0.25)),
            "bfloat16", "chatml", "<|im_end|>", [Run("default", [21, 38, 75])],
            convert_args=["--no-mtp"], seed=2001),
+    # DeepSeek-V3 (and Kimi K2): latent attention with a low-rank query,
+    # interleaved rotary on 8 of each head's 24 key dimensions, YaRN whose
+    # mscale_all_dim scales the softmax; GLM-4.5's router (sigmoid, correction
+    # bias, 2 groups of which 1 kept, scaled), a shared expert, one dense
+    # layer first. As many KV heads as heads (llama.cpp's converter splits
+    # kv_b_proj per head by that count).
+    Family("deepseek_v3", _cfg("DeepseekV3ForCausalLM", "deepseek_v3", num_hidden_layers=3,
+                               num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=32,
+                               qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                               moe_intermediate_size=32, n_routed_experts=8,
+                               num_experts_per_tok=2, n_shared_experts=1, n_group=2, topk_group=1,
+                               routed_scaling_factor=2.5, first_k_dense_replace=1,
+                               norm_topk_prob=True, scoring_func="sigmoid", topk_method="noaux_tc",
+                               rope_interleave=True, tie_word_embeddings=False, eos_token_id=6,
+                               rope_parameters=dict(rope_type="yarn", rope_theta=10000.0,
+                                                    factor=4.0,
+                                                    original_max_position_embeddings=64,
+                                                    beta_fast=32.0, beta_slow=1.0, mscale=1.0,
+                                                    mscale_all_dim=1.0)),
+           "bfloat16", "chatml", "<|im_end|>", PLAIN, seed=1022),
+    # DeepSeek-V2-Lite's shape: latent attention with a full-rank query
+    # (q_lora_rank null), softmax routing greedy over every expert, scaled,
+    # two shared experts, one dense layer first.
+    Family("deepseek_v2", _cfg("DeepseekV2ForCausalLM", "deepseek_v2", num_hidden_layers=3,
+                               num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=32,
+                               qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                               moe_intermediate_size=32, n_routed_experts=8,
+                               num_experts_per_tok=2, n_shared_experts=2,
+                               routed_scaling_factor=1.5, first_k_dense_replace=1,
+                               norm_topk_prob=False, topk_method="greedy", scoring_func="softmax",
+                               tie_word_embeddings=False, eos_token_id=6, rope_theta=10000.0),
+           "float16", "chatml", "<|im_end|>", PLAIN, seed=1023),
 ]

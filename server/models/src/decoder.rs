@@ -247,12 +247,13 @@ impl Decoder {
         dtype: KvDtype,
     ) -> Result<KvStore> {
         let s = &self.spec;
-        KvStore::new(
+        // A latent cache keeps its one vector a token as K alone.
+        let values = s.latent_width().is_none();
+        KvStore::with_shape(
             &self.groups,
             s.layers.len(),
             pools,
-            block_size,
-            s.kv_dim(),
+            (block_size, s.kv_dim(), values),
             dtype,
             &self.device,
         )

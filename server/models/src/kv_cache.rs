@@ -1,5 +1,6 @@
 //! The paged KV cache of one KV group: one K and one V tensor per layer of
-//! the group, of `num_blocks * block_size` token slots, in the KV dtype the
+//! the group (K alone for latent attention, whose one vector a token is
+//! both), of `num_blocks * block_size` token slots, in the KV dtype the
 //! plan counts. Which blocks belong to which sequence is the caller's
 //! business (ferrox-core's `BlockLease`); this only stores and addresses
 //! slots. A windowed group's tables hold `RELEASED` where the window has
@@ -50,6 +51,7 @@ fn resident_zeros(
 #[derive(Debug)]
 pub struct KvCache {
     k: Vec<Tensor>,
+    /// Empty for a K-only (latent) cache.
     v: Vec<Tensor>,
     block_size: usize,
     num_blocks: usize,
@@ -58,12 +60,12 @@ pub struct KvCache {
 
 impl KvCache {
     /// Allocates `num_blocks` blocks of `block_size` slots for `layers`
-    /// layers, held in `dtype`.
+    /// layers, held in `dtype`; V too where `values` (not for a latent
+    /// cache, whose one vector a token is read as both).
     pub fn new(
         layers: usize,
-        num_blocks: usize,
-        block_size: usize,
-        kv_dim: usize,
+        (num_blocks, block_size): (usize, usize),
+        (kv_dim, values): (usize, bool),
         dtype: KvDtype,
         device: &Device,
     ) -> Result<Self> {
@@ -80,7 +82,7 @@ impl KvCache {
         let k = (0..layers)
             .map(|_| zeros())
             .collect::<candle_core::Result<_>>()?;
-        let v = (0..layers)
+        let v = (0..if values { layers } else { 0 })
             .map(|_| zeros())
             .collect::<candle_core::Result<_>>()?;
         Ok(KvCache {
@@ -113,9 +115,24 @@ impl KvCache {
         self.k.first().map_or(DType::F32, Tensor::dtype)
     }
 
-    /// Layer `layer`'s K and V tensors, `(slots, kv_dim)`.
+    /// Layer `layer`'s K and V tensors, `(slots, kv_dim)` (K twice in a
+    /// K-only cache).
     pub fn layer(&self, layer: usize) -> (&Tensor, &Tensor) {
-        (&self.k[layer], &self.v[layer])
+        (&self.k[layer], self.v.get(layer).unwrap_or(&self.k[layer]))
+    }
+
+    /// Whether V is kept beside K (not in a latent cache).
+    pub fn has_values(&self) -> bool {
+        !self.v.is_empty()
+    }
+
+    /// Every tensor held, K then V a layer, in layer order.
+    fn tensors(&self) -> impl Iterator<Item = &Tensor> {
+        let v = |i: usize| self.v.get(i);
+        self.k
+            .iter()
+            .enumerate()
+            .flat_map(move |(i, k)| std::iter::once(k).chain(v(i)))
     }
 
     /// The slot of position `pos` in a sequence with block table `blocks`.
@@ -154,7 +171,7 @@ impl KvCache {
     /// Bytes of one block over every layer's K and V: what
     /// [`Self::read_block`] gives and [`Self::write_block`] takes.
     pub fn block_bytes(&self) -> usize {
-        2 * self.k.len() * self.block_size * self.kv_dim * self.dtype().size_in_bytes()
+        (self.k.len() + self.v.len()) * self.block_size * self.kv_dim * self.dtype().size_in_bytes()
     }
 
     /// Block `block`'s slots of every layer, K then V a layer, in layer
@@ -162,7 +179,7 @@ impl KvCache {
     pub fn read_block(&self, block: usize) -> Result<Vec<u8>> {
         let start = self.block_start(block)?;
         let mut out = Vec::with_capacity(self.block_bytes());
-        for t in self.k.iter().zip(&self.v).flat_map(|(k, v)| [k, v]) {
+        for t in self.tensors() {
             let slots = t.narrow(0, start, self.block_size)?.flatten_all()?;
             match slots.dtype() {
                 DType::F32 => {
@@ -191,9 +208,8 @@ impl KvCache {
             )));
         }
         let shape = (self.block_size, self.kv_dim);
-        let each = bytes.len() / (2 * self.k.len());
-        let tensors = self.k.iter().zip(&self.v).flat_map(|(k, v)| [k, v]);
-        for (t, chunk) in tensors.zip(bytes.chunks_exact(each)) {
+        let each = bytes.len() / (self.k.len() + self.v.len());
+        for (t, chunk) in self.tensors().zip(bytes.chunks_exact(each)) {
             let device = t.device();
             let src = match t.dtype() {
                 DType::F32 => {
@@ -224,12 +240,14 @@ impl KvCache {
     }
 
     /// Writes `k`, `v` (`(tokens, kv_dim)`) of `layer` into the slots named
-    /// by `index` (from [`Self::slot_index`]). In place: no per-step copy of
-    /// the cache.
+    /// by `index` (from [`Self::slot_index`]); `v` is not read by a K-only
+    /// cache. In place: no per-step copy of the cache.
     pub fn write(&self, layer: usize, index: &Tensor, k: &Tensor, v: &Tensor) -> Result<()> {
         let dtype = self.dtype();
         self.k[layer].scatter_set(index, &k.to_dtype(dtype)?.contiguous()?, 0)?;
-        self.v[layer].scatter_set(index, &v.to_dtype(dtype)?.contiguous()?, 0)?;
+        if let Some(cache) = self.v.get(layer) {
+            cache.scatter_set(index, &v.to_dtype(dtype)?.contiguous()?, 0)?;
+        }
         Ok(())
     }
 }

@@ -40,6 +40,20 @@ impl KvStore {
         dtype: KvDtype,
         device: &Device,
     ) -> Result<Self> {
+        let shape = (block_size, kv_dim, true);
+        Self::with_shape(groups, layers, pools, shape, dtype, device)
+    }
+
+    /// As [`KvStore::new`], K alone where `values` is false: a latent
+    /// cache's one vector a token (`kv_dim` = its width) is read as both.
+    pub fn with_shape(
+        groups: &[KvGroup],
+        layers: usize,
+        pools: &[Pool],
+        (block_size, kv_dim, values): (usize, usize, bool),
+        dtype: KvDtype,
+        device: &Device,
+    ) -> Result<Self> {
         let blocks = groups
             .iter()
             .map(|g| {
@@ -70,7 +84,10 @@ impl KvStore {
         let caches = groups
             .iter()
             .zip(blocks)
-            .map(|(g, n)| KvCache::new(g.layers.len(), n, block_size, kv_dim, dtype, device))
+            .map(|(g, n)| {
+                let (slots, width) = ((n, block_size), (kv_dim, values));
+                KvCache::new(g.layers.len(), slots, width, dtype, device)
+            })
             .collect::<Result<_>>()?;
         Ok(KvStore {
             caches,

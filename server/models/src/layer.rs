@@ -9,6 +9,7 @@ use crate::ffn::moe::weights::MoeWeights;
 use crate::linear::tensor_bytes;
 use crate::mixer::attention::forward::AttentionWeights;
 use crate::mixer::gdn::forward::GdnWeights;
+use crate::mixer::latent::forward::LatentWeights;
 use crate::mixer::mamba2::forward::Mamba2Weights;
 use crate::mixer::short_conv::forward::ShortConvWeights;
 
@@ -17,6 +18,8 @@ use crate::mixer::short_conv::forward::ShortConvWeights;
 pub enum MixerWeights {
     /// Attention's.
     Attention(Box<AttentionWeights>),
+    /// Latent attention's.
+    Latent(Box<LatentWeights>),
     /// Mamba-2's.
     Mamba2(Box<Mamba2Weights>),
     /// Gated DeltaNet's.
@@ -33,6 +36,7 @@ impl MixerWeights {
     pub(crate) fn held_bytes(&self) -> u64 {
         match self {
             MixerWeights::Attention(a) | MixerWeights::Encoder(a) => a.held_bytes(),
+            MixerWeights::Latent(l) => l.held_bytes(),
             MixerWeights::Mamba2(m) => m.held_bytes(),
             MixerWeights::GatedDeltaNet(g) => g.held_bytes(),
             MixerWeights::ShortConv(c) => c.held_bytes(),

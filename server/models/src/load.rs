@@ -81,7 +81,7 @@ impl ModelInfo {
                 weight_bytes: weight_bytes(device)?,
                 kv_dtype,
                 // Only attention layers keep KV.
-                kv_bytes_per_token: (2 * attention_layers * config.kv_dim()) as u64
+                kv_bytes_per_token: (attention_layers * config.kv_values_per_token()) as u64
                     * kv_dtype.bytes(),
             })
         };
@@ -107,8 +107,8 @@ impl ModelInfo {
             active_params: params.saturating_sub(experts - active_experts),
             recurrent_layers: config.recurrent_layers().len() as u64,
             state_bytes_per_seq: config.state_bytes(),
-            // No family with latent attention is served yet.
-            kv_latent_dim: 0,
+            // The plan counts a latent layer's one vector, not heads.
+            kv_latent_dim: config.latent_width().unwrap_or(0) as u64,
         };
         Ok(ModelInfo {
             architecture: config.family.to_string(),

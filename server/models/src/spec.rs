@@ -14,6 +14,7 @@ pub use crate::mixer::attention::spec::AttentionSpec;
 pub use crate::mixer::attention::temperature::QueryTemperature;
 pub use crate::mixer::encoder::spec::EncoderSpec;
 pub use crate::mixer::gdn::spec::GdnSpec;
+pub use crate::mixer::latent::spec::LatentSpec;
 pub use crate::mixer::mamba2::spec::SsmSpec;
 pub use crate::mixer::short_conv::spec::ShortConvSpec;
 
@@ -22,6 +23,9 @@ pub use crate::mixer::short_conv::spec::ShortConvSpec;
 pub enum Mixer {
     /// Causal self-attention over the paged KV cache.
     Attention(AttentionSpec),
+    /// Multi-head latent attention (DeepSeek-V2/V3): one compressed vector
+    /// a token cached, read by every head.
+    Latent(LatentSpec),
     /// Mamba-2's state-space mixer: a fixed state per sequence, in a slot
     /// of the state store, instead of KV.
     Mamba2(SsmSpec),
@@ -63,10 +67,12 @@ pub struct LayerSpec {
 }
 
 impl LayerSpec {
-    /// The attention of this layer, if its mixer is attention.
+    /// The attention of this layer, if its mixer is attention (latent
+    /// attention too: it keeps a paged cache as attention does).
     pub fn attention(&self) -> Option<&AttentionSpec> {
         match &self.mixer {
             Mixer::Attention(a) => Some(a),
+            Mixer::Latent(l) => Some(&l.attention),
             Mixer::Mamba2(_)
             | Mixer::GatedDeltaNet(_)
             | Mixer::ShortConv(_)
@@ -79,6 +85,7 @@ impl LayerSpec {
     pub fn any_attention(&self) -> Option<&AttentionSpec> {
         match &self.mixer {
             Mixer::Attention(a) => Some(a),
+            Mixer::Latent(l) => Some(&l.attention),
             Mixer::Encoder(e) => Some(&e.attention),
             Mixer::Mamba2(_) | Mixer::GatedDeltaNet(_) | Mixer::ShortConv(_) | Mixer::None => None,
         }
@@ -89,6 +96,7 @@ impl LayerSpec {
         match &self.mixer {
             Mixer::Mamba2(s) => Some(s),
             Mixer::Attention(_)
+            | Mixer::Latent(_)
             | Mixer::GatedDeltaNet(_)
             | Mixer::ShortConv(_)
             | Mixer::Encoder(_)
@@ -101,6 +109,7 @@ impl LayerSpec {
         match &self.mixer {
             Mixer::GatedDeltaNet(g) => Some(g),
             Mixer::Attention(_)
+            | Mixer::Latent(_)
             | Mixer::Mamba2(_)
             | Mixer::ShortConv(_)
             | Mixer::Encoder(_)
@@ -115,7 +124,7 @@ impl LayerSpec {
             Mixer::Mamba2(s) => Some(s.state_values()),
             Mixer::GatedDeltaNet(g) => Some(g.state_values()),
             Mixer::ShortConv(c) => Some(c.state_values()),
-            Mixer::Attention(_) | Mixer::Encoder(_) | Mixer::None => None,
+            Mixer::Attention(_) | Mixer::Latent(_) | Mixer::Encoder(_) | Mixer::None => None,
         }
     }
 
@@ -125,7 +134,11 @@ impl LayerSpec {
             Mixer::Mamba2(s) => Some(s.chunk),
             Mixer::GatedDeltaNet(g) => Some(g.chunk),
             // A convolution has no scan: any run is one block.
-            Mixer::ShortConv(_) | Mixer::Attention(_) | Mixer::Encoder(_) | Mixer::None => None,
+            Mixer::ShortConv(_)
+            | Mixer::Attention(_)
+            | Mixer::Latent(_)
+            | Mixer::Encoder(_)
+            | Mixer::None => None,
         }
     }
 
@@ -305,7 +318,8 @@ pub struct ModelSpec {
 }
 
 impl ModelSpec {
-    /// Width of one token's K (or V) across heads.
+    /// Width of one token's K (or V) across heads; a latent model's one
+    /// cached vector (its `kv_heads` 1, its `head_dim` the vector's width).
     pub fn kv_dim(&self) -> usize {
         self.kv_heads * self.head_dim
     }
@@ -475,6 +489,7 @@ impl ModelSpec {
         for (i, l) in self.layers.iter().enumerate() {
             l.validate_kinds()
                 .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
+            self.validate_latent(i, l)?;
             let Some(a) = l.any_attention() else { continue };
             if (!a.nope && a.rope >= self.ropes.len()) || a.window == Some(0) {
                 return bad(format!("layer {i}: {a:?}"));

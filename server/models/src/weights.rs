@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::ffn::{mlp, moe};
 use crate::input::InputWeights;
 use crate::layer::{Ffn, FfnBlock, Layer, MixerWeights};
-use crate::mixer::{attention, gdn, mamba2, short_conv};
+use crate::mixer::{attention, gdn, latent, mamba2, short_conv};
 use crate::projection::single;
 use crate::spec::{FeedForward, Mixer, ModelSpec};
 use source::{WeightSource, norm};
@@ -60,6 +60,9 @@ fn load_layer(
     let mixer = match &spec.layers[i].mixer {
         Mixer::Attention(a) => {
             MixerWeights::Attention(Box::new(attention::load::load(src, spec, (a, i), device)?))
+        }
+        Mixer::Latent(m) => {
+            MixerWeights::Latent(Box::new(latent::load::load(src, spec, (m, i), device)?))
         }
         Mixer::Mamba2(s) => MixerWeights::Mamba2(Box::new(mamba2::load::load(src, s, at, device)?)),
         Mixer::GatedDeltaNet(g) => {

@@ -5,6 +5,7 @@
 //! group; no family has a decoder of its own.
 
 mod bert;
+mod deepseek;
 mod gemma;
 mod glm;
 mod gpt_oss;
@@ -99,6 +100,7 @@ const FAMILIES: &[&Family] = &[
     &qwen35::QWEN35MOE,
     &smollm3::SMOLLM3,
     &glm::GLM4_MOE,
+    &deepseek::DEEPSEEK2,
     &olmo::OLMO2,
     &ministral::MINISTRAL3,
     &lfm2::LFM2,

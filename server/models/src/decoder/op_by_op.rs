@@ -95,6 +95,8 @@ impl Decoder {
                     |targets: &[Target], x: &Tensor, out: Tensor| ctx.lora(targets, index, x, out);
                 w.forward(a, h, (index, &ctx.attention), &hook)
             }
+            // No LoRA targets here: adapters name plain attention's q/k/v/o.
+            (MixerWeights::Latent(w), Mixer::Latent(m)) => w.forward(m, h, (index, &ctx.attention)),
             (MixerWeights::Mamba2(w), Mixer::Mamba2(s)) => w.forward(s, eps, h, at),
             (MixerWeights::GatedDeltaNet(w), Mixer::GatedDeltaNet(g)) => w.forward(g, eps, h, at),
             (MixerWeights::ShortConv(w), Mixer::ShortConv(c)) => w.forward(c, h, at),

@@ -5,6 +5,7 @@
 pub mod attention;
 pub mod encoder;
 pub mod gdn;
+pub mod latent;
 pub mod mamba2;
 pub(crate) mod recurrent;
 pub mod short_conv;

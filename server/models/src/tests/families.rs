@@ -125,14 +125,12 @@ fn the_fused_cpu_path_matches_the_op_by_op_path_for_every_family() {
         let Some(src) = r.gguf_path() else {
             continue;
         };
-        // The fused CPU path runs attention layers only: a model with
-        // recurrent layers always runs op by op (`Decoder::new`).
-        if !open(&src, run.context)
-            .decoder()
-            .spec()
-            .recurrent_layers()
-            .is_empty()
-        {
+        // The fused CPU path runs plain attention layers only: a model with
+        // recurrent or latent attention layers always runs op by op
+        // (`Decoder::new`).
+        let m = open(&src, run.context);
+        let spec = m.decoder().spec();
+        if !spec.recurrent_layers().is_empty() || spec.latent_width().is_some() {
             continue;
         }
         // One packed type for q/k/v and gate/up, then split ones (k, v and

@@ -3,6 +3,7 @@
 //! against its reference output.
 
 mod corrupt;
+mod deepseek;
 mod drift;
 mod embeddings;
 mod families;

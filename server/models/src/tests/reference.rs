@@ -42,6 +42,8 @@ pub const FAMILIES: &[&str] = &[
     "olmo3",
     "ministral3",
     "lfm2",
+    "deepseek_v3",
+    "deepseek_v2",
     "qwen35moe",
     "granitehybrid_moe",
     "nemotron_h",
@@ -211,6 +213,10 @@ pub fn requantize(src: &Path, dst: &Path, q: GgmlDType, other: GgmlDType) {
             _ => q,
         };
         let w = t.dequantize(&Device::Cpu).unwrap();
+        // Rows narrower than a block stay f32, as llama-quantize keeps them
+        // (the tiny latent models' per-head `attn_k_b`).
+        let whole = w.dims().last().is_some_and(|&d| d % ty.block_size() == 0);
+        let ty = if whole { ty } else { GgmlDType::F32 };
         let t = candle_core::quantized::QTensor::quantize(&w, ty).unwrap();
         tensors.push((name.clone(), t));
     }

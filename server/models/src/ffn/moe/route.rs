@@ -19,8 +19,10 @@ pub fn route(
 ) {
     out.clear();
     let k = spec.top_k.min(logits.len());
-    if let Routing::SigmoidGroups { .. } = spec.routing {
-        return sigmoid_groups(spec, logits, correction, out);
+    match spec.routing {
+        Routing::SigmoidGroups { .. } => return sigmoid_groups(spec, logits, correction, out),
+        Routing::SoftmaxGroups { .. } => return softmax_groups(spec, logits, out),
+        Routing::SoftmaxTopK { .. } | Routing::TopKSoftmax => {}
     }
     let probs: Vec<f32>;
     let scores = match spec.routing {
@@ -108,6 +110,36 @@ fn sigmoid_groups(
         let sum: f32 = out.iter().map(|&(_, p)| p).sum::<f32>() + 1e-20;
         out.iter_mut().for_each(|(_, p)| *p /= sum);
     }
+    out.iter_mut().for_each(|(_, p)| *p *= scale);
+}
+
+/// DeepSeek-V2's router (transformers' arithmetic): softmax, the experts
+/// of groups outside the best `topk_groups` (by their best probability)
+/// zeroed, the `top_k` largest kept and scaled.
+fn softmax_groups(spec: &MoeSpec, logits: &[f32], out: &mut Vec<(u32, f32)>) {
+    let Routing::SoftmaxGroups {
+        groups,
+        topk_groups,
+        scale,
+    } = spec.routing
+    else {
+        return;
+    };
+    let mut probs = softmax(logits);
+    if groups > 1 {
+        let per = (probs.len() / groups).max(1);
+        let best: Vec<f32> = (probs.chunks(per))
+            .map(|g| g.iter().copied().fold(f32::NEG_INFINITY, f32::max))
+            .collect();
+        let mut kept = Vec::with_capacity(topk_groups);
+        keep_largest(&best, topk_groups, &mut kept);
+        for (g, c) in probs.chunks_mut(per).enumerate() {
+            if !kept.iter().any(|&(k, _)| k as usize == g) {
+                c.iter_mut().for_each(|v| *v = 0.0);
+            }
+        }
+    }
+    keep_largest(&probs, spec.top_k.min(probs.len()), out);
     out.iter_mut().for_each(|(_, p)| *p *= scale);
 }
 

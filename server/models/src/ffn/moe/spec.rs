@@ -74,6 +74,18 @@ pub enum Routing {
     },
     /// The `top_k` largest logits, softmax over those alone (gpt-oss).
     TopKSoftmax,
+    /// Softmax over every expert; the `top_k` largest kept among the
+    /// `topk_groups` best of `groups` equal groups (a group's best
+    /// probability), times `scale`, not renormalised (DeepSeek-V2's
+    /// `greedy`: one group; its `group_limited_greedy`).
+    SoftmaxGroups {
+        /// Groups the experts split into.
+        groups: usize,
+        /// Groups a token chooses from.
+        topk_groups: usize,
+        /// `routed_scaling_factor`.
+        scale: f32,
+    },
     /// Sigmoid scores; the choice by score plus the layer's correction
     /// bias, among the `topk_groups` best of `groups` equal groups of
     /// experts (a group's two best summed); the chosen scores as weights,
@@ -94,14 +106,19 @@ pub enum Routing {
 impl Routing {
     /// Checks the groups split `experts` evenly and hold `top_k` of them.
     fn check(&self, experts: usize, top_k: usize) -> std::result::Result<(), String> {
-        let Routing::SigmoidGroups {
-            groups,
-            topk_groups,
-            scale,
-            ..
-        } = *self
-        else {
-            return Ok(());
+        let (groups, topk_groups, scale) = match *self {
+            Routing::SigmoidGroups {
+                groups,
+                topk_groups,
+                scale,
+                ..
+            }
+            | Routing::SoftmaxGroups {
+                groups,
+                topk_groups,
+                scale,
+            } => (groups, topk_groups, scale),
+            Routing::SoftmaxTopK { .. } | Routing::TopKSoftmax => return Ok(()),
         };
         let even = groups > 0 && experts.is_multiple_of(groups);
         if !even || topk_groups == 0 || topk_groups > groups {

@@ -155,3 +155,28 @@ fn reads_count_per_expert() {
     r.record(7);
     assert_eq!(r.counts(), [0, 2, 0]);
 }
+
+#[test]
+fn deepseek_v2_s_router_keeps_the_best_groups_and_scales_without_renormalising() {
+    // Groups {0, 1} (best 0.6 logit 3) and {2, 3} (best logit 2.5).
+    let logits = [3.0f32, 0.0, 2.5, 2.4];
+    let e: Vec<f32> = logits.iter().map(|x| (x - 3.0f32).exp()).collect();
+    let z: f32 = e.iter().sum();
+    let p: Vec<f32> = e.iter().map(|v| v / z).collect();
+    let mut out = Vec::new();
+    let routing = |groups, topk_groups| Routing::SoftmaxGroups {
+        groups,
+        topk_groups,
+        scale: 1.5,
+    };
+    // Greedy (one group): the two largest probabilities, times 1.5.
+    route(&spec(4, 2, routing(1, 1)), &logits, None, &mut out);
+    assert_eq!(out.iter().map(|c| c.0).collect::<Vec<_>>(), [0, 2]);
+    assert!(close(out[0].1, 1.5 * p[0]) && close(out[1].1, 1.5 * p[2]));
+    // Group-limited to the best group: expert 1 (logit 0) over 2 and 3.
+    route(&spec(4, 2, routing(2, 1)), &logits, None, &mut out);
+    assert_eq!(out.iter().map(|c| c.0).collect::<Vec<_>>(), [0, 1]);
+    assert!(close(out[1].1, 1.5 * p[1]));
+    // Uneven groups are refused.
+    assert!(spec(4, 2, routing(3, 1)).validate().is_err());
+}

@@ -355,4 +355,20 @@ FAMILIES = [
                                norm_topk_prob=False, topk_method="greedy", scoring_func="softmax",
                                tie_word_embeddings=False, eos_token_id=6, rope_theta=10000.0),
            "float16", "chatml", "<|im_end|>", PLAIN, seed=1023),
+    # Nemotron 3 (Nano's kind): Nemotron-H's Mamba-2 and position-free
+    # attention layers beside mixture-of-experts layers (`E`): 8 plain
+    # squared-ReLU experts (no gate), top-2 by sigmoid score plus the
+    # correction bias, renormalised and scaled by 2.5, and a plain shared
+    # expert of its own width.
+    Family("nemotron_h_moe", _cfg("NemotronHForCausalLM", "nemotron_h",
+                                  hybrid_override_pattern="ME*EM", head_dim=16,
+                                  mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16,
+                                  n_groups=2, conv_kernel=4, chunk_size=8, expand=2,
+                                  time_step_limit=[0.0, 1e9], layer_norm_epsilon=1e-5,
+                                  rms_norm_eps=1e-5, n_routed_experts=8, num_experts_per_tok=2,
+                                  moe_intermediate_size=32,
+                                  moe_shared_expert_intermediate_size=48, n_shared_experts=1,
+                                  n_group=1, topk_group=1, norm_topk_prob=True,
+                                  routed_scaling_factor=2.5, tie_word_embeddings=False),
+           "bfloat16", "plain", "<eos>", PLAIN, seed=2002),
 ]

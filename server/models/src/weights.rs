@@ -125,7 +125,7 @@ fn load_ffn(
     let ffn = match spec.layers[i].ffn {
         FeedForward::Moe(m) => Ffn::Moe(Box::new(moe::load::load(src, &m, i, hidden, device)?)),
         FeedForward::Gated(_) => Ffn::Dense(mlp::load(src, i, "", (hidden, inter), device)?),
-        FeedForward::Plain(_) => Ffn::Dense(mlp::load_plain(src, i, (hidden, inter), device)?),
+        FeedForward::Plain(_) => Ffn::Dense(mlp::load_plain(src, i, "", (hidden, inter), device)?),
         FeedForward::None => return Ok(None),
     };
     // A layer without a mixer has one norm, named as every layer's first

@@ -190,6 +190,7 @@ fn from_hf(c: &HfConfig) -> Result<ModelSpec> {
         biases: false,
         shared: Some(inter * c.usize_or("n_shared_experts", 0)?).filter(|&n| n > 0),
         shared_gated: false,
+        gated: true,
     };
     let dense = c.usize_or("first_k_dense_replace", 0)?;
     let every = c.usize_or("moe_layer_freq", 1)?.max(1);
@@ -281,6 +282,7 @@ fn from_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
         biases: false,
         shared: Some(inter * m.usize_opt("expert_shared_count")?.unwrap_or(0)).filter(|&n| n > 0),
         shared_gated: false,
+        gated: true,
     };
     let dense = m.usize_opt("leading_dense_block_count")?.unwrap_or(0);
     with_experts(&mut spec, Some(moe), |i| i >= dense);

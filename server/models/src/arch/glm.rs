@@ -73,6 +73,7 @@ fn from_hf(c: &HfConfig) -> Result<ModelSpec> {
         biases: false,
         shared: Some(inter * c.usize_or("n_shared_experts", 1)?).filter(|&n| n > 0),
         shared_gated: false,
+        gated: true,
     };
     let dense = c.usize_or("first_k_dense_replace", 1)?;
     with_experts(&mut spec, Some(moe), |i| i >= dense);
@@ -105,6 +106,7 @@ fn from_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
         biases: false,
         shared: Some(inter * m.usize_opt("expert_shared_count")?.unwrap_or(1)).filter(|&n| n > 0),
         shared_gated: false,
+        gated: true,
     };
     let dense = m.usize_opt("leading_dense_block_count")?.unwrap_or(1);
     with_experts(&mut spec, Some(moe), |i| i >= dense);

@@ -86,6 +86,7 @@ fn hf(c: &HfConfig) -> Result<ModelSpec> {
         biases: true,
         shared: None,
         shared_gated: false,
+        gated: true,
     };
     let window = c.usize_opt("sliding_window")?.unwrap_or(WINDOW);
     let slides = sliding_pattern(c, shape.layers, |i| i % 2 == 0)?;
@@ -116,6 +117,7 @@ fn gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
         biases: true,
         shared: None,
         shared_gated: false,
+        gated: true,
     };
     let window = m
         .usize_opt("attention.sliding_window")?

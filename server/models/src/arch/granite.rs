@@ -163,6 +163,7 @@ fn hf_experts(c: &HfConfig, shared: usize) -> Result<Option<MoeSpec>> {
         biases: false,
         shared: Some(shared),
         shared_gated: false,
+        gated: true,
     }))
 }
 
@@ -219,6 +220,7 @@ fn granite_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
             // The converter writes the shared MLP's width, and no gate for it.
             shared: Some(shape.intermediate),
             shared_gated: false,
+            gated: true,
             ..moe
         });
     let mut spec = Hybrid {

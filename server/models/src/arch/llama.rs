@@ -73,6 +73,7 @@ fn mixtral(c: &HfConfig) -> Result<ModelSpec> {
         biases: false,
         shared: None,
         shared_gated: false,
+        gated: true,
     };
     with_experts(&mut spec, Some(moe), |_| true);
     Ok(spec)

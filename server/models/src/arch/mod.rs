@@ -404,6 +404,7 @@ pub(crate) fn gguf_moe(
             .usize_opt("expert_shared_feed_forward_length")?
             .filter(|&n| n > 0),
         shared_gated: true,
+        gated: true,
     }))
 }
 

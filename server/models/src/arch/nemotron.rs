@@ -2,7 +2,10 @@
 //! attention and MLP as separate layers, each its one pre-norm and a
 //! residual add, by `hybrid_override_pattern` (`M` Mamba-2, `*` attention,
 //! `-` MLP); attention without position embeddings; the MLP plain, up then
-//! squared ReLU then down. The mixture-of-experts layers (`E`, Nemotron 3)
+//! squared ReLU then down. Nemotron 3's mixture-of-experts layers (`E`,
+//! llama.cpp's `nemotron_h_moe`): plain squared-ReLU experts (no gate)
+//! behind a sigmoid router with a correction bias, scaled, plus a plain
+//! shared expert; Nemotron 3 Super's latent experts (`moe_latent_size`)
 //! are refused by name.
 
 use serde_json::Value as Json;
@@ -11,12 +14,14 @@ use super::mamba::{dt_limit, gguf_hybrid_shape, gguf_ssm};
 use super::{Family, HfExperts, Shape, pre_norms, swiglu_layer};
 use crate::config::{HfConfig, Metadata};
 use crate::error::{Error, Result};
-use crate::spec::{Activation, FeedForward, LayerSpec, Mixer, ModelSpec, SsmSpec};
+use crate::spec::{
+    Activation, FeedForward, LayerSpec, Mixer, ModelSpec, MoeSpec, Routing, SsmSpec,
+};
 
 /// Nemotron-H.
 pub(super) static NEMOTRON_H: Family = Family {
     name: "nemotron_h",
-    gguf: &["nemotron_h"],
+    gguf: &["nemotron_h", "nemotron_h_moe"],
     hf: &["NemotronHForCausalLM", "nemotron_h"],
     // Every layer's one module is its `mixer`, its one norm `norm`.
     hf_tensors: &[
@@ -36,6 +41,12 @@ pub(super) static NEMOTRON_H: Family = Family {
         ("attn_output", "mixer.o_proj"),
         ("ffn_up", "mixer.up_proj"),
         ("ffn_down", "mixer.down_proj"),
+        ("ffn_gate_inp", "mixer.gate"),
+        ("exp_probs_b.bias", "mixer.gate.e_score_correction_bias"),
+        ("ffn_up_exps", "mixer.experts.{e}.up_proj"),
+        ("ffn_down_exps", "mixer.experts.{e}.down_proj"),
+        ("ffn_up_shexp", "mixer.shared_experts.up_proj"),
+        ("ffn_down_shexp", "mixer.shared_experts.down_proj"),
     ],
     gguf_tensors: &[],
     hf_layers: "layers",
@@ -54,6 +65,7 @@ enum Kind {
     Mamba,
     Attention,
     Mlp,
+    Experts,
 }
 
 /// The layer kinds of a pattern string (the Hub's `M*-`).
@@ -64,11 +76,9 @@ fn pattern_kinds(pattern: &str) -> Result<Vec<Kind>> {
             'M' => Ok(Kind::Mamba),
             '*' => Ok(Kind::Attention),
             '-' => Ok(Kind::Mlp),
-            'E' => Err(Error::Config(
-                "Nemotron-H's mixture-of-experts layers (`E`) are not supported yet".into(),
-            )),
+            'E' => Ok(Kind::Experts),
             other => Err(Error::Config(format!(
-                "config.json hybrid_override_pattern has {other:?} (M, *, -)"
+                "config.json hybrid_override_pattern has {other:?} (M, *, -, E)"
             ))),
         })
         .collect()
@@ -91,7 +101,7 @@ fn hf_kinds(c: &HfConfig) -> Result<Vec<Kind>> {
         Some("mlp") => Ok('-'),
         Some("moe") => Ok('E'),
         _ => Err(Error::Config(format!(
-            "config.json layers_block_type has {t} (linear_attention, full_attention, mlp)"
+            "config.json layers_block_type has {t} (linear_attention, full_attention, mlp, moe)"
         ))),
     };
     pattern_kinds(&list.iter().map(letter).collect::<Result<String>>()?)
@@ -117,10 +127,25 @@ fn hf_ssm(c: &HfConfig) -> Result<SsmSpec> {
     })
 }
 
+/// What a Nemotron-H model's layers share: their norm's epsilon, the
+/// Mamba-2 mixer, the MLP's activation, and the experts where it has them.
+struct Layers {
+    eps: f64,
+    ssm: SsmSpec,
+    act: Activation,
+    moe: Option<MoeSpec>,
+}
+
 /// The model of `shape` whose layer `i` is of `kinds[i]`.
-fn spec(shape: Shape, kinds: &[Kind], eps: f64, ssm: SsmSpec, act: Activation) -> ModelSpec {
+fn spec(shape: Shape, kinds: &[Kind], l: Layers) -> Result<ModelSpec> {
+    if kinds.contains(&Kind::Experts) && l.moe.is_none() {
+        return Err(Error::Config(
+            "Nemotron-H: `E` layers without the experts' settings (n_routed_experts)".into(),
+        ));
+    }
+    let Layers { eps, ssm, act, moe } = l;
     let scale = shape.plain_scale();
-    shape.spec("nemotron_h", pre_norms(eps), Vec::new(), |i| {
+    Ok(shape.spec("nemotron_h", pre_norms(eps), Vec::new(), |i| {
         match kinds[i] {
             Kind::Mamba => LayerSpec {
                 mixer: Mixer::Mamba2(ssm),
@@ -140,8 +165,62 @@ fn spec(shape: Shape, kinds: &[Kind], eps: f64, ssm: SsmSpec, act: Activation) -
                 mixer: Mixer::None,
                 ffn: FeedForward::Plain(act),
             },
+            Kind::Experts => LayerSpec {
+                mixer: Mixer::None,
+                ffn: moe.map_or(FeedForward::None, FeedForward::Moe),
+            },
         }
-    })
+    }))
+}
+
+/// Nemotron 3's experts: plain (ungated) with the MLP's activation, a
+/// sigmoid router with a correction bias over groups, scaled, and a plain
+/// shared expert.
+fn experts(
+    (experts, top_k, intermediate): (usize, usize, usize),
+    routing: Routing,
+    shared: usize,
+    activation: Activation,
+) -> MoeSpec {
+    MoeSpec {
+        experts,
+        top_k,
+        intermediate,
+        activation,
+        routing,
+        biases: false,
+        shared: Some(shared).filter(|&n| n > 0),
+        shared_gated: false,
+        gated: false,
+    }
+}
+
+/// The experts of a config with `n_routed_experts`; a latent projection
+/// around them (Nemotron 3 Super) is refused by name.
+fn hf_moe(c: &HfConfig, act: Activation) -> Result<Option<MoeSpec>> {
+    let Some(n) = c.usize_opt("n_routed_experts")? else {
+        return Ok(None);
+    };
+    if c.usize_opt("moe_latent_size")?.is_some() {
+        return Err(Error::Config(
+            "config.json moe_latent_size: Nemotron 3's latent experts are not served".into(),
+        ));
+    }
+    let routing = Routing::SigmoidGroups {
+        groups: c.usize_or("n_group", 1)?,
+        topk_groups: c.usize_or("topk_group", 1)?,
+        normalize: c.bool_or("norm_topk_prob", true)?,
+        scale: c.f64_opt("routed_scaling_factor")?.unwrap_or(1.0) as f32,
+    };
+    // One shared expert of this width, whatever `n_shared_experts` says
+    // (transformers' and llama.cpp's reading).
+    let shared = c.usize_or("moe_shared_expert_intermediate_size", 0)?;
+    let sizes = (
+        n,
+        c.usize("num_experts_per_tok")?,
+        c.usize("moe_intermediate_size")?,
+    );
+    Ok(Some(experts(sizes, routing, shared, act)))
 }
 
 fn nemotron_h(c: &HfConfig) -> Result<ModelSpec> {
@@ -159,13 +238,19 @@ fn nemotron_h(c: &HfConfig) -> Result<ModelSpec> {
     };
     let act = c.str_opt("mlp_hidden_act").unwrap_or("relu2");
     let act = Activation::from_hf("mlp_hidden_act", Some(act))?;
-    let eps = c.f64_opt("layer_norm_epsilon")?.unwrap_or(1e-5);
-    Ok(spec(shape, &kinds, eps, hf_ssm(c)?, act))
+    let layers = Layers {
+        eps: c.f64_opt("layer_norm_epsilon")?.unwrap_or(1e-5),
+        ssm: hf_ssm(c)?,
+        act,
+        moe: hf_moe(c, act)?,
+    };
+    spec(shape, &kinds, layers)
 }
 
-/// llama.cpp's `nemotron_h`: a layer with KV heads attends, one with a
-/// feed-forward width is an MLP, one with neither is Mamba-2 (as its
-/// loader reads them).
+/// llama.cpp's `nemotron_h` and `nemotron_h_moe`: a layer with KV heads
+/// attends, one with a feed-forward width is an MLP (experts where the
+/// file has `expert_count`), one with neither is Mamba-2 (as its loader
+/// reads them).
 fn nemotron_h_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
     let layers = super::checked_layers(m.usize("block_count")?)?;
     let ff = m
@@ -178,9 +263,11 @@ fn nemotron_h_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
             m.arch
         )));
     }
+    let moe = gguf_moe(m)?;
     let (shape, recurrent) = gguf_hybrid_shape(m, intermediate)?;
     let kinds: Vec<Kind> = (0..layers)
         .map(|i| match (recurrent[i], ff[i] > 0) {
+            (_, true) if moe.is_some() => Kind::Experts,
             (_, true) => Kind::Mlp,
             (true, false) => Kind::Mamba,
             (false, false) => Kind::Attention,
@@ -189,7 +276,43 @@ fn nemotron_h_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
     let eps = m
         .f32_opt("attention.layer_norm_rms_epsilon")?
         .map_or(1e-5, f64::from);
-    Ok(spec(shape, &kinds, eps, gguf_ssm(m)?, Activation::Relu2))
+    let layers = Layers {
+        eps,
+        ssm: gguf_ssm(m)?,
+        act: Activation::Relu2,
+        moe,
+    };
+    spec(shape, &kinds, layers)
+}
+
+/// The experts of a `nemotron_h_moe` file (its router the sigmoid, as
+/// llama.cpp's graph fixes it); a latent projection around them is
+/// refused by name.
+fn gguf_moe(m: &Metadata<'_>) -> Result<Option<MoeSpec>> {
+    let Some(n) = m.usize_opt("expert_count")?.filter(|&n| n > 0) else {
+        return Ok(None);
+    };
+    if m.usize_opt("moe_latent_size")?.is_some_and(|n| n > 0) {
+        return Err(Error::Config(format!(
+            "{}.moe_latent_size: Nemotron 3's latent experts are not served",
+            m.arch
+        )));
+    }
+    let routing = Routing::SigmoidGroups {
+        groups: m.usize_opt("expert_group_count")?.unwrap_or(1).max(1),
+        topk_groups: m.usize_opt("expert_group_used_count")?.unwrap_or(1).max(1),
+        normalize: m.bool_opt("expert_weights_norm")?.unwrap_or(true),
+        scale: m.f32_opt("expert_weights_scale")?.unwrap_or(1.0),
+    };
+    let sizes = (
+        n,
+        m.usize("expert_used_count")?,
+        m.usize("expert_feed_forward_length")?,
+    );
+    let shared = m
+        .usize_opt("expert_shared_feed_forward_length")?
+        .unwrap_or(0);
+    Ok(Some(experts(sizes, routing, shared, Activation::Relu2)))
 }
 
 #[cfg(test)]

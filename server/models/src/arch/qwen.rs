@@ -119,6 +119,7 @@ pub(super) fn with_hf_experts(c: &HfConfig, spec: &mut ModelSpec, normalize: boo
             .usize_opt("shared_expert_intermediate_size")?
             .filter(|&n| n > 0),
         shared_gated: true,
+        gated: true,
     };
     let step = c.usize_or("decoder_sparse_step", 1)?.max(1);
     let dense = c.usizes("mlp_only_layers")?;

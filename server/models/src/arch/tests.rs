@@ -332,6 +332,7 @@ fn the_mixtures_people_deploy_read_as_the_plan_counts_them() {
         shared: None,
         // Qwen's kind: a shared expert, where there is one, is gated.
         shared_gated: true,
+        gated: true,
     };
     assert!(q.layers.iter().all(|l| l.moe() == Some(&want)));
     // ferrox-plan's table: 30,532,122,624 parameters, 3,353,032,704 active.

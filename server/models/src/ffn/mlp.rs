@@ -118,15 +118,20 @@ pub(crate) fn load(
     })
 }
 
-/// Layer `i`'s plain MLP of width `inter`: `ffn_up` and `ffn_down`, each
-/// with its bias where stored.
+/// Layer `i`'s plain MLP of width `inter` (`suffix`: `""`, or `_shexp`
+/// for a shared expert): `ffn_up` and `ffn_down`, each with its bias
+/// where stored.
 pub(crate) fn load_plain(
     src: &mut dyn WeightSource,
     i: usize,
+    suffix: &str,
     (hidden, inter): (usize, usize),
     device: &Device,
 ) -> Result<Mlp> {
-    let n = |s: &str| format!("blk.{i}.{s}");
+    let n = |s: &str| {
+        let (name, kind) = s.rsplit_once('.').unwrap_or((s, "weight"));
+        format!("blk.{i}.{name}{suffix}.{kind}")
+    };
     let mut bias = |name: String, len: usize| match src.has(&name) {
         true => src.vector(&name, len, device).map(Some),
         false => Ok(None),

@@ -48,6 +48,10 @@ pub(crate) struct MoeScratch {
 impl FusedMoe {
     /// The fused form of `m`, if every expert's matrices are packed.
     pub(crate) fn of(m: &MoeWeights) -> Result<Option<Self>> {
+        // Its kernels run gated experts only.
+        if !m.spec.gated {
+            return Ok(None);
+        }
         let router = m.router.to_dtype(candle_core::DType::F32)?.contiguous()?;
         let mut experts = Vec::with_capacity(m.experts.len());
         for e in &m.experts {
@@ -276,6 +280,7 @@ mod tests {
             biases: false,
             shared: None,
             shared_gated: false,
+            gated: true,
         };
         let oai = Activation::SwigluOai {
             alpha: 1.702,

@@ -32,8 +32,8 @@ fn greedy(
 /// The families with recurrent layers of each kind: Mamba-2's, Gated
 /// DeltaNet's among attention layers, LFM2's short convolutions (a state
 /// of the convolution alone), and Nemotron-H's Mamba-2 among attention and
-/// mixer-less MLP layers.
-const RECURRENT: [&str; 4] = ["mamba2", "qwen35", "lfm2", "nemotron_h"];
+/// mixer-less MLP layers (or experts, Nemotron 3's).
+const RECURRENT: [&str; 5] = ["mamba2", "qwen35", "lfm2", "nemotron_h", "nemotron_h_moe"];
 
 /// A hybrid's tables are found by kind, never by position: the model built
 /// with its pools listed in any order, and each row listing its tables in

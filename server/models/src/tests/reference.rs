@@ -47,6 +47,7 @@ pub const FAMILIES: &[&str] = &[
     "qwen35moe",
     "granitehybrid_moe",
     "nemotron_h",
+    "nemotron_h_moe",
 ];
 
 /// A routing margin half precision keeps: every matrix held in bf16 moves

@@ -36,6 +36,7 @@ fn granite_4_h_tiny_has_experts_beside_its_shared_mlp_in_every_layer() {
         // The shared MLP, added as it is (no gate of its own).
         shared: Some(1024),
         shared_gated: false,
+        gated: true,
     };
     for l in &g.layers {
         assert_eq!(l.ffn, FeedForward::Moe(want));

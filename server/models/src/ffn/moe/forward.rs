@@ -6,8 +6,10 @@ use candle_core::{DType, Tensor};
 
 use super::dispatch::Dispatch;
 use super::route::{on_host, router_logits, shared_gate};
+use super::spec::MoeSpec;
 use super::weights::MoeWeights;
 use crate::error::Result;
+use crate::ffn::mlp::Mlp;
 
 /// The layer's output for the normed hidden states `h` `(tokens, hidden)`.
 pub(crate) fn forward(w: &MoeWeights, h: &Tensor) -> Result<Tensor> {
@@ -46,12 +48,12 @@ pub(crate) fn forward(w: &MoeWeights, h: &Tensor) -> Result<Tensor> {
         let rows: Vec<u32> = cells.iter().map(|&c| d.token(c) as u32).collect();
         let weights: Vec<f32> = cells.iter().map(|&c| d.weight(c)).collect();
         let idx = Tensor::new(rows.as_slice(), device)?;
-        let y = w.experts[e].forward(&h.index_select(&idx, 0)?, s.intermediate, s.activation)?;
+        let y = run(&w.experts[e], &h.index_select(&idx, 0)?, s.intermediate, s)?;
         let wt = Tensor::from_vec(weights, (cells.len(), 1), device)?.to_dtype(y.dtype())?;
         out = out.index_add(&idx, &y.broadcast_mul(&wt)?, 0)?;
     }
     if let (Some((m, gate)), Some(width)) = (&w.shared, s.shared) {
-        let y = m.forward(h, width, s.activation)?;
+        let y = run(m, h, width, s)?;
         let Some(gate) = gate else {
             return Ok((out + y)?);
         };
@@ -70,4 +72,12 @@ pub(crate) fn forward(w: &MoeWeights, h: &Tensor) -> Result<Tensor> {
         out = (out + y.broadcast_mul(&g)?)?;
     }
     Ok(out)
+}
+
+/// One expert of width `inter` over `h`: gated, or plain.
+fn run(m: &Mlp, h: &Tensor, inter: usize, s: &MoeSpec) -> Result<Tensor> {
+    match s.gated {
+        true => m.forward(h, inter, s.activation),
+        false => m.forward_plain(h, s.activation),
+    }
 }

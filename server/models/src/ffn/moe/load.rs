@@ -28,7 +28,11 @@ pub(crate) fn load(
         n("ffn_up_exps.weight"),
         n("ffn_down_exps.weight"),
     );
-    let gate_ups = src.experts(&[(&gate, inter), (&up, inter)], e, hidden, device)?;
+    // A plain expert's `gate_up` holds up alone.
+    let gate_ups = match m.gated {
+        true => src.experts(&[(&gate, inter), (&up, inter)], e, hidden, device)?,
+        false => src.experts(&[(&up, inter)], e, hidden, device)?,
+    };
     let downs = src.experts(&[(&down, hidden)], e, inter, device)?;
     let mut biases = Vec::new();
     if m.biases {
@@ -61,7 +65,10 @@ pub(crate) fn load(
     };
     let shared = match m.shared {
         Some(width) => Some((
-            mlp::load(src, i, "_shexp", (hidden, width), device)?,
+            match m.gated {
+                true => mlp::load(src, i, "_shexp", (hidden, width), device)?,
+                false => mlp::load_plain(src, i, "_shexp", (hidden, width), device)?,
+            },
             match m.shared_gated {
                 true => Some(src.vector(&n("ffn_gate_inp_shexp.weight"), hidden, device)?),
                 false => None,

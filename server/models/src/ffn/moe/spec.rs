@@ -23,6 +23,9 @@ pub struct MoeSpec {
     /// The shared expert's output scaled by a sigmoid gate of its own
     /// (Qwen2-MoE, Qwen3-Next); else added as it is (GLM-4.5, DeepSeek-V3).
     pub shared_gated: bool,
+    /// Each expert (and the shared one) a gated MLP, `down(act(gate) *
+    /// up)`; else plain, `down(act(up))` (Nemotron 3's squared-ReLU experts).
+    pub gated: bool,
 }
 
 /// More experts than any model has (DeepSeek-V3 has 256, Qwen3-Next 512):
@@ -57,8 +60,9 @@ impl MoeSpec {
     /// gate, up and down (and their biases) of each.
     pub fn expert_params(&self, hidden: usize) -> (u64, u64) {
         let (h, f) = (hidden as u64, self.intermediate as u64);
-        let bias = if self.biases { 2 * f + h } else { 0 };
-        let one = 3 * h * f + bias;
+        let mats = if self.gated { 3 } else { 2 };
+        let bias = if self.biases { (mats - 1) * f + h } else { 0 };
+        let one = mats * h * f + bias;
         (one * self.experts as u64, one * self.top_k as u64)
     }
 }

@@ -11,6 +11,7 @@ fn spec(experts: usize, top_k: usize, routing: Routing) -> MoeSpec {
         biases: false,
         shared: None,
         shared_gated: false,
+        gated: true,
     }
 }
 

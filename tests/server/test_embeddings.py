@@ -112,6 +112,35 @@ def test_dimensions_are_honoured_only_where_the_model_has_them(served):
         client.embeddings.create(model=MODEL_NAME, input="red", dimensions=24)
 
 
+def test_a_gguf_is_given_its_matryoshka_sizes_by_flag():
+    """llama.cpp's converter drops config.json's Matryoshka sizes: the flag
+    gives them back, the vectors cut as sentence-transformers cuts them;
+    sizes wider than the vectors, or for a model that generates, are
+    refused at start naming the flag."""
+    ref = reference("embeddinggemma")
+    model = FIXTURES / "embeddinggemma" / "model.gguf"
+    s = Server("--matryoshka-dimensions", "32,16", model=str(model))
+    try:
+        client = s.client()
+        for d, want in ref["dimensions"].items():
+            got = client.embeddings.create(model=MODEL_NAME, input=ref["texts"],
+                                           dimensions=int(d), encoding_format="float")
+            for i, w in enumerate(want):
+                assert_close(f"gguf dims {d} text {i}", got.data[i].embedding, w)
+        with pytest.raises(openai.BadRequestError, match=r"\[16, 32\], not 24"):
+            client.embeddings.create(model=MODEL_NAME, input="red", dimensions=24)
+    finally:
+        s.close()
+    width = len(ref["embeddings"][0])
+    for args, says in [((str(model), f"{width},{width * 2}"), f"{width * 2}: wider than"),
+                       ((model_path(), "16"), "has no vectors to cut")]:
+        run = subprocess.run([server_bin(), "serve", "--model", args[0], "--port", "0",
+                              "--matryoshka-dimensions", args[1]],
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode != 0 and "--matryoshka-dimensions" in run.stderr, run.stderr
+        assert says in run.stderr, run.stderr
+
+
 def test_normalize_and_truncation_as_vllm_takes_them(served):
     name, s = served
     ref, client = reference(name), s.client()

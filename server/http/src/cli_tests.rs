@@ -482,3 +482,21 @@ fn speculative_config_takes_vllms_json_and_refuses_what_it_cannot_serve() {
         );
     }
 }
+
+#[test]
+fn matryoshka_sizes_parse_sorted_or_as_any_and_a_bad_size_is_refused() {
+    let sizes = |v: &str| parse(&["--matryoshka-dimensions", v]).map(|c| c.matryoshka);
+    assert_eq!(parse(&[]).unwrap().matryoshka, None);
+    assert_eq!(
+        sizes("768,128, 256,128").unwrap(),
+        Some(vec![128, 256, 768])
+    );
+    assert_eq!(sizes("any").unwrap(), Some(vec![]));
+    for bad in ["0", "16,x", "8.5", "16,,32"] {
+        let err = sizes(bad).unwrap_err();
+        assert!(
+            err.contains("--matryoshka-dimensions") && err.contains("above zero"),
+            "{bad}: {err}"
+        );
+    }
+}

@@ -194,6 +194,11 @@ struct ServeArgs {
     /// plausible and wrong).
     #[arg(long = flag::POOLING, env = "FERROX_POOLING")]
     pooling: Option<ferrox_models::pooling::PoolingMethod>,
+    /// The Matryoshka sizes an embedding model's vectors may be cut to by a
+    /// request's `dimensions` (`768,512,256,128`, or `any`), over what its
+    /// config.json says; a GGUF file says none.
+    #[arg(long = flag::MATRYOSHKA_DIMENSIONS, env = "FERROX_MATRYOSHKA_DIMENSIONS", value_parser = parse_matryoshka)]
+    matryoshka_dimensions: Option<Matryoshka>,
     /// Most tokens in one embedding batch (an input longer than this is
     /// refused).
     #[arg(long = flag::MAX_BATCH_TOKENS, env = "FERROX_MAX_BATCH_TOKENS", default_value_t = ferrox_plan::DEFAULT_MAX_BATCH_TOKENS as usize)]
@@ -389,6 +394,29 @@ fn parse_speculative(text: &str) -> Result<ferrox_plan::SpeculativeFlag, String>
     })
 }
 
+/// `--matryoshka-dimensions`: its sizes (empty: any).
+#[derive(Debug, Clone)]
+struct Matryoshka(Vec<usize>);
+
+/// `--matryoshka-dimensions`: `any`, or sizes above zero, comma-separated.
+fn parse_matryoshka(text: &str) -> Result<Matryoshka, String> {
+    if text.trim() == "any" {
+        return Ok(Matryoshka(Vec::new()));
+    }
+    let mut sizes = text
+        .split(',')
+        .map(|s| match s.trim().parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!(
+                "{s:?} is not a size above zero (`768,512,256` or `any`)"
+            )),
+        })
+        .collect::<Result<Vec<usize>, String>>()?;
+    sizes.sort_unstable();
+    sizes.dedup();
+    Ok(Matryoshka(sizes))
+}
+
 /// `--tool-call-parser`.
 fn parse_tool_parser(text: &str) -> Result<tools::parser::ParserChoice, String> {
     text.parse()
@@ -491,6 +519,7 @@ impl ServeArgs {
             prefill_chunk: self.prefill_chunk,
             task: self.task,
             pooling: self.pooling,
+            matryoshka: self.matryoshka_dimensions.map(|m| m.0),
             max_batch_tokens: self.max_batch_tokens,
             max_queue: self.max_queue,
             max_model_len: self.max_model_len,

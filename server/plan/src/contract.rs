@@ -66,6 +66,10 @@ pub mod flag {
     /// How an embedding model pools (`cls`, `mean`, `last`), over what its
     /// files say.
     pub const POOLING: &str = "pooling";
+    /// The Matryoshka sizes an embedding model's vectors may be cut to
+    /// (`dimensions`): `768,512,256,128`, or `any`; over what its files say
+    /// (a GGUF says none).
+    pub const MATRYOSHKA_DIMENSIONS: &str = "matryoshka-dimensions";
     /// Most tokens in one pooling batch (an embedding model's forward).
     pub const MAX_BATCH_TOKENS: &str = "max-batch-tokens";
     /// A lower KV tier for evicted prefix blocks: `host=SIZE` or

@@ -73,6 +73,9 @@ pub struct ServeConfig {
     pub task: Option<ferrox_plan::Task>,
     /// How an embedding model pools; `None`: as its files say.
     pub pooling: Option<ferrox_models::pooling::PoolingMethod>,
+    /// Matryoshka sizes (empty: any) over what the files say; `None`: as
+    /// they say.
+    pub matryoshka: Option<Vec<usize>>,
     /// Most tokens in one embedding batch.
     pub max_batch_tokens: usize,
     /// Most requests waiting.

@@ -229,6 +229,12 @@ pub fn load(cfg: &ServeConfig) -> anyhow::Result<Loaded> {
     let served =
         crate::load::task::decide(&source.pooling_files()?, encoder, cfg.task, cfg.pooling)?;
     tracing::info!(task = %served.task, "task");
+    anyhow::ensure!(
+        cfg.matryoshka.is_none() || served.task == ferrox_plan::Task::Embed,
+        "--{}: a {} model has no vectors to cut (an embedding model's flag)",
+        ferrox_plan::contract::flag::MATRYOSHKA_DIMENSIONS,
+        served.task
+    );
     if let Some(pooling) = served.pooling {
         let at = (&selected, memory);
         return crate::load::pooling::load_pooling(cfg, source, &info, (served.task, pooling), at);

@@ -151,7 +151,7 @@ pub fn load_pooling(
         // width its last Dense module gives.
         dim: model.dim(),
         normalize: pooling.normalize,
-        matryoshka: files.matryoshka,
+        matryoshka: matryoshka(cfg.matryoshka.as_deref(), files.matryoshka, model.dim())?,
         prompts: files.prompts,
     };
     let eos = text.end_of_generation.ids().to_vec();
@@ -170,4 +170,21 @@ pub fn load_pooling(
         task,
         embedding: Some(embedding),
     })
+}
+
+/// The Matryoshka sizes served: `--matryoshka-dimensions` over the files'
+/// (each no wider than the vectors), else the files'.
+fn matryoshka(
+    flag: Option<&[usize]>,
+    files: Option<Vec<usize>>,
+    dim: usize,
+) -> anyhow::Result<Option<Vec<usize>>> {
+    let name = ferrox_plan::contract::flag::MATRYOSHKA_DIMENSIONS;
+    let Some(sizes) = flag else {
+        return Ok(files);
+    };
+    if let Some(wide) = sizes.iter().find(|&&s| s > dim) {
+        anyhow::bail!("--{name} {wide}: wider than the model's {dim}-wide vectors");
+    }
+    Ok(Some(sizes.to_vec()))
 }

@@ -67,6 +67,7 @@ fn serve_config(kv: KvSizing, max_model_len: Option<usize>) -> ServeConfig {
         prefill_chunk: 64,
         task: None,
         pooling: None,
+        matryoshka: None,
         max_batch_tokens: 256,
         max_queue: 8,
         max_model_len,

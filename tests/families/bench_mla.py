@@ -12,6 +12,9 @@ safetensors; llama.cpp's own converter writes the f16 GGUF
 
   $FERROX_REF_PYTHON tests/families/bench_mla.py --llama-src "$(../shared/tools/peer-llama src)" \
       [--types "Q4_K_M"]
+
+The venv needs PyPI's `gguf` beside torch and transformers: transformers
+reads SmolLM2's tokenizer out of its GGUF file.
 """
 
 import argparse

@@ -130,7 +130,14 @@ impl ModelGeometry {
     /// the residual stream and the widest layer's intermediates, plus the
     /// logit rows and their host copies. Zero for shape facts not given.
     pub fn activation_bytes(&self, tokens: u64, logit_rows: u64, elem_bytes: u64) -> u64 {
-        let qkv = (self.heads + 2 * self.kv_heads) * self.head_dim;
+        let qkv = match self.kv_latent_dim {
+            // Latent attention in the absorbed form holds three rows of
+            // the latent's width a head at once: each head's query carried
+            // into it, the attention's output, and the weighted latent
+            // leaving through the value half.
+            0 => (self.heads + 2 * self.kv_heads) * self.head_dim,
+            latent => 3 * self.heads * latent,
+        };
         // x, residual, norm output and attention output; gate, up and their
         // product; the fused q/k/v projection.
         let per_token = 4 * self.hidden_size + 3 * self.intermediate_size + qkv;
@@ -195,6 +202,19 @@ mod tests {
         assert_eq!(g.activation_bytes(10, 3, 2), 10 * 384 * 2 + 2 * 3 * 100 * 4);
         assert_eq!(g.activation_bytes(u64::MAX, 1, 4), u64::MAX);
         assert_eq!(ModelGeometry::default().activation_bytes(512, 16, 4), 0);
+        // Latent attention: 3 rows of 24 for each of the 4 heads, not q, k
+        // and v of the cached width (measured: DeepSeek-V2-Lite's shape at
+        // 16 streams peaked 32 MiB over the q/k/v count).
+        let latent = ModelGeometry {
+            kv_heads: 1,
+            head_dim: 24,
+            kv_latent_dim: 24,
+            ..g
+        };
+        assert_eq!(
+            latent.activation_bytes(10, 0, 4),
+            10 * (128 + 192 + 3 * 4 * 24) * 4
+        );
     }
 
     #[test]

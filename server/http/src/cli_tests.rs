@@ -348,7 +348,11 @@ fn each_examples_pod_args_parse_into_the_operators_plan() {
     std::fs::write(&model, b"not read by the parse").unwrap();
     let examples: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(EXAMPLES_POD_ARGS).unwrap();
-    assert_eq!(examples.len(), 8, "one entry per example");
+    let dir_examples = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension() == Some("yaml".as_ref()))
+        .count();
+    assert_eq!(examples.len(), dir_examples, "one entry per example");
     for (name, ex) in &examples {
         let plan = &ex["plan"];
         let mut args: Vec<String> = serde_json::from_value(ex["args"].clone()).unwrap();

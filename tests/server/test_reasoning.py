@@ -18,7 +18,7 @@ from conftest import MODEL_NAME, Server
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The tokenizer comes from the default model's GGUF (scripts/test fetches it).
 SMOLLM2 = str(ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf")
-HARMONY_TEMPLATE = ROOT / "server" / "prompt" / "testdata" / "harmony" / "chat_template.jinja"
+HARMONY_TEMPLATE = ROOT / "server" / "prompt" / "testdata" / "templates" / "gpt-oss" / "chat_template.jinja"
 HARMONY_TOKENS = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>",
                   "<|return|>", "<|call|>"]
 FLAGS = ("--kv-blocks", "64", "--max-seqs", "4", "--max-model-len", "1024")

@@ -181,17 +181,8 @@ fn from_hf(c: &HfConfig) -> Result<ModelSpec> {
     };
     let routing = hf_routing(c, v3)?;
     let inter = c.usize("moe_intermediate_size")?;
-    let moe = MoeSpec {
-        experts,
-        top_k: c.usize("num_experts_per_tok")?,
-        intermediate: inter,
-        activation: Activation::Silu,
-        routing,
-        biases: false,
-        shared: Some(inter * c.usize_or("n_shared_experts", 0)?).filter(|&n| n > 0),
-        shared_gated: false,
-        gated: true,
-    };
+    let sizes = (experts, c.usize("num_experts_per_tok")?, inter);
+    let moe = MoeSpec::silu_with_shared(sizes, routing, c.usize_or("n_shared_experts", 0)?);
     let dense = c.usize_or("first_k_dense_replace", 0)?;
     let every = c.usize_or("moe_layer_freq", 1)?.max(1);
     with_experts(&mut spec, Some(moe), |i| i >= dense && i % every == 0);
@@ -273,17 +264,9 @@ fn from_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
         },
     };
     let inter = m.usize("expert_feed_forward_length")?;
-    let moe = MoeSpec {
-        experts,
-        top_k: m.usize("expert_used_count")?,
-        intermediate: inter,
-        activation: Activation::Silu,
-        routing,
-        biases: false,
-        shared: Some(inter * m.usize_opt("expert_shared_count")?.unwrap_or(0)).filter(|&n| n > 0),
-        shared_gated: false,
-        gated: true,
-    };
+    let sizes = (experts, m.usize("expert_used_count")?, inter);
+    let shared = m.usize_opt("expert_shared_count")?.unwrap_or(0);
+    let moe = MoeSpec::silu_with_shared(sizes, routing, shared);
     let dense = m.usize_opt("leading_dense_block_count")?.unwrap_or(0);
     with_experts(&mut spec, Some(moe), |i| i >= dense);
     Ok(spec)

@@ -9,7 +9,7 @@ use super::rope::hf_rope;
 use super::{Family, HfExperts, Shape, pre_norms, swiglu_layer, with_experts};
 use crate::config::{HfConfig, Metadata};
 use crate::error::Result;
-use crate::spec::{Activation, ModelSpec, MoeSpec, Routing};
+use crate::spec::{ModelSpec, MoeSpec, Routing};
 
 /// GLM-4.5's checkpoints' expert tensors.
 const TENSORS: [(&str, &str); 8] = [
@@ -59,22 +59,14 @@ fn from_hf(c: &HfConfig) -> Result<ModelSpec> {
         None => c.usize("num_local_experts")?,
     };
     let inter = c.usize("moe_intermediate_size")?;
-    let moe = MoeSpec {
-        experts,
-        top_k: c.usize("num_experts_per_tok")?,
-        intermediate: inter,
-        activation: Activation::Silu,
-        routing: Routing::SigmoidGroups {
-            groups: c.usize_or("n_group", 1)?,
-            topk_groups: c.usize_or("topk_group", 1)?,
-            normalize: c.bool_or("norm_topk_prob", true)?,
-            scale: c.f64_opt("routed_scaling_factor")?.unwrap_or(1.0) as f32,
-        },
-        biases: false,
-        shared: Some(inter * c.usize_or("n_shared_experts", 1)?).filter(|&n| n > 0),
-        shared_gated: false,
-        gated: true,
+    let routing = Routing::SigmoidGroups {
+        groups: c.usize_or("n_group", 1)?,
+        topk_groups: c.usize_or("topk_group", 1)?,
+        normalize: c.bool_or("norm_topk_prob", true)?,
+        scale: c.f64_opt("routed_scaling_factor")?.unwrap_or(1.0) as f32,
     };
+    let sizes = (experts, c.usize("num_experts_per_tok")?, inter);
+    let moe = MoeSpec::silu_with_shared(sizes, routing, c.usize_or("n_shared_experts", 1)?);
     let dense = c.usize_or("first_k_dense_replace", 1)?;
     with_experts(&mut spec, Some(moe), |i| i >= dense);
     Ok(spec)
@@ -92,22 +84,19 @@ fn from_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
     let mut spec = plain_gguf(m, &shape, "glm4moe")?;
     spec.qkv_bias = true;
     let inter = m.usize("expert_feed_forward_length")?;
-    let moe = MoeSpec {
-        experts: m.usize("expert_count")?,
-        top_k: m.usize("expert_used_count")?,
-        intermediate: inter,
-        activation: Activation::Silu,
-        routing: Routing::SigmoidGroups {
-            groups: m.usize_opt("expert_group_count")?.unwrap_or(1),
-            topk_groups: m.usize_opt("expert_group_used_count")?.unwrap_or(1),
-            normalize: m.bool_opt("expert_weights_norm")?.unwrap_or(true),
-            scale: m.f32_opt("expert_weights_scale")?.unwrap_or(1.0),
-        },
-        biases: false,
-        shared: Some(inter * m.usize_opt("expert_shared_count")?.unwrap_or(1)).filter(|&n| n > 0),
-        shared_gated: false,
-        gated: true,
+    let routing = Routing::SigmoidGroups {
+        groups: m.usize_opt("expert_group_count")?.unwrap_or(1),
+        topk_groups: m.usize_opt("expert_group_used_count")?.unwrap_or(1),
+        normalize: m.bool_opt("expert_weights_norm")?.unwrap_or(true),
+        scale: m.f32_opt("expert_weights_scale")?.unwrap_or(1.0),
     };
+    let sizes = (
+        m.usize("expert_count")?,
+        m.usize("expert_used_count")?,
+        inter,
+    );
+    let shared = m.usize_opt("expert_shared_count")?.unwrap_or(1);
+    let moe = MoeSpec::silu_with_shared(sizes, routing, shared);
     let dense = m.usize_opt("leading_dense_block_count")?.unwrap_or(1);
     with_experts(&mut spec, Some(moe), |i| i >= dense);
     Ok(spec)

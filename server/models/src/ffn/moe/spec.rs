@@ -33,6 +33,27 @@ pub struct MoeSpec {
 pub const MAX_EXPERTS: usize = 1 << 14;
 
 impl MoeSpec {
+    /// SiLU-gated experts `(experts, top_k, intermediate)` routed by
+    /// `routing`, beside `shared_count` shared experts of their width,
+    /// summed into one and added ungated (GLM-4.5, DeepSeek).
+    pub fn silu_with_shared(
+        (experts, top_k, intermediate): (usize, usize, usize),
+        routing: Routing,
+        shared_count: usize,
+    ) -> Self {
+        MoeSpec {
+            experts,
+            top_k,
+            intermediate,
+            activation: Activation::Silu,
+            routing,
+            biases: false,
+            shared: Some(intermediate * shared_count).filter(|&n| n > 0),
+            shared_gated: false,
+            gated: true,
+        }
+    }
+
     /// Checks the counts are usable.
     pub(crate) fn validate(&self) -> std::result::Result<(), String> {
         if self.experts == 0 || self.experts > MAX_EXPERTS {

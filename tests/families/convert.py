@@ -21,7 +21,7 @@ FAMILIES = ["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3
             "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "GptOssForCausalLM",
             "Mamba2ForCausalLM", "GraniteMoeHybridForCausalLM", "Qwen3_5ForCausalLM",
             "Qwen3NextForCausalLM", "Gemma3TextModel", "Lfm2ForCausalLM",
-            "NemotronHForCausalLM"]
+            "NemotronHForCausalLM", "Llama4ForCausalLM"]
 # transformers 5 saves Granite 4.0-H's layer kinds as linear/full attention;
 # the Hub's configs, which the converter reads, say mamba/attention.
 HUB_KINDS = {"linear_attention": "mamba", "full_attention": "attention"}

@@ -371,4 +371,26 @@ FAMILIES = [
                                   n_group=1, topk_group=1, norm_topk_prob=True,
                                   routed_scaling_factor=2.5, tie_word_embeddings=False),
            "bfloat16", "plain", "<eos>", PLAIN, seed=2002),
+    # Llama 4 (Scout's text model): chunks of 8 on three of every four
+    # layers (their RoPE interleaved in pairs, q/k normed without a weight),
+    # the fourth NoPE and full with the query temperature (floor 8); every
+    # second layer 4 experts top-1 behind a sigmoid router whose weight
+    # scales the expert's input, beside a shared expert. llama.cpp's
+    # converter writes neither the chunk nor the floor (llama.cpp fixes both
+    # at 8192): the GGUF is checked with those.
+    Family("llama4", _cfg("Llama4ForCausalLM", "llama4_text", num_hidden_layers=4, head_dim=16,
+                          intermediate_size=32, intermediate_size_mlp=128, num_local_experts=4,
+                          num_experts_per_tok=1, interleave_moe_layer_step=2,
+                          attention_chunk_size=8, floor_scale=8, attn_scale=0.1,
+                          attn_temperature_tuning=True, use_qk_norm=True,
+                          tie_word_embeddings=False,
+                          rope_parameters=dict(rope_type="llama3", rope_theta=500000.0,
+                                               factor=4.0, low_freq_factor=1.0,
+                                               high_freq_factor=4.0,
+                                               original_max_position_embeddings=32)),
+           "bfloat16", "plain", "<eos>",
+           [Run("default", LONG, files="safetensors"),
+            Run("llama.cpp-chunk", LONG, overrides=dict(attention_chunk_size=8192, floor_scale=8192),
+                files="gguf")],
+           seed=2003),
 ]

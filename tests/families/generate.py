@@ -77,11 +77,13 @@ class Routers:
     def __init__(self, model):
         self.gap = None
         for m in model.modules():
-            if type(m).__name__.lower().endswith("topkrouter"):
+            if type(m).__name__.lower().endswith(("topkrouter", "llama4router")):
                 m.register_forward_hook(self._hook)
 
     def _hook(self, module, args, output):
-        logits = output[0].float().reshape(-1, output[0].shape[-1])
+        # Llama 4's router returns (scores, logits).
+        raw = output[1] if type(module).__name__ == "Llama4Router" else output[0]
+        logits = raw.float().reshape(-1, raw.shape[-1])
         gaps = []
         if hasattr(module, "e_score_correction_bias"):
             # The choice is by sigmoid score plus the correction, within the
@@ -150,7 +152,7 @@ def load(dir: pathlib.Path, overrides: dict):
     if overrides:
         d.update(overrides)
         # transformers derives the layer kinds from the window settings.
-        if any("window" in k for k in overrides):
+        if any("window" in k or "chunk" in k for k in overrides):
             d.pop("layer_types", None)
     config = transformers.AutoConfig.for_model(d.pop("model_type"), **d)
     return transformers.AutoModelForCausalLM.from_pretrained(

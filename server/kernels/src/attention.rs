@@ -74,6 +74,10 @@ pub struct AttnParams {
     /// table entries before that window's first block are never read (they
     /// may already be released). `None`: full causal attention.
     pub window: Option<usize>,
+    /// Chunked attention (Llama 4's): position `p` sees only its own chunk,
+    /// `p - p % chunk ..= p`; entries before the chunk's first block are
+    /// never read. `None`: no chunks.
+    pub chunk: Option<usize>,
 }
 
 impl AttnParams {
@@ -83,12 +87,25 @@ impl AttnParams {
             scale: 1.0 / (head_dim as f32).sqrt(),
             softcap: None,
             window: None,
+            chunk: None,
         }
     }
 
     /// The first position a query at `pos` sees.
     pub fn first_seen(&self, pos: usize) -> usize {
-        self.window.map_or(0, |w| (pos + 1).saturating_sub(w))
+        let window = self.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        let chunk = self.chunk.map_or(0, |c| pos - pos % c);
+        window.max(chunk)
+    }
+
+    /// One past the last query position that sees the key at `pos` (the
+    /// end of its window or chunk; `usize::MAX` where both are absent).
+    pub fn seen_until(&self, pos: usize) -> usize {
+        let window = self.window.map_or(usize::MAX, |w| pos.saturating_add(w));
+        let chunk = self.chunk.map_or(usize::MAX, |c| {
+            (pos / c).saturating_add(1).saturating_mul(c)
+        });
+        window.min(chunk)
     }
 
     /// The score of `q . k`, scaled and capped.
@@ -105,7 +122,7 @@ impl AttnParams {
 /// Queries of one sequence: tokens at positions `start_pos..start_pos+n_tokens`;
 /// its KV (already written, including these tokens) lives in `blocks` (block `b`
 /// of the table holds positions `b*block_size..`). Position `p` attends to
-/// `0..=p`, or to its window (see [`AttnParams::window`]).
+/// `0..=p`, or to its window or chunk (see [`AttnParams::first_seen`]).
 #[derive(Debug, Clone, Copy)]
 pub struct AttnSeq<'a> {
     /// The sequence's block table.
@@ -171,9 +188,9 @@ pub(crate) fn attention_on<T: KvElem>(
     seqs: &[AttnSeq<'_>],
     out: &mut [f32],
 ) -> Result<(), Error> {
-    if params.window == Some(0) {
+    if params.window == Some(0) || params.chunk == Some(0) {
         return Err(Error::Geometry(
-            "a sliding window must hold at least one position",
+            "a sliding window or chunk must hold at least one position",
         ));
     }
     let tokens = plan(g, params, k_cache, v_cache, seqs)?;
@@ -461,10 +478,7 @@ fn attend_tile<T: KvElem>(
     row.resize(hd, 0.0);
     // The tokens of the tile that see position `p`: `seen_from(p)..seen_until(p)`.
     let seen_from = |pos: usize| pos.saturating_sub(q.pos0);
-    let seen_until = |pos: usize| {
-        p.window
-            .map_or(len, |w| len.min(pos.saturating_add(w) - q.pos0))
-    };
+    let seen_until = |pos: usize| len.min(p.seen_until(pos) - q.pos0);
     kv.for_each_row(kv.k, (lo, last), |pos, off| {
         let k = T::widen(&kv.k[off..off + hd], row);
         for i in seen_from(pos)..seen_until(pos) {

@@ -362,6 +362,7 @@ impl Source {
                 ..
             } => {
                 let mut src = SafetensorsSource::open_as(dir, family, kind)?;
+                src.rope_pairs(config.head_dim);
                 // A pooling model never reads its head.
                 if !pooled && !*tied && !src.has("output.weight") {
                     return Err(Error::MissingTensor("lm_head.weight".into()));

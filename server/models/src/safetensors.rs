@@ -25,6 +25,9 @@ pub struct SafetensorsSource {
     names: HfNames,
     /// The last stacked (3-D) expert tensor read, by name.
     stacked: std::cell::RefCell<Option<(String, Tensor)>>,
+    /// The head width of a family whose q/k rows rotate in pairs, once
+    /// known ([`Self::rope_pairs`]).
+    pairs_head_dim: Option<usize>,
 }
 
 /// How a family's checkpoint names the text model's tensors.
@@ -202,6 +205,7 @@ impl SafetensorsSource {
             device: kind,
             names,
             stacked: Default::default(),
+            pairs_head_dim: None,
         })
     }
 
@@ -255,7 +259,8 @@ impl SafetensorsSource {
     /// The part of one expert's stacked tensor `t` that the GGUF tensor
     /// `gguf_name` is: gpt-oss's `[in, out]` applied as `x @ W`, transposed
     /// here, gate and up interleaved column by column (the even ones
-    /// gate's); Granite's `[out, in]`, gate's rows then up's.
+    /// gate's); Granite's `[out, in]`, gate's rows then up's; Llama 4's
+    /// `[in, out]`, gate's columns then up's, transposed.
     fn stacked_part(&self, t: Tensor, gguf_name: &str) -> Result<Tensor> {
         let layout = self.names.family.hf_experts;
         let part = ["ffn_gate_exps.", "ffn_up_exps."]
@@ -275,10 +280,16 @@ impl SafetensorsSource {
                 let rows = t.dim(0)? / 2;
                 t.narrow(0, c * rows, rows)?.contiguous()?
             }
+            (HfExperts::StackedHalvesInOut, Some(c)) => {
+                let cols = t.dim(1)? / 2;
+                t.narrow(1, c * cols, cols)?
+            }
             _ => t,
         };
         Ok(match (t.rank(), layout) {
-            (2, HfExperts::StackedInterleaved) => t.t()?.contiguous()?,
+            (2, HfExperts::StackedInterleaved | HfExperts::StackedHalvesInOut) => {
+                t.t()?.contiguous()?
+            }
             _ => t,
         })
     }
@@ -296,7 +307,38 @@ impl SafetensorsSource {
     fn matrix(&self, gguf_name: &str, rows: usize, cols: usize, device: &Device) -> Result<Tensor> {
         let t = self.load(gguf_name, device)?;
         check_shape(&self.names.hf(gguf_name), t.dims(), &[rows, cols])?;
-        Ok(t)
+        self.rope_halves(gguf_name, t)
+    }
+
+    /// A q/k weight or bias of a family whose RoPE rotates adjacent pairs,
+    /// its rows regrouped into each head's halves (row `h*d + j*d/2 + i`
+    /// from row `h*d + 2i + j`, as a permuted GGUF's); any other as it is.
+    fn rope_halves(&self, gguf_name: &str, t: Tensor) -> Result<Tensor> {
+        let Some(d) = self.pairs_head_dim else {
+            return Ok(t);
+        };
+        let qk = [".attn_q.", ".attn_k."]
+            .iter()
+            .any(|p| gguf_name.contains(p));
+        let rows = t.dim(0)?;
+        if !qk || d < 2 || !rows.is_multiple_of(d) {
+            return Ok(t);
+        }
+        let rest: Vec<usize> = t.dims()[1..].to_vec();
+        let mut shape = vec![rows / d, d / 2, 2];
+        shape.extend(&rest);
+        Ok(t.reshape(shape)?
+            .transpose(1, 2)?
+            .contiguous()?
+            .reshape(t.shape())?)
+    }
+
+    /// Sets the head width by which a pairs-RoPE family's q/k rows are
+    /// regrouped ([`Family::hf_rope_pairs`]); no-op for other families.
+    pub fn rope_pairs(&mut self, head_dim: usize) {
+        if self.names.family.hf_rope_pairs {
+            self.pairs_head_dim = Some(head_dim);
+        }
     }
 }
 
@@ -325,7 +367,7 @@ impl WeightSource for SafetensorsSource {
     fn vector(&mut self, name: &str, len: usize, device: &Device) -> Result<Tensor> {
         let t = self.load(name, device)?;
         check_vector(&self.names.hf(name), t.dims(), len)?;
-        Ok(t.to_dtype(DType::F32)?.reshape(len)?)
+        self.rope_halves(name, t.to_dtype(DType::F32)?.reshape(len)?)
     }
 
     fn small(&mut self, name: &str, shape: &[usize], device: &Device) -> Result<Tensor> {

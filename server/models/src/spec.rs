@@ -336,7 +336,7 @@ impl ModelSpec {
         let mut groups: Vec<KvGroup> = Vec::new();
         for (i, l) in self.layers.iter().enumerate() {
             let Some(a) = l.attention() else { continue };
-            let window = a.window;
+            let window = a.cache_window();
             match groups.iter_mut().find(|g| g.window == window) {
                 Some(g) => g.layers.push(i),
                 None => groups.push(KvGroup {
@@ -448,6 +448,10 @@ impl ModelSpec {
             if a.window.is_some_and(|w| !slides(w as u64, context as u64)) {
                 a.window = None;
             }
+            // A chunk as long as the context never ends within it.
+            if a.chunk.is_some_and(|c| !slides(c as u64, context as u64)) {
+                a.chunk = None;
+            }
         }
         self.validate()?;
         Ok(self)
@@ -491,7 +495,8 @@ impl ModelSpec {
                 .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
             self.validate_latent(i, l)?;
             let Some(a) = l.any_attention() else { continue };
-            if (!a.nope && a.rope >= self.ropes.len()) || a.window == Some(0) {
+            if (!a.nope && a.rope >= self.ropes.len()) || a.window == Some(0) || a.chunk == Some(0)
+            {
                 return bad(format!("layer {i}: {a:?}"));
             }
             if a.softcap.is_some_and(|c| !(c.is_finite() && c > 0.0)) || !a.scale.is_finite() {

@@ -12,6 +12,10 @@
 //! - `window:W`: sliding-window attention: the same per token, but a
 //!   sequence holds at most its window plus one prefill chunk
 //!   ([`crate::window_blocks`]); blocks that leave the window go back.
+//!   Chunked attention (Llama 4's `attention_chunk_size`) is a window of
+//!   its chunk's size: a token sees only its own chunk, which lies within
+//!   its last `C` tokens, so the window's reservation bounds what it holds
+//!   and the window's reclaim gives back what no chunk reads again.
 //!   Latent attention (DeepSeek-V2/V3's MLA) is this kind too, with a
 //!   smaller page ([`CacheSpec::Latent`]): one compressed vector a token a
 //!   layer instead of K and V for every head.

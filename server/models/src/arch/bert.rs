@@ -55,6 +55,7 @@ pub(super) static BERT: Family = Family {
     hf_experts: HfExperts::PerExpert,
     tied_default: true,
     gguf_permuted_qk: false,
+    hf_rope_pairs: false,
     from_hf,
     from_gguf,
 };
@@ -75,6 +76,7 @@ pub(super) static XLM_ROBERTA: Family = Family {
     hf_experts: HfExperts::PerExpert,
     tied_default: true,
     gguf_permuted_qk: false,
+    hf_rope_pairs: false,
     from_hf: xlmr_from_hf,
     from_gguf: xlmr_from_gguf,
 };
@@ -93,11 +95,13 @@ pub(super) fn encoder_layer(
         mixer: Mixer::Encoder(EncoderSpec {
             attention: AttentionSpec {
                 window,
+                chunk: None,
                 rope: rope.unwrap_or(0),
                 scale,
                 softcap: None,
                 qk_norm: false,
                 qk_norm_whole: false,
+                qk_norm_weightless: false,
                 sinks: false,
                 nope: rope.is_none(),
                 gated: false,

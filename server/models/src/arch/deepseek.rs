@@ -55,6 +55,7 @@ pub(super) static DEEPSEEK2: Family = Family {
     hf_experts: HfExperts::PerExpert,
     tied_default: false,
     gguf_permuted_qk: false,
+    hf_rope_pairs: false,
     from_hf,
     from_gguf,
 };
@@ -63,11 +64,13 @@ pub(super) static DEEPSEEK2: Family = Family {
 fn attention(scale: f32) -> AttentionSpec {
     AttentionSpec {
         window: None,
+        chunk: None,
         rope: 0,
         scale,
         softcap: None,
         qk_norm: false,
         qk_norm_whole: false,
+        qk_norm_weightless: false,
         sinks: false,
         nope: false,
         gated: false,

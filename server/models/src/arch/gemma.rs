@@ -35,6 +35,7 @@ pub(super) static GEMMA2: Family = Family {
     hf_experts: HfExperts::PerExpert,
     tied_default: true,
     gguf_permuted_qk: false,
+    hf_rope_pairs: false,
     from_hf: |c| hf(c, &G2),
     from_gguf: |m| gguf(m, &G2),
 };
@@ -55,6 +56,7 @@ pub(super) static GEMMA3: Family = Family {
     hf_experts: HfExperts::PerExpert,
     tied_default: true,
     gguf_permuted_qk: false,
+    hf_rope_pairs: false,
     from_hf: |c| hf(c, &G3),
     from_gguf: |m| gguf(m, &G3),
 };
@@ -131,11 +133,13 @@ struct Sight {
 fn layer(sight: Sight, scale: f32, softcap: Option<f32>, qk_norm: bool) -> LayerSpec {
     let attention = AttentionSpec {
         window: sight.window,
+        chunk: None,
         rope: if sight.window.is_some() { LOCAL } else { 0 },
         scale,
         softcap,
         qk_norm,
         qk_norm_whole: false,
+        qk_norm_weightless: false,
         sinks: false,
         nope: false,
         gated: false,

@@ -35,6 +35,7 @@ pub(super) static GLM4_MOE: Family = Family {
     hf_experts: HfExperts::PerExpert,
     tied_default: false,
     gguf_permuted_qk: false,
+    hf_rope_pairs: false,
     from_hf,
     from_gguf,
 };

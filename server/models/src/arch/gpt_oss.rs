@@ -32,6 +32,7 @@ pub(super) static GPT_OSS: Family = Family {
     hf_experts: HfExperts::StackedInterleaved,
     tied_default: false,
     gguf_permuted_qk: false,
+    hf_rope_pairs: false,
     from_hf: hf,
     from_gguf: gguf,
 };

@@ -54,6 +54,7 @@ pub(super) static GRANITE_HYBRID: Family = Family {
     tied_default: false,
     // The converter permutes q and k for llama.cpp's RoPE layout.
     gguf_permuted_qk: true,
+    hf_rope_pairs: false,
     from_hf: granite,
     from_gguf: granite_gguf,
 };

@@ -39,6 +39,7 @@ pub(super) static LFM2: Family = Family {
     tied_default: true,
     // LFM2's converter is the plain text model's: q and k as stored.
     gguf_permuted_qk: false,
+    hf_rope_pairs: false,
     from_hf: lfm2,
     from_gguf: lfm2_gguf,
 };

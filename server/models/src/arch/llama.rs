@@ -20,6 +20,7 @@ pub(super) static LLAMA: Family = Family {
     hf_experts: HfExperts::PerExpert,
     tied_default: false,
     gguf_permuted_qk: true,
+    hf_rope_pairs: false,
     from_hf: |c| llama_like(c, "llama"),
     from_gguf: |m| gguf(m, "llama"),
 };
@@ -35,6 +36,7 @@ pub(super) static MISTRAL: Family = Family {
     hf_experts: HfExperts::PerExpert,
     tied_default: false,
     gguf_permuted_qk: true,
+    hf_rope_pairs: false,
     from_hf: |c| llama_like(c, "mistral"),
     from_gguf: |m| gguf(m, "mistral"),
 };
@@ -55,6 +57,7 @@ pub(super) static MIXTRAL: Family = Family {
     hf_experts: HfExperts::PerExpert,
     tied_default: false,
     gguf_permuted_qk: true,
+    hf_rope_pairs: false,
     from_hf: mixtral,
     from_gguf: |m| gguf(m, "llama"),
 };

@@ -44,6 +44,7 @@ pub(super) static MAMBA2: Family = Family {
     hf_experts: HfExperts::PerExpert,
     tied_default: false,
     gguf_permuted_qk: false,
+    hf_rope_pairs: false,
     from_hf: mamba2,
     from_gguf: mamba2_gguf,
 };

@@ -30,6 +30,7 @@ pub(super) static MINISTRAL3: Family = Family {
     hf_experts: HfExperts::PerExpert,
     tied_default: false,
     gguf_permuted_qk: true,
+    hf_rope_pairs: false,
     from_hf,
     from_gguf,
 };

@@ -12,6 +12,7 @@ mod gpt_oss;
 mod granite;
 mod lfm2;
 mod llama;
+mod llama4;
 mod mamba;
 mod ministral;
 mod modern_bert;
@@ -43,6 +44,9 @@ pub enum HfExperts {
     /// 3-D tensors `[experts, out, in]` applied as `x @ W^T`, gate rows
     /// then up rows in one (Granite's `input_linear`).
     StackedHalves,
+    /// 3-D tensors `[experts, in, out]` applied as `x @ W`, gate columns
+    /// then up columns in one (Llama 4's `gate_up_proj`).
+    StackedHalvesInOut,
 }
 
 /// One family: its names, its tensor names, its settings' mapping.
@@ -74,6 +78,10 @@ pub struct Family {
     /// llama.cpp's converter interleaved each head's q/k rows for its RoPE
     /// (the Llama layout); the loader puts them back.
     pub gguf_permuted_qk: bool,
+    /// Its checkpoints' RoPE rotates adjacent pairs of each head (Llama 4's
+    /// complex RoPE): the loader regroups q/k rows into halves, as it
+    /// does a permuted GGUF's, for the half-split RoPE.
+    pub hf_rope_pairs: bool,
     /// The description from `config.json`.
     pub from_hf: fn(&HfConfig) -> Result<ModelSpec>,
     /// The description from GGUF metadata (tensors the loader reads in).
@@ -103,6 +111,7 @@ const FAMILIES: &[&Family] = &[
     &deepseek::DEEPSEEK2,
     &olmo::OLMO2,
     &ministral::MINISTRAL3,
+    &llama4::LLAMA4,
     &lfm2::LFM2,
     &nemotron::NEMOTRON_H,
     &bert::BERT,
@@ -337,11 +346,13 @@ pub(crate) fn swiglu_layer(window: Option<usize>, scale: f32, qk_norm: bool) -> 
     LayerSpec {
         mixer: Mixer::Attention(AttentionSpec {
             window,
+            chunk: None,
             rope: 0,
             scale,
             softcap: None,
             qk_norm,
             qk_norm_whole: false,
+            qk_norm_weightless: false,
             sinks: false,
             nope: false,
             gated: false,

@@ -42,6 +42,7 @@ pub(super) static MODERN_BERT: Family = Family {
     hf_experts: HfExperts::PerExpert,
     tied_default: true,
     gguf_permuted_qk: false,
+    hf_rope_pairs: false,
     from_hf,
     from_gguf,
 };

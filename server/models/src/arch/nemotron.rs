@@ -55,6 +55,7 @@ pub(super) static NEMOTRON_H: Family = Family {
     // The converter permutes q and k as Granite's does (no rotation reads
     // it, but the loader puts the rows back all the same).
     gguf_permuted_qk: true,
+    hf_rope_pairs: false,
     from_hf: nemotron_h,
     from_gguf: nemotron_h_gguf,
 };

@@ -45,6 +45,7 @@ pub(super) static NOMIC_BERT: Family = Family {
     hf_experts: HfExperts::PerExpert,
     tied_default: true,
     gguf_permuted_qk: false,
+    hf_rope_pairs: false,
     from_hf,
     from_gguf,
 };

@@ -21,6 +21,7 @@ pub(super) static PHI3: Family = Family {
     hf_experts: HfExperts::PerExpert,
     tied_default: false,
     gguf_permuted_qk: false,
+    hf_rope_pairs: false,
     from_hf: hf,
     from_gguf: gguf,
 };

@@ -25,6 +25,7 @@ pub(super) static QWEN2: Family = Family {
     hf_experts: HfExperts::PerExpert,
     tied_default: false,
     gguf_permuted_qk: false,
+    hf_rope_pairs: false,
     from_hf: |c| qwen(c, "qwen2", false),
     from_gguf: |m| gguf(m, "qwen2", false),
 };
@@ -44,6 +45,7 @@ pub(super) static QWEN3: Family = Family {
     hf_experts: HfExperts::PerExpert,
     tied_default: false,
     gguf_permuted_qk: false,
+    hf_rope_pairs: false,
     from_hf: |c| qwen(c, "qwen3", true),
     from_gguf: |m| gguf(m, "qwen3", true),
 };
@@ -71,6 +73,7 @@ pub(super) static QWEN2MOE: Family = Family {
     hf_experts: HfExperts::PerExpert,
     tied_default: false,
     gguf_permuted_qk: false,
+    hf_rope_pairs: false,
     from_hf: |c| qwen_moe(c, "qwen2moe", false),
     from_gguf: |m| gguf_experts(m, "qwen2moe", false, false),
 };
@@ -86,6 +89,7 @@ pub(super) static QWEN3MOE: Family = Family {
     hf_experts: HfExperts::PerExpert,
     tied_default: false,
     gguf_permuted_qk: false,
+    hf_rope_pairs: false,
     from_hf: |c| qwen_moe(c, "qwen3moe", true),
     // llama.cpp renormalises Qwen3-MoE's chosen experts (every release
     // sets `norm_topk_prob`); Qwen2-MoE's not.

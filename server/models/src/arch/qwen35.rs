@@ -55,6 +55,7 @@ pub(super) static QWEN35: Family = Family {
     hf_experts: HfExperts::PerExpert,
     tied_default: false,
     gguf_permuted_qk: false,
+    hf_rope_pairs: false,
     from_hf: |c| hf(c, "qwen35"),
     // llama.cpp's converter orders Qwen3.5's value heads tiled.
     from_gguf: |m| gguf(m, "qwen35", true),
@@ -100,6 +101,7 @@ pub(super) static QWEN35MOE: Family = Family {
     hf_experts: HfExperts::PerExpert,
     tied_default: false,
     gguf_permuted_qk: false,
+    hf_rope_pairs: false,
     from_hf: |c| hf(c, "qwen35moe"),
     from_gguf: |m| gguf(m, "qwen35moe", true),
 };
@@ -115,6 +117,7 @@ pub(super) static QWEN3NEXT: Family = Family {
     hf_experts: HfExperts::PerExpert,
     tied_default: false,
     gguf_permuted_qk: false,
+    hf_rope_pairs: false,
     from_hf: |c| hf(c, "qwen3next"),
     from_gguf: |m| gguf(m, "qwen3next", false),
 };
@@ -219,11 +222,13 @@ fn layer(linear: bool, mixer: GdnSpec, scale: f32) -> LayerSpec {
             true => Mixer::GatedDeltaNet(mixer),
             false => Mixer::Attention(AttentionSpec {
                 window: None,
+                chunk: None,
                 rope: 0,
                 scale,
                 softcap: None,
                 qk_norm: true,
                 qk_norm_whole: false,
+                qk_norm_weightless: false,
                 sinks: false,
                 nope: false,
                 gated: true,

@@ -19,6 +19,7 @@ pub(super) static SMOLLM3: Family = Family {
     hf_experts: HfExperts::PerExpert,
     tied_default: true,
     gguf_permuted_qk: true,
+    hf_rope_pairs: false,
     from_hf,
     from_gguf,
 };

@@ -43,6 +43,9 @@ pub(crate) struct MoeScratch {
     out: Vec<f32>,
     /// Each (token, slot)'s expert output.
     cells: Vec<f32>,
+    /// One expert's rows scaled by their weights, before quantising
+    /// (Llama 4's experts are weighted on the way in).
+    scaled: Vec<f32>,
 }
 
 impl FusedMoe {
@@ -147,7 +150,16 @@ impl MoeOp<'_> {
             m.reads.record(e);
             rows.clear();
             rows.extend(cells.iter().map(|&c| d.token(c)));
-            s.rows.gather(acts, &rows).map_err(kernel_err)?;
+            if m.spec.weights_input() {
+                s.scaled.clear();
+                for &c in cells {
+                    let (row, w) = (&s.normed[d.token(c) * hidden..][..hidden], d.weight(c));
+                    s.scaled.extend(row.iter().map(|v| v * w));
+                }
+                s.rows.quantize(&s.scaled, rows.len()).map_err(kernel_err)?;
+            } else {
+                s.rows.gather(acts, &rows).map_err(kernel_err)?;
+            }
             run_mlp(&m.experts[e], m.spec.intermediate, m.spec.activation, s)?;
             for (&c, y) in cells.iter().zip(s.out.chunks_exact(hidden)) {
                 let at = c as usize * hidden;
@@ -194,7 +206,13 @@ impl InplaceOp1 for MoeOp<'_> {
             slots.extend((0..k).map(|slot| (t * k + slot) as u32));
             slots.sort_by_key(|&c| d.expert(c));
             for &cell in &slots {
-                let (w, y) = (d.weight(cell), &s.cells[cell as usize * hidden..][..hidden]);
+                // An input-weighted expert's output is already weighted.
+                let w = if m.spec.weights_input() {
+                    1.0
+                } else {
+                    d.weight(cell)
+                };
+                let y = &s.cells[cell as usize * hidden..][..hidden];
                 o.iter_mut().zip(y).for_each(|(o, y)| *o += y * w);
             }
         }
@@ -299,6 +317,14 @@ mod tests {
                 routing: Routing::TopKSoftmax,
                 biases: true,
                 top_k: 3,
+                ..base
+            },
+            // Llama 4: top-1 by sigmoid, weighted on the way in, a shared
+            // expert added as it is.
+            MoeSpec {
+                routing: Routing::TopKSigmoid,
+                top_k: 1,
+                shared: Some(32),
                 ..base
             },
         ];

@@ -22,6 +22,10 @@ pub struct LoraShapes {
     /// `(heads, kv_heads)` where llama.cpp stores q/k rows interleaved
     /// (the llama family), so a GGUF LoRA's `B` of q/k must be put back.
     pub gguf_unpermute: Option<(usize, usize)>,
+    /// `(heads, kv_heads)` where the checkpoints' q/k rows rotate in pairs
+    /// (Llama 4), so a PEFT adapter's `B` of q/k is regrouped as the base
+    /// weights are.
+    pub peft_unpermute: Option<(usize, usize)>,
     /// Layers whose feed-forward is a mixture of experts: an adapter of
     /// their gate/up/down is refused (experts take no adapters).
     pub expert_layers: Vec<usize>,
@@ -34,11 +38,14 @@ impl LoraShapes {
         // A gated query projection (Qwen3.5) emits each head's gate too.
         let gated = (s.layers.iter()).any(|l| l.attention().is_some_and(|a| a.gated));
         let q_out = if gated { 2 * q } else { q };
-        let unpermute = Family::by_gguf(s.family).is_ok_and(|f| f.gguf_permuted_qk);
+        let family = Family::by_gguf(s.family).ok();
+        let unpermute = family.is_some_and(|f| f.gguf_permuted_qk);
+        let pairs = family.is_some_and(|f| f.hf_rope_pairs);
         LoraShapes {
             layers: s.layers.len(),
             dims: [(q_out, h), (kv, h), (kv, h), (h, q), (i, h), (i, h), (h, i)],
             gguf_unpermute: unpermute.then_some((s.heads, s.kv_heads)),
+            peft_unpermute: pairs.then_some((s.heads, s.kv_heads)),
             expert_layers: (s.layers.iter().enumerate())
                 .filter(|(_, l)| matches!(l.ffn, FeedForward::Moe(_)))
                 .map(|(i, _)| i)

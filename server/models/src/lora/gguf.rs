@@ -35,7 +35,7 @@ fn text<'a>(md: &'a std::collections::HashMap<String, Value>, key: &str) -> Opti
 /// llama.cpp's converter interleaves the two halves of each head's q/k
 /// rows (as the base loader's `unpermute_rows` undoes for the weights):
 /// HF row `h*d + j*d/2 + i` is GGUF row `h*d + 2i + j`.
-fn unpermute(b: &[f32], rank: usize, heads: usize) -> Option<Vec<f32>> {
+pub(super) fn unpermute(b: &[f32], rank: usize, heads: usize) -> Option<Vec<f32>> {
     let rows = b.len() / rank.max(1);
     if heads == 0 || !rows.is_multiple_of(2 * heads) {
         return None;

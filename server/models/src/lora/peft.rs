@@ -9,6 +9,7 @@ use candle_core::{DType, Device, Tensor};
 use serde_json::Value;
 
 use super::adapter::{LoraAdapter, LoraPair, LoraShapes, assemble};
+use super::gguf::unpermute;
 use super::{Target, module_parts, refuse};
 use crate::error::Result;
 
@@ -163,8 +164,22 @@ pub fn load_peft(name: &str, dir: &Path, shapes: &LoraShapes) -> Result<LoraAdap
         }
         let mut first = 0;
         for (&target, width) in targets.iter().zip(widths) {
-            let b = &b[first * rank..(first + width) * rank];
+            let part = &b[first * rank..(first + width) * rank];
             first += width;
+            let heads = match (shapes.peft_unpermute, target) {
+                (Some((h, _)), Target::Q) | (Some((_, h)), Target::K) => Some(h),
+                _ => None,
+            };
+            let regrouped = match heads {
+                Some(h) => Some(unpermute(part, rank, h).ok_or_else(|| {
+                    refuse(
+                        name,
+                        format!("{what}: {width} rows do not split into {h} heads"),
+                    )
+                })?),
+                None => None,
+            };
+            let b = regrouped.as_deref().unwrap_or(part);
             let pair =
                 LoraPair::new(&a, b, rank, width, scale(&config, rank)).ok_or_else(|| {
                     refuse(name, format!("{what}: empty, or values past f16's range"))

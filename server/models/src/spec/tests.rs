@@ -6,11 +6,13 @@ fn layer(window: Option<usize>) -> LayerSpec {
     LayerSpec {
         mixer: Mixer::Attention(AttentionSpec {
             window,
+            chunk: None,
             rope: 0,
             scale: 0.25,
             softcap: None,
             qk_norm: false,
             qk_norm_whole: false,
+            qk_norm_weightless: false,
             sinks: false,
             nope: false,
             gated: false,

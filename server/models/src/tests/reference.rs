@@ -48,6 +48,7 @@ pub const FAMILIES: &[&str] = &[
     "granitehybrid_moe",
     "nemotron_h",
     "nemotron_h_moe",
+    "llama4",
 ];
 
 /// A routing margin half precision keeps: every matrix held in bf16 moves

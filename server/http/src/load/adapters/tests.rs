@@ -8,6 +8,7 @@ fn shapes() -> LoraShapes {
         layers: 1,
         dims: [(8, 8); 7],
         gguf_unpermute: None,
+        peft_unpermute: None,
         expert_layers: Vec::new(),
     }
 }

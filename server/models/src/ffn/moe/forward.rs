@@ -48,9 +48,14 @@ pub(crate) fn forward(w: &MoeWeights, h: &Tensor) -> Result<Tensor> {
         let rows: Vec<u32> = cells.iter().map(|&c| d.token(c) as u32).collect();
         let weights: Vec<f32> = cells.iter().map(|&c| d.weight(c)).collect();
         let idx = Tensor::new(rows.as_slice(), device)?;
-        let y = run(&w.experts[e], &h.index_select(&idx, 0)?, s.intermediate, s)?;
-        let wt = Tensor::from_vec(weights, (cells.len(), 1), device)?.to_dtype(y.dtype())?;
-        out = out.index_add(&idx, &y.broadcast_mul(&wt)?, 0)?;
+        let wt = Tensor::from_vec(weights, (cells.len(), 1), device)?.to_dtype(h.dtype())?;
+        let x = h.index_select(&idx, 0)?;
+        let y = match s.weights_input() {
+            // Llama 4: the weight scales what goes in.
+            true => run(&w.experts[e], &x.broadcast_mul(&wt)?, s.intermediate, s)?,
+            false => run(&w.experts[e], &x, s.intermediate, s)?.broadcast_mul(&wt)?,
+        };
+        out = out.index_add(&idx, &y, 0)?;
     }
     if let (Some((m, gate)), Some(width)) = (&w.shared, s.shared) {
         let y = run(m, h, width, s)?;

@@ -22,7 +22,7 @@ pub fn route(
     match spec.routing {
         Routing::SigmoidGroups { .. } => return sigmoid_groups(spec, logits, correction, out),
         Routing::SoftmaxGroups { .. } => return softmax_groups(spec, logits, out),
-        Routing::SoftmaxTopK { .. } | Routing::TopKSoftmax => {}
+        Routing::SoftmaxTopK { .. } | Routing::TopKSoftmax | Routing::TopKSigmoid => {}
     }
     let probs: Vec<f32>;
     let scores = match spec.routing {
@@ -39,6 +39,11 @@ pub fn route(
             let kept: Vec<f32> = out.iter().map(|&(_, v)| v).collect();
             for ((_, w), p) in out.iter_mut().zip(softmax(&kept)) {
                 *w = p;
+            }
+        }
+        Routing::TopKSigmoid => {
+            for (_, w) in out.iter_mut() {
+                *w = 1.0 / (1.0 + (-*w).exp());
             }
         }
         _ => {}

@@ -77,6 +77,12 @@ impl MoeSpec {
         Ok(())
     }
 
+    /// Whether a token's weight scales its input to the expert rather than
+    /// the expert's output ([`Routing::TopKSigmoid`]).
+    pub fn weights_input(&self) -> bool {
+        self.routing == Routing::TopKSigmoid
+    }
+
     /// Parameters of the routed experts, `(all, those one token runs)`:
     /// gate, up and down (and their biases) of each.
     pub fn expert_params(&self, hidden: usize) -> (u64, u64) {
@@ -99,6 +105,10 @@ pub enum Routing {
     },
     /// The `top_k` largest logits, softmax over those alone (gpt-oss).
     TopKSoftmax,
+    /// The `top_k` largest logits, each weighed by its sigmoid; the weight
+    /// scales the token going into the expert, not what comes out (Llama
+    /// 4's router, llama.cpp's `weight_before_ffn`).
+    TopKSigmoid,
     /// Softmax over every expert; the `top_k` largest kept among the
     /// `topk_groups` best of `groups` equal groups (a group's best
     /// probability), times `scale`, not renormalised (DeepSeek-V2's
@@ -143,7 +153,9 @@ impl Routing {
                 topk_groups,
                 scale,
             } => (groups, topk_groups, scale),
-            Routing::SoftmaxTopK { .. } | Routing::TopKSoftmax => return Ok(()),
+            Routing::SoftmaxTopK { .. } | Routing::TopKSoftmax | Routing::TopKSigmoid => {
+                return Ok(());
+            }
         };
         let even = groups > 0 && experts.is_multiple_of(groups);
         if !even || topk_groups == 0 || topk_groups > groups {

@@ -61,6 +61,13 @@ fn each_routing_weighs_the_chosen_experts_as_transformers_does() {
     // Top-1 of a single expert.
     route(&spec(1, 1, Routing::TopKSoftmax), &[0.3], None, &mut out);
     assert_eq!(out, [(0, 1.0)]);
+    // Llama 4: the largest logits, each its own sigmoid (no sum to one).
+    let sigmoid = |x: f32| 1.0 / (1.0 + (-x).exp());
+    route(&spec(5, 2, Routing::TopKSigmoid), &logits, None, &mut out);
+    assert_eq!(out.iter().map(|c| c.0).collect::<Vec<_>>(), [1, 3]);
+    assert!(close(out[0].1, sigmoid(logits[1])) && close(out[1].1, sigmoid(logits[3])));
+    assert!(spec(5, 2, Routing::TopKSigmoid).weights_input());
+    assert!(!spec(5, 2, Routing::TopKSoftmax).weights_input());
 }
 
 #[test]

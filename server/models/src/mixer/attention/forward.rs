@@ -193,6 +193,7 @@ impl AttentionWeights {
                 scale: a.scale,
                 softcap: a.softcap,
                 window: a.window,
+                chunk: a.chunk,
             },
         };
         let tables = step.tables[group].as_ref();

@@ -2,7 +2,7 @@
 //! three matrices or one (Phi-3's `attn_qkv`), their biases, the q/k norms,
 //! the output projection and its bias, the sinks.
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 
 use super::forward::AttentionWeights;
 use super::spec::AttentionSpec;
@@ -50,6 +50,10 @@ pub(crate) fn load(
         false => (spec.head_dim, spec.head_dim),
     };
     let qk_norm = match attn.qk_norm {
+        true if attn.qk_norm_weightless => Some((
+            Tensor::ones(q_len, DType::F32, device)?,
+            Tensor::ones(k_len, DType::F32, device)?,
+        )),
         true => Some((
             norm(src, spec, &n("attn_q_norm.weight"), q_len, device)?,
             norm(src, spec, &n("attn_k_norm.weight"), k_len, device)?,

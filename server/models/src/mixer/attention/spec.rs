@@ -10,6 +10,10 @@ pub struct AttentionSpec {
     /// Sliding window: a position sees itself and the `window - 1` before
     /// it. `None`: every earlier position.
     pub window: Option<usize>,
+    /// Chunked attention (Llama 4's): a position sees only the positions of
+    /// its own chunk of this many tokens. Its cache is a window of that
+    /// size ([`Self::cache_window`]). `None`: no chunks.
+    pub chunk: Option<usize>,
     /// Index into [`ModelSpec::ropes`].
     pub rope: usize,
     /// Multiplies `q . k` (`1/sqrt(head_dim)`, or Gemma's
@@ -22,6 +26,10 @@ pub struct AttentionSpec {
     /// Those norms span every head at once, one weight of `heads *
     /// head_dim` (OLMo 2 and 3), not one head's width.
     pub qk_norm_whole: bool,
+    /// Those norms have no weight (Llama 4's L2 norm: an RMSNorm of unit
+    /// weight, after RoPE there; a rotation keeps a head's norm, so it
+    /// runs before RoPE here, as the others do).
+    pub qk_norm_weightless: bool,
     /// A learned sink logit per query head joins each softmax (and takes
     /// its share of the probability, attending to nothing): gpt-oss.
     pub sinks: bool,
@@ -34,4 +42,14 @@ pub struct AttentionSpec {
     /// Queries scaled up by position after RoPE (Llama 4's temperature
     /// tuning; Ministral 3's `llama_4_scaling_beta`).
     pub temperature: Option<QueryTemperature>,
+}
+
+impl AttentionSpec {
+    /// The window this layer's cache keeps: its sliding window, or its
+    /// chunk (a position sees at most the `chunk` tokens ending at it, so a
+    /// window pool of the chunk's size holds all it reads and gives back
+    /// the rest as a window does).
+    pub fn cache_window(&self) -> Option<usize> {
+        self.window.or(self.chunk)
+    }
 }

@@ -93,7 +93,8 @@ fn mask(
     n: usize,
     device: &candle_core::Device,
 ) -> Result<Option<Tensor>> {
-    if !e.causal && e.attention.window.is_none_or(|w| w >= n) {
+    let a = &e.attention;
+    if !e.causal && a.window.is_none_or(|w| w >= n) && a.chunk.is_none() {
         return Ok(None);
     }
     let values: Vec<f32> = (0..n * n)

@@ -20,7 +20,8 @@ impl EncoderSpec {
         if self.causal && k > q {
             return false;
         }
-        self.attention.window.is_none_or(|w| q.abs_diff(k) < w)
+        let a = &self.attention;
+        a.window.is_none_or(|w| q.abs_diff(k) < w) && a.chunk.is_none_or(|c| q / c == k / c)
     }
 }
 
@@ -32,11 +33,13 @@ mod tests {
         EncoderSpec {
             attention: AttentionSpec {
                 window,
+                chunk: None,
                 rope: 0,
                 scale: 1.0,
                 softcap: None,
                 qk_norm: false,
                 qk_norm_whole: false,
+                qk_norm_weightless: false,
                 sinks: false,
                 nope: true,
                 gated: false,

@@ -158,6 +158,7 @@ impl LatentWeights {
                 scale: m.attention.scale,
                 softcap: None,
                 window: None,
+                chunk: None,
             },
         };
         let paged = step.paged && (q.device().is_cpu() || width <= CUDA_MAX_HEAD_DIM);

@@ -21,11 +21,13 @@ fn spec() -> LatentSpec {
     LatentSpec {
         attention: AttentionSpec {
             window: None,
+            chunk: None,
             rope: 0,
             scale: 0.3,
             softcap: None,
             qk_norm: false,
             qk_norm_whole: false,
+            qk_norm_weightless: false,
             sinks: false,
             nope: false,
             gated: false,

@@ -131,9 +131,10 @@ pub(super) fn forward(
     );
     let p = &op.params;
     let scale = p.scale;
-    // 0: no cap; 0: no window (the kernel's encoding of `None`).
+    // 0: no cap; 0: no window; 0: no chunk (the kernel's encoding of `None`).
     let softcap = p.softcap.unwrap_or(0.0);
     let window = int(p.window.unwrap_or(0))?;
+    let chunk = int(p.chunk.unwrap_or(0))?;
     let pairs = (tokens as u64) * (g.heads as u64);
     let blocks = u32::try_from(pairs.div_ceil(WARPS_PER_BLOCK as u64))
         .map_err(|_| candle_core::Error::Msg("paged attention: grid too large".into()))?;
@@ -161,7 +162,8 @@ pub(super) fn forward(
                 .arg(&block_size)
                 .arg(&scale)
                 .arg(&softcap)
-                .arg(&window);
+                .arg(&window)
+                .arg(&chunk);
             // SAFETY: the arguments are the kernel's, in its order and types;
             // every index it forms is inside the buffers checked above.
             unsafe { b.launch(cfg) }.w()?;

@@ -17,6 +17,8 @@
 // softcap: scores become softcap * tanh(score / softcap) (0: none)
 // window: a sliding window (0: none); table entries before the window's
 //         first block are never read (a windowed group may release them)
+// chunk: chunked attention (0: none): position p sees only its own chunk,
+//        p - p % chunk ..= p
 
 #define MAX_DIMS_PER_LANE 8  // head_dim <= 256
 
@@ -45,7 +47,7 @@ extern "C" __global__ void NAME(                                                
     const unsigned int* __restrict__ table_of,                                   \
     const unsigned int* __restrict__ pos_of, int tokens, int heads,              \
     int kv_heads, int head_dim, int block_size, float scale, float softcap,       \
-    int window) {                                                                \
+    int window, int chunk) {                                                     \
     const int lane = threadIdx.x & 31;                                           \
     const long long pair = (long long)blockIdx.x * (blockDim.x >> 5)             \
                            + (threadIdx.x >> 5);                                 \
@@ -64,7 +66,9 @@ extern "C" __global__ void NAME(                                                
     const unsigned int* table = tables + table_of[t];                            \
     const long long row = (long long)kv_heads * head_dim;                        \
     const int last = (int)pos_of[t];                                             \
-    const int first = (window > 0 && last + 1 > window) ? last + 1 - window : 0; \
+    const int first_w = (window > 0 && last + 1 > window) ? last + 1 - window : 0;\
+    const int first_c = chunk > 0 ? last - last % chunk : 0;                     \
+    const int first = first_w > first_c ? first_w : first_c;                     \
     float m = __int_as_float(0xff800000), l = 0.0f;                              \
     for (int j = first; j <= last; ++j) {                                        \
         const long long slot =                                                   \

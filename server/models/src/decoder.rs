@@ -10,7 +10,7 @@ use candle_core::{Device, Tensor};
 use ferrox_plan::KvDtype;
 
 use crate::error::{Error, Result};
-use crate::fused::{Dims, FusedHead, FusedLayer, Scratch};
+use crate::fused::{Dims, FusedAttention, FusedHead, FusedLayer, Scratch};
 use crate::input::InputWeights;
 use crate::kv_store::KvStore;
 use crate::layer::{Ffn, Layer, MixerWeights};
@@ -45,7 +45,9 @@ pub struct Decoder {
     device: Device,
     fused_attention: bool,
     /// The CPU fast path, when every matrix is packed: one per layer, the head.
-    fused: Option<(Vec<FusedLayer>, FusedHead)>,
+    /// The fused CPU path: each layer's fused form where it has one (the
+    /// rest run op by op), and the head.
+    fused: Option<(Vec<Option<FusedLayer>>, FusedHead)>,
     use_fused: bool,
     scratch: Mutex<Scratch>,
 }
@@ -92,26 +94,24 @@ impl Decoder {
         device: &Device,
     ) -> Result<Self> {
         let ropes = ropes(&spec, spec.context, device)?;
-        // The fused CPU path runs attention layers only.
+        // Each layer with a packed feed-forward (and its attention where
+        // plain) takes the fused path; the others run op by op.
         let fused_layers = layers
             .iter()
             .zip(&spec.layers)
             .map(|(l, s)| FusedLayer::from_layer(l, s))
-            .collect::<Result<Option<Vec<_>>>>()?;
+            .collect::<Result<Vec<_>>>()?;
+        let fused_layers = Some(fused_layers).filter(|l| l.iter().any(Option::is_some));
         let head = match &norm {
             Some((w, None)) => FusedHead::new(w, &lm_head, spec.final_softcap)?,
             _ => None,
         };
-        // Nor Granite's multipliers or gated attention, nor LayerNorms or
-        // post-LN: those models run op by op.
+        // Nor Granite's multipliers, nor LayerNorms or post-LN: those
+        // models run op by op.
         let plain = spec.residual_scale.is_none()
             && !spec.norms.layer_norm
             && !spec.norms.after_residual
-            && spec.logit_scale.is_none()
-            && !spec
-                .layers
-                .iter()
-                .any(|l| l.attention().is_some_and(|a| a.gated));
+            && spec.logit_scale.is_none();
         let fused = match (fused_layers, head) {
             (Some(l), Some(h)) if device.is_cpu() && plain => Some((l, h)),
             _ => None,
@@ -340,10 +340,10 @@ impl Decoder {
         };
         let mut x = x;
         for (i, layer) in self.layers.iter().enumerate() {
-            match fused {
-                Some((fl, _)) => self.fused_layer_forward(i, &fl[i], &x, &ctx)?,
-                None => x = self.layer_forward(i, layer, &x, &ctx)?,
-            }
+            x = match fused.and_then(|(fl, _)| fl[i].as_ref()) {
+                Some(fl) => self.fused_layer_forward(i, (layer, fl), x, &ctx)?,
+                None => self.layer_forward(i, layer, &x, &ctx)?,
+            };
         }
         state.advance(&step.spans)?;
         Ok(x)
@@ -435,11 +435,33 @@ impl Decoder {
         }
     }
 
-    /// The fused CPU layer: updates the residual stream `x` in place.
+    /// The fused CPU layer: its attention (or its mixer op by op, where
+    /// that is not plain attention), then its feed-forward on the residual
+    /// stream in place.
     fn fused_layer_forward(
         &self,
         index: usize,
-        l: &FusedLayer,
+        (layer, l): (&Layer, &FusedLayer),
+        x: Tensor,
+        ctx: &LayerCtx<'_>,
+    ) -> Result<Tensor> {
+        let lora = ctx.lora.map(|step| (step, index));
+        let x = match l.attention() {
+            Some(a) => {
+                self.fused_attention_forward(index, a, &x, ctx)?;
+                x
+            }
+            None => self.mixer_block(index, layer, &x, ctx)?,
+        };
+        l.mlp(&x, self.dims(), lora, &self.scratch)?;
+        Ok(x)
+    }
+
+    /// The fused attention half of a layer: updates `x` in place.
+    fn fused_attention_forward(
+        &self,
+        index: usize,
+        l: &FusedAttention,
         x: &Tensor,
         ctx: &LayerCtx<'_>,
     ) -> Result<()> {
@@ -463,7 +485,6 @@ impl Decoder {
             .narrow(0, tokens * (q_dim + kv_dim), tokens * kv_dim)?
             .reshape((tokens, kv_dim))?;
         let out = w.attend(a, &q, (&k, &v), (index, &ctx.attention))?;
-        l.attn_out(x, &out, dims.eps, lora, &self.scratch)?;
-        l.mlp(x, dims, lora, &self.scratch)
+        l.attn_out(x, &out, dims.eps, lora, &self.scratch)
     }
 }

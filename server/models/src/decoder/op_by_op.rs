@@ -28,9 +28,22 @@ impl Decoder {
         x: &Tensor,
         ctx: &LayerCtx<'_>,
     ) -> Result<Tensor> {
-        // A layer of its feed-forward alone (Nemotron-H's MLP layers).
+        let x = self.mixer_block(index, l, x, ctx)?;
+        self.ffn_block(index, l, x, ctx)
+    }
+
+    /// `x + mixer(norm(x))` of layer `index` (through the mixer's post-norm
+    /// where the family has one; post-LN: `norm(x + mixer(x))`), or `x`
+    /// where the layer has no mixer (Nemotron-H's MLP layers).
+    pub(super) fn mixer_block(
+        &self,
+        index: usize,
+        l: &Layer,
+        x: &Tensor,
+        ctx: &LayerCtx<'_>,
+    ) -> Result<Tensor> {
         if matches!(l.mixer, MixerWeights::None) {
-            return self.ffn_block(index, l, x.clone(), ctx);
+            return Ok(x.clone());
         }
         let post_ln = self.spec.norms.after_residual;
         let h = match post_ln {
@@ -41,11 +54,11 @@ impl Decoder {
         if let Some(w) = &l.post_norm {
             m = self.block_norm(&m, Some(w), None)?;
         }
-        let mut x = (x + self.residual(m)?)?;
-        if post_ln {
-            x = self.block_norm(&x, l.norm.as_ref(), l.norm_bias.as_ref())?;
+        let x = (x + self.residual(m)?)?;
+        match post_ln {
+            true => self.block_norm(&x, l.norm.as_ref(), l.norm_bias.as_ref()),
+            false => Ok(x),
         }
-        self.ffn_block(index, l, x, ctx)
     }
 
     /// `x + ffn(norm(x))` of layer `index` (post-LN: `norm(x + ffn(x))`),

@@ -133,9 +133,22 @@ impl Packed {
     }
 }
 
-/// One layer's weights in the form the fused ops read.
+/// One layer's weights in the form the fused ops read: its feed-forward
+/// always, its attention where that is plain q/k/v attention.
 #[derive(Debug)]
 pub(crate) struct FusedLayer {
+    /// `None`: the layer's mixer runs op by op (latent attention, a
+    /// recurrent layer, gated attention) and only its feed-forward here.
+    attention: Option<FusedAttention>,
+    ffn_norm: Option<Vec<f32>>,
+    ffn: FusedFfn,
+    post_ffn_norm: Option<Vec<f32>>,
+}
+
+/// A fused layer's attention half: its input norm, q/k/v with their
+/// biases, norms and RoPE, and the output projection.
+#[derive(Debug)]
+pub(crate) struct FusedAttention {
     attn_norm: Option<Vec<f32>>,
     qkv: Packed,
     qkv_bias: Option<Vec<f32>>,
@@ -143,9 +156,6 @@ pub(crate) struct FusedLayer {
     o: Arc<QMatrix>,
     o_bias: Option<Vec<f32>>,
     post_attn_norm: Option<Vec<f32>>,
-    ffn_norm: Option<Vec<f32>>,
-    ffn: FusedFfn,
-    post_ffn_norm: Option<Vec<f32>>,
     /// RoPE on q and k (false: a NoPE layer, as SmolLM3's every fourth).
     rotary: bool,
 }
@@ -195,43 +205,25 @@ fn host_opt(t: &Option<Tensor>) -> Result<Option<Vec<f32>>> {
     t.as_ref().map(host_vec).transpose()
 }
 
-impl FusedLayer {
-    /// The fused form of `l` (of spec `spec`), if it is an attention layer
-    /// with a feed-forward and all its matrices are packed (CPU) ones.
-    pub(crate) fn from_layer(l: &Layer, spec: &LayerSpec) -> Result<Option<Self>> {
-        let (MixerWeights::Attention(a), Some(f), Some(attention)) =
-            (&l.mixer, &l.ffn, spec.attention())
-        else {
+impl FusedAttention {
+    /// The fused form of `l`'s mixer, if it is plain (ungated) q/k/v
+    /// attention whose matrices are packed (CPU) ones.
+    fn of(l: &Layer, spec: &LayerSpec) -> Result<Option<Self>> {
+        let (MixerWeights::Attention(a), Some(attention)) = (&l.mixer, spec.attention()) else {
             return Ok(None);
         };
-        let Some(qkv) = Packed::of(&a.qkv) else {
+        // The fused q/k/v op has no output gate (Qwen3.5's).
+        if attention.gated {
             return Ok(None);
-        };
-        let Linear::Packed(o) = &a.o else {
+        }
+        let (Some(qkv), Linear::Packed(o)) = (Packed::of(&a.qkv), &a.o) else {
             return Ok(None);
-        };
-        let ffn = match (&f.ffn, spec.ffn) {
-            // The fused kernels have no exact (erf) GELU.
-            (Ffn::Dense(_), FeedForward::Gated(Activation::Gelu)) => return Ok(None),
-            (Ffn::Dense(m), FeedForward::Gated(act)) => match FusedMlp::of(m)? {
-                Some(f) if f.gate_up_bias.is_none() && f.down_bias.is_none() => FusedFfn::Dense {
-                    gate_up: f.gate_up,
-                    act,
-                    down: f.down,
-                },
-                _ => return Ok(None),
-            },
-            (Ffn::Moe(m), FeedForward::Moe(_)) => match FusedMoe::of(m)? {
-                Some(f) => FusedFfn::Moe(Box::new(f)),
-                None => return Ok(None),
-            },
-            _ => return Ok(None),
         };
         let qk_norm = match &a.qk_norm {
             Some((q, k)) => Some((host_vec(q)?, host_vec(k)?)),
             None => None,
         };
-        Ok(Some(FusedLayer {
+        Ok(Some(FusedAttention {
             attn_norm: host_opt(&l.norm)?,
             qkv,
             qkv_bias: host_opt(&a.qkv_bias)?,
@@ -239,9 +231,6 @@ impl FusedLayer {
             o: o.clone(),
             o_bias: host_opt(&a.o_bias)?,
             post_attn_norm: host_opt(&l.post_norm)?,
-            ffn_norm: host_opt(&f.norm)?,
-            ffn,
-            post_ffn_norm: host_opt(&f.post_norm)?,
             rotary: !attention.nope,
         }))
     }
@@ -284,6 +273,45 @@ impl FusedLayer {
             scratch,
         };
         Ok(x.inplace_op2(&attn.contiguous()?, &op)?)
+    }
+}
+
+impl FusedLayer {
+    /// The fused form of `l` (of spec `spec`), if it has a feed-forward
+    /// whose matrices are packed (CPU) ones; its attention too where it
+    /// can be ([`FusedAttention::of`]).
+    pub(crate) fn from_layer(l: &Layer, spec: &LayerSpec) -> Result<Option<Self>> {
+        let Some(f) = &l.ffn else {
+            return Ok(None);
+        };
+        let ffn = match (&f.ffn, spec.ffn) {
+            // The fused kernels have no exact (erf) GELU.
+            (Ffn::Dense(_), FeedForward::Gated(Activation::Gelu)) => return Ok(None),
+            (Ffn::Dense(m), FeedForward::Gated(act)) => match FusedMlp::of(m)? {
+                Some(f) if f.gate_up_bias.is_none() && f.down_bias.is_none() => FusedFfn::Dense {
+                    gate_up: f.gate_up,
+                    act,
+                    down: f.down,
+                },
+                _ => return Ok(None),
+            },
+            (Ffn::Moe(m), FeedForward::Moe(_)) => match FusedMoe::of(m)? {
+                Some(f) => FusedFfn::Moe(Box::new(f)),
+                None => return Ok(None),
+            },
+            _ => return Ok(None),
+        };
+        Ok(Some(FusedLayer {
+            attention: FusedAttention::of(l, spec)?,
+            ffn_norm: host_opt(&f.norm)?,
+            ffn,
+            post_ffn_norm: host_opt(&f.post_norm)?,
+        }))
+    }
+
+    /// Its fused attention, where it has one.
+    pub(crate) fn attention(&self) -> Option<&FusedAttention> {
+        self.attention.as_ref()
     }
 
     /// `x += post_norm(ffn(h))` with `h = rms_norm(x)`, in place: the

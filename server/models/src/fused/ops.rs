@@ -5,7 +5,7 @@ use std::sync::{Mutex, MutexGuard};
 use candle_core::{CpuStorage, CustomOp1, CustomOp3, InplaceOp1, InplaceOp2, Layout, Shape};
 use ferrox_kernels::{QActs, QMatrix};
 
-use super::{Dims, FusedHead, FusedLayer, LoraAt, Packed, Scratch};
+use super::{Dims, FusedAttention, FusedHead, FusedLayer, LoraAt, Packed, Scratch};
 use crate::lora::Target;
 use crate::rope::Rope;
 use crate::spec::Activation;
@@ -165,7 +165,7 @@ pub(super) fn quantize_activation(
 }
 
 pub(super) struct QkvOp<'a> {
-    pub(super) layer: &'a FusedLayer,
+    pub(super) layer: &'a FusedAttention,
     pub(super) dims: Dims,
     pub(super) lora: LoraAt<'a>,
     pub(super) scratch: &'a Mutex<Scratch>,

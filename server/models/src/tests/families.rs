@@ -125,12 +125,19 @@ fn the_fused_cpu_path_matches_the_op_by_op_path_for_every_family() {
         let Some(src) = r.gguf_path() else {
             continue;
         };
-        // The fused CPU path runs plain attention layers only: a model with
-        // recurrent or latent attention layers always runs op by op
-        // (`Decoder::new`).
-        let m = open(&src, run.context);
-        let spec = m.decoder().spec();
-        if !spec.recurrent_layers().is_empty() || spec.latent_width().is_some() {
+        // A layer with a packed gated feed-forward takes the fused path,
+        // its mixer too where that is plain attention (a recurrent or latent
+        // layer's mixer runs op by op before its fused feed-forward). These
+        // run op by op throughout: Mamba-2's and Nemotron-H's feed-forwards
+        // are plain or none, Granite's multipliers are not in the fused ops.
+        const NONE_FUSED: [&str; 5] = [
+            "mamba2",
+            "nemotron_h",
+            "nemotron_h_moe",
+            "granitehybrid",
+            "granitehybrid_moe",
+        ];
+        if NONE_FUSED.contains(family) {
             continue;
         }
         // One packed type for q/k/v and gate/up, then split ones (k, v and

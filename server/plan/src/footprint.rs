@@ -138,9 +138,17 @@ impl ModelGeometry {
             0 => (self.heads + 2 * self.kv_heads) * self.head_dim,
             latent => 3 * self.heads * latent,
         };
+        // A mixer that runs op by op beside a fused feed-forward (latent
+        // attention, a recurrent layer) allocates its rows while the
+        // feed-forward's buffers stay held (gate and up, its input and
+        // output): both count.
+        let held_ffn = match self.kv_latent_dim > 0 || self.recurrent_layers > 0 {
+            true => 3 * self.intermediate_size + 2 * self.hidden_size,
+            false => 0,
+        };
         // x, residual, norm output and attention output; gate, up and their
         // product; the fused q/k/v projection.
-        let per_token = 4 * self.hidden_size + 3 * self.intermediate_size + qkv;
+        let per_token = 4 * self.hidden_size + 3 * self.intermediate_size + qkv + held_ffn;
         let logits = 2 * logit_rows * self.vocab_size * 4;
         tokens
             .saturating_mul(per_token)
@@ -204,17 +212,25 @@ mod tests {
         assert_eq!(ModelGeometry::default().activation_bytes(512, 16, 4), 0);
         // Latent attention: 3 rows of 24 for each of the 4 heads, not q, k
         // and v of the cached width (measured: DeepSeek-V2-Lite's shape at
-        // 16 streams peaked 32 MiB over the q/k/v count).
+        // 16 streams peaked 32 MiB over the q/k/v count), and the fused
+        // feed-forward's held buffers beside them (its peak rose 68 MiB
+        // when its feed-forwards took the fused path).
         let latent = ModelGeometry {
             kv_heads: 1,
             head_dim: 24,
             kv_latent_dim: 24,
-            ..g
+            ..g.clone()
         };
+        let held = 3 * 64 + 2 * 32;
         assert_eq!(
             latent.activation_bytes(10, 0, 4),
-            10 * (128 + 192 + 3 * 4 * 24) * 4
+            10 * (128 + 192 + 3 * 4 * 24 + held) * 4
         );
+        let recurrent = ModelGeometry {
+            recurrent_layers: 1,
+            ..g
+        };
+        assert_eq!(recurrent.activation_bytes(10, 0, 4), 10 * (384 + held) * 4);
     }
 
     #[test]

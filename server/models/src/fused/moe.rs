@@ -1,8 +1,10 @@
 //! The fused CPU mixture of experts: the step's normed activations
 //! quantised once, every token routed, then each chosen expert once over
 //! the tokens that chose it (their quantised rows gathered, one matmul a
-//! projection), its outputs weighted back into the residual in each
-//! token's slot order. Experts no token chose are not touched.
+//! projection), its outputs weighted into each token's sum as it finishes
+//! (experts in ascending order, as the op-by-op path adds them, so a
+//! token's sum never depends on the batch). Experts no token chose are
+//! not touched.
 
 use std::sync::{Arc, Mutex};
 
@@ -41,8 +43,8 @@ pub(crate) struct MoeScratch {
     rows: QActs,
     gate_up: Vec<f32>,
     out: Vec<f32>,
-    /// Each (token, slot)'s expert output.
-    cells: Vec<f32>,
+    /// Each token's weighted sum of its experts' outputs so far.
+    acc: Vec<f32>,
     /// One expert's rows scaled by their weights, before quantising
     /// (Llama 4's experts are weighted on the way in).
     scaled: Vec<f32>,
@@ -135,7 +137,8 @@ pub(super) struct MoeOp<'a> {
 }
 
 impl MoeOp<'_> {
-    /// Every chosen expert over its tokens, each output into its cell.
+    /// Every chosen expert over its tokens, in ascending order, each
+    /// output weighted into its token's sum in `s.acc`.
     fn experts(
         &self,
         d: &Dispatch,
@@ -143,8 +146,8 @@ impl MoeOp<'_> {
         s: &mut MoeScratch,
     ) -> candle_core::Result<()> {
         let m = self.moe;
-        s.cells.clear();
-        s.cells.resize(d.tokens() * d.top_k() * hidden, 0.0);
+        s.acc.clear();
+        s.acc.resize(d.tokens() * hidden, 0.0);
         let mut rows = Vec::new();
         for (e, cells) in d.active() {
             m.reads.record(e);
@@ -162,8 +165,14 @@ impl MoeOp<'_> {
             }
             run_mlp(&m.experts[e], m.spec.intermediate, m.spec.activation, s)?;
             for (&c, y) in cells.iter().zip(s.out.chunks_exact(hidden)) {
-                let at = c as usize * hidden;
-                s.cells[at..at + hidden].copy_from_slice(y);
+                // An input-weighted expert's output is already weighted.
+                let w = if m.spec.weights_input() {
+                    1.0
+                } else {
+                    d.weight(c)
+                };
+                let o = &mut s.acc[d.token(c) * hidden..][..hidden];
+                o.iter_mut().zip(y).for_each(|(o, y)| *o += y * w);
             }
         }
         Ok(())
@@ -195,27 +204,7 @@ impl InplaceOp1 for MoeOp<'_> {
             .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
         let d = Dispatch::new(&m.spec, &s.logits, m.correction.as_deref());
         self.experts(&d, (&sc.acts, hidden), s)?;
-        // Each token's experts in ascending order, as the op-by-op path
-        // adds them (a token's sum never depends on the batch).
-        let k = d.top_k();
-        s.out.clear();
-        s.out.resize(tokens * hidden, 0.0);
-        let mut slots = Vec::with_capacity(k);
-        for (t, o) in s.out.chunks_exact_mut(hidden).enumerate() {
-            slots.clear();
-            slots.extend((0..k).map(|slot| (t * k + slot) as u32));
-            slots.sort_by_key(|&c| d.expert(c));
-            for &cell in &slots {
-                // An input-weighted expert's output is already weighted.
-                let w = if m.spec.weights_input() {
-                    1.0
-                } else {
-                    d.weight(cell)
-                };
-                let y = &s.cells[cell as usize * hidden..][..hidden];
-                o.iter_mut().zip(y).for_each(|(o, y)| *o += y * w);
-            }
-        }
+        std::mem::swap(&mut s.out, &mut s.acc);
         if let (Some((mlp, gate)), Some(width)) = (&m.shared, m.spec.shared) {
             let moe_out = std::mem::take(&mut s.out);
             s.rows

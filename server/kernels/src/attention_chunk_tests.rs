@@ -33,23 +33,7 @@ fn a_chunk_sees_only_its_own_positions() {
             window: None,
             chunk: Some(chunk),
         };
-        let seqs = [
-            AttnSeq {
-                blocks: &table,
-                start_pos: 0,
-                n_tokens: 23,
-            },
-            AttnSeq {
-                blocks: &table,
-                start_pos: 37,
-                n_tokens: 1,
-            },
-            AttnSeq {
-                blocks: &table,
-                start_pos: 13,
-                n_tokens: 18,
-            },
-        ];
+        let seqs = across_edges(&table);
         check_with(g, &p, 10, &seqs, 400 + i as u64);
     }
 }

@@ -366,6 +366,16 @@ fn rejects_bad_inputs() {
     }
 }
 
+/// A prefill from 0, a decode row far on and a prefill from 13, over one
+/// table: runs that start before, on and past a window's or chunk's edge.
+fn across_edges(table: &[u32]) -> [AttnSeq<'_>; 3] {
+    [(0, 23), (37, 1), (13, 18)].map(|(start_pos, n_tokens)| AttnSeq {
+        blocks: table,
+        start_pos,
+        n_tokens,
+    })
+}
+
 #[test]
 fn sliding_windows_soft_caps_and_scales_match_the_reference() {
     // Windows shorter than a block, a block, and several blocks; chunks that
@@ -379,23 +389,7 @@ fn sliding_windows_soft_caps_and_scales_match_the_reference() {
             window: Some(window),
             chunk: None,
         };
-        let seqs = [
-            AttnSeq {
-                blocks: &table,
-                start_pos: 0,
-                n_tokens: 23,
-            },
-            AttnSeq {
-                blocks: &table,
-                start_pos: 37,
-                n_tokens: 1,
-            },
-            AttnSeq {
-                blocks: &table,
-                start_pos: 13,
-                n_tokens: 18,
-            },
-        ];
+        let seqs = across_edges(&table);
         check_with(g, &p, 10, &seqs, 200 + i as u64);
     }
     // A cap without a window, and a scale other than 1/sqrt(head_dim).

@@ -108,7 +108,7 @@ fn from_hf(c: &HfConfig) -> Result<ModelSpec> {
         ));
     }
     let layers = spec.layers.len();
-    let rotary = rotary_layers(c, layers)?;
+    let rotary = super::smollm3::rotary_layers(c, layers)?;
     let temperature = match c.bool_or("attn_temperature_tuning", true)? {
         true => Some(QueryTemperature {
             scale: c.f64_opt("attn_scale")?.unwrap_or(0.1) as f32,
@@ -133,25 +133,6 @@ fn from_hf(c: &HfConfig) -> Result<ModelSpec> {
     let moe_layers = moe_layers(c, layers)?;
     with_experts(&mut spec, Some(moe), |i| moe_layers[i]);
     Ok(spec)
-}
-
-/// Which layers rotate: `no_rope_layers` (1 where a layer rotates), else
-/// all but every `no_rope_layer_interval`-th (transformers' default).
-fn rotary_layers(c: &HfConfig, layers: usize) -> Result<Vec<bool>> {
-    let listed = c.usizes("no_rope_layers")?;
-    if listed.is_empty() {
-        let step = c
-            .usize_or("no_rope_layer_interval", GGUF_NO_ROPE_STEP)?
-            .max(1);
-        return Ok((0..layers).map(|i| (i + 1) % step != 0).collect());
-    }
-    if listed.len() != layers {
-        return Err(Error::Config(format!(
-            "config.json no_rope_layers has {} entries for {layers} layers",
-            listed.len()
-        )));
-    }
-    Ok(listed.into_iter().map(|r| r != 0).collect())
 }
 
 /// Which layers have experts: `moe_layers`, else every

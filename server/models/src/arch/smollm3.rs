@@ -46,8 +46,9 @@ fn from_hf(c: &HfConfig) -> Result<ModelSpec> {
 }
 
 /// Which layers rotate: `no_rope_layers` (one 0/1 a layer), else every
-/// layer but each `no_rope_layer_interval`-th (transformers' default).
-fn rotary_layers(c: &HfConfig, layers: usize) -> Result<Vec<bool>> {
+/// layer but each `no_rope_layer_interval`-th (transformers' default;
+/// Llama 4's too).
+pub(super) fn rotary_layers(c: &HfConfig, layers: usize) -> Result<Vec<bool>> {
     let listed = c.usizes("no_rope_layers")?;
     if listed.is_empty() {
         let step = c.usize_opt("no_rope_layer_interval")?.unwrap_or(4);

@@ -300,3 +300,32 @@ fn an_adapter_of_a_mixture_s_experts_is_refused_by_layer_and_module() {
     write_peft(&at, &attn, &random_peft_of(&shapes, &attn));
     lora::load("b", &at, &shapes, 16).unwrap();
 }
+
+#[test]
+fn llama_4_s_adapter_on_its_pairs_rope_q_and_k_equals_its_merged_model() {
+    // Its checkpoints' q/k rows rotate in adjacent pairs and are regrouped
+    // into halves at load: a PEFT adapter's B of q and k must be regrouped
+    // alike. Its expert layers take no adapters: this one adapts attention.
+    let tmp = tempfile::tempdir().unwrap();
+    let (base, merged) = (tmp.path().join("base"), tmp.path().join("merged"));
+    copy_f32("llama4", &base, |_| {});
+    let mut m = open(&base, None);
+    let spec = LoraSpec {
+        targets: vec![Target::Q, Target::K, Target::V, Target::O],
+        ..LoraSpec::all(4, 47)
+    };
+    let (a, tensors) = adapter(&m, &tmp.path().join("a"), &spec, false);
+    let shapes = LoraShapes::of(m.decoder().spec());
+    copy_f32("llama4", &merged, |w| merge(w, &shapes, &spec, &tensors));
+    let ps = prompts(&m);
+    let with = logits(&mut m, &ps, &[Some(a), None]);
+    let want = logits(&mut open(&merged, None), &ps, &[]);
+    let d = max_diff(&with[0], &want[0]);
+    assert!(d < 2e-3, "llama4: adapter vs merged {d}");
+    let plain = logits(&mut m, &ps, &[]);
+    let moved = max_diff(&plain[0], &want[0]);
+    assert!(
+        moved > 1e-2,
+        "llama4: the adapter changed nothing ({moved})"
+    );
+}

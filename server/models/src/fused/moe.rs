@@ -151,16 +151,18 @@ impl MoeOp<'_> {
         let mut rows = Vec::new();
         for (e, cells) in d.active() {
             m.reads.record(e);
-            rows.clear();
-            rows.extend(cells.iter().map(|&c| d.token(c)));
             if m.spec.weights_input() {
                 s.scaled.clear();
                 for &c in cells {
                     let (row, w) = (&s.normed[d.token(c) * hidden..][..hidden], d.weight(c));
                     s.scaled.extend(row.iter().map(|v| v * w));
                 }
-                s.rows.quantize(&s.scaled, rows.len()).map_err(kernel_err)?;
+                s.rows
+                    .quantize(&s.scaled, cells.len())
+                    .map_err(kernel_err)?;
             } else {
+                rows.clear();
+                rows.extend(cells.iter().map(|&c| d.token(c)));
                 s.rows.gather(acts, &rows).map_err(kernel_err)?;
             }
             run_mlp(&m.experts[e], m.spec.intermediate, m.spec.activation, s)?;

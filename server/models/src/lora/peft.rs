@@ -170,16 +170,19 @@ pub fn load_peft(name: &str, dir: &Path, shapes: &LoraShapes) -> Result<LoraAdap
                 (Some((h, _)), Target::Q) | (Some((_, h)), Target::K) => Some(h),
                 _ => None,
             };
-            let regrouped = match heads {
-                Some(h) => Some(unpermute(part, rank, h).ok_or_else(|| {
-                    refuse(
-                        name,
-                        format!("{what}: {width} rows do not split into {h} heads"),
-                    )
-                })?),
-                None => None,
+            let regrouped;
+            let b = match heads {
+                Some(h) => {
+                    regrouped = unpermute(part, rank, h).ok_or_else(|| {
+                        refuse(
+                            name,
+                            format!("{what}: {width} rows do not split into {h} heads"),
+                        )
+                    })?;
+                    &regrouped[..]
+                }
+                None => part,
             };
-            let b = regrouped.as_deref().unwrap_or(part);
             let pair =
                 LoraPair::new(&a, b, rank, width, scale(&config, rank)).ok_or_else(|| {
                     refuse(name, format!("{what}: empty, or values past f16's range"))

@@ -11,8 +11,6 @@ pub struct Dispatch {
     top_k: usize,
     /// Per cell: its weight.
     weights: Vec<f32>,
-    /// Per cell: its expert.
-    expert_of: Vec<u32>,
     /// Per expert: where its cells start in `cells` (`experts + 1` entries).
     starts: Vec<usize>,
     /// Cells, expert after expert.
@@ -52,7 +50,6 @@ impl Dispatch {
         Dispatch {
             top_k: k,
             weights,
-            expert_of,
             starts,
             cells,
         }
@@ -80,11 +77,6 @@ impl Dispatch {
     /// The weight of cell `cell`.
     pub fn weight(&self, cell: u32) -> f32 {
         self.weights[cell as usize]
-    }
-
-    /// The expert of cell `cell`.
-    pub fn expert(&self, cell: u32) -> u32 {
-        self.expert_of[cell as usize]
     }
 
     /// The token of cell `cell`.

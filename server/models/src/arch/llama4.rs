@@ -173,6 +173,8 @@ fn from_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
         temperature: chunked.then_some(GGUF_TEMPERATURE),
     };
     with_sight(&mut spec, &rotary, sight);
+    // llama.cpp reads a nonzero `sliding_window` as these chunks, never as
+    // a window.
     for l in &mut spec.layers {
         if let Mixer::Attention(a) = &mut l.mixer {
             a.window = None;

@@ -8,9 +8,10 @@ and saved as sentence-transformers saves them (modules.json,
 - bert: BertModel with a WordPiece tokenizer ([CLS] ... [SEP]), CLS
   pooling, normalized; no Matryoshka dimensions.
 - bert_mean: the same kind of encoder, mean pooling, not normalized.
-- xlmr: XLMRobertaModel with a Unigram tokenizer (<s> ... </s>),
-  positions from pad_token_id + 1, one token type, mean pooling,
-  normalized.
+- xlmr: XLMRobertaModel with a SentencePiece Unigram tokenizer as
+  bge-m3's (<s> ... </s>, the `nmt_nfkc` normalization table; two more
+  texts that it changes), positions from pad_token_id + 1, one token
+  type, mean pooling, normalized.
 - nomic: NomicBertModel (nomic-embed-text v1.5's shape: RoPE, SwiGLU,
   post-LN, no linear biases) with the WordPiece tokenizer, mean pooling,
   normalized. transformers' own NomicBERT (5.x) computes the reference;
@@ -36,7 +37,8 @@ and saved as sentence-transformers saves them (modules.json,
 With `--llama-src` (scripts/reference-models --embeddings passes `peer-llama
 src`), BERT and NomicBERT are also written as the GGUF llama.cpp's converter
 makes of them (f32, so the same bar holds), `bert/model.gguf`,
-`nomic/model.gguf` and `embeddinggemma/model.gguf` (its Dense modules as
+`nomic/model.gguf`, `xlmr/model.gguf` (`bert` with a `t5` vocabulary and
+the compiled normalization table) and `embeddinggemma/model.gguf` (its Dense modules as
 `dense_2`/`dense_3`, the converter's `--sentence-transformers-dense-modules`). ModernBERT is not: the converter reads its vocabulary
 as GPT-2's BPE, and this one is WordPiece. `--only NAME...` remakes only
 those fixtures.
@@ -70,7 +72,6 @@ TEXTS = [
     "Count to five: one two three four five. Name three colors: red, green and blue.",
 ]
 BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-XLMR_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]
 
 
 def wordpiece() -> Tokenizer:
@@ -196,15 +197,42 @@ def nomic_layout(dir: pathlib.Path) -> None:
     (dir / "config.json").write_text(json.dumps(nomic, indent=2) + "\n")
 
 
-def modernbert_dir(dir: pathlib.Path, seed: int) -> None:
-    config = transformers.ModernBertConfig(
-        vocab_size=wordpiece().get_vocab_size(), hidden_size=64, num_hidden_layers=3,
-        num_attention_heads=4, intermediate_size=96, max_position_embeddings=64,
+def modernbert_tokenizer(dir: pathlib.Path) -> transformers.PreTrainedTokenizerFast:
+    """ModernBERT's kind of tokenizer: byte-level BPE (the fixtures' shared
+    one, its specials and BERT's) with [CLS] text [SEP], the pair [CLS] a
+    [SEP] b [SEP] (b's of type 1, which ModernBERT does not read); what
+    llama.cpp's converter reads as GPT-2's vocabulary."""
+    tok = bpe.build(extra=("[CLS]", "[SEP]", "[MASK]", "[UNK]"))
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+        pad_token="<pad>", mask_token="[MASK]", model_max_length=128,
+        model_input_names=["input_ids", "attention_mask"])
+    fast.save_pretrained(dir)
+    return fast
+
+
+def modernbert_config(tok, **over) -> transformers.ModernBertConfig:
+    """gte-modernbert's shape, tiny: alternating global and local layers (a
+    window of 8), two RoPE bases, GeGLU, bias-free norms."""
+    cls, sep = tok.convert_tokens_to_ids(["[CLS]", "[SEP]"])
+    return transformers.ModernBertConfig(
+        vocab_size=len(tok), hidden_size=64, num_hidden_layers=3,
+        num_attention_heads=4, intermediate_size=96, max_position_embeddings=128,
         global_attn_every_n_layers=2, local_attention=8, hidden_activation="gelu",
-        norm_eps=1e-5, norm_bias=False, pad_token_id=0, cls_token_id=2, sep_token_id=3,
-        bos_token_id=2, eos_token_id=3, classifier_pooling="cls",
+        norm_eps=1e-5, norm_bias=False, pad_token_id=0, cls_token_id=cls, sep_token_id=sep,
+        bos_token_id=cls, eos_token_id=sep,
         rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 160000.0},
-                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+        **over)
+
+
+def modernbert_dir(dir: pathlib.Path, seed: int) -> None:
+    tok = modernbert_tokenizer(dir)
+    config = modernbert_config(tok, classifier_pooling="cls")
     model = transformers.ModernBertModel(config)
     randomize(model, seed)
     # The longest text must reach past the local window, so the fixture
@@ -213,43 +241,44 @@ def modernbert_dir(dir: pathlib.Path, seed: int) -> None:
         **config.to_dict(), "layer_types": ["full_attention"] * config.num_hidden_layers})
     wide = transformers.ModernBertModel(everywhere)
     wide.load_state_dict(model.state_dict())
-    ids = torch.tensor([wordpiece().encode(TEXTS[2]).ids])
+    ids = torch.tensor([tok(TEXTS[2])["input_ids"]])
     gap = (model.eval()(ids).last_hidden_state - wide.eval()(ids).last_hidden_state).abs().max()
     if len(ids[0]) <= config.local_attention or gap < 1e-3:
         raise SystemExit(f"the local window is not exercised ({len(ids[0])} tokens, {gap})")
     model.save_pretrained(dir)
-    bert_tokenizer(dir, 64)
 
 
-def unigram() -> Tokenizer:
-    """A Unigram tokenizer as XLM-RoBERTa's: <s> text </s>, trained on the
-    corpus (a small vocabulary, so words split)."""
-    from tokenizers import models as tmodels, trainers
-    tok = Tokenizer(tmodels.Unigram())
-    tok.normalizer = normalizers.NFKC()
-    tok.pre_tokenizer = pre_tokenizers.Metaspace()
-    tok.decoder = decoders.Metaspace()
-    trainer = trainers.UnigramTrainer(vocab_size=120, special_tokens=XLMR_SPECIALS,
-                                      unk_token="<unk>")
-    tok.train_from_iterator(bpe.CORPUS + TEXTS, trainer)
-    tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+def xlmr_tokenizer(dir: pathlib.Path):
+    """XLM-RoBERTa's tokenizer as bge-m3 ships it: a SentencePiece Unigram
+    model (`sentencepiece.bpe.model`, trained on the corpus with
+    SentencePiece's own `nmt_nfkc` normalization, a small vocabulary so
+    words split) and the `tokenizer.json` transformers makes of it (the
+    compiled normalization table, <s> text </s>, fairseq's ids)."""
+    import io
+    import sentencepiece as spm
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(bpe.CORPUS + TEXTS), model_writer=buf, vocab_size=120,
+        model_type="unigram", normalization_rule_name="nmt_nfkc", character_coverage=1.0,
+        hard_vocab_limit=False, num_threads=1, minloglevel=2)
+    (dir / "sentencepiece.bpe.model").write_bytes(buf.getvalue())
+    (dir / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "XLMRobertaTokenizer", "model_max_length": 128}))
+    tok = transformers.AutoTokenizer.from_pretrained(dir)
+    tok.save_pretrained(dir)
     return tok
 
 
 def xlmr_dir(dir: pathlib.Path, seed: int) -> None:
-    tok = unigram()
+    tok = xlmr_tokenizer(dir)
     config = transformers.XLMRobertaConfig(
-        vocab_size=tok.get_vocab_size(), hidden_size=64, num_hidden_layers=2,
+        vocab_size=len(tok), hidden_size=64, num_hidden_layers=2,
         num_attention_heads=4, intermediate_size=128, max_position_embeddings=130,
         type_vocab_size=1, hidden_act="gelu", layer_norm_eps=1e-5, pad_token_id=1,
         bos_token_id=0, eos_token_id=2)
     model = transformers.XLMRobertaModel(config, add_pooling_layer=False)
     randomize(model, seed)
     model.save_pretrained(dir)
-    fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-        pad_token="<pad>", cls_token="<s>", sep_token="</s>", model_max_length=128)
-    fast.save_pretrained(dir)
 
 
 def qwen3_dir(dir: pathlib.Path, seed: int) -> None:
@@ -343,11 +372,11 @@ def sentence_model(dir: pathlib.Path, pooling: str, normalize: bool, dense=(),
     return SentenceTransformer(modules=mods, device="cpu", prompts=prompts)
 
 
-def vectors(model: SentenceTransformer, prompt_name=None) -> list:
+def vectors(model: SentenceTransformer, texts: list, prompt_name=None) -> list:
     # One text a call, so padding never enters; the server's batching is
     # checked against these.
     out = []
-    for t in TEXTS:
+    for t in texts:
         e = model.encode([t], convert_to_tensor=True, normalize_embeddings=False,
                          prompt_name=prompt_name)[0]
         out.append([round(float(x), 7) for x in e.float()])
@@ -373,16 +402,18 @@ def build(name: str, make, pooling: str, normalize: bool, dims: list, seed: int,
     model.save(str(dir))
     # sentence-transformers' generated model card: nothing the server reads.
     (dir / "README.md").unlink(missing_ok=True)
-    raw = vectors(without_normalize(dir) if prompts else sentence_model(dir, pooling, False))
-    ref = {"family": name, "pooling": pooling, "normalize": normalize, "texts": TEXTS,
-           "tokens": [model.tokenizer(t)["input_ids"] for t in TEXTS],
-           "embeddings": vectors(model), "raw": raw,
+    texts = TEXTS + MORE_TEXTS.get(name, [])
+    raw = vectors(without_normalize(dir) if prompts else sentence_model(dir, pooling, False),
+                  texts)
+    ref = {"family": name, "pooling": pooling, "normalize": normalize, "texts": texts,
+           "tokens": [model.tokenizer(t)["input_ids"] for t in texts],
+           "embeddings": vectors(model, texts), "raw": raw,
            "torch": torch.__version__, "transformers": transformers.__version__}
     if prompts:
         # Each prompt before each text, as sentence-transformers encodes it.
         ref["prompts"] = {p: {"tokens": [model.tokenizer(prompts[p] + t)["input_ids"]
-                                         for t in TEXTS],
-                              "embeddings": vectors(model, p)} for p in prompts}
+                                         for t in texts],
+                              "embeddings": vectors(model, texts, p)} for p in prompts}
     if dims:
         ref["dimensions"] = {str(d): [normed(v[:d]) for v in raw] for d in dims}
     (dir / "reference.json").write_text(json.dumps(ref, indent=1) + "\n")
@@ -390,6 +421,10 @@ def build(name: str, make, pooling: str, normalize: bool, dims: list, seed: int,
         layout(dir)
     return ref
 
+
+# Texts some fixtures also encode: for XLM-RoBERTa, what its normalization
+# table changes (full-width letters, a ligature, tabs, runs of spaces).
+MORE_TEXTS = {"xlmr": ["  Ｒｅｄ,\tgreen  and\nblue: ﬁve  ", "ＦＲＡＮＣＥ ① ＜ ½"]}
 
 # The modules after pooling (a function of the seed) and the prompts of
 # the fixtures that have them.
@@ -432,7 +467,7 @@ def main() -> int:
         "embeddinggemma": (gemma_dir, "mean", True, [16, 32], 2008, None),
     }
     # What llama.cpp's converter also writes as GGUF.
-    gguf = ["bert", "nomic", "embeddinggemma"]
+    gguf = ["bert", "nomic", "embeddinggemma", "xlmr", "modernbert"]
     for name in a.only or fixtures:
         make, pooling, norm, dims, seed, layout = fixtures[name]
         torch.manual_seed(0)

@@ -29,7 +29,10 @@ reference's tokens are the ones CrossEncoder feeds the model). With
 `--llama-src`, qwen3_rerank is also written as the GGUF llama.cpp's
 converter makes of it (qwen3_rerank/model.gguf, f32: pooling type `rank`,
 its "yes" and "no" rows as the classifier `cls.output`), and so is
-bert_rerank (bert_rerank/model.gguf: the converter drops its pooler). `--only NAME...`
+bert_rerank (bert_rerank/model.gguf: the converter drops its pooler), and
+xlmr_rerank (xlmr_rerank/model.gguf: pooling type `rank`, its head as
+`cls`/`cls.output`, the `t5` vocabulary, the pair `<s> a </s></s> b </s>`
+from the file's BOS, EOS and separator). `--only NAME...`
 remakes only those fixtures."""
 
 import argparse
@@ -45,7 +48,8 @@ import transformers
 from sentence_transformers import CrossEncoder
 
 import tokenizer as bpe
-from embeddings import OUT, nomic_layout, randomize, unigram, wordpiece
+from embeddings import (OUT, modernbert_config, modernbert_tokenizer, nomic_layout, randomize,
+                        wordpiece, xlmr_tokenizer)
 
 QUERY = "Name three colors."
 DOCUMENTS = [
@@ -76,19 +80,15 @@ def xlmr_cross_encoder_dir(dir: pathlib.Path, seed: int) -> None:
     """bge-reranker's kind: XLMRobertaForSequenceClassification, whose head
     is classifier.dense, tanh and classifier.out_proj on <s> (no pooler);
     a pair is <s> a </s></s> b </s>, every token of type 0."""
-    tok = unigram()
+    tok = xlmr_tokenizer(dir)
     config = transformers.XLMRobertaConfig(
-        vocab_size=tok.get_vocab_size(), hidden_size=64, num_hidden_layers=2,
+        vocab_size=len(tok), hidden_size=64, num_hidden_layers=2,
         num_attention_heads=4, intermediate_size=128, max_position_embeddings=130,
         type_vocab_size=1, hidden_act="gelu", layer_norm_eps=1e-5, pad_token_id=1,
         bos_token_id=0, eos_token_id=2, num_labels=1)
     model = transformers.XLMRobertaForSequenceClassification(config)
     randomize(model, seed)
     model.save_pretrained(dir)
-    fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-        pad_token="<pad>", cls_token="<s>", sep_token="</s>", model_max_length=128)
-    fast.save_pretrained(dir)
 
 
 def qwen3_cross_encoder_dir(dir: pathlib.Path, seed: int) -> None:
@@ -129,19 +129,12 @@ def modernbert_cross_encoder_dir(dir: pathlib.Path, seed: int) -> None:
     pooling by the mean (`classifier_pooling`), its head `head.dense` (no
     bias), GELU, `head.norm` (no bias), then `classifier`; a local window of
     8 so the pairs slide; no token types."""
-    config = transformers.ModernBertConfig(
-        vocab_size=wordpiece().get_vocab_size(), hidden_size=64, num_hidden_layers=3,
-        num_attention_heads=4, intermediate_size=96, max_position_embeddings=64,
-        global_attn_every_n_layers=2, local_attention=8, hidden_activation="gelu",
-        norm_eps=1e-5, norm_bias=False, pad_token_id=0, cls_token_id=2, sep_token_id=3,
-        bos_token_id=2, eos_token_id=3, classifier_pooling="mean",
-        classifier_activation="gelu", classifier_bias=False, num_labels=1,
-        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 160000.0},
-                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
+    config = modernbert_config(modernbert_tokenizer(dir), classifier_pooling="mean",
+                               classifier_activation="gelu", classifier_bias=False,
+                               num_labels=1)
     model = transformers.ModernBertForSequenceClassification(config)
     randomize(model, seed)
     model.save_pretrained(dir)
-    wordpiece_pair_tokenizer(dir, ["input_ids", "attention_mask"])
 
 
 def nomic_cross_encoder_dir(dir: pathlib.Path, seed: int) -> None:
@@ -327,8 +320,9 @@ def main() -> int:
             raise SystemExit(f"no fixture {name} ({', '.join(fixtures)})")
         fixtures[name]()
     # What llama.cpp's converter also writes as GGUF: the Qwen3-Reranker,
-    # and a BERT cross-encoder without its pooler (refused).
-    for name in ["qwen3_rerank", "bert_rerank"]:
+    # a BERT cross-encoder without its pooler (refused), and bge-reranker's
+    # kind (its head as `cls` and `cls.output`).
+    for name in ["qwen3_rerank", "bert_rerank", "xlmr_rerank", "modernbert_rerank"]:
         if args.llama_src and name in (only or fixtures):
             convert_reranker(args.llama_src, name)
     return 0

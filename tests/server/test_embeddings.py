@@ -25,11 +25,12 @@ from conftest import MODEL_NAME, Server, model_path, server_bin
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "server" / "models" / "testdata" / "embeddings"
-# Each fixture's folder (its safetensors), and BERT's, NomicBERT's and
-# EmbeddingGemma's GGUF (llama.cpp's converter's), checked against the same
-# reference.
-NAMES = ["bert", "bert/model.gguf", "bert_mean", "qwen3_embed", "xlmr", "nomic",
-         "nomic/model.gguf", "modernbert", "embeddinggemma", "embeddinggemma/model.gguf"]
+# Each fixture's folder (its safetensors), and BERT's, XLM-RoBERTa's,
+# NomicBERT's, ModernBERT's and EmbeddingGemma's GGUF (llama.cpp's
+# converter's), checked against the same reference.
+NAMES = ["bert", "bert/model.gguf", "bert_mean", "qwen3_embed", "xlmr", "xlmr/model.gguf",
+         "nomic", "nomic/model.gguf", "modernbert", "modernbert/model.gguf", "embeddinggemma",
+         "embeddinggemma/model.gguf"]
 # The accuracy bar, float32.
 COSINE, ELEMENT = 0.99999, 1e-4
 

@@ -1,5 +1,6 @@
 """The tiny cross-encoders (server/models/testdata/embeddings/bert_rerank,
-xlmr_rerank, modernbert_rerank, nomic_rerank, and qwen3_cls and
+xlmr_rerank and modernbert_rerank (and llama.cpp's GGUF of both),
+nomic_rerank, and qwen3_cls and
 qwen3_cls_chat, a decoder's head with the tokenizer's pair or with its chat
 template's, written by sentence-transformers' CrossEncoder) and the
 decoder reranker (qwen3_rerank: P("yes") as Qwen3-Reranker's card computes
@@ -29,6 +30,9 @@ ELEMENT = 1e-4
 SERVED = {
     "bert_rerank": ["--max-batch-tokens", "64"],
     "xlmr_rerank": ["--max-batch-tokens", "64"],
+    # llama.cpp's GGUF of bge-reranker's kind: its classifier labels say it
+    # scores; the pair is the file's BOS, EOS and separator.
+    "xlmr_rerank/model.gguf": ["--max-batch-tokens", "64"],
     "qwen3_rerank": ["--task", "score", "--max-batch-tokens", "1024", "--max-model-len", "320"],
     # llama.cpp's GGUF of it: pooling type `rank` says it scores, with no
     # --task; its classifier is the "yes" and "no" rows.
@@ -38,6 +42,8 @@ SERVED = {
     # ModernBERT's head on the mean of the states, NomicBERT's pooler on
     # [CLS] (nomic is trained for 2,048 positions: held to 64 here).
     "modernbert_rerank": ["--max-batch-tokens", "64"],
+    # Its GGUF: the head's pooling from `classifier.pooling_type`.
+    "modernbert_rerank/model.gguf": ["--max-batch-tokens", "64"],
     "nomic_rerank": ["--max-batch-tokens", "64", "--max-model-len", "64"],
     # A decoder cross-encoder whose chat template carries the pair (a query
     # and a document message, as sentence-transformers 6 renders it).
@@ -65,9 +71,11 @@ def post(s, path, body):
 
 # How each cross-encoder pools before its head: an encoder's first token
 # (ModernBERT's as its `classifier_pooling` says), a decoder's last.
-HEAD_POOLING = {"bert_rerank": "cls", "xlmr_rerank": "cls", "qwen3_rerank": "last",
+HEAD_POOLING = {"bert_rerank": "cls", "xlmr_rerank": "cls", "xlmr_rerank/model.gguf": "cls",
+                "qwen3_rerank": "last",
                 "qwen3_rerank/model.gguf": "last",
-                "qwen3_cls": "last", "modernbert_rerank": "mean", "nomic_rerank": "cls",
+                "qwen3_cls": "last", "modernbert_rerank": "mean",
+                "modernbert_rerank/model.gguf": "mean", "nomic_rerank": "cls",
                 "qwen3_cls_chat": "last"}
 
 

@@ -37,7 +37,8 @@ const GPT4O_SPLIT: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\
 /// The tokenizer part of a GGUF file's metadata, as plain data.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GgufVocab {
-    /// `tokenizer.ggml.model`: `"gpt2"` (byte-level BPE) or `"llama"` (SentencePiece).
+    /// `tokenizer.ggml.model`: `"gpt2"` (byte-level BPE), `"llama"`
+    /// (SentencePiece BPE), `"bert"` (WordPiece) or `"t5"` (Unigram).
     pub model: String,
     /// `tokenizer.ggml.pre`: names the pre-tokenizer regex of a gpt2 vocabulary.
     pub pre: Option<String>,
@@ -63,6 +64,16 @@ pub struct GgufVocab {
     pub add_bos: Option<bool>,
     /// `tokenizer.ggml.add_eos_token`.
     pub add_eos: Option<bool>,
+    /// `tokenizer.ggml.seperator_token_id` (llama.cpp's spelling).
+    pub sep_id: Option<u32>,
+    /// `tokenizer.ggml.add_sep_token`: a separator between a pair's texts.
+    pub add_sep: Option<bool>,
+    /// `tokenizer.ggml.precompiled_charsmap`: SentencePiece's normalization.
+    pub precompiled_charsmap: Option<Vec<u8>>,
+    /// `tokenizer.ggml.add_space_prefix`: a `▁` before the text.
+    pub add_space_prefix: Option<bool>,
+    /// `tokenizer.ggml.remove_extra_whitespaces`: ends stripped, runs merged.
+    pub remove_extra_whitespaces: Option<bool>,
 }
 
 impl GgufVocab {
@@ -106,6 +117,7 @@ impl GgufVocab {
             self.unk_id,
             self.eot_id,
             self.eom_id,
+            self.sep_id,
         ];
         if let Some(bad) = ids.into_iter().flatten().find(|&i| i as usize >= n) {
             return Err(Error::InvalidVocab(format!(

@@ -19,6 +19,7 @@ pub mod chat_template;
 pub mod detokenizer;
 pub mod end_of_generation;
 pub mod error;
+mod gguf_unigram;
 pub mod gguf_vocab;
 mod gguf_wordpiece;
 pub mod kv_events;

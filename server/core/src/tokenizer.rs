@@ -25,6 +25,9 @@ struct GgufSpecials {
     eos: Option<u32>,
     add_bos: bool,
     add_eos: bool,
+    /// Put between a pair's texts after the first's EOS (XLM-RoBERTa's
+    /// second `</s>`).
+    sep: Option<u32>,
 }
 
 fn tk_err(e: impl std::fmt::Display) -> Error {
@@ -75,6 +78,7 @@ impl Tokenizer {
                 t
             }
             "bert" => crate::gguf_wordpiece::tokenizer(vocab)?,
+            "t5" => crate::gguf_unigram::tokenizer(vocab)?,
             other => return Err(Error::UnsupportedVocab(other.to_string())),
         };
         inner
@@ -87,6 +91,7 @@ impl Tokenizer {
                 eos: vocab.eos_id,
                 add_bos: vocab.adds_bos(),
                 add_eos: vocab.add_eos.unwrap_or(false),
+                sep: vocab.sep_id.filter(|_| vocab.add_sep == Some(true)),
             }),
             bos: vocab.token(vocab.bos_id).map(str::to_string),
             eos: vocab.token(vocab.eos_id).map(str::to_string),
@@ -161,10 +166,22 @@ impl Tokenizer {
 
     /// A pair of texts as one sequence (a cross-encoder's query and
     /// document) by the tokenizer's pair template (BERT's `[CLS] a [SEP] b
-    /// [SEP]`), with each id's token type (the second text's are 1). A
-    /// tokenizer with no pair template of its own (a GGUF one) is refused.
+    /// [SEP]`), with each id's token type (the second text's are 1). A GGUF
+    /// vocabulary's pair is llama.cpp's: BOS, a, EOS, the separator where
+    /// the file adds one, b, EOS, every token of type 0 (XLM-RoBERTa's
+    /// `<s> a </s></s> b </s>`). A tokenizer with neither is refused.
     pub fn encode_pair(&self, a: &str, b: &str) -> Result<(Vec<u32>, Vec<u32>), Error> {
-        if self.specials.is_some() || self.inner.get_post_processor().is_none() {
+        if let Some(s) = self.specials {
+            let eos = s.eos.filter(|_| s.add_eos);
+            let mut ids: Vec<u32> = s.bos.filter(|_| s.add_bos).into_iter().collect();
+            ids.extend(self.encode(a, false)?);
+            ids.extend(eos.into_iter().chain(s.sep));
+            ids.extend(self.encode(b, false)?);
+            ids.extend(eos);
+            let types = vec![0; ids.len()];
+            return Ok((ids, types));
+        }
+        if self.inner.get_post_processor().is_none() {
             return Err(Error::Tokenizer(
                 "the tokenizer has no template for a pair of texts".into(),
             ));

@@ -16,7 +16,7 @@ use crate::holding::device_kind;
 use crate::pooling::activation::ModuleActivation;
 use crate::pooling::config::PoolingFiles;
 use crate::pooling::head::{ScoreHead, score_activation};
-use crate::pooling::head_layout::HeadSpec;
+use crate::pooling::head_layout::{HeadSpec, gguf_head_config};
 use crate::pooling::{Pooling, PoolingMethod};
 use crate::safetensors::{self as st, SafetensorsSource, safetensors_files};
 use crate::spec::{KvGroup, ModelSpec};
@@ -257,7 +257,10 @@ impl Source {
                 })?;
                 (score_activation(dir)?, Some(HfConfig::parse(&text)?))
             }
-            Source::Gguf(_) => (ModuleActivation::Sigmoid, None),
+            Source::Gguf(g) => (
+                ModuleActivation::Sigmoid,
+                Some(with_metadata(g, gguf_head_config)?),
+            ),
         };
         let spec = self.spec()?;
         let encoder = !spec.keeps_cache();
@@ -312,14 +315,7 @@ impl Source {
     /// modules in a directory, GGUF's `pooling_type`.
     pub fn pooling_files(&self) -> Result<PoolingFiles> {
         match self {
-            Source::Gguf(g) => {
-                let arch = crate::config::md_string(g.metadata(), "general.architecture")?;
-                let md = crate::config::Metadata {
-                    md: g.metadata(),
-                    arch: &arch,
-                };
-                crate::pooling::config::from_gguf(&md)
-            }
+            Source::Gguf(g) => with_metadata(g, crate::pooling::config::from_gguf),
             Source::Dir { dir, .. } => crate::pooling::config::from_dir(dir),
         }
     }
@@ -373,4 +369,16 @@ impl Source {
             }
         }
     }
+}
+
+/// `f` of a GGUF's metadata, read with its architecture's key prefix.
+fn with_metadata<T>(
+    g: &GgufSource,
+    f: impl FnOnce(&crate::config::Metadata<'_>) -> Result<T>,
+) -> Result<T> {
+    let arch = crate::config::md_string(g.metadata(), "general.architecture")?;
+    f(&crate::config::Metadata {
+        md: g.metadata(),
+        arch: &arch,
+    })
 }

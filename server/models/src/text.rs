@@ -43,11 +43,32 @@ fn md_strings(md: &HashMap<String, Value>, key: &str) -> Result<Option<Vec<Strin
         .map(Some)
 }
 
+/// SentencePiece's normalization table, an array of bytes (llama.cpp
+/// accepts `u8` or `i8` items).
+fn charsmap(md: &HashMap<String, Value>) -> Result<Option<Vec<u8>>> {
+    const KEY: &str = "tokenizer.ggml.precompiled_charsmap";
+    let Some(v) = md.get(KEY) else {
+        return Ok(None);
+    };
+    let bad = || Error::Config(format!("{KEY} is not an array of bytes"));
+    v.to_vec()
+        .map_err(|_| bad())?
+        .iter()
+        .map(|b| match b {
+            Value::U8(b) => Ok(*b),
+            Value::I8(b) => Ok(*b as u8),
+            _ => Err(bad()),
+        })
+        .collect::<Result<Vec<u8>>>()
+        .map(Some)
+}
+
 /// Reads the `tokenizer.ggml.*` keys.
 pub fn gguf_vocab(md: &HashMap<String, Value>) -> Result<GgufVocab> {
     let numbers = |key: &str, f: fn(&Value) -> Option<f64>| -> Option<Vec<f64>> {
         md.get(key)?.to_vec().ok()?.iter().map(f).collect()
     };
+    let flag = |key: &str| md.get(key).and_then(|v| v.to_bool().ok());
     Ok(GgufVocab {
         model: md_string(md, "tokenizer.ggml.model")?,
         pre: md_string(md, "tokenizer.ggml.pre").ok(),
@@ -65,12 +86,13 @@ pub fn gguf_vocab(md: &HashMap<String, Value>) -> Result<GgufVocab> {
         unk_id: md_u32(md, "tokenizer.ggml.unknown_token_id"),
         eot_id: md_u32(md, "tokenizer.ggml.eot_token_id"),
         eom_id: md_u32(md, "tokenizer.ggml.eom_token_id"),
-        add_bos: md
-            .get("tokenizer.ggml.add_bos_token")
-            .and_then(|v| v.to_bool().ok()),
-        add_eos: md
-            .get("tokenizer.ggml.add_eos_token")
-            .and_then(|v| v.to_bool().ok()),
+        add_bos: flag("tokenizer.ggml.add_bos_token"),
+        add_eos: flag("tokenizer.ggml.add_eos_token"),
+        sep_id: md_u32(md, "tokenizer.ggml.seperator_token_id"),
+        add_sep: flag("tokenizer.ggml.add_sep_token"),
+        precompiled_charsmap: charsmap(md)?,
+        add_space_prefix: flag("tokenizer.ggml.add_space_prefix"),
+        remove_extra_whitespaces: flag("tokenizer.ggml.remove_extra_whitespaces"),
     })
 }
 

@@ -79,5 +79,6 @@ pub fn vocab(md: &HashMap<String, Meta>) -> GgufVocab {
         eom_id: id(md, &k("eom_token_id")),
         add_bos: flag(md, &k("add_bos_token")),
         add_eos: flag(md, &k("add_eos_token")),
+        ..GgufVocab::default()
     }
 }

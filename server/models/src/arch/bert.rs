@@ -4,7 +4,7 @@
 //! MLP with biases, no final norm; pooled, never sampled.
 
 use super::{Family, HfExperts, Shape};
-use crate::config::{HfConfig, Metadata};
+use crate::config::{HfConfig, Metadata, md_usize};
 use crate::error::{Error, Result};
 use crate::spec::{
     Activation, AttentionSpec, EncoderSpec, FeedForward, InputSpec, LayerSpec, Mixer, ModelSpec,
@@ -186,15 +186,23 @@ fn xlmr_from_hf(c: &HfConfig) -> Result<ModelSpec> {
 
 fn xlmr_from_gguf(_: &Metadata<'_>) -> Result<ModelSpec> {
     Err(Error::Config(
-        "XLM-RoBERTa from GGUF is not served (llama.cpp writes it as `bert`)".into(),
+        "XLM-RoBERTa from GGUF is read as `bert`, the architecture llama.cpp writes".into(),
     ))
 }
 
+/// BERT, and XLM-RoBERTa as llama.cpp's converter writes it: `bert` with
+/// its position rows from `pad_token_id + 1` cut off (so positions count
+/// from 0 here) and one token type.
 fn from_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
     let shape = Shape::gguf(m)?;
     let eps = f64::from(m.f32_opt("attention.layer_norm_epsilon")?.unwrap_or(1e-12));
-    // llama.cpp writes no type count; its converter keeps BERT's two rows.
-    Ok(encoder("bert", shape, (eps, 2, 0), Activation::Gelu))
+    // The type count is the vocabulary's; a file without one has BERT's two.
+    const TYPES: &str = "tokenizer.ggml.token_type_count";
+    let types = match m.md.contains_key(TYPES) {
+        true => md_usize(m.md, TYPES)?,
+        false => 2,
+    };
+    Ok(encoder("bert", shape, (eps, types, 0), Activation::Gelu))
 }
 
 #[cfg(test)]

@@ -104,17 +104,20 @@ impl ScoreHead {
         let out_w = src.small("cls.output.weight", &[1, hidden], device)?;
         let out_bias = spec.out_bias || src.has("cls.output.bias");
         let out_b = vector_or_zeros(src, ("cls.output.bias", 1), out_bias, device)?;
+        // A GGUF says nothing of the biases but holds them or not.
+        let dense_bias = spec.dense_bias || src.has("cls.bias");
+        let norm_bias = spec.norm_bias || src.has("cls.norm.bias");
         let dense = match spec.transform {
             HeadTransform::Linear => None,
             _ => Some((
                 src.small("cls.weight", &[hidden, hidden], device)?,
-                vector_or_zeros(src, ("cls.bias", hidden), spec.dense_bias, device)?,
+                vector_or_zeros(src, ("cls.bias", hidden), dense_bias, device)?,
             )),
         };
         let norm = match spec.transform {
             HeadTransform::Prediction { .. } => Some((
                 src.vector("cls.norm.weight", hidden, device)?,
-                vector_or_zeros(src, ("cls.norm.bias", hidden), spec.norm_bias, device)?,
+                vector_or_zeros(src, ("cls.norm.bias", hidden), norm_bias, device)?,
             )),
             _ => None,
         };

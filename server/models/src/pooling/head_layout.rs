@@ -14,7 +14,7 @@
 //! - a decoder (`Qwen3ForSequenceClassification`): `score` alone on the last
 //!   token.
 
-use crate::config::HfConfig;
+use crate::config::{HfConfig, Metadata};
 use crate::error::{Error, Result};
 use crate::pooling::PoolingMethod;
 use crate::spec::Activation;
@@ -178,6 +178,24 @@ impl HeadSpec {
             },
         })
     }
+}
+
+/// The head settings a GGUF carries, as the `config.json` keys they come
+/// from: llama.cpp's converter writes ModernBERT's `classifier_pooling` as
+/// `{arch}.classifier.pooling_type` (1 mean, 2 cls); the rest are
+/// transformers' defaults.
+pub fn gguf_head_config(md: &Metadata<'_>) -> Result<HfConfig> {
+    let pooling = match md.usize_opt("classifier.pooling_type")? {
+        None => None,
+        Some(1) => Some("mean"),
+        Some(2) => Some("cls"),
+        Some(n) => {
+            return Err(Error::Config(format!(
+                "classifier.pooling_type {n} is not served (1 mean, 2 cls)"
+            )));
+        }
+    };
+    HfConfig::parse(&serde_json::json!({ "classifier_pooling": pooling }).to_string())
 }
 
 /// ModernBERT's `classifier_pooling`: the first token's state, or the mean

@@ -21,8 +21,8 @@ and saved as sentence-transformers saves them (modules.json,
   transformers' own renaming of that layout to check the rewrite.
 - modernbert: ModernBertModel (gte-modernbert's shape: alternating global
   and local attention, a local window of 8 so the longer texts slide, two
-  RoPE bases, GeGLU, bias-free pre-LN) with the WordPiece tokenizer, CLS
-  pooling, normalized.
+  RoPE bases, GeGLU, bias-free pre-LN) with a byte-level BPE tokenizer
+  as ModernBERT's ([CLS] ... [SEP]), CLS pooling, normalized.
 - qwen3_embed: a Qwen3 decoder (Qwen3Model, no `model.` prefix, as
   Qwen3-Embedding ships), <|endoftext|> appended by the tokenizer,
   last-token pooling, normalized, Matryoshka dimensions 16 and 32.
@@ -35,13 +35,13 @@ and saved as sentence-transformers saves them (modules.json,
   reference's `prompts` too.
 
 With `--llama-src` (scripts/reference-models --embeddings passes `peer-llama
-src`), BERT and NomicBERT are also written as the GGUF llama.cpp's converter
-makes of them (f32, so the same bar holds), `bert/model.gguf`,
-`nomic/model.gguf`, `xlmr/model.gguf` (`bert` with a `t5` vocabulary and
-the compiled normalization table) and `embeddinggemma/model.gguf` (its Dense modules as
-`dense_2`/`dense_3`, the converter's `--sentence-transformers-dense-modules`). ModernBERT is not: the converter reads its vocabulary
-as GPT-2's BPE, and this one is WordPiece. `--only NAME...` remakes only
-those fixtures.
+src`), five are also written as the GGUF llama.cpp's converter makes of
+them (f32, so the same bar holds): `bert/model.gguf`, `nomic/model.gguf`,
+`xlmr/model.gguf` (`bert` with a `t5` vocabulary and the compiled
+normalization table), `modernbert/model.gguf` and
+`embeddinggemma/model.gguf` (its Dense modules as `dense_2`/`dense_3`, the
+converter's `--sentence-transformers-dense-modules`). `--only NAME...`
+remakes only those fixtures.
 
 Each reference has `embeddings` (what the model outputs), `raw` (pooled and
 through any Dense modules, before the Normalize module) and, for a Matryoshka model, `dimensions`: each

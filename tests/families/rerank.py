@@ -29,11 +29,13 @@ reference's tokens are the ones CrossEncoder feeds the model). With
 `--llama-src`, qwen3_rerank is also written as the GGUF llama.cpp's
 converter makes of it (qwen3_rerank/model.gguf, f32: pooling type `rank`,
 its "yes" and "no" rows as the classifier `cls.output`), and so is
-bert_rerank (bert_rerank/model.gguf: the converter drops its pooler), and
-xlmr_rerank (xlmr_rerank/model.gguf: pooling type `rank`, its head as
-`cls`/`cls.output`, the `t5` vocabulary, the pair `<s> a </s></s> b </s>`
-from the file's BOS, EOS and separator). `--only NAME...`
-remakes only those fixtures."""
+bert_rerank (bert_rerank/model.gguf: the converter drops its pooler),
+xlmr_rerank (xlmr_rerank/model.gguf: no pooling type but the classifier's
+labels, its head as `cls`/`cls.output`, the `t5` vocabulary, the pair
+`<s> a </s></s> b </s>` from the file's BOS, EOS and separator) and
+modernbert_rerank (modernbert_rerank/model.gguf: its head as `cls`,
+`cls.norm`, `cls.output`, the mean as `classifier.pooling_type`).
+`--only NAME...` remakes only those fixtures."""
 
 import argparse
 import json

@@ -12,7 +12,12 @@ prints texts per second (best and median).
 With `--gguf LLAMA_SRC`, writes the same model as GGUF instead (llama.cpp's
 converter, f16, then its llama-quantize to Q8_0 from `--peer`'s build) into
 models/bench/bgebase-{f16,Q8_0}.gguf for scripts/bench-embeddings, and
-exits."""
+exits; with `--reranker` too, a cross-encoder of bge-reranker-base's
+geometry instead (XLMRobertaForSequenceClassification: 12 layers, 768
+wide, 12 heads, 3072 MLP; random weights, a SentencePiece Unigram
+vocabulary trained on the benchmark's words, so each is a piece or two)
+into models/bench/bgereranker-{f16,Q8_0}.gguf, for `scripts/bench-embeddings
+--rerank`."""
 
 import argparse
 import os
@@ -29,9 +34,12 @@ import torch
 import transformers
 from sentence_transformers import SentenceTransformer, models
 
-from embeddings import randomize, wordpiece
+from embeddings import randomize, wordpiece, xlmr_tokenizer
 
 DIR = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / "ferrox-bench-bge-base"
+RERANKER = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / "ferrox-bench-bge-reranker-base"
+WORDS = ("the capital of france is paris a sliding window keeps only the last few "
+         "positions of the sequence name three colors red green and blue").split()
 
 
 def make_model() -> None:
@@ -54,14 +62,29 @@ def make_model() -> None:
     st.save(str(DIR))
 
 
-def write_gguf(llama_src: str, peer: str) -> None:
+def make_reranker() -> None:
+    if (RERANKER / "config.json").exists():
+        return
+    RERANKER.mkdir(parents=True, exist_ok=True)
+    tok = xlmr_tokenizer(RERANKER, corpus=[" ".join(WORDS)] * 8 + texts(64), vocab=200)
+    config = transformers.XLMRobertaConfig(
+        vocab_size=len(tok), hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+        intermediate_size=3072, max_position_embeddings=514, type_vocab_size=1,
+        hidden_act="gelu", layer_norm_eps=1e-5, pad_token_id=1, bos_token_id=0,
+        eos_token_id=2, num_labels=1)
+    model = transformers.XLMRobertaForSequenceClassification(config)
+    randomize(model, 8)
+    model.save_pretrained(RERANKER)
+
+
+def write_gguf(llama_src: str, peer: str, src: pathlib.Path, name: str) -> None:
     here = pathlib.Path(__file__).resolve().parent
     out = here.parents[1] / "models" / "bench"
     out.mkdir(parents=True, exist_ok=True)
-    f16, q8 = out / "bgebase-f16.gguf", out / "bgebase-Q8_0.gguf"
+    f16, q8 = out / f"{name}-f16.gguf", out / f"{name}-Q8_0.gguf"
     if not f16.exists():
-        subprocess.run([sys.executable, str(here / "convert.py"), llama_src, str(DIR), "--outfile",
-                        str(f16), "--outtype", "f16", "--model-name", "ferrox bench bge-base"],
+        subprocess.run([sys.executable, str(here / "convert.py"), llama_src, str(src), "--outfile",
+                        str(f16), "--outtype", "f16", "--model-name", f"ferrox bench {name}"],
                        check=True)
     if not q8.exists():
         subprocess.run([peer, "quantize", str(f16), str(q8), "Q8_0"], check=True,
@@ -70,10 +93,8 @@ def write_gguf(llama_src: str, peer: str) -> None:
 
 
 def texts(n: int) -> list:
-    words = ("the capital of france is paris a sliding window keeps only the last few "
-             "positions of the sequence name three colors red green and blue").split()
     # 20 to 60 words each (about 60 to 180 WordPiece tokens).
-    return [" ".join(words[(i * 7 + j) % len(words)] for j in range(20 + (i * 13) % 41))
+    return [" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(20 + (i * 13) % 41))
             for i in range(n)]
 
 
@@ -112,11 +133,17 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--texts", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--reranker", action="store_true",
+                   help="with --gguf: the bge-reranker-base-shaped cross-encoder")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
+    if a.gguf and a.reranker:
+        make_reranker()
+        write_gguf(a.gguf, a.peer, RERANKER, "bgereranker")
+        return 0
     make_model()
     if a.gguf:
-        write_gguf(a.gguf, a.peer)
+        write_gguf(a.gguf, a.peer, DIR, "bgebase")
         return 0
     if not a.server:
         p.error("--server or --gguf is required")

@@ -248,17 +248,18 @@ def modernbert_dir(dir: pathlib.Path, seed: int) -> None:
     model.save_pretrained(dir)
 
 
-def xlmr_tokenizer(dir: pathlib.Path):
+def xlmr_tokenizer(dir: pathlib.Path, corpus=None, vocab=120):
     """XLM-RoBERTa's tokenizer as bge-m3 ships it: a SentencePiece Unigram
-    model (`sentencepiece.bpe.model`, trained on the corpus with
-    SentencePiece's own `nmt_nfkc` normalization, a small vocabulary so
-    words split) and the `tokenizer.json` transformers makes of it (the
-    compiled normalization table, <s> text </s>, fairseq's ids)."""
+    model (`sentencepiece.bpe.model`, trained on `corpus`, by default the
+    fixtures', with SentencePiece's own `nmt_nfkc` normalization; a small
+    vocabulary, so words split) and the `tokenizer.json` transformers makes
+    of it (the compiled normalization table, <s> text </s>, fairseq's
+    ids)."""
     import io
     import sentencepiece as spm
     buf = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(bpe.CORPUS + TEXTS), model_writer=buf, vocab_size=120,
+        sentence_iterator=iter(corpus or bpe.CORPUS + TEXTS), model_writer=buf, vocab_size=vocab,
         model_type="unigram", normalization_rule_name="nmt_nfkc", character_coverage=1.0,
         hard_vocab_limit=False, num_threads=1, minloglevel=2)
     (dir / "sentencepiece.bpe.model").write_bytes(buf.getvalue())

@@ -68,14 +68,15 @@ fn normalizer(vocab: &GgufVocab) -> Result<NormalizerWrapper, Error> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::Tokenizer;
     use crate::gguf_vocab::TOKEN_TYPE_CONTROL;
 
     /// A vocabulary as llama.cpp's converter writes XLM-RoBERTa's: the
-    /// fairseq specials first, pieces with log-probabilities.
-    fn vocab() -> GgufVocab {
+    /// fairseq specials first, pieces with log-probabilities, `</s>` the
+    /// separator of a pair.
+    pub(crate) fn tiny_unigram() -> GgufVocab {
         let pieces = [
             ("<s>", 0.0),
             ("<pad>", 0.0),
@@ -109,13 +110,15 @@ mod tests {
             unk_id: Some(3),
             add_bos: Some(true),
             add_eos: Some(true),
+            sep_id: Some(2),
+            add_sep: Some(true),
             ..GgufVocab::default()
         }
     }
 
     #[test]
     fn the_most_likely_split_of_each_word_with_the_specials_around() {
-        let tok = Tokenizer::from_gguf(&vocab()).unwrap();
+        let tok = Tokenizer::from_gguf(&tiny_unigram()).unwrap();
         // `▁hello` (-4) beats `▁he` `llo` (-6); an unknown letter is <unk>.
         for (text, want) in [
             ("hello", vec![0, 7, 2]),
@@ -126,11 +129,22 @@ mod tests {
             assert_eq!(tok.encode(text, true).unwrap(), want, "{text:?}");
         }
         assert_eq!(tok.decode(&[7, 7], true).unwrap(), "hello hello");
+        // llama.cpp's pair: BOS a EOS SEP b EOS, all of type 0.
+        let (ids, types) = tok.encode_pair("hello", "fine").unwrap();
+        assert_eq!(ids, vec![0, 7, 2, 2, 12, 13, 2]);
+        assert_eq!(types, vec![0; 7]);
+        let mut v = tiny_unigram();
+        v.add_sep = Some(false);
+        let tok = Tokenizer::from_gguf(&v).unwrap();
+        assert_eq!(
+            tok.encode_pair("hello", "fine").unwrap().0,
+            [0, 7, 2, 12, 13, 2]
+        );
     }
 
     #[test]
     fn whitespace_is_kept_where_the_file_says_so() {
-        let mut v = vocab();
+        let mut v = tiny_unigram();
         v.remove_extra_whitespaces = Some(false);
         v.add_space_prefix = Some(false);
         let tok = Tokenizer::from_gguf(&v).unwrap();
@@ -142,7 +156,7 @@ mod tests {
 
     #[test]
     fn a_charsmap_that_does_not_parse_is_an_error_naming_the_key() {
-        let mut v = vocab();
+        let mut v = tiny_unigram();
         v.precompiled_charsmap = Some(vec![1, 2, 3]);
         let err = Tokenizer::from_gguf(&v).unwrap_err().to_string();
         assert!(err.contains("precompiled_charsmap"), "{err}");

@@ -27,6 +27,7 @@ struct GgufSpecials {
     add_eos: bool,
     /// Put between a pair's texts after the first's EOS (XLM-RoBERTa's
     /// second `</s>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     sep: Option<u32>,
 }
 

@@ -77,6 +77,18 @@ mod tests {
         }
         assert_eq!(back.bos_token(), Some("<|im_start|>"));
         assert_eq!(back.vocab_size(), t.vocab_size());
+        // A Unigram vocabulary's pipeline and its pair's separator.
+        let t = Tokenizer::from_gguf(&crate::gguf_unigram::tests::tiny_unigram()).unwrap();
+        let json = serde_json::to_string(&t.to_spec().unwrap()).unwrap();
+        let back = Tokenizer::from_spec(&serde_json::from_str(&json).unwrap()).unwrap();
+        for text in ["  hello   hellz ", "fine"] {
+            assert_eq!(
+                back.encode(text, true).unwrap(),
+                t.encode(text, true).unwrap()
+            );
+            let pair = |t: &Tokenizer| t.encode_pair(text, "hello").unwrap();
+            assert_eq!(pair(&back), pair(&t), "{text}");
+        }
         let broken: TokenizerSpec = serde_json::from_str(r#"{"pipeline": {"model": 3}}"#).unwrap();
         assert!(matches!(
             Tokenizer::from_spec(&broken),

@@ -482,16 +482,21 @@ impl WeightSource for GgufSource {
         device: &Device,
     ) -> Result<Embedding> {
         let raw = self.raw(name)?;
-        check_shape(name, &raw.dims, &[vocab, hidden])?;
-        match self.held(Role::Embedding, &raw, device) {
+        // llama-quantize writes a table of one row (XLM-RoBERTa's one
+        // token type) as a vector, as it drops every trailing unit dimension.
+        if !(vocab == 1 && raw.dims == [hidden]) {
+            check_shape(name, &raw.dims, &[vocab, hidden])?;
+        }
+        let table = match self.held(Role::Embedding, &raw, device) {
             Held::Packed(ty) if self.packed => {
                 let m = self.packed(name, ty, vocab, hidden, raw.bytes)?;
-                Ok(Embedding::Packed(Arc::new(m)))
+                return Ok(Embedding::Packed(Arc::new(m)));
             }
-            Held::Float(dtype) => Ok(Embedding::Dense(self.dense(raw, dtype, device)?)),
+            Held::Float(dtype) => self.dense(raw, dtype, device)?,
             // Kernels switched off (a test reference), or a GPU table:
             // dequantized through candle.
-            _ => Ok(Embedding::Dense(self.dense(raw, DType::F32, device)?)),
-        }
+            _ => self.dense(raw, DType::F32, device)?,
+        };
+        Ok(Embedding::Dense(table.reshape((vocab, hidden))?))
     }
 }

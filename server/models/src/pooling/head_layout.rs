@@ -273,4 +273,31 @@ mod tests {
         assert_eq!(qwen.pooling, PoolingMethod::Last);
         assert!(!qwen.out_bias);
     }
+
+    #[test]
+    fn a_gguf_s_classifier_pooling_type_reads_as_modernbert_s_config() {
+        use candle_core::quantized::gguf_file::Value;
+        let head = |pooling: Option<u32>| {
+            let md: std::collections::HashMap<String, Value> = pooling
+                .map(|n| ("modern-bert.classifier.pooling_type".into(), Value::U32(n)))
+                .into_iter()
+                .collect();
+            let md = Metadata {
+                md: &md,
+                arch: "modern-bert",
+            };
+            let config = gguf_head_config(&md)?;
+            HeadSpec::read("modern-bert", true, Some(&config), 1e-5)
+        };
+        // Absent: transformers' default, the first token.
+        for (n, want) in [
+            (None, PoolingMethod::Cls),
+            (Some(1), PoolingMethod::Mean),
+            (Some(2), PoolingMethod::Cls),
+        ] {
+            assert_eq!(head(n).unwrap().pooling, want, "{n:?}");
+        }
+        let err = head(Some(3)).unwrap_err().to_string();
+        assert!(err.contains("classifier.pooling_type 3"), "{err}");
+    }
 }

@@ -483,10 +483,8 @@ impl WeightSource for GgufSource {
     ) -> Result<Embedding> {
         let raw = self.raw(name)?;
         // llama-quantize writes a table of one row (XLM-RoBERTa's one
-        // token type) as a vector, as it drops every trailing unit dimension.
-        if !(vocab == 1 && raw.dims == [hidden]) {
-            check_shape(name, &raw.dims, &[vocab, hidden])?;
-        }
+        // token type) as a vector: it drops trailing unit dimensions.
+        check_small(name, &raw.dims, &[vocab, hidden])?;
         let table = match self.held(Role::Embedding, &raw, device) {
             Held::Packed(ty) if self.packed => {
                 let m = self.packed(name, ty, vocab, hidden, raw.bytes)?;

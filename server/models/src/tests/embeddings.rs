@@ -318,38 +318,6 @@ fn a_decoder_reranker_scores_by_its_yes_and_no_logits_alone_and_batched() {
     assert!((got - (1.0 - r.scores[0])).abs() <= 1e-4, "{got}");
 }
 
-/// A copy of the GGUF at `src` with every one-row matrix written as a
-/// vector, as llama-quantize writes them (it drops trailing unit
-/// dimensions: XLM-RoBERTa's one token type, a one-label classifier).
-fn one_rows_as_vectors(src: &std::path::Path, dst: &std::path::Path) -> usize {
-    use candle_core::quantized::gguf_file::{self, Content};
-    use candle_core::quantized::{GgmlDType, QTensor};
-    let mut f = std::fs::File::open(src).unwrap();
-    let content = Content::read(&mut f).unwrap();
-    let mut squeezed = 0;
-    let mut tensors = Vec::new();
-    for name in content.tensor_infos.keys() {
-        let t = content.tensor(&mut f, name, &Device::Cpu).unwrap();
-        let w = t.dequantize(&Device::Cpu).unwrap();
-        let w = match w.dims() {
-            [1, _] => {
-                squeezed += 1;
-                w.squeeze(0).unwrap()
-            }
-            _ => w,
-        };
-        tensors.push((name.clone(), QTensor::quantize(&w, GgmlDType::F32).unwrap()));
-    }
-    let md: Vec<_> = content
-        .metadata
-        .iter()
-        .map(|(k, v)| (k.as_str(), v))
-        .collect();
-    let ts: Vec<_> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    gguf_file::write(&mut std::fs::File::create(dst).unwrap(), &md, &ts).unwrap();
-    squeezed
-}
-
 /// llama-quantize's files of a one-type, one-label cross-encoder hold the
 /// token-type table and the classifier as vectors: they load and score the
 /// same.
@@ -357,8 +325,24 @@ fn one_rows_as_vectors(src: &std::path::Path, dst: &std::path::Path) -> usize {
 fn a_cross_encoder_whose_one_row_tables_are_vectors_scores_the_same() {
     let tmp = tempfile::tempdir().unwrap();
     let fixture = dir("xlmr_rerank");
-    let squeezed = one_rows_as_vectors(&fixture.join("model.gguf"), &tmp.path().join("model.gguf"));
-    assert_eq!(squeezed, 2, "token_types.weight and cls.output.weight");
+    // Every one-row matrix written as a vector, as llama-quantize drops
+    // trailing unit dimensions; the rest as they were (f32).
+    let squeezed = std::cell::Cell::new(0);
+    let f32 = candle_core::quantized::GgmlDType::F32;
+    let squeeze = |_: &str, t: candle_core::Tensor| match t.dims() {
+        [1, _] => {
+            squeezed.set(squeezed.get() + 1);
+            t.squeeze(0).unwrap()
+        }
+        _ => t,
+    };
+    let (src, dst) = (fixture.join("model.gguf"), tmp.path().join("model.gguf"));
+    super::requantized::requantize_with(&src, &dst, (f32, f32), "", squeeze);
+    assert_eq!(
+        squeezed.get(),
+        2,
+        "token_types.weight and cls.output.weight"
+    );
     std::fs::copy(
         fixture.join("reference.json"),
         tmp.path().join("reference.json"),

@@ -79,7 +79,7 @@ fn requantize(src: &Path, dst: &Path, ty: GgmlDType, fallback: GgmlDType) {
 
 /// [`requantize`], each tensor first passed through `edit` (by name), the
 /// one named `last` written after all others.
-fn requantize_with(
+pub(super) fn requantize_with(
     src: &Path,
     dst: &Path,
     (ty, fallback): (GgmlDType, GgmlDType),

@@ -1,6 +1,7 @@
 //! CPU kernels for the server's hot paths: quantized matmul over GGML block
 //! formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, the K-quants Q2_K..Q6_K and
-//! MXFP4) and paged attention over an f32, f16 or bf16 KV cache.
+//! MXFP4), f16 matmul ([`HalfMatrix`]) and paged attention over an f32, f16
+//! or bf16 KV cache.
 //!
 //! Weights are repacked at load into the layout the tiles read (see
 //! [`QMatrix`]: 8 rows interleaved, so a register's lanes are 8 rows and a
@@ -21,6 +22,9 @@ mod dot;
 mod fixtures;
 mod gelu;
 mod ggml_block;
+mod half_matrix;
+#[cfg(target_arch = "x86_64")]
+mod half_x86;
 mod layout;
 mod matmul;
 mod qact;
@@ -34,6 +38,7 @@ pub use attention::{
 };
 pub use dot::Kernel;
 pub use gelu::{erf, gelu_erf_in_place};
+pub use half_matrix::HalfMatrix;
 pub use matmul::MAX_PARTS;
 pub use qact::QActs;
 pub use qmatrix::QMatrix;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::quantized::{QMatMul, ggml_file::qtensor_from_ggml};
 use candle_core::{DType, Device, Tensor};
-use ferrox_kernels::{QMatrix, QuantType};
+use ferrox_kernels::{HalfMatrix, QMatrix, QuantType};
 
 use ferrox_plan::DeviceKind;
 
@@ -17,7 +17,7 @@ use crate::arch::Family;
 use crate::config::{Metadata, md_string};
 use crate::error::{Error, Result};
 use crate::gguf_header;
-use crate::holding::{self, Held, Role, device_kind, elem_count, kernel_type};
+use crate::holding::{self, Held, Role, device_kind, elem_count};
 use crate::linear::{Embedding, Linear};
 use crate::mxfp4;
 use crate::projection::Projection;
@@ -327,19 +327,31 @@ impl GgufSource {
     }
 
     fn linear(&self, raw: Raw, device: &Device) -> Result<Linear> {
-        match self.held(Role::Matrix, &raw, device) {
+        let held = self.held(Role::Matrix, &raw, device);
+        let dims = || match raw.dims.as_slice() {
+            &[rows, cols] => Ok((rows, cols)),
+            _ => Err(Error::Corrupt {
+                path: self.path.clone(),
+                message: format!("tensor {} is not a matrix: {:?}", raw.name, raw.dims),
+            }),
+        };
+        match held {
             Held::Float(dtype) => Ok(Linear::Dense(self.dense(raw, dtype, device)?)),
             Held::Packed(ty) if self.packed => {
-                let &[rows, cols] = raw.dims.as_slice() else {
-                    return Err(Error::Corrupt {
-                        path: self.path.clone(),
-                        message: format!("tensor {} is not a matrix: {:?}", raw.name, raw.dims),
-                    });
-                };
+                let (rows, cols) = dims()?;
                 let m = self.packed(&raw.name, ty, rows, cols, raw.bytes)?;
                 Ok(Linear::Packed(Arc::new(m)))
             }
+            Held::Half if self.packed => {
+                let (rows, cols) = dims()?;
+                let m = HalfMatrix::new(rows, cols, &raw.bytes).map_err(|e| Error::Corrupt {
+                    path: self.path.clone(),
+                    message: format!("tensor {}: {e}", raw.name),
+                })?;
+                Ok(Linear::Half(Arc::new(m)))
+            }
             // With the kernels switched off (a test reference), candle's.
+            Held::Half => Ok(Linear::Dense(self.dense(raw, DType::F32, device)?)),
             Held::Packed(_) | Held::Quantized => {
                 let raw = self.for_candle(raw)?;
                 let q = qtensor_from_ggml(raw.dtype, &raw.bytes, raw.dims, device)?;
@@ -350,30 +362,30 @@ impl GgufSource {
 }
 
 impl GgufSource {
-    /// Matrices that read one input as one projection: one packed matrix
-    /// when they share a kernel type (on CPU), else one each.
+    /// Matrices that read one input as one projection: one matrix of
+    /// ferrox-kernels' when they share its type (on CPU), else one each.
     fn project(&self, raws: Vec<Raw>, cols: usize, device: &Device) -> Result<Projection> {
         let same_type = raws
             .iter()
             .all(|r| (r.dtype, r.mx) == (raws[0].dtype, raws[0].mx));
-        let ty = match raws[0].mx {
-            true => Some(QuantType::MXFP4),
-            false => kernel_type(raws[0].dtype),
-        };
-        if let (Some(ty), true) = (
-            ty,
-            self.kind(device) == DeviceKind::Cpu && self.packed && same_type,
-        ) {
-            let rows = raws.iter().map(|r| r.dims[0]).sum();
+        let kernels = matches!(
+            self.held(Role::Matrix, &raws[0], device),
+            Held::Packed(_) | Held::Half
+        );
+        if same_type && kernels && self.packed && raws.len() > 1 {
             let names: Vec<&str> = raws.iter().map(|r| r.name.as_str()).collect();
-            let names = names.join(", ");
-            let bytes = raws
-                .into_iter()
-                .map(|r| r.bytes)
-                .collect::<Vec<_>>()
-                .concat();
-            let m = self.packed(&names, ty, rows, cols, bytes)?;
-            return Ok(Projection::Fused(Linear::Packed(Arc::new(m))));
+            let fused = Raw {
+                name: names.join(", "),
+                dtype: raws[0].dtype,
+                dims: vec![raws.iter().map(|r| r.dims[0]).sum(), cols],
+                bytes: raws
+                    .iter()
+                    .map(|r| r.bytes.as_slice())
+                    .collect::<Vec<_>>()
+                    .concat(),
+                mx: raws[0].mx,
+            };
+            return Ok(Projection::Fused(self.linear(fused, device)?));
         }
         let mut linears = raws
             .into_iter()

@@ -2,8 +2,9 @@
 //! loaders follow and `inspect` counts, so the weight bytes the plan sees are
 //! the bytes the server allocates there.
 //!
-//! On CPU the decoder computes in f32: float matrices are widened to f32,
-//! every block type ferrox-kernels runs (Q4_0..Q8_0, Q2_K..Q6_K, MXFP4) is
+//! On CPU the decoder computes in f32: a GGUF's f16 matrices are kept f16
+//! for ferrox-kernels' f16 matmul (widened in registers), other float
+//! matrices are widened to f32, every block type ferrox-kernels runs (Q4_0..Q8_0, Q2_K..Q6_K, MXFP4) is
 //! repacked for them (matrices and embedding tables alike: a table is
 //! dequantized a row at a time on lookup), other quantized matrices stay as
 //! stored (candle's). On CUDA float weights stay in the dtype they are
@@ -13,7 +14,7 @@
 
 use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Device};
-use ferrox_kernels::QuantType;
+use ferrox_kernels::{HalfMatrix, QuantType};
 use ferrox_plan::DeviceKind;
 
 /// What a tensor is to the decoder.
@@ -55,6 +56,8 @@ pub enum Held {
     Packed(QuantType),
     /// In its stored block-quantized form (candle's quantized tensors).
     Quantized,
+    /// As f16 for ferrox-kernels' f16 matmul (CPU).
+    Half,
     /// As floats of this dtype.
     Float(DType),
 }
@@ -68,7 +71,7 @@ impl Held {
             return u64::MAX;
         };
         match self {
-            Held::Packed(ty) => {
+            Held::Packed(_) | Held::Half => {
                 // Stacked experts `[experts, rows, cols]` are packed one
                 // expert at a time.
                 let (cols, rows) = match dims {
@@ -77,8 +80,11 @@ impl Held {
                     [] => (0, 0),
                 };
                 let matrices = elem_count(&dims[..dims.len().saturating_sub(2)]).unwrap_or(0);
-                ty.held_bytes(rows, cols)
-                    .ok()
+                let one = match self {
+                    Held::Packed(ty) => ty.held_bytes(rows, cols),
+                    _ => HalfMatrix::held_bytes_for(rows, cols),
+                };
+                one.ok()
                     .and_then(|b| b.checked_mul(matrices))
                     .unwrap_or(stored) as u64
             }
@@ -126,6 +132,7 @@ pub fn gguf(role: Role, dtype: GgmlDType, device: DeviceKind) -> Held {
     match (device, role, kernel_type(dtype)) {
         (_, Role::Vector | Role::Router, _) => Held::Float(DType::F32),
         (DeviceKind::Cpu, _, Some(ty)) => Held::Packed(ty),
+        (DeviceKind::Cpu, Role::Matrix, None) if dtype == GgmlDType::F16 => Held::Half,
         (DeviceKind::Cpu, Role::Matrix, None) if !float => Held::Quantized,
         (DeviceKind::Cpu, _, _) => Held::Float(DType::F32),
         // candle looks embeddings up in dense tables: half of f32's bytes.
@@ -192,7 +199,9 @@ mod tests {
                 Held::Packed(QuantType::Q5_0),
             ),
             (Role::Matrix, GgmlDType::Q8_1, Cpu, Held::Quantized),
-            (Role::Matrix, GgmlDType::F16, Cpu, f32),
+            (Role::Matrix, GgmlDType::F16, Cpu, Held::Half),
+            (Role::Matrix, GgmlDType::BF16, Cpu, f32),
+            (Role::Embedding, GgmlDType::F16, Cpu, f32),
             (
                 Role::Embedding,
                 GgmlDType::Q8_0,
@@ -262,6 +271,9 @@ mod tests {
         assert_eq!(Held::Packed(QuantType::Q8_0).bytes(&[16, 64], 1088), 1088);
         assert_eq!(Held::Float(DType::F32).bytes(&[2, 32], 36), 256);
         assert_eq!(Held::Float(DType::BF16).bytes(&[64], 128), 128);
+        // f16 rows round up to a whole block of 32, per expert.
+        assert_eq!(Held::Half.bytes(&[40, 8], 640), 64 * 8 * 2);
+        assert_eq!(Held::Half.bytes(&[3, 32, 8], 1536), 1536);
         assert_eq!(Role::of("token_embd.weight", 2), Role::Embedding);
         assert_eq!(Role::of("blk.0.attn_norm.weight", 1), Role::Vector);
         assert_eq!(Role::of("output.weight", 2), Role::Matrix);

@@ -1,16 +1,17 @@
 //! Linear layers and embeddings over whatever the weights are stored as.
 //!
-//! On CPU, Q4_0/Q4_1/Q8_0 weights run through ferrox-kernels' SIMD kernels,
-//! which load each weight block once for the whole batch (candle's quantized
-//! matmul re-reads the weights per row, so batching would not pay). Other
-//! quantized types use candle's `QMatMul`; float weights use a dense matmul.
-//! Both of those work on any candle `Device`.
+//! On CPU, the block types ferrox-kernels runs and GGUF's f16 matrices go
+//! through its SIMD kernels, which load each weight block once for the
+//! whole batch (candle's quantized matmul re-reads the weights per row, so
+//! batching would not pay; its f32 matmul would hold f16 weights at twice
+//! their bytes). Other quantized types use candle's `QMatMul`; float weights
+//! use a dense matmul. Both of those work on any candle `Device`.
 
 use std::sync::Arc;
 
 use candle_core::quantized::QMatMul;
 use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor};
-use ferrox_kernels::QMatrix;
+use ferrox_kernels::{HalfMatrix, QMatrix};
 
 use crate::error::{Error, Result};
 
@@ -19,6 +20,8 @@ use crate::error::{Error, Result};
 pub enum Linear {
     /// Block-quantized weights run by our SIMD kernels (CPU only).
     Packed(Arc<QMatrix>),
+    /// f16 weights run by our SIMD kernels in f32 (CPU only).
+    Half(Arc<HalfMatrix>),
     /// Quantized weights run by candle.
     Quant(QMatMul),
     /// Float weights `[out, in]`.
@@ -29,7 +32,8 @@ impl Linear {
     /// `x`: `(tokens, in)` -> `(tokens, out)`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self {
-            Linear::Packed(w) => Ok(x.contiguous()?.apply_op1_no_bwd(&PackedMatmul(w.clone()))?),
+            Linear::Packed(w) => Ok(x.contiguous()?.apply_op1_no_bwd(&KernelMatmul(&**w))?),
+            Linear::Half(w) => Ok(x.contiguous()?.apply_op1_no_bwd(&KernelMatmul(&**w))?),
             Linear::Quant(w) => Ok(x.apply(w)?),
             // Half weights (a GPU's): the matmul in their dtype, the
             // residual stream kept in the caller's.
@@ -45,6 +49,7 @@ impl Linear {
     pub fn held_bytes(&self) -> u64 {
         match self {
             Linear::Packed(w) => w.held_bytes() as u64,
+            Linear::Half(w) => w.held_bytes() as u64,
             Linear::Quant(QMatMul::QTensor(q)) => q.storage_size_in_bytes() as u64,
             Linear::Quant(QMatMul::Tensor(t)) | Linear::Quant(QMatMul::TensorF16(t)) => {
                 tensor_bytes(t)
@@ -57,6 +62,7 @@ impl Linear {
     pub fn out_features(&self) -> usize {
         match self {
             Linear::Packed(w) => w.rows(),
+            Linear::Half(w) => w.rows(),
             Linear::Quant(QMatMul::QTensor(q)) => q.shape().dims()[0],
             Linear::Quant(QMatMul::Tensor(t)) | Linear::Quant(QMatMul::TensorF16(t)) => t.dims()[0],
             Linear::Dense(w) => w.dims()[0],
@@ -69,13 +75,59 @@ pub fn tensor_bytes(t: &Tensor) -> u64 {
     (t.elem_count() * t.dtype().size_in_bytes()) as u64
 }
 
+/// A weight matrix ferrox-kernels multiplies on CPU.
+trait KernelMatrix {
+    fn rows(&self) -> usize;
+    fn cols(&self) -> usize;
+    fn matmul(
+        &self,
+        x: &[f32],
+        batch: usize,
+        out: &mut [f32],
+    ) -> std::result::Result<(), ferrox_kernels::Error>;
+}
+
+impl KernelMatrix for QMatrix {
+    fn rows(&self) -> usize {
+        QMatrix::rows(self)
+    }
+    fn cols(&self) -> usize {
+        QMatrix::cols(self)
+    }
+    fn matmul(
+        &self,
+        x: &[f32],
+        batch: usize,
+        out: &mut [f32],
+    ) -> std::result::Result<(), ferrox_kernels::Error> {
+        QMatrix::matmul(self, x, batch, out)
+    }
+}
+
+impl KernelMatrix for HalfMatrix {
+    fn rows(&self) -> usize {
+        HalfMatrix::rows(self)
+    }
+    fn cols(&self) -> usize {
+        HalfMatrix::cols(self)
+    }
+    fn matmul(
+        &self,
+        x: &[f32],
+        batch: usize,
+        out: &mut [f32],
+    ) -> std::result::Result<(), ferrox_kernels::Error> {
+        HalfMatrix::matmul(self, x, batch, out)
+    }
+}
+
 /// `x @ W^T` through ferrox-kernels, as a candle op so it composes with the
 /// rest of the graph.
-struct PackedMatmul(Arc<QMatrix>);
+struct KernelMatmul<'a, M>(&'a M);
 
-impl CustomOp1 for PackedMatmul {
+impl<M: KernelMatrix> CustomOp1 for KernelMatmul<'_, M> {
     fn name(&self) -> &'static str {
-        "ferrox-packed-matmul"
+        "ferrox-kernel-matmul"
     }
 
     fn cpu_fwd(
@@ -83,20 +135,20 @@ impl CustomOp1 for PackedMatmul {
         storage: &CpuStorage,
         layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let w = &self.0;
+        let w = self.0;
         let CpuStorage::F32(data) = storage else {
-            candle_core::bail!("packed matmul needs f32 input");
+            candle_core::bail!("kernel matmul needs f32 input");
         };
         let (tokens, cols) = layout.shape().dims2()?;
         if cols != w.cols() {
             candle_core::bail!(
-                "packed matmul: input width {cols}, weight expects {}",
+                "kernel matmul: input width {cols}, weight expects {}",
                 w.cols()
             );
         }
         let x = match layout.contiguous_offsets() {
             Some((start, end)) => &data[start..end],
-            None => candle_core::bail!("packed matmul needs a contiguous input"),
+            None => candle_core::bail!("kernel matmul needs a contiguous input"),
         };
         let mut out = vec![0f32; tokens * w.rows()];
         w.matmul(x, tokens, &mut out)

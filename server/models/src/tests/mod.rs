@@ -9,6 +9,7 @@ mod embeddings;
 mod families;
 mod families_engine;
 mod gpu_holding;
+mod half;
 mod helpers;
 mod lfm2;
 mod lora;

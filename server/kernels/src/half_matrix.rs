@@ -105,19 +105,7 @@ impl HalfMatrix {
 
     /// Row `row` widened to f32 into `out` (`cols` long).
     pub fn dequantize_row(&self, row: usize, out: &mut [f32]) -> Result<(), Error> {
-        if row >= self.rows {
-            return Err(Error::RowOutOfRange {
-                row,
-                rows: self.rows,
-            });
-        }
-        if out.len() != self.cols {
-            return Err(Error::Length {
-                what: "row output",
-                expected: self.cols,
-                got: out.len(),
-            });
-        }
+        crate::check_row(row, self.rows, out.len(), self.cols)?;
         let block = self.block(row / BLOCK);
         for (c, o) in out.iter_mut().enumerate() {
             *o = block[c * BLOCK + row % BLOCK].to_f32();

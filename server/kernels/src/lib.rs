@@ -105,3 +105,18 @@ pub enum Error {
     #[error("size overflow: {0}")]
     Overflow(&'static str),
 }
+
+/// Checks a row read: `row` below `rows`, `out` exactly `cols` long.
+pub(crate) fn check_row(row: usize, rows: usize, out: usize, cols: usize) -> Result<(), Error> {
+    if row >= rows {
+        return Err(Error::RowOutOfRange { row, rows });
+    }
+    if out != cols {
+        return Err(Error::Length {
+            what: "row output",
+            expected: cols,
+            got: out,
+        });
+    }
+    Ok(())
+}

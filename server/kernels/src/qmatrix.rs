@@ -227,19 +227,7 @@ impl QMatrix {
     /// Writes row `row` as f32 into `out` (length `cols`), e.g. an embedding
     /// lookup: exactly GGML's `dequantize_row_*` of the stored blocks.
     pub fn dequantize_row(&self, row: usize, out: &mut [f32]) -> Result<(), Error> {
-        if row >= self.rows {
-            return Err(Error::RowOutOfRange {
-                row,
-                rows: self.rows,
-            });
-        }
-        if out.len() != self.cols {
-            return Err(Error::Length {
-                what: "row output",
-                expected: self.cols,
-                got: out.len(),
-            });
-        }
+        crate::check_row(row, self.rows, out.len(), self.cols)?;
         self.dequantize_into(row, out);
         Ok(())
     }

@@ -75,51 +75,34 @@ pub fn tensor_bytes(t: &Tensor) -> u64 {
     (t.elem_count() * t.dtype().size_in_bytes()) as u64
 }
 
+/// What a ferrox-kernels matmul returns.
+type KernelResult = std::result::Result<(), ferrox_kernels::Error>;
+
 /// A weight matrix ferrox-kernels multiplies on CPU.
 trait KernelMatrix {
     fn rows(&self) -> usize;
     fn cols(&self) -> usize;
-    fn matmul(
-        &self,
-        x: &[f32],
-        batch: usize,
-        out: &mut [f32],
-    ) -> std::result::Result<(), ferrox_kernels::Error>;
+    fn matmul(&self, x: &[f32], batch: usize, out: &mut [f32]) -> KernelResult;
 }
 
-impl KernelMatrix for QMatrix {
-    fn rows(&self) -> usize {
-        QMatrix::rows(self)
-    }
-    fn cols(&self) -> usize {
-        QMatrix::cols(self)
-    }
-    fn matmul(
-        &self,
-        x: &[f32],
-        batch: usize,
-        out: &mut [f32],
-    ) -> std::result::Result<(), ferrox_kernels::Error> {
-        QMatrix::matmul(self, x, batch, out)
-    }
+/// Both matrix types by their own (inherent) methods.
+macro_rules! kernel_matrix {
+    ($($t:ty),*) => {$(
+        impl KernelMatrix for $t {
+            fn rows(&self) -> usize {
+                <$t>::rows(self)
+            }
+            fn cols(&self) -> usize {
+                <$t>::cols(self)
+            }
+            fn matmul(&self, x: &[f32], batch: usize, out: &mut [f32]) -> KernelResult {
+                <$t>::matmul(self, x, batch, out)
+            }
+        }
+    )*};
 }
 
-impl KernelMatrix for HalfMatrix {
-    fn rows(&self) -> usize {
-        HalfMatrix::rows(self)
-    }
-    fn cols(&self) -> usize {
-        HalfMatrix::cols(self)
-    }
-    fn matmul(
-        &self,
-        x: &[f32],
-        batch: usize,
-        out: &mut [f32],
-    ) -> std::result::Result<(), ferrox_kernels::Error> {
-        HalfMatrix::matmul(self, x, batch, out)
-    }
-}
+kernel_matrix!(QMatrix, HalfMatrix);
 
 /// `x @ W^T` through ferrox-kernels, as a candle op so it composes with the
 /// rest of the graph.

@@ -239,9 +239,9 @@ fn tile_on(kernel: Kernel, w: &[f16], x: &[f32], aa: usize, res: &mut HalfTile) 
         // with the VNNI kernel; AVX2, FMA and F16C with every x86 one); `w`
         // holds whole blocks of `cols` columns, `x` `cols` of `aa`, `res`
         // a row per block and activation.
-        Kernel::Avx512Vnni => unsafe { crate::half_x86::tile_avx512(w, x, aa, res) },
+        Kernel::Avx512Vnni => unsafe { x86::tile_avx512(w, x, aa, res) },
         #[cfg(target_arch = "x86_64")]
-        Kernel::Avx2 | Kernel::AvxVnni => unsafe { crate::half_x86::tile_avx2(w, x, aa, res) },
+        Kernel::Avx2 | Kernel::AvxVnni => unsafe { x86::tile_avx2(w, x, aa, res) },
     }
 }
 
@@ -293,6 +293,10 @@ fn blocks_per_task(blocks: usize, batch: usize) -> usize {
     let max = if batch >= 2 * WIDE { 2 } else { 4 };
     blocks.div_ceil(threads * 4).clamp(1, max)
 }
+
+#[cfg(target_arch = "x86_64")]
+#[path = "half_x86.rs"]
+mod x86;
 
 #[cfg(test)]
 #[path = "half_matrix_tests.rs"]

@@ -7,7 +7,7 @@ use std::arch::x86_64::*;
 
 use half::f16;
 
-use crate::half_matrix::{BLOCK, HalfTile};
+use super::{BLOCK, HalfTile};
 
 /// Columns ahead the weights are prefetched (64 bytes a column).
 const AHEAD: usize = 16;
@@ -23,7 +23,7 @@ macro_rules! by_width {
 }
 
 /// A tile of up to 12 activations on AVX-512, over every block `w` holds
-/// at once (several only for [`FEW`](crate::half_matrix::FEW) activations).
+/// at once (several only for [`FEW`](super::FEW) activations).
 ///
 /// # Safety
 /// The CPU has AVX-512F; `w` holds whole blocks of `cols` columns, `x`

@@ -23,8 +23,6 @@ mod fixtures;
 mod gelu;
 mod ggml_block;
 mod half_matrix;
-#[cfg(target_arch = "x86_64")]
-mod half_x86;
 mod layout;
 mod matmul;
 mod qact;

@@ -4,10 +4,10 @@
 //!
 //! On CPU the decoder computes in f32: a GGUF's f16 matrices are kept f16
 //! for ferrox-kernels' f16 matmul (widened in registers), other float
-//! matrices are widened to f32, every block type ferrox-kernels runs (Q4_0..Q8_0, Q2_K..Q6_K, MXFP4) is
-//! repacked for them (matrices and embedding tables alike: a table is
-//! dequantized a row at a time on lookup), other quantized matrices stay as
-//! stored (candle's). On CUDA float weights stay in the dtype they are
+//! matrices are widened to f32, every block type ferrox-kernels runs
+//! (Q4_0..Q8_0, Q2_K..Q6_K, MXFP4) is repacked for them (matrices and
+//! embedding tables alike: a table is dequantized a row at a time on
+//! lookup), other quantized matrices stay as stored (candle's). On CUDA float weights stay in the dtype they are
 //! stored in (bf16/f16 through cuBLAS), quantized matrices stay quantized
 //! (MXFP4 as the Q5_0 it is transcoded to without loss: candle has no MXFP4
 //! kernels) and a quantized embedding table is widened to f16.

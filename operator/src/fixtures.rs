@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use ferrox_plan::{KvDtype, ModelGeometry};
+use ferrox_plan::{KvDtype, ModelGeometry, SlidingWindow};
 use k8s_openapi::api::core::v1::{
     Node, NodeSpec, NodeStatus, ResourceRequirements, Taint, Toleration,
 };
@@ -49,6 +49,26 @@ pub fn llama3_70b() -> ModelGeometry {
         kv_dtype: KvDtype::Bf16,
         weight_bytes: 141_107_412_992,
         context_length: 8192,
+        ..ModelGeometry::default()
+    }
+}
+
+/// Gemma 4 31B in bf16: 60 layers, 50 sliding over 1024 tokens with 16 KV
+/// heads of 256, the other 10 global with 4 KV heads of 512.
+pub fn gemma4_31b() -> ModelGeometry {
+    ModelGeometry {
+        layers: 60,
+        kv_heads: 16,
+        head_dim: 256,
+        full_kv_heads: 4,
+        full_head_dim: 512,
+        kv_dtype: KvDtype::Bf16,
+        weight_bytes: 61_400_000_000,
+        context_length: 262_144,
+        sliding_windows: vec![SlidingWindow {
+            window: 1024,
+            layers: 50,
+        }],
         ..ModelGeometry::default()
     }
 }

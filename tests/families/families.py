@@ -13,7 +13,9 @@ its fused projections and Qwen2-MoE-style experts, a prompt longer than the
 delta rule's block of 64; LFM2's short convolutions among q/k-normed
 attention layers; Granite 4.0-H's experts stacked gate-then-up beside its
 shared MLP; Nemotron-H's Mamba-2, attention and squared-ReLU MLP layers
-apart), and the prompts its references are recorded for."""
+apart; Gemma 4's full layers with heads of their own and values from keys,
+shared KV, per-layer inputs, and its experts beside the MLP), and the
+prompts its references are recorded for."""
 
 import dataclasses
 
@@ -393,4 +395,47 @@ FAMILIES = [
             Run("llama.cpp-chunk", LONG, overrides=dict(attention_chunk_size=8192, floor_scale=8192),
                 files="gguf")],
            seed=2003),
+    # Gemma 4 (the E2B/E4B kind, with the 31B's k = v): 5 sliding layers
+    # of head_dim 16 (2 KV heads) and full layers of head_dim 32 with one
+    # KV head whose values are its keys' projection (attention_k_eq_v), a
+    # quarter of each full head rotating (proportional RoPE); v normed
+    # without a weight; per-layer input embeddings (8 wide); the last two
+    # layers read the KV of the last earlier layer of their kind (shared
+    # KV) and have MLPs twice as wide; each layer's output scaled.
+    Family("gemma4", _cfg("Gemma4ForCausalLM", "gemma4_text", num_hidden_layers=6, head_dim=16,
+                          global_head_dim=32, num_global_key_value_heads=1,
+                          attention_k_eq_v=True, sliding_window=8,
+                          layer_types=["sliding_attention", "sliding_attention",
+                                       "full_attention", "sliding_attention",
+                                       "sliding_attention", "full_attention"],
+                          hidden_size_per_layer_input=8, vocab_size_per_layer_input=VOCAB,
+                          num_kv_shared_layers=2, use_double_wide_mlp=True,
+                          final_logit_softcapping=10.0, hidden_activation="gelu_pytorch_tanh",
+                          tie_word_embeddings=True,
+                          rope_parameters=dict(
+                              full_attention=dict(rope_type="proportional",
+                                                  partial_rotary_factor=0.25,
+                                                  rope_theta=1000000.0),
+                              sliding_attention=dict(rope_type="default", rope_theta=10000.0))),
+           "bfloat16", "gemma", "<eos>", PLAIN, gguf=False, seed=2004),
+    # Gemma 4's mixture (the 26B-A4B kind): in every layer, beside the
+    # dense MLP, 4 experts of which 2 run, routed by the residual stream's
+    # weightless norm times the router's scale, renormalised, each chosen
+    # expert's weight times its own scale; each half with its own norms.
+    Family("gemma4_moe", _cfg("Gemma4ForCausalLM", "gemma4_text", num_hidden_layers=4,
+                              head_dim=16, global_head_dim=32, num_global_key_value_heads=1,
+                              attention_k_eq_v=True, sliding_window=8,
+                              layer_types=["sliding_attention", "full_attention",
+                                           "sliding_attention", "full_attention"],
+                              hidden_size_per_layer_input=0, enable_moe_block=True,
+                              num_experts=4, top_k_experts=2, moe_intermediate_size=32,
+                              final_logit_softcapping=10.0,
+                              hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True,
+                              rope_parameters=dict(
+                                  full_attention=dict(rope_type="proportional",
+                                                      partial_rotary_factor=0.25,
+                                                      rope_theta=1000000.0),
+                                  sliding_attention=dict(rope_type="default",
+                                                         rope_theta=10000.0))),
+           "bfloat16", "gemma", "<eos>", PLAIN, gguf=False, seed=2005),
 ]

@@ -36,7 +36,7 @@ def randomize(model: torch.nn.Module, family: str, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     # Norms whose weight is stored as the offset from 1 (Qwen3.5's and
     # Qwen3-Next's but their DeltaNet's gated norm).
-    offset = family.startswith(("gemma", "qwen35", "qwen3next"))
+    offset = family.startswith(("gemma2", "gemma3", "qwen35", "qwen3next"))
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
             r = torch.randn(p.shape, generator=g)
@@ -49,6 +49,9 @@ def randomize(model: torch.nn.Module, family: str, seed: int) -> None:
                 p.copy_(0.3 * r - 2.0)
             elif name.endswith("bias"):
                 p.copy_(0.2 * r)
+            elif name.endswith(("router.scale", "per_expert_scale")):
+                # Gemma 4's router input and expert scales: around 1.
+                p.copy_(1.0 + 0.2 * r)
             elif "embed_tokens" in name:
                 p.copy_(0.5 * r)
             else:
@@ -58,6 +61,9 @@ def randomize(model: torch.nn.Module, family: str, seed: int) -> None:
         for name, b in sorted(model.named_buffers()):
             if name.endswith("e_score_correction_bias"):
                 b.copy_(0.2 * torch.randn(b.shape, generator=g))
+            # Gemma 4's per-layer output scale.
+            elif name.endswith("layer_scalar"):
+                b.copy_(1.0 + 0.3 * torch.randn(b.shape, generator=g))
 
 
 # Where a router's k-th and (k+1)-th logits are closer than this, half

@@ -20,6 +20,20 @@ const FP8_RULE: &str = "!has(self.kvDtype) || self.kvDtype != 'fp8'";
 const FP8_MESSAGE: &str =
     "geometry.kvDtype fp8 is not served by ferrox-server yet: use f32, f16 or bf16";
 
+/// The CEL rule keeping at least one attention layer's own KV, and why.
+const SHARED_RULE: &str = "!has(self.kvSharedLayers) || self.kvSharedLayers == 0 || \
+     self.kvSharedLayers < self.layers - (has(self.recurrentLayers) ? self.recurrentLayers : 0)";
+const SHARED_MESSAGE: &str = "geometry.kvSharedLayers must be fewer than the attention layers \
+     (layers less recurrentLayers): at least one layer keeps the KV the others share";
+
+/// The CEL rule refusing per-head full-attention shapes beside latent
+/// attention, and why.
+const LATENT_RULE: &str = "!has(self.kvLatentDim) || self.kvLatentDim == 0 || \
+     ((!has(self.fullKvHeads) || self.fullKvHeads == 0) && \
+     (!has(self.fullHeadDim) || self.fullHeadDim == 0))";
+const LATENT_MESSAGE: &str = "geometry.fullKvHeads and geometry.fullHeadDim shape per-head K and V: \
+     leave them out with geometry.kvLatentDim (latent attention caches one vector a layer)";
+
 /// The model's shape facts (the `ferrox-server inspect --json` fields that
 /// matter): ferrox-plan's geometry with the KV dtype optional.
 #[derive(Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -80,7 +94,7 @@ impl JsonSchema for GeometrySpec {
     }
 
     // `ModelGeometry`'s schema, read as Kubernetes reads it, with the KV
-    // dtype optional and the rule on it.
+    // dtype optional and the rules on it.
     fn json_schema(generator: &mut SchemaGenerator) -> Schema {
         let mut schema = ModelGeometry::json_schema(generator);
         let kv_dtype = generator.subschema_for::<Option<KvDtype>>();
@@ -90,8 +104,14 @@ impl JsonSchema for GeometrySpec {
         let mut value = schema.to_value();
         for_kubernetes(&mut value);
         let mut schema = Schema::try_from(value).expect("a schema stays an object");
-        kube::core::validate(&mut schema, Rule::new(FP8_RULE).message(FP8_MESSAGE))
-            .expect("a rule serialises");
+        for (rule, message) in [
+            (FP8_RULE, FP8_MESSAGE),
+            (SHARED_RULE, SHARED_MESSAGE),
+            (LATENT_RULE, LATENT_MESSAGE),
+        ] {
+            kube::core::validate(&mut schema, Rule::new(rule).message(message))
+                .expect("a rule serialises");
+        }
         schema
     }
 }

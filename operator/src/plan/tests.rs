@@ -363,6 +363,131 @@ fn a_gemma3_deployment_plans_renders_and_verifies_its_window_pool() {
     );
 }
 
+/// Gemma 4 31B: the `full` pool at its global layers' 4 x 512 and the
+/// `window:1024` pool at its sliding layers' 16 x 256, in the plan, the
+/// status and the pods' args.
+#[test]
+fn a_gemma4_deployment_renders_both_pools_at_their_own_shapes() {
+    use crate::render::render;
+    let mut spec = gpu_spec(1, "141Gi");
+    spec.model.source = "hf://google/gemma-4-31B-it".into();
+    spec.model.geometry = Some(GeometrySpec::from(&fixtures::gemma4_31b()));
+    let md = fixtures::md("gemma-4-31b", spec);
+    let r = render(&md, None, &crate::desired::DesiredConfig::default()).unwrap();
+    let p = &r.plan.plan;
+    let (full, w) = (
+        p.pool(CacheKind::Full).unwrap(),
+        p.pool(CacheKind::Window(1024)).unwrap(),
+    );
+    // 16-token blocks of 10 x 2 x 4 x 512 and 50 x 2 x 16 x 256 bf16 values.
+    assert_eq!(
+        (full.layers, full.block_bytes),
+        (10, 16 * 10 * 2 * 4 * 512 * 2)
+    );
+    assert_eq!((w.layers, w.block_bytes), (50, 16 * 50 * 2 * 16 * 256 * 2));
+    assert_eq!(
+        p.kv_budget_bytes,
+        full.blocks * full.block_bytes + w.blocks * w.block_bytes
+    );
+    // The pods are told both pools.
+    let pod = r.desired.deployment.spec.unwrap().template.spec.unwrap();
+    let args = pod.containers[0].args.clone().unwrap();
+    let pools: Vec<String> = args
+        .windows(2)
+        .filter(|a| a[0] == "--pool")
+        .map(|a| a[1].clone())
+        .collect();
+    assert_eq!(
+        pools,
+        [
+            format!("full={}", full.blocks),
+            format!("window:1024={}", w.blocks)
+        ]
+    );
+    // The status lists them with their blocks' bytes.
+    let status = to_status(&r.plan);
+    let listed: Vec<(&str, i64, i64)> = status
+        .pools
+        .iter()
+        .map(|p| (p.pool.as_str(), p.layers, p.block_bytes))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("full", 10, 16 * 10 * 8192),
+            ("window:1024", 50, 16 * 50 * 16_384)
+        ]
+    );
+    assert_eq!(status.kv_bytes_per_token, 10 * 8192);
+    // The full pool holds one whole 262,144-token sequence, the window pool
+    // the rest. Counted at the sliding layers' shape, the global layers'
+    // blocks would be twice as large, leaving the windows less.
+    assert_eq!((full.blocks, full.blocks_per_seq), (16_384, 16_384));
+    let mut one_shape = md.spec.model.geometry.clone().unwrap();
+    (one_shape.facts.full_kv_heads, one_shape.facts.full_head_dim) = (0, 0);
+    let q = plan_offline(&md.spec, &one_shape.for_device(DeviceKind::Cuda)).unwrap();
+    let (q_full, q_w) = (
+        q.plan.pool(CacheKind::Full).unwrap(),
+        q.plan.pool(CacheKind::Window(1024)).unwrap(),
+    );
+    assert_eq!(q_full.block_bytes, 2 * full.block_bytes);
+    assert!(q_w.blocks < w.blocks, "{q_w:?} {w:?}");
+}
+
+/// A geometry whose KV kinds contradict each other is refused, naming the
+/// field (the CRD's CEL rules refuse the same at apply time).
+#[test]
+fn contradictory_kv_kinds_are_refused_naming_the_field() {
+    let g = fixtures::gemma4_31b();
+    let cases = [
+        (
+            ModelGeometry {
+                kv_shared_layers: 60,
+                ..g.clone()
+            },
+            "kvSharedLayers (60) must be fewer than the 60 attention layers",
+        ),
+        (
+            ModelGeometry {
+                kv_shared_layers: 11,
+                ..g.clone()
+            },
+            "slidingWindows (50 layers) and kvSharedLayers (11)",
+        ),
+        (
+            ModelGeometry {
+                kv_latent_dim: 576,
+                full_kv_heads: 0,
+                ..g.clone()
+            },
+            "fullHeadDim must be absent",
+        ),
+        (
+            ModelGeometry {
+                kv_latent_dim: 576,
+                full_head_dim: 0,
+                ..g.clone()
+            },
+            "fullKvHeads must be absent",
+        ),
+    ];
+    for (geometry, want) in cases {
+        let err = plan_offline(&gpu_spec(1, "141Gi"), &geometry)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("invalid spec: "), "{err}");
+        assert!(err.contains(want), "{err} lacks {want}");
+    }
+    // Ten shared layers (every global one) leave the windows' 50.
+    let shared = ModelGeometry {
+        kv_shared_layers: 10,
+        ..g
+    };
+    let p = plan_offline(&gpu_spec(1, "141Gi"), &shared).unwrap().plan;
+    let kinds: Vec<CacheKind> = p.pools.iter().map(|p| p.kind).collect();
+    assert_eq!(kinds, [CacheKind::Window(1024)]);
+}
+
 /// Every memory kind reaches the status and the pods' flags as the same
 /// list of pools, by kind: dense, windowed beside full attention, every
 /// layer windowed, a hybrid, every layer recurrent.

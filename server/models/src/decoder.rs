@@ -108,10 +108,15 @@ impl Decoder {
         };
         // Nor Granite's multipliers, nor LayerNorms or post-LN: those
         // models run op by op.
+        // Nor Gemma 4's per-layer inputs, output scales or MLPs of
+        // several widths.
         let plain = spec.residual_scale.is_none()
             && !spec.norms.layer_norm
             && !spec.norms.after_residual
-            && spec.logit_scale.is_none();
+            && spec.logit_scale.is_none()
+            && spec.per_layer_input.is_none()
+            && !spec.layer_out_scale
+            && spec.ffn_widths.is_empty();
         let fused = match (fused_layers, head) {
             (Some(l), Some(h)) if device.is_cpu() && plain => Some((l, h)),
             _ => None,
@@ -195,6 +200,7 @@ impl Decoder {
             .iter()
             .map(|l| match l.ffn() {
                 Some(Ffn::Moe(m)) => m.reads.counts(),
+                Some(Ffn::DenseAndMoe(m)) => m.moe.reads.counts(),
                 _ => Vec::new(),
             })
             .collect()
@@ -249,11 +255,12 @@ impl Decoder {
         let s = &self.spec;
         // A latent cache keeps its one vector a token as K alone.
         let values = s.latent_width().is_none();
-        KvStore::with_shape(
+        let dims = s.group_kv_dims();
+        KvStore::with_widths(
             &self.groups,
             s.layers.len(),
             pools,
-            (block_size, s.kv_dim(), values),
+            (block_size, dims.as_slice(), values),
             dtype,
             &self.device,
         )
@@ -311,6 +318,7 @@ impl Decoder {
             x = (x * f64::from(scale))?;
         }
         let x = (self.input).apply(x, &positions, step.token_types, &self.spec, &self.device)?;
+        let per_layer = (self.input).per_layer_inputs(step.tokens, &x, &self.spec, &self.device)?;
         let fused = self.fused.as_ref().filter(|_| self.use_fused);
         let tables = self
             .groups
@@ -344,6 +352,7 @@ impl Decoder {
                 Some(fl) => self.fused_layer_forward(i, (layer, fl), x, &ctx)?,
                 None => self.layer_forward(i, layer, &x, &ctx)?,
             };
+            x = self.layer_tail((i, layer), x, per_layer.as_ref())?;
         }
         state.advance(&step.spans)?;
         Ok(x)
@@ -484,7 +493,7 @@ impl Decoder {
         let v = qkv
             .narrow(0, tokens * (q_dim + kv_dim), tokens * kv_dim)?
             .reshape((tokens, kv_dim))?;
-        let out = w.attend(a, &q, (&k, &v), (index, &ctx.attention))?;
+        let out = w.attend(a, &q, Some((&k, &v)), (index, &ctx.attention))?;
         l.attn_out(x, &out, dims.eps, lora, &self.scratch)
     }
 }

@@ -1,11 +1,13 @@
 //! The input of the first layer beyond the token embeddings, as the
 //! model's [`InputSpec`] says: learned absolute positions, the token-type
-//! embedding and a norm of their sum (an encoder's); nothing for a decoder.
+//! embedding and a norm of their sum (an encoder's); for a decoder, Gemma
+//! 4's per-layer inputs where it has them.
 
 use candle_core::{Device, Tensor};
 
 use crate::error::Result;
 use crate::linear::{Embedding, tensor_bytes};
+use crate::per_layer_input::PerLayerInputs;
 use crate::spec::{InputSpec, ModelSpec};
 use crate::weights::source::WeightSource;
 
@@ -19,6 +21,8 @@ pub struct InputWeights {
     token_type: Option<(Embedding, Tensor)>,
     /// The norm of the sum: weight and bias.
     norm: Option<(Tensor, Option<Tensor>)>,
+    /// Gemma 4's per-layer inputs.
+    per_layer: Option<PerLayerInputs>,
 }
 
 impl InputWeights {
@@ -63,6 +67,7 @@ impl InputWeights {
             positions,
             token_type,
             norm,
+            per_layer: PerLayerInputs::load(src, spec, device)?,
         })
     }
 
@@ -103,8 +108,26 @@ impl InputWeights {
         Ok(x)
     }
 
+    /// Every layer's per-layer input of `tokens`, whose first layer's
+    /// input is `x`, where the model has them: `(tokens, layers, width)`.
+    pub(crate) fn per_layer_inputs(
+        &self,
+        tokens: &[u32],
+        x: &Tensor,
+        spec: &ModelSpec,
+        device: &Device,
+    ) -> Result<Option<Tensor>> {
+        (self.per_layer.as_ref())
+            .map(|p| p.inputs(tokens, x, spec, device))
+            .transpose()
+    }
+
     /// Bytes held.
     pub(crate) fn held_bytes(&self) -> u64 {
+        let per_layer = self
+            .per_layer
+            .as_ref()
+            .map_or(0, PerLayerInputs::held_bytes);
         let opt = |t: &Option<Tensor>| t.as_ref().map_or(0, tensor_bytes);
         let norm = self
             .norm
@@ -112,6 +135,6 @@ impl InputWeights {
             .map_or(0, |(w, b)| tensor_bytes(w) + opt(b));
         let types =
             (self.token_type.as_ref()).map_or(0, |(t, first)| t.held_bytes() + tensor_bytes(first));
-        self.positions.as_ref().map_or(0, Embedding::held_bytes) + types + norm
+        self.positions.as_ref().map_or(0, Embedding::held_bytes) + types + norm + per_layer
     }
 }

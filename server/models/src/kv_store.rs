@@ -54,6 +54,28 @@ impl KvStore {
         dtype: KvDtype,
         device: &Device,
     ) -> Result<Self> {
+        let dims = vec![kv_dim; groups.len()];
+        let shape = (block_size, dims.as_slice(), values);
+        Self::with_widths(groups, layers, pools, shape, dtype, device)
+    }
+
+    /// As [`KvStore::with_shape`], each group's K (and V) `kv_dims[g]`
+    /// wide (Gemma 4's full layers' heads are not its sliding layers').
+    pub fn with_widths(
+        groups: &[KvGroup],
+        layers: usize,
+        pools: &[Pool],
+        (block_size, kv_dims, values): (usize, &[usize], bool),
+        dtype: KvDtype,
+        device: &Device,
+    ) -> Result<Self> {
+        if kv_dims.len() != groups.len() {
+            return Err(Error::Config(format!(
+                "{} KV widths for {} groups",
+                kv_dims.len(),
+                groups.len()
+            )));
+        }
         let blocks = groups
             .iter()
             .map(|g| {
@@ -84,7 +106,8 @@ impl KvStore {
         let caches = groups
             .iter()
             .zip(blocks)
-            .map(|(g, n)| {
+            .zip(kv_dims)
+            .map(|((g, n), &kv_dim)| {
                 let (slots, width) = ((n, block_size), (kv_dim, values));
                 KvCache::new(g.layers.len(), slots, width, dtype, device)
             })

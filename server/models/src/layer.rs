@@ -4,6 +4,7 @@
 
 use candle_core::Tensor;
 
+use crate::ffn::dense_and_moe::DenseAndMoe;
 use crate::ffn::mlp::Mlp;
 use crate::ffn::moe::weights::MoeWeights;
 use crate::linear::tensor_bytes;
@@ -12,6 +13,7 @@ use crate::mixer::gdn::forward::GdnWeights;
 use crate::mixer::latent::forward::LatentWeights;
 use crate::mixer::mamba2::forward::Mamba2Weights;
 use crate::mixer::short_conv::forward::ShortConvWeights;
+use crate::per_layer_input::PerLayerGate;
 
 /// A token mixer's weights, by its kind.
 #[derive(Debug, Clone)]
@@ -52,6 +54,8 @@ pub enum Ffn {
     Dense(Mlp),
     /// A mixture of experts.
     Moe(Box<MoeWeights>),
+    /// An MLP and experts side by side (Gemma 4).
+    DenseAndMoe(Box<DenseAndMoe>),
 }
 
 impl Ffn {
@@ -59,6 +63,7 @@ impl Ffn {
         match self {
             Ffn::Dense(m) => m.held_bytes(),
             Ffn::Moe(m) => m.held_bytes(),
+            Ffn::DenseAndMoe(m) => m.held_bytes(),
         }
     }
 }
@@ -94,6 +99,11 @@ pub struct Layer {
     pub post_norm: Option<Tensor>,
     /// The feed-forward, where the layer has one (a Mamba-2 block has none).
     pub ffn: Option<FfnBlock>,
+    /// Its gate of the per-layer inputs (Gemma 4's E2B/E4B), after the
+    /// feed-forward.
+    pub per_layer: Option<PerLayerGate>,
+    /// Its output multiplied by this, last (Gemma 4's `layer_scalar`).
+    pub out_scale: Option<f64>,
 }
 
 impl Layer {
@@ -103,7 +113,10 @@ impl Layer {
             opt(&f.norm) + opt(&f.norm_bias) + f.ffn.held_bytes() + opt(&f.post_norm)
         });
         let norm = opt(&self.norm) + opt(&self.norm_bias);
-        norm + self.mixer.held_bytes() + opt(&self.post_norm) + ffn
+        let per_layer = self.per_layer.as_ref().map_or(0, PerLayerGate::held_bytes);
+        // The output scale as stored, one f32.
+        let per_layer = per_layer + 4 * u64::from(self.out_scale.is_some());
+        norm + self.mixer.held_bytes() + opt(&self.post_norm) + ffn + per_layer
     }
 
     /// The layer's feed-forward, if it has one.

@@ -30,6 +30,7 @@ pub mod mixer;
 pub mod mxfp4;
 pub(crate) mod norm;
 pub mod paged;
+pub mod per_layer_input;
 pub mod pooling;
 pub mod profile;
 pub mod projection;

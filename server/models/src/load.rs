@@ -70,19 +70,14 @@ impl ModelInfo {
         model_half: KvDtype,
         weight_bytes: impl Fn(DeviceKind) -> Result<u64>,
     ) -> Result<Self> {
-        let attention_layers = config
-            .layers
-            .iter()
-            .filter(|l| l.attention().is_some())
-            .count();
+        let kv_values = config.kv_values_per_token_all();
         let footprint = |device: DeviceKind| -> Result<Footprint> {
             let kv_dtype = device.auto_kv_dtype(model_half);
             Ok(Footprint {
                 weight_bytes: weight_bytes(device)?,
                 kv_dtype,
                 // Only attention layers keep KV.
-                kv_bytes_per_token: (attention_layers * config.kv_values_per_token()) as u64
-                    * kv_dtype.bytes(),
+                kv_bytes_per_token: kv_values as u64 * kv_dtype.bytes(),
             })
         };
         let devices = Footprints {
@@ -90,6 +85,8 @@ impl ModelInfo {
             cuda: footprint(DeviceKind::Cuda)?,
         };
         let (experts, active_experts) = config.expert_params();
+        // The full-attention layers' heads, where they differ (Gemma 4).
+        let full = config.full_head_shape();
         let facts = ModelGeometry {
             // The plan's KV layers are these less the recurrent ones.
             layers: config.mixer_layers() as u64,
@@ -109,6 +106,9 @@ impl ModelInfo {
             state_bytes_per_seq: config.state_bytes(),
             // The plan counts a latent layer's one vector, not heads.
             kv_latent_dim: config.latent_width().unwrap_or(0) as u64,
+            full_kv_heads: full.map_or(0, |h| h.kv_heads as u64),
+            full_head_dim: full.map_or(0, |h| h.head_dim as u64),
+            kv_shared_layers: config.kv_shared_layers() as u64,
         };
         Ok(ModelInfo {
             architecture: config.family.to_string(),

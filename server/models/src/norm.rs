@@ -24,6 +24,15 @@ pub(crate) fn apply(x: &Tensor, w: &Tensor, b: Option<&Tensor>, norms: &Norms) -
     Ok(candle_nn::ops::layer_norm(x, w, b, eps)?)
 }
 
+/// `x` RMS-normed over its last dimension without a weight (Gemma 4's
+/// value norm and router input), in f32: `x / sqrt(mean(x^2) + eps)`.
+pub(crate) fn rms_unit(x: &Tensor, eps: f64) -> Result<Tensor> {
+    let dtype = x.dtype();
+    let x = x.to_dtype(candle_core::DType::F32)?;
+    let ms = (x.sqr()?.mean_keepdim(candle_core::D::Minus1)? + eps)?;
+    Ok(x.broadcast_div(&ms.sqrt()?)?.to_dtype(dtype)?)
+}
+
 /// The norm `name` (a `.weight`) of width `len`: its weight, with the
 /// family's offset, and for a LayerNorm its `.bias` where stored.
 pub(crate) fn load(

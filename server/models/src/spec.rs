@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 
 pub use crate::ffn::activation::Activation;
 pub use crate::ffn::moe::spec::{MAX_EXPERTS, MoeSpec, Routing};
-pub use crate::mixer::attention::spec::AttentionSpec;
+pub use crate::mixer::attention::spec::{AttentionSpec, HeadShape, KvLayout};
 pub use crate::mixer::attention::temperature::QueryTemperature;
 pub use crate::mixer::encoder::spec::EncoderSpec;
 pub use crate::mixer::gdn::spec::GdnSpec;
@@ -51,6 +51,10 @@ pub enum FeedForward {
     /// A mixture of experts: each token through the `top_k` gated MLPs its
     /// router picks, their outputs weighted by the router.
     Moe(MoeSpec),
+    /// The gated MLP (the layer's width, the experts' activation) and a
+    /// mixture of experts side by side, each with its own norms (Gemma 4's
+    /// `enable_moe_block`).
+    DenseAndMoe(MoeSpec),
     /// `down(act(up(x)))`, biases where the checkpoint has them (BERT's).
     Plain(Activation),
     /// None: the mixer is the whole layer (Mamba-2's blocks).
@@ -166,7 +170,7 @@ impl LayerSpec {
     /// The layer's experts, if its feed-forward is a mixture.
     pub fn moe(&self) -> Option<&MoeSpec> {
         match &self.ffn {
-            FeedForward::Moe(m) => Some(m),
+            FeedForward::Moe(m) | FeedForward::DenseAndMoe(m) => Some(m),
             FeedForward::Gated(_) | FeedForward::Plain(_) | FeedForward::None => None,
         }
     }
@@ -315,6 +319,27 @@ pub struct ModelSpec {
     pub input: InputSpec,
     /// A norm after the last layer (every decoder; not BERT).
     pub final_norm: bool,
+    /// Each layer's MLP width where they differ (Gemma 4's wider MLPs in
+    /// its shared-KV layers); empty: every layer's is `intermediate`.
+    pub ffn_widths: Vec<usize>,
+    /// Per-layer input embeddings (Gemma 4's E2B/E4B), if it has them.
+    pub per_layer_input: Option<PerLayerInput>,
+    /// Each layer's output multiplied by a learned scalar of its own
+    /// (Gemma 4's `layer_scalar`).
+    pub layer_out_scale: bool,
+}
+
+/// Gemma 4's per-layer input embeddings: each token gets a small vector
+/// for every layer, from a table of its own and a projection of its
+/// embedding, which each layer gates into its output.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PerLayerInput {
+    /// Width of one layer's vector (`hidden_size_per_layer_input`).
+    pub width: usize,
+    /// Rows of its table (`vocab_size_per_layer_input`).
+    pub vocab: usize,
+    /// The gate's activation (the MLP's).
+    pub activation: Activation,
 }
 
 impl ModelSpec {
@@ -324,6 +349,11 @@ impl ModelSpec {
         self.kv_heads * self.head_dim
     }
 
+    /// Layer `i`'s MLP width.
+    pub fn ffn_width(&self, i: usize) -> usize {
+        self.ffn_widths.get(i).copied().unwrap_or(self.intermediate)
+    }
+
     /// Width of one token's queries across heads.
     pub fn q_dim(&self) -> usize {
         self.heads * self.head_dim
@@ -331,11 +361,13 @@ impl ModelSpec {
 
     /// The KV groups (full attention first, then windows ascending): the
     /// block tables a sequence needs, one per group. Recurrent layers keep
-    /// no KV and are in none.
+    /// no KV and are in none, nor are layers reading another's KV.
     pub fn kv_groups(&self) -> Vec<KvGroup> {
         let mut groups: Vec<KvGroup> = Vec::new();
         for (i, l) in self.layers.iter().enumerate() {
-            let Some(a) = l.attention() else { continue };
+            let Some(a) = l.attention().filter(|a| a.kv.shared_from.is_none()) else {
+                continue;
+            };
             let window = a.cache_window();
             match groups.iter_mut().find(|g| g.window == window) {
                 Some(g) => g.layers.push(i),
@@ -463,10 +495,12 @@ impl ModelSpec {
         // Attention's and the MLP's widths matter only where such layers are.
         let attends = self.layers.iter().any(|l| l.any_attention().is_some());
         let heads = [self.heads, self.kv_heads, self.head_dim];
-        let mlp = self
-            .layers
-            .iter()
-            .any(|l| matches!(l.ffn, FeedForward::Gated(_) | FeedForward::Plain(_)));
+        let mlp = self.layers.iter().any(|l| {
+            matches!(
+                l.ffn,
+                FeedForward::Gated(_) | FeedForward::Plain(_) | FeedForward::DenseAndMoe(_)
+            )
+        });
         if dims.contains(&0) || (attends && heads.contains(&0)) || (mlp && self.intermediate == 0) {
             return bad(format!("zero dimension in {self:?}"));
         }
@@ -479,12 +513,18 @@ impl ModelSpec {
         if attends && !self.head_dim.is_multiple_of(2) {
             return bad(format!("head dim {} is odd", self.head_dim));
         }
-        for r in &self.ropes {
-            if r.rotary_dim == 0 || r.rotary_dim > self.head_dim || r.rotary_dim % 2 != 0 {
-                return bad(format!(
-                    "rotary dim {} for head dim {}",
-                    r.rotary_dim, self.head_dim
-                ));
+        for (k, r) in self.ropes.iter().enumerate() {
+            // The widest head that rotates by it (the model's where none does).
+            let width = self
+                .layers
+                .iter()
+                .filter_map(LayerSpec::any_attention)
+                .filter(|a| a.rope == k)
+                .map(|a| self.head_shape(a).head_dim)
+                .max()
+                .unwrap_or(self.head_dim);
+            if r.rotary_dim == 0 || r.rotary_dim > width || r.rotary_dim % 2 != 0 {
+                return bad(format!("rotary dim {} for head dim {width}", r.rotary_dim));
             }
             if !(r.theta.is_finite() && r.theta > 0.0) {
                 return bad(format!("RoPE base {}", r.theta));
@@ -502,7 +542,10 @@ impl ModelSpec {
             if a.softcap.is_some_and(|c| !(c.is_finite() && c > 0.0)) || !a.scale.is_finite() {
                 return bad(format!("layer {i}: scale or soft-cap in {a:?}"));
             }
+            self.validate_kv_layout(i, a)
+                .map_err(|e| Error::Config(format!("layer {i}: {e}")))?;
         }
+        self.validate_group_shapes()?;
         if self
             .final_softcap
             .is_some_and(|c| !(c.is_finite() && c > 0.0))
@@ -513,5 +556,6 @@ impl ModelSpec {
     }
 }
 
+mod heads;
 #[cfg(test)]
 mod tests;

@@ -7,10 +7,12 @@ use candle_core::{Device, Tensor};
 
 use crate::decoder::Decoder;
 use crate::error::Result;
+use crate::ffn::dense_and_moe::DenseAndMoe;
 use crate::ffn::{mlp, moe};
 use crate::input::InputWeights;
 use crate::layer::{Ffn, FfnBlock, Layer, MixerWeights};
 use crate::mixer::{attention, gdn, latent, mamba2, short_conv};
+use crate::per_layer_input::PerLayerGate;
 use crate::projection::single;
 use crate::spec::{FeedForward, Mixer, ModelSpec};
 use source::{WeightSource, norm};
@@ -88,7 +90,16 @@ fn load_layer(
         true => (None, None),
         false => block_norm(src, spec, &n("attn_norm.weight"), device)?,
     };
+    let out_scale = match spec.layer_out_scale {
+        true => {
+            let s = src.vector(&n("layer_output_scale.weight"), 1, device)?;
+            Some(f64::from(s.to_vec1::<f32>()?[0]))
+        }
+        false => None,
+    };
     Ok(Layer {
+        per_layer: PerLayerGate::load(src, spec, i, device)?,
+        out_scale,
         norm,
         norm_bias,
         mixer,
@@ -124,7 +135,12 @@ fn load_ffn(
     let (hidden, inter) = (spec.hidden, spec.intermediate);
     let ffn = match spec.layers[i].ffn {
         FeedForward::Moe(m) => Ffn::Moe(Box::new(moe::load::load(src, &m, i, hidden, device)?)),
-        FeedForward::Gated(_) => Ffn::Dense(mlp::load(src, i, "", (hidden, inter), device)?),
+        FeedForward::DenseAndMoe(m) => {
+            Ffn::DenseAndMoe(Box::new(DenseAndMoe::load(src, spec, (i, &m), device)?))
+        }
+        FeedForward::Gated(_) => {
+            Ffn::Dense(mlp::load(src, i, "", (hidden, spec.ffn_width(i)), device)?)
+        }
         FeedForward::Plain(_) => Ffn::Dense(mlp::load_plain(src, i, "", (hidden, inter), device)?),
         FeedForward::None => return Ok(None),
     };

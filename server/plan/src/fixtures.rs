@@ -1,7 +1,53 @@
 //! Test views of a plan's pools by the names the tests of the earlier,
-//! positional plan used: each reads one pool by its kind.
+//! positional plan used: each reads one pool by its kind; and geometries
+//! shared by several modules' tests.
 
-use crate::{CacheKind, Plan, PoolPlan};
+use crate::{CacheKind, KvDtype, ModelGeometry, Plan, PoolPlan, SlidingWindow};
+
+/// Gemma 4 31B's KV: 60 layers, 50 sliding over 1024 tokens with 16 KV
+/// heads of 256, the other 10 global with 4 KV heads of 512 (its
+/// `num_global_key_value_heads` and `global_head_dim`), bf16, a 256k
+/// context; ~31 B parameters in bf16.
+pub(crate) fn gemma4_31b() -> ModelGeometry {
+    ModelGeometry {
+        layers: 60,
+        kv_heads: 16,
+        head_dim: 256,
+        full_kv_heads: 4,
+        full_head_dim: 512,
+        kv_dtype: KvDtype::Bf16,
+        weight_bytes: 61_400_000_000,
+        context_length: 262_144,
+        sliding_windows: vec![SlidingWindow {
+            window: 1024,
+            layers: 50,
+        }],
+        ..ModelGeometry::default()
+    }
+}
+
+/// Gemma 4 E4B's KV with its last `shared` of 42 layers reading an earlier
+/// layer's KV (18 in the model): the sliding layers (window 512) among the
+/// 24 that keep KV are 20, in a five-to-one pattern, the other 4 global;
+/// every layer 2 KV heads of 256 here, bf16, a 128k context. With `shared`
+/// 0 the 18 are counted as keeping KV of their own (as global layers, the
+/// windows listing only the 20).
+pub(crate) fn gemma4_e4b(shared: u64) -> ModelGeometry {
+    ModelGeometry {
+        layers: 42,
+        kv_heads: 2,
+        head_dim: 256,
+        kv_dtype: KvDtype::Bf16,
+        weight_bytes: 8_000_000_000,
+        context_length: 131_072,
+        sliding_windows: vec![SlidingWindow {
+            window: 512,
+            layers: 20,
+        }],
+        kv_shared_layers: shared,
+        ..ModelGeometry::default()
+    }
+}
 
 /// One pool's numbers, read by kind.
 pub(crate) trait Pools {

@@ -135,7 +135,13 @@ impl ModelGeometry {
             // the latent's width a head at once: each head's query carried
             // into it, the attention's output, and the weighted latent
             // leaving through the value half.
-            0 => (self.heads + 2 * self.kv_heads) * self.head_dim,
+            // Per head: q, k and v rows, at the wider of the windowed and
+            // full layers' shapes (activations are an upper bound).
+            0 => [self.kv_shape(), self.full_kv_shape()]
+                .map(|kv| (self.heads + 2 * kv.kv_heads) * kv.head_dim)
+                .into_iter()
+                .max()
+                .unwrap_or(0),
             latent => 3 * self.heads * latent,
         };
         // A mixer that runs op by op beside a fused feed-forward (latent
@@ -210,6 +216,22 @@ mod tests {
         assert_eq!(g.activation_bytes(10, 3, 2), 10 * 384 * 2 + 2 * 3 * 100 * 4);
         assert_eq!(g.activation_bytes(u64::MAX, 1, 4), u64::MAX);
         assert_eq!(ModelGeometry::default().activation_bytes(512, 16, 4), 0);
+        // Full layers of another shape (Gemma 4's global ones): the rows of
+        // the wider, (4 + 2 x 1) x 32 = 192 over (4 + 2 x 2) x 8 = 64, and
+        // the narrower changes nothing.
+        let global = |full_kv_heads, full_head_dim| ModelGeometry {
+            full_kv_heads,
+            full_head_dim,
+            ..g.clone()
+        };
+        for (full_kv_heads, full_head_dim, qkv) in [(1, 32, 192), (1, 0, 64), (0, 4, 64)] {
+            let per_token = 128 + 192 + qkv;
+            assert_eq!(
+                global(full_kv_heads, full_head_dim).activation_bytes(10, 0, 4),
+                10 * per_token * 4,
+                "{full_kv_heads} x {full_head_dim}"
+            );
+        }
         // Latent attention: 3 rows of 24 for each of the 4 heads, not q, k
         // and v of the cached width (measured: DeepSeek-V2-Lite's shape at
         // 16 streams peaked 32 MiB over the q/k/v count), and the fused

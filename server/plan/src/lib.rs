@@ -2,8 +2,10 @@
 //! server (to size its KV pool and check the plan against real memory).
 //!
 //! ```text
-//! kv_bytes_per_token = 2 * attention_layers * kv_heads * head_dim * kv_dtype_bytes
-//!                      (latent attention: attention_layers * kv_latent_dim * kv_dtype_bytes)
+//! kv_bytes_per_token = sum over cache groups of 2 * layers * kv_heads * head_dim * kv_dtype_bytes
+//!                      (full-attention layers at their own heads and head dim where they
+//!                      differ; latent attention: layers * kv_latent_dim * kv_dtype_bytes;
+//!                      layers that share an earlier layer's KV count nothing)
 //! block_bytes        = block_size * kv_bytes_per_token
 //! kv_budget          = memory * utilization - weights - activation_reserve - overhead - adapters
 //! kv_blocks          = floor(kv_budget / block_bytes)
@@ -181,6 +183,22 @@ pub struct ModelGeometry {
     /// K and V for every head; 0 for per-head K and V.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub kv_latent_dim: u64,
+    /// Key/value heads of the full-attention layers where they differ from
+    /// the windowed layers' (Gemma 4's `num_global_key_value_heads`); 0 or
+    /// absent: the same.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub full_kv_heads: u64,
+    /// Head dimension of the full-attention layers where it differs from
+    /// the windowed layers' (Gemma 4's `global_head_dim`); 0 or absent: the
+    /// same.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub full_head_dim: u64,
+    /// Attention layers that attend over an earlier layer's KV and keep
+    /// none of their own (Gemma 4 E2B/E4B's `num_kv_shared_layers`): out of
+    /// `layers`, in no cache group, counted by no pool (the sliding windows
+    /// count only layers that keep KV); 0 or absent: none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub kv_shared_layers: u64,
 }
 
 /// Whether a count is absent (serialised as nothing).
@@ -189,16 +207,29 @@ fn is_zero(n: &u64) -> bool {
 }
 
 impl ModelGeometry {
-    /// Bytes of K and V one token takes across all layers (what a token
-    /// costs while every layer holds it; windowed layers stop holding it
-    /// once it leaves their window).
+    /// Bytes of K and V one token takes across all layers that keep KV, each
+    /// cache group at its own shape (what a token costs while every layer
+    /// holds it; windowed layers stop holding it once it leaves their
+    /// window; layers that share an earlier layer's KV hold none).
     pub fn kv_bytes_per_token(&self) -> u64 {
-        self.attention_layers() * self.layer_kv_bytes_per_token()
+        self.cache_groups()
+            .iter()
+            .map(CacheGroup::token_bytes)
+            .fold(0, u64::saturating_add)
     }
 
-    /// Layers that keep KV: all but the recurrent ones.
+    /// Layers that attend: all but the recurrent ones (those that share an
+    /// earlier layer's KV included; [`ModelGeometry::kv_layers`] leaves them
+    /// out).
     pub fn attention_layers(&self) -> u64 {
         self.layers.saturating_sub(self.recurrent_layers)
+    }
+
+    /// Layers that keep KV of their own: the attention layers less those
+    /// that share an earlier layer's.
+    pub fn kv_layers(&self) -> u64 {
+        self.attention_layers()
+            .saturating_sub(self.kv_shared_layers)
     }
 }
 
@@ -556,11 +587,48 @@ pub(crate) fn check_inputs(geometry: &ModelGeometry, config: &PlanConfig) -> Res
     if windowed > geometry.layers {
         return invalid("slidingWindows name more layers than the model has");
     }
+    check_kv_kinds(geometry, windowed)?;
     if config.block_size == 0 {
         return invalid("blockSize must be at least 1");
     }
     if !(config.utilization > 0.0 && config.utilization <= 1.0) {
         return invalid("memoryUtilization must be in (0, 1]");
+    }
+    Ok(())
+}
+
+/// Shared KV and full-attention head shapes: at least one layer keeps KV,
+/// windows count only layers that keep it, and per-head shapes are not given
+/// for latent attention.
+fn check_kv_kinds(geometry: &ModelGeometry, windowed: u64) -> Result<(), PlanError> {
+    let invalid = |m: String| Err(PlanError::Invalid(m));
+    let (shared, attention) = (geometry.kv_shared_layers, geometry.attention_layers());
+    if shared > 0 && shared >= attention {
+        return invalid(format!(
+            "kvSharedLayers ({shared}) must be fewer than the {attention} attention layers: \
+             at least one layer must keep the KV the others share"
+        ));
+    }
+    if shared > 0 && windowed.saturating_add(shared) > attention {
+        return invalid(format!(
+            "slidingWindows ({windowed} layers) and kvSharedLayers ({shared}) name more than \
+             the {attention} attention layers: slidingWindows counts only layers that keep KV"
+        ));
+    }
+    let per_head: Vec<&str> = [
+        ("fullKvHeads", geometry.full_kv_heads),
+        ("fullHeadDim", geometry.full_head_dim),
+    ]
+    .into_iter()
+    .filter(|(_, n)| *n > 0)
+    .map(|(name, _)| name)
+    .collect();
+    if geometry.kv_latent_dim > 0 && !per_head.is_empty() {
+        return invalid(format!(
+            "kvLatentDim caches one latent vector a layer, not per-head K and V: {} must \
+             be absent with it",
+            per_head.join(" and ")
+        ));
     }
     Ok(())
 }

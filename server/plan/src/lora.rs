@@ -21,11 +21,18 @@ const ELEM_BYTES: u64 = 2;
 
 impl ModelGeometry {
     /// Bytes one adapter of `rank` over all seven projections takes: for
-    /// each, `rank * (in + out)` elements.
+    /// each, `rank * (in + out)` elements; every layer at the wider of the
+    /// windowed and full layers' head shapes (an upper bound where they
+    /// differ).
     pub fn lora_adapter_bytes(&self, rank: u64) -> u64 {
         let (h, i) = (self.hidden_size, self.intermediate_size);
-        let q = self.heads.saturating_mul(self.head_dim);
-        let kv = self.kv_heads.saturating_mul(self.head_dim);
+        let (kv, full) = (self.kv_shape(), self.full_kv_shape());
+        let q = self.heads.saturating_mul(kv.head_dim.max(full.head_dim));
+        let kv = [kv, full]
+            .map(|s| s.kv_heads.saturating_mul(s.head_dim))
+            .into_iter()
+            .max()
+            .unwrap_or(0);
         // q (h+q), k and v (h+kv), o (q+h), gate and up (h+i), down (i+h).
         let per_layer = [7 * h, 2 * q, 2 * kv, 3 * i]
             .into_iter()
@@ -84,6 +91,9 @@ mod tests {
             recurrent_layers: 0,
             state_bytes_per_seq: 0,
             kv_latent_dim: 0,
+            full_kv_heads: 0,
+            full_head_dim: 0,
+            kv_shared_layers: 0,
         }
     }
 
@@ -107,6 +117,34 @@ mod tests {
             ..p
         };
         assert_eq!(huge.device_bytes(&g, DeviceKind::Cuda), u64::MAX);
+    }
+
+    #[test]
+    fn full_layers_of_another_shape_count_at_the_wider() {
+        // (full KV heads, full head dim, elements a rank a layer): q and o
+        // at 9 heads of the wider dim, k and v at the wider of 3 x 64 and
+        // the full layers' heads x dim.
+        let cases = [
+            (0, 0, 10176),
+            // 9 x 128 = 1152 for q, 3 x 128 = 384 for k and v.
+            (0, 128, 7 * 576 + 2 * 1152 + 2 * 384 + 3 * 1536),
+            // 1 x 128 = 128 < 192 for k and v.
+            (1, 128, 7 * 576 + 2 * 1152 + 2 * 192 + 3 * 1536),
+            // Narrower full layers change nothing.
+            (1, 32, 10176),
+        ];
+        for (full_kv_heads, full_head_dim, per_layer) in cases {
+            let g = ModelGeometry {
+                full_kv_heads,
+                full_head_dim,
+                ..smollm2()
+            };
+            assert_eq!(
+                g.lora_adapter_bytes(16),
+                per_layer * 16 * 30 * 2,
+                "{full_kv_heads} x {full_head_dim}"
+            );
+        }
     }
 
     #[test]

@@ -141,6 +141,59 @@ fn the_schema_is_the_geometry_s_as_kubernetes_reads_it() {
     assert_eq!(properties["kvDtype"]["nullable"], true);
     assert_eq!(
         schema["x-kubernetes-validations"],
-        json!([{"rule": FP8_RULE, "message": FP8_MESSAGE}])
+        json!([
+            {"rule": FP8_RULE, "message": FP8_MESSAGE},
+            {"rule": SHARED_RULE, "message": SHARED_MESSAGE},
+            {"rule": LATENT_RULE, "message": LATENT_MESSAGE},
+        ])
     );
+}
+
+/// Each rule reads only fields the schema has and names in its message
+/// the fields it refuses.
+#[test]
+fn the_kv_kind_rules_name_their_fields() {
+    let schema = crd_geometry_schema();
+    let properties = schema["properties"].as_object().unwrap();
+    let cases = [
+        (SHARED_RULE, SHARED_MESSAGE, &["kvSharedLayers"][..]),
+        (
+            LATENT_RULE,
+            LATENT_MESSAGE,
+            &["fullKvHeads", "fullHeadDim", "kvLatentDim"][..],
+        ),
+    ];
+    for (rule, message, fields) in cases {
+        for field in fields {
+            assert!(properties.contains_key(*field), "{field}");
+            assert!(rule.contains(&format!("self.{field}")), "{rule}");
+            assert!(message.contains(&format!("geometry.{field}")), "{message}");
+        }
+    }
+    for field in ["fullKvHeads", "fullHeadDim", "kvSharedLayers"] {
+        assert_eq!(properties[field]["format"], "int64", "{field}");
+        assert!(!schema["required"].to_string().contains(field), "{field}");
+    }
+}
+
+#[test]
+fn gemma4_s_kinds_round_trip_on_the_wire() {
+    // Gemma 4 31B as a spec writes it.
+    let written = json!({
+        "layers": 60, "kvHeads": 16, "headDim": 256, "fullKvHeads": 4, "fullHeadDim": 512,
+        "weightBytes": 61_400_000_000_u64, "contextLength": 262_144,
+        "slidingWindows": [{"window": 1024, "layers": 50}],
+    });
+    let spec: GeometrySpec = serde_json::from_value(written.clone()).unwrap();
+    assert_eq!(
+        (spec.facts.full_kv_heads, spec.facts.full_head_dim),
+        (4, 512)
+    );
+    assert_eq!(spec.facts.kv_shared_layers, 0, "absent: none");
+    assert_eq!(serde_json::to_value(&spec).unwrap(), written);
+    let mut e4b = written;
+    e4b["kvSharedLayers"] = json!(18);
+    let spec: GeometrySpec = serde_json::from_value(e4b.clone()).unwrap();
+    assert_eq!(spec.facts.kv_shared_layers, 18);
+    assert_eq!(serde_json::to_value(&spec).unwrap(), e4b);
 }

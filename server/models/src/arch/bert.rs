@@ -7,8 +7,8 @@ use super::{Family, HfExperts, Shape};
 use crate::config::{HfConfig, Metadata, md_usize};
 use crate::error::{Error, Result};
 use crate::spec::{
-    Activation, AttentionSpec, EncoderSpec, FeedForward, InputSpec, LayerSpec, Mixer, ModelSpec,
-    Norms,
+    Activation, AttentionSpec, EncoderSpec, FeedForward, InputSpec, KvLayout, LayerSpec, Mixer,
+    ModelSpec, Norms,
 };
 
 /// BERT's tensors by Hugging Face name (XLM-RoBERTa's are the same).
@@ -106,6 +106,7 @@ pub(super) fn encoder_layer(
                 nope: rope.is_none(),
                 gated: false,
                 temperature: None,
+                kv: KvLayout::default(),
             },
             causal: false,
         }),

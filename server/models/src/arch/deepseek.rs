@@ -16,8 +16,8 @@ use super::{Family, HfExperts, Shape, pre_norms, with_experts};
 use crate::config::{HfConfig, Metadata};
 use crate::error::{Error, Result};
 use crate::spec::{
-    Activation, AttentionSpec, FeedForward, LatentSpec, LayerSpec, Mixer, ModelSpec, MoeSpec,
-    Routing,
+    Activation, AttentionSpec, FeedForward, KvLayout, LatentSpec, LayerSpec, Mixer, ModelSpec,
+    MoeSpec, Routing,
 };
 
 /// DeepSeek's checkpoints' latent attention and expert tensors.
@@ -75,6 +75,7 @@ fn attention(scale: f32) -> AttentionSpec {
         nope: false,
         gated: false,
         temperature: None,
+        kv: KvLayout::default(),
     }
 }
 

@@ -13,8 +13,8 @@ use super::{Family, HfExperts, Shape, sliding_pattern};
 use crate::config::{HfConfig, Metadata};
 use crate::error::{Error, Result};
 use crate::spec::{
-    Activation, AttentionSpec, EncoderSpec, FeedForward, LayerSpec, Mixer, ModelSpec, Norms,
-    RopeScaling, RopeSpec,
+    Activation, AttentionSpec, EncoderSpec, FeedForward, KvLayout, LayerSpec, Mixer, ModelSpec,
+    Norms, RopeScaling, RopeSpec,
 };
 
 /// Gemma's layer tensors, where they differ from the Llama layout.
@@ -144,6 +144,7 @@ fn layer(sight: Sight, scale: f32, softcap: Option<f32>, qk_norm: bool) -> Layer
         nope: false,
         gated: false,
         temperature: None,
+        kv: KvLayout::default(),
     };
     let mixer = match sight.bidirectional {
         // transformers halves a bidirectional config's window (and

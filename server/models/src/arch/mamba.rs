@@ -131,6 +131,9 @@ fn ssm_only(hidden: usize, layers: usize, vocab: usize, eps: f64, ssm: SsmSpec) 
         logit_scale: None,
         input: InputSpec::default(),
         final_norm: true,
+        ffn_widths: Vec::new(),
+        per_layer_input: None,
+        layer_out_scale: false,
     }
 }
 

@@ -7,6 +7,7 @@
 mod bert;
 mod deepseek;
 mod gemma;
+mod gemma4;
 mod glm;
 mod gpt_oss;
 mod granite;
@@ -28,8 +29,8 @@ mod smollm3;
 use crate::config::{HfConfig, Metadata};
 use crate::error::{Error, Result};
 use crate::spec::{
-    Activation, AttentionSpec, FeedForward, InputSpec, LayerSpec, Mixer, ModelSpec, MoeSpec, Norms,
-    RopeSpec, Routing,
+    Activation, AttentionSpec, FeedForward, InputSpec, KvLayout, LayerSpec, Mixer, ModelSpec,
+    MoeSpec, Norms, RopeSpec, Routing,
 };
 
 /// How a checkpoint stores a layer's experts.
@@ -99,6 +100,7 @@ const FAMILIES: &[&Family] = &[
     &qwen::QWEN3MOE,
     &gemma::GEMMA2,
     &gemma::GEMMA3,
+    &gemma4::GEMMA4,
     &phi3::PHI3,
     &gpt_oss::GPT_OSS,
     &mamba::MAMBA2,
@@ -319,6 +321,9 @@ impl Shape {
             logit_scale: None,
             input: InputSpec::default(),
             final_norm: true,
+            ffn_widths: Vec::new(),
+            per_layer_input: None,
+            layer_out_scale: false,
         }
     }
 
@@ -357,6 +362,7 @@ pub(crate) fn swiglu_layer(window: Option<usize>, scale: f32, qk_norm: bool) -> 
             nope: false,
             gated: false,
             temperature: None,
+            kv: KvLayout::default(),
         }),
         ffn: FeedForward::Gated(Activation::Silu),
     }

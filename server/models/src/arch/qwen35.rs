@@ -16,7 +16,8 @@ use super::{Family, HfExperts, Shape, gguf_moe, with_experts};
 use crate::config::{HfConfig, Metadata};
 use crate::error::{Error, Result};
 use crate::spec::{
-    Activation, AttentionSpec, FeedForward, GdnSpec, LayerSpec, Mixer, ModelSpec, Norms, Routing,
+    Activation, AttentionSpec, FeedForward, GdnSpec, KvLayout, LayerSpec, Mixer, ModelSpec, Norms,
+    Routing,
 };
 
 /// A DeltaNet layer's tensors (GGUF name, name under the layer's prefix);
@@ -233,6 +234,7 @@ fn layer(linear: bool, mixer: GdnSpec, scale: f32) -> LayerSpec {
                 nope: false,
                 gated: true,
                 temperature: None,
+                kv: KvLayout::default(),
             }),
         },
         ffn: FeedForward::Gated(Activation::Silu),

@@ -301,7 +301,7 @@ fn unknown_families_and_bad_settings_are_named() {
 fn an_unknown_architecture_lists_every_family_of_the_table() {
     let err = super::Family::by_gguf("gptneox").unwrap_err().to_string();
     let want = "unsupported architecture \"gptneox\" (supported: llama, mistral, mixtral, \
-        qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, phi3, gpt-oss, mamba2, granitehybrid, \
+        qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3, gemma4, phi3, gpt-oss, mamba2, granitehybrid, \
         qwen35, qwen3next, qwen35moe, smollm3, glm4moe, deepseek2, olmo2, mistral3, llama4, lfm2, nemotron_h, bert, \
         xlm-roberta, nomic-bert, modern-bert)";
     assert_eq!(err, want);

@@ -72,7 +72,7 @@ impl Decoder {
             true => x.clone(),
             false => self.block_norm(&x, f.norm.as_ref(), f.norm_bias.as_ref())?,
         };
-        let mut d = self.ffn_forward(index, &f.ffn, &h, ctx)?;
+        let mut d = self.ffn_forward(index, &f.ffn, (&x, &h), ctx)?;
         if let Some(w) = &f.post_norm {
             d = self.block_norm(&d, Some(w), None)?;
         }
@@ -81,6 +81,30 @@ impl Decoder {
             true => self.block_norm(&x, f.norm.as_ref(), f.norm_bias.as_ref()),
             false => Ok(x),
         }
+    }
+
+    /// What follows layer `index`'s blocks: its gate of the per-layer
+    /// inputs `per_layer` (`(tokens, layers, width)`), then its output
+    /// scale, where it has them (Gemma 4).
+    pub(super) fn layer_tail(
+        &self,
+        (index, l): (usize, &Layer),
+        x: Tensor,
+        per_layer: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        let x = match (&l.per_layer, per_layer) {
+            (Some(g), Some(inputs)) => g.apply(&x, (inputs, index), &self.spec)?,
+            (None, _) => x,
+            (Some(_), None) => {
+                return Err(Error::Config(format!(
+                    "layer {index}: no per-layer inputs for its gate"
+                )));
+            }
+        };
+        Ok(match l.out_scale {
+            Some(s) => (x * s)?,
+            None => x,
+        })
     }
 
     /// `t` through a block's norm; a block without its input norm (OLMo 2)
@@ -132,22 +156,26 @@ impl Decoder {
         })
     }
 
-    /// Layer `index`'s feed-forward of `h` (normed), by its kind.
+    /// Layer `index`'s feed-forward of `h`, the block's input `x` normed,
+    /// by its kind (Gemma 4's experts read `x` through norms of their own).
     fn ffn_forward(
         &self,
         index: usize,
         ffn: &Ffn,
-        h: &Tensor,
+        (x, h): (&Tensor, &Tensor),
         ctx: &LayerCtx<'_>,
     ) -> Result<Tensor> {
         let s = &self.spec;
         let hook = |targets: &[Target], x: &Tensor, out: Tensor| ctx.lora(targets, index, x, out);
         match (ffn, s.layers[index].ffn) {
             (Ffn::Dense(m), FeedForward::Gated(act)) => {
-                m.forward_hooked(h, s.intermediate, act, &hook)
+                m.forward_hooked(h, s.ffn_width(index), act, &hook)
             }
             (Ffn::Dense(m), FeedForward::Plain(act)) => m.forward_plain(h, act),
             (Ffn::Moe(m), FeedForward::Moe(_)) => crate::ffn::moe::forward(m, h),
+            (Ffn::DenseAndMoe(m), FeedForward::DenseAndMoe(_)) => {
+                m.forward((x, h), s.ffn_width(index), s)
+            }
             _ => Err(Error::Config(format!(
                 "layer {index}: its weights are not its kind's"
             ))),

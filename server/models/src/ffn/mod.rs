@@ -2,6 +2,7 @@
 //! weights, their loader and their forward.
 
 pub mod activation;
+pub mod dense_and_moe;
 pub mod mlp;
 pub mod moe;
 

@@ -212,8 +212,9 @@ impl FusedAttention {
         let (MixerWeights::Attention(a), Some(attention)) = (&l.mixer, spec.attention()) else {
             return Ok(None);
         };
-        // The fused q/k/v op has no output gate (Qwen3.5's).
-        if attention.gated {
+        // The fused q/k/v op has no output gate (Qwen3.5's), and makes and
+        // keeps K and V the plain way.
+        if attention.gated || attention.kv != crate::spec::KvLayout::default() {
             return Ok(None);
         }
         let (Some(qkv), Linear::Packed(o)) = (Packed::of(&a.qkv), &a.o) else {

@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use super::{Target, refuse};
 use crate::arch::Family;
 use crate::error::Result;
-use crate::spec::{FeedForward, ModelSpec};
+use crate::spec::ModelSpec;
 
 /// The base model's shapes an adapter must match.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +29,9 @@ pub struct LoraShapes {
     /// Layers whose feed-forward is a mixture of experts: an adapter of
     /// their gate/up/down is refused (experts take no adapters).
     pub expert_layers: Vec<usize>,
+    /// Why the model takes no adapter at all, where it does not: its
+    /// layers' projections differ in shape (Gemma 4's).
+    pub refused: Option<&'static str>,
 }
 
 impl LoraShapes {
@@ -47,9 +50,13 @@ impl LoraShapes {
             gguf_unpermute: unpermute.then_some((s.heads, s.kv_heads)),
             peft_unpermute: pairs.then_some((s.heads, s.kv_heads)),
             expert_layers: (s.layers.iter().enumerate())
-                .filter(|(_, l)| matches!(l.ffn, FeedForward::Moe(_)))
+                .filter(|(_, l)| l.moe().is_some())
                 .map(|(i, _)| i)
                 .collect(),
+            refused: uneven(s).then_some(
+                "the base's layers differ in projection shapes (Gemma 4's full and \
+                 shared-KV layers): adapters on it are not served yet",
+            ),
         }
     }
 
@@ -246,6 +253,15 @@ impl LoraAdapter {
     }
 }
 
+/// Whether `s`'s layers' projections differ in shape from layer to layer:
+/// heads of their own, no k or v projection, MLPs of several widths.
+fn uneven(s: &ModelSpec) -> bool {
+    let odd = |a: &crate::spec::AttentionSpec| {
+        a.kv.shape.is_some() || a.kv.shared_from.is_some() || a.kv.values_from_keys
+    };
+    !s.ffn_widths.is_empty() || s.layers.iter().any(|l| l.attention().is_some_and(odd))
+}
+
 /// Collects `(layer, target, pair)` into one array per layer, refusing a
 /// pair whose shape is not the base's or a layer the base does not have.
 pub(crate) fn assemble(
@@ -253,6 +269,9 @@ pub(crate) fn assemble(
     shapes: &LoraShapes,
     pairs: Vec<(usize, Target, LoraPair)>,
 ) -> Result<LoraAdapter> {
+    if let Some(why) = shapes.refused {
+        return Err(refuse(name, why));
+    }
     let mut layers: Vec<[Option<LoraPair>; 7]> =
         (0..shapes.layers).map(|_| Default::default()).collect();
     for (layer, target, pair) in pairs {

@@ -17,6 +17,7 @@ fn layer(window: Option<usize>) -> LayerSpec {
             nope: false,
             gated: false,
             temperature: None,
+            kv: crate::spec::KvLayout::default(),
         }),
         ffn: FeedForward::Gated(Activation::Silu),
     }
@@ -54,6 +55,9 @@ pub(crate) fn spec(windows: &[Option<usize>]) -> ModelSpec {
         logit_scale: None,
         input: InputSpec::default(),
         final_norm: true,
+        ffn_widths: Vec::new(),
+        per_layer_input: None,
+        layer_out_scale: false,
     }
 }
 

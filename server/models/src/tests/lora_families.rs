@@ -329,3 +329,23 @@ fn llama_4_s_adapter_on_its_pairs_rope_q_and_k_equals_its_merged_model() {
         "llama4: the adapter changed nothing ({moved})"
     );
 }
+
+#[test]
+fn an_adapter_of_gemma_4_whose_layers_differ_in_shape_is_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = open(&dir("gemma4"), None);
+    let shapes = LoraShapes::of(m.decoder().spec());
+    assert!(shapes.refused.is_some());
+    let attn = LoraSpec {
+        targets: vec![Target::Q, Target::O],
+        ..LoraSpec::all(4, 7)
+    };
+    write_peft(tmp.path(), &attn, &random_peft_of(&shapes, &attn));
+    let err = lora::load("g", tmp.path(), &shapes, 16)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("differ in projection shapes"), "{err}");
+    // A family of even layers takes the same adapter.
+    let llama = LoraShapes::of(open(&dir("llama"), None).decoder().spec());
+    assert!(llama.refused.is_none());
+}

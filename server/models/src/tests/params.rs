@@ -23,6 +23,11 @@ fn inspect_counts_every_expert_and_the_ones_a_token_runs() {
         // Every layer's 4 experts, biased, 2 a token.
         ("gpt_oss", 192_864, 142_688),
         ("llama", 115_008, 115_008),
+        // transformers' count plus each layer's `layer_scalar` (a buffer
+        // there, stored in the checkpoint).
+        ("gemma4", 323_736 + 6, 323_736 + 6),
+        // 4 layers of 4 experts of 3 x 64 x 32 beside the MLP, 2 a token.
+        ("gemma4_moe", 281_872 + 4, 281_872 + 4 - 4 * 2 * 6_144),
     ];
     for (family, params, active) in cases {
         let r = reference(family);

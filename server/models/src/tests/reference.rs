@@ -49,6 +49,8 @@ pub const FAMILIES: &[&str] = &[
     "nemotron_h",
     "nemotron_h_moe",
     "llama4",
+    "gemma4",
+    "gemma4_moe",
 ];
 
 /// A routing margin half precision keeps: every matrix held in bf16 moves

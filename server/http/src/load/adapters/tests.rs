@@ -10,6 +10,7 @@ fn shapes() -> LoraShapes {
         gguf_unpermute: None,
         peft_unpermute: None,
         expert_layers: Vec::new(),
+        refused: None,
     }
 }
 

@@ -13,6 +13,18 @@ use crate::ffn::mlp::Mlp;
 
 /// The layer's output for the normed hidden states `h` `(tokens, hidden)`.
 pub(crate) fn forward(w: &MoeWeights, h: &Tensor) -> Result<Tensor> {
+    forward_routed(w, (h, h), None)
+}
+
+/// The experts over `h`, each token's chosen by the router over its row of
+/// `route` (Gemma 4 routes by another norm of the input than the experts
+/// read), each chosen expert's weight times its `expert_scales` entry
+/// where given.
+pub(crate) fn forward_routed(
+    w: &MoeWeights,
+    (route, h): (&Tensor, &Tensor),
+    expert_scales: Option<&[f32]>,
+) -> Result<Tensor> {
     let s = &w.spec;
     let device = h.device();
     let hidden = h.dim(1)?;
@@ -24,14 +36,14 @@ pub(crate) fn forward(w: &MoeWeights, h: &Tensor) -> Result<Tensor> {
             None => None,
         };
         let mut out = Vec::new();
-        on_host(h, |hs| {
+        on_host(route, |hs| {
             on_host(&w.router, |r| {
                 router_logits(hs, hidden, r, bias.as_deref(), &mut out)
             })
         })??;
         out
     } else {
-        let mut logits = h.to_dtype(DType::F32)?.matmul(&w.router.t()?)?;
+        let mut logits = route.to_dtype(DType::F32)?.matmul(&w.router.t()?)?;
         if let Some(b) = &w.router_bias {
             logits = logits.broadcast_add(b)?;
         }
@@ -46,7 +58,8 @@ pub(crate) fn forward(w: &MoeWeights, h: &Tensor) -> Result<Tensor> {
     for (e, cells) in d.active() {
         w.reads.record(e);
         let rows: Vec<u32> = cells.iter().map(|&c| d.token(c) as u32).collect();
-        let weights: Vec<f32> = cells.iter().map(|&c| d.weight(c)).collect();
+        let scale = expert_scales.map_or(1.0, |s| s[e]);
+        let weights: Vec<f32> = cells.iter().map(|&c| d.weight(c) * scale).collect();
         let idx = Tensor::new(rows.as_slice(), device)?;
         let wt = Tensor::from_vec(weights, (cells.len(), 1), device)?.to_dtype(h.dtype())?;
         let x = h.index_select(&idx, 0)?;

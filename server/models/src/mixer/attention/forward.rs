@@ -29,7 +29,8 @@ pub struct AttentionWeights {
     pub qkv: Projection,
     /// Concatenated q, k, v biases (Qwen2).
     pub qkv_bias: Option<Tensor>,
-    /// Per-head RMSNorms of q and k, `head_dim` each (Qwen3, Gemma 3).
+    /// Per-head RMSNorms of q and k, `head_dim` each (Qwen3, Gemma 3); k's
+    /// empty where the layer reads another layer's KV (Gemma 4).
     pub qk_norm: Option<(Tensor, Tensor)>,
     /// Attention output projection.
     pub o: Linear,
@@ -63,6 +64,18 @@ pub(crate) struct AttentionStep<'a> {
 }
 
 impl AttentionStep<'_> {
+    /// The heads of a layer of kind `a`: its own, or the model's.
+    pub(crate) fn heads_for(&self, a: &AttentionSpec) -> Heads {
+        match a.kv.shape {
+            Some(h) => Heads {
+                heads: self.heads.heads,
+                kv_heads: h.kv_heads,
+                head_dim: h.head_dim,
+            },
+            None => self.heads,
+        }
+    }
+
     /// This step's `(cos, sin)` rows of `a`'s RoPE.
     pub(crate) fn rope_rows(&self, a: &AttentionSpec) -> (&Tensor, &Tensor) {
         let (cos, sin) = &self.rope_rows[a.rope];
@@ -83,8 +96,9 @@ impl AttentionStep<'_> {
     }
 }
 
-/// A layer's queries, their output gate where it has one, keys, values.
-type QkvParts = (Tensor, Option<Tensor>, Tensor, Tensor);
+/// A layer's queries, their output gate where it has one, and its keys
+/// and values where it makes its own.
+type QkvParts = (Tensor, Option<Tensor>, Option<(Tensor, Tensor)>);
 
 impl AttentionWeights {
     pub(crate) fn held_bytes(&self) -> u64 {
@@ -110,25 +124,27 @@ impl AttentionWeights {
         (layer, step): (usize, &AttentionStep<'_>),
         hook: &LoraHook<'_>,
     ) -> Result<Tensor> {
-        let attend = |q: &Tensor, k: &Tensor, v: &Tensor| self.attend(a, q, (k, v), (layer, step));
+        let attend =
+            |q: &Tensor, kv: Option<(&Tensor, &Tensor)>| self.attend(a, q, kv, (layer, step));
         self.forward_with(a, h, step, hook, attend)
     }
 
     /// The projections around an attention of kind `a`: q, k, v of `h`
-    /// (normed and rotated as `a` says), then `attend(q, k, v)` (q `(tokens,
-    /// heads, head_dim)`, k and v `(tokens, kv_dim)`, out `(tokens, q_dim)`),
-    /// its output gate and the output projection. The cached kind attends
-    /// over the paged KV; the encoder kind within each span.
+    /// (normed and rotated as `a` says), then `attend(q, Some((k, v)))` (q
+    /// `(tokens, heads, head_dim)`, k and v `(tokens, kv_dim)`, out `(tokens,
+    /// q_dim)`; `None` for a layer reading another's KV), its output gate
+    /// and the output projection. The cached kind attends over the paged
+    /// KV; the encoder kind within each span.
     pub(crate) fn forward_with(
         &self,
         a: &AttentionSpec,
         h: &Tensor,
         step: &AttentionStep<'_>,
         hook: &LoraHook<'_>,
-        attend: impl FnOnce(&Tensor, &Tensor, &Tensor) -> Result<Tensor>,
+        attend: impl FnOnce(&Tensor, Option<(&Tensor, &Tensor)>) -> Result<Tensor>,
     ) -> Result<Tensor> {
         let tokens = h.dims()[0];
-        let heads = step.heads;
+        let heads = step.heads_for(a);
         let (q_dim, kv_dim) = (
             heads.heads * heads.head_dim,
             heads.kv_heads * heads.head_dim,
@@ -139,7 +155,13 @@ impl AttentionWeights {
             qkv = qkv.broadcast_add(b)?;
         }
         let qkv = hook(&[Target::Q, Target::K, Target::V], h, qkv)?;
-        let (mut q, gate, mut k, v) = split_qkv(&qkv, heads, a.gated)?;
+        let (mut q, gate, kv) = split_qkv(&qkv, heads, a)?;
+        let (mut k, mut v) = kv.unzip();
+        if let (true, Some(t)) = (a.kv.v_norm, &v) {
+            let t = t.reshape((tokens, heads.kv_heads, heads.head_dim))?;
+            let t = crate::norm::rms_unit(&t, f64::from(step.eps))?;
+            v = Some(t.reshape((tokens, kv_dim))?);
+        }
         if let Some((qn, kn)) = &self.qk_norm {
             // A whole-width norm (OLMo 2) sees every head of a token as one row.
             let by = |t: &Tensor, w: &Tensor| -> Result<Tensor> {
@@ -149,18 +171,22 @@ impl AttentionWeights {
                     false => norm(&t, w)?,
                 })
             };
-            (q, k) = (by(&q, qn)?, by(&k, kn)?);
+            q = by(&q, qn)?;
+            k = k.map(|k| by(&k, kn)).transpose()?;
         }
         let (q, k) = match a.nope {
             true => (q.contiguous()?, k),
             false => {
                 let (cos, sin) = step.rope_rows(a);
-                (Rope::apply(&q, cos, sin)?, Rope::apply(&k, cos, sin)?)
+                let k = k.map(|k| Rope::apply(&k, cos, sin)).transpose()?;
+                (Rope::apply(&q, cos, sin)?, k)
             }
         };
         let q = step.scale_queries(a, q)?;
-        let k = k.contiguous()?.reshape((tokens, kv_dim))?;
-        let mut out = attend(&q, &k, &v)?;
+        let k = k
+            .map(|k| k.contiguous()?.reshape((tokens, kv_dim)))
+            .transpose()?;
+        let mut out = attend(&q, k.as_ref().zip(v.as_ref()))?;
         if let Some(gate) = gate {
             let gate = candle_nn::ops::sigmoid(&gate.reshape((tokens, q_dim))?)?;
             let gate = gate.to_dtype(out.dtype())?;
@@ -175,20 +201,32 @@ impl AttentionWeights {
 
     /// Writes the step's `k`, `v` `(tokens, kv_dim)` into layer `layer`'s
     /// cache, then attends `q` `(tokens, heads, head_dim)` over it, by the
-    /// step's spans; `(tokens, heads * head_dim)`.
+    /// step's spans; `(tokens, heads * head_dim)`. A layer reading another
+    /// layer's KV (`kv` `None`) writes nothing and attends over that one's.
     pub(crate) fn attend(
         &self,
         a: &AttentionSpec,
         q: &Tensor,
-        (k, v): (&Tensor, &Tensor),
+        kv: Option<(&Tensor, &Tensor)>,
         (layer, step): (usize, &AttentionStep<'_>),
     ) -> Result<Tensor> {
-        step.kv.write(layer, step.slot_index, k, v)?;
-        let (group, local) = step.kv.group_of(layer)?;
+        let source = match (kv, a.kv.shared_from) {
+            (Some((k, v)), None) => {
+                step.kv.write(layer, step.slot_index, k, v)?;
+                layer
+            }
+            (None, Some(from)) => from,
+            _ => {
+                return Err(Error::Config(format!(
+                    "layer {layer}: keys and values where it reads another layer's, or none of its own"
+                )));
+            }
+        };
+        let (group, local) = step.kv.group_of(source)?;
         let at = LayerAttn {
             layer: local,
             group,
-            heads: step.heads,
+            heads: step.heads_for(a),
             params: AttnParams {
                 scale: a.scale,
                 softcap: a.softcap,
@@ -210,9 +248,12 @@ impl AttentionWeights {
 }
 
 /// `(q (tokens, heads, head_dim), its output gate (tokens, heads,
-/// head_dim) where the layer is `gated`, k (tokens, kv_heads, head_dim),
-/// v (tokens, kv_dim))` from the projections' output.
-fn split_qkv(qkv: &Tensor, heads: Heads, gated: bool) -> Result<QkvParts> {
+/// head_dim) where the layer is `gated`, and (k (tokens, kv_heads,
+/// head_dim), v (tokens, kv_dim)) where it makes its own)` from the
+/// projections' output: the values are the keys' projection where `a`
+/// says so.
+fn split_qkv(qkv: &Tensor, heads: Heads, a: &AttentionSpec) -> Result<QkvParts> {
+    let gated = a.gated;
     let tokens = qkv.dim(0)?;
     let Heads {
         heads,
@@ -230,9 +271,14 @@ fn split_qkv(qkv: &Tensor, heads: Heads, gated: bool) -> Result<QkvParts> {
         true => Some(per_head.narrow(2, head_dim, head_dim)?.contiguous()?),
         false => None,
     };
-    let k = qkv
-        .narrow(1, q_rows, kv_dim)?
-        .reshape((tokens, kv_heads, head_dim))?;
-    let v = qkv.narrow(1, q_rows + kv_dim, kv_dim)?;
-    Ok((q, gate, k, v))
+    if a.kv.shared_from.is_some() {
+        return Ok((q, gate, None));
+    }
+    let k = qkv.narrow(1, q_rows, kv_dim)?;
+    let v = match a.kv.values_from_keys {
+        true => k.clone(),
+        false => qkv.narrow(1, q_rows + kv_dim, kv_dim)?,
+    };
+    let k = k.reshape((tokens, kv_heads, head_dim))?;
+    Ok((q, gate, Some((k, v))))
 }

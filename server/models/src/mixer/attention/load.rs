@@ -20,7 +20,9 @@ pub(crate) fn load(
 ) -> Result<AttentionWeights> {
     let n = |s: &str| format!("blk.{i}.{s}");
     let hidden = spec.hidden;
-    let (q_dim, kv_dim) = (spec.q_dim(), spec.kv_dim());
+    let shape = spec.head_shape(attn);
+    let (q_dim, kv_dim) = (spec.heads * shape.head_dim, shape.kv_heads * shape.head_dim);
+    let layout = attn.kv;
     // A gated query projection's rows hold each head's query, then its gate.
     let q_rows = if attn.gated { 2 * q_dim } else { q_dim };
     // Phi-3 stores q, k, v as one matrix.
@@ -32,7 +34,14 @@ pub(crate) fn load(
         )?
     } else {
         let (q, k, v) = (n("attn_q.weight"), n("attn_k.weight"), n("attn_v.weight"));
-        src.projection(&[(&q, q_rows), (&k, kv_dim), (&v, kv_dim)], hidden, device)?
+        // A layer reading another's KV projects queries alone; one whose
+        // values are its keys' projection has no v.
+        let parts: &[(&str, usize)] = match (layout.shared_from, layout.values_from_keys) {
+            (Some(_), _) => &[(&q, q_rows)],
+            (None, true) => &[(&q, q_rows), (&k, kv_dim)],
+            (None, false) => &[(&q, q_rows), (&k, kv_dim), (&v, kv_dim)],
+        };
+        src.projection(parts, hidden, device)?
     };
     let qkv_bias = if spec.qkv_bias {
         let parts = [
@@ -47,16 +56,20 @@ pub(crate) fn load(
     // Each head's width, or every head's at once (OLMo 2).
     let (q_len, k_len) = match attn.qk_norm_whole {
         true => (q_dim, kv_dim),
-        false => (spec.head_dim, spec.head_dim),
+        false => (shape.head_dim, shape.head_dim),
     };
     let qk_norm = match attn.qk_norm {
         true if attn.qk_norm_weightless => Some((
             Tensor::ones(q_len, DType::F32, device)?,
             Tensor::ones(k_len, DType::F32, device)?,
         )),
+        // A layer reading another's KV has no k norm (nor keys to norm).
         true => Some((
             norm(src, spec, &n("attn_q_norm.weight"), q_len, device)?,
-            norm(src, spec, &n("attn_k_norm.weight"), k_len, device)?,
+            match layout.shared_from {
+                Some(_) => Tensor::zeros(0, DType::F32, device)?,
+                None => norm(src, spec, &n("attn_k_norm.weight"), k_len, device)?,
+            },
         )),
         false => None,
     };

@@ -42,6 +42,34 @@ pub struct AttentionSpec {
     /// Queries scaled up by position after RoPE (Llama 4's temperature
     /// tuning; Ministral 3's `llama_4_scaling_beta`).
     pub temperature: Option<QueryTemperature>,
+    /// How its K and V are made and kept (Gemma 4's variants).
+    pub kv: KvLayout,
+}
+
+/// K/V heads and the width of one head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadShape {
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Width of one head (queries' too).
+    pub head_dim: usize,
+}
+
+/// How an attention layer's K and V are made and kept, where it differs
+/// from the plain kind (Gemma 4's layers). The default is the plain kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KvLayout {
+    /// Its heads where they differ from the model's (Gemma 4's full
+    /// layers: fewer KV heads, twice as wide); its query heads stay.
+    pub shape: Option<HeadShape>,
+    /// The values are the keys' projection before its norm and RoPE: no v
+    /// projection (Gemma 4's `attention_k_eq_v`).
+    pub values_from_keys: bool,
+    /// Each value head RMS-normed without a weight (Gemma 4).
+    pub v_norm: bool,
+    /// It attends over this earlier layer's KV and keeps none: no k or v
+    /// projection (Gemma 4's last `num_kv_shared_layers`).
+    pub shared_from: Option<usize>,
 }
 
 impl AttentionSpec {

@@ -6,7 +6,7 @@
 use candle_core::{DType, Tensor};
 
 use super::spec::EncoderSpec;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lora::LoraHook;
 use crate::mixer::attention::forward::{AttentionStep, AttentionWeights};
 use crate::mixer::attention::paged::Heads;
@@ -20,7 +20,12 @@ pub(crate) fn forward(
     step: &AttentionStep<'_>,
     hook: &LoraHook<'_>,
 ) -> Result<Tensor> {
-    let attend = |q: &Tensor, k: &Tensor, v: &Tensor| attend_spans(e, (q, k, v), step);
+    let attend = |q: &Tensor, kv: Option<(&Tensor, &Tensor)>| match kv {
+        Some((k, v)) => attend_spans(e, (q, k, v), step),
+        None => Err(Error::Config(
+            "an encoder layer reads no other layer's KV".into(),
+        )),
+    };
     w.forward_with(&e.attention, h, step, hook, attend)
 }
 

@@ -44,6 +44,7 @@ mod tests {
                 nope: true,
                 gated: false,
                 temperature: None,
+                kv: crate::spec::KvLayout::default(),
             },
             causal,
         }

@@ -32,6 +32,7 @@ fn spec() -> LatentSpec {
             nope: false,
             gated: false,
             temperature: None,
+            kv: crate::spec::KvLayout::default(),
         },
         q_rank: None,
         kv_rank: 12,

@@ -60,6 +60,9 @@ class Family:
     # in FAMILIES (the first twenty's); later ones name theirs, so that
     # adding a family moves no other's fixture.
     seed: int | None = None
+    # SentencePiece-style BPE instead of byte-level (Gemma 4's converter
+    # takes no other).
+    spm: bool = False
 
     def seed_at(self, place: int) -> int:
         return self.seed if self.seed is not None else 1000 + place
@@ -417,7 +420,7 @@ FAMILIES = [
                                                   partial_rotary_factor=0.25,
                                                   rope_theta=1000000.0),
                               sliding_attention=dict(rope_type="default", rope_theta=10000.0))),
-           "bfloat16", "gemma", "<eos>", PLAIN, gguf=False, seed=2004),
+           "bfloat16", "gemma", "<eos>", PLAIN, seed=2004, spm=True),
     # Gemma 4's mixture (the 26B-A4B kind): in every layer, beside the
     # dense MLP, 4 experts of which 2 run, routed by the residual stream's
     # weightless norm times the router's scale, renormalised, each chosen
@@ -437,5 +440,5 @@ FAMILIES = [
                                                       rope_theta=1000000.0),
                                   sliding_attention=dict(rope_type="default",
                                                          rope_theta=10000.0))),
-           "bfloat16", "gemma", "<eos>", PLAIN, gguf=False, seed=2005),
+           "bfloat16", "gemma", "<eos>", PLAIN, seed=2005, spm=True),
 ]

@@ -172,7 +172,7 @@ def write_model(f: families.Family, dir: pathlib.Path, seed: int) -> None:
     randomize(model, f.name, seed)
     model.to(getattr(torch, f.dtype)).save_pretrained(dir)
     (dir / "generation_config.json").unlink(missing_ok=True)
-    tokenizer.write(dir, f.template, f.eos, f.specials)
+    tokenizer.write(dir, f.template, f.eos, f.specials, f.spm)
 
 
 def convert(dir: pathlib.Path, src: pathlib.Path, outtype: str, extra: list) -> pathlib.Path:

@@ -6,7 +6,7 @@ row), and a small chat template in the family's own markup."""
 import json
 import pathlib
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 VOCAB = 320
 # Ids 0..7: the specials every family's template or end set names.
@@ -48,9 +48,27 @@ def build(extra: tuple = ()) -> Tokenizer:
     return tok
 
 
-def write(dir: pathlib.Path, template: str, eos: str, extra: tuple = ()) -> None:
-    """tokenizer.json and tokenizer_config.json into `dir`."""
-    build(extra).save(str(dir / "tokenizer.json"))
+def build_spm(extra: tuple = ()) -> Tokenizer:
+    """SentencePiece-style BPE (Gemma's kind): spaces as `▁`, unknown
+    characters as byte tokens `<0x00>`..`<0xFF>`, which llama.cpp's Gemma 4
+    converter takes (its `LlamaHfVocab`)."""
+    tok = Tokenizer(models.BPE(byte_fallback=True))
+    tok.normalizer = normalizers.Replace(" ", "\u2581")
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
+                                     decoders.Fuse()])
+    bytes_ = [f"<0x{b:02X}>" for b in range(256)]
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=SPECIALS + list(extra) + bytes_,
+                                  show_progress=False)
+    tok.train_from_iterator(CORPUS, trainer)
+    if tok.get_vocab_size() != VOCAB:
+        raise SystemExit(f"tokenizer has {tok.get_vocab_size()} entries, want {VOCAB}")
+    return tok
+
+
+def write(dir: pathlib.Path, template: str, eos: str, extra: tuple = (), spm: bool = False) -> None:
+    """tokenizer.json and tokenizer_config.json into `dir`: byte-level BPE,
+    or SentencePiece-style where `spm`."""
+    (build_spm(extra) if spm else build(extra)).save(str(dir / "tokenizer.json"))
     config = {
         "bos_token": "<bos>",
         "eos_token": eos,

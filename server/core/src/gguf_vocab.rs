@@ -38,7 +38,8 @@ const GPT4O_SPLIT: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GgufVocab {
     /// `tokenizer.ggml.model`: `"gpt2"` (byte-level BPE), `"llama"`
-    /// (SentencePiece BPE), `"bert"` (WordPiece) or `"t5"` (Unigram).
+    /// (SentencePiece BPE), `"gemma4"` (SentencePiece-style BPE from
+    /// merges), `"bert"` (WordPiece) or `"t5"` (Unigram).
     pub model: String,
     /// `tokenizer.ggml.pre`: names the pre-tokenizer regex of a gpt2 vocabulary.
     pub pre: Option<String>,
@@ -160,6 +161,24 @@ impl GgufVocab {
 
     /// Byte-level BPE model from explicit merges (gpt2-style vocabularies).
     pub(crate) fn gpt2_model(&self) -> Result<BPE, Error> {
+        BPE::builder()
+            .vocab_and_merges(self.vocab_map(), self.merge_list()?)
+            .build()
+            .map_err(|e| Error::Tokenizer(e.to_string()))
+    }
+
+    /// SentencePiece-style BPE from explicit merges over raw text, unknown
+    /// characters as byte tokens (llama.cpp's `gemma4` vocabulary).
+    pub(crate) fn gemma4_model(&self) -> Result<BPE, Error> {
+        BPE::builder()
+            .vocab_and_merges(self.vocab_map(), self.merge_list()?)
+            .byte_fallback(true)
+            .build()
+            .map_err(|e| Error::Tokenizer(e.to_string()))
+    }
+
+    /// The metadata's merges, each `left right`.
+    fn merge_list(&self) -> Result<Merges, Error> {
         let merges = self
             .merges
             .as_ref()
@@ -172,10 +191,7 @@ impl GgufVocab {
                     .ok_or_else(|| Error::InvalidVocab(format!("merge {m:?} has no space")))
             })
             .collect::<Result<_, _>>()?;
-        BPE::builder()
-            .vocab_and_merges(self.vocab_map(), merges)
-            .build()
-            .map_err(|e| Error::Tokenizer(e.to_string()))
+        Ok(merges)
     }
 
     /// SentencePiece-equivalent BPE: merges derived from the vocabulary, ranked
@@ -250,6 +266,36 @@ pub(crate) fn gpt2_pre_tokenizer(pre: Option<&str>) -> Result<PreTokenizerWrappe
 pub(crate) fn llama_normalizer() -> Result<NormalizerWrapper, Error> {
     let replace = Replace::new(" ", "▁").map_err(|e| Error::Tokenizer(e.to_string()))?;
     Ok(NormalizerSequence::new(vec![Prepend::new("▁".into()).into(), replace.into()]).into())
+}
+
+/// Gemma 4's normaliser: every space as `▁` (no prefix: llama.cpp's
+/// `add_space_prefix` is false for it).
+pub(crate) fn gemma4_normalizer() -> Result<NormalizerWrapper, Error> {
+    let replace = Replace::new(" ", "▁").map_err(|e| Error::Tokenizer(e.to_string()))?;
+    Ok(replace.into())
+}
+
+/// Gemma 4's pre-tokenizer: runs of newlines apart from the rest, as
+/// llama.cpp splits its text (`[^\n]+|[\n]+`) before the merges.
+pub(crate) fn gemma4_pre_tokenizer() -> Result<PreTokenizerWrapper, Error> {
+    let split = Split::new(
+        SplitPattern::Regex("\n+".into()),
+        SplitDelimiterBehavior::Isolated,
+        false,
+    )
+    .map_err(|e| Error::Tokenizer(e.to_string()))?;
+    Ok(split.into())
+}
+
+/// Gemma 4's decoder: `▁` to space, bytes to text.
+pub(crate) fn gemma4_decoder() -> Result<DecoderWrapper, Error> {
+    let replace = Replace::new("▁", " ").map_err(|e| Error::Tokenizer(e.to_string()))?;
+    Ok(DecoderSequence::new(vec![
+        replace.into(),
+        ByteFallback::new().into(),
+        Fuse::new().into(),
+    ])
+    .into())
 }
 
 /// SentencePiece's decoder: `▁` to space, bytes to text, drop the prefix space.

@@ -133,6 +133,18 @@ impl GgufSource {
             {
                 a.qk_norm = true;
             }
+            // Gemma 4's layers (the kind with a value norm) that make their
+            // own KV but have no v projection: their values are their keys'
+            // (`attention_k_eq_v`, which llama.cpp's converter writes so).
+            let has = |t: &str| (self.content.tensor_infos).contains_key(&format!("blk.{i}.{t}"));
+            if let Mixer::Attention(a) = &mut l.mixer
+                && a.kv.v_norm
+                && a.kv.shared_from.is_none()
+                && !has("attn_v.weight")
+                && !has("attn_qkv.weight")
+            {
+                a.kv.values_from_keys = true;
+            }
         }
         if family.gguf_permuted_qk {
             self.unpermute = Some((spec.heads, spec.kv_heads));

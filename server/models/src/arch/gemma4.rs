@@ -18,7 +18,7 @@
 //!   (`crate::ffn::dense_and_moe`): softmax over all, the top
 //!   `top_k_experts` renormalised.
 //!
-//! GGUF files are refused by name.
+//! From GGUF as llama.cpp's converter writes it (`gemma4`).
 
 use serde_json::Value as Json;
 
@@ -97,10 +97,153 @@ const DEFAULTS: &[(&str, usize)] = &[
 /// Index of the sliding layers' RoPE in [`ModelSpec::ropes`].
 const LOCAL: usize = 1;
 
-fn from_gguf(_: &Metadata<'_>) -> Result<ModelSpec> {
-    Err(Error::Config(
-        "Gemma 4 from GGUF is not served yet: serve its safetensors directory".into(),
-    ))
+/// What both formats say of a Gemma 4 model.
+struct Parts {
+    shape: Shape,
+    /// Whether each layer slides.
+    slides: Vec<bool>,
+    /// The full layers' heads.
+    full: HeadShape,
+    /// The full layers' values are their keys' projection (safetensors'
+    /// `attention_k_eq_v`; a GGUF says it by having no v projection).
+    k_eq_v: bool,
+    window: usize,
+    /// Layers at the end reading earlier layers' KV.
+    shared: usize,
+    /// (full layers', sliding layers') RoPE.
+    ropes: (RopeSpec, RopeSpec),
+    eps: f64,
+    final_softcap: Option<f32>,
+    /// The experts beside each MLP, where it has them.
+    experts: Option<MoeSpec>,
+    /// Each layer's MLP width, where they differ.
+    ffn_widths: Vec<usize>,
+    per_layer_input: Option<PerLayerInput>,
+}
+
+/// The model both readers describe.
+fn build(p: Parts) -> Result<ModelSpec> {
+    let sources = kv_sources(&p.slides, p.shared)?;
+    let act = Activation::GeluTanh;
+    let ffn = match p.experts {
+        Some(m) => FeedForward::DenseAndMoe(m),
+        None => FeedForward::Gated(act),
+    };
+    let (global, local) = p.ropes;
+    let mut spec = p
+        .shape
+        .spec("gemma4", norms(p.eps), vec![global, local], |i| {
+            let full_layer = !p.slides[i];
+            let kv = KvLayout {
+                shape: full_layer.then_some(p.full),
+                values_from_keys: p.k_eq_v && full_layer,
+                v_norm: true,
+                shared_from: sources[i],
+            };
+            layer(p.slides[i].then_some(p.window), kv, ffn)
+        });
+    spec.embed_scale = Some((spec.hidden as f64).sqrt() as f32);
+    spec.final_softcap = p.final_softcap;
+    spec.layer_out_scale = true;
+    spec.ffn_widths = p.ffn_widths;
+    spec.per_layer_input = p.per_layer_input;
+    Ok(spec)
+}
+
+/// From llama.cpp's GGUF: the sliding layers' heads as the model's
+/// (`key_length_swa`), the full layers' by `key_length` and the per-layer
+/// `head_count_kv`; the full layers' RoPE divisors are the file's
+/// `rope_freqs` (read by the GGUF loader), values from keys where a full
+/// layer has no `attn_v` (also the loader's).
+fn from_gguf(m: &Metadata<'_>) -> Result<ModelSpec> {
+    let layers = super::checked_layers(m.usize("block_count")?)?;
+    let slides = m
+        .bools_opt("attention.sliding_window_pattern")?
+        .filter(|l| l.len() == layers)
+        .ok_or_else(|| {
+            Error::Config("gemma4.attention.sliding_window_pattern: one entry a layer".into())
+        })?;
+    let kv = m
+        .per_layer_opt("attention.head_count_kv", layers)?
+        .ok_or_else(|| Error::Config("gemma4.attention.head_count_kv is missing".into()))?;
+    let ffn = m
+        .per_layer_opt("feed_forward_length", layers)?
+        .ok_or_else(|| Error::Config("gemma4.feed_forward_length is missing".into()))?;
+    let head_of = |full: bool| {
+        kv.iter()
+            .zip(&slides)
+            .find(|(_, s)| **s != full)
+            .map(|(&k, _)| k)
+    };
+    let full_dim = m.usize("attention.key_length")?;
+    let swa_dim = m.usize_opt("attention.key_length_swa")?.unwrap_or(full_dim);
+    let shape = Shape {
+        hidden: m.usize("embedding_length")?,
+        intermediate: ffn[0],
+        layers,
+        heads: m.usize("attention.head_count")?,
+        kv_heads: head_of(false).or(head_of(true)).unwrap_or(1),
+        head_dim: swa_dim,
+        vocab: m.vocab()?,
+        context: m.usize("context_length")?,
+    };
+    let full = HeadShape {
+        kv_heads: head_of(true).unwrap_or(shape.kv_heads),
+        head_dim: full_dim,
+    };
+    let rope = |base: &str, dims: &str, head: usize| -> Result<RopeSpec> {
+        Ok(RopeSpec {
+            theta: m.f32_opt(base)?.unwrap_or(10_000.0),
+            rotary_dim: m.usize_opt(dims)?.unwrap_or(head),
+            scaling: RopeScaling::None,
+        })
+    };
+    let ropes = (
+        rope("rope.freq_base", "rope.dimension_count", full_dim)?,
+        rope("rope.freq_base_swa", "rope.dimension_count_swa", swa_dim)?,
+    );
+    let experts = gguf_moe(m, &shape, Activation::GeluTanh)?;
+    let width = m
+        .usize_opt("embedding_length_per_layer_input")?
+        .unwrap_or(0);
+    let vocab = shape.vocab;
+    build(Parts {
+        shape,
+        slides,
+        full,
+        k_eq_v: false,
+        window: m.usize("attention.sliding_window")?,
+        shared: m.usize_opt("attention.shared_kv_layers")?.unwrap_or(0),
+        ropes,
+        eps: f64::from(
+            m.f32_opt("attention.layer_norm_rms_epsilon")?
+                .unwrap_or(1e-6),
+        ),
+        final_softcap: m.f32_opt("final_logit_softcapping")?.filter(|&c| c > 0.0),
+        experts,
+        ffn_widths: match ffn.iter().all(|&f| f == ffn[0]) {
+            true => Vec::new(),
+            false => ffn,
+        },
+        per_layer_input: (width > 0).then_some(PerLayerInput {
+            width,
+            vocab,
+            activation: Activation::GeluTanh,
+        }),
+    })
+}
+
+/// A GGUF's experts beside each MLP: softmax over all, the top
+/// `expert_used_count` renormalised.
+fn gguf_moe(m: &Metadata<'_>, shape: &Shape, activation: Activation) -> Result<Option<MoeSpec>> {
+    let routing = Routing::SoftmaxTopK { normalize: true };
+    let found = super::gguf_moe(m, shape, activation, routing, false)?;
+    // llama.cpp's gating flag aside, Gemma 4's experts have no shared one.
+    Ok(found.map(|e| MoeSpec {
+        shared: None,
+        shared_gated: false,
+        ..e
+    }))
 }
 
 fn hf(c: &HfConfig) -> Result<ModelSpec> {
@@ -114,38 +257,23 @@ fn hf(c: &HfConfig) -> Result<ModelSpec> {
     }
     let k_eq_v = c.bool_or("attention_k_eq_v", false)?;
     let full = full_heads(c, &shape, &slides, k_eq_v)?;
-    let window = c.usize_or("sliding_window", 512)?;
     let shared = c.usize_or("num_kv_shared_layers", 0)?;
-    let sources = kv_sources(&slides, shared)?;
-    let local = local_rope(c, shape.head_dim)?;
-    let global = global_rope(c, full.head_dim)?;
-    let eps = c.f64_opt("rms_norm_eps")?.unwrap_or(1e-6);
     let act = Activation::GeluTanh;
-    let ffn = match c.bool_or("enable_moe_block", false)? {
-        true => FeedForward::DenseAndMoe(experts(c, act)?),
-        false => FeedForward::Gated(act),
+    let experts = match c.bool_or("enable_moe_block", false)? {
+        true => Some(experts(c, act)?),
+        false => None,
     };
-    let mut spec = shape.spec("gemma4", norms(eps), vec![global, local], |i| {
-        let full_layer = !slides[i];
-        let kv = KvLayout {
-            shape: full_layer.then_some(full),
-            values_from_keys: k_eq_v && full_layer,
-            v_norm: true,
-            shared_from: sources[i],
-        };
-        layer(slides[i].then_some(window), kv, ffn)
-    });
-    spec.embed_scale = Some((spec.hidden as f64).sqrt() as f32);
-    spec.final_softcap = c.f64_opt("final_logit_softcapping")?.map(|x| x as f32);
-    spec.layer_out_scale = true;
-    if c.bool_or("use_double_wide_mlp", false)? {
-        let wide = |i: usize| match sources[i] {
-            Some(_) => 2 * shape.intermediate,
-            None => shape.intermediate,
-        };
-        spec.ffn_widths = (0..layers).map(wide).collect();
-    }
-    spec.per_layer_input = match c.usize_opt("hidden_size_per_layer_input")? {
+    // The shared-KV layers' MLPs twice as wide where `use_double_wide_mlp`.
+    let ffn_widths = match c.bool_or("use_double_wide_mlp", false)? {
+        true => (0..layers)
+            .map(|i| match i + shared >= layers {
+                true => 2 * shape.intermediate,
+                false => shape.intermediate,
+            })
+            .collect(),
+        false => Vec::new(),
+    };
+    let per_layer_input = match c.usize_opt("hidden_size_per_layer_input")? {
         Some(width) if width > 0 => Some(PerLayerInput {
             width,
             vocab: c.usize_or("vocab_size_per_layer_input", 262_144)?,
@@ -153,7 +281,24 @@ fn hf(c: &HfConfig) -> Result<ModelSpec> {
         }),
         _ => None,
     };
-    Ok(spec)
+    let ropes = (
+        global_rope(c, full.head_dim)?,
+        local_rope(c, shape.head_dim)?,
+    );
+    build(Parts {
+        shape,
+        slides,
+        full,
+        k_eq_v,
+        window: c.usize_or("sliding_window", 512)?,
+        shared,
+        ropes,
+        eps: c.f64_opt("rms_norm_eps")?.unwrap_or(1e-6),
+        final_softcap: c.f64_opt("final_logit_softcapping")?.map(|x| x as f32),
+        experts,
+        ffn_widths,
+        per_layer_input,
+    })
 }
 
 /// The experts of `enable_moe_block`.

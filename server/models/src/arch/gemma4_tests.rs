@@ -162,13 +162,17 @@ fn what_gemma_4_cannot_be_is_refused_by_name() {
         assert!(err.contains(want), "{want}: {err}");
     }
     let family = crate::arch::Family::by_gguf("gemma4").unwrap();
-    let md = std::collections::HashMap::new();
+    let mut md = std::collections::HashMap::new();
+    md.insert(
+        "gemma4.block_count".to_string(),
+        candle_core::quantized::gguf_file::Value::U32(4),
+    );
     let m = crate::config::Metadata {
         md: &md,
         arch: "gemma4",
     };
     let refused = (family.from_gguf)(&m).unwrap_err().to_string();
-    assert!(refused.contains("safetensors"), "{refused}");
+    assert!(refused.contains("sliding_window_pattern"), "{refused}");
 }
 
 #[test]

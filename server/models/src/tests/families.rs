@@ -129,13 +129,16 @@ fn the_fused_cpu_path_matches_the_op_by_op_path_for_every_family() {
         // its mixer too where that is plain attention (a recurrent or latent
         // layer's mixer runs op by op before its fused feed-forward). These
         // run op by op throughout: Mamba-2's and Nemotron-H's feed-forwards
-        // are plain or none, Granite's multipliers are not in the fused ops.
-        const NONE_FUSED: [&str; 5] = [
+        // are plain or none, Granite's multipliers are not in the fused ops,
+        // nor Gemma 4's value norm, per-layer inputs and output scales.
+        const NONE_FUSED: [&str; 7] = [
             "mamba2",
             "nemotron_h",
             "nemotron_h_moe",
             "granitehybrid",
             "granitehybrid_moe",
+            "gemma4",
+            "gemma4_moe",
         ];
         if NONE_FUSED.contains(family) {
             continue;

@@ -33,7 +33,9 @@ fn inspect_counts_every_expert_and_the_ones_a_token_runs() {
         let r = reference(family);
         let mut paths = vec![dir(family)];
         // The GGUF of a mixture stores the same tensors, experts stacked.
-        if family != "llama" {
+        // (Llama's and Gemma 4's also store their RoPE divisors,
+        // `rope_freqs`, which `inspect` counts as parameters.)
+        if !matches!(family, "llama" | "gemma4" | "gemma4_moe") {
             paths.extend(r.gguf_path());
         }
         for path in paths {

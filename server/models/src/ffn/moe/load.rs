@@ -28,10 +28,13 @@ pub(crate) fn load(
         n("ffn_up_exps.weight"),
         n("ffn_down_exps.weight"),
     );
-    // A plain expert's `gate_up` holds up alone.
-    let gate_ups = match m.gated {
-        true => src.experts(&[(&gate, inter), (&up, inter)], e, hidden, device)?,
-        false => src.experts(&[(&up, inter)], e, hidden, device)?,
+    // A plain expert's `gate_up` holds up alone; llama.cpp's Gemma 4 files
+    // stack gate and up in one tensor, gate's rows first.
+    let fused = n("ffn_gate_up_exps.weight");
+    let gate_ups = match (m.gated, src.has(&fused)) {
+        (true, true) => src.experts(&[(&fused, 2 * inter)], e, hidden, device)?,
+        (true, false) => src.experts(&[(&gate, inter), (&up, inter)], e, hidden, device)?,
+        (false, _) => src.experts(&[(&up, inter)], e, hidden, device)?,
     };
     let downs = src.experts(&[(&down, hidden)], e, inter, device)?;
     let mut biases = Vec::new();

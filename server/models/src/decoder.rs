@@ -16,14 +16,16 @@ use crate::kv_store::KvStore;
 use crate::layer::{Ffn, Layer, MixerWeights};
 use crate::linear::{Embedding, Linear, tensor_bytes};
 use crate::lora::LoraStep;
-use crate::mixer::attention::forward::{AttentionStep, AttentionWeights};
-use crate::mixer::attention::paged::{Heads, StepTables};
+use crate::mixer::attention::forward::AttentionWeights;
+use crate::mixer::attention::paged::Heads;
 use crate::rope::Rope;
 use crate::seq_span::SeqSpan;
 use crate::spec::{AttentionSpec, KvGroup, Mixer, ModelSpec, QueryTemperature};
 use crate::state_store::StateStore;
+use layer_range::{Kept, Run};
 use op_by_op::LayerCtx;
 
+mod layer_range;
 mod op_by_op;
 
 /// The whole decoder.
@@ -281,37 +283,39 @@ impl Decoder {
         state: &StateStore,
         step: &Step<'_>,
     ) -> Result<Option<Tensor>> {
-        let x = self.run_layers(kv, state, step)?;
-        if step.logits_for.is_empty() {
+        let (x, logits_for) = self.run_layers(kv, state, (step, true))?;
+        if logits_for.is_empty() {
             return Ok(None);
         }
         let head = self.fused.as_ref().filter(|_| self.use_fused);
         let head = head.map(|(_, head)| head);
-        Ok(Some(self.logits(&x, step.logits_for, head)?))
+        Ok(Some(self.logits(&x, &logits_for, head)?))
     }
 
     /// Runs `step` as [`Decoder::forward`] does and returns every token's
     /// last hidden state `(tokens, hidden)`, after the final norm where the
     /// model has one: what a pooling model pools.
     pub fn hidden(&self, kv: &KvStore, state: &StateStore, step: &Step<'_>) -> Result<Tensor> {
-        let x = self.run_layers(kv, state, step)?;
+        let (x, _) = self.run_layers(kv, state, (step, false))?;
         match &self.norm {
             Some((w, b)) => crate::norm::apply(&x, w, b.as_ref(), &self.spec.norms),
             None => Ok(x),
         }
     }
 
-    /// The residual stream after the last layer, `(tokens, hidden)`.
-    fn run_layers(&self, kv: &KvStore, state: &StateStore, step: &Step<'_>) -> Result<Tensor> {
+    /// The residual stream after the last layer, `(tokens, hidden)`; where
+    /// `narrow`, the model's last layers keep no KV (Gemma 4's shared-KV
+    /// layers) and no LoRA runs, only the rows whose logits are wanted (and
+    /// the rest of their spans) run through those layers: with the rows
+    /// kept, `(kept, hidden)` and `logits_for` among them.
+    fn run_layers(
+        &self,
+        kv: &KvStore,
+        state: &StateStore,
+        (step, narrow): (&Step<'_>, bool),
+    ) -> Result<(Tensor, Vec<usize>)> {
         let positions = self.positions(step)?;
         state.check(&step.spans)?;
-        let pos = Tensor::new(positions.as_slice(), &self.device)?;
-        let rope_rows = self
-            .ropes
-            .iter()
-            .map(|r| r.gather(&pos))
-            .collect::<Result<Vec<_>>>()?;
-        let query_scales = self.query_scales(&positions)?;
         let slot_index = kv.slot_indices(&step.spans, &self.device)?;
         let mut x = self.embed.forward(step.tokens, &self.device)?;
         if let Some(scale) = self.spec.embed_scale {
@@ -319,43 +323,36 @@ impl Decoder {
         }
         let x = (self.input).apply(x, &positions, step.token_types, &self.spec, &self.device)?;
         let per_layer = (self.input).per_layer_inputs(step.tokens, &x, &self.spec, &self.device)?;
-        let fused = self.fused.as_ref().filter(|_| self.use_fused);
-        let tables = self
-            .groups
-            .iter()
-            .enumerate()
-            .map(|(g, group)| {
-                let key = (g, group.window);
-                let cache = kv.cache(g);
-                StepTables::for_step(&step.spans, key, cache, &self.device, self.fused_attention)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let ctx = LayerCtx {
-            attention: AttentionStep {
-                kv,
-                spans: &step.spans,
-                tables: &tables,
-                rope_rows: &rope_rows,
-                query_scales: &query_scales,
-                slot_index: &slot_index,
-                heads: self.heads(),
-                eps: self.spec.norms.eps as f32,
-                paged: self.fused_attention,
-            },
+        let tail = self
+            .spec
+            .kv_shared_tail()
+            .filter(|_| narrow && step.lora.is_none());
+        let all = self.layers.len();
+        let run = Run {
+            kv,
             state,
-            spans: &step.spans,
             lora: step.lora,
+            slot_index: &slot_index,
         };
-        let mut x = x;
-        for (i, layer) in self.layers.iter().enumerate() {
-            x = match fused.and_then(|(fl, _)| fl[i].as_ref()) {
-                Some(fl) => self.fused_layer_forward(i, (layer, fl), x, &ctx)?,
-                None => self.layer_forward(i, layer, &x, &ctx)?,
-            };
-            x = self.layer_tail((i, layer), x, per_layer.as_ref())?;
-        }
+        let at = (step.spans.clone(), positions.as_slice());
+        let x = self.run_range(0..tail.unwrap_or(all), x, &run, at, per_layer.as_ref())?;
+        let (x, logits_for) = match tail {
+            Some(first) => {
+                let kept = Kept::of(&step.spans, step.logits_for);
+                match kept.rows.is_empty() {
+                    true => (x, Vec::new()),
+                    false => {
+                        let (x, per_layer, positions) = kept.select(x, per_layer, &positions)?;
+                        let at = (kept.spans.clone(), positions.as_slice());
+                        let x = self.run_range(first..all, x, &run, at, per_layer.as_ref())?;
+                        (x, kept.logits_for)
+                    }
+                }
+            }
+            None => (x, step.logits_for.to_vec()),
+        };
         state.advance(&step.spans)?;
-        Ok(x)
+        Ok((x, logits_for))
     }
 
     /// Logits `(rows.len(), vocab)` of the residual stream `x`'s `rows`,

@@ -74,6 +74,9 @@ fn e4b_keeps_kv_in_its_first_24_layers_only() {
     );
     // K and V of the producing layers alone.
     assert_eq!(s.kv_values_per_token_all(), 2 * (4 * 1024 + 20 * 512));
+    // Only the rows whose logits are wanted run through layers 24 to 41.
+    assert_eq!(s.kv_shared_tail(), Some(24));
+    assert_eq!(read(&b31()).unwrap().kv_shared_tail(), None);
     let p = s.per_layer_input.unwrap();
     assert_eq!((p.width, p.vocab), (256, 262_144));
     assert!(s.layer_out_scale && s.ffn_widths.is_empty());

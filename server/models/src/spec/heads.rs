@@ -103,6 +103,17 @@ impl ModelSpec {
         }
     }
 
+    /// The first of the model's last layers that all read earlier layers'
+    /// KV and keep nothing (Gemma 4's shared-KV layers), where it has such.
+    pub fn kv_shared_tail(&self) -> Option<usize> {
+        let keeps_none = |l: &LayerSpec| l.attention().is_some_and(|a| a.kv.shared_from.is_some());
+        let kept = self.layers.iter().rposition(|l| !keeps_none(l));
+        match kept {
+            Some(k) if k + 1 < self.layers.len() => Some(k + 1),
+            _ => None,
+        }
+    }
+
     /// A group's cache is one width: its layers' heads alike (a window
     /// that never slides joins the full group: Gemma 4's would, of another
     /// shape).

@@ -70,7 +70,7 @@ impl ModelInfo {
         model_half: KvDtype,
         weight_bytes: impl Fn(DeviceKind) -> Result<u64>,
     ) -> Result<Self> {
-        let kv_values = config.kv_values_per_token_all();
+        let kv_values = config.kv_values_per_token();
         let footprint = |device: DeviceKind| -> Result<Footprint> {
             let kv_dtype = device.auto_kv_dtype(model_half);
             Ok(Footprint {

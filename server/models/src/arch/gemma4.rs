@@ -22,6 +22,7 @@
 
 use serde_json::Value as Json;
 
+use super::rope::{hf_rope, num};
 use super::{Family, HfExperts, Shape, sliding_pattern};
 use crate::config::{HfConfig, Metadata};
 use crate::error::{Error, Result};
@@ -281,10 +282,16 @@ fn hf(c: &HfConfig) -> Result<ModelSpec> {
         }),
         _ => None,
     };
-    let ropes = (
-        global_rope(c, full.head_dim)?,
-        local_rope(c, shape.head_dim)?,
-    );
+    // The sliding layers' RoPE is plain (theta 10,000 by default).
+    let local = ("rope_theta", None);
+    let local = hf_rope(
+        c,
+        Some("sliding_attention"),
+        local,
+        10_000.0,
+        shape.head_dim,
+    )?;
+    let ropes = (global_rope(c, full.head_dim)?, local);
     build(Parts {
         shape,
         slides,
@@ -413,37 +420,11 @@ fn kv_sources(slides: &[bool], shared: usize) -> Result<Vec<Option<usize>>> {
         .collect()
 }
 
-/// The RoPE kind of `rope_parameters[kind]`: (theta, its object).
+/// `rope_parameters[kind]`, where the config has it.
 fn rope_params<'a>(c: &'a HfConfig, kind: &str) -> Option<&'a serde_json::Map<String, Json>> {
     c.get("rope_parameters")
         .and_then(|p| p.get(kind))
         .and_then(Json::as_object)
-}
-
-fn number(p: Option<&serde_json::Map<String, Json>>, key: &str) -> Result<Option<f64>> {
-    match p.and_then(|p| p.get(key)) {
-        None | Some(Json::Null) => Ok(None),
-        Some(v) => v
-            .as_f64()
-            .map(Some)
-            .ok_or_else(|| Error::Config(format!("rope_parameters {key} = {v} is not a number"))),
-    }
-}
-
-/// The sliding layers' plain RoPE (theta 10,000 by default).
-fn local_rope(c: &HfConfig, head_dim: usize) -> Result<RopeSpec> {
-    let p = rope_params(c, "sliding_attention");
-    match p.and_then(|p| p.get("rope_type")).and_then(Json::as_str) {
-        None | Some("default") => {}
-        Some(other) => {
-            return Err(Error::Config(format!("Gemma 4 sliding RoPE {other:?}")));
-        }
-    }
-    Ok(RopeSpec {
-        theta: number(p, "rope_theta")?.unwrap_or(10_000.0) as f32,
-        rotary_dim: head_dim,
-        scaling: RopeScaling::None,
-    })
 }
 
 /// The full layers' proportional RoPE: the whole head rotates in halves,
@@ -451,10 +432,11 @@ fn local_rope(c: &HfConfig, head_dim: usize) -> Result<RopeSpec> {
 /// head were that wide, over the head's width) turn; the rest stand still
 /// (a divisor of infinity). Theta 1,000,000 and a quarter by default.
 fn global_rope(c: &HfConfig, head_dim: usize) -> Result<RopeSpec> {
-    let p = rope_params(c, "full_attention");
-    let kind = p.and_then(|p| p.get("rope_type")).and_then(Json::as_str);
+    let empty = serde_json::Map::new();
+    let p = rope_params(c, "full_attention").unwrap_or(&empty);
+    let kind = p.get("rope_type").and_then(Json::as_str);
     let (fraction, default_fraction) = match kind {
-        None | Some("proportional") => (number(p, "partial_rotary_factor")?, 0.25),
+        None | Some("proportional") => (num(p, "partial_rotary_factor")?, 0.25),
         Some("default") => (None, 1.0),
         Some(other) => {
             return Err(Error::Config(format!(
@@ -466,14 +448,14 @@ fn global_rope(c: &HfConfig, head_dim: usize) -> Result<RopeSpec> {
     if !(fraction > 0.0 && fraction <= 1.0) {
         return Err(Error::Config(format!("partial_rotary_factor {fraction}")));
     }
-    let factor = number(p, "factor")?.unwrap_or(1.0) as f32;
+    let factor = num(p, "factor")?.unwrap_or(1.0) as f32;
     // transformers: `int(fraction * head_dim // 2)` frequencies turn.
     let turning = ((fraction * head_dim as f64) / 2.0).floor() as usize;
     let divisors = (0..head_dim / 2)
         .map(|i| if i < turning { factor } else { f32::INFINITY })
         .collect();
     Ok(RopeSpec {
-        theta: number(p, "rope_theta")?.unwrap_or(1_000_000.0) as f32,
+        theta: num(p, "rope_theta")?.unwrap_or(1_000_000.0) as f32,
         rotary_dim: head_dim,
         scaling: RopeScaling::Divisors(divisors),
     })

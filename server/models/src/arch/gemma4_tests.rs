@@ -73,7 +73,7 @@ fn e4b_keeps_kv_in_its_first_24_layers_only() {
         (None, Some(22), Some(23), Some(23))
     );
     // K and V of the producing layers alone.
-    assert_eq!(s.kv_values_per_token_all(), 2 * (4 * 1024 + 20 * 512));
+    assert_eq!(s.kv_values_per_token(), 2 * (4 * 1024 + 20 * 512));
     // Only the rows whose logits are wanted run through layers 24 to 41.
     assert_eq!(s.kv_shared_tail(), Some(24));
     assert_eq!(read(&b31()).unwrap().kv_shared_tail(), None);

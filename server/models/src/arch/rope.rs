@@ -56,7 +56,7 @@ pub(crate) fn hf_rope(
     })
 }
 
-fn num(m: &Map<String, Json>, key: &str) -> Result<Option<f64>> {
+pub(super) fn num(m: &Map<String, Json>, key: &str) -> Result<Option<f64>> {
     match m.get(key) {
         None | Some(Json::Null) => Ok(None),
         Some(v) => v

@@ -45,23 +45,30 @@ pub(super) struct Kept {
 impl Kept {
     /// The kept tokens of `spans` for `logits_for` (indices into the step).
     pub(super) fn of(spans: &[SeqSpan], logits_for: &[usize]) -> Self {
+        // Each span's end in the step, then its first wanted token (one
+        // pass over the wanted rows, whatever the batch).
+        let ends: Vec<usize> = (spans.iter())
+            .scan(0, |end, s| {
+                *end += s.n_tokens;
+                Some(*end)
+            })
+            .collect();
+        let mut first = vec![usize::MAX; spans.len()];
+        for &i in logits_for {
+            let s = ends.partition_point(|&end| end <= i);
+            if let Some(f) = first.get_mut(s) {
+                *f = (*f).min(i);
+            }
+        }
         let (mut rows, mut kept) = (Vec::new(), Vec::new());
-        let mut start = 0;
-        for span in spans {
-            let range = start..start + span.n_tokens;
-            start = range.end;
-            let Some(first) = logits_for
-                .iter()
-                .copied()
-                .filter(|i| range.contains(i))
-                .min()
-            else {
+        for ((span, &end), &first) in spans.iter().zip(&ends).zip(&first) {
+            if first == usize::MAX {
                 continue;
-            };
-            rows.extend((first..range.end).map(|r| r as u32));
+            }
+            rows.extend((first..end).map(|r| r as u32));
             kept.push(SeqSpan {
-                start_pos: span.start_pos + (first - range.start),
-                n_tokens: range.end - first,
+                start_pos: span.start_pos + (first + span.n_tokens - end),
+                n_tokens: end - first,
                 ..span.clone()
             });
         }

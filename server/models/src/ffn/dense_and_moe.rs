@@ -24,7 +24,8 @@ pub struct DenseAndMoe {
     mlp_post_norm: Tensor,
     /// The experts.
     pub moe: MoeWeights,
-    /// The router's input scale (`router.scale`), `(hidden,)`, f32.
+    /// The router's input scale (`router.scale`) times `hidden^-1/2`,
+    /// `(hidden,)`, f32.
     router_scale: Tensor,
     /// RMSNorm of their input (`pre_feedforward_layernorm_2`).
     moe_norm: Tensor,
@@ -49,7 +50,7 @@ impl DenseAndMoe {
         let mlp = mlp::load(src, i, "", (hidden, spec.ffn_width(i)), device)?;
         let experts = moe::load::load(src, m, i, hidden, device)?;
         let router_scale = src.vector(&n("ffn_gate_inp.scale"), hidden, device)?;
-        let router_scale = router_scale.to_dtype(DType::F32)?;
+        let router_scale = (router_scale * (hidden as f64).powf(-0.5))?.to_dtype(DType::F32)?;
         let expert_scales = src.vector(&n("ffn_down_exps.scale"), m.experts, device)?;
         let expert_scales = expert_scales.to_dtype(DType::F32)?.to_vec1::<f32>()?;
         if expert_scales.iter().any(|s| !s.is_finite()) {
@@ -97,8 +98,7 @@ impl DenseAndMoe {
             &self.mlp_post_norm,
         )?;
         let route = crate::norm::rms_unit(x, spec.norms.eps)?;
-        let scale = (&self.router_scale * (spec.hidden as f64).powf(-0.5))?;
-        let route = route.broadcast_mul(&scale.to_dtype(route.dtype())?)?;
+        let route = route.broadcast_mul(&self.router_scale.to_dtype(route.dtype())?)?;
         let into = rms(x, &self.moe_norm)?;
         let experts =
             moe::forward::forward_routed(&self.moe, (&route, &into), Some(&self.expert_scales))?;

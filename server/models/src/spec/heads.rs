@@ -17,7 +17,7 @@ impl ModelSpec {
 
     /// Elements one token caches over every layer that keeps KV: K and V
     /// of each group's heads, or the latent vector.
-    pub fn kv_values_per_token_all(&self) -> usize {
+    pub fn kv_values_per_token(&self) -> usize {
         let groups = self.kv_groups();
         match self.latent_width() {
             Some(w) => w * groups.iter().map(|g| g.layers.len()).sum::<usize>(),

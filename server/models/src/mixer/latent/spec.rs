@@ -73,15 +73,6 @@ impl ModelSpec {
         })
     }
 
-    /// Elements one token caches in one attention layer: K and V, or the
-    /// latent vector alone.
-    pub fn kv_values_per_token(&self) -> usize {
-        match self.latent_width() {
-            Some(w) => w,
-            None => 2 * self.kv_dim(),
-        }
-    }
-
     /// A latent layer's widths are usable and its cache the model's one; a
     /// plain attention layer beside latent ones would need a cache of its own.
     pub(crate) fn validate_latent(&self, i: usize, l: &LayerSpec) -> Result<()> {
